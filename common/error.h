@@ -1,0 +1,59 @@
+// Expected failures as values. Every component reports what the world can do to it as a
+// kiln::Error inside tl::expected; programmer errors are KILN_ASSERT and abort.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <tl/expected.hpp>
+
+namespace kiln {
+
+enum class Errc {
+  invalid_argument,     // the caller gave a value outside what is accepted
+  bad_message,          // malformed, truncated or wrongly typed wire data
+  unsupported_version,  // protocol version neither side can speak
+  too_large,            // over a configured size limit
+  not_found,
+  already_exists,
+  unauthorized,         // the peer's role may not do this
+  unauthenticated,      // the peer's key is unknown
+  config,               // a configuration file is invalid
+  io,                   // file system, socket or database failure
+  timeout,
+  device,               // the chip driver reported a failure
+  unavailable,          // a resource is temporarily not there (busy, quarantined, no capacity)
+  conflict,             // the request contradicts current state
+  integrity,            // digest mismatch, tampered data
+  internal,             // a dependency failed in a way we cannot classify
+};
+
+std::string_view to_string(Errc code);
+
+struct Error {
+  Errc code;
+  std::string message;  // says what was wrong and what to do about it
+
+  // "code: message", as shown to users.
+  std::string describe() const;
+};
+
+template <class T>
+using Result = tl::expected<T, Error>;
+
+using Status = tl::expected<void, Error>;
+
+inline tl::unexpected<Error> fail(Errc code, std::string message) {
+  return tl::unexpected<Error>(Error{code, std::move(message)});
+}
+
+[[noreturn]] void assertion_failed(const char* expr, const char* file, int line, const char* why);
+
+}  // namespace kiln
+
+// Always on, in every build type: an assertion marks what only a bug can cause.
+#define KILN_ASSERT(expr, why) \
+  ((expr) ? static_cast<void>(0) : ::kiln::assertion_failed(#expr, __FILE__, __LINE__, why))
