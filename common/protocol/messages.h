@@ -1,0 +1,514 @@
+// Protocol v1 messages. docs/protocol.md is the normative description; the field names,
+// bounds and requiredness below are the same ones it lists. A message's body is a msgpack
+// map keyed by these field names; `visit` is the single source of truth for both encoding
+// and validation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/protocol/spec.h"
+
+namespace kiln::protocol {
+
+constexpr std::uint32_t kProtocolVersion = 1;
+constexpr std::array<std::uint32_t, 1> kSupportedVersions = {1};
+
+constexpr Str kIdentifier{1, 64};      // node ids, workload names, key names
+constexpr Str kVersionString{0, 64};   // firmware, driver, agent versions
+constexpr Str kRevision{1, 16};        // hardware revision ("a", "b")
+constexpr Str kMessageText{0, 4096};   // human-readable explanations
+constexpr Str kArgument{0, 4096};
+constexpr Str kOutputTail{0, 65536};
+constexpr Str kResultDocument{0, 262144};
+constexpr Range kU32{0, UINT32_MAX};
+constexpr Range kU64{0, INT64_MAX};
+constexpr Range kChipIndex{0, 63};
+constexpr Range kTimeoutMs{1000, 7LL * 24 * 3600 * 1000};
+
+enum class Role { agent, ci, developer, ops, lab, admin };
+template <>
+struct EnumNames<Role> {
+  static constexpr std::array<std::pair<Role, std::string_view>, 6> values{{
+      {Role::agent, "agent"},
+      {Role::ci, "ci"},
+      {Role::developer, "developer"},
+      {Role::ops, "ops"},
+      {Role::lab, "lab"},
+      {Role::admin, "admin"},
+  }};
+};
+
+// Highest priority first.
+enum class PriorityClass { release, presubmit, bisect, nightly, experiment };
+template <>
+struct EnumNames<PriorityClass> {
+  static constexpr std::array<std::pair<PriorityClass, std::string_view>, 5> values{{
+      {PriorityClass::release, "release"},
+      {PriorityClass::presubmit, "presubmit"},
+      {PriorityClass::bisect, "bisect"},
+      {PriorityClass::nightly, "nightly"},
+      {PriorityClass::experiment, "experiment"},
+  }};
+};
+
+enum class JobState { queued, assigned, running, succeeded, failed, timed_out, cancelled, lost };
+template <>
+struct EnumNames<JobState> {
+  static constexpr std::array<std::pair<JobState, std::string_view>, 8> values{{
+      {JobState::queued, "queued"},
+      {JobState::assigned, "assigned"},
+      {JobState::running, "running"},
+      {JobState::succeeded, "succeeded"},
+      {JobState::failed, "failed"},
+      {JobState::timed_out, "timed_out"},
+      {JobState::cancelled, "cancelled"},
+      {JobState::lost, "lost"},
+  }};
+};
+
+constexpr bool is_terminal(JobState s) {
+  return s != JobState::queued && s != JobState::assigned && s != JobState::running;
+}
+
+// How one attempt of a job ended, as the agent saw it.
+enum class JobOutcome { succeeded, failed, timed_out, cancelled, failed_to_start };
+template <>
+struct EnumNames<JobOutcome> {
+  static constexpr std::array<std::pair<JobOutcome, std::string_view>, 5> values{{
+      {JobOutcome::succeeded, "succeeded"},
+      {JobOutcome::failed, "failed"},
+      {JobOutcome::timed_out, "timed_out"},
+      {JobOutcome::cancelled, "cancelled"},
+      {JobOutcome::failed_to_start, "failed_to_start"},
+  }};
+};
+
+enum class NodeState { up, draining, lost };
+template <>
+struct EnumNames<NodeState> {
+  static constexpr std::array<std::pair<NodeState, std::string_view>, 3> values{{
+      {NodeState::up, "up"},
+      {NodeState::draining, "draining"},
+      {NodeState::lost, "lost"},
+  }};
+};
+
+// ---- nested records ------------------------------------------------------------------
+
+struct ChipInfo {
+  std::uint32_t index = 0;
+  std::string serial;
+  std::string firmware_version;
+  std::uint32_t numa_node = 0;
+  bool healthy = true;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("index", index, kChipIndex);
+    v.field("serial", serial, kIdentifier);
+    v.field("firmware_version", firmware_version, kVersionString);
+    v.field("numa_node", numa_node, Range{0, 1024});
+    v.field("healthy", healthy);
+  }
+};
+
+struct HostInfo {
+  std::string hostname;
+  std::uint32_t numa_nodes = 1;
+  std::uint32_t cores = 1;
+  std::uint32_t pci_devices = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("hostname", hostname, Str{0, 255});
+    v.field("numa_nodes", numa_nodes, Range{1, 1024});
+    v.field("cores", cores, Range{1, 1 << 20});
+    v.field("pci_devices", pci_devices, Range{0, 1 << 20});
+  }
+};
+
+struct NodeSummary {
+  std::string node_id;
+  NodeState state = NodeState::up;
+  std::string hardware_revision;
+  std::uint32_t chips_total = 0;
+  std::uint32_t chips_used = 0;
+  std::uint64_t last_seen_ms_ago = 0;
+  std::string agent_version;
+  std::string driver_version;
+  std::vector<ChipInfo> chips;
+  HostInfo host;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("state", state);
+    v.field("hardware_revision", hardware_revision, kRevision);
+    v.field("chips_total", chips_total, Range{0, 64});
+    v.field("chips_used", chips_used, Range{0, 64});
+    v.field("last_seen_ms_ago", last_seen_ms_ago, kU64);
+    v.field("agent_version", agent_version, kVersionString);
+    v.field("driver_version", driver_version, kVersionString);
+    v.field("chips", chips, Count{0, 64});
+    v.field("host", host);
+  }
+};
+
+struct JobSummary {
+  std::uint64_t job_id = 0;
+  JobState state = JobState::queued;
+  PriorityClass priority_class = PriorityClass::experiment;
+  std::string workload;
+  std::vector<std::string> args;
+  std::uint32_t chips = 1;
+  std::string hardware_revision;  // requested; empty = any
+  std::string node_id;            // where it runs or ran; empty while queued
+  std::vector<std::uint32_t> chip_indices;
+  std::uint32_t attempt = 0;
+  std::uint32_t max_attempts = 1;
+  std::int32_t exit_code = 0;
+  std::uint64_t duration_ms = 0;
+  std::string submitted_by;
+  std::string detail;  // why it ended as it did, for people
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, kU64);
+    v.field("state", state);
+    v.field("priority_class", priority_class);
+    v.field("workload", workload, kIdentifier);
+    v.field("args", args, Count{0, 64}, kArgument);
+    v.field("chips", chips, Range{1, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("node_id", node_id, Str{0, 64});
+    v.field("chip_indices", chip_indices, Count{0, 64}, kChipIndex);
+    v.field("attempt", attempt, Range{0, 100});
+    v.field("max_attempts", max_attempts, Range{1, 10});
+    v.field("exit_code", exit_code, Range{INT32_MIN, INT32_MAX});
+    v.field("duration_ms", duration_ms, kU64);
+    v.field("submitted_by", submitted_by, Str{0, 64});
+    v.field("detail", detail, kMessageText);
+  }
+};
+
+// ---- agent session ---------------------------------------------------------------------
+
+struct Hello {
+  static constexpr std::string_view kType = "hello";
+  std::string node_id;
+  std::string hardware_revision;
+  std::string agent_version;
+  std::string driver_version;
+  std::vector<std::uint32_t> protocol_versions;
+  std::vector<ChipInfo> chips;
+  HostInfo host;
+  std::vector<std::uint64_t> running_jobs;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("hardware_revision", hardware_revision, kRevision);
+    v.field("agent_version", agent_version, kVersionString);
+    v.field("driver_version", driver_version, kVersionString);
+    v.field("protocol_versions", protocol_versions, Count{1, 16}, Range{1, 1000});
+    v.field("chips", chips, Count{0, 64});
+    v.field("host", host);
+    v.field("running_jobs", running_jobs, Count{0, 1024}, kU64);
+  }
+};
+
+struct Welcome {
+  static constexpr std::string_view kType = "welcome";
+  std::uint32_t protocol_version = kProtocolVersion;
+  std::uint32_t heartbeat_interval_ms = 1000;
+  std::uint32_t liveness_missed_beats = 4;
+  // Jobs the agent reported running that the coordinator no longer assigns to it: the
+  // agent stops them.
+  std::vector<std::uint64_t> cancel_jobs;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("protocol_version", protocol_version, Range{1, 1000});
+    v.field("heartbeat_interval_ms", heartbeat_interval_ms, Range{50, 60000});
+    v.field("liveness_missed_beats", liveness_missed_beats, Range{2, 100});
+    v.field("cancel_jobs", cancel_jobs, Count{0, 1024}, kU64);
+  }
+};
+
+struct Heartbeat {
+  static constexpr std::string_view kType = "heartbeat";
+  std::vector<std::uint64_t> running_jobs;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("running_jobs", running_jobs, Count{0, 1024}, kU64);
+  }
+};
+
+struct JobStart {
+  static constexpr std::string_view kType = "job_start";
+  std::uint64_t job_id = 0;
+  std::uint32_t attempt = 1;
+  std::string workload;
+  std::vector<std::string> args;
+  std::vector<std::uint32_t> chip_indices;
+  std::uint32_t timeout_ms = 60000;
+  std::uint64_t seed = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+    v.field("attempt", attempt, Range{1, 100});
+    v.field("workload", workload, kIdentifier);
+    v.field("args", args, Count{0, 64}, kArgument);
+    v.field("chip_indices", chip_indices, Count{1, 64}, kChipIndex);
+    v.field("timeout_ms", timeout_ms, kTimeoutMs);
+    v.field("seed", seed, kU64);
+  }
+};
+
+struct JobStarted {
+  static constexpr std::string_view kType = "job_started";
+  std::uint64_t job_id = 0;
+  std::uint32_t attempt = 1;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+    v.field("attempt", attempt, Range{1, 100});
+  }
+};
+
+struct JobFinished {
+  static constexpr std::string_view kType = "job_finished";
+  std::uint64_t job_id = 0;
+  std::uint32_t attempt = 1;
+  JobOutcome outcome = JobOutcome::succeeded;
+  std::int32_t exit_code = 0;
+  std::uint64_t duration_ms = 0;
+  std::string output_tail;
+  std::string result;  // the workload's result document (JSON text), may be empty
+  std::string detail;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+    v.field("attempt", attempt, Range{1, 100});
+    v.field("outcome", outcome);
+    v.field("exit_code", exit_code, Range{INT32_MIN, INT32_MAX});
+    v.field("duration_ms", duration_ms, kU64);
+    v.field("output_tail", output_tail, kOutputTail);
+    v.field("result", result, kResultDocument);
+    v.field("detail", detail, kMessageText);
+  }
+};
+
+// The coordinator has durably stored a job_finished; the agent may forget it.
+struct JobFinishedAck {
+  static constexpr std::string_view kType = "job_finished_ack";
+  std::uint64_t job_id = 0;
+  std::uint32_t attempt = 1;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+    v.field("attempt", attempt, Range{1, 100});
+  }
+};
+
+struct JobCancel {
+  static constexpr std::string_view kType = "job_cancel";
+  std::uint64_t job_id = 0;
+  std::string reason;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+    v.field("reason", reason, kMessageText);
+  }
+};
+
+// ---- clients ---------------------------------------------------------------------------
+
+struct Whoami {
+  static constexpr std::string_view kType = "whoami";
+  template <class V>
+  void visit(V&) {}
+};
+
+struct WhoamiReply {
+  static constexpr std::string_view kType = "whoami_reply";
+  std::string key_name;
+  Role role = Role::developer;
+  std::uint32_t protocol_version = kProtocolVersion;
+  std::string coordinator_version;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("key_name", key_name, kIdentifier);
+    v.field("role", role);
+    v.field("protocol_version", protocol_version, Range{1, 1000});
+    v.field("coordinator_version", coordinator_version, kVersionString);
+  }
+};
+
+struct SubmitJob {
+  static constexpr std::string_view kType = "submit_job";
+  std::string workload;
+  std::vector<std::string> args;
+  std::uint32_t chips = 1;
+  std::string hardware_revision;  // empty = any
+  std::string node_id;            // empty = any node
+  std::uint32_t timeout_ms = 600000;
+  PriorityClass priority_class = PriorityClass::experiment;
+  std::uint32_t max_attempts = 2;
+  std::uint64_t seed = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("workload", workload, kIdentifier);
+    v.field("args", args, Count{0, 64}, kArgument);
+    v.field("chips", chips, Range{1, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("node_id", node_id, Str{0, 64});
+    v.field("timeout_ms", timeout_ms, kTimeoutMs);
+    v.field("priority_class", priority_class);
+    v.field("max_attempts", max_attempts, Range{1, 10});
+    v.field("seed", seed, kU64);
+  }
+};
+
+struct JobAccepted {
+  static constexpr std::string_view kType = "job_accepted";
+  std::uint64_t job_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+  }
+};
+
+struct ListNodes {
+  static constexpr std::string_view kType = "list_nodes";
+  template <class V>
+  void visit(V&) {}
+};
+
+struct NodeList {
+  static constexpr std::string_view kType = "node_list";
+  std::vector<NodeSummary> nodes;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("nodes", nodes, Count{0, 4096});
+  }
+};
+
+struct ListJobs {
+  static constexpr std::string_view kType = "list_jobs";
+  std::uint32_t limit = 50;
+  bool active_only = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("limit", limit, Range{1, 1000});
+    v.field("active_only", active_only);
+  }
+};
+
+struct JobList {
+  static constexpr std::string_view kType = "job_list";
+  std::vector<JobSummary> jobs;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("jobs", jobs, Count{0, 1000});
+  }
+};
+
+struct GetJob {
+  static constexpr std::string_view kType = "get_job";
+  std::uint64_t job_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+  }
+};
+
+struct JobDetail {
+  static constexpr std::string_view kType = "job_detail";
+  JobSummary job;
+  std::string output_tail;
+  std::string result;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job", job);
+    v.field("output_tail", output_tail, kOutputTail);
+    v.field("result", result, kResultDocument);
+  }
+};
+
+struct CancelJob {
+  static constexpr std::string_view kType = "cancel_job";
+  std::uint64_t job_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+  }
+};
+
+// Stop (drain = true) or resume (drain = false) dispatching new work to a node.
+struct DrainNode {
+  static constexpr std::string_view kType = "drain_node";
+  std::string node_id;
+  bool drain = true;
+  std::string reason;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("drain", drain);
+    v.field("reason", reason, kMessageText);
+  }
+};
+
+struct Ok {
+  static constexpr std::string_view kType = "ok";
+  std::string detail;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("detail", detail, kMessageText);
+  }
+};
+
+// Either side, in reply to a message it could not accept.
+struct ErrorReply {
+  static constexpr std::string_view kType = "error";
+  std::string code;  // one of kiln::Errc's names
+  std::string message;
+  std::vector<std::uint32_t> supported_versions;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("code", code, Str{1, 64});
+    v.field("message", message, kMessageText);
+    v.field("supported_versions", supported_versions, Count{0, 16}, Range{1, 1000});
+  }
+};
+
+using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFinished,
+                          JobFinishedAck, JobCancel, Whoami, WhoamiReply, SubmitJob, JobAccepted,
+                          ListNodes, NodeList, ListJobs, JobList, GetJob, JobDetail, CancelJob,
+                          DrainNode, Ok, ErrorReply>;
+
+std::string_view type_name(const Body& body);
+
+}  // namespace kiln::protocol

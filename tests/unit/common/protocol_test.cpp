@@ -1,0 +1,238 @@
+#include <doctest/doctest.h>
+
+#include <msgpack.hpp>
+
+#include "common/protocol/codec.h"
+
+using namespace kiln;
+using namespace kiln::protocol;
+
+namespace {
+
+Hello sample_hello() {
+  Hello h;
+  h.node_id = "n01";
+  h.hardware_revision = "a";
+  h.agent_version = "0.1.0";
+  h.driver_version = "sim-1.0";
+  h.protocol_versions = {1};
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    h.chips.push_back(ChipInfo{i, "SIM-A-" + std::to_string(i), "fw-1.0", i / 4, true});
+  }
+  h.host = HostInfo{"host1", 2, 16, 4};
+  h.running_jobs = {7, 9};
+  return h;
+}
+
+// Packs a header map by hand so tests can build frames the encoder would refuse to make.
+std::string pack_header(std::uint32_t v, const std::string& type, std::uint64_t id = 1) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_map(4);
+  pk.pack(std::string("v"));
+  pk.pack(v);
+  pk.pack(std::string("type"));
+  pk.pack(type);
+  pk.pack(std::string("id"));
+  pk.pack(id);
+  pk.pack(std::string("corr"));
+  pk.pack(std::uint64_t{0});
+  return std::string(buffer.data(), buffer.size());
+}
+
+Frames encoded(Body body) {
+  auto frames = encode(make_envelope(std::move(body), 42, 7));
+  REQUIRE(frames.has_value());
+  return *frames;
+}
+
+}  // namespace
+
+TEST_CASE("every message type round-trips through the codec") {
+  const Hello hello = sample_hello();
+  auto f = encoded(hello);
+  auto decoded = decode(f.header, f.body);
+  REQUIRE(decoded.has_value());
+  CHECK(decoded->header.type == "hello");
+  CHECK(decoded->header.id == 42);
+  CHECK(decoded->header.corr == 7);
+  const auto& h = std::get<Hello>(decoded->body);
+  CHECK(h.node_id == "n01");
+  CHECK(h.chips.size() == 8);
+  CHECK(h.chips[5].serial == "SIM-A-5");
+  CHECK(h.chips[5].numa_node == 1);
+  CHECK(h.host.cores == 16);
+  CHECK(h.running_jobs == std::vector<std::uint64_t>{7, 9});
+
+  JobFinished fin;
+  fin.job_id = 3;
+  fin.outcome = JobOutcome::timed_out;
+  fin.exit_code = -9;
+  fin.output_tail = "last words";
+  auto f2 = encoded(fin);
+  auto d2 = decode(f2.header, f2.body);
+  REQUIRE(d2.has_value());
+  const auto& fin2 = std::get<JobFinished>(d2->body);
+  CHECK(fin2.outcome == JobOutcome::timed_out);
+  CHECK(fin2.exit_code == -9);
+  CHECK(fin2.output_tail == "last words");
+
+  // Every alternative of the variant encodes and decodes with defaults filled in.
+  auto check_default = [](auto value) {
+    using T = decltype(value);
+    if constexpr (requires { value.job_id; }) value.job_id = 1;
+    if constexpr (requires { value.node_id; }) {
+      if (value.node_id.empty() && T::kType != std::string_view("submit_job")) value.node_id = "n1";
+    }
+    if constexpr (requires { value.workload; }) value.workload = "smoke";
+    if constexpr (requires { value.chip_indices; }) value.chip_indices = {0};
+    if constexpr (requires { value.hardware_revision; }) {
+      if (T::kType == std::string_view("hello")) value.hardware_revision = "a";
+    }
+    if constexpr (requires { value.protocol_versions; }) value.protocol_versions = {1};
+    if constexpr (requires { value.key_name; }) value.key_name = "me";
+    if constexpr (requires { value.code; }) value.code = "bad_message";
+    auto frames = encode(make_envelope(value, 1));
+    REQUIRE_MESSAGE(frames.has_value(), T::kType);
+    auto back = decode(frames->header, frames->body);
+    REQUIRE_MESSAGE(back.has_value(), T::kType, ": ", back.error().message);
+    CHECK(std::holds_alternative<T>(back->body));
+  };
+  std::apply([&](auto... v) { (check_default(v), ...); }, std::tuple<Whoami, Heartbeat, JobStart,
+             JobStarted, JobFinishedAck, JobCancel, Welcome, WhoamiReply, SubmitJob, JobAccepted,
+             ListNodes, NodeList, ListJobs, JobList, GetJob, CancelJob, DrainNode, Ok, ErrorReply,
+             Hello>{});
+}
+
+TEST_CASE("truncated frames are refused with a clear error, at every cut") {
+  auto f = encoded(sample_hello());
+  for (std::size_t cut = 0; cut < f.body.size(); ++cut) {
+    auto r = decode(f.header, std::string_view(f.body).substr(0, cut));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == Errc::bad_message);
+  }
+  for (std::size_t cut = 0; cut < f.header.size(); ++cut) {
+    auto r = decode(std::string_view(f.header).substr(0, cut), f.body);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == Errc::bad_message);
+  }
+}
+
+TEST_CASE("random garbage never crashes the decoder") {
+  std::uint64_t state = 12345;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  auto f = encoded(sample_hello());
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string body = f.body;
+    const int flips = 1 + static_cast<int>(next() % 4);
+    for (int i = 0; i < flips; ++i) body[next() % body.size()] = static_cast<char>(next());
+    auto r = decode(f.header, body);
+    if (!r) CHECK(r.error().code == Errc::bad_message);
+  }
+}
+
+TEST_CASE("wrongly typed, missing and out-of-range fields name the field") {
+  SUBCASE("wrong type") {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> pk(buffer);
+    pk.pack_map(1);
+    pk.pack(std::string("job_id"));
+    pk.pack(std::string("twelve"));
+    auto r = decode(pack_header(1, "get_job"), std::string(buffer.data(), buffer.size()));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message == "get_job message: job_id must be an integer (got string)");
+  }
+  SUBCASE("missing required field") {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> pk(buffer);
+    pk.pack_map(0);
+    auto r = decode(pack_header(1, "get_job"), std::string(buffer.data(), buffer.size()));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message == "get_job message: job_id is required but missing");
+  }
+  SUBCASE("out of range in a nested array element") {
+    Hello h = sample_hello();
+    h.chips[2].serial = std::string(80, 'x');
+    auto refused = encode(make_envelope(h, 1));
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().message.find("chips[2].serial must be 1 to 64 bytes long (got 80)") !=
+          std::string::npos);
+  }
+  SUBCASE("unknown enum value") {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> pk(buffer);
+    pk.pack_map(3);
+    pk.pack(std::string("node_id"));
+    pk.pack(std::string("n1"));
+    pk.pack(std::string("drain"));
+    pk.pack(true);
+    pk.pack(std::string("reason"));
+    pk.pack(std::uint32_t{5});
+    auto r = decode(pack_header(1, "drain_node"), std::string(buffer.data(), buffer.size()));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message == "drain_node message: reason must be a string (got integer)");
+  }
+  SUBCASE("negative number for an unsigned field") {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> pk(buffer);
+    pk.pack_map(1);
+    pk.pack(std::string("job_id"));
+    pk.pack(std::int64_t{-4});
+    auto r = decode(pack_header(1, "get_job"), std::string(buffer.data(), buffer.size()));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("job_id must be between 1 and") != std::string::npos);
+  }
+}
+
+TEST_CASE("versions, unknown types and sizes") {
+  auto f = encoded(sample_hello());
+  SUBCASE("unknown version refused before the body is read") {
+    auto r = decode(pack_header(2, "hello"), f.body);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == Errc::unsupported_version);
+    CHECK(r.error().message.find("protocol version 2 is not supported") != std::string::npos);
+    auto header = decode_header(pack_header(2, "hello"));
+    REQUIRE(header.has_value());
+    CHECK(header->v == 2);
+  }
+  SUBCASE("unknown message type") {
+    auto r = decode(pack_header(1, "format_disk"), f.body);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message == "unknown message type 'format_disk'");
+  }
+  SUBCASE("oversized message") {
+    CodecLimits small;
+    small.max_message_bytes = 100;
+    auto r = decode(f.header, f.body, small);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == Errc::too_large);
+    auto e = encode(make_envelope(sample_hello(), 1), small);
+    REQUIRE_FALSE(e.has_value());
+    CHECK(e.error().code == Errc::too_large);
+  }
+  SUBCASE("trailing bytes") {
+    auto r = decode(f.header, f.body + "x");
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("trailing bytes") != std::string::npos);
+  }
+  SUBCASE("body that is not a map") {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> pk(buffer);
+    pk.pack_array(0);
+    auto r = decode(pack_header(1, "whoami"), std::string(buffer.data(), buffer.size()));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message == "whoami message: body must be a map (got array)");
+  }
+  SUBCASE("deeply nested input is bounded") {
+    std::string deep(100, '\x91');  // fixarray of one element, nested 100 times
+    deep += '\xc0';
+    auto r = decode(pack_header(1, "whoami"), deep);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == Errc::bad_message);
+  }
+}
