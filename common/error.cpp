@@ -17,11 +17,19 @@ std::string_view to_string(Errc code) {
     case Errc::timeout: return "timeout";
     case Errc::device: return "device";
     case Errc::unavailable: return "unavailable";
+    case Errc::not_registered: return "not_registered";
     case Errc::conflict: return "conflict";
     case Errc::integrity: return "integrity";
     case Errc::internal: return "internal";
   }
   return "internal";
+}
+
+std::optional<Errc> errc_from_string(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i) {
+    if (to_string(static_cast<Errc>(i)) == name) return static_cast<Errc>(i);
+  }
+  return std::nullopt;
 }
 
 std::string Error::describe() const {

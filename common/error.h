@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,12 +27,14 @@ enum class Errc {
   timeout,
   device,               // the chip driver reported a failure
   unavailable,          // a resource is temporarily not there (busy, quarantined, no capacity)
+  not_registered,       // an agent spoke before (re)registering: it must send hello
   conflict,             // the request contradicts current state
   integrity,            // digest mismatch, tampered data
   internal,             // a dependency failed in a way we cannot classify
 };
 
 std::string_view to_string(Errc code);
+std::optional<Errc> errc_from_string(std::string_view name);
 
 struct Error {
   Errc code;

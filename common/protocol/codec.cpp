@@ -12,37 +12,6 @@
 namespace kiln::protocol {
 namespace {
 
-// A struct with a visit() template: detected by trying to call it with a probe visitor.
-struct ProbeVisitor {
-  template <class... A>
-  void field(A&&...) {}
-};
-template <class T>
-concept Record = requires(T& t, ProbeVisitor& p) { t.visit(p); };
-
-// ---- bounds shared by the encoder's and the decoder's checks ------------------------------
-
-std::optional<std::string> check_str(const std::string& s, Str spec) {
-  if (s.size() < spec.min_len || s.size() > spec.max_len) {
-    return fmt::format("must be {} to {} bytes long (got {})", spec.min_len, spec.max_len, s.size());
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> check_int(std::int64_t value, Range spec) {
-  if (value < spec.min || value > spec.max) {
-    return fmt::format("must be between {} and {} (got {})", spec.min, spec.max, value);
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> check_count(std::size_t n, Count spec) {
-  if (n < spec.min || n > spec.max) {
-    return fmt::format("must have {} to {} elements (got {})", spec.min, spec.max, n);
-  }
-  return std::nullopt;
-}
-
 std::string join_path(const std::string& prefix, std::string_view name) {
   return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
 }

@@ -207,6 +207,8 @@ struct Hello {
   std::vector<ChipInfo> chips;
   HostInfo host;
   std::vector<std::uint64_t> running_jobs;
+  // Jobs that ended while the agent had no session: their job_finished follows the welcome.
+  std::vector<std::uint64_t> finished_jobs;
 
   template <class V>
   void visit(V& v) {
@@ -218,6 +220,7 @@ struct Hello {
     v.field("chips", chips, Count{0, 64});
     v.field("host", host);
     v.field("running_jobs", running_jobs, Count{0, 1024}, kU64);
+    v.field("finished_jobs", finished_jobs, Count{0, 1024}, kU64);
   }
 };
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -28,6 +29,20 @@ struct Count {
   std::size_t min = 0;
   std::size_t max = 64;
 };
+
+// Each returns a description of the problem ("must be 1 to 64 bytes long (got 80)"), or
+// nothing when the value is within bounds.
+std::optional<std::string> check_str(const std::string& value, Str spec);
+std::optional<std::string> check_int(std::int64_t value, Range spec);
+std::optional<std::string> check_count(std::size_t count, Count spec);
+
+// A struct with a visit() template: what the encoders and decoders walk.
+struct ProbeVisitor {
+  template <class... A>
+  void field(A&&...) {}
+};
+template <class T>
+concept Record = requires(T& t, ProbeVisitor& p) { t.visit(p); };
 
 // Each enum carried on the wire lists its names in an EnumNames specialization.
 template <class E>

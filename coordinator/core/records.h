@@ -1,0 +1,63 @@
+// What the coordinator keeps about nodes and jobs, durably. The store saves these records
+// as JSON documents built from their visit(), so the stored form uses protocol field names.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/protocol/messages.h"
+#include "common/time.h"
+
+namespace kiln::coordinator {
+
+struct NodeRecord {
+  protocol::NodeSummary summary;
+  bool draining = false;
+  std::string drain_reason;
+  std::int64_t last_seen_ms = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("summary", summary);
+    v.field("draining", draining);
+    v.field("drain_reason", drain_reason, protocol::kMessageText);
+    v.field("last_seen_ms", last_seen_ms, protocol::Range{0, INT64_MAX});
+  }
+};
+
+struct JobRecord {
+  protocol::JobSummary summary;
+  std::string requested_node_id;  // empty: any node that fits
+  std::uint32_t timeout_ms = 0;
+  std::uint64_t seed = 0;
+  std::string output_tail;
+  std::string result;
+  std::int64_t submitted_at_ms = 0;
+  std::int64_t started_at_ms = 0;   // when the current attempt was dispatched
+  std::int64_t finished_at_ms = 0;
+  bool cancel_requested = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("summary", summary);
+    v.field("requested_node_id", requested_node_id, protocol::Str{0, 64});
+    v.field("timeout_ms", timeout_ms, protocol::kTimeoutMs);
+    v.field("seed", seed, protocol::kU64);
+    v.field("output_tail", output_tail, protocol::kOutputTail);
+    v.field("result", result, protocol::kResultDocument);
+    v.field("submitted_at_ms", submitted_at_ms, protocol::Range{0, INT64_MAX});
+    v.field("started_at_ms", started_at_ms, protocol::Range{0, INT64_MAX});
+    v.field("finished_at_ms", finished_at_ms, protocol::Range{0, INT64_MAX});
+    v.field("cancel_requested", cancel_requested);
+  }
+};
+
+// Everything the store gives back at start-up.
+struct Snapshot {
+  std::vector<NodeRecord> nodes;
+  std::vector<JobRecord> jobs;
+};
+
+}  // namespace kiln::coordinator

@@ -1,0 +1,60 @@
+#include "coordinator/scheduler/types.h"
+
+#include <fmt/format.h>
+
+namespace kiln::scheduler {
+
+std::string_view to_string(RequestClass cls) {
+  switch (cls) {
+    case RequestClass::release: return "release";
+    case RequestClass::presubmit: return "presubmit";
+    case RequestClass::bisect: return "bisect";
+    case RequestClass::nightly: return "nightly";
+    case RequestClass::experiment: return "experiment";
+  }
+  return "experiment";
+}
+
+std::optional<RequestClass> parse_request_class(std::string_view name) {
+  for (RequestClass cls : kAllClasses) {
+    if (to_string(cls) == name) return cls;
+  }
+  return std::nullopt;
+}
+
+std::string_view to_string(NodeState state) {
+  switch (state) {
+    case NodeState::up: return "up";
+    case NodeState::draining: return "draining";
+    case NodeState::quarantined: return "quarantined";
+    case NodeState::lost: return "lost";
+  }
+  return "lost";
+}
+
+std::string format_clock(TimeMs t) {
+  const TimeMs day_ms = 24 * kHourMs;
+  TimeMs day = t >= 0 ? t / day_ms : -1 - (-t - 1) / day_ms;
+  TimeMs in_day = t - day * day_ms;
+  std::string clock = fmt::format("{:02}:{:02}", in_day / kHourMs, (in_day % kHourMs) / kMinuteMs);
+  if (day == 0) return clock;
+  return fmt::format("d{} {}", day, clock);
+}
+
+std::string Explanation::text() const {
+  std::string out;
+  if (!pending) return fmt::format("request {} is not pending", request);
+  for (const std::string& reason : reasons) {
+    if (!out.empty()) out += "; ";
+    out += reason;
+  }
+  if (!out.empty()) out += "; ";
+  if (expected_start_ms) {
+    out += fmt::format("expected to start at {}", format_clock(*expected_start_ms));
+  } else {
+    out += "no expected start: no eligible capacity in sight";
+  }
+  return out;
+}
+
+}  // namespace kiln::scheduler

@@ -1,0 +1,230 @@
+#include <doctest/doctest.h>
+
+#include "coordinator/core/coordinator_core.h"
+
+using namespace kiln;
+using namespace kiln::coordinator;
+using namespace kiln::protocol;
+
+namespace {
+
+// Drives the core like the shell does and keeps what it sent.
+struct Harness {
+  CoordinatorCore core;
+  std::vector<action::ToAgent> to_agents;
+  std::vector<action::ToClient> to_clients;
+  std::vector<JobRecord> saved_jobs;
+  std::uint64_t next_id = 1;
+
+  explicit Harness(Snapshot snapshot = {}, TimeMs now = 0) : core(CoordinatorKnobs{}, std::move(snapshot), now) {}
+
+  void drain() {
+    while (auto a = core.poll_action()) {
+      if (auto* t = std::get_if<action::ToAgent>(&*a)) to_agents.push_back(*t);
+      if (auto* t = std::get_if<action::ToClient>(&*a)) to_clients.push_back(*t);
+      if (auto* t = std::get_if<action::SaveJob>(&*a)) saved_jobs.push_back(t->job);
+    }
+  }
+  void agent(const std::string& peer, const std::string& key, Body body, TimeMs now) {
+    core.on_agent_message(peer, Caller{key, Role::agent}, make_envelope(std::move(body), next_id++), now);
+    drain();
+  }
+  void client(const std::string& key, Role role, Body body, TimeMs now) {
+    core.on_client_message("c-" + key, Caller{key, role}, make_envelope(std::move(body), next_id++), now);
+    drain();
+  }
+  template <class T>
+  std::vector<T> agent_bodies(const std::string& peer) const {
+    std::vector<T> out;
+    for (const auto& a : to_agents) {
+      if (a.peer == peer) {
+        if (auto* b = std::get_if<T>(&a.body)) out.push_back(*b);
+      }
+    }
+    return out;
+  }
+  const Body& last_client_reply() const { return to_clients.back().body; }
+};
+
+Hello hello(const std::string& node, const std::string& rev, std::vector<std::uint64_t> running = {}) {
+  Hello h;
+  h.node_id = node;
+  h.hardware_revision = rev;
+  h.agent_version = "0.1.0";
+  h.protocol_versions = {1};
+  for (std::uint32_t i = 0; i < 8; ++i) h.chips.push_back(ChipInfo{i, node + "-" + std::to_string(i), "1.0", i / 4, true});
+  h.running_jobs = std::move(running);
+  return h;
+}
+
+SubmitJob smoke(std::uint32_t chips = 1, std::string rev = "", std::uint32_t max_attempts = 2) {
+  SubmitJob s;
+  s.workload = "smoke";
+  s.chips = chips;
+  s.hardware_revision = std::move(rev);
+  s.priority_class = PriorityClass::experiment;
+  s.max_attempts = max_attempts;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("an agent registers, gets a job that fits, and its result is stored and acknowledged") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  auto welcomes = h.agent_bodies<Welcome>("p1");
+  REQUIRE(welcomes.size() == 1);
+  CHECK(welcomes[0].protocol_version == 1);
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
+
+  h.client("dev", Role::developer, smoke(4, "a"), 10);
+  REQUIRE(std::holds_alternative<JobAccepted>(h.last_client_reply()));
+  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  auto starts = h.agent_bodies<JobStart>("p1");
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].job_id == id);
+  CHECK(starts[0].chip_indices == std::vector<std::uint32_t>{0, 1, 2, 3});  // one NUMA node
+  CHECK(h.core.nodes().at("n01").summary.chips_used == 4);
+
+  // The job was saved before the client was told it was accepted.
+  CHECK(h.saved_jobs.front().summary.job_id == id);
+
+  h.agent("p1", "n01", JobStarted{id, 1}, 20);
+  CHECK(h.core.jobs().at(id).summary.state == JobState::running);
+  JobFinished fin;
+  fin.job_id = id;
+  fin.outcome = JobOutcome::succeeded;
+  fin.result = R"({"ok":true})";
+  h.agent("p1", "n01", fin, 30);
+  CHECK(h.core.jobs().at(id).summary.state == JobState::succeeded);
+  CHECK(h.core.jobs().at(id).result == R"({"ok":true})");
+  CHECK(h.agent_bodies<JobFinishedAck>("p1").size() == 1);
+  CHECK(h.core.nodes().at("n01").summary.chips_used == 0);
+}
+
+TEST_CASE("a job waits for a node of its revision") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.client("dev", Role::developer, smoke(1, "b"), 10);
+  CHECK(h.agent_bodies<JobStart>("p1").empty());
+  h.agent("p2", "n02", hello("n02", "b"), 20);
+  CHECK(h.agent_bodies<JobStart>("p2").size() == 1);
+}
+
+TEST_CASE("a silent node is lost and its jobs fail over; with no attempts left the job is lost") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.client("dev", Role::developer, smoke(1, "", 1), 10);
+  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  REQUIRE(h.core.jobs().at(id).summary.node_id == "n01");
+  h.core.on_tick(3000);
+  h.drain();
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
+  auto deadline = h.core.next_deadline();
+  REQUIRE(deadline.has_value());
+  CHECK(*deadline == 4001);
+  h.core.on_tick(4001);
+  h.drain();
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::lost);
+  CHECK(h.core.jobs().at(id).summary.state == JobState::lost);
+}
+
+TEST_CASE("a lost attempt is requeued to another node while attempts remain") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.client("dev", Role::developer, smoke(8, "a", 2), 10);
+  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  h.agent("p2", "n02", hello("n02", "a"), 3000);
+  h.core.on_tick(4500);
+  h.drain();
+  const auto& job = h.core.jobs().at(id);
+  CHECK(job.summary.node_id == "n02");
+  CHECK(job.summary.attempt == 2);
+  CHECK(job.summary.state == JobState::assigned);
+  // A late result from the first attempt changes nothing but is still acknowledged.
+  JobFinished late;
+  late.job_id = id;
+  late.attempt = 1;
+  late.outcome = JobOutcome::failed;
+  h.agent("p2", "n02", Heartbeat{}, 4600);
+  h.core.on_agent_message("p1", Caller{"n01", Role::agent}, make_envelope(late, 99), 4700);
+  h.drain();
+  CHECK(h.core.jobs().at(id).summary.state == JobState::assigned);
+}
+
+TEST_CASE("re-registration reconciles: unknown jobs are cancelled, vanished ones failed over") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.client("dev", Role::developer, smoke(1, "", 1), 10);
+  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  // The agent restarted: new connection, it runs an unknown job 77 and not ours.
+  h.agent("p1b", "n01", hello("n01", "a", {77}), 500);
+  auto welcome = h.agent_bodies<Welcome>("p1b");
+  REQUIRE(welcome.size() == 1);
+  CHECK(welcome[0].cancel_jobs == std::vector<std::uint64_t>{77});
+  CHECK(h.core.jobs().at(id).summary.state == JobState::lost);
+  // The old connection has no session any more.
+  h.agent("p1", "n01", Heartbeat{}, 600);
+  auto errors = h.agent_bodies<ErrorReply>("p1");
+  REQUIRE_FALSE(errors.empty());
+  CHECK(errors.back().code == "not_registered");
+}
+
+TEST_CASE("a coordinator restarted from its store keeps jobs and waits for agents to return") {
+  Snapshot snapshot;
+  {
+    Harness h;
+    h.agent("p1", "n01", hello("n01", "a"), 0);
+    h.client("dev", Role::developer, smoke(2), 10);
+    h.client("dev", Role::developer, smoke(8, "b"), 20);
+    std::map<std::uint64_t, JobRecord> latest;
+    for (auto& j : h.saved_jobs) latest[j.summary.job_id] = j;
+    for (auto& [id, j] : latest) snapshot.jobs.push_back(j);
+    snapshot.nodes.push_back(h.core.nodes().at("n01"));
+  }
+  Harness h(snapshot, 100000);
+  CHECK(h.core.jobs().size() == 2);
+  CHECK(h.core.jobs().at(1).summary.state == JobState::assigned);
+  CHECK(h.core.jobs().at(2).summary.state == JobState::queued);
+  h.agent("p9", "n01", hello("n01", "a", {1}), 100500);
+  CHECK(h.core.jobs().at(1).summary.state == JobState::running);
+  // New ids continue after the recovered ones.
+  h.client("dev", Role::developer, smoke(1), 100600);
+  CHECK(std::get<JobAccepted>(h.last_client_reply()).job_id == 3);
+}
+
+TEST_CASE("requests are authorized by role") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  SUBCASE("a developer may not drain a node") {
+    h.client("dev", Role::developer, DrainNode{"n01", true, "x"}, 1);
+    REQUIRE(std::holds_alternative<ErrorReply>(h.last_client_reply()));
+    CHECK(std::get<ErrorReply>(h.last_client_reply()).code == "unauthorized");
+    h.client("ops1", Role::ops, DrainNode{"n01", true, "suspect"}, 2);
+    CHECK(std::holds_alternative<Ok>(h.last_client_reply()));
+    CHECK(h.core.nodes().at("n01").summary.state == NodeState::draining);
+  }
+  SUBCASE("a developer may not submit CI work, CI may") {
+    auto s = smoke();
+    s.priority_class = PriorityClass::presubmit;
+    h.client("dev", Role::developer, s, 1);
+    CHECK(std::get<ErrorReply>(h.last_client_reply()).code == "unauthorized");
+    h.client("ci", Role::ci, s, 2);
+    CHECK(std::holds_alternative<JobAccepted>(h.last_client_reply()));
+  }
+  SUBCASE("only the submitter or ops cancels a job") {
+    h.client("alice", Role::developer, smoke(), 1);
+    const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+    h.client("bob", Role::developer, CancelJob{id}, 2);
+    CHECK(std::get<ErrorReply>(h.last_client_reply()).code == "unauthorized");
+    h.client("alice", Role::developer, CancelJob{id}, 3);
+    CHECK(std::holds_alternative<Ok>(h.last_client_reply()));
+    CHECK(h.agent_bodies<JobCancel>("p1").size() == 1);
+  }
+  SUBCASE("an agent key registers only as its own node") {
+    h.agent("p7", "n07", hello("n01", "a"), 1);
+    auto errors = h.agent_bodies<ErrorReply>("p7");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].code == "unauthorized");
+  }
+}
