@@ -159,6 +159,12 @@ Result<CompareReport> compare(const Tensor& golden, const Tensor& actual, const 
                 "top-" + std::to_string(options.top_k) + " needs logits whose last dimension (the vocabulary) "
                 "has at least that many entries; shape is " + shape_text(golden.shape));
   }
+  if (options.tolerance) {
+    const Tolerance& t = *options.tolerance;
+    if (!(t.rtol >= 0.0) || !(t.atol >= 0.0) || !(t.ulps >= 0.0)) {
+      return fail(Errc::invalid_argument, "tolerance rtol, atol and ulps must be non-negative numbers");
+    }
+  }
   const bool round_golden = is_fp8(options.dtype);
   std::vector<double> expected = golden.values;
   if (round_golden) {

@@ -100,7 +100,7 @@ int run_compare_tensors(const CompareTensorsArgs& args, std::ostream& out, std::
     nlohmann::json json = report_to_json(*report);
     json["golden"] = args.golden_path;
     json["actual"] = args.actual_path;
-    out << json.dump(2) << "\n";
+    out << json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     out << format_report_text(*report) << "golden " << args.golden_path << "\nactual " << args.actual_path << "\n";
   }

@@ -690,7 +690,8 @@ Result<std::string> serialize_safetensors(const std::vector<NamedTensor>& tensor
   if (!metadata.empty()) {
     header["__metadata__"] = metadata;
   }
-  std::string header_text = header.dump();
+  // Names and metadata come from callers: replace invalid UTF-8 rather than throw.
+  std::string header_text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
   std::string out;
   append_le(out, header_text.size(), 8);

@@ -1,0 +1,56 @@
+// ZeroMQ plumbing shared by the coordinator, the agent and the client: CURVE setup, the
+// two-frame message format, and a monitor that turns a refused CURVE handshake into an
+// error a person can act on.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <zmq.hpp>
+
+#include "common/error.h"
+#include "common/keys.h"
+#include "common/protocol/codec.h"
+
+namespace kiln::transport {
+
+struct Received {
+  std::string routing_id;  // ROUTER sockets only
+  std::string user_id;     // what the ZAP handler said this peer is (its key name)
+  std::string header;
+  std::string body;
+};
+
+// Reads one whole multipart message. `routed` sockets (ROUTER) carry the peer's routing id
+// first. A message with the wrong number of frames is read completely and refused.
+Result<Received> receive(zmq::socket_t& socket, bool routed);
+
+// Sends [routing id,] header, body. Returns an error when the peer is gone (ROUTER with
+// ZMQ_ROUTER_MANDATORY) or the send would block.
+Status send(zmq::socket_t& socket, const std::string* routing_id, const protocol::Frames& frames);
+
+// Encodes and sends an envelope.
+Status send_envelope(zmq::socket_t& socket, const std::string* routing_id, const protocol::Envelope& envelope,
+                     const protocol::CodecLimits& limits);
+
+void configure_curve_server(zmq::socket_t& socket, const KeyPair& own, const std::string& zap_domain,
+                            std::size_t max_message_bytes);
+void configure_curve_client(zmq::socket_t& socket, const KeyPair& own, const std::string& server_public_key,
+                            std::size_t max_message_bytes);
+
+// Watches a client socket's handshakes. poll() returns an error once the server refused our
+// key or spoke a different protocol, so a client can say so instead of waiting forever.
+class HandshakeMonitor {
+ public:
+  HandshakeMonitor(zmq::context_t& context, zmq::socket_t& watched, const std::string& name);
+  Status poll();
+  bool succeeded() const { return succeeded_; }
+  zmq::socket_t& socket() { return pair_; }
+
+ private:
+  zmq::socket_t pair_;
+  bool succeeded_ = false;
+  std::optional<Error> failure_;
+};
+
+}  // namespace kiln::transport

@@ -1,0 +1,133 @@
+#include "coordinator/cli/client.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+#include <zmq.hpp>
+
+#include "common/transport/zmq_transport.h"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ZmqClient final : public Client {
+ public:
+  ZmqClient(const ClientConfig& config, KeyPair keys, std::string server_key)
+      : config_(config), socket_(context_, zmq::socket_type::dealer) {
+    transport::configure_curve_client(socket_, keys, server_key, limits_.max_message_bytes);
+    monitor_ = std::make_unique<transport::HandshakeMonitor>(context_, socket_, "client");
+    socket_.connect(config_.coordinator_endpoint);
+  }
+
+  Result<protocol::Body> request(protocol::Body body) override {
+    const std::uint64_t id = next_id_++;
+    auto envelope = protocol::make_envelope(std::move(body), id);
+    if (auto s = transport::send_envelope(socket_, nullptr, envelope, limits_); !s) {
+      // A DEALER queues until connected; a full queue means the coordinator is unreachable.
+      return tl::unexpected(s.error());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeout_ms);
+    while (true) {
+      if (auto auth = monitor_->poll(); !auth) return tl::unexpected(auth.error());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        return fail(Errc::timeout,
+                    fmt::format("no answer from the coordinator at {} within {} ms; is it running, and is the "
+                                "address right?",
+                                config_.coordinator_endpoint, config_.timeout_ms));
+      }
+      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {monitor_->socket().handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 2, std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(100)));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) return fail(Errc::io, "interrupted");
+        return fail(Errc::io, e.what());
+      }
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      auto received = transport::receive(socket_, false);
+      if (!received) continue;
+      auto reply = protocol::decode(received->header, received->body, limits_);
+      if (!reply) return fail(reply.error().code, "the coordinator's reply was invalid: " + reply.error().message);
+      if (reply->header.corr != id) continue;  // a late reply to an earlier, timed-out request
+      if (auto* error = std::get_if<protocol::ErrorReply>(&reply->body)) {
+        return fail(errc_from_string(error->code).value_or(Errc::internal), error->message);
+      }
+      return std::move(reply->body);
+    }
+  }
+
+ private:
+  ClientConfig config_;
+  protocol::CodecLimits limits_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+  std::unique_ptr<transport::HandshakeMonitor> monitor_;
+  std::uint64_t next_id_ = 1;
+};
+
+std::string resolve(const fs::path& base, const std::string& path) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  return (base / path).lexically_normal().string();
+}
+
+}  // namespace
+
+Result<ClientConfig> load_client_config(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    if (!fs::exists(path)) {
+      return fail(Errc::config, fmt::format("{}: no such file; pass --config, set KILN_CONFIG, or create "
+                                            "~/.config/kiln/client.toml (see docs/operations.md)", path));
+    }
+    return fail(Errc::config, fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
+                                          e.description()));
+  }
+  const fs::path base = fs::absolute(path).parent_path();
+  ClientConfig config;
+  for (const auto& [key, node] : root) {
+    const std::string k(key.str());
+    const auto line = node.source().begin.line;
+    if (k == "coordinator" || k == "coordinator_public_key_file" || k == "secret_key_file") {
+      if (!node.is_string()) return fail(Errc::config, fmt::format("{}:{}: {} must be a string", path, line, k));
+      std::string value = node.as_string()->get();
+      if (k == "coordinator") config.coordinator_endpoint = value;
+      if (k == "coordinator_public_key_file") config.coordinator_public_key_file = resolve(base, value);
+      if (k == "secret_key_file") config.secret_key_file = resolve(base, value);
+    } else if (k == "timeout_ms") {
+      if (!node.is_integer() || node.as_integer()->get() < 100 || node.as_integer()->get() > 3600000) {
+        return fail(Errc::config, fmt::format("{}:{}: timeout_ms must be an integer from 100 to 3600000", path, line));
+      }
+      config.timeout_ms = static_cast<std::uint32_t>(node.as_integer()->get());
+    } else {
+      return fail(Errc::config, fmt::format("{}:{}: unknown key '{}'; client.toml takes coordinator, "
+                                            "coordinator_public_key_file, secret_key_file, timeout_ms",
+                                            path, line, k));
+    }
+  }
+  if (config.coordinator_public_key_file.empty() || config.secret_key_file.empty()) {
+    return fail(Errc::config, fmt::format("{}: coordinator_public_key_file and secret_key_file are required", path));
+  }
+  return config;
+}
+
+Result<std::unique_ptr<Client>> Client::connect(const ClientConfig& config) {
+  auto keys = load_secret_key_file(config.secret_key_file);
+  if (!keys) return tl::unexpected(keys.error());
+  auto server_key = load_public_key_file(config.coordinator_public_key_file);
+  if (!server_key) return tl::unexpected(server_key.error());
+  try {
+    return std::unique_ptr<Client>(std::make_unique<ZmqClient>(config, std::move(*keys), std::move(*server_key)));
+  } catch (const zmq::error_t& e) {
+    return fail(Errc::io, fmt::format("cannot connect to {}: {}; check the coordinator address",
+                                      config.coordinator_endpoint, e.what()));
+  }
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,34 @@
+// A client session with the coordinator over the client endpoint: one DEALER socket with
+// CURVE, request/reply matched by corr. Used by the kiln command, the demo and the tests.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+#include "common/keys.h"
+#include "common/protocol/codec.h"
+
+namespace kiln::cli {
+
+struct ClientConfig {
+  std::string coordinator_endpoint = "tcp://127.0.0.1:7602";
+  std::string coordinator_public_key_file;
+  std::string secret_key_file;
+  std::uint32_t timeout_ms = 10000;
+};
+
+// Reads client.toml: coordinator, coordinator_public_key_file, secret_key_file, timeout_ms.
+Result<ClientConfig> load_client_config(const std::string& path);
+
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> connect(const ClientConfig& config);
+  virtual ~Client() = default;
+
+  // Sends one request and waits for its reply. An ErrorReply from the coordinator comes back
+  // as an Error with the coordinator's code and message.
+  virtual Result<protocol::Body> request(protocol::Body body) = 0;
+};
+
+}  // namespace kiln::cli

@@ -1,0 +1,293 @@
+#include "coordinator/cli/kiln_cli.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "common/keys.h"
+#include "common/protocol/json.h"
+#include "coordinator/cli/client.h"
+
+namespace kiln::cli {
+namespace {
+
+using protocol::Body;
+
+// Exit codes: documented in docs/operations.md.
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;        // the job (or verdict) failed
+constexpr int kExitUsage = 2;         // bad arguments or configuration
+constexpr int kExitRefused = 3;       // not authenticated or not authorized
+constexpr int kExitUnreachable = 4;   // no answer from the coordinator
+constexpr int kExitNotFound = 5;
+
+int exit_code_for(const Error& e) {
+  switch (e.code) {
+    case Errc::unauthenticated:
+    case Errc::unauthorized: return kExitRefused;
+    case Errc::timeout:
+    case Errc::unavailable:
+    case Errc::io: return kExitUnreachable;
+    case Errc::not_found: return kExitNotFound;
+    case Errc::config:
+    case Errc::invalid_argument: return kExitUsage;
+    default: return kExitFailed;
+  }
+}
+
+int report(const Error& e) {
+  std::cerr << "kiln: " << e.message << "\n";
+  return exit_code_for(e);
+}
+
+std::string config_path_default() {
+  if (const char* env = std::getenv("KILN_CONFIG")) return env;
+  if (const char* home = std::getenv("HOME")) return std::string(home) + "/.config/kiln/client.toml";
+  return "client.toml";
+}
+
+std::string human_duration(std::uint64_t ms) {
+  if (ms < 1000) return fmt::format("{}ms", ms);
+  if (ms < 60000) return fmt::format("{:.1f}s", ms / 1000.0);
+  if (ms < 3600000) return fmt::format("{}m{:02}s", ms / 60000, (ms / 1000) % 60);
+  return fmt::format("{}h{:02}m", ms / 3600000, (ms / 60000) % 60);
+}
+
+void print_nodes(const protocol::NodeList& list) {
+  if (list.nodes.empty()) {
+    std::cout << "no nodes have registered yet\n";
+    return;
+  }
+  std::cout << fmt::format("{:<12} {:<9} {:<4} {:>5} {:>5} {:>9}  {}\n", "NODE", "STATE", "REV", "FREE", "USED",
+                           "SEEN", "AGENT/DRIVER");
+  for (const auto& n : list.nodes) {
+    std::cout << fmt::format("{:<12} {:<9} {:<4} {:>5} {:>5} {:>9}  {}/{}\n", n.node_id, protocol::enum_name(n.state),
+                             n.hardware_revision, n.chips_total - n.chips_used, n.chips_used,
+                             human_duration(n.last_seen_ms_ago) + " ago", n.agent_version, n.driver_version);
+  }
+}
+
+void print_jobs(const protocol::JobList& list) {
+  if (list.jobs.empty()) {
+    std::cout << "no jobs\n";
+    return;
+  }
+  std::cout << fmt::format("{:>6} {:<10} {:<11} {:<14} {:>5} {:<10} {:>9}  {}\n", "JOB", "STATE", "CLASS", "WORKLOAD",
+                           "CHIPS", "NODE", "TOOK", "DETAIL");
+  for (const auto& j : list.jobs) {
+    std::cout << fmt::format("{:>6} {:<10} {:<11} {:<14} {:>5} {:<10} {:>9}  {}\n", j.job_id,
+                             protocol::enum_name(j.state), protocol::enum_name(j.priority_class), j.workload, j.chips,
+                             j.node_id.empty() ? "-" : j.node_id,
+                             j.duration_ms ? human_duration(j.duration_ms) : "-", j.detail);
+  }
+}
+
+void print_job_detail(const protocol::JobDetail& d) {
+  const auto& j = d.job;
+  std::cout << fmt::format("job {}: {}\n", j.job_id, protocol::enum_name(j.state));
+  std::cout << fmt::format("  workload   {} {}\n", j.workload, fmt::join(j.args, " "));
+  std::cout << fmt::format("  class      {}, submitted by {}\n", protocol::enum_name(j.priority_class), j.submitted_by);
+  std::cout << fmt::format("  placement  {} chips{}{}\n", j.chips,
+                           j.node_id.empty() ? "" : " on " + j.node_id,
+                           j.chip_indices.empty() ? "" : fmt::format(" [{}]", fmt::join(j.chip_indices, ",")));
+  std::cout << fmt::format("  attempt    {} of {}\n", j.attempt, j.max_attempts);
+  if (protocol::is_terminal(j.state)) {
+    std::cout << fmt::format("  exit code  {} after {}\n", j.exit_code, human_duration(j.duration_ms));
+  }
+  if (!j.detail.empty()) std::cout << fmt::format("  detail     {}\n", j.detail);
+  if (!d.result.empty()) std::cout << "  result\n    " << d.result << "\n";
+  if (!d.output_tail.empty()) {
+    std::cout << "  output (tail)\n";
+    std::size_t start = 0;
+    while (start < d.output_tail.size()) {
+      auto end = d.output_tail.find('\n', start);
+      if (end == std::string::npos) end = d.output_tail.size();
+      std::cout << "    " << d.output_tail.substr(start, end - start) << "\n";
+      start = end + 1;
+    }
+  }
+}
+
+template <class T>
+Result<T> expect_reply(Result<Body> reply) {
+  if (!reply) return tl::unexpected(reply.error());
+  if (auto* t = std::get_if<T>(&*reply)) return std::move(*t);
+  return fail(Errc::bad_message, fmt::format("the coordinator answered with '{}' where '{}' was expected",
+                                             protocol::type_name(*reply), T::kType));
+}
+
+struct Common {
+  std::string config_path = config_path_default();
+  bool json = false;
+};
+
+Result<std::unique_ptr<Client>> open(const Common& common) {
+  auto config = load_client_config(common.config_path);
+  if (!config) return tl::unexpected(config.error());
+  return Client::connect(*config);
+}
+
+// Polls a job until it ends; prints state changes unless quiet.
+Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet) {
+  protocol::JobState last = protocol::JobState::queued;
+  bool first = true;
+  while (true) {
+    auto detail = expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id}));
+    if (!detail) return detail;
+    if (!quiet && (first || detail->job.state != last)) {
+      std::cerr << fmt::format("job {}: {}{}\n", job_id, protocol::enum_name(detail->job.state),
+                               detail->job.node_id.empty() ? "" : " on " + detail->job.node_id);
+    }
+    first = false;
+    last = detail->job.state;
+    if (protocol::is_terminal(detail->job.state)) return detail;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+}  // namespace
+
+int run_kiln(int argc, char** argv) {
+  CLI::App app{"kiln: model CI on your accelerators. Talks to kiln-coordinator."};
+  app.require_subcommand(1);
+  Common common;
+  app.add_option("--config", common.config_path, "client.toml (default: $KILN_CONFIG or ~/.config/kiln/client.toml)");
+  app.add_flag("--json", common.json, "print machine-readable JSON");
+
+  // keygen
+  auto* keygen = app.add_subcommand("keygen", "write a CURVE keypair: NAME.key (secret, mode 0600) and NAME.pub");
+  std::string keygen_out;
+  keygen->add_option("--out", keygen_out, "path prefix of the two files")->required();
+
+  auto* whoami = app.add_subcommand("whoami", "show the key name and role the coordinator knows you by");
+  auto* nodes = app.add_subcommand("nodes", "list nodes: state, hardware revision, chips free and used");
+
+  auto* submit = app.add_subcommand("submit", "submit a job: a workload the agents know, on N chips");
+  protocol::SubmitJob submit_req;
+  std::string submit_class = "experiment";
+  bool submit_wait = false;
+  submit->add_option("--workload", submit_req.workload, "workload name (from the agents' [workloads])")->required();
+  submit->add_option("--chips", submit_req.chips, "chips on one node")->capture_default_str();
+  submit->add_option("--rev", submit_req.hardware_revision, "hardware revision (default: any)");
+  submit->add_option("--node", submit_req.node_id, "run on this node only");
+  submit->add_option("--class", submit_class, "release, presubmit, bisect, nightly or experiment")->capture_default_str();
+  submit->add_option("--timeout-ms", submit_req.timeout_ms, "hard deadline of one attempt")->capture_default_str();
+  submit->add_option("--max-attempts", submit_req.max_attempts, "attempts when a node is lost mid-run")->capture_default_str();
+  submit->add_option("--seed", submit_req.seed, "seed passed to the workload")->capture_default_str();
+  submit->add_flag("--wait", submit_wait, "wait for the job to end; the exit code says whether it succeeded");
+  submit->add_option("args", submit_req.args, "arguments for the workload (after --)");
+
+  auto* jobs = app.add_subcommand("jobs", "list recent jobs");
+  protocol::ListJobs jobs_req;
+  jobs->add_option("--limit", jobs_req.limit, "how many")->capture_default_str();
+  jobs->add_flag("--active", jobs_req.active_only, "only queued and running jobs");
+
+  auto* result = app.add_subcommand("result", "show one job: state, placement, result and output");
+  std::uint64_t result_id = 0;
+  bool result_wait = false;
+  result->add_option("ID", result_id, "job id")->required();
+  result->add_flag("--wait", result_wait, "wait until the job ends");
+
+  auto* cancel = app.add_subcommand("cancel", "cancel a job (yours, or any as ops/admin)");
+  std::uint64_t cancel_id = 0;
+  cancel->add_option("ID", cancel_id, "job id")->required();
+
+  auto* drain = app.add_subcommand("drain", "stop dispatching new work to a node (ops, lab, admin)");
+  protocol::DrainNode drain_req;
+  drain->add_option("NODE", drain_req.node_id, "node id")->required();
+  drain->add_option("--reason", drain_req.reason, "why, for the people who look later");
+  auto* undrain = app.add_subcommand("undrain", "resume dispatching to a drained node (ops, lab, admin)");
+  std::string undrain_node;
+  undrain->add_option("NODE", undrain_node, "node id")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+
+  if (keygen->parsed()) {
+    auto keys = generate_keypair();
+    if (!keys) return report(keys.error());
+    if (auto s = write_keypair(keygen_out, *keys); !s) return report(s.error());
+    if (common.json) {
+      std::cout << nlohmann::json{{"public_key", keys->public_key}, {"secret_key_file", keygen_out + ".key"},
+                                  {"public_key_file", keygen_out + ".pub"}}.dump() << "\n";
+    } else {
+      std::cout << fmt::format("wrote {0}.key (secret, mode 0600) and {0}.pub\npublic key: {1}\n", keygen_out,
+                               keys->public_key);
+    }
+    return kExitOk;
+  }
+
+  auto client = open(common);
+  if (!client) return report(client.error());
+  Client& c = **client;
+
+  if (whoami->parsed()) {
+    auto r = expect_reply<protocol::WhoamiReply>(c.request(protocol::Whoami{}));
+    if (!r) return report(r.error());
+    if (common.json) std::cout << protocol::to_json(*r).dump(2) << "\n";
+    else std::cout << fmt::format("{} (role {}), protocol v{}\n", r->key_name, protocol::enum_name(r->role), r->protocol_version);
+    return kExitOk;
+  }
+  if (nodes->parsed()) {
+    auto r = expect_reply<protocol::NodeList>(c.request(protocol::ListNodes{}));
+    if (!r) return report(r.error());
+    if (common.json) std::cout << protocol::to_json(r->nodes).dump(2) << "\n";
+    else print_nodes(*r);
+    return kExitOk;
+  }
+  if (submit->parsed()) {
+    auto cls = protocol::enum_from_name<protocol::PriorityClass>(submit_class);
+    if (!cls) {
+      return report(Error{Errc::invalid_argument, fmt::format("--class {} is not one of release, presubmit, bisect, "
+                                                              "nightly, experiment", submit_class)});
+    }
+    submit_req.priority_class = *cls;
+    auto r = expect_reply<protocol::JobAccepted>(c.request(submit_req));
+    if (!r) return report(r.error());
+    if (!submit_wait) {
+      if (common.json) std::cout << nlohmann::json{{"job_id", r->job_id}}.dump() << "\n";
+      else std::cout << fmt::format("job {} queued\n", r->job_id);
+      return kExitOk;
+    }
+    result_id = r->job_id;
+    result_wait = true;
+  }
+  if (submit->parsed() || result->parsed()) {
+    Result<protocol::JobDetail> detail = result_wait ? wait_for_job(c, result_id, common.json)
+                                                     : expect_reply<protocol::JobDetail>(c.request(protocol::GetJob{result_id}));
+    if (!detail) return report(detail.error());
+    if (common.json) std::cout << protocol::to_json(*detail).dump(2) << "\n";
+    else print_job_detail(*detail);
+    if (!protocol::is_terminal(detail->job.state)) return kExitOk;
+    return detail->job.state == protocol::JobState::succeeded ? kExitOk : kExitFailed;
+  }
+  if (jobs->parsed()) {
+    auto r = expect_reply<protocol::JobList>(c.request(jobs_req));
+    if (!r) return report(r.error());
+    if (common.json) std::cout << protocol::to_json(r->jobs).dump(2) << "\n";
+    else print_jobs(*r);
+    return kExitOk;
+  }
+  if (cancel->parsed() || drain->parsed() || undrain->parsed()) {
+    Body request = cancel->parsed() ? Body(protocol::CancelJob{cancel_id})
+                   : drain->parsed() ? Body(drain_req)
+                                     : Body(protocol::DrainNode{undrain_node, false, ""});
+    auto r = expect_reply<protocol::Ok>(c.request(std::move(request)));
+    if (!r) return report(r.error());
+    if (common.json) std::cout << protocol::to_json(*r).dump() << "\n";
+    else std::cout << r->detail << "\n";
+    return kExitOk;
+  }
+  return kExitUsage;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,174 @@
+#include "coordinator/shell/coordinator_config.h"
+
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "common/keys.h"
+
+namespace kiln::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string where(const std::string& file, const toml::source_region& src) {
+  return fmt::format("{}:{}:{}", file, src.begin.line, src.begin.column);
+}
+
+// Reads one table's keys, refusing unknown ones so a misspelt knob never goes unnoticed.
+class TableReader {
+ public:
+  TableReader(const std::string& file, const toml::table& table, std::string name)
+      : file_(file), table_(table), name_(std::move(name)) {}
+
+  Status string(const char* key, std::string& out) {
+    seen_.insert(key);
+    const toml::node* node = table_.get(key);
+    if (!node) return {};
+    if (!node->is_string()) return bad(*node, fmt::format("{} must be a string", key));
+    out = node->as_string()->get();
+    return {};
+  }
+
+  template <class I>
+  Status integer(const char* key, I& out, std::int64_t min, std::int64_t max) {
+    seen_.insert(key);
+    const toml::node* node = table_.get(key);
+    if (!node) return {};
+    if (!node->is_integer()) return bad(*node, fmt::format("{} must be an integer", key));
+    std::int64_t v = node->as_integer()->get();
+    if (v < min || v > max) return bad(*node, fmt::format("{} must be between {} and {} (got {})", key, min, max, v));
+    out = static_cast<I>(v);
+    return {};
+  }
+
+  Status no_unknown_keys() {
+    for (const auto& [key, node] : table_) {
+      if (!seen_.count(std::string(key.str()))) {
+        return bad(node, fmt::format("unknown key '{}' in [{}]; see docs/operations.md for the keys it takes",
+                                     key.str(), name_));
+      }
+    }
+    return {};
+  }
+
+  tl::unexpected<Error> bad(const toml::node& node, const std::string& what) const {
+    return fail(Errc::config, fmt::format("{}: {}", where(file_, node.source()), what));
+  }
+
+ private:
+  const std::string& file_;
+  const toml::table& table_;
+  std::string name_;
+  std::set<std::string> seen_;
+};
+
+std::string resolve(const fs::path& base, const std::string& path) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  return (base / path).lexically_normal().string();
+}
+
+}  // namespace
+
+Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    if (!fs::exists(path)) {
+      return fail(Errc::config, fmt::format("{}: no such file; pass the coordinator's config with --config", path));
+    }
+    return fail(Errc::config, fmt::format("{}: {}", where(path, e.source()), e.description()));
+  }
+  const fs::path base = fs::absolute(path).parent_path();
+  CoordinatorConfig config;
+  config.source_path = path;
+
+  for (const auto& [key, node] : root) {
+    const std::string k(key.str());
+    if (k != "coordinator" && k != "knobs" && k != "keys") {
+      return fail(Errc::config, fmt::format("{}: unknown table '{}'; expected [coordinator], [knobs] and [[keys]]",
+                                            where(path, node.source()), k));
+    }
+  }
+
+  if (const toml::table* t = root["coordinator"].as_table()) {
+    TableReader r(path, *t, "coordinator");
+    for (auto s : {r.string("agent_endpoint", config.agent_endpoint),
+                   r.string("client_endpoint", config.client_endpoint),
+                   r.string("secret_key_file", config.secret_key_file), r.string("database", config.database),
+                   r.string("log_level", config.log_level),
+                   r.integer("max_message_bytes", config.max_message_bytes, 4096, 64 << 20), r.no_unknown_keys()}) {
+      if (!s) return tl::unexpected(s.error());
+    }
+  } else {
+    return fail(Errc::config, fmt::format("{}: missing the [coordinator] table", path));
+  }
+  if (config.secret_key_file.empty()) {
+    return fail(Errc::config, fmt::format("{}: [coordinator] needs secret_key_file; make one with "
+                                          "`kiln keygen --out coordinator`", path));
+  }
+  config.secret_key_file = resolve(base, config.secret_key_file);
+  if (config.database != ":memory:") config.database = resolve(base, config.database);
+
+  if (const toml::table* t = root["knobs"].as_table()) {
+    TableReader r(path, *t, "knobs");
+    auto& k = config.knobs;
+    for (auto s : {r.integer("heartbeat_interval_ms", k.heartbeat_interval_ms, 50, 60000),
+                   r.integer("liveness_missed_beats", k.liveness_missed_beats, 2, 100),
+                   r.integer("max_queued_jobs", k.max_queued_jobs, 1, 1000000),
+                   r.integer("max_jobs_listed", k.max_jobs_listed, 1, 1000),
+                   r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000), r.no_unknown_keys()}) {
+      if (!s) return tl::unexpected(s.error());
+    }
+  }
+
+  if (const toml::node* keys = root.get("keys")) {
+    const toml::array* list = keys->as_array();
+    if (!list) {
+      return fail(Errc::config, fmt::format("{}: keys must be an array of tables ([[keys]])",
+                                            where(path, keys->source())));
+    }
+    for (const toml::node& entry : *list) {
+      const toml::table* t = entry.as_table();
+      if (!t) return fail(Errc::config, fmt::format("{}: each [[keys]] entry must be a table", where(path, entry.source())));
+      TableReader r(path, *t, "keys");
+      AuthorizedKey key;
+      std::string role;
+      std::string public_key_file;
+      for (auto s : {r.string("name", key.name), r.string("role", role), r.string("public_key", key.public_key),
+                     r.string("public_key_file", public_key_file), r.no_unknown_keys()}) {
+        if (!s) return tl::unexpected(s.error());
+      }
+      if (key.name.empty() || key.name.size() > 64) {
+        return r.bad(entry, "each [[keys]] entry needs a name of 1 to 64 characters");
+      }
+      auto parsed_role = protocol::enum_from_name<protocol::Role>(role);
+      if (!parsed_role) {
+        return r.bad(entry, fmt::format("key '{}' has role '{}'; use one of agent, ci, developer, ops, lab, admin",
+                                        key.name, role));
+      }
+      key.role = *parsed_role;
+      if (key.public_key.empty() == public_key_file.empty()) {
+        return r.bad(entry, fmt::format("key '{}' needs exactly one of public_key or public_key_file", key.name));
+      }
+      if (!public_key_file.empty()) {
+        auto loaded = load_public_key_file(resolve(base, public_key_file));
+        if (!loaded) return tl::unexpected(loaded.error());
+        key.public_key = *loaded;
+      }
+      if (!is_z85_key(key.public_key)) {
+        return r.bad(entry, fmt::format("key '{}' is not a 40-character Z85 CURVE public key", key.name));
+      }
+      if (config.keys_by_public_key.count(key.public_key)) {
+        return r.bad(entry, fmt::format("key '{}' repeats a public key listed earlier; one key, one role", key.name));
+      }
+      config.keys_by_public_key.emplace(key.public_key, key);
+    }
+  }
+  return config;
+}
+
+}  // namespace kiln::coordinator

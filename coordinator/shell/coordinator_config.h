@@ -1,0 +1,36 @@
+// coordinator.toml: endpoints, key files, the database, authorized keys with their roles,
+// and the core's knobs. docs/operations.md is the reference.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "common/error.h"
+#include "common/protocol/messages.h"
+#include "coordinator/core/knobs.h"
+
+namespace kiln::coordinator {
+
+struct AuthorizedKey {
+  std::string name;  // an agent key's name is the node id it may register as
+  protocol::Role role = protocol::Role::developer;
+  std::string public_key;
+};
+
+struct CoordinatorConfig {
+  std::string source_path;
+  std::string agent_endpoint = "tcp://127.0.0.1:7601";
+  std::string client_endpoint = "tcp://127.0.0.1:7602";
+  std::string secret_key_file;
+  std::string database = "kiln.db";
+  std::string log_level = "info";
+  std::size_t max_message_bytes = 1 << 20;
+  CoordinatorKnobs knobs;
+  std::map<std::string, AuthorizedKey> keys_by_public_key;
+};
+
+// Relative paths resolve against the file's directory. Errors name the file, the line and
+// what to change.
+Result<CoordinatorConfig> load_coordinator_config(const std::string& path);
+
+}  // namespace kiln::coordinator

@@ -1,0 +1,259 @@
+#include "coordinator/shell/server.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include "common/logging.h"
+#include "common/transport/zmq_transport.h"
+#include "coordinator/core/coordinator_core.h"
+#include "coordinator/store/store.h"
+
+namespace kiln::coordinator {
+namespace {
+
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr const char* kAgentDomain = "agents";
+constexpr const char* kClientDomain = "clients";
+constexpr int kMaxPollWaitMs = 200;  // also how quickly a stop request is noticed
+constexpr int kMaxMessagesPerTurn = 1000;
+
+TimeMs wall_clock_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class Server final : public CoordinatorServer {
+ public:
+  Server(CoordinatorConfig config, KeyPair keys, std::unique_ptr<Store> store, Snapshot snapshot,
+         std::shared_ptr<spdlog::logger> logger)
+      : config_(std::move(config)),
+        keys_(std::move(keys)),
+        store_(std::move(store)),
+        logger_(std::move(logger)),
+        core_(config_.knobs, std::move(snapshot), wall_clock_ms()),
+        zap_(context_, zmq::socket_type::rep),
+        agents_(context_, zmq::socket_type::router),
+        clients_(context_, zmq::socket_type::router) {
+    limits_.max_message_bytes = config_.max_message_bytes;
+  }
+
+  Status bind() {
+    try {
+      // The ZAP handler must exist before any CURVE socket accepts a connection.
+      zap_.bind(kZapEndpoint);
+      for (auto* s : {&agents_, &clients_}) {
+        transport::configure_curve_server(*s, keys_, s == &agents_ ? kAgentDomain : kClientDomain,
+                                          config_.max_message_bytes);
+        s->set(zmq::sockopt::router_mandatory, 1);
+      }
+      agents_.bind(config_.agent_endpoint);
+      clients_.bind(config_.client_endpoint);
+    } catch (const zmq::error_t& e) {
+      return fail(Errc::io, fmt::format("cannot listen on {} / {}: {}; is another coordinator running, or is "
+                                        "the address wrong in {}?",
+                                        config_.agent_endpoint, config_.client_endpoint, e.what(),
+                                        config_.source_path));
+    }
+    logger_->info("listening for agents on {} and clients on {} ({} authorized keys)", config_.agent_endpoint,
+                  config_.client_endpoint, config_.keys_by_public_key.size());
+    return {};
+  }
+
+  Status run(const std::atomic<bool>& stop) override {
+    if (auto s = carry_out_actions(); !s) return s;
+    while (!stop.load()) {
+      const TimeMs now = wall_clock_ms();
+      int wait_ms = kMaxPollWaitMs;
+      if (auto deadline = core_.next_deadline()) {
+        wait_ms = static_cast<int>(std::clamp<TimeMs>(*deadline - now, 0, kMaxPollWaitMs));
+      }
+      zmq::pollitem_t items[] = {{zap_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {agents_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {clients_.handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        return fail(Errc::io, fmt::format("poll failed: {}", e.what()));
+      }
+      if (items[0].revents & ZMQ_POLLIN) handle_zap();
+      if (items[1].revents & ZMQ_POLLIN) {
+        if (auto s = receive_all(agents_, true); !s) return s;
+      }
+      if (items[2].revents & ZMQ_POLLIN) {
+        if (auto s = receive_all(clients_, false); !s) return s;
+      }
+      core_.on_tick(wall_clock_ms());
+      if (auto s = carry_out_actions(); !s) return s;
+    }
+    logger_->info("stopping");
+    return {};
+  }
+
+ private:
+  // ZAP (RFC 27): the handshake of every CURVE connection asks us whether its public key
+  // may connect to that socket. We answer with the key itself as the user id, so each
+  // later message can be traced to one authorized key and its role.
+  void handle_zap() {
+    std::vector<zmq::message_t> frames;
+    do {
+      zmq::message_t f;
+      if (!zap_.recv(f, zmq::recv_flags::dontwait)) break;
+      frames.push_back(std::move(f));
+    } while (zap_.get(zmq::sockopt::rcvmore));
+    if (frames.size() < 6) return;
+    const std::string version = frames[0].to_string();
+    const std::string request_id = frames[1].to_string();
+    const std::string domain = frames[2].to_string();
+    const std::string address = frames[3].to_string();
+    const std::string mechanism = frames[5].to_string();
+    std::string status = "400";
+    std::string text = "unknown key";
+    std::string user_id;
+    if (mechanism == "CURVE" && frames.size() >= 7 && frames[6].size() == 32) {
+      char z85[41] = {};
+      zmq_z85_encode(z85, static_cast<const uint8_t*>(frames[6].data()), 32);
+      auto it = config_.keys_by_public_key.find(z85);
+      if (it == config_.keys_by_public_key.end()) {
+        logger_->warn("refused a connection from {} with unknown key {} on the {} socket", address, z85, domain);
+      } else {
+        const bool is_agent = it->second.role == protocol::Role::agent;
+        if (is_agent != (domain == kAgentDomain)) {
+          text = "wrong socket for this role";
+          logger_->warn("refused key '{}' ({}) from {} on the {} socket: agent keys use the agent endpoint, "
+                        "other roles the client endpoint",
+                        it->second.name, protocol::enum_name(it->second.role), address, domain);
+        } else {
+          status = "200";
+          text = "OK";
+          user_id = z85;
+        }
+      }
+    } else {
+      logger_->warn("refused a connection from {} using {}: only CURVE is accepted", address, mechanism);
+    }
+    try {
+      zap_.send(zmq::buffer(version), zmq::send_flags::sndmore);
+      zap_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+      zap_.send(zmq::buffer(status), zmq::send_flags::sndmore);
+      zap_.send(zmq::buffer(text), zmq::send_flags::sndmore);
+      zap_.send(zmq::buffer(user_id), zmq::send_flags::sndmore);
+      zap_.send(zmq::str_buffer(""), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      logger_->error("cannot answer a ZAP request: {}", e.what());
+    }
+  }
+
+  Status receive_all(zmq::socket_t& socket, bool from_agents) {
+    for (int i = 0; i < kMaxMessagesPerTurn; ++i) {
+      auto received = transport::receive(socket, true);
+      if (!received) {
+        if (received.error().code == Errc::unavailable) break;
+        logger_->warn("dropped a message: {}", received.error().message);
+        continue;
+      }
+      handle_message(*received, from_agents);
+      if (auto s = carry_out_actions(); !s) return s;
+    }
+    return {};
+  }
+
+  void handle_message(const transport::Received& r, bool from_agents) {
+    auto key = config_.keys_by_public_key.find(r.user_id);
+    KILN_ASSERT(key != config_.keys_by_public_key.end(), "ZAP admits only authorized keys");
+    const Caller caller{key->second.name, key->second.role};
+    auto envelope = protocol::decode(r.header, r.body, limits_);
+    if (!envelope) {
+      std::uint64_t corr = 0;
+      if (auto header = protocol::decode_header(r.header, limits_)) corr = header->id;
+      logger_->warn("refused a message from {} ({}): {}", caller.key_name, from_agents ? "agent" : "client",
+                    envelope.error().message);
+      protocol::ErrorReply reply{std::string(to_string(envelope.error().code)), envelope.error().message, {}};
+      if (envelope.error().code == Errc::unsupported_version) {
+        reply.supported_versions.assign(protocol::kSupportedVersions.begin(), protocol::kSupportedVersions.end());
+      }
+      send_to(from_agents ? agents_ : clients_, r.routing_id, std::move(reply), corr);
+      return;
+    }
+    if (from_agents) {
+      core_.on_agent_message(r.routing_id, caller, *envelope, wall_clock_ms());
+    } else {
+      core_.on_client_message(r.routing_id, caller, *envelope, wall_clock_ms());
+    }
+  }
+
+  void send_to(zmq::socket_t& socket, const std::string& peer, protocol::Body body, std::uint64_t corr) {
+    auto envelope = protocol::make_envelope(std::move(body), next_message_id_++, corr);
+    if (auto s = transport::send_envelope(socket, &peer, envelope, limits_); !s) {
+      logger_->warn("could not send {} to a {}: {}", envelope.header.type, &socket == &agents_ ? "node" : "client",
+                    s.error().message);
+    }
+  }
+
+  Status carry_out_actions() {
+    while (auto a = core_.poll_action()) {
+      Status status;
+      std::visit(
+          [&](auto& act) {
+            using T = std::decay_t<decltype(act)>;
+            if constexpr (std::is_same_v<T, action::ToAgent>) {
+              send_to(agents_, act.peer, std::move(act.body), act.corr);
+            } else if constexpr (std::is_same_v<T, action::ToClient>) {
+              send_to(clients_, act.client, std::move(act.body), act.corr);
+            } else if constexpr (std::is_same_v<T, action::SaveNode>) {
+              status = store_->save_node(act.node);
+            } else if constexpr (std::is_same_v<T, action::SaveJob>) {
+              status = store_->save_job(act.job);
+            } else if constexpr (std::is_same_v<T, action::Log>) {
+              switch (act.severity) {
+                case action::Severity::debug: logger_->debug("{}", act.text); break;
+                case action::Severity::info: logger_->info("{}", act.text); break;
+                case action::Severity::warn: logger_->warn("{}", act.text); break;
+                case action::Severity::error: logger_->error("{}", act.text); break;
+              }
+            }
+          },
+          *a);
+      if (!status) {
+        logger_->critical("the store failed: {}; stopping so that nothing unsaved is acknowledged",
+                          status.error().message);
+        return status;
+      }
+    }
+    return {};
+  }
+
+  CoordinatorConfig config_;
+  KeyPair keys_;
+  std::unique_ptr<Store> store_;
+  std::shared_ptr<spdlog::logger> logger_;
+  CoordinatorCore core_;
+  protocol::CodecLimits limits_;
+  zmq::context_t context_;
+  zmq::socket_t zap_;
+  zmq::socket_t agents_;
+  zmq::socket_t clients_;
+  std::uint64_t next_message_id_ = 1;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(CoordinatorConfig config) {
+  auto logger = make_logger("coordinator", config.log_level);
+  if (!logger) return tl::unexpected(logger.error());
+  auto keys = load_secret_key_file(config.secret_key_file);
+  if (!keys) return tl::unexpected(keys.error());
+  auto store = open_sqlite_store(config.database);
+  if (!store) return tl::unexpected(store.error());
+  auto snapshot = (*store)->load();
+  if (!snapshot) return tl::unexpected(snapshot.error());
+  auto server = std::make_unique<Server>(std::move(config), std::move(*keys), std::move(*store),
+                                         std::move(*snapshot), *logger);
+  if (auto s = server->bind(); !s) return tl::unexpected(s.error());
+  return std::unique_ptr<CoordinatorServer>(std::move(server));
+}
+
+}  // namespace kiln::coordinator
