@@ -124,7 +124,6 @@ class NpyHeaderParser {
       if (!seen.insert(*key).second) {
         return error("key '" + *key + "' appears twice");
       }
-      Status value_status;
       if (*key == "descr") {
         if (peek() == '[') {
           return fail(Errc::bad_message,

@@ -28,6 +28,11 @@ int input_error(const Error& error, bool json, std::ostream& out, std::ostream& 
   return kCompareExitInputError;
 }
 
+std::string percent(double relative) {
+  if (std::isinf(relative)) return relative < 0 ? "-unbounded" : "+unbounded";
+  return fmt::format("{:+.2f}%", 100 * relative);
+}
+
 std::string explain(Verdict verdict, const Comparison& c, const PerfGateOptions& o) {
   const double threshold = o.min_point_effect_fraction * o.min_effect;
   switch (verdict) {
@@ -55,6 +60,7 @@ int run_compare_samples(const CompareSamplesArgs& args, std::ostream& out, std::
   options.higher_is_better = args.higher_is_better;
   options.ci_confidence = args.confidence;
   options.bootstrap_resamples = args.bootstrap_resamples;
+  options.bootstrap_for_report = true;
   if (auto ok = validate(options); !ok) return input_error(ok.error(), args.json, out, err);
 
   auto baseline = read_samples_file(args.baseline_path);
@@ -70,6 +76,10 @@ int run_compare_samples(const CompareSamplesArgs& args, std::ostream& out, std::
 
   std::string note;
   const double floor_p = smallest_exact_p_value(baseline->size(), candidate->size());
+  if (std::isinf(c.relative_ci.high) || std::isinf(c.relative_ci.low)) {
+    note = fmt::format("{} and {} samples are too few for a {:g}% interval; add repeats",
+                       baseline->size(), candidate->size(), 100 * options.ci_confidence);
+  }
   if (floor_p > options.alpha) {
     note = fmt::format("with {} and {} samples no test can reach p <= {} (smallest p {:.4g}); use "
                        "at least 5 per side, 10 or more for a 2% effect at 1% noise",
@@ -85,15 +95,23 @@ int run_compare_samples(const CompareSamplesArgs& args, std::ostream& out, std::
                  {"u_candidate", c.test.u_candidate},
                  {"ties", c.test.has_ties},
                  {"p_value", c.test.p_value}};
+    // JSON has no infinity: an unbounded end (too few samples for the confidence) is null.
+    auto end = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     j["shift"] = {{"hodges_lehmann", c.shift.hodges_lehmann},
                   {"relative", c.shift.relative},
                   {"interval",
-                   {{"low", c.relative_ci.low},
-                    {"high", c.relative_ci.high},
+                   {{"low", end(c.relative_ci.low)},
+                    {"high", end(c.relative_ci.high)},
                     {"confidence", c.relative_ci.confidence},
-                    {"method", "percentile bootstrap"},
-                    {"resamples", options.bootstrap_resamples},
-                    {"seed", args.seed}}}};
+                    {"method", to_string(c.interval_method)}}}};
+    if (c.bootstrap_ci) {
+      j["shift"]["bootstrap_interval"] = {{"low", c.bootstrap_ci->low},
+                                          {"high", c.bootstrap_ci->high},
+                                          {"confidence", c.bootstrap_ci->confidence},
+                                          {"method", "percentile bootstrap"},
+                                          {"resamples", options.bootstrap_resamples},
+                                          {"seed", args.seed}};
+    }
     j["direction"] = options.higher_is_better ? "higher-is-better" : "lower-is-better";
     j["min_effect"] = options.min_effect;
     j["alpha"] = options.alpha;
@@ -113,9 +131,14 @@ int run_compare_samples(const CompareSamplesArgs& args, std::ostream& out, std::
                      c.test.u_candidate, c.test.p_value);
   out << fmt::format("shift      Hodges-Lehmann {:+.6g} ({:+.2f}% of the baseline median)\n",
                      c.shift.hodges_lehmann, 100 * c.shift.relative);
-  out << fmt::format("interval   {:g}% bootstrap [{:+.2f}%, {:+.2f}%] (percentile, {} resamples, seed {})\n",
-                     100 * c.relative_ci.confidence, 100 * c.relative_ci.low, 100 * c.relative_ci.high,
-                     options.bootstrap_resamples, args.seed);
+  out << fmt::format("interval   {:g}% {} [{}, {}] of the relative shift (the verdict uses it)\n",
+                     100 * c.relative_ci.confidence, to_string(c.interval_method), percent(c.relative_ci.low),
+                     percent(c.relative_ci.high));
+  if (c.bootstrap_ci) {
+    out << fmt::format("bootstrap  {:g}% percentile [{}, {}] ({} resamples, seed {})\n",
+                       100 * c.bootstrap_ci->confidence, percent(c.bootstrap_ci->low),
+                       percent(c.bootstrap_ci->high), options.bootstrap_resamples, args.seed);
+  }
   out << fmt::format("rule       {}, alpha {}, minimum effect {:g}%\n",
                      options.higher_is_better ? "higher is better" : "lower is better", options.alpha,
                      100 * options.min_effect);

@@ -21,7 +21,7 @@ struct CompareSamplesArgs {
   bool higher_is_better = true;  // --higher-is-better (default) / --lower-is-better
   double min_effect = 0.02;      // --min-effect
   double alpha = 0.01;           // --alpha
-  double confidence = 0.998;     // --confidence: the bootstrap interval the rule uses
+  double confidence = 0.999;     // --confidence: of the intervals (the rule uses the rank interval)
   int bootstrap_resamples = 2000;  // --resamples
   std::uint64_t seed = 1;        // --seed: the bootstrap's seed
   bool json = false;             // --json

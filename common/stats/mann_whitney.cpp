@@ -131,6 +131,10 @@ Result<MannWhitneyResult> mann_whitney_u(std::span<const double> baseline,
   result.u_candidate = candidate_rank_sum - d2 * (d2 + 1.0) / 2.0;
   result.u_baseline = d1 * d2 - result.u_candidate;
 
+  const double dn = static_cast<double>(n);
+  const double variance = d1 * d2 / 12.0 * ((dn + 1.0) - tie_term / (dn * (dn - 1.0)));
+  result.u_standard_deviation = variance > 0 ? std::sqrt(variance) : 0.0;
+
   if (!has_ties && n1 <= kExactMannWhitneyMaxSampleSize && n2 <= kExactMannWhitneyMaxSampleSize) {
     result.method = MannWhitneyMethod::exact;
     result.p_value = exact_mann_whitney_p_value(n1, n2, result.u_candidate);
@@ -138,16 +142,14 @@ Result<MannWhitneyResult> mann_whitney_u(std::span<const double> baseline,
   }
 
   result.method = MannWhitneyMethod::normal_approximation;
-  const double dn = static_cast<double>(n);
   const double mean = d1 * d2 / 2.0;
-  const double variance = d1 * d2 / 12.0 * ((dn + 1.0) - tie_term / (dn * (dn - 1.0)));
   if (variance <= 0) {  // every value equal: no evidence of any difference
     result.p_value = 1.0;
     return result;
   }
   const double deviation = result.u_candidate - mean;
   const double corrected = std::max(0.0, std::abs(deviation) - 0.5);
-  const double z = corrected / std::sqrt(variance);
+  const double z = corrected / result.u_standard_deviation;
   result.z = deviation < 0 ? -z : z;
   result.p_value = std::min(1.0, std::erfc(z / std::sqrt(2.0)));
   return result;

@@ -24,6 +24,7 @@ struct MannWhitneyResult {
   double p_value = 1;     // two-sided
   MannWhitneyMethod method = MannWhitneyMethod::exact;
   bool has_ties = false;
+  double u_standard_deviation = 0;  // under the null, tie-corrected
   double z = 0;  // continuity-corrected z (sign: candidate larger is positive); 0 when exact
   std::size_t n_baseline = 0;
   std::size_t n_candidate = 0;

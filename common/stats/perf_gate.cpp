@@ -19,6 +19,14 @@ std::string_view to_string(Verdict verdict) {
   return "unknown";
 }
 
+std::string_view to_string(IntervalMethod method) {
+  switch (method) {
+    case IntervalMethod::rank_based: return "rank-based";
+    case IntervalMethod::bootstrap: return "percentile bootstrap";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(NextStep step) {
   switch (step) {
     case NextStep::add_repeats: return "add_repeats";
@@ -60,19 +68,28 @@ Result<Comparison> compare(std::span<const double> baseline, std::span<const dou
   if (!test) return tl::unexpected(test.error());
   auto shift = estimate_shift(baseline, candidate);
   if (!shift) return tl::unexpected(shift.error());
-  auto interval = bootstrap_relative_shift_ci(
-      baseline, candidate, BootstrapOptions{options.bootstrap_resamples, options.ci_confidence, seed});
-  if (!interval) return tl::unexpected(interval.error());
-
   Comparison comparison;
   comparison.test = *test;
   comparison.shift = *shift;
-  comparison.relative_ci = *interval;
-  const double sign = options.higher_is_better ? -1.0 : 1.0;
-  comparison.worse_relative = sign * shift->relative;
-  comparison.worse_ci.confidence = interval->confidence;
-  comparison.worse_ci.low = options.higher_is_better ? -interval->high : interval->low;
-  comparison.worse_ci.high = options.higher_is_better ? -interval->low : interval->high;
+  comparison.interval_method = options.interval_method;
+  if (options.interval_method == IntervalMethod::bootstrap || options.bootstrap_for_report) {
+    auto interval = bootstrap_relative_shift_ci(
+        baseline, candidate, BootstrapOptions{options.bootstrap_resamples, options.ci_confidence, seed});
+    if (!interval) return tl::unexpected(interval.error());
+    comparison.bootstrap_ci = *interval;
+  }
+  if (options.interval_method == IntervalMethod::bootstrap) {
+    comparison.relative_ci = *comparison.bootstrap_ci;
+  } else {
+    auto interval = rank_relative_shift_ci(baseline, candidate, options.ci_confidence);
+    if (!interval) return tl::unexpected(interval.error());
+    comparison.relative_ci = *interval;
+  }
+  const ConfidenceInterval& ci = comparison.relative_ci;
+  comparison.worse_relative = options.higher_is_better ? -shift->relative : shift->relative;
+  comparison.worse_ci.confidence = ci.confidence;
+  comparison.worse_ci.low = options.higher_is_better ? -ci.high : ci.low;
+  comparison.worse_ci.high = options.higher_is_better ? -ci.low : ci.high;
   return comparison;
 }
 

@@ -1,7 +1,9 @@
 // The performance gate: is a candidate's set of samples a regression against the baseline's?
 //
 // One comparison = Mann-Whitney U (significance) + Hodges-Lehmann relative shift (size) +
-// percentile-bootstrap confidence interval (how sure of the size). The decision rule, with
+// a confidence interval for the relative shift (how sure of the size): by default the
+// distribution-free rank interval that goes with the test, optionally the percentile bootstrap
+// (always computed for people to read unless switched off). The decision rule, with
 // "worse" the relative change in the bad direction (a throughput drop, a latency rise):
 //
 //   regression    significant, worse >= min_point_effect_fraction * min_effect, and the interval
@@ -34,6 +36,12 @@ namespace kiln::stats {
 enum class Verdict { regression, improvement, no_change, inconclusive };
 std::string_view to_string(Verdict verdict);
 
+// Which interval the rule uses. The rank interval has its stated coverage at every sample size;
+// the percentile bootstrap covers less than stated at 5 to 20 samples a side (see
+// docs/qualification.md), which turns true min_effect drops into no_change more often.
+enum class IntervalMethod { rank_based, bootstrap };
+std::string_view to_string(IntervalMethod method);
+
 struct PerfGateOptions {
   double alpha = 0.01;                     // significance of one comparison (compare, rerun)
   double min_effect = 0.02;                // smallest relative change worth a verdict
@@ -42,8 +50,10 @@ struct PerfGateOptions {
   int max_extra_rounds = 2;                // per stage (first comparison, confirmation rerun)
   int extra_repeats_per_round = 10;        // per side, per extra round
   double min_point_effect_fraction = 0.5;  // the point estimate must pass this * min_effect
-  double ci_confidence = 0.998;            // two-sided bootstrap interval used by the rule
+  double ci_confidence = 0.999;            // two-sided interval used by the rule
+  IntervalMethod interval_method = IntervalMethod::rank_based;
   int bootstrap_resamples = 2000;
+  bool bootstrap_for_report = true;  // compute the bootstrap interval even when the rule does not use it
 };
 
 Status validate(const PerfGateOptions& options);
@@ -51,13 +61,16 @@ Status validate(const PerfGateOptions& options);
 struct Comparison {
   MannWhitneyResult test;
   ShiftEstimate shift;
-  ConfidenceInterval relative_ci;  // of shift.relative
-  // Relative change oriented so that positive is worse (a drop when higher is better).
+  IntervalMethod interval_method = IntervalMethod::rank_based;
+  ConfidenceInterval relative_ci;                    // of shift.relative, used by the rule
+  std::optional<ConfidenceInterval> bootstrap_ci;    // of shift.relative (percentile bootstrap)
+  // Relative change oriented so that positive is worse (a drop when higher is better), and
+  // relative_ci oriented the same way.
   double worse_relative = 0;
   ConfidenceInterval worse_ci;
 };
 
-// Test, shift and interval for one pair of samples; the bootstrap draws from `seed`.
+// Test, shift and intervals for one pair of samples; the bootstrap draws from `seed`.
 Result<Comparison> compare(std::span<const double> baseline, std::span<const double> candidate,
                            const PerfGateOptions& options, std::uint64_t seed);
 

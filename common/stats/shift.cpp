@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "common/stats/mann_whitney.h"
 #include "common/stats/rng.h"
 
 namespace kiln::stats {
@@ -54,6 +56,35 @@ double weighted_sorted_median(std::span<const double> sorted, std::span<const st
   }
   KILN_ASSERT(false, "weighted median ran past the total weight");
   return 0;
+}
+
+// Inverse standard normal CDF (Acklam's rational approximation, relative error < 1.2e-9),
+// enough for critical values.
+double normal_quantile(double p) {
+  KILN_ASSERT(p > 0 && p < 1, "normal quantile of a probability outside (0, 1)");
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+                                 1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00};
+  static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+                                 6.680131188771972e+01, -1.328068155288572e+01};
+  static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+                                 -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00};
+  static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                                 3.754408661907416e+00};
+  constexpr double low = 0.02425;
+  if (p < low) {
+    const double q = std::sqrt(-2 * std::log(p));
+    return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  if (p > 1 - low) {
+    const double q = std::sqrt(-2 * std::log(1 - p));
+    return -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  const double q = p - 0.5;
+  const double r = q * q;
+  return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+         (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
 }
 
 double quantile_of_sorted(const std::vector<double>& sorted, double probability) {
@@ -106,6 +137,54 @@ Result<ShiftEstimate> estimate_shift(std::span<const double> baseline,
   estimate.hodges_lehmann = median(differences);
   estimate.relative = estimate.hodges_lehmann / estimate.baseline_median;
   return estimate;
+}
+
+Result<ConfidenceInterval> rank_relative_shift_ci(std::span<const double> baseline,
+                                                  std::span<const double> candidate,
+                                                  double confidence) {
+  if (!(confidence > 0.5 && confidence < 1.0)) {
+    return fail(Errc::invalid_argument, "confidence must be between 0.5 and 1 exclusive, e.g. 0.95");
+  }
+  auto test = mann_whitney_u(baseline, candidate);
+  if (!test) return tl::unexpected(test.error());
+  const double baseline_median = median(baseline);
+  if (auto ok = check_baseline_median(baseline_median); !ok) return tl::unexpected(ok.error());
+
+  const std::size_t n1 = baseline.size();
+  const std::size_t n2 = candidate.size();
+  const std::size_t pair_count = n1 * n2;
+  const double tail = (1.0 - confidence) / 2.0;
+  // k: the largest rank with P(U <= k - 1) <= tail under the null; 0 when even U = 0 is too likely.
+  std::size_t k = 0;
+  if (test->method == MannWhitneyMethod::exact) {
+    const std::vector<double>& cdf = exact_mann_whitney_cdf(n1, n2);
+    while (k < pair_count && cdf[k] <= tail) ++k;
+  } else {
+    const double centre = static_cast<double>(pair_count) / 2.0;
+    const double critical = centre - normal_quantile(1.0 - tail) * test->u_standard_deviation;
+    k = critical < 1.0 ? 0 : static_cast<std::size_t>(std::floor(critical));
+  }
+
+  ConfidenceInterval interval;
+  interval.confidence = confidence;
+  if (k == 0) {
+    interval.low = -std::numeric_limits<double>::infinity();
+    interval.high = std::numeric_limits<double>::infinity();
+    return interval;
+  }
+  std::vector<double> differences;
+  differences.reserve(pair_count);
+  for (double c : candidate) {
+    for (double b : baseline) differences.push_back(c - b);
+  }
+  auto kth = [&](std::size_t rank) {  // 1-based
+    std::nth_element(differences.begin(), differences.begin() + static_cast<std::ptrdiff_t>(rank - 1),
+                     differences.end());
+    return differences[rank - 1];
+  };
+  interval.low = kth(k) / baseline_median;
+  interval.high = kth(pair_count + 1 - k) / baseline_median;
+  return interval;
 }
 
 Result<ConfidenceInterval> bootstrap_relative_shift_ci(std::span<const double> baseline,

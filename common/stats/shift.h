@@ -37,6 +37,15 @@ double median(std::span<const double> sample);
 Result<ShiftEstimate> estimate_shift(std::span<const double> baseline,
                                      std::span<const double> candidate);
 
+// Distribution-free interval for the shift (Moses; Hollander and Wolfe): the k-th smallest and
+// k-th largest pairwise difference, k from the Mann-Whitney null distribution (exact without
+// ties up to 50 a side, normal approximation otherwise), divided by the baseline median.
+// Coverage is at least `confidence` for a shift in continuous data. When the sizes are too
+// small for the confidence (4 a side cannot give 99%), the ends are -inf and +inf.
+Result<ConfidenceInterval> rank_relative_shift_ci(std::span<const double> baseline,
+                                                  std::span<const double> candidate,
+                                                  double confidence);
+
 // Percentile bootstrap of the relative Hodges-Lehmann shift: both sides resampled with
 // replacement, independently, `resamples` times. Same seed, same interval, on every platform.
 Result<ConfidenceInterval> bootstrap_relative_shift_ci(std::span<const double> baseline,

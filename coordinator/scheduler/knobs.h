@@ -33,7 +33,7 @@ struct SchedulerKnobs {
   // How long each class may wait before it preempts experiments; nullopt: never preempts.
   std::array<std::optional<DurationMs>, kClassCount> target_start_latency_ms = {
       DurationMs{0},              // release: at its start time
-      DurationMs{5 * kMinuteMs},  // presubmit
+      DurationMs{15 * kMinuteMs}, // presubmit: with 8-minute smoke runs, signal within ~20 min
       DurationMs{30 * kMinuteMs}, // bisect
       std::nullopt,               // nightly: only when its deadline is at risk
       std::nullopt};              // experiment: never preempts

@@ -59,6 +59,7 @@ struct Claim {
   std::vector<ChipRef> chips;
   std::vector<LeaseId> victims;
   TimeMs ready_ms = 0;
+  std::int64_t lost_chip_ms = 0;  // work the notices will destroy
 };
 
 struct RequestRec {
@@ -177,6 +178,20 @@ struct Scheduler::Impl {
     return static_cast<std::int64_t>(l.chips.size()) * std::max<TimeMs>(0, end - last);
   }
 
+  // The next moment a notice to some checkpointing experiment would lose nothing: its next
+  // checkpoint falls inside the grace.
+  TimeMs next_free_notice(TimeMs now) const {
+    TimeMs t = kNever;
+    for (const auto& [id, l] : leases) {
+      if (l.cls != RequestClass::experiment || l.grace_deadline_ms || l.checkpoint_interval_ms <= 0) {
+        continue;
+      }
+      TimeMs window = last_checkpoint(l, now) + l.checkpoint_interval_ms - knobs.grace_ms;
+      if (window > now) t = std::min(t, window);
+    }
+    return t;
+  }
+
   std::optional<TimeMs> target_time(const RequestRec& r) const {
     const Request& q = r.req;
     std::optional<TimeMs> target;
@@ -222,8 +237,9 @@ struct Scheduler::Impl {
         c.busy_until = now;
         if (c.lease != 0) {
           const LeaseRec& l = leases.at(c.lease);
-          c.busy_until = l.grace_deadline_ms ? *l.grace_deadline_ms
-                                             : std::max(l.expected_end_ms, now + kOverrunStepMs);
+          c.busy_until = l.grace_deadline_ms          ? *l.grace_deadline_ms
+                         : l.expected_end_ms >= now ? l.expected_end_ms
+                                                   : now + kOverrunStepMs;
         }
       }
     }
@@ -567,6 +583,7 @@ struct Scheduler::Impl {
     }
     if (!best_cost) return std::nullopt;
     best.ready_ms = ready;
+    best.lost_chip_ms = std::get<1>(*best_cost);
     return best;
   }
 
@@ -660,7 +677,7 @@ struct Scheduler::Impl {
         if (c.lease != 0) continue;
         if (c.claimed_by != 0 && c.claimed_by != q.id) {
           claims[c.claimed_by].insert(nodes[n].info.id);
-        } else if (end > c.resv_start && c.resv_owner != 0) {
+        } else if (end > c.resv_start && c.resv_owner != 0 && c.resv_owner != q.id) {
           ReservationInfo& info = blocking[c.resv_owner];
           info.nodes.insert(nodes[n].info.id);
           info.start = std::min(info.start, c.resv_start);
@@ -742,8 +759,16 @@ struct Scheduler::Impl {
           Reservation resv = reserve(r, now, view);
           std::optional<TimeMs> target = may_preempt(r) ? target_time(r) : std::nullopt;
           bool late = resv.start == kNever || (target && resv.start > *target);
-          if (target && late && now + knobs.grace_ms >= *target) {
-            if (auto claim = find_victims(r, now, view, used)) {
+          if (target && late) {
+            // Preempt once the target can no longer be met otherwise; before that only if the
+            // victims lose nothing (a checkpoint falls inside their grace), so the wait for
+            // the target does not end on an expensive victim.
+            const bool due = now + knobs.grace_ms >= *target;
+            if (!due) {
+              out.wake = std::min({out.wake, *target - knobs.grace_ms, next_free_notice(now)});
+            }
+            if (auto claim = find_victims(r, now, view, used);
+                claim && (due || claim->lost_chip_ms == 0)) {
               claimed = true;
               info.expected_start = claim->ready_ms;
               mark_reserved(view, claim->chips, claim->ready_ms, claim->ready_ms + r.remaining_ms,
@@ -751,8 +776,6 @@ struct Scheduler::Impl {
               for (const ChipRef& c : claim->chips) view[c.node][c.pos].claimed_by = id;
               out.preemptions.push_back({id, std::move(*claim)});
             }
-          } else if (target && late) {
-            out.wake = std::min(out.wake, *target - knobs.grace_ms);
           }
           if (!claimed && resv.start != kNever) {
             info.expected_start = resv.start;

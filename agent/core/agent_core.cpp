@@ -1,0 +1,208 @@
+#include "agent/core/agent_core.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace kiln::agent {
+
+AgentCore::AgentCore(AgentIdentity identity, SessionKnobs knobs)
+    : identity_(std::move(identity)),
+      knobs_(knobs),
+      heartbeat_interval_ms_(knobs.heartbeat_interval_ms),
+      liveness_missed_beats_(knobs.liveness_missed_beats),
+      backoff_ms_(knobs.reconnect_backoff_initial_ms) {}
+
+void AgentCore::on_start(TimeMs now) { connect(now); }
+
+std::optional<Action> AgentCore::poll_action() {
+  if (actions_.empty()) return std::nullopt;
+  Action a = std::move(actions_.front());
+  actions_.pop_front();
+  return a;
+}
+
+std::optional<TimeMs> AgentCore::next_deadline() const {
+  if (reconnect_at_) return *reconnect_at_;
+  if (state_ == SessionState::disconnected) return std::nullopt;
+  const TimeMs silent_at = coordinator_last_seen_ + heartbeat_interval_ms_ * liveness_missed_beats_ + 1;
+  if (state_ == SessionState::registering) return silent_at;
+  return std::min(next_heartbeat_at_, silent_at);
+}
+
+std::vector<std::uint64_t> AgentCore::running_jobs() const {
+  std::vector<std::uint64_t> ids;
+  for (const auto& [id, attempt] : running_) ids.push_back(id);
+  return ids;
+}
+
+void AgentCore::connect(TimeMs now) {
+  reconnect_at_.reset();
+  actions_.push_back(action::Connect{});
+  send_hello(now);
+}
+
+void AgentCore::send_hello(TimeMs now) {
+  protocol::Hello hello;
+  hello.node_id = identity_.node_id;
+  hello.hardware_revision = identity_.hardware_revision;
+  hello.agent_version = identity_.agent_version;
+  hello.driver_version = identity_.driver_version;
+  hello.protocol_versions.assign(protocol::kSupportedVersions.begin(), protocol::kSupportedVersions.end());
+  hello.chips = identity_.chips;
+  hello.host = identity_.host;
+  hello.running_jobs = running_jobs();
+  for (const auto& [id, fin] : unacked_) hello.finished_jobs.push_back(id);
+  state_ = SessionState::registering;
+  // The hello itself starts the clock: no welcome within the liveness window means try again.
+  coordinator_last_seen_ = now;
+  send(std::move(hello));
+}
+
+void AgentCore::schedule_reconnect(TimeMs now, const std::string& why) {
+  state_ = SessionState::disconnected;
+  reconnect_at_ = now + backoff_ms_;
+  log(action::Severity::warn, fmt::format("{}; reconnecting in {} ms", why, backoff_ms_));
+  backoff_ms_ = std::min(backoff_ms_ * 2, knobs_.reconnect_backoff_max_ms);
+}
+
+void AgentCore::on_tick(TimeMs now) {
+  if (reconnect_at_ && now >= *reconnect_at_) {
+    connect(now);
+    return;
+  }
+  if (state_ == SessionState::disconnected) return;
+  const DurationMs silence_ms = now - coordinator_last_seen_;
+  if (silence_ms > heartbeat_interval_ms_ * liveness_missed_beats_) {
+    schedule_reconnect(now, state_ == SessionState::registering
+                                ? fmt::format("no welcome from the coordinator within {} ms", silence_ms)
+                                : fmt::format("the coordinator has been silent for {} ms", silence_ms));
+    return;
+  }
+  if (state_ == SessionState::registered && now >= next_heartbeat_at_) {
+    send(protocol::Heartbeat{running_jobs()});
+    next_heartbeat_at_ = now + heartbeat_interval_ms_;
+  }
+}
+
+void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
+  // Any traffic from the coordinator counts as liveness.
+  coordinator_last_seen_ = now;
+  std::visit(
+      [&](const auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, protocol::Welcome>) {
+          state_ = SessionState::registered;
+          heartbeat_interval_ms_ = body.heartbeat_interval_ms;
+          liveness_missed_beats_ = body.liveness_missed_beats;
+          backoff_ms_ = knobs_.reconnect_backoff_initial_ms;
+          next_heartbeat_at_ = now + heartbeat_interval_ms_;
+          for (std::uint64_t id : body.cancel_jobs) {
+            if (running_.count(id)) {
+              actions_.push_back(action::CancelJob{id, "the coordinator no longer assigns it to this node"});
+            }
+          }
+          // Results kept while disconnected go out now; each is dropped once acknowledged.
+          for (const auto& [id, fin] : unacked_) send(fin);
+          log(action::Severity::info,
+              fmt::format("registered with the coordinator (protocol v{}, heartbeat {} ms); {} results resent, "
+                          "{} jobs cancelled",
+                          body.protocol_version, body.heartbeat_interval_ms, unacked_.size(), body.cancel_jobs.size()));
+        } else if constexpr (std::is_same_v<T, protocol::Heartbeat>) {
+          // Liveness only.
+        } else if constexpr (std::is_same_v<T, protocol::JobStart>) {
+          if (state_ == SessionState::registered) handle_job_start(body, now);
+        } else if constexpr (std::is_same_v<T, protocol::JobCancel>) {
+          if (running_.count(body.job_id)) actions_.push_back(action::CancelJob{body.job_id, body.reason});
+        } else if constexpr (std::is_same_v<T, protocol::JobFinishedAck>) {
+          auto it = unacked_.find(body.job_id);
+          if (it != unacked_.end() && it->second.attempt == body.attempt) unacked_.erase(it);
+        } else if constexpr (std::is_same_v<T, protocol::ErrorReply>) {
+          if (body.code == to_string(Errc::not_registered)) {
+            log(action::Severity::info, "the coordinator does not know this session; registering again");
+            send_hello(now);
+          } else if (state_ == SessionState::registering) {
+            // Refused registration (wrong key name, no common version): retrying soon would only
+            // repeat it, so wait the longest backoff.
+            backoff_ms_ = knobs_.reconnect_backoff_max_ms;
+            schedule_reconnect(now, fmt::format("the coordinator refused registration: {}: {}", body.code,
+                                                body.message));
+          } else {
+            log(action::Severity::warn,
+                fmt::format("the coordinator refused message {}: {}: {}", m.header.corr, body.code, body.message));
+          }
+        } else {
+          send(protocol::ErrorReply{std::string(to_string(Errc::bad_message)),
+                                    fmt::format("'{}' is not a message the coordinator may send to an agent",
+                                                T::kType),
+                                    {}},
+               m.header.id);
+        }
+      },
+      m.body);
+}
+
+void AgentCore::handle_job_start(const protocol::JobStart& start, TimeMs) {
+  if (running_.count(start.job_id)) return;  // a duplicate delivery
+  if (static_cast<std::int64_t>(running_.size()) >= knobs_.max_concurrent_jobs) {
+    protocol::JobFinished refused;
+    refused.job_id = start.job_id;
+    refused.attempt = start.attempt;
+    refused.outcome = protocol::JobOutcome::failed_to_start;
+    refused.exit_code = -1;
+    refused.detail = fmt::format("node {} already runs {} jobs, its max_concurrent_jobs", identity_.node_id,
+                                 running_.size());
+    unacked_[start.job_id] = refused;
+    send(refused);
+    return;
+  }
+  for (std::uint32_t chip : start.chip_indices) {
+    if (chip >= identity_.chips.size()) {
+      protocol::JobFinished refused;
+      refused.job_id = start.job_id;
+      refused.attempt = start.attempt;
+      refused.outcome = protocol::JobOutcome::failed_to_start;
+      refused.exit_code = -1;
+      refused.detail = fmt::format("chip {} does not exist on node {} ({} chips)", chip, identity_.node_id,
+                                   identity_.chips.size());
+      unacked_[start.job_id] = refused;
+      send(refused);
+      return;
+    }
+  }
+  running_[start.job_id] = start.attempt;
+  actions_.push_back(action::StartJob{start});
+  send(protocol::JobStarted{start.job_id, start.attempt});
+  log(action::Severity::info, fmt::format("job {} attempt {}: starting {} on chips [{}]", start.job_id, start.attempt,
+                                          start.workload, fmt::join(start.chip_indices, ",")));
+}
+
+void AgentCore::on_job_ended(const JobEnded& ended, TimeMs) {
+  auto it = running_.find(ended.job_id);
+  if (it == running_.end()) return;
+  protocol::JobFinished fin;
+  fin.job_id = ended.job_id;
+  fin.attempt = it->second;
+  fin.outcome = ended.outcome;
+  fin.exit_code = ended.exit_code;
+  fin.duration_ms = ended.duration_ms;
+  fin.output_tail = ended.output_tail;
+  fin.result = ended.result;
+  fin.detail = ended.detail;
+  running_.erase(it);
+  unacked_[fin.job_id] = fin;
+  log(action::Severity::info, fmt::format("job {} attempt {} ended: {} (exit code {}, {} ms)", fin.job_id,
+                                          fin.attempt, protocol::enum_name(fin.outcome), fin.exit_code,
+                                          fin.duration_ms));
+  if (state_ == SessionState::registered) send(fin);
+}
+
+void AgentCore::send(protocol::Body body, std::uint64_t corr) {
+  actions_.push_back(action::Send{std::move(body), corr});
+}
+
+void AgentCore::log(action::Severity severity, std::string text) {
+  actions_.push_back(action::Log{severity, std::move(text)});
+}
+
+}  // namespace kiln::agent

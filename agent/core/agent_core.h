@@ -1,0 +1,110 @@
+// The agent's pure core: its session with the coordinator (register, heartbeat, notice a
+// silent coordinator, reconnect with backoff) and the jobs it runs (start, cancel, report,
+// keep each result until the coordinator acknowledges it). Events and `now` in, actions
+// out; the shell owns the socket, the processes and the clock.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/protocol/codec.h"
+#include "common/time.h"
+
+namespace kiln::agent {
+
+struct AgentIdentity {
+  std::string node_id;
+  std::string hardware_revision;
+  std::string agent_version;
+  std::string driver_version;
+  std::vector<protocol::ChipInfo> chips;
+  protocol::HostInfo host;
+};
+
+struct SessionKnobs {
+  DurationMs heartbeat_interval_ms = 1000;
+  std::int64_t liveness_missed_beats = 4;
+  DurationMs reconnect_backoff_initial_ms = 500;
+  DurationMs reconnect_backoff_max_ms = 30000;
+  std::int64_t max_concurrent_jobs = 8;
+};
+
+namespace action {
+// Drop the current connection (if any) and open a new one.
+struct Connect {};
+struct Send {
+  protocol::Body body;
+  std::uint64_t corr = 0;
+};
+struct StartJob {
+  protocol::JobStart job;
+};
+struct CancelJob {
+  std::uint64_t job_id = 0;
+  std::string reason;
+};
+enum class Severity { debug, info, warn, error };
+struct Log {
+  Severity severity = Severity::info;
+  std::string text;
+};
+}  // namespace action
+
+using Action = std::variant<action::Connect, action::Send, action::StartJob, action::CancelJob, action::Log>;
+
+// How a job's process ended, as the shell reports it.
+struct JobEnded {
+  std::uint64_t job_id = 0;
+  protocol::JobOutcome outcome = protocol::JobOutcome::failed;
+  std::int32_t exit_code = 0;
+  std::uint64_t duration_ms = 0;
+  std::string output_tail;
+  std::string result;
+  std::string detail;
+};
+
+class AgentCore {
+ public:
+  enum class SessionState { disconnected, registering, registered };
+
+  AgentCore(AgentIdentity identity, SessionKnobs knobs);
+
+  void on_start(TimeMs now);
+  void on_message(const protocol::Envelope& message, TimeMs now);
+  void on_job_ended(const JobEnded& ended, TimeMs now);
+  void on_tick(TimeMs now);
+
+  std::optional<Action> poll_action();
+  std::optional<TimeMs> next_deadline() const;
+
+  SessionState session_state() const { return state_; }
+  std::vector<std::uint64_t> running_jobs() const;
+  std::size_t unacknowledged_results() const { return unacked_.size(); }
+
+ private:
+  void connect(TimeMs now);
+  void send_hello(TimeMs now);
+  void send(protocol::Body body, std::uint64_t corr = 0);
+  void log(action::Severity severity, std::string text);
+  void schedule_reconnect(TimeMs now, const std::string& why);
+  void handle_job_start(const protocol::JobStart& start, TimeMs now);
+
+  AgentIdentity identity_;
+  SessionKnobs knobs_;
+  SessionState state_ = SessionState::disconnected;
+  DurationMs heartbeat_interval_ms_;
+  std::int64_t liveness_missed_beats_;
+  DurationMs backoff_ms_;
+  TimeMs coordinator_last_seen_ = 0;
+  TimeMs next_heartbeat_at_ = 0;
+  std::optional<TimeMs> reconnect_at_;
+  std::map<std::uint64_t, std::uint32_t> running_;  // job id -> attempt
+  std::map<std::uint64_t, protocol::JobFinished> unacked_;
+  std::deque<Action> actions_;
+};
+
+}  // namespace kiln::agent

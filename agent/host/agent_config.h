@@ -1,0 +1,79 @@
+// The agent's configuration, loaded from agent.toml. Every interval and limit the agent uses
+// lives in AgentKnobs with a default and a valid range; docs/operations.md is the reference.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/time.h"
+
+namespace kiln::agent {
+
+// One tunable with its default and accepted range, so the loader, check-config and the docs
+// agree on the same numbers.
+struct KnobSpec {
+  const char* name;  // key in the [knobs] table
+  std::int64_t default_value;
+  std::int64_t min_value;
+  std::int64_t max_value;
+  const char* meaning;
+};
+
+// Every knob, in the order check-config prints them.
+const std::vector<KnobSpec>& agent_knob_specs();
+
+struct AgentKnobs {
+  DurationMs heartbeat_interval_ms = 1000;
+  std::int64_t liveness_missed_beats = 4;
+  DurationMs reconnect_backoff_initial_ms = 500;
+  DurationMs reconnect_backoff_max_ms = 30000;
+  std::size_t job_output_limit_bytes = 1024 * 1024;
+  DurationMs default_job_timeout_ms = kHourMs;
+  DurationMs kill_grace_ms = 5000;
+  DurationMs probe_interval_ms = kMinuteMs;
+  DurationMs probe_timeout_ms = 30 * kSecondMs;
+  std::int64_t max_concurrent_jobs = 8;
+};
+
+struct AgentConfig {
+  std::string config_path;  // absolute path of the file this was loaded from
+
+  std::string node_id;
+  std::string coordinator_endpoint;         // tcp://host:port
+  std::string coordinator_public_key_file;  // the only key the agent accepts commands from
+  std::string agent_secret_key_file;        // this agent's CURVE keypair file (mode 0600)
+  std::string driver_library_path;          // chip backend loaded with dlopen
+  std::string driver_options;               // passed to the backend as is
+  std::string work_dir;
+  std::string local_socket_path;            // for `kiln-agent diag` on the host
+  std::string local_socket_group = "kiln";  // the only group that may open the local socket
+  std::optional<std::string> hardware_revision_override;  // normally reported by the driver
+  // Workload name -> absolute program path. The agent runs only these, by argv, never
+  // through a shell.
+  std::map<std::string, std::string> workloads;
+  AgentKnobs knobs;
+
+  // Dotted key ("knobs.kill_grace_ms") -> "file:line:column" where it was set. Keys absent
+  // here took their default; check-config shows which.
+  std::map<std::string, std::string> key_origins;
+};
+
+// Reads and validates agent.toml. Every problem found is reported (one per line) as
+// "file:line:column: what is wrong", unknown keys included. Relative paths resolve against
+// the directory of the config file.
+Result<AgentConfig> load_agent_config(const std::string& path);
+
+// Checks what the file alone cannot tell: the key files, driver library and workload
+// programs exist (the secret key not readable by group or others), the work dir is usable
+// and the local socket's group exists. Each problem is one line naming the config key.
+Status check_agent_environment(const AgentConfig& config);
+
+// A readable summary of what was loaded, for `kiln-agent check-config`.
+std::string describe_agent_config(const AgentConfig& config);
+
+}  // namespace kiln::agent

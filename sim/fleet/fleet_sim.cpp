@@ -1,0 +1,800 @@
+#include "sim/fleet/fleet_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "coordinator/scheduler/scheduler.h"
+
+namespace kiln::fleet {
+
+namespace sch = kiln::scheduler;
+
+namespace {
+
+// One sub-seed per subsystem, so adding draws to one never shifts another.
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+enum class Subsystem : std::uint64_t { changes = 1, experiments = 2, failures = 3, bisect = 4 };
+
+std::mt19937_64 rng_for(std::uint64_t seed, Subsystem sub, std::uint64_t index = 0) {
+  return std::mt19937_64(splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(sub) * 1000003 + index)));
+}
+
+enum class JobKind { presubmit, nightly, release, experiment, bisect };
+
+struct Job {
+  sch::RequestId id = 0;
+  JobKind kind = JobKind::experiment;
+  sch::RequestClass cls = sch::RequestClass::experiment;
+  std::optional<std::string> revision;
+  int chips = 1;  // one-node size
+  int nodes = 0;  // whole nodes
+  DurationMs work_ms = 0;      // actual work
+  DurationMs declared_ms = 0;  // what the request says
+  DurationMs done_ms = 0;      // kept across preemptions (checkpointed)
+  DurationMs checkpoint_ms = 0;
+  std::optional<DurationMs> lease_ms;
+  std::optional<TimeMs> deadline_ms;
+  std::optional<TimeMs> not_before_ms;
+  TimeMs submit_ms = 0;
+  std::size_t group = 0;  // presubmit: change index
+  std::optional<TimeMs> first_start_ms;
+  std::optional<sch::LeaseId> lease;
+  TimeMs segment_start_ms = 0;
+  bool submitted = false;
+  bool complete = false;
+  int lease_chips = 0;
+  std::string lease_revision;
+};
+
+enum class EventKind { submit, job_end, checkpoint, node_fail, node_repair };
+
+struct Event {
+  TimeMs t = 0;
+  std::uint64_t seq = 0;
+  EventKind kind = EventKind::submit;
+  std::uint64_t a = 0;
+  bool operator>(const Event& o) const { return std::tie(t, seq) > std::tie(o.t, o.seq); }
+};
+
+LatencySummary summarize(std::vector<double> minutes) {
+  LatencySummary s;
+  s.count = minutes.size();
+  if (minutes.empty()) return s;
+  std::sort(minutes.begin(), minutes.end());
+  auto pct = [&](double p) {
+    // Nearest rank.
+    std::size_t rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(minutes.size())));
+    return minutes[std::clamp<std::size_t>(rank, 1, minutes.size()) - 1];
+  };
+  s.p50_minutes = pct(0.50);
+  s.p90_minutes = pct(0.90);
+  s.p99_minutes = pct(0.99);
+  return s;
+}
+
+double minutes(DurationMs ms) { return static_cast<double>(ms) / kMinuteMs; }
+double hours(double chip_ms) { return chip_ms / kHourMs; }
+
+class FleetRun {
+ public:
+  FleetRun(const Scenario& scenario, const sch::SchedulerKnobs& knobs, const FleetOptions& options)
+      : sc_(scenario), opt_(options), sched_(knobs) {}
+
+  Result<PolicyReport> run() {
+    build_pool();
+    generate_workload();
+    generate_failures();
+    std::size_t ticks_at_same_time = 0;
+    TimeMs last_tick = -1;
+    while (true) {
+      std::optional<TimeMs> deadline = sched_.next_deadline();
+      bool have_event = !events_.empty();
+      if (!have_event && !deadline) break;
+      if (deadline && (!have_event || *deadline <= events_.top().t)) {
+        now_ = std::max(now_, *deadline);
+        if (now_ == last_tick) {
+          if (++ticks_at_same_time > 1000) {
+            return fail(Errc::internal, fmt::format("the scheduler keeps asking for a tick at {} "
+                                                    "without progress; rerun with --seed={}",
+                                                    sch::format_clock(now_), opt_.seed));
+          }
+        } else {
+          ticks_at_same_time = 0;
+          last_tick = now_;
+        }
+        sched_.on_tick(now_);
+      } else {
+        Event e = events_.top();
+        events_.pop();
+        now_ = e.t;
+        if (auto ok = handle(e); !ok) return tl::unexpected(ok.error());
+      }
+      if (auto ok = drain_actions(); !ok) return tl::unexpected(ok.error());
+      if (opt_.check_invariants) {
+        if (auto ok = check(); !ok) return tl::unexpected(ok.error());
+      }
+      if (now_ > opt_.drain_limit_ms) break;
+      // Only node failures and repairs left: the day is over.
+      if (now_ >= opt_.day_ms && open_jobs_ == 0) break;
+    }
+    return report();
+  }
+
+ private:
+  // --- setup ----------------------------------------------------------------------------------
+
+  void build_pool() {
+    for (const RevisionSpec& rev : sc_.revisions) {
+      for (int i = 0; i < rev.nodes; ++i) {
+        sch::NodeInfo node;
+        node.id = fmt::format("{}{:02}", rev.name, i + 1);
+        node.revision = rev.name;
+        for (int c = 0; c < rev.chips_per_node; ++c) {
+          // Two NUMA nodes per host, chips paired under switches.
+          int numa = c * 2 / std::max(1, rev.chips_per_node);
+          node.chips.push_back({c, numa, c / 2});
+        }
+        node_revision_[node.id] = rev.name;
+        node_ids_.push_back(node.id);
+        auto ok = sched_.upsert_node(node, 0);
+        KILN_ASSERT(ok.has_value(), "the simulated pool is valid");
+      }
+      chips_by_revision_[rev.name] += rev.nodes * rev.chips_per_node;
+    }
+  }
+
+  int chips_per_node() const { return sc_.revisions.front().chips_per_node; }
+
+  // Sizes above one node become whole nodes; one-node sizes round up to 1, 2, 4 or 8.
+  void set_size(Job& job, int chips) const {
+    int per_node = chips_per_node();
+    if (chips > per_node) {
+      job.nodes = (chips + per_node - 1) / per_node;
+      job.chips = 0;
+      return;
+    }
+    int size = 1;
+    while (size < chips) size *= 2;
+    job.chips = std::min(size, 8);
+  }
+
+  sch::RequestId add_job(Job job) {
+    job.id = next_id_++;
+    sch::RequestId id = job.id;
+    push({job.submit_ms, 0, EventKind::submit, id});
+    jobs_.emplace(id, std::move(job));
+    ++open_jobs_;
+    return id;
+  }
+
+  void generate_workload() {
+    // Presubmit: hardware-path changes, most of them during the workday.
+    auto rng = rng_for(opt_.seed, Subsystem::changes);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    const double work_len = static_cast<double>(sc_.workday_end_ms - sc_.workday_start_ms);
+    const double off_len = static_cast<double>(opt_.day_ms) - work_len;
+    std::vector<TimeMs> arrivals;
+    for (int i = 0; i < sc_.hardware_path_changes; ++i) {
+      TimeMs t;
+      if (unit(rng) < sc_.workday_share || off_len <= 0) {
+        t = sc_.workday_start_ms + static_cast<TimeMs>(unit(rng) * work_len);
+      } else {
+        TimeMs off = static_cast<TimeMs>(unit(rng) * off_len);
+        t = off < sc_.workday_start_ms ? off : off + (sc_.workday_end_ms - sc_.workday_start_ms);
+      }
+      arrivals.push_back(t);
+    }
+    std::sort(arrivals.begin(), arrivals.end());
+    for (std::size_t c = 0; c < arrivals.size(); ++c) {
+      change_arrival_.push_back(arrivals[c]);
+      change_remaining_.push_back(0);
+      for (const RevisionSpec& rev : sc_.revisions) {
+        for (int m = 0; m < sc_.presubmit_models; ++m) {
+          Job job;
+          job.kind = JobKind::presubmit;
+          job.cls = sch::RequestClass::presubmit;
+          job.revision = rev.name;
+          set_size(job, sc_.presubmit_chips_per_model);
+          job.work_ms = job.declared_ms = sc_.presubmit_duration_ms;
+          job.submit_ms = arrivals[c];
+          job.group = c;
+          add_job(job);
+          ++change_remaining_[c];
+        }
+      }
+    }
+
+    // Nightly: every model on every revision, longest jobs first so the big ones are not last.
+    std::vector<JobTier> tiers = sc_.nightly_tiers;
+    std::stable_sort(tiers.begin(), tiers.end(), [](const JobTier& a, const JobTier& b) {
+      return a.chips * a.duration_ms > b.chips * b.duration_ms;
+    });
+    for (const RevisionSpec& rev : sc_.revisions) {
+      for (const JobTier& tier : tiers) {
+        for (int i = 0; i < tier.count; ++i) {
+          Job job;
+          job.kind = JobKind::nightly;
+          job.cls = sch::RequestClass::nightly;
+          job.revision = rev.name;
+          set_size(job, tier.chips);
+          job.work_ms = job.declared_ms = tier.duration_ms;
+          job.deadline_ms = sc_.nightly_deadline_ms;
+          job.submit_ms = sc_.nightly_start_ms;
+          add_job(job);
+          ++nightly_remaining_[rev.name];
+        }
+      }
+    }
+
+    // Release: whole nodes per revision, reserved at midnight for its afternoon window.
+    if (sc_.release_nodes_per_revision > 0) {
+      for (const RevisionSpec& rev : sc_.revisions) {
+        Job job;
+        job.kind = JobKind::release;
+        job.cls = sch::RequestClass::release;
+        job.revision = rev.name;
+        job.chips = 0;
+        job.nodes = sc_.release_nodes_per_revision;
+        job.work_ms = job.declared_ms = sc_.release_duration_ms;
+        job.not_before_ms = sc_.release_start_ms;
+        job.submit_ms = 0;
+        release_job_[rev.name] = add_job(job);
+      }
+    }
+
+    // Developer experiments: Poisson arrivals in the window, log-normal durations; developers
+    // ask for whole half-hours, so the declared length is the actual one rounded up.
+    auto erng = rng_for(opt_.seed, Subsystem::experiments);
+    if (sc_.experiment_arrivals_per_hour > 0) {
+      std::exponential_distribution<double> gap(sc_.experiment_arrivals_per_hour / kHourMs);
+      std::lognormal_distribution<double> length(std::log(sc_.experiment_median_minutes),
+                                                 sc_.experiment_sigma);
+      double total_share = 0;
+      for (const ChipShare& s : sc_.experiment_sizes) total_share += s.share;
+      std::uniform_real_distribution<double> pick(0.0, total_share);
+      double t = static_cast<double>(sc_.experiment_window_start_ms);
+      while (true) {
+        t += gap(erng);
+        if (t >= static_cast<double>(sc_.experiment_window_end_ms)) break;
+        double x = pick(erng);
+        int chips = sc_.experiment_sizes.back().chips;
+        for (const ChipShare& s : sc_.experiment_sizes) {
+          if (x < s.share) {
+            chips = s.chips;
+            break;
+          }
+          x -= s.share;
+        }
+        Job job;
+        job.kind = JobKind::experiment;
+        job.cls = sch::RequestClass::experiment;
+        set_size(job, chips);
+        job.work_ms = std::max<DurationMs>(kMinuteMs, static_cast<DurationMs>(length(erng) * kMinuteMs));
+        const DurationMs half_hour = 30 * kMinuteMs;
+        job.declared_ms = (job.work_ms + half_hour - 1) / half_hour * half_hour;
+        job.lease_ms = job.declared_ms;
+        job.checkpoint_ms = sc_.experiment_checkpoint_ms;
+        job.submit_ms = static_cast<TimeMs>(t);
+        add_job(job);
+        ++experiments_;
+      }
+    }
+
+    // Bisection: the nightly of one revision finds the regression.
+    auto brng = rng_for(opt_.seed, Subsystem::bisect);
+    std::uniform_int_distribution<std::size_t> which(0, sc_.revisions.size() - 1);
+    bisect_revision_ = sc_.revisions[which(brng)].name;
+    bisect_steps_ = static_cast<int>(std::ceil(std::log2(std::max(2, sc_.bisect_candidate_changes))));
+  }
+
+  void generate_failures() {
+    if (sc_.node_mtbf_hours <= 0) return;
+    for (std::size_t n = 0; n < node_ids_.size(); ++n) {
+      auto rng = rng_for(opt_.seed, Subsystem::failures, n);
+      std::exponential_distribution<double> up_time(1.0 / (sc_.node_mtbf_hours * kHourMs));
+      double t = 0;
+      while (true) {
+        t += up_time(rng);
+        if (t >= static_cast<double>(opt_.drain_limit_ms)) break;
+        push({static_cast<TimeMs>(t), 0, EventKind::node_fail, n});
+        t += static_cast<double>(sc_.node_repair_ms);
+        push({static_cast<TimeMs>(t), 0, EventKind::node_repair, n});
+      }
+    }
+  }
+
+  void push(Event e) {
+    e.seq = next_seq_++;
+    events_.push(e);
+  }
+
+  // --- events ---------------------------------------------------------------------------------
+
+  Status submit(Job& job) {
+    sch::Request q;
+    q.id = job.id;
+    q.cls = job.cls;
+    q.chips = job.chips;
+    q.nodes = job.nodes;
+    q.revision = job.revision;
+    q.expected_duration_ms = std::max<DurationMs>(kSecondMs, job.declared_ms - job.done_ms);
+    q.deadline_ms = job.deadline_ms;
+    q.not_before_ms = job.not_before_ms;
+    q.lease_ms = job.lease_ms;
+    q.checkpoint_interval_ms = job.checkpoint_ms;
+    q.submit_ms = job.submit_ms;
+    job.submitted = true;
+    auto ok = sched_.submit(q, now_);
+    if (!ok) {
+      return fail(ok.error().code, fmt::format("submitting request {}: {}; rerun with --seed={}",
+                                               job.id, ok.error().message, opt_.seed));
+    }
+    return {};
+  }
+
+  Status handle(const Event& e) {
+    switch (e.kind) {
+      case EventKind::submit: return submit(jobs_.at(e.a));
+      case EventKind::job_end: {
+        auto it = lease_job_.find(e.a);
+        if (it == lease_job_.end()) return {};  // the lease ended earlier (preempted, lost)
+        Job& job = jobs_.at(it->second);
+        auto ok = sched_.release(e.a, now_);
+        if (!ok) return tl::unexpected(ok.error());
+        end_segment(job);
+        job.done_ms = job.work_ms;
+        return complete(job);
+      }
+      case EventKind::checkpoint: {
+        if (!lease_job_.count(e.a)) return {};
+        auto ok = sched_.checkpoint_ack(e.a, now_);
+        if (!ok) return tl::unexpected(ok.error());
+        return {};
+      }
+      case EventKind::node_fail: {
+        if (now_ < opt_.day_ms) ++node_failures_;
+        failed_.insert(e.a);
+        auto ok = sched_.set_node_state(node_ids_[e.a], sch::NodeState::lost,
+                                        "simulated node failure", "ops", now_);
+        if (!ok) return tl::unexpected(ok.error());
+        return {};
+      }
+      case EventKind::node_repair: {
+        failed_.erase(e.a);
+        auto ok = sched_.set_node_state(node_ids_[e.a], sch::NodeState::up,
+                                        "repaired, diagnostics passed", "lab", now_);
+        if (!ok) return tl::unexpected(ok.error());
+        return {};
+      }
+    }
+    return {};
+  }
+
+  // The lease is gone: account its chip time and free the job for a new lease.
+  void end_segment(Job& job) {
+    KILN_ASSERT(job.lease.has_value(), "ending a segment of a job without a lease");
+    const TimeMs start = job.segment_start_ms;
+    const double chip_ms = static_cast<double>(job.lease_chips) * static_cast<double>(now_ - start);
+    TimeMs in_day = std::max<TimeMs>(0, std::min(now_, opt_.day_ms) - std::min(start, opt_.day_ms));
+    busy_chip_ms_[job.lease_revision] += static_cast<double>(job.lease_chips) * static_cast<double>(in_day);
+    if (job.kind == JobKind::experiment) experiment_granted_chip_ms_ += chip_ms;
+    lease_job_.erase(*job.lease);
+    job.lease.reset();
+  }
+
+  TimeMs last_checkpoint(const Job& job) const {
+    if (job.checkpoint_ms <= 0) return job.segment_start_ms;
+    return job.segment_start_ms +
+           (now_ - job.segment_start_ms) / job.checkpoint_ms * job.checkpoint_ms;
+  }
+
+  Status complete(Job& job) {
+    --open_jobs_;
+    job.complete = true;
+    switch (job.kind) {
+      case JobKind::presubmit:
+        if (--change_remaining_[job.group] == 0) {
+          presubmit_latency_.push_back(minutes(now_ - change_arrival_[job.group]));
+        }
+        break;
+      case JobKind::nightly:
+        if (--nightly_remaining_[*job.revision] == 0) {
+          nightly_done_[*job.revision] = now_;
+          if (*job.revision == bisect_revision_) {
+            bisect_start_ = now_;
+            return submit_bisect_step();
+          }
+        }
+        break;
+      case JobKind::bisect:
+        if (++bisect_done_steps_ < bisect_steps_) return submit_bisect_step();
+        bisect_end_ = now_;
+        break;
+      case JobKind::release:
+      case JobKind::experiment:
+        break;
+    }
+    return {};
+  }
+
+  Status submit_bisect_step() {
+    Job job;
+    job.kind = JobKind::bisect;
+    job.cls = sch::RequestClass::bisect;
+    job.revision = bisect_revision_;
+    set_size(job, sc_.bisect_chips_per_step);
+    job.work_ms = job.declared_ms = sc_.bisect_step_ms;
+    job.submit_ms = now_;
+    job.id = next_id_++;
+    auto [it, inserted] = jobs_.emplace(job.id, job);
+    KILN_ASSERT(inserted, "job ids are unique");
+    ++open_jobs_;
+    return submit(it->second);
+  }
+
+  Status drain_actions() {
+    while (auto action = sched_.poll_action()) {
+      if (const auto* g = std::get_if<sch::LeaseGranted>(&*action)) {
+        Job& job = jobs_.at(g->request);
+        KILN_ASSERT(!job.lease, "a job holds one lease at a time");
+        job.lease = g->lease;
+        job.segment_start_ms = now_;
+        job.lease_chips = 0;
+        for (const sch::Placement& p : g->placement) job.lease_chips += static_cast<int>(p.chips.size());
+        job.lease_revision = node_revision_.at(g->placement.front().node);
+        if (!job.first_start_ms) job.first_start_ms = now_;
+        lease_job_[g->lease] = job.id;
+        push({now_ + (job.work_ms - job.done_ms), 0, EventKind::job_end, g->lease});
+      } else if (const auto* n = std::get_if<sch::PreemptNotice>(&*action)) {
+        ++notices_;
+        Job& job = jobs_.at(n->request);
+        // The workload checkpoints on its own period; if one falls inside the grace it
+        // acknowledges and lets go there, otherwise the revoke takes what it has.
+        if (job.checkpoint_ms > 0) {
+          DurationMs since = now_ - job.segment_start_ms;
+          TimeMs next = job.segment_start_ms +
+                        (since + job.checkpoint_ms - 1) / job.checkpoint_ms * job.checkpoint_ms;
+          TimeMs ends = job.segment_start_ms + (job.work_ms - job.done_ms);
+          if (next <= n->grace_deadline_ms && next < ends) {
+            push({next, 0, EventKind::checkpoint, n->lease});
+          }
+        }
+      } else if (const auto* q = std::get_if<sch::Requeued>(&*action)) {
+        Job& job = jobs_.at(q->request);
+        TimeMs kept = last_checkpoint(job);
+        DurationMs lost = now_ - kept;
+        if (lost == 0) ++released_at_checkpoint_;
+        lost_preemption_chip_ms_ += static_cast<double>(job.lease_chips) * static_cast<double>(lost);
+        job.done_ms += kept - job.segment_start_ms;
+        end_segment(job);
+      } else if (const auto* l = std::get_if<sch::LeaseLost>(&*action)) {
+        Job& job = jobs_.at(l->request);
+        TimeMs kept = last_checkpoint(job);
+        lost_failure_chip_ms_ += static_cast<double>(job.lease_chips) * static_cast<double>(now_ - kept);
+        job.done_ms += kept - job.segment_start_ms;
+        end_segment(job);
+        // The owner requeues the work, keeping its age.
+        if (auto ok = submit(job); !ok) return ok;
+      } else if (const auto* x = std::get_if<sch::LeaseExpired>(&*action)) {
+        ++expired_;
+        Job& job = jobs_.at(x->request);
+        end_segment(job);
+        if (auto ok = complete(job); !ok) return ok;
+      }
+    }
+    return {};
+  }
+
+  Status check() const {
+    if (auto ok = sched_.check_invariants(); !ok) {
+      return fail(Errc::internal, fmt::format("invariant violated at {}: {}; rerun with --seed={}",
+                                              sch::format_clock(now_), ok.error().message,
+                                              opt_.seed));
+    }
+    // Every request the owners submitted is either queued or holds its one lease.
+    for (const auto& [id, job] : jobs_) {
+      if (!job.submitted || job.complete) continue;
+      bool pending = sched_.is_pending(id);
+      auto lease = sched_.lease_of(id);
+      if (pending == lease.has_value() || (lease && lease != job.lease)) {
+        return fail(Errc::internal,
+                    fmt::format("request {} is lost between queue and leases at {}; rerun with "
+                                "--seed={}",
+                                id, sch::format_clock(now_), opt_.seed));
+      }
+    }
+    return {};
+  }
+
+  // --- report ---------------------------------------------------------------------------------
+
+  PolicyReport report() const {
+    PolicyReport r;
+    r.policy = std::string(sch::to_string(sched_.knobs().policy));
+    r.presubmit_signal = summarize(presubmit_latency_);
+    r.presubmit_changes = change_arrival_.size();
+    r.nightly_met_deadline = true;
+    for (const RevisionSpec& rev : sc_.revisions) {
+      RevisionReport rr;
+      rr.revision = rev.name;
+      auto done = nightly_done_.find(rev.name);
+      if (done != nightly_done_.end()) {
+        rr.nightly_makespan_minutes = minutes(done->second - sc_.nightly_start_ms);
+        rr.nightly_met_deadline = done->second <= sc_.nightly_deadline_ms;
+      }
+      r.nightly_met_deadline = r.nightly_met_deadline && rr.nightly_met_deadline;
+      auto rel = release_job_.find(rev.name);
+      if (rel != release_job_.end()) {
+        const Job& job = jobs_.at(rel->second);
+        if (job.first_start_ms) rr.release_start_delay_minutes = minutes(*job.first_start_ms - sc_.release_start_ms);
+      }
+      auto busy = busy_chip_ms_.find(rev.name);
+      double busy_ms = busy == busy_chip_ms_.end() ? 0 : busy->second;
+      rr.utilization = busy_ms / (static_cast<double>(chips_by_revision_.at(rev.name)) *
+                                  static_cast<double>(opt_.day_ms));
+      r.revisions.push_back(rr);
+    }
+    r.bisect_revision = bisect_revision_;
+    if (bisect_start_ && bisect_end_) r.bisect_minutes = minutes(*bisect_end_ - *bisect_start_);
+    std::vector<double> waits;
+    for (const auto& [id, job] : jobs_) {
+      if (job.kind != JobKind::experiment) continue;
+      if (job.first_start_ms) waits.push_back(minutes(*job.first_start_ms - job.submit_ms));
+    }
+    r.experiments = experiments_;
+    r.experiments_started = waits.size();
+    r.experiment_wait = summarize(waits);
+    r.experiment_chip_hours_granted = hours(experiment_granted_chip_ms_);
+    r.experiment_chip_hours_lost_preemption = hours(lost_preemption_chip_ms_);
+    r.experiment_lost_share = experiment_granted_chip_ms_ > 0
+                                  ? lost_preemption_chip_ms_ / experiment_granted_chip_ms_
+                                  : 0;
+    r.preemption_notices = notices_;
+    r.preemptions_released_at_checkpoint = released_at_checkpoint_;
+    r.chip_hours_lost_failures = hours(lost_failure_chip_ms_);
+    r.node_failures = node_failures_;
+    r.leases_expired = expired_;
+    for (const auto& [id, job] : jobs_) {
+      if (job.lease || sched_.is_pending(id)) ++r.unfinished_requests;
+    }
+    r.simulated_hours = static_cast<double>(now_) / kHourMs;
+    return r;
+  }
+
+  const Scenario& sc_;
+  FleetOptions opt_;
+  sch::Scheduler sched_;
+  TimeMs now_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::uint64_t next_seq_ = 0;
+  sch::RequestId next_id_ = 1;
+  std::map<sch::RequestId, Job> jobs_;
+  std::map<sch::LeaseId, sch::RequestId> lease_job_;
+  std::vector<std::string> node_ids_;
+  std::map<std::string, std::string> node_revision_;
+  std::map<std::string, int> chips_by_revision_;
+  std::set<std::uint64_t> failed_;
+
+  std::vector<TimeMs> change_arrival_;
+  std::vector<int> change_remaining_;
+  std::vector<double> presubmit_latency_;
+  std::map<std::string, int> nightly_remaining_;
+  std::map<std::string, TimeMs> nightly_done_;
+  std::map<std::string, sch::RequestId> release_job_;
+  std::string bisect_revision_;
+  int bisect_steps_ = 0;
+  int bisect_done_steps_ = 0;
+  std::optional<TimeMs> bisect_start_;
+  std::optional<TimeMs> bisect_end_;
+  std::size_t experiments_ = 0;
+  std::size_t open_jobs_ = 0;  // submitted or to be submitted, not yet complete
+
+  std::map<std::string, double> busy_chip_ms_;
+  double experiment_granted_chip_ms_ = 0;
+  double lost_preemption_chip_ms_ = 0;
+  double lost_failure_chip_ms_ = 0;
+  std::size_t notices_ = 0;
+  std::size_t released_at_checkpoint_ = 0;
+  std::size_t node_failures_ = 0;
+  std::size_t expired_ = 0;
+};
+
+std::string opt_minutes(const std::optional<double>& v) {
+  return v ? fmt::format("{:.1f}", *v) : std::string("never");
+}
+
+}  // namespace
+
+sch::SchedulerKnobs knobs_for(const Scenario& scenario, sch::SchedulerKnobs knobs) {
+  knobs.grace_ms = scenario.experiment_grace_ms;
+  return knobs;
+}
+
+Result<PolicyReport> run_fleet(const Scenario& scenario, const sch::SchedulerKnobs& knobs,
+                               const FleetOptions& options) {
+  if (scenario.revisions.empty()) {
+    return fail(Errc::config, "the scenario has no revisions in [pool]; add at least one");
+  }
+  FleetRun run(scenario, knobs, options);
+  return run.run();
+}
+
+std::string format_table(const Scenario& scenario, const std::vector<PolicyReport>& reports,
+                         std::uint64_t seed) {
+  std::string out = fmt::format("kiln fleet simulation, seed {} (rerun with --seed={})\n\n", seed, seed);
+  auto row = [&](std::string_view label, auto value_of) {
+    out += fmt::format("{:<52}", label);
+    for (const PolicyReport& r : reports) out += fmt::format("{:>18}", value_of(r));
+    out += "\n";
+  };
+  row("policy", [](const PolicyReport& r) { return r.policy; });
+  row("presubmit changes (hardware path)", [](const PolicyReport& r) { return fmt::format("{}", r.presubmit_changes); });
+  row("presubmit signal p50 (min)", [](const PolicyReport& r) { return fmt::format("{:.1f}", r.presubmit_signal.p50_minutes); });
+  row(fmt::format("presubmit signal p90 (min; goal 20, target {})", scenario.presubmit_target_p90_ms / kMinuteMs),
+      [](const PolicyReport& r) { return fmt::format("{:.1f}", r.presubmit_signal.p90_minutes); });
+  row("presubmit signal p99 (min)", [](const PolicyReport& r) { return fmt::format("{:.1f}", r.presubmit_signal.p99_minutes); });
+  for (std::size_t i = 0; i < scenario.revisions.size(); ++i) {
+    const std::string& name = scenario.revisions[i].name;
+    row(fmt::format("nightly makespan rev {} (min, deadline {})", name,
+                    sch::format_clock(scenario.nightly_deadline_ms)),
+        [i](const PolicyReport& r) {
+          const RevisionReport& rr = r.revisions[i];
+          return fmt::format("{}{}", opt_minutes(rr.nightly_makespan_minutes),
+                             rr.nightly_met_deadline ? "" : " LATE");
+        });
+  }
+  row("nightly done by deadline (all revisions)", [](const PolicyReport& r) { return r.nightly_met_deadline ? "yes" : "NO"; });
+  for (std::size_t i = 0; i < scenario.revisions.size(); ++i) {
+    row(fmt::format("release start delay rev {} (min)", scenario.revisions[i].name),
+        [i](const PolicyReport& r) { return opt_minutes(r.revisions[i].release_start_delay_minutes); });
+  }
+  row("bisection (min from nightly result)", [](const PolicyReport& r) {
+    return fmt::format("{} (rev {})", opt_minutes(r.bisect_minutes), r.bisect_revision);
+  });
+  row("experiments submitted / started", [](const PolicyReport& r) {
+    return fmt::format("{} / {}", r.experiments, r.experiments_started);
+  });
+  row("experiment wait p50 (min)", [](const PolicyReport& r) { return fmt::format("{:.1f}", r.experiment_wait.p50_minutes); });
+  row("experiment wait p90 (min)", [](const PolicyReport& r) { return fmt::format("{:.1f}", r.experiment_wait.p90_minutes); });
+  row("experiment chip-hours granted", [](const PolicyReport& r) { return fmt::format("{:.1f}", r.experiment_chip_hours_granted); });
+  row("chip-hours lost to preemption", [](const PolicyReport& r) { return fmt::format("{:.1f}", r.experiment_chip_hours_lost_preemption); });
+  row("  share of experiment chip-hours (goal < 2%)", [](const PolicyReport& r) { return fmt::format("{:.2f}%", 100 * r.experiment_lost_share); });
+  row("preemption notices (let go at checkpoint)", [](const PolicyReport& r) {
+    return fmt::format("{} ({})", r.preemption_notices, r.preemptions_released_at_checkpoint);
+  });
+  for (std::size_t i = 0; i < scenario.revisions.size(); ++i) {
+    row(fmt::format("utilization rev {} (00:00-24:00)", scenario.revisions[i].name),
+        [i](const PolicyReport& r) { return fmt::format("{:.1f}%", 100 * r.revisions[i].utilization); });
+  }
+  row("node failures in the day / chip-hours lost", [](const PolicyReport& r) {
+    return fmt::format("{} / {:.1f}", r.node_failures, r.chip_hours_lost_failures);
+  });
+  row("leases expired", [](const PolicyReport& r) { return fmt::format("{}", r.leases_expired); });
+  row("unfinished at end / simulated hours", [](const PolicyReport& r) {
+    return fmt::format("{} / {:.1f}", r.unfinished_requests, r.simulated_hours);
+  });
+  return out;
+}
+
+std::string format_sweep(const std::vector<std::vector<PolicyReport>>& runs,
+                         std::uint64_t first_seed) {
+  if (runs.empty()) return "no runs\n";
+  std::string out = fmt::format("kiln fleet simulation, {} seeds from {} (--seed={} --sweep={})\n\n",
+                                runs.size(), first_seed, first_seed, runs.size());
+  const std::size_t policies = runs.front().size();
+  out += fmt::format("{:<44}", "policy");
+  for (std::size_t p = 0; p < policies; ++p) out += fmt::format("{:>22}", runs.front()[p].policy);
+  out += "\n";
+  // One row: the median and the worst over the seeds ("median / worst").
+  auto row = [&](std::string_view label, bool higher_is_worse, auto value_of) {
+    out += fmt::format("{:<44}", label);
+    for (std::size_t p = 0; p < policies; ++p) {
+      std::vector<double> values;
+      for (const auto& run : runs) values.push_back(value_of(run[p]));
+      std::sort(values.begin(), values.end());
+      double median = values[values.size() / 2];
+      double worst = higher_is_worse ? values.back() : values.front();
+      out += fmt::format("{:>22}", fmt::format("{:.1f} / {:.1f}", median, worst));
+    }
+    out += "\n";
+  };
+  row("presubmit p90 (min), median / worst", true,
+      [](const PolicyReport& r) { return r.presubmit_signal.p90_minutes; });
+  row("presubmit p99 (min), median / worst", true,
+      [](const PolicyReport& r) { return r.presubmit_signal.p99_minutes; });
+  row("nightly done by deadline (%), median / worst", false, [&](const PolicyReport& r) {
+    return r.nightly_met_deadline ? 100.0 : 0.0;
+  });
+  row("nightly makespan, slowest rev (min)", true, [](const PolicyReport& r) {
+    double worst = 0;
+    for (const RevisionReport& rev : r.revisions) {
+      worst = std::max(worst, rev.nightly_makespan_minutes.value_or(1e9));
+    }
+    return worst;
+  });
+  row("release start delay, worst rev (min)", true, [](const PolicyReport& r) {
+    double worst = 0;
+    for (const RevisionReport& rev : r.revisions) {
+      worst = std::max(worst, rev.release_start_delay_minutes.value_or(1e9));
+    }
+    return worst;
+  });
+  row("experiment wait p50 (min)", true,
+      [](const PolicyReport& r) { return r.experiment_wait.p50_minutes; });
+  row("experiment wait p90 (min)", true,
+      [](const PolicyReport& r) { return r.experiment_wait.p90_minutes; });
+  row("experiment chip-hours granted", false,
+      [](const PolicyReport& r) { return r.experiment_chip_hours_granted; });
+  row("experiment chip-hours lost to preemption (%)", true,
+      [](const PolicyReport& r) { return 100 * r.experiment_lost_share; });
+  std::size_t misses = 0;
+  for (const auto& run : runs) {
+    const PolicyReport& k = run.front();
+    if (k.presubmit_signal.p90_minutes > 20.0 || !k.nightly_met_deadline ||
+        k.experiment_lost_share >= 0.02) {
+      ++misses;
+    }
+  }
+  out += fmt::format("\nseeds where {} misses a goal (p90 <= 20 min, nightly on time, < 2% lost): {}\n",
+                     runs.front().front().policy, misses);
+  return out;
+}
+
+std::string format_json(const std::vector<PolicyReport>& reports, std::uint64_t seed,
+                        const std::string& scenario_path) {
+  nlohmann::json out;
+  out["seed"] = seed;
+  out["scenario"] = scenario_path;
+  auto latency = [](const LatencySummary& s) {
+    return nlohmann::json{{"count", s.count}, {"p50_minutes", s.p50_minutes},
+                          {"p90_minutes", s.p90_minutes}, {"p99_minutes", s.p99_minutes}};
+  };
+  auto optional = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  };
+  for (const PolicyReport& r : reports) {
+    nlohmann::json p;
+    p["presubmit_changes"] = r.presubmit_changes;
+    p["presubmit_signal"] = latency(r.presubmit_signal);
+    p["nightly_met_deadline"] = r.nightly_met_deadline;
+    nlohmann::json revs = nlohmann::json::object();
+    for (const RevisionReport& rr : r.revisions) {
+      revs[rr.revision] = {{"nightly_makespan_minutes", optional(rr.nightly_makespan_minutes)},
+                           {"nightly_met_deadline", rr.nightly_met_deadline},
+                           {"release_start_delay_minutes", optional(rr.release_start_delay_minutes)},
+                           {"utilization", rr.utilization}};
+    }
+    p["revisions"] = revs;
+    p["bisect"] = {{"revision", r.bisect_revision}, {"minutes", optional(r.bisect_minutes)}};
+    p["experiments"] = {{"submitted", r.experiments},
+                        {"started", r.experiments_started},
+                        {"wait", latency(r.experiment_wait)},
+                        {"chip_hours_granted", r.experiment_chip_hours_granted},
+                        {"chip_hours_lost_preemption", r.experiment_chip_hours_lost_preemption},
+                        {"lost_share", r.experiment_lost_share},
+                        {"preemption_notices", r.preemption_notices},
+                        {"released_at_checkpoint", r.preemptions_released_at_checkpoint}};
+    p["node_failures"] = r.node_failures;
+    p["chip_hours_lost_failures"] = r.chip_hours_lost_failures;
+    p["leases_expired"] = r.leases_expired;
+    p["unfinished_requests"] = r.unfinished_requests;
+    p["simulated_hours"] = r.simulated_hours;
+    out["policies"][r.policy] = p;
+  }
+  return out.dump(2);
+}
+
+}  // namespace kiln::fleet

@@ -1,0 +1,517 @@
+#include <algorithm>
+#include <set>
+
+#include <doctest/doctest.h>
+
+#include "coordinator/scheduler/scheduler.h"
+
+using namespace kiln;
+using namespace kiln::scheduler;
+
+namespace {
+
+// Eight chips: NUMA node = chip / 4, switch group = chip / 2, as a typical 2-socket host.
+NodeInfo make_node(const std::string& id, const std::string& revision, int chips = 8) {
+  NodeInfo n;
+  n.id = id;
+  n.revision = revision;
+  for (int i = 0; i < chips; ++i) n.chips.push_back({i, i / 4, i / 2});
+  return n;
+}
+
+Request make_request(RequestId id, RequestClass cls, int chips, DurationMs duration_ms,
+                     TimeMs submit_ms = 0) {
+  Request r;
+  r.id = id;
+  r.cls = cls;
+  r.chips = chips;
+  r.expected_duration_ms = duration_ms;
+  r.submit_ms = submit_ms;
+  return r;
+}
+
+std::vector<Action> drain(Scheduler& s) {
+  std::vector<Action> out;
+  while (auto a = s.poll_action()) out.push_back(std::move(*a));
+  return out;
+}
+
+template <class T>
+std::vector<T> only(const std::vector<Action>& actions) {
+  std::vector<T> out;
+  for (const Action& a : actions) {
+    if (const T* t = std::get_if<T>(&a)) out.push_back(*t);
+  }
+  return out;
+}
+
+std::optional<LeaseGranted> granted(const std::vector<Action>& actions, RequestId request) {
+  for (const LeaseGranted& g : only<LeaseGranted>(actions)) {
+    if (g.request == request) return g;
+  }
+  return std::nullopt;
+}
+
+std::set<int> numa_of(const LeaseGranted& g) {
+  std::set<int> numa;
+  for (const Placement& p : g.placement) {
+    for (int chip : p.chips) numa.insert(chip / 4);
+  }
+  return numa;
+}
+
+// Presubmit preempts as soon as it cannot start at once, to make preemption easy to provoke.
+SchedulerKnobs knobs_with_grace(DurationMs grace_ms) {
+  SchedulerKnobs k;
+  k.grace_ms = grace_ms;
+  k.target_start_latency_ms[rank(RequestClass::presubmit)] = 0;
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("one-node grants take chips of one NUMA node and fit best to keep nodes whole") {
+  Scheduler s{SchedulerKnobs{}};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 2, kHourMs), 0));
+  auto first = granted(drain(s), 1);
+  REQUIRE(first);
+  CHECK(numa_of(*first).size() == 1);
+  CHECK(first->placement.size() == 1);
+  const std::string busy_node = first->placement[0].node;
+
+  // Best fit: the 4-chip request goes to the node already in use, on the untouched NUMA node.
+  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 4, kHourMs), 0));
+  auto second = granted(drain(s), 2);
+  REQUIRE(second);
+  CHECK(second->placement[0].node == busy_node);
+  CHECK(numa_of(*second).size() == 1);
+  CHECK(numa_of(*second) != numa_of(*first));
+
+  // The other node stayed whole, so an 8-chip request starts at once.
+  REQUIRE(s.submit(make_request(3, RequestClass::experiment, 8, kHourMs), 0));
+  auto third = granted(drain(s), 3);
+  REQUIRE(third);
+  CHECK(third->placement[0].node != busy_node);
+  CHECK(third->placement[0].chips.size() == 8);
+  CHECK(s.check_invariants());
+}
+
+TEST_CASE("multi-node requests get whole nodes of one revision, all or nothing") {
+  Scheduler s{SchedulerKnobs{}};
+  REQUIRE(s.upsert_node(make_node("a1", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("b1", "b"), 0));
+  REQUIRE(s.upsert_node(make_node("b2", "b"), 0));
+  Request big = make_request(1, RequestClass::nightly, 0, kHourMs);
+  big.nodes = 2;
+  REQUIRE(s.submit(big, 0));
+  auto g = granted(drain(s), 1);
+  REQUIRE(g);
+  REQUIRE(g->placement.size() == 2);
+  CHECK(g->placement[0].node == "b1");
+  CHECK(g->placement[1].node == "b2");
+
+  Request too_big = make_request(2, RequestClass::nightly, 0, kHourMs);
+  too_big.nodes = 2;
+  too_big.revision = "a";
+  REQUIRE(s.submit(too_big, 0));
+  CHECK(!granted(drain(s), 2));
+  CHECK(s.is_pending(2));
+
+  auto bad = s.submit(make_request(3, RequestClass::experiment, 3, kHourMs), 0);
+  REQUIRE(!bad);
+  CHECK(bad.error().code == Errc::invalid_argument);
+  CHECK(bad.error().message.find("1, 2, 4 or 8") != std::string::npos);
+}
+
+TEST_CASE("quota without borrowing keeps a class pending and explain says so") {
+  SchedulerKnobs k;
+  k.quota_chips[{RequestClass::experiment, "a"}] = 8;
+  k.may_borrow[rank(RequestClass::experiment)] = false;
+  Scheduler s{k};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, kHourMs), 0));
+  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 8, kHourMs), 0));
+  auto actions = drain(s);
+  CHECK(granted(actions, 1));
+  CHECK(!granted(actions, 2));
+  Explanation why = s.explain(2, 0);
+  CHECK(why.pending);
+  CHECK(why.text().find("quota of class experiment on a is used up (8/8 chips)") !=
+        std::string::npos);
+  // Once the first lease ends the second fits inside the quota.
+  REQUIRE(s.release(granted(actions, 1)->lease, 10 * kMinuteMs));
+  CHECK(granted(drain(s), 2));
+}
+
+TEST_CASE("idle capacity is borrowed beyond quota and reclaimed first") {
+  SchedulerKnobs k = knobs_with_grace(5 * kMinuteMs);
+  k.quota_chips[{RequestClass::experiment, "a"}] = 8;
+  Scheduler s{k};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
+  Request owned = make_request(1, RequestClass::experiment, 8, 4 * kHourMs);
+  REQUIRE(s.submit(owned, 0));
+  auto owned_grant = granted(drain(s), 1);
+  REQUIRE(owned_grant);
+  CHECK(!owned_grant->borrowed);
+  // The borrowed lease has checkpointed just now, the owned one never: by lost work alone the
+  // borrowed one would be spared, but lent capacity is reclaimed first.
+  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 8, 4 * kHourMs, kMinuteMs), kMinuteMs));
+  auto borrowed_grant = granted(drain(s), 2);
+  REQUIRE(borrowed_grant);
+  CHECK(borrowed_grant->borrowed);
+  REQUIRE(s.checkpoint_ack(borrowed_grant->lease, 30 * kMinuteMs));
+  drain(s);
+
+  REQUIRE(s.submit(make_request(3, RequestClass::presubmit, 1, 8 * kMinuteMs, 30 * kMinuteMs),
+                   30 * kMinuteMs));
+  auto notices = only<PreemptNotice>(drain(s));
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].lease == borrowed_grant->lease);
+  CHECK(notices[0].preempted_for == 3);
+}
+
+TEST_CASE("preemption gives notice, revokes at the grace deadline and requeues with its age") {
+  Scheduler s{knobs_with_grace(5 * kMinuteMs)};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  Request exp = make_request(1, RequestClass::experiment, 8, 2 * kHourMs);
+  exp.checkpoint_interval_ms = 15 * kMinuteMs;
+  REQUIRE(s.submit(exp, 0));
+  auto grant = granted(drain(s), 1);
+  REQUIRE(grant);
+
+  const TimeMs t = 20 * kMinuteMs;
+  REQUIRE(s.submit(make_request(2, RequestClass::presubmit, 1, 8 * kMinuteMs, t), t));
+  auto notices = only<PreemptNotice>(drain(s));
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].lease == grant->lease);
+  CHECK(notices[0].grace_deadline_ms == t + 5 * kMinuteMs);
+  CHECK(s.next_deadline() == t + 5 * kMinuteMs);
+  CHECK(s.explain(2, t).text().find("preempting lease") != std::string::npos);
+
+  s.on_tick(t + 5 * kMinuteMs);
+  auto actions = drain(s);
+  REQUIRE(only<Revoke>(actions).size() == 1);
+  auto requeued = only<Requeued>(actions);
+  REQUIRE(requeued.size() == 1);
+  // Revoked at 25 min, last checkpoint at 15 min: 15 minutes of work are kept.
+  CHECK(requeued[0].remaining_ms == 2 * kHourMs - 15 * kMinuteMs);
+  CHECK(granted(actions, 2));
+  CHECK(s.is_pending(1));
+  // Requeued with its original age: still ahead of a younger experiment.
+  REQUIRE(s.submit(make_request(3, RequestClass::experiment, 8, kHourMs, t), t + 5 * kMinuteMs));
+  CHECK(s.pending().front() == 1);
+  CHECK(s.check_invariants());
+}
+
+TEST_CASE("a checkpoint acknowledgement under notice lets the lease go early") {
+  Scheduler s{knobs_with_grace(5 * kMinuteMs)};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 2 * kHourMs), 0));
+  auto grant = granted(drain(s), 1);
+  REQUIRE(grant);
+  const TimeMs t = 30 * kMinuteMs;
+  REQUIRE(s.submit(make_request(2, RequestClass::presubmit, 4, 8 * kMinuteMs, t), t));
+  REQUIRE(only<PreemptNotice>(drain(s)).size() == 1);
+
+  REQUIRE(s.checkpoint_ack(grant->lease, t + kMinuteMs));
+  auto actions = drain(s);
+  CHECK(only<Revoke>(actions).empty());
+  auto requeued = only<Requeued>(actions);
+  REQUIRE(requeued.size() == 1);
+  CHECK(requeued[0].remaining_ms == 2 * kHourMs - 31 * kMinuteMs);
+  auto ci = granted(actions, 2);
+  REQUIRE(ci);
+  CHECK(numa_of(*ci).size() == 1);
+}
+
+TEST_CASE("the victim is the lease that loses the least work") {
+  Scheduler s{knobs_with_grace(5 * kMinuteMs)};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 3 * kHourMs), 0));
+  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 8, 3 * kHourMs), 0));
+  auto actions = drain(s);
+  auto l1 = granted(actions, 1);
+  auto l2 = granted(actions, 2);
+  REQUIRE(l1);
+  REQUIRE(l2);
+  // Request 2 checkpointed recently, request 1 never did.
+  REQUIRE(s.checkpoint_ack(l2->lease, 50 * kMinuteMs));
+  drain(s);
+  const TimeMs t = kHourMs;
+  REQUIRE(s.submit(make_request(3, RequestClass::presubmit, 1, 8 * kMinuteMs, t), t));
+  auto notices = only<PreemptNotice>(drain(s));
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].lease == l2->lease);
+}
+
+TEST_CASE("a request within its target waits instead of preempting") {
+  SchedulerKnobs k = knobs_with_grace(5 * kMinuteMs);
+  k.target_start_latency_ms[rank(RequestClass::presubmit)] = 30 * kMinuteMs;
+  Scheduler s{k};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 20 * kMinuteMs), 0));
+  drain(s);
+  REQUIRE(s.submit(make_request(2, RequestClass::presubmit, 1, 8 * kMinuteMs, kMinuteMs), kMinuteMs));
+  CHECK(only<PreemptNotice>(drain(s)).empty());
+  auto why = s.explain(2, kMinuteMs);
+  REQUIRE(why.expected_start_ms);
+  CHECK(*why.expected_start_ms == 20 * kMinuteMs);
+}
+
+TEST_CASE("no preemption loops: the same demand never preempts the same request twice") {
+  Scheduler s{knobs_with_grace(5 * kMinuteMs)};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 4 * kHourMs), 0));
+  auto exp_grant = granted(drain(s), 1);
+  REQUIRE(exp_grant);
+  const TimeMs t = 10 * kMinuteMs;
+  Request demand = make_request(2, RequestClass::presubmit, 8, kHourMs, t);
+  REQUIRE(s.submit(demand, t));
+  REQUIRE(only<PreemptNotice>(drain(s)).size() == 1);
+  REQUIRE(s.checkpoint_ack(exp_grant->lease, t + kMinuteMs));
+  auto ci_grant = granted(drain(s), 2);
+  REQUIRE(ci_grant);
+
+  // The experiment restarts on a new node; the node running the demand is lost and its owner
+  // resubmits the same demand.
+  REQUIRE(s.upsert_node(make_node("n02", "a"), t + 2 * kMinuteMs));
+  REQUIRE(granted(drain(s), 1));
+  REQUIRE(s.set_node_state("n01", NodeState::lost, "power", "lab", t + 3 * kMinuteMs));
+  REQUIRE(only<LeaseLost>(drain(s)).size() == 1);
+  REQUIRE(s.submit(demand, t + 3 * kMinuteMs));
+  s.on_tick(t + 30 * kMinuteMs);
+  CHECK(only<PreemptNotice>(drain(s)).empty());
+  CHECK(s.is_pending(2));
+}
+
+TEST_CASE("experiments never preempt, and CI never preempts CI") {
+  Scheduler s{knobs_with_grace(5 * kMinuteMs)};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::nightly, 8, 3 * kHourMs), 0));
+  drain(s);
+  REQUIRE(s.submit(make_request(2, RequestClass::presubmit, 1, 8 * kMinuteMs, 0), 0));
+  s.on_tick(kHourMs);
+  CHECK(only<PreemptNotice>(drain(s)).empty());
+
+  Scheduler t{knobs_with_grace(5 * kMinuteMs)};
+  REQUIRE(t.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(t.submit(make_request(1, RequestClass::experiment, 8, 3 * kHourMs), 0));
+  drain(t);
+  Request exp = make_request(2, RequestClass::experiment, 8, kHourMs, 0);
+  exp.target_start_latency_ms = 0;  // even with a target, experiments do not preempt
+  REQUIRE(t.submit(exp, 0));
+  t.on_tick(kHourMs);
+  CHECK(only<PreemptNotice>(drain(t)).empty());
+}
+
+TEST_CASE("reservations hold nodes for a multi-node request and only shorter work backfills") {
+  Scheduler s{SchedulerKnobs{}};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 1, kHourMs), 0));
+  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 1, 30 * kMinuteMs), 0));
+  auto actions = drain(s);
+  REQUIRE(granted(actions, 1));
+  REQUIRE(granted(actions, 2));
+  Request big = make_request(3, RequestClass::experiment, 0, 2 * kHourMs, kMinuteMs);
+  big.nodes = 2;
+  REQUIRE(s.submit(big, kMinuteMs));
+  auto why = s.explain(3, kMinuteMs);
+  REQUIRE(why.expected_start_ms);
+  CHECK(*why.expected_start_ms == kHourMs);
+
+  REQUIRE(s.submit(make_request(4, RequestClass::experiment, 4, 20 * kMinuteMs, 2 * kMinuteMs),
+                   2 * kMinuteMs));
+  CHECK(granted(drain(s), 4));  // ends before 01:00: backfills
+  REQUIRE(s.submit(make_request(5, RequestClass::experiment, 4, 2 * kHourMs, 3 * kMinuteMs),
+                   3 * kMinuteMs));
+  CHECK(!granted(drain(s), 5));  // would delay the reservation
+  std::string text = s.explain(5, 3 * kMinuteMs).text();
+  CHECK(text.find("reservation for request 3 holds n01,n02 from 01:00") != std::string::npos);
+}
+
+TEST_CASE("a multi-node request is not starved by a stream of small ones") {
+  Scheduler s{SchedulerKnobs{}};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
+  std::map<LeaseId, TimeMs> ends;
+  RequestId next = 100;
+  bool big_started = false;
+  TimeMs big_start = 0;
+  for (TimeMs now = 0; now <= 6 * kHourMs && !big_started; now += 5 * kMinuteMs) {
+    for (auto it = ends.begin(); it != ends.end();) {
+      if (it->second <= now) {
+        REQUIRE(s.release(it->first, now));
+        it = ends.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // Two one-chip requests of 40 minutes every 5 minutes keep both nodes partly busy forever.
+    for (int i = 0; i < 2; ++i) {
+      REQUIRE(s.submit(make_request(next++, RequestClass::experiment, 1, 40 * kMinuteMs, now), now));
+    }
+    if (now == 10 * kMinuteMs) {
+      Request big = make_request(1, RequestClass::experiment, 0, kHourMs, now);
+      big.nodes = 2;
+      REQUIRE(s.submit(big, now));
+    }
+    for (const Action& a : drain(s)) {
+      if (const auto* g = std::get_if<LeaseGranted>(&a)) {
+        if (g->request == 1) {
+          big_started = true;
+          big_start = now;
+        }
+        ends[g->lease] = now + 40 * kMinuteMs;
+      }
+    }
+    REQUIRE(s.check_invariants());
+  }
+  REQUIRE(big_started);
+  CHECK(big_start <= 10 * kMinuteMs + 45 * kMinuteMs);
+}
+
+TEST_CASE("a release reserves whole nodes for its window ahead of time and starts on time") {
+  Scheduler s{SchedulerKnobs{}};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
+  Request release = make_request(1, RequestClass::release, 0, 8 * kHourMs, 0);
+  release.nodes = 1;
+  release.not_before_ms = 14 * kHourMs;
+  REQUIRE(s.submit(release, 0));
+  CHECK(!granted(drain(s), 1));
+  CHECK(s.next_deadline() == 14 * kHourMs);
+  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 8, 20 * kHourMs, 9 * kHourMs),
+                   9 * kHourMs));
+  REQUIRE(s.submit(make_request(3, RequestClass::experiment, 8, 20 * kHourMs, 9 * kHourMs),
+                   9 * kHourMs));
+  REQUIRE(s.submit(make_request(4, RequestClass::experiment, 8, 2 * kHourMs, 9 * kHourMs),
+                   9 * kHourMs));
+  auto actions = drain(s);
+  CHECK(granted(actions, 2));
+  CHECK(!granted(actions, 3));
+  auto short_one = granted(actions, 4);
+  REQUIRE(short_one);
+  REQUIRE(s.release(short_one->lease, 11 * kHourMs));
+  CHECK(!granted(drain(s), 3));  // still would run into the window
+  s.on_tick(14 * kHourMs);
+  CHECK(granted(drain(s), 1));
+}
+
+TEST_CASE("quarantine blocks new leases and keeps reason and owner") {
+  Scheduler s{SchedulerKnobs{}};
+  REQUIRE(s.upsert_node(make_node("n01", "b"), 0));
+  REQUIRE(s.set_node_state("n01", NodeState::quarantined, "ecc errors on chip 3", "lab:alice", 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::presubmit, 1, 8 * kMinuteMs), 0));
+  CHECK(!granted(drain(s), 1));
+  auto nodes = s.nodes();
+  REQUIRE(nodes.size() == 1);
+  CHECK(nodes[0].state == NodeState::quarantined);
+  CHECK(nodes[0].reason == "ecc errors on chip 3");
+  CHECK(nodes[0].owner == "lab:alice");
+  CHECK(s.explain(1, 0).text().find("no node of any revision is up (1 quarantined") !=
+        std::string::npos);
+  REQUIRE(s.set_node_state("n01", NodeState::up, "diagnostics passed", "lab:alice", kHourMs));
+  CHECK(granted(drain(s), 1));
+  CHECK(!s.set_node_state("n99", NodeState::up, "", "", 0));
+}
+
+TEST_CASE("losing a node ends its leases with LeaseLost and frees nothing twice") {
+  Scheduler s{SchedulerKnobs{}};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  Request big = make_request(1, RequestClass::experiment, 8, kHourMs);
+  REQUIRE(s.submit(big, 0));
+  auto g = granted(drain(s), 1);
+  REQUIRE(g);
+  REQUIRE(s.set_node_state("n01", NodeState::lost, "heartbeat timeout", "ops", kMinuteMs));
+  auto lost = only<LeaseLost>(drain(s));
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0].lease == g->lease);
+  CHECK(lost[0].node == "n01");
+  CHECK(s.leases().empty());
+  CHECK(!s.release(g->lease, 2 * kMinuteMs));
+  CHECK(s.check_invariants());
+}
+
+TEST_CASE("leases expire at expected duration times the slack, or at the explicit length") {
+  SchedulerKnobs k;
+  k.lease_slack = 1.5;
+  Scheduler s{k};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::presubmit, 1, kHourMs), 0));
+  Request dev = make_request(2, RequestClass::experiment, 2, kHourMs);
+  dev.lease_ms = 2 * kHourMs;
+  REQUIRE(s.submit(dev, 0));
+  auto actions = drain(s);
+  REQUIRE(granted(actions, 1));
+  REQUIRE(granted(actions, 2));
+  CHECK(granted(actions, 1)->expires_at_ms == 90 * kMinuteMs);
+  CHECK(granted(actions, 2)->expires_at_ms == 2 * kHourMs);
+  CHECK(s.next_deadline() == 90 * kMinuteMs);
+  s.on_tick(90 * kMinuteMs);
+  auto expired = only<LeaseExpired>(drain(s));
+  REQUIRE(expired.size() == 1);
+  CHECK(expired[0].request == 1);
+}
+
+TEST_CASE("explain names missing free chips and the queue ahead") {
+  Scheduler s{SchedulerKnobs{}};
+  REQUIRE(s.upsert_node(make_node("n01", "b"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::nightly, 4, kHourMs), 0));
+  REQUIRE(s.submit(make_request(2, RequestClass::nightly, 1, kHourMs), 0));
+  drain(s);
+  Request r = make_request(3, RequestClass::experiment, 8, kHourMs);
+  r.revision = "b";
+  REQUIRE(s.submit(r, 0));
+  Explanation why = s.explain(3, 0);
+  CHECK(why.pending);
+  CHECK(why.text().find("no node of revision b has 8 free chips (most free: 3 on n01)") !=
+        std::string::npos);
+  REQUIRE(why.expected_start_ms);
+  CHECK(*why.expected_start_ms == kHourMs);
+  CHECK(why.text().find("expected to start at 01:00") != std::string::npos);
+  CHECK(!s.explain(1, 0).pending);
+}
+
+TEST_CASE("baseline policies: fifo blocks behind its head, strict priority skips ahead") {
+  for (Policy policy : {Policy::fifo, Policy::strict_priority}) {
+    SchedulerKnobs k;
+    k.policy = policy;
+    Scheduler s{k};
+    REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+    REQUIRE(s.submit(make_request(1, RequestClass::experiment, 4, kHourMs), 0));
+    drain(s);
+    REQUIRE(s.submit(make_request(2, RequestClass::experiment, 8, kHourMs, 1), 1));
+    REQUIRE(s.submit(make_request(3, RequestClass::presubmit, 1, kMinuteMs, 2), 2));
+    auto actions = drain(s);
+    CHECK(only<PreemptNotice>(actions).empty());
+    CHECK(granted(actions, 3).has_value() == (policy == Policy::strict_priority));
+  }
+}
+
+TEST_CASE("before its target a request preempts only a victim that loses nothing") {
+  SchedulerKnobs k = knobs_with_grace(5 * kMinuteMs);
+  k.target_start_latency_ms[rank(RequestClass::presubmit)] = 30 * kMinuteMs;
+  Scheduler s{k};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  Request exp = make_request(1, RequestClass::experiment, 8, 3 * kHourMs);
+  exp.checkpoint_interval_ms = 15 * kMinuteMs;
+  REQUIRE(s.submit(exp, 0));
+  auto grant = granted(drain(s), 1);
+  REQUIRE(grant);
+  // At 00:20 the next checkpoint (00:30) is outside a 5-minute grace: wait.
+  REQUIRE(s.submit(make_request(2, RequestClass::presubmit, 1, 8 * kMinuteMs, 20 * kMinuteMs),
+                   20 * kMinuteMs));
+  CHECK(only<PreemptNotice>(drain(s)).empty());
+  // From 00:25 it falls inside the grace: the notice costs nothing, so it goes out then.
+  REQUIRE(s.next_deadline() == 25 * kMinuteMs);
+  s.on_tick(25 * kMinuteMs);
+  auto notices = only<PreemptNotice>(drain(s));
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].lease == grant->lease);
+}
