@@ -1,0 +1,227 @@
+#include "tests/integration/fleet_fixture.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/keys.h"
+
+namespace kiln::testing {
+namespace fs = std::filesystem;
+
+namespace {
+
+int free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+ChildProcess::ChildProcess(std::vector<std::string> argv, const fs::path& log_file) {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::perror("execv");
+    ::_exit(127);
+  }
+}
+
+ChildProcess::~ChildProcess() {
+  if (running()) {
+    signal(SIGTERM);
+    if (wait(std::chrono::seconds(5)) < 0) {
+      signal(SIGKILL);
+      wait(std::chrono::seconds(5));
+    }
+  }
+}
+
+void ChildProcess::signal(int signo) {
+  if (pid_ > 0 && !reaped_) ::kill(pid_, signo);
+}
+
+int ChildProcess::wait(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!reaped_) {
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      return status;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+bool ChildProcess::running() {
+  if (reaped_ || pid_ <= 0) return false;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+Fleet::Fleet(std::string name, int heartbeat_interval_ms, int liveness_missed_beats)
+    : name_(std::move(name)),
+      heartbeat_interval_ms_(heartbeat_interval_ms),
+      liveness_missed_beats_(liveness_missed_beats) {
+  dir_ = fs::temp_directory_path() / fmt::format("kiln-it-{}-{}", name_, ::getpid());
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  agent_port_ = free_loopback_port();
+  client_port_ = free_loopback_port();
+  auto keys = generate_keypair();
+  KILN_ASSERT(keys.has_value(), "CURVE keys can be made");
+  KILN_ASSERT(write_keypair((dir_ / "coordinator").string(), *keys).has_value(), "the test dir is writable");
+}
+
+Fleet::~Fleet() {
+  agent_processes_.clear();
+  coordinator_.reset();
+  if (!std::getenv("KILN_KEEP_TEST_DIRS")) fs::remove_all(dir_);
+}
+
+void Fleet::add_key(const std::string& name, const std::string& role) {
+  add_unknown_key(name);
+  keys_.emplace_back(name, role);
+  write_coordinator_config();
+}
+
+void Fleet::add_unknown_key(const std::string& name) {
+  auto keys = generate_keypair();
+  KILN_ASSERT(keys.has_value(), "CURVE keys can be made");
+  KILN_ASSERT(write_keypair((dir_ / name).string(), *keys).has_value(), "the test dir is writable");
+}
+
+void Fleet::write_coordinator_config() {
+  std::ofstream out(dir_ / "coordinator.toml");
+  out << fmt::format(
+      "[coordinator]\nagent_endpoint = \"tcp://127.0.0.1:{}\"\nclient_endpoint = \"tcp://127.0.0.1:{}\"\n"
+      "secret_key_file = \"coordinator.key\"\ndatabase = \"kiln.db\"\nlog_level = \"debug\"\n\n"
+      "[knobs]\nheartbeat_interval_ms = {}\nliveness_missed_beats = {}\njob_timeout_slack_ms = 5000\n",
+      agent_port_, client_port_, heartbeat_interval_ms_, liveness_missed_beats_);
+  for (const auto& [name, role] : keys_) {
+    out << fmt::format("\n[[keys]]\nname = \"{}\"\nrole = \"{}\"\npublic_key_file = \"{}.pub\"\n", name, role, name);
+  }
+}
+
+void Fleet::start_coordinator() {
+  write_coordinator_config();
+  coordinator_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{std::string(KILN_BIN_DIR) + "/kiln-coordinator", "--config",
+                               (dir_ / "coordinator.toml").string()},
+      dir_ / "coordinator.log");
+}
+
+void Fleet::stop_coordinator(int signo) {
+  if (!coordinator_) return;
+  coordinator_->signal(signo);
+  coordinator_->wait(std::chrono::seconds(10));
+  coordinator_.reset();
+}
+
+void Fleet::add_agent(const AgentSpec& spec) {
+  add_key(spec.node_id, "agent");
+  agents_[spec.node_id] = spec;
+  std::ofstream out(dir_ / (spec.node_id + ".toml"));
+  out << fmt::format(
+      "node_id = \"{0}\"\nwork_dir = \"work-{0}\"\nsecret_key_file = \"{0}.key\"\n\n"
+      "[coordinator]\nendpoint = \"tcp://127.0.0.1:{1}\"\npublic_key_file = \"coordinator.pub\"\n\n"
+      "[driver]\nlibrary = \"{2}/libkiln_sim_driver.so\"\n"
+      "options = \"state_dir={3}/sim-{0};node_id={0};hardware_revision={4};seed=7\"\n\n"
+      "[local_socket]\npath = \"{3}/{0}.sock\"\ngroup = \"root\"\n\n"
+      "[knobs]\nheartbeat_interval_ms = {5}\nliveness_missed_beats = {6}\nreconnect_backoff_initial_ms = 100\n"
+      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\n\n"
+      "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n",
+      spec.node_id, agent_port_, KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
+      liveness_missed_beats_, KILN_BIN_DIR);
+}
+
+void Fleet::start_agent(const std::string& node_id) {
+  agent_processes_[node_id] = std::make_unique<ChildProcess>(
+      std::vector<std::string>{std::string(KILN_BIN_DIR) + "/kiln-agent", "--config",
+                               (dir_ / (node_id + ".toml")).string()},
+      dir_ / (node_id + ".log"));
+}
+
+void Fleet::stop_agent(const std::string& node_id, int signo) {
+  auto it = agent_processes_.find(node_id);
+  if (it == agent_processes_.end()) return;
+  it->second->signal(signo);
+  it->second->wait(std::chrono::seconds(10));
+  agent_processes_.erase(it);
+}
+
+std::string Fleet::client_config(const std::string& key_name, std::uint32_t timeout_ms) {
+  const fs::path path = dir_ / ("client-" + key_name + ".toml");
+  std::ofstream(path) << fmt::format(
+      "coordinator = \"tcp://127.0.0.1:{}\"\ncoordinator_public_key_file = \"coordinator.pub\"\n"
+      "secret_key_file = \"{}.key\"\ntimeout_ms = {}\n",
+      client_port_, key_name, timeout_ms);
+  return path.string();
+}
+
+std::unique_ptr<cli::Client> Fleet::client(const std::string& key_name, std::uint32_t timeout_ms) {
+  auto config = cli::load_client_config(client_config(key_name, timeout_ms));
+  KILN_ASSERT(config.has_value(), "the fixture writes valid client configs");
+  auto client = cli::Client::connect(*config);
+  KILN_ASSERT(client.has_value(), "a client can be made from the fixture's keys");
+  return std::move(*client);
+}
+
+int Fleet::kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output) {
+  const fs::path out_file = dir_ / "kiln-command.out";
+  std::vector<std::string> argv{std::string(KILN_BIN_DIR) + "/kiln", "--config", client_config(key_name, 3000)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  fs::remove(out_file);
+  ChildProcess command(argv, out_file);
+  int status = command.wait(std::chrono::seconds(60));
+  if (output) *output = read_file(out_file);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool Fleet::eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+std::string Fleet::log_of(const std::string& process) const { return read_file(dir_ / (process + ".log")); }
+
+}  // namespace kiln::testing

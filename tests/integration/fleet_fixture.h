@@ -1,0 +1,86 @@
+// Starts real kiln-coordinator and kiln-agent processes on loopback for integration tests,
+// each with its own keys, configs and simulated chips under a temporary directory, and
+// stops them all when the fixture goes away.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/cli/client.h"
+
+namespace kiln::testing {
+
+class ChildProcess {
+ public:
+  ChildProcess(std::vector<std::string> argv, const std::filesystem::path& log_file);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int signo);
+  // Waits for the process to exit; returns its wait status, or -1 on timeout.
+  int wait(std::chrono::milliseconds timeout);
+  bool running();
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+struct AgentSpec {
+  std::string node_id;
+  std::string revision = "a";
+};
+
+class Fleet {
+ public:
+  explicit Fleet(std::string name, int heartbeat_interval_ms = 200, int liveness_missed_beats = 3);
+  ~Fleet();
+
+  const std::filesystem::path& dir() const { return dir_; }
+
+  // Makes a keypair NAME.key/.pub and authorizes it with ROLE on the coordinator.
+  void add_key(const std::string& name, const std::string& role);
+  // Makes a key that the coordinator does not know.
+  void add_unknown_key(const std::string& name);
+
+  void start_coordinator();
+  void stop_coordinator(int signo);
+  void add_agent(const AgentSpec& spec);
+  void start_agent(const std::string& node_id);
+  void stop_agent(const std::string& node_id, int signo);
+
+  std::unique_ptr<cli::Client> client(const std::string& key_name, std::uint32_t timeout_ms = 5000);
+  // Runs the kiln command with a client config for KEY; returns its exit code and output.
+  int kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output = nullptr);
+
+  // Polls `done` every 50 ms until it holds or the timeout passes.
+  static bool eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+
+  std::string log_of(const std::string& process) const;
+
+ private:
+  void write_coordinator_config();
+  std::string client_config(const std::string& key_name, std::uint32_t timeout_ms);
+
+  std::string name_;
+  std::filesystem::path dir_;
+  int heartbeat_interval_ms_;
+  int liveness_missed_beats_;
+  int agent_port_ = 0;
+  int client_port_ = 0;
+  std::vector<std::pair<std::string, std::string>> keys_;  // name, role
+  std::map<std::string, AgentSpec> agents_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::map<std::string, std::unique_ptr<ChildProcess>> agent_processes_;
+};
+
+}  // namespace kiln::testing

@@ -1,0 +1,195 @@
+// The real binaries on loopback: kiln-coordinator, kiln-agent with the simulated chip, and
+// the kiln client.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <thread>
+
+#include "common/protocol/messages.h"
+#include "tests/integration/fleet_fixture.h"
+
+using namespace kiln;
+using namespace kiln::protocol;
+using kiln::testing::Fleet;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::optional<NodeSummary> node(cli::Client& client, const std::string& id) {
+  auto reply = client.request(ListNodes{});
+  if (!reply) return std::nullopt;
+  for (const auto& n : std::get<NodeList>(*reply).nodes) {
+    if (n.node_id == id) return n;
+  }
+  return std::nullopt;
+}
+
+std::optional<JobDetail> job(cli::Client& client, std::uint64_t id) {
+  auto reply = client.request(GetJob{id});
+  if (!reply) return std::nullopt;
+  return std::get<JobDetail>(*reply);
+}
+
+std::uint64_t submit(cli::Client& client, SubmitJob request) {
+  auto reply = client.request(std::move(request));
+  REQUIRE_MESSAGE(reply.has_value(), reply.error().message);
+  return std::get<JobAccepted>(*reply).job_id;
+}
+
+SubmitJob sleep_job(const std::string& seconds, std::uint32_t max_attempts) {
+  SubmitJob s;
+  s.workload = "sleep";
+  s.args = {seconds};
+  s.chips = 1;
+  s.max_attempts = max_attempts;
+  return s;
+}
+
+bool node_state_is(cli::Client& client, const std::string& id, NodeState state) {
+  auto n = node(client, id);
+  return n && n->state == state;
+}
+
+bool job_state_is(cli::Client& client, std::uint64_t id, JobState state) {
+  auto j = job(client, id);
+  return j && j->job.state == state;
+}
+
+}  // namespace
+
+TEST_CASE("agents register and heartbeat; a smoke job runs and its result is stored") {
+  Fleet fleet("register");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  fleet.add_agent({"n02", "b"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  fleet.start_agent("n02");
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up) &&
+                                         node_state_is(*client, "n02", NodeState::up); }, 10s));
+  auto n02 = node(*client, "n02");
+  CHECK(n02->hardware_revision == "b");
+  CHECK(n02->chips_total == 8);
+  CHECK(n02->chips.at(0).serial.size() > 4);
+
+  // Heartbeats keep the node fresh well past the liveness timeout.
+  std::this_thread::sleep_for(1500ms);
+  auto n01 = node(*client, "n01");
+  CHECK(n01->state == NodeState::up);
+  CHECK(n01->last_seen_ms_ago < 500);
+
+  SubmitJob smoke;
+  smoke.workload = "smoke";
+  smoke.chips = 4;
+  smoke.hardware_revision = "b";
+  const auto id = submit(*client, smoke);
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, id, JobState::succeeded); }, 15s));
+  auto detail = job(*client, id);
+  CHECK(detail->job.node_id == "n02");
+  CHECK(detail->job.chip_indices.size() == 4);
+  CHECK(detail->result.find("\"passed\":true") != std::string::npos);
+  CHECK(detail->output_tail.find("matmul") != std::string::npos);
+
+  // The kiln command shows the same, and its exit code follows the job.
+  std::string out;
+  CHECK(fleet.kiln("dev", {"result", std::to_string(id)}, &out) == 0);
+  CHECK(out.find("succeeded") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"nodes"}, &out) == 0);
+  CHECK(out.find("n01") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"submit", "--workload", "sleep", "--wait", "--timeout-ms", "1000", "--", "5"}, &out) == 1);
+  CHECK(out.find("timed_out") != std::string::npos);
+}
+
+TEST_CASE("an agent killed with SIGKILL mid-job: the node is lost and the job reported lost") {
+  Fleet fleet("sigkill");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
+  const auto id = submit(*client, sleep_job("30", 1));
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, id, JobState::running); }, 10s));
+  fleet.stop_agent("n01", SIGKILL);
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, id, JobState::lost); }, 10s));
+  CHECK(node_state_is(*client, "n01", NodeState::lost));
+  CHECK(job(*client, id)->job.detail.find("silent") != std::string::npos);
+}
+
+TEST_CASE("a job whose node is lost is failed over to another node when attempts remain") {
+  Fleet fleet("failover");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  fleet.add_agent({"n02", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
+  const auto id = submit(*client, sleep_job("1", 2));
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, id, JobState::running); }, 10s));
+  fleet.start_agent("n02");
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n02", NodeState::up); }, 10s));
+  fleet.stop_agent("n01", SIGKILL);
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, id, JobState::succeeded); }, 15s));
+  auto detail = job(*client, id);
+  CHECK(detail->job.node_id == "n02");
+  CHECK(detail->job.attempt == 2);
+}
+
+TEST_CASE("the coordinator killed and restarted recovers its state; agents re-register and reconcile") {
+  Fleet fleet("restart");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  std::uint64_t done_id = 0;
+  std::uint64_t running_id = 0;
+  {
+    auto client = fleet.client("dev");
+    REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
+    SubmitJob smoke;
+    smoke.workload = "smoke";
+    done_id = submit(*client, smoke);
+    REQUIRE(Fleet::eventually([&] { return job_state_is(*client, done_id, JobState::succeeded); }, 15s));
+    running_id = submit(*client, sleep_job("3", 1));
+    REQUIRE(Fleet::eventually([&] { return job_state_is(*client, running_id, JobState::running); }, 10s));
+  }
+  fleet.stop_coordinator(SIGKILL);
+  fleet.start_coordinator();
+  auto client = fleet.client("dev");
+  // Acknowledged results survive; the agent comes back and still owns its running job,
+  // which then finishes normally.
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, done_id, JobState::succeeded); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, running_id, JobState::succeeded); }, 15s));
+  CHECK(job(*client, running_id)->job.attempt == 1);
+  CHECK(fleet.log_of("coordinator").find("recovered 1 nodes and 2 jobs") != std::string::npos);
+}
+
+TEST_CASE("keys and roles: an unknown key is refused, a developer may not drain a node") {
+  Fleet fleet("auth");
+  fleet.add_key("dev", "developer");
+  fleet.add_key("ops1", "ops");
+  fleet.add_unknown_key("stranger");
+  fleet.add_agent({"n01", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
+
+  std::string out;
+  CHECK(fleet.kiln("stranger", {"whoami"}, &out) == 3);
+  CHECK(out.find("refused this key") != std::string::npos);
+  CHECK(fleet.log_of("coordinator").find("unknown key") != std::string::npos);
+
+  CHECK(fleet.kiln("dev", {"drain", "n01", "--reason", "test"}, &out) == 3);
+  CHECK(out.find("may not drain") != std::string::npos);
+  CHECK(node_state_is(*client, "n01", NodeState::up));
+  CHECK(fleet.kiln("ops1", {"drain", "n01", "--reason", "suspect ECC"}, &out) == 0);
+  CHECK(node_state_is(*client, "n01", NodeState::draining));
+
+  // An agent key cannot be used as a client, nor a client key as an agent.
+  CHECK(fleet.kiln("n01", {"whoami"}, &out) == 3);
+}
