@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include "common/keys.h"
+#include "common/numerics/compare_cli.h"
 #include "common/protocol/json.h"
+#include "common/stats/compare_cli.h"
 #include "coordinator/cli/client.h"
 
 namespace kiln::cli {
@@ -206,6 +208,28 @@ int run_kiln(int argc, char** argv) {
   std::string undrain_node;
   undrain->add_option("NODE", undrain_node, "node id")->required();
 
+  // Local tools: they read files and never talk to the coordinator.
+  auto* compare_tensors = app.add_subcommand(
+      "compare-tensors", "compare an output tensor (.npy, .safetensors) with its golden reference under the "
+                         "dtype's tolerance; exit 0 within tolerance, 1 mismatch, 2 input error");
+  numerics::CompareTensorsArgs compare_tensors_args;
+  numerics::add_compare_tensors_options(*compare_tensors, compare_tensors_args);
+
+  auto* compare = app.add_subcommand(
+      "compare", "the performance gate on your own samples (one number per line): Mann-Whitney U, "
+                 "Hodges-Lehmann shift and interval; exit 0 no regression, 1 regression, 2 input error, "
+                 "3 inconclusive");
+  stats::CompareSamplesArgs compare_args;
+  bool lower_is_better = false;
+  compare->add_option("BASELINE", compare_args.baseline_path, "baseline samples file")->required();
+  compare->add_option("CANDIDATE", compare_args.candidate_path, "candidate samples file")->required();
+  compare->add_flag("--lower-is-better", lower_is_better, "smaller numbers are better (latency)");
+  compare->add_option("--min-effect", compare_args.min_effect, "smallest relative change that matters")
+      ->capture_default_str();
+  compare->add_option("--alpha", compare_args.alpha, "significance level")->capture_default_str();
+  compare->add_option("--resamples", compare_args.bootstrap_resamples, "bootstrap resamples")->capture_default_str();
+  compare->add_option("--seed", compare_args.seed, "bootstrap seed")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -224,6 +248,16 @@ int run_kiln(int argc, char** argv) {
                                keys->public_key);
     }
     return kExitOk;
+  }
+
+  if (compare_tensors->parsed()) {
+    compare_tensors_args.json = compare_tensors_args.json || common.json;
+    return numerics::run_compare_tensors(compare_tensors_args, std::cout, std::cerr);
+  }
+  if (compare->parsed()) {
+    compare_args.json = common.json;
+    compare_args.higher_is_better = !lower_is_better;
+    return stats::run_compare_samples(compare_args, std::cout, std::cerr);
   }
 
   auto client = open(common);

@@ -72,11 +72,14 @@ Result<SchedulerKnobs> parse_scheduler_knobs(const toml::table& table) {
       auto v = get_integer(node, key, 1);
       if (!v) return tl::unexpected(v.error());
       knobs.max_lease_ms = *v;
-    } else if (key == "max_pending_requests" || key == "max_nodes") {
-      auto v = get_integer(node, key, 1);
+    } else if (key == "max_pending_requests" || key == "max_nodes" ||
+               key == "max_reservations") {
+      auto v = get_integer(node, key, key == "max_reservations" ? 0 : 1);
       if (!v) return tl::unexpected(v.error());
-      (key == "max_nodes" ? knobs.max_nodes : knobs.max_pending_requests) =
-          static_cast<std::size_t>(*v);
+      std::size_t& target = key == "max_nodes"          ? knobs.max_nodes
+                            : key == "max_reservations" ? knobs.max_reservations
+                                                        : knobs.max_pending_requests;
+      target = static_cast<std::size_t>(*v);
     } else if (key == "lease_slack") {
       auto v = node.value<double>();
       if (!v || *v < 1.0) return knob_error(key, "expected a number of at least 1.0");

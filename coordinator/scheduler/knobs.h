@@ -42,6 +42,9 @@ struct SchedulerKnobs {
   std::array<bool, kClassCount> may_borrow = {true, true, true, true, true};
   // Chips a class may hold per revision; absent = unlimited.
   std::map<std::pair<RequestClass, std::string>, int> quota_chips;
+  // Blocked requests (in scheduling order) that hold reservations; later ones only backfill.
+  // Windows booked ahead (not_before) always hold theirs.
+  std::size_t max_reservations = 8;
   std::size_t max_pending_requests = 10000;
   std::size_t max_nodes = 4096;
 
@@ -55,6 +58,7 @@ struct SchedulerKnobs {
 //   lease_slack = 1.5
 //   max_lease_ms = 604800000
 //   max_pending_requests = 10000
+//   max_reservations = 8
 //   [scheduler.target_start_latency_ms]  # per class; -1 = never preempts
 //   presubmit = 300000
 //   [scheduler.may_borrow]

@@ -725,6 +725,7 @@ struct Scheduler::Impl {
     auto used = usage();
     std::vector<RequestId> order = pending_order();
     bool fifo_blocked = false;
+    std::size_t reservations = 0;
     std::size_t position = 0;
     for (RequestId id : order) {
       const RequestRec& r = requests.at(id);
@@ -768,7 +769,7 @@ struct Scheduler::Impl {
               out.wake = std::min({out.wake, *target - knobs.grace_ms, next_free_notice(now)});
             }
             if (auto claim = find_victims(r, now, view, used);
-                claim && (due || claim->lost_chip_ms == 0)) {
+                claim && (due || (window_open && claim->lost_chip_ms == 0))) {
               claimed = true;
               info.expected_start = claim->ready_ms;
               mark_reserved(view, claim->chips, claim->ready_ms, claim->ready_ms + r.remaining_ms,
@@ -779,7 +780,13 @@ struct Scheduler::Impl {
           }
           if (!claimed && resv.start != kNever) {
             info.expected_start = resv.start;
-            mark_reserved(view, resv.chips, resv.start, resv.start + r.remaining_ms, id);
+            // Windows booked ahead (release) always hold their nodes; otherwise only the first
+            // blocked requests do, so the queue's head is never starved and younger work still
+            // backfills around the rest.
+            if (q.not_before_ms || reservations < knobs.max_reservations) {
+              if (!q.not_before_ms) ++reservations;
+              mark_reserved(view, resv.chips, resv.start, resv.start + r.remaining_ms, id);
+            }
           }
         }
       }
@@ -877,6 +884,11 @@ struct Scheduler::Impl {
   }
 
   void schedule(TimeMs now) {
+    // A claim whose victims are long gone but whose request still cannot start (reservations
+    // moved, say) would hold chips idle: let it go, the request plans afresh.
+    for (auto& [id, r] : requests) {
+      if (r.claim && !r.lease && now >= r.claim->ready_ms + knobs.grace_ms) r.claim.reset();
+    }
     Plan p = plan(now, false);
     apply(p, now);
   }
