@@ -167,7 +167,7 @@ void prepare_child(pid_t agent_pid) {
   // leave only SIGKILL to stop it; an ignored SIGPIPE changes how pipelines end).
   sigset_t none;
   sigemptyset(&none);
-
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int signo = 1; signo < NSIG; ++signo) {
     if (signo != SIGKILL && signo != SIGSTOP) ::signal(signo, SIG_DFL);
   }

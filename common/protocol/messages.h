@@ -87,15 +87,38 @@ struct EnumNames<JobOutcome> {
   }};
 };
 
-enum class NodeState { up, draining, lost };
+// draining: finishes what it runs, takes nothing new. quarantined: failed a health check;
+// takes nothing new but diagnostics, and returns to up only by passing them.
+enum class NodeState { up, draining, quarantined, lost };
 template <>
 struct EnumNames<NodeState> {
-  static constexpr std::array<std::pair<NodeState, std::string_view>, 3> values{{
+  static constexpr std::array<std::pair<NodeState, std::string_view>, 4> values{{
       {NodeState::up, "up"},
       {NodeState::draining, "draining"},
+      {NodeState::quarantined, "quarantined"},
       {NodeState::lost, "lost"},
   }};
 };
+
+enum class HealthStatus { unknown, pass, warn, fail, skip };
+template <>
+struct EnumNames<HealthStatus> {
+  static constexpr std::array<std::pair<HealthStatus, std::string_view>, 5> values{{
+      {HealthStatus::unknown, "unknown"},
+      {HealthStatus::pass, "pass"},
+      {HealthStatus::warn, "warn"},
+      {HealthStatus::fail, "fail"},
+      {HealthStatus::skip, "skip"},
+  }};
+};
+
+// Workloads every agent provides itself; only some roles may run them (docs/protocol.md).
+constexpr std::string_view kDiagWorkload = "kiln.diag";
+constexpr std::string_view kInstallWorkload = "kiln.install";
+
+constexpr bool is_maintenance_workload(std::string_view workload) {
+  return workload == kDiagWorkload || workload == kInstallWorkload;
+}
 
 // ---- nested records ------------------------------------------------------------------
 
@@ -131,9 +154,52 @@ struct HostInfo {
   }
 };
 
+struct HealthCheck {
+  std::string check;
+  std::int32_t chip = -1;  // -1: the node as a whole
+  HealthStatus status = HealthStatus::unknown;
+  std::string reason_code;
+  std::string category;
+  std::string message;
+  std::string recommended_action;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("check", check, kIdentifier);
+    v.field("chip", chip, Range{-1, 63});
+    v.field("status", status);
+    v.field("reason_code", reason_code, Str{0, 64});
+    v.field("category", category, Str{0, 32});
+    v.field("message", message, kMessageText);
+    v.field("recommended_action", recommended_action, kMessageText);
+  }
+};
+
+// Warmup until steady, then timed repeats; repeats == 0 means the job is not a benchmark.
+struct BenchmarkSpec {
+  std::uint32_t repeats = 0;
+  std::uint32_t warmup_min = 3;
+  std::uint32_t warmup_max = 50;
+  std::uint32_t steady_window = 3;
+  std::uint32_t steady_tolerance_ppm = 20000;  // relative spread allowed in the window, in millionths
+
+  template <class V>
+  void visit(V& v) {
+    v.field("repeats", repeats, Range{0, 10000});
+    v.field("warmup_min", warmup_min, Range{0, 10000});
+    v.field("warmup_max", warmup_max, Range{0, 10000});
+    v.field("steady_window", steady_window, Range{1, 1000});
+    v.field("steady_tolerance_ppm", steady_tolerance_ppm, Range{1, 1000000});
+  }
+};
+
 struct NodeSummary {
   std::string node_id;
   NodeState state = NodeState::up;
+  HealthStatus health = HealthStatus::unknown;
+  std::string health_detail;  // the failing or warning checks, for people
+  std::string quarantine_reason;
+  std::string quarantine_owner;
   std::string hardware_revision;
   std::uint32_t chips_total = 0;
   std::uint32_t chips_used = 0;
@@ -147,6 +213,10 @@ struct NodeSummary {
   void visit(V& v) {
     v.field("node_id", node_id, kIdentifier);
     v.field("state", state);
+    v.field("health", health);
+    v.field("health_detail", health_detail, kMessageText);
+    v.field("quarantine_reason", quarantine_reason, kMessageText);
+    v.field("quarantine_owner", quarantine_owner, Str{0, 64});
     v.field("hardware_revision", hardware_revision, kRevision);
     v.field("chips_total", chips_total, Range{0, 64});
     v.field("chips_used", chips_used, Range{0, 64});
@@ -261,6 +331,7 @@ struct JobStart {
   std::vector<std::uint32_t> chip_indices;
   std::uint32_t timeout_ms = 60000;
   std::uint64_t seed = 0;
+  BenchmarkSpec benchmark;
 
   template <class V>
   void visit(V& v) {
@@ -271,6 +342,7 @@ struct JobStart {
     v.field("chip_indices", chip_indices, Count{1, 64}, kChipIndex);
     v.field("timeout_ms", timeout_ms, kTimeoutMs);
     v.field("seed", seed, kU64);
+    v.field("benchmark", benchmark);
   }
 };
 
@@ -335,6 +407,19 @@ struct JobCancel {
   }
 };
 
+// The agent's periodic health probes: a failing report quarantines the node.
+struct HealthReport {
+  static constexpr std::string_view kType = "health_report";
+  HealthStatus verdict = HealthStatus::unknown;
+  std::vector<HealthCheck> checks;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("verdict", verdict);
+    v.field("checks", checks, Count{0, 512});
+  }
+};
+
 // ---- clients ---------------------------------------------------------------------------
 
 struct Whoami {
@@ -370,6 +455,7 @@ struct SubmitJob {
   PriorityClass priority_class = PriorityClass::experiment;
   std::uint32_t max_attempts = 2;
   std::uint64_t seed = 0;
+  BenchmarkSpec benchmark;
 
   template <class V>
   void visit(V& v) {
@@ -382,6 +468,7 @@ struct SubmitJob {
     v.field("priority_class", priority_class);
     v.field("max_attempts", max_attempts, Range{1, 10});
     v.field("seed", seed, kU64);
+    v.field("benchmark", benchmark);
   }
 };
 
@@ -508,7 +595,7 @@ struct ErrorReply {
 };
 
 using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFinished,
-                          JobFinishedAck, JobCancel, Whoami, WhoamiReply, SubmitJob, JobAccepted,
+                          JobFinishedAck, JobCancel, HealthReport, Whoami, WhoamiReply, SubmitJob, JobAccepted,
                           ListNodes, NodeList, ListJobs, JobList, GetJob, JobDetail, CancelJob,
                           DrainNode, Ok, ErrorReply>;
 

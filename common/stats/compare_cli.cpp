@@ -76,14 +76,13 @@ int run_compare_samples(const CompareSamplesArgs& args, std::ostream& out, std::
 
   std::string note;
   const double floor_p = smallest_exact_p_value(baseline->size(), candidate->size());
-  if (std::isinf(c.relative_ci.high) || std::isinf(c.relative_ci.low)) {
-    note = fmt::format("{} and {} samples are too few for a {:g}% interval; add repeats",
-                       baseline->size(), candidate->size(), 100 * options.ci_confidence);
-  }
   if (floor_p > options.alpha) {
     note = fmt::format("with {} and {} samples no test can reach p <= {} (smallest p {:.4g}); use "
                        "at least 5 per side, 10 or more for a 2% effect at 1% noise",
                        baseline->size(), candidate->size(), options.alpha, floor_p);
+  } else if (std::isinf(c.relative_ci.high) || std::isinf(c.relative_ci.low)) {
+    note = fmt::format("{} and {} samples are too few for a {:g}% interval; add repeats",
+                       baseline->size(), candidate->size(), 100 * options.ci_confidence);
   }
 
   if (args.json) {

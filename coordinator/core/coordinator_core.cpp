@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace kiln::coordinator {
 
@@ -25,7 +26,29 @@ bool client_role_may_submit(Role role, PriorityClass cls) {
   return false;
 }
 
+bool client_role_may_run_maintenance(Role role, std::string_view workload) {
+  if (role == Role::admin || role == Role::ops) return true;
+  return role == Role::lab && workload == protocol::kDiagWorkload;
+}
+
 int priority_rank(PriorityClass cls) { return static_cast<int>(cls); }
+
+// What a diagnostics job's result document says: its level and verdict (docs/health.md).
+struct DiagOutcome {
+  int level = 0;
+  std::string verdict;
+};
+
+std::optional<DiagOutcome> diag_outcome(const std::string& result) {
+  auto doc = nlohmann::json::parse(result, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  auto level = doc.find("level");
+  auto verdict = doc.find("verdict");
+  if (level == doc.end() || !level->is_number_integer() || verdict == doc.end() || !verdict->is_string()) {
+    return std::nullopt;
+  }
+  return DiagOutcome{level->get<int>(), verdict->get<std::string>()};
+}
 
 }  // namespace
 
@@ -117,6 +140,8 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
           handle_job_started(node_id, body, now);
         } else if constexpr (std::is_same_v<T, protocol::JobFinished>) {
           handle_job_finished(peer, node_id, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::HealthReport>) {
+          handle_health_report(node_id, body, now);
         } else if constexpr (std::is_same_v<T, protocol::ErrorReply>) {
           log(action::Severity::warn,
               fmt::format("node {} refused message {}: {}: {}", node_id, m.header.corr, body.code, body.message));
@@ -175,7 +200,9 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
   node.summary.chips = hello.chips;
   node.summary.chips_total = static_cast<std::uint32_t>(hello.chips.size());
   node.summary.host = hello.host;
-  node.summary.state = node.draining ? NodeState::draining : NodeState::up;
+  if (node.summary.state != NodeState::quarantined) {
+    node.summary.state = node.draining ? NodeState::draining : NodeState::up;
+  }
   node.last_seen_ms = now;
 
   // Reconcile what the agent runs with what this coordinator assigned to it.
@@ -270,6 +297,7 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
       }
       finish(job, state, std::move(detail), now);
       refresh_chip_counts(node_id);
+      if (job.summary.workload == protocol::kDiagWorkload) apply_diag_result(node_id, job, now);
     } else {
       log(action::Severity::debug, fmt::format("ignoring a stale result for job {} attempt {} from node {}",
                                                fin.job_id, fin.attempt, node_id));
@@ -277,6 +305,63 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
   }
   // Acknowledged in every case, once stored when it mattered, so the agent can forget it.
   to_agent(peer, protocol::JobFinishedAck{fin.job_id, fin.attempt}, m.header.id);
+}
+
+void CoordinatorCore::handle_health_report(const std::string& node_id, const protocol::HealthReport& report,
+                                           TimeMs now) {
+  NodeRecord& node = nodes_.at(node_id);
+  std::vector<std::string> problems;
+  for (const auto& check : report.checks) {
+    if (check.status == protocol::HealthStatus::fail || check.status == protocol::HealthStatus::warn) {
+      problems.push_back(fmt::format("{}{} {}: {}", check.check, check.chip >= 0 ? fmt::format(" chip {}", check.chip) : "",
+                                     protocol::enum_name(check.status), check.reason_code));
+    }
+  }
+  const bool changed = node.summary.health != report.verdict;
+  node.summary.health = report.verdict;
+  node.summary.health_detail = fmt::format("{}", fmt::join(problems, "; ")).substr(0, protocol::kMessageText.max_len);
+  if (report.verdict == protocol::HealthStatus::fail && node.summary.state != NodeState::quarantined) {
+    quarantine(node, "health probe failed: " + node.summary.health_detail, "lab", now);
+  } else if (changed) {
+    save(node);
+  }
+}
+
+void CoordinatorCore::apply_diag_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  NodeRecord& node = it->second;
+  auto outcome = diag_outcome(job.result);
+  if (!outcome) return;
+  if (outcome->verdict == "fail") {
+    if (node.summary.state != NodeState::quarantined) {
+      quarantine(node, fmt::format("level {} diagnostics failed (job {})", outcome->level, job.summary.job_id), "lab",
+                 now);
+    }
+    return;
+  }
+  if (node.summary.state == NodeState::quarantined &&
+      outcome->level >= static_cast<int>(knobs_.quarantine_release_min_diag_level)) {
+    node.summary.state = node.draining ? NodeState::draining : NodeState::up;
+    node.summary.health = protocol::HealthStatus::pass;
+    log(action::Severity::info, fmt::format("node {} leaves quarantine: level {} diagnostics {} (job {}); it was "
+                                            "quarantined for: {}",
+                                            node_id, outcome->level, outcome->verdict, job.summary.job_id,
+                                            node.summary.quarantine_reason));
+    node.summary.quarantine_reason.clear();
+    node.summary.quarantine_owner.clear();
+    save(node);
+  }
+}
+
+void CoordinatorCore::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs) {
+  node.summary.state = NodeState::quarantined;
+  node.summary.quarantine_reason = reason.substr(0, protocol::kMessageText.max_len);
+  node.summary.quarantine_owner = owner;
+  save(node);
+  log(action::Severity::warn, fmt::format("node {} quarantined (owner {}): {}; it returns after passing level {} "
+                                          "diagnostics",
+                                          node.summary.node_id, owner, reason, knobs_.quarantine_release_min_diag_level));
 }
 
 // ---- clients -----------------------------------------------------------------------------
@@ -320,7 +405,26 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
 
 void CoordinatorCore::handle_submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                                     const protocol::SubmitJob& submit, TimeMs now) {
-  if (!client_role_may_submit(caller.role, submit.priority_class)) {
+  const bool maintenance = protocol::is_maintenance_workload(submit.workload);
+  if (maintenance) {
+    if (!client_role_may_run_maintenance(caller.role, submit.workload)) {
+      reply_error(client, m.header.id, Errc::unauthorized,
+                  fmt::format("role {} may not run {}; diagnostics are for lab, ops and admin, installs for ops "
+                              "and admin",
+                              protocol::enum_name(caller.role), submit.workload));
+      return;
+    }
+    if (submit.node_id.empty()) {
+      reply_error(client, m.header.id, Errc::invalid_argument,
+                  fmt::format("{} runs on one node: name it (kiln diag --node ID)", submit.workload));
+      return;
+    }
+  } else if (submit.workload.starts_with("kiln.")) {
+    reply_error(client, m.header.id, Errc::invalid_argument,
+                fmt::format("'{}' is not a built-in workload; built-ins are {} and {}", submit.workload,
+                            protocol::kDiagWorkload, protocol::kInstallWorkload));
+    return;
+  } else if (!client_role_may_submit(caller.role, submit.priority_class)) {
     reply_error(client, m.header.id, Errc::unauthorized,
                 fmt::format("role {} may not submit {} jobs; developers and lab engineers submit "
                             "experiments, CI submits presubmit, nightly, bisect and release work",
@@ -352,6 +456,9 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
   job.summary.submitted_by = caller.key_name;
   job.timeout_ms = submit.timeout_ms;
   job.seed = submit.seed;
+  job.benchmark = submit.benchmark;
+  // Maintenance takes the whole node: nothing else may share its chips while it runs.
+  if (maintenance) job.summary.chips = nodes_.at(submit.node_id).summary.chips_total;
   job.submitted_at_ms = now;
   const std::uint64_t id = job.summary.job_id;
   active_jobs_.insert(id);
@@ -412,7 +519,9 @@ void CoordinatorCore::handle_drain(const std::string& client, const Caller& call
   NodeRecord& node = it->second;
   node.draining = drain.drain;
   node.drain_reason = drain.drain ? drain.reason : "";
-  if (node.summary.state != NodeState::lost) node.summary.state = drain.drain ? NodeState::draining : NodeState::up;
+  if (node.summary.state == NodeState::up || node.summary.state == NodeState::draining) {
+    node.summary.state = drain.drain ? NodeState::draining : NodeState::up;
+  }
   save(node);
   actions_.push_back(action::ToClient{client, protocol::Ok{drain.drain ? "draining" : "resumed"}, m.header.id});
   log(action::Severity::info, fmt::format("node {} {} by {}{}", drain.node_id, drain.drain ? "drained" : "resumed",
@@ -567,10 +676,18 @@ void CoordinatorCore::dispatch(TimeMs now) {
   std::stable_sort(queued.begin(), queued.end(), [&](std::uint64_t a, std::uint64_t b) {
     return priority_rank(jobs_.at(a).summary.priority_class) < priority_rank(jobs_.at(b).summary.priority_class);
   });
+  // A node with maintenance waiting drains first: it takes no new regular work.
+  std::set<std::string> awaiting_maintenance;
+  for (std::uint64_t id : queued) {
+    const JobRecord& job = jobs_.at(id);
+    if (protocol::is_maintenance_workload(job.summary.workload)) awaiting_maintenance.insert(job.requested_node_id);
+  }
   for (std::uint64_t id : queued) {
     JobRecord& job = jobs_.at(id);
+    const bool maintenance = protocol::is_maintenance_workload(job.summary.workload);
     for (auto& [node_id, node] : nodes_) {
-      if (node.summary.state != NodeState::up || !node_has_session(node_id)) continue;
+      if (!node_has_session(node_id) || node.summary.state == NodeState::lost) continue;
+      if (!maintenance && (node.summary.state != NodeState::up || awaiting_maintenance.count(node_id))) continue;
       if (!job.requested_node_id.empty() && job.requested_node_id != node_id) continue;
       if (!job.summary.hardware_revision.empty() && job.summary.hardware_revision != node.summary.hardware_revision) {
         continue;
@@ -592,6 +709,7 @@ void CoordinatorCore::dispatch(TimeMs now) {
       start.chip_indices = *chips;
       start.timeout_ms = job.timeout_ms;
       start.seed = job.seed;
+      start.benchmark = job.benchmark;
       to_agent(peer_by_node_.at(node_id), start);
       log(action::Severity::info, fmt::format("job {} attempt {} dispatched to {} chips [{}]", id,
                                               job.summary.attempt, node_id, fmt::join(*chips, ",")));

@@ -16,6 +16,8 @@ struct CoordinatorKnobs {
   // An attempt still running this long after its own timeout (which the agent enforces) is
   // failed by the coordinator: the agent is alive but has lost track of it.
   std::uint32_t job_timeout_slack_ms = 30000;
+  // A quarantined node returns to service only after diagnostics of at least this level pass.
+  std::uint32_t quarantine_release_min_diag_level = 2;
 
   std::int64_t liveness_timeout_ms() const {
     return static_cast<std::int64_t>(heartbeat_interval_ms) * liveness_missed_beats;

@@ -32,6 +32,7 @@ struct JobRecord {
   std::string requested_node_id;  // empty: any node that fits
   std::uint32_t timeout_ms = 0;
   std::uint64_t seed = 0;
+  protocol::BenchmarkSpec benchmark;
   std::string output_tail;
   std::string result;
   std::int64_t submitted_at_ms = 0;
@@ -45,6 +46,7 @@ struct JobRecord {
     v.field("requested_node_id", requested_node_id, protocol::Str{0, 64});
     v.field("timeout_ms", timeout_ms, protocol::kTimeoutMs);
     v.field("seed", seed, protocol::kU64);
+    v.field("benchmark", benchmark);
     v.field("output_tail", output_tail, protocol::kOutputTail);
     v.field("result", result, protocol::kResultDocument);
     v.field("submitted_at_ms", submitted_at_ms, protocol::Range{0, INT64_MAX});

@@ -122,7 +122,7 @@ struct Explanation {
   std::string text() const;                 // reasons joined by "; " plus the expected start
 };
 
-// Chip counts currently leased.
+// A live lease as `kiln leases` shows it.
 struct LeaseView {
   LeaseId lease = 0;
   RequestId request = 0;

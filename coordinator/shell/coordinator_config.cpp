@@ -120,7 +120,9 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
                    r.integer("liveness_missed_beats", k.liveness_missed_beats, 2, 100),
                    r.integer("max_queued_jobs", k.max_queued_jobs, 1, 1000000),
                    r.integer("max_jobs_listed", k.max_jobs_listed, 1, 1000),
-                   r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000), r.no_unknown_keys()}) {
+                   r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000),
+                   r.integer("quarantine_release_min_diag_level", k.quarantine_release_min_diag_level, 1, 3),
+                   r.no_unknown_keys()}) {
       if (!s) return tl::unexpected(s.error());
     }
   }

@@ -1,5 +1,6 @@
 #include "sim/bench/detection.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 

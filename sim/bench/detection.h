@@ -12,7 +12,7 @@ namespace kiln::sim {
 
 struct DetectionBenchOptions {
   std::uint64_t seed = 1;
-  int nights = 1000;                 // Monte Carlo trials per repeat count
+  int nights = 10000;                // Monte Carlo trials per repeat count
   int models_per_night = 60;         // the nightly qualification set
   int dropping_models_per_night = 1; // the hardest case for BH: one true regression
   double drop = 0.02;                // sustained relative throughput drop of those models

@@ -366,14 +366,12 @@ class FleetRun {
       }
       case EventKind::node_fail: {
         if (now_ < opt_.day_ms) ++node_failures_;
-        failed_.insert(e.a);
         auto ok = sched_.set_node_state(node_ids_[e.a], sch::NodeState::lost,
                                         "simulated node failure", "ops", now_);
         if (!ok) return tl::unexpected(ok.error());
         return {};
       }
       case EventKind::node_repair: {
-        failed_.erase(e.a);
         auto ok = sched_.set_node_state(node_ids_[e.a], sch::NodeState::up,
                                         "repaired, diagnostics passed", "lab", now_);
         if (!ok) return tl::unexpected(ok.error());
@@ -586,7 +584,6 @@ class FleetRun {
   std::vector<std::string> node_ids_;
   std::map<std::string, std::string> node_revision_;
   std::map<std::string, int> chips_by_revision_;
-  std::set<std::uint64_t> failed_;
 
   std::vector<TimeMs> change_arrival_;
   std::vector<int> change_remaining_;

@@ -240,3 +240,5 @@ Result<Scenario> load_scenario(const std::string& path) {
 }
 
 }  // namespace kiln::fleet
+
+#undef KILN_TRY

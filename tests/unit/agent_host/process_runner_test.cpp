@@ -179,7 +179,11 @@ TEST_CASE("a child does not inherit the agent's blocked signals") {
   sigaddset(&term, SIGTERM);
   sigset_t before;
   REQUIRE(::pthread_sigmask(SIG_BLOCK, &term, &before) == 0);
-  const Result<ProcessId> id = runner.start(shell(dir, "sleep 30", 300));
+  // sleep itself, not through sh: a shell resets its signal mask when it starts.
+  ProcessSpec spec = shell(dir, "", 300);
+  spec.program = "/bin/sleep";
+  spec.args = {"30"};
+  const Result<ProcessId> id = runner.start(spec);
   ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   REQUIRE(id.has_value());
   const ProcessExit exit = wait_for(runner, 1).at(*id);

@@ -228,3 +228,63 @@ TEST_CASE("requests are authorized by role") {
     CHECK(errors[0].code == "unauthorized");
   }
 }
+
+TEST_CASE("a failing health report quarantines a node until diagnostics pass on it") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  HealthReport report;
+  report.verdict = HealthStatus::fail;
+  report.checks.push_back(HealthCheck{"ecc", 3, HealthStatus::fail, "ecc_uncorrected", "memory", "12 uncorrected",
+                                      "drain and run level 3 diagnostics"});
+  h.agent("p1", "n01", report, 10);
+  const auto& node = h.core.nodes().at("n01");
+  CHECK(node.summary.state == NodeState::quarantined);
+  CHECK(node.summary.quarantine_owner == "lab");
+  CHECK(node.summary.quarantine_reason.find("ecc chip 3 fail: ecc_uncorrected") != std::string::npos);
+
+  // Regular work waits; a developer may not run diagnostics; a lab engineer may.
+  h.client("dev", Role::developer, smoke(1), 20);
+  CHECK(h.agent_bodies<JobStart>("p1").empty());
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.args = {"--level", "2"};
+  diag.node_id = "n01";
+  h.client("dev", Role::developer, diag, 30);
+  CHECK(std::get<ErrorReply>(h.last_client_reply()).code == "unauthorized");
+  h.client("lab1", Role::lab, diag, 40);
+  const auto diag_id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  auto starts = h.agent_bodies<JobStart>("p1");
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].job_id == diag_id);
+  CHECK(starts[0].chip_indices.size() == 8);
+
+  // A level 1 pass is not enough to return; level 2 is.
+  JobFinished fin;
+  fin.job_id = diag_id;
+  fin.outcome = JobOutcome::succeeded;
+  fin.result = R"({"level": 2, "verdict": "pass", "checks": []})";
+  h.agent("p1", "n01", fin, 50);
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
+  // The waiting job now runs.
+  CHECK(h.agent_bodies<JobStart>("p1").size() == 2);
+}
+
+TEST_CASE("a node with diagnostics queued drains first: it takes no new regular work") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.client("dev", Role::developer, smoke(4), 1);
+  const auto busy = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.node_id = "n01";
+  h.client("lab1", Role::lab, diag, 2);
+  h.client("dev", Role::developer, smoke(1), 3);
+  CHECK(h.agent_bodies<JobStart>("p1").size() == 1);  // only the first job
+  JobFinished fin;
+  fin.job_id = busy;
+  fin.outcome = JobOutcome::succeeded;
+  h.agent("p1", "n01", fin, 4);
+  auto starts = h.agent_bodies<JobStart>("p1");
+  REQUIRE(starts.size() == 2);
+  CHECK(starts[1].workload == "kiln.diag");
+}

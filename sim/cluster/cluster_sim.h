@@ -1,0 +1,177 @@
+// Deterministic simulation of a kiln cluster: the real CoordinatorCore and AgentCores, unchanged,
+// driven by a simulated clock, network, process layer and store, all under one seed. Faults
+// (message delay, loss, duplication, partitions, agent and coordinator crashes) come from a
+// seeded schedule; invariants are checked after every event. One seed reproduces a run exactly,
+// including its log. (TigerBeetle's VOPR, FoundationDB's simulation.)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/core/agent_core.h"
+#include "common/protocol/messages.h"
+#include "common/time.h"
+#include "coordinator/core/coordinator_core.h"
+#include "coordinator/core/knobs.h"
+#include "coordinator/core/records.h"
+
+namespace kiln::sim::cluster {
+
+// What the simulated network does to each message between the coordinator and an agent or a
+// client. Delay applies always; loss and duplication only during the fault period.
+struct NetworkFaults {
+  DurationMs delay_min_ms = 1;
+  DurationMs delay_max_ms = 20;
+  double loss_probability = 0.0;
+  double duplicate_probability = 0.0;
+  // Messages of these types (protocol type names, e.g. "job_finished") are always sent twice,
+  // also in the quiet tail: focused scenarios use this to replay one kind of message.
+  std::vector<std::string> always_duplicate_types;
+  // One TCP connection keeps order; false lets per-message delays reorder a link.
+  bool preserve_order = true;
+  // Encode every message with protocol::encode and decode it on delivery, so the codec's
+  // bounds are exercised by everything the cores say.
+  bool round_trip_codec = true;
+};
+
+// Rates of the seeded fault schedule during the fault period (0 switches a kind off).
+struct FaultOptions {
+  NetworkFaults network;
+  double agent_crashes_per_minute = 0.0;  // across the cluster
+  DurationMs agent_down_min_ms = 1000;
+  DurationMs agent_down_max_ms = 20000;
+  double coordinator_crashes_per_minute = 0.0;
+  DurationMs coordinator_down_min_ms = 500;
+  DurationMs coordinator_down_max_ms = 15000;
+  // Share of coordinator crashes that strike in the middle of carrying out one step's actions
+  // (after some saves or sends, before the rest), not between steps.
+  double coordinator_crash_mid_step_probability = 0.5;
+  double partitions_per_minute = 0.0;  // one node cut off from the coordinator, both ways
+  DurationMs partition_min_ms = 1000;
+  DurationMs partition_max_ms = 30000;
+};
+
+struct WorkloadOptions {
+  std::size_t clients = 3;
+  double submits_per_minute = 6.0;  // 0: only what a scenario submits by hand
+  double cancel_probability = 0.05;  // per accepted job, a cancel follows after a drawn delay
+  DurationMs job_duration_min_ms = 1000;
+  DurationMs job_duration_max_ms = 120000;
+  double job_failure_probability = 0.1;   // per attempt
+  double job_overrun_probability = 0.05;  // the job runs past its timeout
+  std::uint32_t max_attempts_max = 3;
+};
+
+struct ClusterShape {
+  std::size_t nodes = 4;
+  std::vector<std::string> revisions;  // one per node
+  std::uint32_t chips_per_node = 8;
+  std::uint32_t numa_nodes = 2;  // chips are split evenly
+};
+
+struct SimOptions {
+  std::uint64_t seed = 1;
+  ClusterShape shape;
+  FaultOptions faults;
+  WorkloadOptions workload;
+  coordinator::CoordinatorKnobs coordinator_knobs;
+  agent::SessionKnobs agent_knobs;
+  // Faults and new submissions stop after this; then the quiet tail runs until every job is
+  // terminal, or fails the run when quiet_tail_max_ms passes first.
+  DurationMs fault_period_ms = 3 * kMinuteMs;
+  DurationMs quiet_tail_max_ms = 30 * kMinuteMs;
+  // How late the coordinator may notice a silent node or an overdue job: one tick of the real
+  // shell's poll loop.
+  DurationMs tick_allowance_ms = 200;
+  // Also check the agents' side: no chip runs two simulated processes at once.
+  bool check_physical_chips = false;
+  bool record_log = false;
+  // Also log every message delivered (large; for following one seed by hand).
+  bool log_messages = false;
+};
+
+// Everything about a run drawn from its seed: cluster shape, knobs, fault rates, workload.
+// Tests start from this and override what a scenario pins down.
+SimOptions options_from_seed(std::uint64_t seed, DurationMs fault_period_ms = 3 * kMinuteMs);
+
+struct Violation {
+  std::uint64_t seed = 0;
+  DurationMs fault_period_ms = 0;
+  std::uint64_t step = 0;
+  TimeMs time_ms = 0;
+  std::string invariant;
+
+  std::string describe() const;  // one line, ending with the --seed=N that reproduces it
+};
+
+struct RunSummary {
+  std::uint64_t seed = 0;
+  std::uint64_t steps = 0;  // events processed
+  TimeMs simulated_ms = 0;
+  std::size_t nodes = 0;
+  std::size_t jobs_submitted = 0;  // accepted by the coordinator
+  std::size_t jobs_succeeded = 0;
+  std::size_t jobs_failed = 0;  // failed or timed out
+  std::size_t jobs_cancelled = 0;
+  std::size_t jobs_lost = 0;
+  std::size_t agent_crashes = 0;
+  std::size_t coordinator_crashes = 0;
+  std::size_t partitions = 0;
+  std::size_t messages_sent = 0;
+  std::size_t messages_dropped = 0;
+  std::size_t messages_duplicated = 0;
+  // Times an agent started a process on a chip another of its processes still held.
+  std::size_t physical_chip_overlaps = 0;
+  std::uint64_t log_digest = 0;  // FNV-1a of the log lines, recorded or not
+  std::optional<Violation> violation;
+
+  std::string describe() const;
+};
+
+class Simulation {
+ public:
+  explicit Simulation(SimOptions options);
+  ~Simulation();
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+
+  // The fault period, then the quiet tail; stops at the first violated invariant.
+  RunSummary run();
+
+  // Pieces of run() for focused scenarios. Every scheduling call takes an absolute simulated
+  // time; node and client are indexes into the cluster shape and the client list.
+  void run_until(TimeMs until);
+  // Stops faults and submissions, heals the network and runs until every job is terminal.
+  void run_quiet_tail();
+  void submit(TimeMs at, std::size_t client, protocol::SubmitJob job);
+  void cancel(TimeMs at, std::size_t client, std::uint64_t job_id);
+  void crash_coordinator(TimeMs at, DurationMs down_ms);
+  void crash_agent(TimeMs at, std::size_t node, DurationMs down_ms);
+  void partition(TimeMs at, std::size_t node, DurationMs duration_ms);
+
+  TimeMs now() const;
+  const std::optional<Violation>& violation() const;
+  RunSummary summary() const;
+  const std::vector<std::string>& log() const;  // empty unless options.record_log
+  // The live coordinator, or nullptr while it is down.
+  const coordinator::CoordinatorCore* coordinator() const;
+  coordinator::Snapshot store() const;  // what a restart would recover
+  std::vector<std::uint64_t> accepted_jobs() const;  // ids the coordinator sent job_accepted for
+  std::size_t acknowledged_results() const;  // job_finished_ack sent for a stored terminal result
+  std::string node_id(std::size_t node) const;
+  const SimOptions& options() const;
+
+ private:
+  struct World;
+  std::unique_ptr<World> world_;
+};
+
+// Runs one seed with options_from_seed(seed, fault_period_ms).
+RunSummary run_seed(std::uint64_t seed, DurationMs fault_period_ms, bool record_log = false,
+                    std::vector<std::string>* log = nullptr);
+
+}  // namespace kiln::sim::cluster

@@ -1,0 +1,345 @@
+// kiln-workload-model: the registry's models as jobs on the simulated chip. It binds the job's
+// chips through the driver, computes the model on the CPU with the chip's numerics emulated,
+// compares the outputs with the fp32 golden, runs the benchmark the agent asked for (warmup
+// until steady, then timed repeats; throughput from the sim's performance model) and writes
+// the result document. The contract is docs/workloads.md.
+//
+//   kiln-workload-model --list [--json]
+//   kiln-workload-model --model M --write-golden DIR [--data-seed N]
+//   kiln-workload-model --model M [--golden DIR] [--data-seed N]      (as a job, from kiln-agent)
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/stats/rng.h"
+#include "drivers/loader.h"
+#include "sim/chip/sim_node.h"
+#include "sim/perf/perf_model.h"
+#include "sim/workloads/bench_loop.h"
+#include "sim/workloads/golden.h"
+#include "sim/workloads/models.h"
+#include "sim/workloads/registry.h"
+#include "sim/workloads/stack_effects.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace wl = kiln::sim::workloads;
+
+constexpr int kExitOk = 0;
+constexpr int kExitIncorrect = 1;
+constexpr int kExitCannotRun = 2;
+constexpr std::size_t kMaxResultBytes = 256 * 1024;
+
+volatile std::sig_atomic_t g_preempted = 0;
+extern "C" void on_preemption_notice(int) { g_preempted = 1; }
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+int cannot_run(const std::string& why) {
+  std::fprintf(stderr, "kiln-workload-model: %s\n", why.c_str());
+  return kExitCannotRun;
+}
+
+double now_epoch_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Paces wall time to simulated time; returns early on a preemption notice.
+void sleep_until_epoch_ms(double target_ms) {
+  for (;;) {
+    const double remaining_ms = target_ms - now_epoch_ms();
+    if (remaining_ms <= 0 || g_preempted) return;
+    const double step_ms = std::min(remaining_ms, 5.0);
+    timespec ts{0, static_cast<long>(step_ms * 1e6)};
+    ::nanosleep(&ts, nullptr);
+  }
+}
+
+// A workload touching a hung chip blocks, as on hardware: only the agent's deadline ends it.
+[[noreturn]] void hang_forever() {
+  for (;;) ::pause();
+}
+
+kiln::Result<std::vector<std::uint32_t>> parse_chips(const std::string& text) {
+  std::vector<std::uint32_t> chips;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    char* stop = nullptr;
+    const unsigned long value = std::strtoul(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || value > 1024) {
+      return kiln::fail(kiln::Errc::invalid_argument,
+                        fmt::format("KILN_CHIPS='{}' is not a comma-separated list of chip indices", text));
+    }
+    chips.push_back(static_cast<std::uint32_t>(value));
+    start = end + 1;
+  }
+  return chips;
+}
+
+bool write_file_atomically(const fs::path& path, const std::string& text) {
+  const fs::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) return false;
+  }
+  std::error_code ec;
+  fs::rename(temporary, path, ec);
+  return !ec;
+}
+
+nlohmann::json conditions_to_json(const kiln::sim::ChipConditions& c) {
+  return {{"chip", c.chip},
+          {"revision", kiln::sim::to_string(c.revision)},
+          {"firmware_version", c.firmware_version},
+          {"speed_factor", c.speed_factor},
+          {"throttled", c.throttled},
+          {"sdc_active", c.sdc_active}};
+}
+
+struct ChipsNow {
+  double steady_throughput = 0;
+  std::vector<kiln::sim::ChipConditions> conditions;
+};
+
+// The job's throughput now: data parallel over its chips, so the slowest chip sets the pace.
+kiln::Result<ChipsNow> read_chips(const kiln::sim::SimNode& node, const std::vector<std::uint32_t>& chips,
+                                  const wl::ModelSpec& spec, const wl::StackEffects& effects) {
+  ChipsNow now;
+  double slowest = 1e9;
+  bool throttled = false;
+  for (std::uint32_t chip : chips) {
+    auto c = node.conditions(chip);
+    if (!c) return tl::unexpected(c.error());
+    if (c->hung) hang_forever();
+    slowest = std::min(slowest, c->silicon_factor * c->slow_factor);
+    throttled = throttled || c->throttled;
+    now.conditions.push_back(*c);
+  }
+  const double base = spec.base_throughput(kiln::sim::to_string(node.revision())) * static_cast<double>(chips.size());
+  now.steady_throughput = kiln::sim::steady_throughput(base, effects.throughput_factor(spec.name), slowest, throttled);
+  return now;
+}
+
+int list_models(bool json) {
+  if (json) {
+    std::cout << wl::registry_to_json().dump(2) << "\n";
+    return kExitOk;
+  }
+  for (const auto& m : wl::model_registry()) {
+    std::cout << fmt::format("{:<24} {:<9} {:<8} {:<6} a {:>8} b {:>8} {:<9}  {}\n", m.name, wl::to_string(m.kind),
+                             m.dtype, m.size_class, m.base_throughput_rev_a, m.base_throughput_rev_b, m.throughput_unit,
+                             fmt::join(m.components, ","));
+  }
+  return kExitOk;
+}
+
+struct JobArgs {
+  const wl::ModelSpec* spec = nullptr;
+  std::optional<std::string> golden_dir;
+  std::uint64_t data_seed = 1;
+};
+
+int run_job(const JobArgs& args) {
+  const wl::ModelSpec& spec = *args.spec;
+  const auto library = env("KILN_DRIVER_LIBRARY");
+  if (!library || library->empty()) return cannot_run("KILN_DRIVER_LIBRARY is not set; run me through kiln-agent");
+  auto chips = parse_chips(env("KILN_CHIPS").value_or(""));
+  if (!chips) return cannot_run(chips.error().message + "; kiln-agent sets it");
+  const fs::path result_file = env("KILN_RESULT_FILE").value_or("result.json");
+  const fs::path work_dir = env("KILN_WORK_DIR").value_or(".");
+  const std::string seed_text = env("KILN_SEED").value_or("1");
+  const std::uint64_t seed = std::strtoull(seed_text.c_str(), nullptr, 10);
+  auto bench = wl::bench_settings_from_env(env);
+  if (!bench) return cannot_run(bench.error().message);
+  wl::StackEffects effects;
+  if (auto path = env("KILN_SIM_STACK_EFFECTS"); path && !path->empty()) {
+    auto read = wl::read_stack_effects_file(*path);
+    if (!read) return cannot_run(read.error().message);
+    effects = *read;
+  }
+
+  struct sigaction action {};
+  action.sa_handler = on_preemption_notice;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGUSR1, &action, nullptr);
+
+  const std::string options = env("KILN_DRIVER_OPTIONS").value_or("");
+  auto driver = kiln::drivers::Driver::load(*library, options);
+  if (!driver) return cannot_run(driver.error().message);
+  if (auto bound = (*driver)->bind_workload(::getpid(), *chips); !bound) {
+    return cannot_run("cannot bind chips: " + bound.error().message);
+  }
+  auto node = kiln::sim::SimNode::open(options);
+  if (!node) {
+    return cannot_run("the simulated models need the sim driver's node (KILN_DRIVER_OPTIONS): " + node.error().message);
+  }
+  auto start = read_chips(*node, *chips, spec, effects);
+  if (!start) return cannot_run(start.error().message);
+
+  // The model, computed once on the emulated chip; a chip with silent data corruption
+  // corrupts its share of the outputs.
+  wl::ModelRunOptions run_options;
+  run_options.data_seed = args.data_seed;
+  run_options.faulty_kernels = effects.faulty_kernels;
+  for (const auto& c : start->conditions) {
+    if (c.sdc_active) {
+      run_options.sdc_rate = std::max(run_options.sdc_rate, c.sdc_rate);
+      run_options.sdc_seed = kiln::stats::derive_seed(c.chip_seed, seed);
+    }
+  }
+  auto run = wl::run_model(spec, run_options);
+  if (!run) return cannot_run(run.error().message);
+
+  nlohmann::json correctness = {{"checked", false}, {"passed", true}};
+  bool correct = true;
+  if (args.golden_dir) {
+    auto golden = wl::read_golden(*args.golden_dir, spec, args.data_seed);
+    if (!golden) return cannot_run(golden.error().message);
+    auto checked = wl::check_correctness(spec, *golden, *run);
+    if (!checked) return cannot_run(checked.error().message);
+    correctness = checked->document;
+    correctness["golden_dir"] = *args.golden_dir;
+    correct = checked->passed;
+  }
+
+  const double started_ms = now_epoch_ms();
+  nlohmann::json benchmark = nullptr;
+  if (*bench) {
+    kiln::sim::PerfNoiseModel noise;
+    wl::BenchmarkLoop loop(**bench, noise, spec.items_per_iteration, kiln::stats::derive_seed(seed, 0xBE4C));
+    double next_start_ms = started_ms;
+    while (!loop.done() && !g_preempted) {
+      auto now = read_chips(*node, *chips, spec, effects);
+      if (!now) return cannot_run(now.error().message);
+      const wl::Sample sample = loop.next(next_start_ms, now->steady_throughput);
+      sleep_until_epoch_ms(sample.end_ms);
+      next_start_ms = sample.end_ms;
+    }
+    benchmark = wl::benchmark_to_json(loop, spec.throughput_unit);
+  }
+
+  nlohmann::json chips_json = nlohmann::json::array();
+  for (const auto& c : start->conditions) chips_json.push_back(conditions_to_json(c));
+  nlohmann::json result = {
+      {"schema", "kiln.workload-result/1"},
+      {"workload", "kiln-workload-model"},
+      {"model", spec.name},
+      {"kind", wl::to_string(spec.kind)},
+      {"dtype", spec.dtype},
+      {"components", spec.components},
+      {"status", g_preempted ? "preempted" : "completed"},
+      {"passed", correct},
+      {"job",
+       {{"id", env("KILN_JOB_ID").value_or("")},
+        {"attempt", env("KILN_ATTEMPT").value_or("")},
+        {"node_id", env("KILN_NODE_ID").value_or("")},
+        {"chips", *chips},
+        {"seed", seed},
+        {"data_seed", args.data_seed}}},
+      {"chips", chips_json},
+      {"stack_effects", wl::to_json(effects)},
+      {"benchmark", benchmark},
+      {"correctness", correctness},
+      {"wall_time_ms", now_epoch_ms() - started_ms},
+  };
+  if (spec.kind == wl::ModelKind::training) {
+    result["training"] = {{"loss_curve", wl::loss_curve_to_json(run->loss_curve)},
+                          {"loss_every_steps", wl::kLossCurveEverySteps},
+                          {"eval", {{"metric", "accuracy"}, {"score", run->eval_score.value_or(0.0)}}}};
+  }
+  if (g_preempted) {
+    // The models compute in one piece, so the checkpoint records how far the benchmark got;
+    // a new attempt starts over, which one seed makes reproducible.
+    const fs::path checkpoint = work_dir / "checkpoint.json";
+    const nlohmann::json state = {{"model", spec.name},
+                                  {"data_seed", args.data_seed},
+                                  {"iterations_done", benchmark.is_null() ? 0 : benchmark["samples"].size()}};
+    if (!write_file_atomically(checkpoint, state.dump() + "\n")) {
+      return cannot_run("cannot write the checkpoint " + checkpoint.string());
+    }
+    result["checkpoint"] = checkpoint.string();
+  }
+  const std::string text = result.dump() + "\n";
+  if (text.size() > kMaxResultBytes) {
+    return cannot_run(fmt::format("the result document is {} bytes, over the {} byte limit; ask for fewer iterations",
+                                  text.size(), kMaxResultBytes));
+  }
+  if (!write_file_atomically(result_file, text)) return cannot_run("cannot write the result file " + result_file.string());
+  (void)(*driver)->unbind_workload(::getpid());
+  std::printf("%s: %s%s\n", spec.name.c_str(), g_preempted ? "preempted, checkpoint written; " : "",
+              !args.golden_dir ? "not compared (no --golden)" : correct ? "correct" : "INCORRECT against the golden");
+  if (g_preempted) return kExitOk;
+  return correct ? kExitOk : kExitIncorrect;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln-workload-model: small real models on the simulated chip (docs/workloads.md)"};
+  std::string model;
+  bool list = false;
+  bool json = false;
+  std::string write_golden_dir;
+  std::string golden_dir;
+  std::uint64_t data_seed = 1;
+  app.add_option("--model", model, "model to run (see --list)");
+  app.add_flag("--list", list, "list the models, their components and base throughput");
+  app.add_flag("--json", json, "with --list: as JSON");
+  app.add_option("--write-golden", write_golden_dir, "write the fp32 golden reference of --model to this folder");
+  app.add_option("--golden", golden_dir, "compare the outputs with the golden in this folder");
+  app.add_option("--data-seed", data_seed, "seed of the model's weights and inputs (default 1)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitCannotRun;
+  }
+  if (list) return list_models(json);
+  const wl::ModelSpec* spec = wl::find_model(model);
+  if (spec == nullptr) {
+    return cannot_run(fmt::format("{} model '{}'; choose one of kiln-workload-model --list",
+                                  model.empty() ? "no --model given:" : "unknown", model));
+  }
+  if (!write_golden_dir.empty()) {
+    wl::ModelRunOptions reference;
+    reference.reference = true;
+    reference.data_seed = data_seed;
+    auto run = wl::run_model(*spec, reference);
+    if (!run) return cannot_run(run.error().message);
+    if (auto written = wl::write_golden(write_golden_dir, *spec, data_seed, *run); !written) {
+      return cannot_run(written.error().message);
+    }
+    std::printf("wrote the fp32 golden of %s (data seed %llu) to %s\n", spec->name.c_str(),
+                static_cast<unsigned long long>(data_seed), write_golden_dir.c_str());
+    return kExitOk;
+  }
+  JobArgs args;
+  args.spec = spec;
+  args.data_seed = data_seed;
+  if (!golden_dir.empty()) args.golden_dir = golden_dir;
+  return run_job(args);
+}
