@@ -114,6 +114,12 @@ void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
           if (state_ == SessionState::registered) handle_job_start(body, now);
         } else if constexpr (std::is_same_v<T, protocol::JobCancel>) {
           if (running_.count(body.job_id)) actions_.push_back(action::CancelJob{body.job_id, body.reason});
+        } else if constexpr (std::is_same_v<T, protocol::JobPreempt>) {
+          if (running_.count(body.job_id)) {
+            actions_.push_back(action::NotifyPreemption{body.job_id, body.grace_ms});
+            log(action::Severity::info, fmt::format("job {}: preemption notice, {} ms to checkpoint: {}", body.job_id,
+                                                    body.grace_ms, body.reason));
+          }
         } else if constexpr (std::is_same_v<T, protocol::JobFinishedAck>) {
           auto it = unacked_.find(body.job_id);
           if (it != unacked_.end() && it->second.attempt == body.attempt) unacked_.erase(it);

@@ -47,6 +47,11 @@ struct CancelJob {
   std::uint64_t job_id = 0;
   std::string reason;
 };
+// Tell the workload it is being preempted (SIGUSR1): it should checkpoint and exit.
+struct NotifyPreemption {
+  std::uint64_t job_id = 0;
+  std::uint32_t grace_ms = 0;
+};
 enum class Severity { debug, info, warn, error };
 struct Log {
   Severity severity = Severity::info;
@@ -54,7 +59,8 @@ struct Log {
 };
 }  // namespace action
 
-using Action = std::variant<action::Connect, action::Send, action::StartJob, action::CancelJob, action::Log>;
+using Action = std::variant<action::Connect, action::Send, action::StartJob, action::CancelJob,
+                            action::NotifyPreemption, action::Log>;
 
 // How a job's process ended, as the shell reports it.
 struct JobEnded {

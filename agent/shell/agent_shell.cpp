@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -240,6 +242,10 @@ class Shell final : public AgentShell {
               if (auto it = process_by_job_.find(act.job_id); it != process_by_job_.end()) {
                 logger_->info("job {}: cancelling: {}", act.job_id, act.reason);
                 (void)runner_.cancel(it->second);
+              }
+            } else if constexpr (std::is_same_v<T, action::NotifyPreemption>) {
+              if (auto it = process_by_job_.find(act.job_id); it != process_by_job_.end()) {
+                (void)runner_.signal(it->second, SIGUSR1);
               }
             } else if constexpr (std::is_same_v<T, action::Log>) {
               switch (act.severity) {

@@ -407,6 +407,22 @@ struct JobCancel {
   }
 };
 
+// Notice of preemption: the agent signals the workload (SIGUSR1) so it can checkpoint and exit
+// within grace_ms; after that the coordinator cancels the job.
+struct JobPreempt {
+  static constexpr std::string_view kType = "job_preempt";
+  std::uint64_t job_id = 0;
+  std::uint32_t grace_ms = 300000;
+  std::string reason;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+    v.field("grace_ms", grace_ms, Range{0, 24 * 3600 * 1000});
+    v.field("reason", reason, kMessageText);
+  }
+};
+
 // The agent's periodic health probes: a failing report quarantines the node.
 struct HealthReport {
   static constexpr std::string_view kType = "health_report";
@@ -595,7 +611,7 @@ struct ErrorReply {
 };
 
 using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFinished,
-                          JobFinishedAck, JobCancel, HealthReport, Whoami, WhoamiReply, SubmitJob, JobAccepted,
+                          JobFinishedAck, JobCancel, JobPreempt, HealthReport, Whoami, WhoamiReply, SubmitJob, JobAccepted,
                           ListNodes, NodeList, ListJobs, JobList, GetJob, JobDetail, CancelJob,
                           DrainNode, Ok, ErrorReply>;
 
