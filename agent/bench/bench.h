@@ -71,8 +71,9 @@ struct WorkloadResult {
 // types, samples in order and not overlapping, positive finite throughputs, the warmup count
 // within [warmup_min, warmup_max], a steady claim that the warmup samples bear out, exactly
 // `repeats` timed samples (fewer allowed only when preempted). Errors are Errc::bad_message
-// (Errc::too_large over 256 KiB) and say what the workload got wrong.
-Result<WorkloadResult> parse_workload_result(std::string_view text, const BenchmarkSettings& asked);
+// (Errc::too_large over 256 KiB) and say what the workload got wrong. Without `asked` (a job
+// that is not a benchmark) the benchmark part is not read and `samples` stays empty.
+Result<WorkloadResult> parse_workload_result(std::string_view text, const std::optional<BenchmarkSettings>& asked);
 
 // A reading the agent took while the job ran, on the same clock as the samples.
 struct TelemetrySample {

@@ -27,7 +27,9 @@ std::optional<TimeMs> AgentCore::next_deadline() const {
   if (state_ == SessionState::disconnected) return std::nullopt;
   const TimeMs silent_at = coordinator_last_seen_ + heartbeat_interval_ms_ * liveness_missed_beats_ + 1;
   if (state_ == SessionState::registering) return silent_at;
-  return std::min(next_heartbeat_at_, silent_at);
+  TimeMs next = std::min(next_heartbeat_at_, silent_at);
+  if (!probe_running_) next = std::min(next, next_probe_at_);
+  return next;
 }
 
 std::vector<std::uint64_t> AgentCore::running_jobs() const {
@@ -83,6 +85,19 @@ void AgentCore::on_tick(TimeMs now) {
     send(protocol::Heartbeat{running_jobs()});
     next_heartbeat_at_ = now + heartbeat_interval_ms_;
   }
+  if (state_ == SessionState::registered && !probe_running_ && now >= next_probe_at_) {
+    probe_running_ = true;
+    actions_.push_back(action::RunProbe{});
+  }
+}
+
+void AgentCore::on_probe_result(const protocol::HealthReport& report, TimeMs now) {
+  probe_running_ = false;
+  next_probe_at_ = now + knobs_.probe_interval_ms;
+  if (report.verdict == protocol::HealthStatus::fail) {
+    log(action::Severity::warn, fmt::format("health probe failed ({} checks)", report.checks.size()));
+  }
+  if (state_ == SessionState::registered) send(report);
 }
 
 void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {

@@ -31,6 +31,7 @@ struct SessionKnobs {
   DurationMs reconnect_backoff_initial_ms = 500;
   DurationMs reconnect_backoff_max_ms = 30000;
   std::int64_t max_concurrent_jobs = 8;
+  DurationMs probe_interval_ms = 60000;
 };
 
 namespace action {
@@ -47,6 +48,8 @@ struct CancelJob {
   std::uint64_t job_id = 0;
   std::string reason;
 };
+// Run the health probes once (in a child process); report with on_probe_result.
+struct RunProbe {};
 // Tell the workload it is being preempted (SIGUSR1): it should checkpoint and exit.
 struct NotifyPreemption {
   std::uint64_t job_id = 0;
@@ -60,7 +63,7 @@ struct Log {
 }  // namespace action
 
 using Action = std::variant<action::Connect, action::Send, action::StartJob, action::CancelJob,
-                            action::NotifyPreemption, action::Log>;
+                            action::NotifyPreemption, action::RunProbe, action::Log>;
 
 // How a job's process ended, as the shell reports it.
 struct JobEnded {
@@ -82,6 +85,7 @@ class AgentCore {
   void on_start(TimeMs now);
   void on_message(const protocol::Envelope& message, TimeMs now);
   void on_job_ended(const JobEnded& ended, TimeMs now);
+  void on_probe_result(const protocol::HealthReport& report, TimeMs now);
   void on_tick(TimeMs now);
 
   std::optional<Action> poll_action();
@@ -108,6 +112,8 @@ class AgentCore {
   TimeMs coordinator_last_seen_ = 0;
   TimeMs next_heartbeat_at_ = 0;
   std::optional<TimeMs> reconnect_at_;
+  TimeMs next_probe_at_ = 0;
+  bool probe_running_ = false;
   std::map<std::uint64_t, std::uint32_t> running_;  // job id -> attempt
   std::map<std::uint64_t, protocol::JobFinished> unacked_;
   std::deque<Action> actions_;

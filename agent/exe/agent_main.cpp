@@ -1,13 +1,20 @@
 // kiln-agent: the privileged per-node agent. See docs/operations.md.
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
+#include <sstream>
+
+#include "agent/health/diagnostics.h"
 #include "agent/host/agent_config.h"
 #include "agent/host/topology.h"
+#include "agent/install/install.h"
 #include "agent/shell/agent_shell.h"
+#include "agent/shell/local_socket.h"
+#include "agent/shell/maintenance.h"
 #include "drivers/loader.h"
 
 namespace {
@@ -41,13 +48,52 @@ int check_config(const kiln::agent::AgentConfig& config) {
   return problems == 0 ? 0 : 2;
 }
 
+// As a built-in job the agent asks for the JSON report in KILN_RESULT_FILE; the same text
+// goes to the output the job keeps.
+int run_as_job(const std::function<int(std::ostream&)>& command) {
+  std::ostringstream report;
+  const int code = command(report);
+  std::cout << report.str();
+  const char* result_file = std::getenv("KILN_RESULT_FILE");
+  if (result_file && !kiln::agent::write_result_file(result_file, report.str(), std::cerr)) return 2;
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-agent: owns this host's chips for kiln"};
   std::string config_path = "/etc/kiln/agent.toml";
   app.add_option("--config", config_path, "agent.toml to use")->capture_default_str();
+  app.fallthrough();  // --config may also follow the subcommand
   auto* check = app.add_subcommand("check-config", "validate the configuration, the keys and the driver, then exit");
+
+  auto* diag = app.add_subcommand("diag", "run diagnostics on this host's chips (through the running agent when "
+                                          "there is one); exit 0 pass or warn, 1 fail, 2 could not run");
+  int diag_level = 1;
+  bool json = false;
+  bool standalone = false;
+  bool as_job = false;
+  diag->add_option("--level", diag_level, "1: seconds (software, config); 2: adds memory and interconnect; "
+                                          "3: adds the compute stress")
+      ->check(CLI::Range(1, 3))
+      ->capture_default_str();
+  diag->add_flag("--json", json, "print the report as JSON");
+  diag->add_flag("--standalone", standalone, "run here even when an agent is running");
+  diag->add_flag("--job", as_job, "run as the agent's built-in kiln.diag job")->group("");
+
+  auto* probe = app.add_subcommand("probe", "run the cheap health probes once; exit 0 pass or warn, 1 fail");
+  probe->add_flag("--json", json, "print the health report as JSON");
+
+  auto* install = app.add_subcommand("install", "verify and install a firmware or driver package; exit 0 "
+                                                "installed, 1 not installed, 2 node left unfit");
+  std::string package, kind = "firmware", version, sha256;
+  install->add_option("PACKAGE", package, "the firmware image or driver installer")->required();
+  install->add_option("--kind", kind, "firmware or driver")->capture_default_str();
+  install->add_option("--version", version, "the version the package installs")->required();
+  install->add_option("--sha256", sha256, "the package's digest from its bundle")->required();
+  install->add_flag("--json", json, "print the report as JSON");
+  install->add_flag("--job", as_job, "run as the agent's built-in kiln.install job")->group("");
   CLI11_PARSE(app, argc, argv);
 
   auto config = kiln::agent::load_agent_config(config_path);
@@ -56,6 +102,36 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (check->parsed()) return check_config(*config);
+  if (probe->parsed()) return kiln::agent::run_probe_command(*config, json, std::cout, std::cerr);
+  if (diag->parsed()) {
+    if (as_job) {
+      return run_as_job([&](std::ostream& out) {
+        return kiln::agent::health::run_diag_command(*config, diag_level, true, out, std::cerr);
+      });
+    }
+    if (!standalone) {
+      // Through the running agent, so diagnostics do not race its jobs for the chips.
+      constexpr int kDiagReplyTimeoutMs = 2 * 3600 * 1000;
+      if (auto reply = kiln::agent::ask_running_agent(config->local_socket_path, "diag", diag_level,
+                                                      kDiagReplyTimeoutMs)) {
+        if (!*reply) {
+          std::fprintf(stderr, "kiln-agent diag: %s\n", reply->error().message.c_str());
+          return 2;
+        }
+        std::cout << (*reply)->output;
+        return (*reply)->exit_code;
+      }
+    }
+    return kiln::agent::health::run_diag_command(*config, diag_level, json, std::cout, std::cerr);
+  }
+  if (install->parsed()) {
+    auto command = [&](std::ostream& out, bool as_json) {
+      return kiln::agent::install::run_install_command(*config, package, kind, version, sha256, as_json, out,
+                                                       std::cerr);
+    };
+    if (as_job) return run_as_job([&](std::ostream& out) { return command(out, true); });
+    return command(std::cout, json);
+  }
 
   struct sigaction sa {};
   sa.sa_handler = request_stop;

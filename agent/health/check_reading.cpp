@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/health/check_result.h"
+
 namespace kiln::agent::health {
 namespace {
 
@@ -77,14 +79,14 @@ Result<CheckKind> parse_check_kind(std::string_view text) {
 
 const char* category_of(CheckKind kind) {
   switch (kind) {
-    case CheckKind::driver: return "software";
-    case CheckKind::chip_firmware: return "firmware";
-    case CheckKind::telemetry: return "firmware";
-    case CheckKind::memory: return "memory";
-    case CheckKind::interconnect: return "interconnect";
-    case CheckKind::compute: return "compute";
+    case CheckKind::driver: return category::software;
+    case CheckKind::chip_firmware: return category::firmware;
+    case CheckKind::telemetry: return category::firmware;
+    case CheckKind::memory: return category::memory;
+    case CheckKind::interconnect: return category::interconnect;
+    case CheckKind::compute: return category::compute;
   }
-  return "software";
+  return category::software;
 }
 
 bool needs_chip(CheckKind kind) { return kind != CheckKind::driver; }

@@ -1,10 +1,11 @@
 #include "agent/health/diagnostics.h"
 
 #include <poll.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <deque>
 #include <filesystem>
@@ -34,17 +35,6 @@ TimeMs wall_clock_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string format_utc(TimeMs at_ms) {
-  const std::time_t seconds = static_cast<std::time_t>(at_ms / 1000);
-  std::tm utc{};
-  ::gmtime_r(&seconds, &utc);
-  char text[40];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-  char millis[8];
-  std::snprintf(millis, sizeof millis, ".%03dZ", static_cast<int>(at_ms % 1000));
-  return std::string(text) + millis;
 }
 
 std::string program_beside_executable(const std::string& name) {
@@ -84,14 +74,15 @@ struct Context {
 ProcessSpec spec_for(const Context& context, const PlannedCheck& check) {
   ProcessSpec spec;
   spec.program = context.program;
-  spec.args = {"--driver", context.config.driver_library_path,
-               "--options", context.config.driver_options,
-               "--check", std::string(to_string(check.kind)),
-               "--level", std::to_string(check.self_test_level)};
-  if (check.chip) {
-    spec.args.push_back("--chip");
-    spec.args.push_back(std::to_string(*check.chip));
+  // --name=value, so a value starting with '-' is never taken for an option.
+  spec.args = {"--driver=" + context.config.driver_library_path,
+               "--check=" + std::string(to_string(check.kind)),
+               "--level=" + std::to_string(check.self_test_level)};
+  // CLI11 reads an empty "--options=" as a missing value; absent means empty.
+  if (!context.config.driver_options.empty()) {
+    spec.args.push_back("--options=" + context.config.driver_options);
   }
+  if (check.chip) spec.args.push_back("--chip=" + std::to_string(*check.chip));
   spec.work_dir = context.work_dir;
   spec.timeout_ms = check.timeout_ms;
   spec.kill_grace_ms = context.options.kill_grace_ms;
@@ -260,6 +251,17 @@ std::string upper(std::string_view text) {
 
 }  // namespace
 
+std::string format_timestamp_utc(TimeMs at_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(at_ms / 1000);
+  std::tm utc{};
+  ::gmtime_r(&seconds, &utc);
+  char text[40];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  char millis[8];
+  std::snprintf(millis, sizeof millis, ".%03dZ", static_cast<int>(at_ms % 1000));
+  return std::string(text) + millis;
+}
+
 Result<DiagOptions> default_diag_options(const AgentConfig& config) {
   DiagOptions options;
   if (!config.config_path.empty()) {
@@ -400,8 +402,8 @@ std::string format_diag_json(const DiagReport& report) {
               {"revision", report.revision},
               {"verdict", std::string(to_string(report.verdict))},
               {"summary", summarize(report.results)},
-              {"started_at", format_utc(report.started_at_ms)},
-              {"finished_at", format_utc(report.finished_at_ms)},
+              {"started_at", format_timestamp_utc(report.started_at_ms)},
+              {"finished_at", format_timestamp_utc(report.finished_at_ms)},
               {"duration_s", static_cast<double>(report.finished_at_ms - report.started_at_ms) / 1000.0},
               {"results", std::move(results)}};
   return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
@@ -412,8 +414,10 @@ std::string format_diag_text(const DiagReport& report) {
                     (report.node.empty() ? "(unnamed)" : report.node) + ", revision " +
                     (report.revision.empty() ? "unknown" : report.revision) + ": " +
                     upper(to_string(report.verdict)) + "\n";
-  out += "started " + format_utc(report.started_at_ms) + ", took " +
-         std::to_string((report.finished_at_ms - report.started_at_ms) / 1000) + " s\n\n";
+  char took[32];
+  std::snprintf(took, sizeof took, "%.1f",
+                static_cast<double>(report.finished_at_ms - report.started_at_ms) / 1000.0);
+  out += "started " + format_timestamp_utc(report.started_at_ms) + ", took " + took + " s\n\n";
   for (const auto& r : report.results) {
     std::string subject = r.check + (r.chip ? " [chip " + std::to_string(*r.chip) + "]" : "");
     subject.resize(std::max<std::size_t>(subject.size(), 28), ' ');

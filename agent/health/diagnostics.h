@@ -80,6 +80,9 @@ Result<DiagReport> run_diagnostics(const AgentConfig& config, int level,
 Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
                                             const DiagOptions& options);
 
+// "2026-11-30T04:53:51.963Z" for milliseconds since the epoch, as reports show times.
+std::string format_timestamp_utc(TimeMs at_ms);
+
 std::string format_diag_text(const DiagReport& report);
 std::string format_diag_json(const DiagReport& report);
 std::string check_result_to_json(const CheckResult& result);

@@ -2,8 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <ctime>
+#include <cstdio>
 #include <filesystem>
 #include <ostream>
 
@@ -26,17 +27,6 @@ TimeMs wall_clock_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string format_utc(TimeMs at_ms) {
-  const std::time_t seconds = static_cast<std::time_t>(at_ms / 1000);
-  std::tm utc{};
-  ::gmtime_r(&seconds, &utc);
-  char text[40];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-  char millis[8];
-  std::snprintf(millis, sizeof millis, ".%03dZ", static_cast<int>(at_ms % 1000));
-  return std::string(text) + millis;
 }
 
 std::string staging_dir_of(const InstallOptions& options) {
@@ -107,7 +97,7 @@ json step_json(const InstallStep& step) {
               {"chip", nullptr},
               {"status", std::string(to_string(step.status))},
               {"message", step.message},
-              {"at", format_utc(step.at_ms)}};
+              {"at", health::format_timestamp_utc(step.at_ms)}};
   if (step.chip) out["chip"] = *step.chip;
   return out;
 }
@@ -347,8 +337,8 @@ std::string format_install_json(const InstallReport& report) {
               {"installer_output", report.installer_output},
               {"steps", std::move(steps)},
               {"health_results", std::move(health_results)},
-              {"started_at", format_utc(report.started_at_ms)},
-              {"finished_at", format_utc(report.finished_at_ms)}};
+              {"started_at", health::format_timestamp_utc(report.started_at_ms)},
+              {"finished_at", health::format_timestamp_utc(report.finished_at_ms)}};
   if (report.installer_exit_code) out["installer_exit_code"] = *report.installer_exit_code;
   return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -363,7 +353,7 @@ std::string format_install_text(const InstallReport& report) {
   for (const auto& step : report.steps) {
     std::string subject = step.step + (step.chip ? " [chip " + std::to_string(*step.chip) + "]" : "");
     subject.resize(std::max<std::size_t>(subject.size(), 20), ' ');
-    out += "  " + format_utc(step.at_ms) + "  " + subject + " " +
+    out += "  " + health::format_timestamp_utc(step.at_ms) + "  " + subject + " " +
            std::string(to_string(step.status)) + "  " + step.message + "\n";
   }
   if (report.installer_exit_code) {

@@ -12,9 +12,13 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "agent/bench/bench.h"
 #include "agent/core/agent_core.h"
 #include "agent/host/process_runner.h"
 #include "agent/host/topology.h"
+#include "agent/shell/local_socket.h"
+#include "agent/shell/telemetry_sampler.h"
+#include "common/protocol/json.h"
 #include "common/logging.h"
 #include "common/transport/zmq_transport.h"
 #include "drivers/loader.h"
@@ -25,6 +29,29 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kMaxPollWaitMs = 200;
+constexpr DurationMs kTelemetryIntervalMs = 100;
+constexpr DurationMs kLocalDiagTimeoutMs = 2 * kHourMs;
+
+TimeMs wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  auto path = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("kiln-agent") : path.string();
+}
+
+bench::BenchmarkSettings bench_settings(const protocol::BenchmarkSpec& spec) {
+  bench::BenchmarkSettings s;
+  s.warmup_min = spec.warmup_min;
+  s.warmup_max = spec.warmup_max;
+  s.steady_window = spec.steady_window;
+  s.steady_tolerance = spec.steady_tolerance_ppm / 1e6;
+  s.repeats = spec.repeats;
+  return s;
+}
 
 TimeMs steady_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -48,7 +75,16 @@ class Shell final : public AgentShell {
         core_(std::move(identity), SessionKnobs{config_.knobs.heartbeat_interval_ms, config_.knobs.liveness_missed_beats,
                                                 config_.knobs.reconnect_backoff_initial_ms,
                                                 config_.knobs.reconnect_backoff_max_ms,
-                                                config_.knobs.max_concurrent_jobs}) {}
+                                                config_.knobs.max_concurrent_jobs, config_.knobs.probe_interval_ms}),
+        self_(self_executable()),
+        telemetry_(config_.driver_library_path, config_.driver_options, kTelemetryIntervalMs) {
+    auto local = LocalSocketServer::listen(config_.local_socket_path, config_.local_socket_group);
+    if (local) {
+      local_ = std::move(*local);
+    } else {
+      logger_->error("no local socket, so `kiln-agent diag` on this host runs standalone: {}", local.error().message);
+    }
+  }
 
   Status run(const std::atomic<bool>& stop) override {
     core_.on_start(steady_ms());
@@ -61,6 +97,11 @@ class Shell final : public AgentShell {
       }
       std::vector<zmq::pollitem_t> items;
       items.push_back({nullptr, runner_.wakeup_fd(), ZMQ_POLLIN, 0});
+      const std::size_t local_first = items.size();
+      if (local_) {
+        for (int fd : local_->fds()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+      }
+      const std::size_t socket_index = items.size();
       if (socket_) {
         items.push_back({socket_->handle(), 0, ZMQ_POLLIN, 0});
         items.push_back({monitor_->socket().handle(), 0, ZMQ_POLLIN, 0});
@@ -72,12 +113,15 @@ class Shell final : public AgentShell {
         return fail(Errc::io, fmt::format("poll failed: {}", e.what()));
       }
       if (items[0].revents & ZMQ_POLLIN) collect_finished();
+      bool local_ready = false;
+      for (std::size_t i = local_first; i < socket_index; ++i) local_ready = local_ready || items[i].revents != 0;
+      if (local_ready) serve_local_requests();
       if (socket_) {
         if (auto auth = monitor_->poll(); !auth && !auth_error_logged_) {
           logger_->error("{}", auth.error().message);
           auth_error_logged_ = true;
         }
-        if (items[1].revents & ZMQ_POLLIN) receive_all();
+        if (items[socket_index].revents & ZMQ_POLLIN) receive_all();
       }
       core_.on_tick(steady_ms());
       carry_out_actions();
@@ -90,7 +134,91 @@ class Shell final : public AgentShell {
   struct RunningJob {
     std::uint64_t job_id = 0;
     std::string result_file;
+    std::vector<std::uint32_t> chips;
+    std::optional<bench::BenchmarkSettings> benchmark;
+    TimeMs started_at_ms = 0;
   };
+
+  // Work the agent runs for itself rather than for a job.
+  enum class OwnWork { probe, local_diag };
+  struct OwnProcess {
+    OwnWork kind = OwnWork::probe;
+    int connection = -1;  // local_diag: who asked
+  };
+
+  void serve_local_requests() {
+    for (const LocalRequest& request : local_->poll()) {
+      if (!jobs_by_process_.empty()) {
+        local_->reply(request.connection, 2,
+                      fmt::format("node {} runs {} jobs on its chips; drain it first (kiln drain {}) or ask the "
+                                  "coordinator: kiln diag --node {} --level {}\n",
+                                  config_.node_id, jobs_by_process_.size(), config_.node_id, config_.node_id,
+                                  request.level));
+        continue;
+      }
+      ProcessSpec spec;
+      spec.program = self_;
+      spec.args = {"--config", config_.config_path, "diag", "--standalone", "--level", std::to_string(request.level)};
+      spec.work_dir = (fs::path(config_.work_dir) / "local-diag").string();
+      spec.timeout_ms = kLocalDiagTimeoutMs;
+      spec.output_limit_bytes = protocol::kOutputTail.max_len;
+      spec.kill_grace_ms = config_.knobs.kill_grace_ms;
+      auto id = runner_.start(spec);
+      if (!id) {
+        local_->reply(request.connection, 2, id.error().message + "\n");
+        continue;
+      }
+      own_processes_[*id] = OwnProcess{OwnWork::local_diag, request.connection};
+      logger_->info("running level {} diagnostics for a local request", request.level);
+    }
+  }
+
+  void start_probe() {
+    ProcessSpec spec;
+    spec.program = self_;
+    spec.args = {"--config", config_.config_path, "probe", "--json"};
+    spec.work_dir = (fs::path(config_.work_dir) / "probe").string();
+    // The probe runs each check under probe_timeout_ms; this bounds the whole run.
+    spec.timeout_ms = config_.knobs.probe_timeout_ms * 2 + 5 * kSecondMs;
+    spec.output_limit_bytes = protocol::kOutputTail.max_len;
+    spec.kill_grace_ms = config_.knobs.kill_grace_ms;
+    auto id = runner_.start(spec);
+    if (!id) {
+      core_.on_probe_result(probe_failure("probe_not_started", id.error().message), steady_ms());
+      return;
+    }
+    own_processes_[*id] = OwnProcess{OwnWork::probe, -1};
+  }
+
+  static protocol::HealthReport probe_failure(const std::string& reason, const std::string& message) {
+    protocol::HealthReport report;
+    report.verdict = protocol::HealthStatus::fail;
+    report.checks.push_back(protocol::HealthCheck{"probe", -1, protocol::HealthStatus::fail, reason, "software",
+                                                  message.substr(0, protocol::kMessageText.max_len),
+                                                  "run kiln-agent probe on the host to see why"});
+    return report;
+  }
+
+  void own_process_ended(const OwnProcess& own, const ProcessExit& exit) {
+    if (own.kind == OwnWork::local_diag) {
+      local_->reply(own.connection, exit.outcome == ProcessOutcome::exited ? exit.exit_code : 2,
+                    exit.output_tail + (exit.outcome == ProcessOutcome::exited ? "" : exit.detail + "\n"));
+      return;
+    }
+    protocol::HealthReport report;
+    auto doc = nlohmann::json::parse(exit.output_tail, nullptr, /*allow_exceptions=*/false);
+    auto parsed = doc.is_object() ? protocol::from_json<protocol::HealthReport>(doc)
+                                  : Result<protocol::HealthReport>(fail(Errc::bad_message, "no report"));
+    if (exit.outcome == ProcessOutcome::timed_out) {
+      report = probe_failure("probe_timed_out", "the health probe did not finish within its deadline: a chip may "
+                                                "be wedged");
+    } else if (!parsed) {
+      report = probe_failure("probe_failed", fmt::format("the health probe could not run: {}", exit.detail));
+    } else {
+      report = *parsed;
+    }
+    core_.on_probe_result(report, steady_ms());
+  }
 
   void receive_all() {
     while (socket_) {
@@ -115,10 +243,18 @@ class Shell final : public AgentShell {
 
   void collect_finished() {
     for (const ProcessExit& exit : runner_.poll_finished()) {
+      if (auto own = own_processes_.find(exit.id); own != own_processes_.end()) {
+        const OwnProcess work = own->second;
+        own_processes_.erase(own);
+        own_process_ended(work, exit);
+        continue;
+      }
       auto it = jobs_by_process_.find(exit.id);
       if (it == jobs_by_process_.end()) continue;
       const RunningJob job = it->second;
       jobs_by_process_.erase(it);
+      process_by_job_.erase(job.job_id);
+      update_telemetry_watch();
       core_.on_job_ended(ended_from(job, exit), steady_ms());
     }
     carry_out_actions();
@@ -152,6 +288,23 @@ class Shell final : public AgentShell {
         ended.result = text.str();
       }
     }
+    if (job.benchmark && ended.outcome == protocol::JobOutcome::succeeded) {
+      auto result = bench::parse_workload_result(ended.result, *job.benchmark);
+      if (!result) {
+        ended.outcome = protocol::JobOutcome::failed;
+        ended.detail = "the workload's benchmark result breaks the contract of docs/workloads.md: " +
+                       result.error().message;
+      } else {
+        const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_ms());
+        ended.result = bench::to_json(bench::make_report(*result, job.chips, readings)).dump();
+        if (ended.result.size() > protocol::kResultDocument.max_len) {
+          ended.outcome = protocol::JobOutcome::failed;
+          ended.detail = "the benchmark report is over the protocol's result limit; ask for fewer repeats";
+          ended.result.clear();
+        }
+      }
+    }
+    ended.detail = ended.detail.substr(0, protocol::kMessageText.max_len);
     return ended;
   }
 
@@ -164,18 +317,27 @@ class Shell final : public AgentShell {
       ended.detail = why;
       core_.on_job_ended(ended, steady_ms());
     };
-    auto program = config_.workloads.find(start.workload);
-    if (program == config_.workloads.end()) {
+    std::string program;
+    std::vector<std::string> args = start.args;
+    if (start.workload == protocol::kDiagWorkload || start.workload == protocol::kInstallWorkload) {
+      program = self_;
+      std::vector<std::string> own{"--config", config_.config_path,
+                                   start.workload == protocol::kDiagWorkload ? "diag" : "install", "--job"};
+      if (start.workload == protocol::kDiagWorkload) own.push_back("--standalone");
+      args.insert(args.begin(), own.begin(), own.end());
+    } else if (auto it = config_.workloads.find(start.workload); it != config_.workloads.end()) {
+      program = it->second;
+    } else {
       fail_start(fmt::format("node {} has no workload '{}' in its [workloads]; add it to {} or submit a workload it "
                              "has",
                              config_.node_id, start.workload, config_.config_path));
       return;
     }
     const fs::path dir = fs::path(config_.work_dir) / fmt::format("job-{}-{}", start.job_id, start.attempt);
-    RunningJob job{start.job_id, (dir / "result.json").string()};
+    RunningJob job{start.job_id, (dir / "result.json").string(), start.chip_indices, std::nullopt, wall_ms()};
     ProcessSpec spec;
-    spec.program = program->second;
-    spec.args = start.args;
+    spec.program = program;
+    spec.args = args;
     spec.work_dir = dir.string();
     spec.timeout_ms = start.timeout_ms;
     spec.output_limit_bytes = config_.knobs.job_output_limit_bytes;
@@ -191,6 +353,14 @@ class Shell final : public AgentShell {
         {"KILN_RESULT_FILE", job.result_file},
         {"KILN_WORK_DIR", dir.string()},
     };
+    if (start.benchmark.repeats > 0) {
+      job.benchmark = bench_settings(start.benchmark);
+      if (auto valid = bench::validate(*job.benchmark); !valid) {
+        fail_start("invalid benchmark settings: " + valid.error().message);
+        return;
+      }
+      for (auto& [key, value] : bench::env_for(*job.benchmark)) spec.env_extra[key] = value;
+    }
     auto id = runner_.start(spec);
     if (!id) {
       fail_start(id.error().message);
@@ -198,6 +368,15 @@ class Shell final : public AgentShell {
     }
     process_by_job_[start.job_id] = *id;
     jobs_by_process_[*id] = job;
+    update_telemetry_watch();
+  }
+
+  void update_telemetry_watch() {
+    std::set<std::uint32_t> chips;
+    for (const auto& [id, job] : jobs_by_process_) {
+      if (job.benchmark) chips.insert(job.chips.begin(), job.chips.end());
+    }
+    telemetry_.watch(chips);
   }
 
   void connect() {
@@ -243,6 +422,8 @@ class Shell final : public AgentShell {
                 logger_->info("job {}: cancelling: {}", act.job_id, act.reason);
                 (void)runner_.cancel(it->second);
               }
+            } else if constexpr (std::is_same_v<T, action::RunProbe>) {
+              start_probe();
             } else if constexpr (std::is_same_v<T, action::NotifyPreemption>) {
               if (auto it = process_by_job_.find(act.job_id); it != process_by_job_.end()) {
                 (void)runner_.signal(it->second, SIGUSR1);
@@ -276,6 +457,10 @@ class Shell final : public AgentShell {
   std::uint64_t next_message_id_ = 1;
   std::map<std::uint64_t, ProcessId> process_by_job_;
   std::map<ProcessId, RunningJob> jobs_by_process_;
+  std::map<ProcessId, OwnProcess> own_processes_;
+  std::string self_;
+  TelemetrySampler telemetry_;
+  std::unique_ptr<LocalSocketServer> local_;
 };
 
 }  // namespace

@@ -610,10 +610,242 @@ struct ErrorReply {
   }
 };
 
+// ---- leases (docs/protocol.md, "Leases") ----------------------------------------------
+
+// pending: queued in the scheduler. granted: holds its chips. preempting: under a preemption
+// notice until grace_deadline_ms, then revoked and queued again keeping its age. ended: gone.
+enum class LeaseState { pending, granted, preempting, ended };
+template <>
+struct EnumNames<LeaseState> {
+  static constexpr std::array<std::pair<LeaseState, std::string_view>, 4> values{{
+      {LeaseState::pending, "pending"},
+      {LeaseState::granted, "granted"},
+      {LeaseState::preempting, "preempting"},
+      {LeaseState::ended, "ended"},
+  }};
+};
+
+// status: nothing new before the watch's wait ran out (progress while pending).
+enum class LeaseEventKind { status, granted, preempt_notice, requeued, ended };
+template <>
+struct EnumNames<LeaseEventKind> {
+  static constexpr std::array<std::pair<LeaseEventKind, std::string_view>, 5> values{{
+      {LeaseEventKind::status, "status"},
+      {LeaseEventKind::granted, "granted"},
+      {LeaseEventKind::preempt_notice, "preempt_notice"},
+      {LeaseEventKind::requeued, "requeued"},
+      {LeaseEventKind::ended, "ended"},
+  }};
+};
+
+struct LeasePlacement {
+  std::string node_id;
+  std::vector<std::uint32_t> chip_indices;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("chip_indices", chip_indices, Count{1, 64}, kChipIndex);
+  }
+};
+
+// Times are the coordinator's wall clock in milliseconds since the Unix epoch; 0 = not (yet).
+struct LeaseSummary {
+  std::uint64_t lease_id = 0;
+  LeaseState state = LeaseState::pending;
+  PriorityClass priority_class = PriorityClass::experiment;
+  std::string owner;  // the key that requested it
+  std::uint32_t chips = 0;
+  std::uint32_t nodes = 0;
+  std::string hardware_revision;  // requested; empty = any
+  std::uint64_t duration_ms = 0;
+  std::vector<LeasePlacement> placement;
+  std::uint64_t requested_at_ms = 0;
+  std::uint64_t granted_at_ms = 0;
+  std::uint64_t expires_at_ms = 0;
+  std::uint64_t grace_deadline_ms = 0;
+  std::vector<std::uint64_t> job_ids;  // jobs submitted into it that are queued or running
+  std::string detail;                  // why it is pending, under notice or ended, for people
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+    v.field("state", state);
+    v.field("priority_class", priority_class);
+    v.field("owner", owner, Str{0, 64});
+    v.field("chips", chips, Range{0, 64});
+    v.field("nodes", nodes, Range{0, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("duration_ms", duration_ms, kU64);
+    v.field("placement", placement, Count{0, 64});
+    v.field("requested_at_ms", requested_at_ms, kU64);
+    v.field("granted_at_ms", granted_at_ms, kU64);
+    v.field("expires_at_ms", expires_at_ms, kU64);
+    v.field("grace_deadline_ms", grace_deadline_ms, kU64);
+    v.field("job_ids", job_ids, Count{0, 1024}, kU64);
+    v.field("detail", detail, kMessageText);
+  }
+};
+
+// Chips held for a developer without a workload: `chips` (1, 2, 4 or 8) on one node, or
+// `nodes` whole nodes (then chips = 0). Developers may only ask for class experiment.
+struct RequestLease {
+  static constexpr std::string_view kType = "request_lease";
+  std::uint32_t chips = 8;
+  std::uint32_t nodes = 0;
+  std::string hardware_revision;  // empty = any
+  std::uint64_t duration_ms = 3600000;
+  PriorityClass priority_class = PriorityClass::experiment;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("chips", chips, Range{0, 64});
+    v.field("nodes", nodes, Range{0, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("duration_ms", duration_ms, Range{60000, 7LL * 24 * 3600 * 1000});
+    v.field("priority_class", priority_class);
+  }
+};
+
+// Reply to request_lease when the chips were granted at once.
+struct LeaseGranted {
+  static constexpr std::string_view kType = "lease_granted";
+  LeaseSummary lease;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease", lease);
+  }
+};
+
+// Reply to request_lease when it has to wait: why, and when it is expected to start.
+struct LeasePending {
+  static constexpr std::string_view kType = "lease_pending";
+  LeaseSummary lease;
+  std::string explanation;
+  std::uint64_t expected_start_ms = 0;  // 0: no eligible capacity in sight
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease", lease);
+    v.field("explanation", explanation, kMessageText);
+    v.field("expected_start_ms", expected_start_ms, kU64);
+  }
+};
+
+// Ends a lease (pending or granted) and cancels the jobs running in it. Replied to with ok.
+struct ReleaseLease {
+  static constexpr std::string_view kType = "release_lease";
+  std::uint64_t lease_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+  }
+};
+
+struct ListLeases {
+  static constexpr std::string_view kType = "list_leases";
+  bool include_ended = false;  // also the most recently ended ones
+
+  template <class V>
+  void visit(V& v) {
+    v.field("include_ended", include_ended);
+  }
+};
+
+struct LeaseList {
+  static constexpr std::string_view kType = "lease_list";
+  std::vector<LeaseSummary> leases;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("leases", leases, Count{0, 1000});
+  }
+};
+
+// Long poll: answered with the first lease_event whose seq is above after_seq, or with a
+// status event (seq unchanged) once wait_ms passes without one.
+struct WatchLease {
+  static constexpr std::string_view kType = "watch_lease";
+  std::uint64_t lease_id = 0;
+  std::uint64_t after_seq = 0;
+  std::uint32_t wait_ms = 5000;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+    v.field("after_seq", after_seq, kU64);
+    v.field("wait_ms", wait_ms, Range{0, 60000});
+  }
+};
+
+struct LeaseEvent {
+  static constexpr std::string_view kType = "lease_event";
+  std::uint64_t seq = 0;  // events of one lease are numbered from 1
+  LeaseEventKind kind = LeaseEventKind::status;
+  std::string message;
+  LeaseSummary lease;  // the lease as it is now
+
+  template <class V>
+  void visit(V& v) {
+    v.field("seq", seq, kU64);
+    v.field("kind", kind);
+    v.field("message", message, kMessageText);
+    v.field("lease", lease);
+  }
+};
+
+// Runs a job inside a granted lease of the caller's, on chips of that lease.
+struct SubmitInLease {
+  static constexpr std::string_view kType = "submit_in_lease";
+  std::uint64_t lease_id = 0;
+  SubmitJob job;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+    v.field("job", job);
+  }
+};
+
+// Why a job or a lease (exactly one of the two ids is non-zero) is pending.
+struct QueueWhy {
+  static constexpr std::string_view kType = "queue_why";
+  std::uint64_t job_id = 0;
+  std::uint64_t lease_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, kU64);
+    v.field("lease_id", lease_id, kU64);
+  }
+};
+
+struct QueueExplanation {
+  static constexpr std::string_view kType = "queue_explanation";
+  bool pending = false;
+  std::string state;  // the job's or lease's state name
+  std::vector<std::string> reasons;
+  std::uint64_t expected_start_ms = 0;  // 0: not pending, or no eligible capacity in sight
+  std::string text;                     // the whole explanation in one sentence, for people
+
+  template <class V>
+  void visit(V& v) {
+    v.field("pending", pending);
+    v.field("state", state, Str{0, 32});
+    v.field("reasons", reasons, Count{0, 64}, kMessageText);
+    v.field("expected_start_ms", expected_start_ms, kU64);
+    v.field("text", text, kMessageText);
+  }
+};
+
 using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFinished,
                           JobFinishedAck, JobCancel, JobPreempt, HealthReport, Whoami, WhoamiReply, SubmitJob, JobAccepted,
                           ListNodes, NodeList, ListJobs, JobList, GetJob, JobDetail, CancelJob,
-                          DrainNode, Ok, ErrorReply>;
+                          DrainNode, Ok, ErrorReply, RequestLease, LeaseGranted, LeasePending,
+                          ReleaseLease, ListLeases, LeaseList, WatchLease, LeaseEvent, SubmitInLease,
+                          QueueWhy, QueueExplanation>;
 
 std::string_view type_name(const Body& body);
 

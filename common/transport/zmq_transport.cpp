@@ -22,27 +22,33 @@ Result<Received> receive(zmq::socket_t& socket, bool routed) {
   } catch (const zmq::error_t& e) {
     return fail(Errc::io, fmt::format("cannot receive: {}", e.what()));
   }
-  const std::size_t expected = routed ? 3 : 2;
   if (frames.empty()) return fail(Errc::unavailable, "no message waiting");
   Received r;
   r.user_id = std::move(user_id);
   std::size_t i = 0;
   if (routed) r.routing_id = frames[i++].to_string();
+  // A REQ peer puts an empty delimiter frame before its message.
+  if (routed && frames.size() == 4 && frames[1].size() == 0) {
+    r.delimited = true;
+    ++i;
+  }
+  const std::size_t expected = (routed ? 3 : 2) + (r.delimited ? 1 : 0);
   if (frames.size() != expected) {
-    return fail(Errc::bad_message, fmt::format("a message must have {} frames (header, body), got {}",
-                                               expected - (routed ? 1 : 0), frames.size() - (routed ? 1 : 0)));
+    return fail(Errc::bad_message, fmt::format("a message must have 2 frames (header, body), got {}",
+                                               frames.size() - (routed ? 1 : 0)));
   }
   r.header = frames[i++].to_string();
   r.body = frames[i].to_string();
   return r;
 }
 
-Status send(zmq::socket_t& socket, const std::string* routing_id, const protocol::Frames& frames) {
+Status send(zmq::socket_t& socket, const std::string* routing_id, const protocol::Frames& frames, bool delimited) {
   try {
     if (routing_id) {
       if (!socket.send(zmq::buffer(*routing_id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         return fail(Errc::unavailable, "the send queue is full; the peer is not reading");
       }
+      if (delimited) socket.send(zmq::str_buffer(""), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     }
     if (!socket.send(zmq::buffer(frames.header), zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
         !socket.send(zmq::buffer(frames.body), zmq::send_flags::dontwait)) {
@@ -56,10 +62,10 @@ Status send(zmq::socket_t& socket, const std::string* routing_id, const protocol
 }
 
 Status send_envelope(zmq::socket_t& socket, const std::string* routing_id, const protocol::Envelope& envelope,
-                     const protocol::CodecLimits& limits) {
+                     const protocol::CodecLimits& limits, bool delimited) {
   auto frames = protocol::encode(envelope, limits);
   if (!frames) return tl::unexpected(frames.error());
-  return send(socket, routing_id, *frames);
+  return send(socket, routing_id, *frames, delimited);
 }
 
 void configure_curve_server(zmq::socket_t& socket, const KeyPair& own, const std::string& zap_domain,

@@ -16,6 +16,7 @@ namespace kiln::transport {
 
 struct Received {
   std::string routing_id;  // ROUTER sockets only
+  bool delimited = false;  // the peer is a REQ socket: replies carry an empty delimiter frame
   std::string user_id;     // what the ZAP handler said this peer is (its key name)
   std::string header;
   std::string body;
@@ -25,13 +26,14 @@ struct Received {
 // first. A message with the wrong number of frames is read completely and refused.
 Result<Received> receive(zmq::socket_t& socket, bool routed);
 
-// Sends [routing id,] header, body. Returns an error when the peer is gone (ROUTER with
-// ZMQ_ROUTER_MANDATORY) or the send would block.
-Status send(zmq::socket_t& socket, const std::string* routing_id, const protocol::Frames& frames);
+// Sends [routing id, [empty delimiter,]] header, body. Returns an error when the peer is gone
+// (ROUTER with ZMQ_ROUTER_MANDATORY) or the send would block.
+Status send(zmq::socket_t& socket, const std::string* routing_id, const protocol::Frames& frames,
+            bool delimited = false);
 
 // Encodes and sends an envelope.
 Status send_envelope(zmq::socket_t& socket, const std::string* routing_id, const protocol::Envelope& envelope,
-                     const protocol::CodecLimits& limits);
+                     const protocol::CodecLimits& limits, bool delimited = false);
 
 void configure_curve_server(zmq::socket_t& socket, const KeyPair& own, const std::string& zap_domain,
                             std::size_t max_message_bytes);

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <thread>
 
@@ -129,12 +131,6 @@ struct Common {
   bool json = false;
 };
 
-Result<std::unique_ptr<Client>> open(const Common& common) {
-  auto config = load_client_config(common.config_path);
-  if (!config) return tl::unexpected(config.error());
-  return Client::connect(*config);
-}
-
 // Polls a job until it ends; prints state changes unless quiet.
 Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet) {
   protocol::JobState last = protocol::JobState::queued;
@@ -150,6 +146,125 @@ Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, b
     last = detail->job.state;
     if (protocol::is_terminal(detail->job.state)) return detail;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+// "L3", "l3" or "3".
+Result<std::uint64_t> parse_lease_id(const std::string& text) {
+  std::string digits = text;
+  if (!digits.empty() && (digits[0] == 'L' || digits[0] == 'l')) digits.erase(0, 1);
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoull(digits) == 0) {
+    return fail(Errc::invalid_argument, fmt::format("'{}' is not a lease id; lease ids look like L3 (see `kiln leases`)",
+                                                    text));
+  }
+  return std::stoull(digits);
+}
+
+std::int64_t wall_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "14:05 (in 1h59m)" for a coordinator wall-clock time.
+std::string when_text(std::uint64_t at_ms) {
+  if (at_ms == 0) return "-";
+  const std::time_t seconds = static_cast<std::time_t>(at_ms / 1000);
+  std::tm local{};
+  ::localtime_r(&seconds, &local);
+  const std::int64_t left = static_cast<std::int64_t>(at_ms) - wall_now_ms();
+  return fmt::format("{:02}:{:02} ({})", local.tm_hour, local.tm_min,
+                     left >= 0 ? "in " + human_duration(static_cast<std::uint64_t>(left))
+                               : human_duration(static_cast<std::uint64_t>(-left)) + " ago");
+}
+
+std::string placement_text(const protocol::LeaseSummary& l) {
+  if (l.placement.empty()) return "-";
+  std::vector<std::string> parts;
+  for (const auto& p : l.placement) parts.push_back(fmt::format("{}[{}]", p.node_id, fmt::join(p.chip_indices, ",")));
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+std::string ask_text(const protocol::LeaseSummary& l) {
+  std::string what = l.nodes > 0 ? fmt::format("{} nodes", l.nodes) : fmt::format("{} chips", l.chips);
+  return what + (l.hardware_revision.empty() ? "" : " rev " + l.hardware_revision);
+}
+
+void print_leases(const protocol::LeaseList& list) {
+  if (list.leases.empty()) {
+    std::cout << "no leases\n";
+    return;
+  }
+  std::cout << fmt::format("{:<6} {:<10} {:<10} {:<12} {:<14} {:<24} {:<22} {}\n", "LEASE", "STATE", "CLASS", "OWNER",
+                           "ASKED", "PLACEMENT", "EXPIRES", "JOBS");
+  for (const auto& l : list.leases) {
+    std::cout << fmt::format("{:<6} {:<10} {:<10} {:<12} {:<14} {:<24} {:<22} {}\n", fmt::format("L{}", l.lease_id),
+                             protocol::enum_name(l.state), protocol::enum_name(l.priority_class), l.owner, ask_text(l),
+                             placement_text(l), l.state == protocol::LeaseState::granted ? when_text(l.expires_at_ms) : "-",
+                             l.job_ids.empty() ? "-" : fmt::format("{}", fmt::join(l.job_ids, ",")));
+    if (l.state != protocol::LeaseState::granted && !l.detail.empty()) std::cout << "       " << l.detail << "\n";
+  }
+}
+
+void print_granted(const protocol::LeaseSummary& l) {
+  std::cout << fmt::format("lease L{} granted: {} ({}), expires at {}\n", l.lease_id, placement_text(l), ask_text(l),
+                           when_text(l.expires_at_ms));
+  for (const auto& p : l.placement) {
+    std::cout << fmt::format("  node {}  chips {}\n", p.node_id, fmt::join(p.chip_indices, ","));
+  }
+  std::cout << fmt::format("  run jobs in it with `kiln submit --lease L{} ...`; release it with `kiln release-lease "
+                           "L{}`\n",
+                           l.lease_id, l.lease_id)
+            << std::flush;
+}
+
+struct LeaseWatchOptions {
+  bool detach = false;  // return once granted
+  bool json = false;
+  std::uint32_t wait_ms = 5000;
+};
+
+// Follows a lease until it ends (or, detached, until it is granted), printing what happens:
+// progress while pending, the grant, preemption notices.
+int follow_lease(Client& client, const protocol::LeaseSummary& start, const LeaseWatchOptions& options) {
+  std::uint64_t seq = 0;
+  std::string last_status;
+  const std::uint64_t id = start.lease_id;
+  while (true) {
+    auto event = expect_reply<protocol::LeaseEvent>(client.request(protocol::WatchLease{id, seq, options.wait_ms}));
+    if (!event) return report(event.error());
+    seq = std::max(seq, event->seq);
+    if (options.json && event->kind != protocol::LeaseEventKind::status) {
+      std::cout << protocol::to_json(*event).dump() << "\n" << std::flush;
+    }
+    switch (event->kind) {
+      case protocol::LeaseEventKind::status:
+        if (event->lease.state == protocol::LeaseState::pending && event->message != last_status) {
+          std::cerr << fmt::format("lease L{} waiting: {}\n", id, event->message);
+          last_status = event->message;
+        }
+        break;
+      case protocol::LeaseEventKind::granted:
+        last_status.clear();
+        if (!options.json) print_granted(event->lease);
+        if (options.detach) return kExitOk;
+        break;
+      case protocol::LeaseEventKind::preempt_notice:
+        if (!options.json) {
+          std::cout << fmt::format("PREEMPTION NOTICE for lease L{}: {}\n", id, event->message) << std::flush;
+        }
+        break;
+      case protocol::LeaseEventKind::requeued:
+        if (!options.json) std::cout << fmt::format("lease L{} {}\n", id, event->message) << std::flush;
+        break;
+      case protocol::LeaseEventKind::ended:
+        if (!options.json) std::cout << fmt::format("lease L{} ended: {}\n", id, event->message) << std::flush;
+        return kExitOk;
+    }
+    if (event->lease.state == protocol::LeaseState::ended && event->kind == protocol::LeaseEventKind::status) {
+      if (!options.json) std::cout << fmt::format("lease L{} ended: {}\n", id, event->lease.detail) << std::flush;
+      return kExitOk;
+    }
   }
 }
 
@@ -183,6 +298,8 @@ int run_kiln(int argc, char** argv) {
   submit->add_option("--max-attempts", submit_req.max_attempts, "attempts when a node is lost mid-run")->capture_default_str();
   submit->add_option("--seed", submit_req.seed, "seed passed to the workload")->capture_default_str();
   submit->add_flag("--wait", submit_wait, "wait for the job to end; the exit code says whether it succeeded");
+  std::string submit_lease;
+  submit->add_option("--lease", submit_lease, "run inside this lease of yours (L3), on its chips");
   submit->add_option("args", submit_req.args, "arguments for the workload (after --)");
 
   auto* jobs = app.add_subcommand("jobs", "list recent jobs");
@@ -207,6 +324,38 @@ int run_kiln(int argc, char** argv) {
   auto* undrain = app.add_subcommand("undrain", "resume dispatching to a drained node (ops, lab, admin)");
   std::string undrain_node;
   undrain->add_option("NODE", undrain_node, "node id")->required();
+
+  auto* lease = app.add_subcommand(
+      "lease", "lease chips for an experiment: waits, prints what it got, then watches for preemption notices "
+               "until the lease ends");
+  protocol::RequestLease lease_req;
+  double lease_hours = 0;
+  double lease_minutes = 0;
+  std::string lease_class = "experiment";
+  bool lease_detach = false;
+  bool lease_no_wait = false;
+  bool lease_wait_notice = false;
+  lease->add_option("--chips", lease_req.chips, "chips on one node: 1, 2, 4 or 8")->capture_default_str();
+  lease->add_option("--nodes", lease_req.nodes, "whole nodes instead of chips, all or nothing");
+  lease->add_option("--rev", lease_req.hardware_revision, "hardware revision (default: any)");
+  lease->add_option("--hours", lease_hours, "how long to hold the chips");
+  lease->add_option("--minutes", lease_minutes, "how long to hold the chips (adds to --hours)");
+  lease->add_option("--class", lease_class, "priority class (developers lease as experiment)")->capture_default_str();
+  lease->add_flag("--detach", lease_detach, "exit once granted instead of watching for notices");
+  lease->add_flag("--no-wait", lease_no_wait, "exit at once with the lease id, granted or pending");
+  lease->add_flag("--wait-notice", lease_wait_notice, "keep watching after the grant for a preemption notice (default)");
+
+  auto* leases = app.add_subcommand("leases", "list the pending and granted leases");
+  bool leases_all = false;
+  leases->add_flag("--all", leases_all, "also recently ended leases");
+
+  auto* release_lease = app.add_subcommand("release-lease", "release a lease (yours, or any as ops/admin)");
+  std::string release_lease_id;
+  release_lease->add_option("ID", release_lease_id, "lease id, e.g. L3")->required();
+
+  auto* queue = app.add_subcommand("queue", "explain why a job or lease is pending and when it should start");
+  std::string queue_why_id;
+  queue->add_option("--why", queue_why_id, "a job id (42) or a lease id (L3)")->required();
 
   // Local tools: they read files and never talk to the coordinator.
   auto* compare_tensors = app.add_subcommand(
@@ -260,7 +409,9 @@ int run_kiln(int argc, char** argv) {
     return stats::run_compare_samples(compare_args, std::cout, std::cerr);
   }
 
-  auto client = open(common);
+  auto client_config = load_client_config(common.config_path);
+  if (!client_config) return report(client_config.error());
+  auto client = Client::connect(*client_config);
   if (!client) return report(client.error());
   Client& c = **client;
 
@@ -285,7 +436,13 @@ int run_kiln(int argc, char** argv) {
                                                               "nightly, experiment", submit_class)});
     }
     submit_req.priority_class = *cls;
-    auto r = expect_reply<protocol::JobAccepted>(c.request(submit_req));
+    Body request = submit_req;
+    if (!submit_lease.empty()) {
+      auto lease_id = parse_lease_id(submit_lease);
+      if (!lease_id) return report(lease_id.error());
+      request = protocol::SubmitInLease{*lease_id, submit_req};
+    }
+    auto r = expect_reply<protocol::JobAccepted>(c.request(std::move(request)));
     if (!r) return report(r.error());
     if (!submit_wait) {
       if (common.json) std::cout << nlohmann::json{{"job_id", r->job_id}}.dump() << "\n";
@@ -311,7 +468,90 @@ int run_kiln(int argc, char** argv) {
     else print_jobs(*r);
     return kExitOk;
   }
-  if (cancel->parsed() || drain->parsed() || undrain->parsed()) {
+  if (lease->parsed()) {
+    auto cls = protocol::enum_from_name<protocol::PriorityClass>(lease_class);
+    if (!cls) {
+      return report(Error{Errc::invalid_argument, fmt::format("--class {} is not one of release, presubmit, bisect, "
+                                                              "nightly, experiment", lease_class)});
+    }
+    lease_req.priority_class = *cls;
+    if (lease_req.nodes > 0 && lease->count("--chips") == 0) lease_req.chips = 0;
+    const double minutes = lease_hours * 60 + lease_minutes;
+    if (minutes <= 0) {
+      return report(Error{Errc::invalid_argument, "say how long to hold the chips: --hours H and/or --minutes M"});
+    }
+    lease_req.duration_ms = static_cast<std::uint64_t>(minutes * 60000);
+    Result<Body> reply = c.request(lease_req);
+    if (!reply) return report(reply.error());
+    protocol::LeaseSummary summary;
+    if (auto* granted = std::get_if<protocol::LeaseGranted>(&*reply)) {
+      summary = granted->lease;
+      if (common.json) std::cout << protocol::to_json(*granted).dump() << "\n" << std::flush;
+      else print_granted(summary);
+      if (lease_detach || lease_no_wait) return kExitOk;
+    } else if (auto* pending = std::get_if<protocol::LeasePending>(&*reply)) {
+      summary = pending->lease;
+      if (common.json) {
+        std::cout << protocol::to_json(*pending).dump() << "\n" << std::flush;
+      } else {
+        std::cout << fmt::format("lease L{} pending: {}\n", summary.lease_id, pending->explanation) << std::flush;
+      }
+      if (lease_no_wait) return kExitOk;
+    } else {
+      return report(Error{Errc::bad_message, fmt::format("the coordinator answered request_lease with '{}'",
+                                                         protocol::type_name(*reply))});
+    }
+    LeaseWatchOptions options;
+    options.detach = lease_detach && !lease_wait_notice;
+    options.json = common.json;
+    options.wait_ms = std::clamp<std::uint32_t>(client_config->timeout_ms / 2, 100, 30000);
+    return follow_lease(c, summary, options);
+  }
+  if (leases->parsed()) {
+    auto r = expect_reply<protocol::LeaseList>(c.request(protocol::ListLeases{leases_all}));
+    if (!r) return report(r.error());
+    if (common.json) std::cout << protocol::to_json(r->leases).dump(2) << "\n";
+    else print_leases(*r);
+    return kExitOk;
+  }
+  if (queue->parsed()) {
+    protocol::QueueWhy why;
+    if (!queue_why_id.empty() && (queue_why_id[0] == 'L' || queue_why_id[0] == 'l')) {
+      auto id = parse_lease_id(queue_why_id);
+      if (!id) return report(id.error());
+      why.lease_id = *id;
+    } else if (!queue_why_id.empty() && queue_why_id.size() <= 18 &&
+               queue_why_id.find_first_not_of("0123456789") == std::string::npos) {
+      why.job_id = std::stoull(queue_why_id);
+    } else {
+      return report(Error{Errc::invalid_argument, fmt::format("'{}' is neither a job id (42) nor a lease id (L3)",
+                                                              queue_why_id)});
+    }
+    auto r = expect_reply<protocol::QueueExplanation>(c.request(why));
+    if (!r) return report(r.error());
+    if (common.json) {
+      std::cout << protocol::to_json(*r).dump(2) << "\n";
+      return kExitOk;
+    }
+    std::cout << r->text << "\n";
+    for (const auto& reason : r->reasons) std::cout << "  - " << reason << "\n";
+    if (r->pending) {
+      std::cout << (r->expected_start_ms ? "  expected start: " + when_text(r->expected_start_ms)
+                                         : std::string("  expected start: unknown (no eligible capacity in sight)"))
+                << "\n";
+    }
+    return kExitOk;
+  }
+  if (cancel->parsed() || drain->parsed() || undrain->parsed() || release_lease->parsed()) {
+    if (release_lease->parsed()) {
+      auto id = parse_lease_id(release_lease_id);
+      if (!id) return report(id.error());
+      auto r = expect_reply<protocol::Ok>(c.request(protocol::ReleaseLease{*id}));
+      if (!r) return report(r.error());
+      if (common.json) std::cout << protocol::to_json(*r).dump() << "\n";
+      else std::cout << r->detail << "\n";
+      return kExitOk;
+    }
     Body request = cancel->parsed() ? Body(protocol::CancelJob{cancel_id})
                    : drain->parsed() ? Body(drain_req)
                                      : Body(protocol::DrainNode{undrain_node, false, ""});

@@ -8,11 +8,17 @@
 namespace kiln::coordinator {
 
 using protocol::JobState;
+using protocol::LeaseEventKind;
+using protocol::LeaseState;
 using protocol::NodeState;
 using protocol::PriorityClass;
 using protocol::Role;
 
 namespace {
+
+constexpr TimeMs kDayMs = 24 * kHourMs;
+// Lease events kept per lease for watchers that fall behind.
+constexpr std::size_t kMaxLeaseEvents = 32;
 
 bool client_role_may_submit(Role role, PriorityClass cls) {
   switch (role) {
@@ -31,7 +37,36 @@ bool client_role_may_run_maintenance(Role role, std::string_view workload) {
   return role == Role::lab && workload == protocol::kDiagWorkload;
 }
 
-int priority_rank(PriorityClass cls) { return static_cast<int>(cls); }
+bool privileged(Role role) { return role == Role::ops || role == Role::admin; }
+
+scheduler::RequestClass to_request_class(PriorityClass cls) {
+  auto parsed = scheduler::parse_request_class(protocol::enum_name(cls));
+  KILN_ASSERT(parsed.has_value(), "protocol and scheduler name the same classes");
+  return *parsed;
+}
+
+bool is_lease_request(scheduler::RequestId id) { return id >= kLeaseRequestBase; }
+
+// The scheduler leases 1, 2, 4 or 8 chips on one node; a job asking for 3 gets a lease of 4
+// and uses 3 of them.
+std::uint32_t lease_chips_for(std::uint32_t chips) {
+  std::uint32_t size = 1;
+  while (size < chips) size *= 2;
+  return size;
+}
+
+std::string human_duration(TimeMs ms) {
+  if (ms < 0) ms = 0;
+  if (ms < kMinuteMs) return fmt::format("{}s", (ms + 999) / 1000);
+  if (ms < kHourMs) return fmt::format("{}m", (ms + kMinuteMs - 1) / kMinuteMs);
+  return fmt::format("{}h{:02}m", ms / kHourMs, (ms % kHourMs) / kMinuteMs);
+}
+
+// "HH:MM UTC" of a wall-clock time (milliseconds since the epoch).
+std::string wall_clock_text(TimeMs wall) {
+  TimeMs in_day = ((wall % kDayMs) + kDayMs) % kDayMs;
+  return fmt::format("{:02}:{:02} UTC", in_day / kHourMs, (in_day % kHourMs) / kMinuteMs);
+}
 
 // What a diagnostics job's result document says: its level and verdict (docs/health.md).
 struct DiagOutcome {
@@ -50,26 +85,67 @@ std::optional<DiagOutcome> diag_outcome(const std::string& result) {
   return DiagOutcome{level->get<int>(), verdict->get<std::string>()};
 }
 
+// A workload under preemption notice that exits cleanly with a result saying "completed"
+// (or saying nothing) finished its work; anything else let go of its chips at a checkpoint.
+bool finished_its_work(const protocol::JobFinished& fin) {
+  if (fin.outcome != protocol::JobOutcome::succeeded) return false;
+  auto doc = nlohmann::json::parse(fin.result, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return true;
+  auto status = doc.find("status");
+  return status == doc.end() || !status->is_string() || status->get<std::string>() != "preempted";
+}
+
 }  // namespace
 
 CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, TimeMs now)
-    : knobs_(knobs) {
+    : knobs_(knobs), scheduler_(knobs.scheduler) {
+  clock_origin_ms_ = now >= 0 ? now / kDayMs * kDayMs : 0;
   for (auto& node : recovered.nodes) {
     // A recovered node has no session yet: give it one liveness timeout to say hello.
     node.last_seen_ms = now;
     std::string id = node.summary.node_id;
     nodes_.emplace(id, std::move(node));
   }
+  // The scheduler learns the recovered nodes as lost: nothing new goes to them before their
+  // agents say hello, and the chips of jobs still running there can be given back first.
+  for (auto& [id, node] : nodes_) {
+    upsert_scheduler_node(node, now);
+    set_scheduler_node_state(id, scheduler::NodeState::lost, "waiting for its agent to register", "", now);
+  }
   for (auto& job : recovered.jobs) {
     next_job_id_ = std::max(next_job_id_, job.summary.job_id + 1);
     if (!protocol::is_terminal(job.summary.state)) active_jobs_.insert(job.summary.job_id);
     jobs_.emplace(job.summary.job_id, std::move(job));
   }
-  for (auto& [id, node] : nodes_) refresh_chip_counts(id);
-  if (!recovered.nodes.empty() || !recovered.jobs.empty()) {
-    log(action::Severity::info, fmt::format("recovered {} nodes and {} jobs ({} active) from the store",
-                                            nodes_.size(), jobs_.size(), active_jobs_.size()));
+  std::size_t resubmitted = 0;
+  for (std::uint64_t id : std::vector<std::uint64_t>(active_jobs_.begin(), active_jobs_.end())) {
+    JobRecord& job = jobs_.at(id);
+    if (job.lease_id != 0) {
+      // Developer leases live in memory only: the lease is gone, its waiting jobs with it;
+      // running ones keep their chips as jobs of their own.
+      const std::uint64_t lease = job.lease_id;
+      job.lease_id = 0;
+      if (job.summary.state == JobState::queued) {
+        finish(job, JobState::cancelled,
+               fmt::format("its lease L{} ended when the coordinator restarted; submit it again", lease), now);
+        continue;
+      }
+      save(job);
+    }
+    if (job.summary.state != JobState::queued) continue;
+    if (auto s = submit_to_scheduler(job, now); !s) {
+      finish(job, JobState::failed, "cannot be scheduled after the restart: " + s.error().message, now);
+    } else {
+      ++resubmitted;
+    }
   }
+  refresh_chip_counts();
+  if (!recovered.nodes.empty() || !recovered.jobs.empty()) {
+    log(action::Severity::info,
+        fmt::format("recovered {} nodes and {} jobs ({} active, {} queued again) from the store", nodes_.size(),
+                    jobs_.size(), active_jobs_.size(), resubmitted));
+  }
+  pump_scheduler(now);
 }
 
 std::optional<Action> CoordinatorCore::poll_action() {
@@ -93,6 +169,8 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
       consider(job.started_at_ms + job.timeout_ms + knobs_.job_timeout_slack_ms + 1);
     }
   }
+  if (auto t = scheduler_.next_deadline()) consider(to_wall_time(*t));
+  for (const Watch& w : watches_) consider(w.deadline_ms);
   return next;
 }
 
@@ -113,7 +191,7 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
   KILN_ASSERT(caller.role == Role::agent, "the shell admits only agent keys on the agent socket");
   if (const auto* hello = std::get_if<protocol::Hello>(&m.body)) {
     handle_hello(peer, caller, m, *hello, now);
-    dispatch(now);
+    pump_scheduler(now);
     return;
   }
   auto session = sessions_.find(peer);
@@ -154,7 +232,7 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
         }
       },
       m.body);
-  dispatch(now);
+  pump_scheduler(now);
 }
 
 void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller,
@@ -212,6 +290,7 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
   welcome.liveness_missed_beats = knobs_.liveness_missed_beats;
   const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
   const std::set<std::uint64_t> finished(hello.finished_jobs.begin(), hello.finished_jobs.end());
+  std::vector<std::uint64_t> unrestorable;
   for (std::uint64_t id : running) {
     auto it = jobs_.find(id);
     const bool ours = it != jobs_.end() && !protocol::is_terminal(it->second.summary.state) &&
@@ -219,9 +298,27 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
                       it->second.summary.node_id == hello.node_id;
     if (!ours) {
       welcome.cancel_jobs.push_back(id);
-    } else if (it->second.summary.state == JobState::assigned) {
-      it->second.summary.state = JobState::running;
-      save(it->second);
+      continue;
+    }
+    JobRecord& job = it->second;
+    // After a coordinator restart the scheduler does not know the chips this job holds yet.
+    if (job.lease_id == 0 && !job_lease_.count(id)) {
+      scheduler::Placement placement{hello.node_id, {}};
+      for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
+      auto lease = scheduler_.restore_lease(job_request(job), {placement}, to_scheduler_time(job.started_at_ms),
+                                            to_scheduler_time(now));
+      if (!lease) {
+        log(action::Severity::warn, fmt::format("job {} cannot keep its chips on {}: {}; it is stopped", id,
+                                                hello.node_id, lease.error().message));
+        welcome.cancel_jobs.push_back(id);
+        unrestorable.push_back(id);
+        continue;
+      }
+      job_lease_[id] = *lease;
+    }
+    if (job.summary.state == JobState::assigned) {
+      job.summary.state = JobState::running;
+      save(job);
     }
   }
   std::vector<std::uint64_t> vanished;
@@ -236,14 +333,20 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
     attempt_lost(jobs_.at(id),
                  fmt::format("node {} re-registered without it (the agent restarted)", hello.node_id), now);
   }
-  refresh_chip_counts(hello.node_id);
+  for (std::uint64_t id : unrestorable) {
+    attempt_lost(jobs_.at(id), fmt::format("its chips on {} could not be given back after a restart", hello.node_id),
+                 now);
+  }
+  upsert_scheduler_node(node, now);
+  sync_node_states(now);
   save(node);
   to_agent(peer, welcome, m.header.id);
   log(action::Severity::info,
       fmt::format("node {} registered{} (revision {}, {} chips, agent {}, protocol v{}); running {}, "
                   "cancelling {}, lost {}",
                   hello.node_id, was_lost ? "" : " again", hello.hardware_revision, hello.chips.size(),
-                  hello.agent_version, version, running.size(), welcome.cancel_jobs.size(), vanished.size()));
+                  hello.agent_version, version, running.size(), welcome.cancel_jobs.size(),
+                  vanished.size() + unrestorable.size()));
 }
 
 void CoordinatorCore::handle_heartbeat(const std::string& peer, const std::string& node_id,
@@ -277,7 +380,19 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
     JobRecord& job = it->second;
     const bool current = !protocol::is_terminal(job.summary.state) && job.summary.state != JobState::queued &&
                          job.summary.node_id == node_id && job.summary.attempt == fin.attempt;
-    if (current) {
+    auto held = job_lease_.find(job.summary.job_id);
+    if (current && jobs_under_notice_.count(job.summary.job_id) && held != job_lease_.end() &&
+        !job.cancel_requested && !finished_its_work(fin)) {
+      // It let go at a checkpoint under a preemption notice: the scheduler requeues it keeping
+      // its age (on_requeued), and the chips go to the request that preempted it.
+      job.output_tail = fin.output_tail;
+      log(action::Severity::info, fmt::format("job {} attempt {} let go of its chips after the preemption notice "
+                                              "({})",
+                                              job.summary.job_id, fin.attempt, protocol::enum_name(fin.outcome)));
+      if (auto s = scheduler_.checkpoint_ack(held->second, to_scheduler_time(now)); !s) {
+        log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, s.error().message));
+      }
+    } else if (current) {
       job.output_tail = fin.output_tail;
       job.result = fin.result;
       job.summary.exit_code = fin.exit_code;
@@ -296,7 +411,6 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
                              fin.duration_ms, fin.exit_code);
       }
       finish(job, state, std::move(detail), now);
-      refresh_chip_counts(node_id);
       if (job.summary.workload == protocol::kDiagWorkload) apply_diag_result(node_id, job, now);
     } else {
       log(action::Severity::debug, fmt::format("ignoring a stale result for job {} attempt {} from node {}",
@@ -351,10 +465,11 @@ void CoordinatorCore::apply_diag_result(const std::string& node_id, const JobRec
     node.summary.quarantine_reason.clear();
     node.summary.quarantine_owner.clear();
     save(node);
+    sync_node_states(now);
   }
 }
 
-void CoordinatorCore::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs) {
+void CoordinatorCore::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now) {
   node.summary.state = NodeState::quarantined;
   node.summary.quarantine_reason = reason.substr(0, protocol::kMessageText.max_len);
   node.summary.quarantine_owner = owner;
@@ -362,6 +477,7 @@ void CoordinatorCore::quarantine(NodeRecord& node, const std::string& reason, co
   log(action::Severity::warn, fmt::format("node {} quarantined (owner {}): {}; it returns after passing level {} "
                                           "diagnostics",
                                           node.summary.node_id, owner, reason, knobs_.quarantine_release_min_diag_level));
+  sync_node_states(now);
 }
 
 // ---- clients -----------------------------------------------------------------------------
@@ -389,24 +505,94 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
             reply(protocol::JobDetail{it->second.summary, it->second.output_tail, it->second.result});
           }
         } else if constexpr (std::is_same_v<T, protocol::SubmitJob>) {
-          handle_submit(client, caller, m, body, now);
+          handle_submit(client, caller, m, body, 0, now);
+        } else if constexpr (std::is_same_v<T, protocol::SubmitInLease>) {
+          handle_submit(client, caller, m, body.job, body.lease_id, now);
         } else if constexpr (std::is_same_v<T, protocol::CancelJob>) {
           handle_cancel(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::DrainNode>) {
           handle_drain(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::RequestLease>) {
+          handle_request_lease(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::ReleaseLease>) {
+          handle_release_lease(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::ListLeases>) {
+          protocol::LeaseList list;
+          for (const auto& [id, lease] : leases_) {
+            if (!body.include_ended && lease.summary.state == LeaseState::ended) continue;
+            if (list.leases.size() >= 1000) break;
+            list.leases.push_back(lease.summary);
+          }
+          reply(std::move(list));
+        } else if constexpr (std::is_same_v<T, protocol::WatchLease>) {
+          handle_watch_lease(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::QueueWhy>) {
+          if ((body.job_id == 0) == (body.lease_id == 0)) {
+            reply_error(client, corr, Errc::invalid_argument,
+                        "queue_why takes exactly one of job_id and lease_id; `kiln queue --why ID` takes a job id "
+                        "or a lease id such as L3");
+          } else if (body.job_id != 0 && !jobs_.count(body.job_id)) {
+            reply_error(client, corr, Errc::not_found,
+                        fmt::format("no job {}; `kiln jobs` lists the known jobs", body.job_id));
+          } else if (body.lease_id != 0 && !leases_.count(body.lease_id)) {
+            reply_error(client, corr, Errc::not_found,
+                        fmt::format("no lease L{}; `kiln leases` lists the leases", body.lease_id));
+          } else {
+            reply(explain(body, now));
+          }
         } else {
           reply_error(client, corr, Errc::bad_message,
                       fmt::format("'{}' is not a request a client may send", T::kType));
         }
       },
       m.body);
-  dispatch(now);
+  pump_scheduler(now);
 }
 
 void CoordinatorCore::handle_submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                                    const protocol::SubmitJob& submit, TimeMs now) {
+                                    const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
   const bool maintenance = protocol::is_maintenance_workload(submit.workload);
-  if (maintenance) {
+  DevLease* lease = nullptr;
+  if (lease_id != 0) {
+    lease = find_lease(lease_id);
+    if (!lease || lease->summary.state == LeaseState::ended) {
+      reply_error(client, m.header.id, Errc::not_found,
+                  fmt::format("lease L{} is not active; `kiln leases` lists the active leases", lease_id));
+      return;
+    }
+    if (lease->summary.owner != caller.key_name && !privileged(caller.role)) {
+      reply_error(client, m.header.id, Errc::unauthorized,
+                  fmt::format("lease L{} belongs to {}; run jobs in a lease of your own", lease_id,
+                              lease->summary.owner));
+      return;
+    }
+    if (maintenance) {
+      reply_error(client, m.header.id, Errc::invalid_argument,
+                  fmt::format("{} takes a whole node and cannot run inside a lease; submit it without --lease",
+                              submit.workload));
+      return;
+    }
+    std::size_t largest = 0;
+    for (const auto& p : lease->summary.placement) largest = std::max(largest, p.chip_indices.size());
+    // A pending lease of whole nodes does not know its node size yet; 8 is the most a job takes.
+    const std::size_t per_node = lease->summary.nodes == 0 ? lease->summary.chips : largest > 0 ? largest : 8;
+    if (submit.chips > per_node) {
+      reply_error(client, m.header.id, Errc::invalid_argument,
+                  fmt::format("the job asks for {} chips but lease L{} holds {} chips per node; ask for fewer",
+                              submit.chips, lease_id, per_node));
+      return;
+    }
+    if (jobs_in_lease(lease_id).size() >= 1024) {
+      reply_error(client, m.header.id, Errc::unavailable,
+                  fmt::format("lease L{} already has 1024 jobs queued or running; wait for some to end", lease_id));
+      return;
+    }
+    if (!submit.node_id.empty()) {
+      reply_error(client, m.header.id, Errc::invalid_argument,
+                  "a job inside a lease runs on the lease's chips; drop --node");
+      return;
+    }
+  } else if (maintenance) {
     if (!client_role_may_run_maintenance(caller.role, submit.workload)) {
       reply_error(client, m.header.id, Errc::unauthorized,
                   fmt::format("role {} may not run {}; diagnostics are for lab, ops and admin, installs for ops "
@@ -431,6 +617,11 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
                             protocol::enum_name(caller.role), protocol::enum_name(submit.priority_class)));
     return;
   }
+  if (!maintenance && submit.chips > 8) {
+    reply_error(client, m.header.id, Errc::invalid_argument,
+                fmt::format("a job runs on one node and may ask for 1 to 8 chips, not {}", submit.chips));
+    return;
+  }
   if (!submit.node_id.empty() && nodes_.count(submit.node_id) == 0) {
     reply_error(client, m.header.id, Errc::not_found,
                 fmt::format("node {} is not registered; `kiln nodes` lists the nodes", submit.node_id));
@@ -444,9 +635,9 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
     return;
   }
   JobRecord job;
-  job.summary.job_id = next_job_id_++;
+  job.summary.job_id = next_job_id_;
   job.summary.state = JobState::queued;
-  job.summary.priority_class = submit.priority_class;
+  job.summary.priority_class = lease ? lease->summary.priority_class : submit.priority_class;
   job.summary.workload = submit.workload;
   job.summary.args = submit.args;
   job.summary.chips = submit.chips;
@@ -457,17 +648,25 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
   job.timeout_ms = submit.timeout_ms;
   job.seed = submit.seed;
   job.benchmark = submit.benchmark;
+  job.lease_id = lease_id;
   // Maintenance takes the whole node: nothing else may share its chips while it runs.
   if (maintenance) job.summary.chips = nodes_.at(submit.node_id).summary.chips_total;
   job.submitted_at_ms = now;
-  const std::uint64_t id = job.summary.job_id;
+  if (lease_id != 0) {
+    job.summary.detail = fmt::format("runs inside lease L{}", lease_id);
+  } else if (auto s = submit_to_scheduler(job, now); !s) {
+    reply_error(client, m.header.id, s.error().code, s.error().message);
+    return;
+  }
+  const std::uint64_t id = next_job_id_++;
   active_jobs_.insert(id);
   auto& stored = jobs_[id] = std::move(job);
   save(stored);
   actions_.push_back(action::ToClient{client, protocol::JobAccepted{id}, m.header.id});
-  log(action::Severity::info, fmt::format("job {} ({} on {} chips, {}) submitted by {}", id, submit.workload,
-                                          submit.chips, protocol::enum_name(submit.priority_class),
-                                          caller.key_name));
+  log(action::Severity::info, fmt::format("job {} ({} on {} chips, {}{}) submitted by {}", id, submit.workload,
+                                          submit.chips, protocol::enum_name(stored.summary.priority_class),
+                                          lease_id ? fmt::format(", in lease L{}", lease_id) : "", caller.key_name));
+  sync_node_states(now);
 }
 
 void CoordinatorCore::handle_cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -478,8 +677,7 @@ void CoordinatorCore::handle_cancel(const std::string& client, const Caller& cal
     return;
   }
   JobRecord& job = it->second;
-  const bool privileged = caller.role == Role::ops || caller.role == Role::admin;
-  if (!privileged && job.summary.submitted_by != caller.key_name) {
+  if (!privileged(caller.role) && job.summary.submitted_by != caller.key_name) {
     reply_error(client, m.header.id, Errc::unauthorized,
                 fmt::format("job {} was submitted by {}; only its submitter, ops or admin may cancel it",
                             cancel.job_id, job.summary.submitted_by));
@@ -503,7 +701,7 @@ void CoordinatorCore::handle_cancel(const std::string& client, const Caller& cal
 }
 
 void CoordinatorCore::handle_drain(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                                   const protocol::DrainNode& drain, TimeMs) {
+                                   const protocol::DrainNode& drain, TimeMs now) {
   if (caller.role != Role::ops && caller.role != Role::lab && caller.role != Role::admin) {
     reply_error(client, m.header.id, Errc::unauthorized,
                 fmt::format("role {} may not drain nodes; ask ops, lab or admin",
@@ -518,11 +716,12 @@ void CoordinatorCore::handle_drain(const std::string& client, const Caller& call
   }
   NodeRecord& node = it->second;
   node.draining = drain.drain;
-  node.drain_reason = drain.drain ? drain.reason : "";
+  node.drain_reason = drain.drain ? (drain.reason.empty() ? "drained by " + caller.key_name : drain.reason) : "";
   if (node.summary.state == NodeState::up || node.summary.state == NodeState::draining) {
     node.summary.state = drain.drain ? NodeState::draining : NodeState::up;
   }
   save(node);
+  sync_node_states(now);
   actions_.push_back(action::ToClient{client, protocol::Ok{drain.drain ? "draining" : "resumed"}, m.header.id});
   log(action::Severity::info, fmt::format("node {} {} by {}{}", drain.node_id, drain.drain ? "drained" : "resumed",
                                           caller.key_name, drain.reason.empty() ? "" : ": " + drain.reason));
@@ -546,6 +745,326 @@ protocol::JobList CoordinatorCore::job_list(const protocol::ListJobs& request) c
     list.jobs.push_back(it->second.summary);
   }
   return list;
+}
+
+// ---- developer leases ----------------------------------------------------------------------
+
+void CoordinatorCore::handle_request_lease(const std::string& client, const Caller& caller,
+                                           const protocol::Envelope& m, const protocol::RequestLease& request,
+                                           TimeMs now) {
+  if (!client_role_may_submit(caller.role, request.priority_class)) {
+    reply_error(client, m.header.id, Errc::unauthorized,
+                fmt::format("role {} may not lease chips as {}; developers and lab engineers lease as experiment, "
+                            "which CI work may preempt with notice",
+                            protocol::enum_name(caller.role), protocol::enum_name(request.priority_class)));
+    return;
+  }
+  if ((request.chips == 0) == (request.nodes == 0)) {
+    reply_error(client, m.header.id, Errc::invalid_argument,
+                "ask for chips on one node (--chips 1, 2, 4 or 8) or for whole nodes (--nodes N), not both");
+    return;
+  }
+  std::size_t active = 0;
+  for (const auto& [id, lease] : leases_) active += lease.summary.state == LeaseState::ended ? 0 : 1;
+  if (active >= knobs_.max_active_leases) {
+    reply_error(client, m.header.id, Errc::unavailable,
+                fmt::format("{} leases are already pending or granted (max_active_leases); release one or retry later",
+                            active));
+    return;
+  }
+  const std::uint64_t lease_id = next_lease_id_;
+  scheduler::Request req;
+  req.id = kLeaseRequestBase + lease_id;
+  req.cls = to_request_class(request.priority_class);
+  req.chips = request.nodes > 0 ? 1 : static_cast<int>(request.chips);
+  req.nodes = static_cast<int>(request.nodes);
+  if (!request.hardware_revision.empty()) req.revision = request.hardware_revision;
+  req.expected_duration_ms = static_cast<DurationMs>(request.duration_ms);
+  req.lease_ms = static_cast<DurationMs>(request.duration_ms);
+  req.submit_ms = to_scheduler_time(now);
+  if (auto s = scheduler_.submit(req, to_scheduler_time(now)); !s) {
+    reply_error(client, m.header.id, s.error().code, s.error().message);
+    return;
+  }
+  ++next_lease_id_;
+  DevLease& lease = leases_[lease_id];
+  lease.requested_at_ms = now;
+  lease.summary.lease_id = lease_id;
+  lease.summary.state = LeaseState::pending;
+  lease.summary.priority_class = request.priority_class;
+  lease.summary.owner = caller.key_name;
+  lease.summary.chips = request.chips;
+  lease.summary.nodes = request.nodes;
+  lease.summary.hardware_revision = request.hardware_revision;
+  lease.summary.duration_ms = request.duration_ms;
+  lease.summary.requested_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, now));
+  log(action::Severity::info,
+      fmt::format("lease L{} requested by {}: {} for {} ({}{})", lease_id, caller.key_name,
+                  request.nodes > 0 ? fmt::format("{} whole nodes", request.nodes) : fmt::format("{} chips", request.chips),
+                  human_duration(static_cast<TimeMs>(request.duration_ms)), protocol::enum_name(request.priority_class),
+                  request.hardware_revision.empty() ? "" : ", revision " + request.hardware_revision));
+  // The grant, if there is one now, is among the scheduler's actions.
+  pump_scheduler(now);
+  DevLease& now_lease = leases_.at(lease_id);
+  if (now_lease.summary.state == LeaseState::granted) {
+    actions_.push_back(action::ToClient{client, protocol::LeaseGranted{now_lease.summary}, m.header.id});
+    return;
+  }
+  auto explanation = scheduler_.explain(req.id, to_scheduler_time(now));
+  protocol::LeasePending pending;
+  pending.explanation = explanation_text(explanation, now).substr(0, protocol::kMessageText.max_len);
+  if (explanation.expected_start_ms) {
+    pending.expected_start_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, to_wall_time(*explanation.expected_start_ms)));
+  }
+  now_lease.summary.detail = pending.explanation;
+  pending.lease = now_lease.summary;
+  actions_.push_back(action::ToClient{client, std::move(pending), m.header.id});
+}
+
+void CoordinatorCore::handle_release_lease(const std::string& client, const Caller& caller,
+                                           const protocol::Envelope& m, const protocol::ReleaseLease& release,
+                                           TimeMs now) {
+  DevLease* lease = find_lease(release.lease_id);
+  if (!lease) {
+    reply_error(client, m.header.id, Errc::not_found,
+                fmt::format("no lease L{}; `kiln leases` lists the leases", release.lease_id));
+    return;
+  }
+  if (lease->summary.owner != caller.key_name && !privileged(caller.role)) {
+    reply_error(client, m.header.id, Errc::unauthorized,
+                fmt::format("lease L{} belongs to {}; only its owner, ops or admin may release it", release.lease_id,
+                            lease->summary.owner));
+    return;
+  }
+  if (lease->summary.state == LeaseState::ended) {
+    reply_error(client, m.header.id, Errc::conflict,
+                fmt::format("lease L{} already ended: {}", release.lease_id, lease->summary.detail));
+    return;
+  }
+  const scheduler::RequestId request = kLeaseRequestBase + lease->summary.lease_id;
+  if (scheduler_.is_pending(request) || scheduler_.lease_of(request)) {
+    if (auto s = scheduler_.cancel(request, to_scheduler_time(now)); !s) {
+      log(action::Severity::warn, fmt::format("lease L{}: {}", release.lease_id, s.error().message));
+    }
+  }
+  end_lease(*lease, fmt::format("released by {}", caller.key_name), now);
+  actions_.push_back(action::ToClient{client, protocol::Ok{fmt::format("lease L{} released", release.lease_id)},
+                                      m.header.id});
+}
+
+void CoordinatorCore::handle_watch_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                                         const protocol::WatchLease& watch, TimeMs now) {
+  DevLease* lease = find_lease(watch.lease_id);
+  if (!lease) {
+    reply_error(client, m.header.id, Errc::not_found,
+                fmt::format("no lease L{}; `kiln leases` lists the leases", watch.lease_id));
+    return;
+  }
+  if (lease->summary.owner != caller.key_name && !privileged(caller.role)) {
+    reply_error(client, m.header.id, Errc::unauthorized,
+                fmt::format("lease L{} belongs to {}; watch a lease of your own", watch.lease_id, lease->summary.owner));
+    return;
+  }
+  for (const auto& event : lease->events) {
+    if (event.seq > watch.after_seq) {
+      actions_.push_back(action::ToClient{client, event, m.header.id});
+      return;
+    }
+  }
+  if (watch.wait_ms == 0 || lease->summary.state == LeaseState::ended || watches_.size() >= knobs_.max_lease_watches) {
+    actions_.push_back(action::ToClient{client, status_event(*lease, now), m.header.id});
+    return;
+  }
+  watches_.push_back(Watch{client, m.header.id, watch.lease_id, watch.after_seq, now + watch.wait_ms});
+}
+
+CoordinatorCore::DevLease* CoordinatorCore::find_lease(std::uint64_t lease_id) {
+  auto it = leases_.find(lease_id);
+  return it == leases_.end() ? nullptr : &it->second;
+}
+
+std::vector<protocol::LeaseSummary> CoordinatorCore::leases() const {
+  std::vector<protocol::LeaseSummary> out;
+  for (const auto& [id, lease] : leases_) out.push_back(lease.summary);
+  return out;
+}
+
+std::vector<std::uint64_t> CoordinatorCore::jobs_in_lease(std::uint64_t lease_id) const {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t id : active_jobs_) {
+    if (jobs_.at(id).lease_id == lease_id) out.push_back(id);
+  }
+  return out;
+}
+
+protocol::LeaseEvent CoordinatorCore::status_event(const DevLease& lease, TimeMs now) const {
+  protocol::LeaseEvent event;
+  event.seq = lease.events.empty() ? 0 : lease.events.back().seq;
+  event.kind = LeaseEventKind::status;
+  event.lease = lease.summary;
+  switch (lease.summary.state) {
+    case LeaseState::pending:
+      event.message = explanation_text(scheduler_.explain(kLeaseRequestBase + lease.summary.lease_id,
+                                                          to_scheduler_time(now)),
+                                       now);
+      break;
+    case LeaseState::granted:
+      event.message = fmt::format("granted; expires in {}",
+                                  human_duration(static_cast<TimeMs>(lease.summary.expires_at_ms) - now));
+      break;
+    case LeaseState::preempting:
+      event.message = fmt::format("under preemption notice; revoked in {}",
+                                  human_duration(static_cast<TimeMs>(lease.summary.grace_deadline_ms) - now));
+      break;
+    case LeaseState::ended: event.message = "ended: " + lease.summary.detail; break;
+  }
+  event.message = event.message.substr(0, protocol::kMessageText.max_len);
+  event.lease.detail = event.lease.detail.substr(0, protocol::kMessageText.max_len);
+  return event;
+}
+
+void CoordinatorCore::lease_event(DevLease& lease, LeaseEventKind kind, std::string message, TimeMs now) {
+  lease.summary.job_ids = jobs_in_lease(lease.summary.lease_id);
+  lease.summary.detail = message.substr(0, protocol::kMessageText.max_len);
+  protocol::LeaseEvent event;
+  event.seq = lease.events.empty() ? 1 : lease.events.back().seq + 1;
+  event.kind = kind;
+  event.message = lease.summary.detail;
+  event.lease = lease.summary;
+  lease.events.push_back(event);
+  while (lease.events.size() > kMaxLeaseEvents) lease.events.pop_front();
+  log(action::Severity::info, fmt::format("lease L{} ({}): {}", lease.summary.lease_id, lease.summary.owner, message));
+  // Every parked watch of this lease is behind the new event: answer it now.
+  std::vector<Watch> keep;
+  for (Watch& w : watches_) {
+    if (w.lease_id == lease.summary.lease_id && w.after_seq < event.seq) {
+      actions_.push_back(action::ToClient{w.client, event, w.corr});
+    } else {
+      keep.push_back(std::move(w));
+    }
+  }
+  watches_ = std::move(keep);
+  (void)now;
+}
+
+void CoordinatorCore::end_lease(DevLease& lease, const std::string& why, TimeMs now) {
+  lease.summary.state = LeaseState::ended;
+  lease.summary.placement.clear();
+  lease.summary.grace_deadline_ms = 0;
+  lease.scheduler_lease.reset();
+  for (std::uint64_t id : jobs_in_lease(lease.summary.lease_id)) {
+    JobRecord& job = jobs_.at(id);
+    if (job.summary.state == JobState::queued) {
+      finish(job, JobState::cancelled, fmt::format("its lease L{} ended: {}", lease.summary.lease_id, why), now);
+    } else if (!job.cancel_requested) {
+      job.cancel_requested = true;
+      save(job);
+      if (auto peer = peer_of(job.summary.node_id)) {
+        to_agent(*peer, protocol::JobCancel{id, fmt::format("its lease L{} ended: {}", lease.summary.lease_id, why)});
+      }
+    }
+  }
+  lease_event(lease, LeaseEventKind::ended, why, now);
+  prune_ended_leases();
+}
+
+void CoordinatorCore::prune_ended_leases() {
+  std::size_t ended = 0;
+  for (const auto& [id, lease] : leases_) ended += lease.summary.state == LeaseState::ended ? 1 : 0;
+  for (auto it = leases_.begin(); it != leases_.end() && ended > knobs_.max_ended_leases_kept;) {
+    if (it->second.summary.state == LeaseState::ended) {
+      it = leases_.erase(it);
+      --ended;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CoordinatorCore::answer_watches(TimeMs now) {
+  std::vector<Watch> keep;
+  for (Watch& w : watches_) {
+    auto it = leases_.find(w.lease_id);
+    if (it == leases_.end()) continue;  // pruned: the watcher asks again and learns it is gone
+    if (now >= w.deadline_ms) {
+      actions_.push_back(action::ToClient{w.client, status_event(it->second, now), w.corr});
+    } else {
+      keep.push_back(std::move(w));
+    }
+  }
+  watches_ = std::move(keep);
+}
+
+protocol::QueueExplanation CoordinatorCore::explain(const protocol::QueueWhy& why, TimeMs now) const {
+  protocol::QueueExplanation out;
+  auto from_scheduler = [&](scheduler::RequestId request, const std::string& prefix) {
+    auto e = scheduler_.explain(request, to_scheduler_time(now));
+    out.pending = e.pending;
+    out.reasons = e.reasons;
+    if (e.expected_start_ms) {
+      out.expected_start_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, to_wall_time(*e.expected_start_ms)));
+    }
+    out.text = prefix + explanation_text(e, now);
+  };
+  if (why.lease_id != 0) {
+    const DevLease& lease = leases_.at(why.lease_id);
+    out.state = std::string(protocol::enum_name(lease.summary.state));
+    if (lease.summary.state == LeaseState::pending) {
+      from_scheduler(kLeaseRequestBase + why.lease_id, fmt::format("lease L{} is pending: ", why.lease_id));
+    } else if (lease.summary.state == LeaseState::ended) {
+      out.text = fmt::format("lease L{} is not pending: it ended ({})", why.lease_id, lease.summary.detail);
+    } else {
+      std::vector<std::string> where;
+      for (const auto& p : lease.summary.placement) {
+        where.push_back(fmt::format("{} chips [{}]", p.node_id, fmt::join(p.chip_indices, ",")));
+      }
+      out.text = fmt::format("lease L{} is not pending: it is {} on {}", why.lease_id, out.state,
+                             fmt::join(where, " and "));
+    }
+  } else {
+    const JobRecord& job = jobs_.at(why.job_id);
+    const auto& s = job.summary;
+    out.state = std::string(protocol::enum_name(s.state));
+    if (protocol::is_terminal(s.state)) {
+      out.text = fmt::format("job {} is not pending: it ended {} ({})", s.job_id, out.state, s.detail);
+    } else if (s.state != JobState::queued) {
+      out.text = fmt::format("job {} is not pending: it is {} on {} chips [{}] (attempt {})", s.job_id, out.state,
+                             s.node_id, fmt::join(s.chip_indices, ","), s.attempt);
+    } else if (job.lease_id != 0) {
+      auto lease = leases_.find(job.lease_id);
+      if (lease != leases_.end() && lease->second.summary.state == LeaseState::pending) {
+        from_scheduler(kLeaseRequestBase + job.lease_id,
+                       fmt::format("job {} waits for its lease L{}, which is pending: ", s.job_id, job.lease_id));
+        out.pending = true;
+      } else {
+        out.pending = true;
+        out.reasons.push_back(fmt::format("it runs inside lease L{} and waits for {} of its chips to be free of "
+                                          "other jobs in the lease",
+                                          job.lease_id, s.chips));
+        out.text = fmt::format("job {} is pending: {}", s.job_id, out.reasons.back());
+      }
+    } else {
+      from_scheduler(s.job_id, fmt::format("job {} is pending: ", s.job_id));
+    }
+  }
+  out.text = out.text.substr(0, protocol::kMessageText.max_len);
+  for (auto& r : out.reasons) r = r.substr(0, protocol::kMessageText.max_len);
+  if (out.reasons.size() > 64) out.reasons.resize(64);
+  return out;
+}
+
+std::string CoordinatorCore::explanation_text(const scheduler::Explanation& e, TimeMs now) const {
+  std::string out = fmt::format("{}", fmt::join(e.reasons, "; "));
+  if (!e.pending) return out.empty() ? "not pending" : out;
+  if (!out.empty()) out += "; ";
+  if (e.expected_start_ms) {
+    const TimeMs at = to_wall_time(*e.expected_start_ms);
+    out += at <= now ? "expected to start now"
+                     : fmt::format("expected to start in {} (at {})", human_duration(at - now), wall_clock_text(at));
+  } else {
+    out += "no expected start: no eligible capacity in sight";
+  }
+  return out;
 }
 
 // ---- time --------------------------------------------------------------------------------
@@ -572,9 +1091,12 @@ void CoordinatorCore::on_tick(TimeMs now) {
     const std::string node_id = job.summary.node_id;
     finish(job, JobState::timed_out,
            fmt::format("no result from node {} within its timeout of {} ms", node_id, job.timeout_ms), now);
-    refresh_chip_counts(node_id);
   }
-  dispatch(now);
+  if (auto deadline = scheduler_.next_deadline(); deadline && to_scheduler_time(now) >= *deadline) {
+    scheduler_.on_tick(to_scheduler_time(now));
+  }
+  answer_watches(now);
+  pump_scheduler(now);
 }
 
 void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
@@ -584,6 +1106,8 @@ void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
     sessions_.erase(peer->second);
     peer_by_node_.erase(peer);
   }
+  // The scheduler first, so that nothing requeued below is placed on this node again.
+  sync_node_states(now);
   std::vector<std::uint64_t> affected;
   for (std::uint64_t id : active_jobs_) {
     const JobRecord& job = jobs_.at(id);
@@ -593,7 +1117,6 @@ void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
     attempt_lost(jobs_.at(id),
                  fmt::format("node {} went silent for {} heartbeats", node_id, knobs_.liveness_missed_beats), now);
   }
-  refresh_chip_counts(node_id);
   save(node);
   log(action::Severity::warn, fmt::format("node {} lost: silent for {} ms; {} jobs failed over", node_id,
                                           now - node.last_seen_ms, affected.size()));
@@ -602,21 +1125,29 @@ void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
 // ---- job state machine ---------------------------------------------------------------------
 
 void CoordinatorCore::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) {
-  const std::string node_id = job.summary.node_id;
+  forget_request(job, now);
   if (job.cancel_requested) {
     finish(job, JobState::cancelled, fmt::format("cancelled; attempt {} ended: {}", job.summary.attempt, why), now);
-  } else if (job.summary.attempt < job.summary.max_attempts) {
+  } else if (job.summary.attempt - std::min(job.summary.attempt, job.preemptions) < job.summary.max_attempts &&
+             job.summary.attempt < 100) {
     job.summary.state = JobState::queued;
     job.summary.detail = fmt::format("attempt {} lost: {}; requeued", job.summary.attempt, why);
     job.summary.chip_indices.clear();
     job.summary.node_id.clear();
+    if (job.lease_id == 0) {
+      if (auto s = submit_to_scheduler(job, now); !s) {
+        finish(job, JobState::lost, fmt::format("attempt {} lost: {}; cannot be requeued: {}", job.summary.attempt,
+                                                why, s.error().message),
+               now);
+        return;
+      }
+    }
     save(job);
     log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, job.summary.detail));
   } else {
     finish(job, JobState::lost, fmt::format("attempt {} of {} lost: {}", job.summary.attempt,
                                              job.summary.max_attempts, why), now);
   }
-  refresh_chip_counts(node_id);
 }
 
 void CoordinatorCore::finish(JobRecord& job, JobState state, std::string detail, TimeMs now) {
@@ -625,97 +1156,425 @@ void CoordinatorCore::finish(JobRecord& job, JobState state, std::string detail,
   job.summary.detail = std::move(detail);
   job.finished_at_ms = now;
   active_jobs_.erase(job.summary.job_id);
+  forget_request(job, now);
   save(job);
   log(state == JobState::succeeded ? action::Severity::info : action::Severity::warn,
       fmt::format("job {} {}: {}", job.summary.job_id, protocol::enum_name(state), job.summary.detail));
 }
 
-std::vector<bool> CoordinatorCore::chips_in_use(const std::string& node_id) const {
-  std::vector<bool> used(64, false);
-  for (std::uint64_t id : active_jobs_) {
-    const JobRecord& job = jobs_.at(id);
-    if (job.summary.node_id != node_id || job.summary.state == JobState::queued) continue;
-    for (std::uint32_t chip : job.summary.chip_indices) used[chip] = true;
-  }
-  return used;
+void CoordinatorCore::start_attempt(JobRecord& job, const std::string& node_id, std::vector<std::uint32_t> chips,
+                                    TimeMs now) {
+  job.summary.state = JobState::assigned;
+  job.summary.node_id = node_id;
+  job.summary.chip_indices = chips;
+  job.summary.attempt += 1;
+  job.started_at_ms = now;
+  save(job);
+  protocol::JobStart start;
+  start.job_id = job.summary.job_id;
+  start.attempt = job.summary.attempt;
+  start.workload = job.summary.workload;
+  start.args = job.summary.args;
+  start.chip_indices = std::move(chips);
+  start.timeout_ms = job.timeout_ms;
+  start.seed = job.seed;
+  start.benchmark = job.benchmark;
+  to_agent(peer_by_node_.at(node_id), start);
+  log(action::Severity::info, fmt::format("job {} attempt {} dispatched to {} chips [{}]", job.summary.job_id,
+                                          job.summary.attempt, node_id, fmt::join(start.chip_indices, ",")));
 }
 
-void CoordinatorCore::refresh_chip_counts(const std::string& node_id) {
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) return;
-  auto used = chips_in_use(node_id);
-  it->second.summary.chips_used = static_cast<std::uint32_t>(std::count(used.begin(), used.end(), true));
-}
-
-std::optional<std::vector<std::uint32_t>> CoordinatorCore::pick_chips(const NodeRecord& node,
-                                                                      std::uint32_t count) const {
-  auto used = chips_in_use(node.summary.node_id);
-  // Prefer chips that share a NUMA node, so a multi-chip job does not straddle sockets.
-  std::map<std::uint32_t, std::vector<std::uint32_t>> free_by_numa;
-  for (const auto& chip : node.summary.chips) {
-    if (chip.healthy && !used[chip.index]) free_by_numa[chip.numa_node].push_back(chip.index);
-  }
-  std::vector<std::uint32_t> best;
-  for (const auto& [numa, chips] : free_by_numa) {
-    if (chips.size() >= count && (best.empty() || chips.size() < best.size())) best = chips;
-  }
-  if (!best.empty()) return std::vector<std::uint32_t>(best.begin(), best.begin() + count);
-  std::vector<std::uint32_t> any;
-  for (const auto& [numa, chips] : free_by_numa) any.insert(any.end(), chips.begin(), chips.end());
-  if (any.size() < count) return std::nullopt;
-  std::sort(any.begin(), any.end());
-  any.resize(count);
-  return any;
-}
-
-void CoordinatorCore::dispatch(TimeMs now) {
-  std::vector<std::uint64_t> queued;
-  for (std::uint64_t id : active_jobs_) {
-    if (jobs_.at(id).summary.state == JobState::queued) queued.push_back(id);
-  }
-  std::stable_sort(queued.begin(), queued.end(), [&](std::uint64_t a, std::uint64_t b) {
-    return priority_rank(jobs_.at(a).summary.priority_class) < priority_rank(jobs_.at(b).summary.priority_class);
-  });
-  // A node with maintenance waiting drains first: it takes no new regular work.
-  std::set<std::string> awaiting_maintenance;
-  for (std::uint64_t id : queued) {
-    const JobRecord& job = jobs_.at(id);
-    if (protocol::is_maintenance_workload(job.summary.workload)) awaiting_maintenance.insert(job.requested_node_id);
-  }
-  for (std::uint64_t id : queued) {
-    JobRecord& job = jobs_.at(id);
-    const bool maintenance = protocol::is_maintenance_workload(job.summary.workload);
-    for (auto& [node_id, node] : nodes_) {
-      if (!node_has_session(node_id) || node.summary.state == NodeState::lost) continue;
-      if (!maintenance && (node.summary.state != NodeState::up || awaiting_maintenance.count(node_id))) continue;
-      if (!job.requested_node_id.empty() && job.requested_node_id != node_id) continue;
-      if (!job.summary.hardware_revision.empty() && job.summary.hardware_revision != node.summary.hardware_revision) {
-        continue;
+// Jobs inside a developer lease run on its chips, first come first served.
+void CoordinatorCore::dispatch_lease_jobs(TimeMs now) {
+  for (auto& [lease_id, lease] : leases_) {
+    if (lease.summary.state != LeaseState::granted) continue;
+    std::vector<std::uint64_t> ids = jobs_in_lease(lease_id);
+    std::map<std::string, std::set<std::uint32_t>> busy;
+    for (std::uint64_t id : ids) {
+      const JobRecord& job = jobs_.at(id);
+      if (job.summary.state == JobState::queued) continue;
+      busy[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
+    }
+    for (std::uint64_t id : ids) {
+      JobRecord& job = jobs_.at(id);
+      if (job.summary.state != JobState::queued) continue;
+      for (const auto& p : lease.summary.placement) {
+        if (!node_has_session(p.node_id)) continue;
+        std::vector<std::uint32_t> free;
+        for (std::uint32_t chip : p.chip_indices) {
+          if (!busy[p.node_id].count(chip) && free.size() < job.summary.chips) free.push_back(chip);
+        }
+        if (free.size() < job.summary.chips) continue;
+        busy[p.node_id].insert(free.begin(), free.end());
+        start_attempt(job, p.node_id, std::move(free), now);
+        break;
       }
-      auto chips = pick_chips(node, job.summary.chips);
-      if (!chips) continue;
-      job.summary.state = JobState::assigned;
-      job.summary.node_id = node_id;
-      job.summary.chip_indices = *chips;
-      job.summary.attempt += 1;
-      job.started_at_ms = now;
-      refresh_chip_counts(node_id);
-      save(job);
-      protocol::JobStart start;
-      start.job_id = id;
-      start.attempt = job.summary.attempt;
-      start.workload = job.summary.workload;
-      start.args = job.summary.args;
-      start.chip_indices = *chips;
-      start.timeout_ms = job.timeout_ms;
-      start.seed = job.seed;
-      start.benchmark = job.benchmark;
-      to_agent(peer_by_node_.at(node_id), start);
-      log(action::Severity::info, fmt::format("job {} attempt {} dispatched to {} chips [{}]", id,
-                                              job.summary.attempt, node_id, fmt::join(*chips, ",")));
-      break;
+    }
+    lease.summary.job_ids = jobs_in_lease(lease_id);
+  }
+}
+
+void CoordinatorCore::refresh_chip_counts() {
+  std::map<std::string, std::set<std::uint32_t>> used;
+  for (const auto& lease : scheduler_.leases()) {
+    for (const auto& p : lease.placement) {
+      for (int chip : p.chips) used[p.node].insert(static_cast<std::uint32_t>(chip));
     }
   }
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.summary.state == JobState::queued) continue;
+    used[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
+  }
+  for (auto& [id, node] : nodes_) {
+    auto it = used.find(id);
+    node.summary.chips_used = it == used.end() ? 0 : static_cast<std::uint32_t>(it->second.size());
+  }
+}
+
+// ---- the scheduler -------------------------------------------------------------------------
+
+scheduler::Request CoordinatorCore::job_request(const JobRecord& job) const {
+  scheduler::Request req;
+  req.id = job.summary.job_id;
+  req.cls = to_request_class(job.summary.priority_class);
+  if (protocol::is_maintenance_workload(job.summary.workload)) {
+    req.nodes = 1;
+    req.maintenance = true;
+  } else {
+    req.chips = static_cast<int>(lease_chips_for(job.summary.chips));
+  }
+  if (!job.summary.hardware_revision.empty()) req.revision = job.summary.hardware_revision;
+  if (!job.requested_node_id.empty()) req.node = job.requested_node_id;
+  req.expected_duration_ms = job.timeout_ms;
+  // The agent enforces the job's timeout and the core times out a silent attempt: the lease's
+  // own expiry is only the backstop behind both.
+  req.lease_ms = std::min<DurationMs>(static_cast<DurationMs>(job.timeout_ms) + knobs_.job_timeout_slack_ms +
+                                          2 * knobs_.liveness_timeout_ms(),
+                                      knobs_.scheduler.max_lease_ms);
+  req.submit_ms = to_scheduler_time(job.submitted_at_ms);
+  return req;
+}
+
+Status CoordinatorCore::submit_to_scheduler(const JobRecord& job, TimeMs now) {
+  return scheduler_.submit(job_request(job), to_scheduler_time(now));
+}
+
+void CoordinatorCore::forget_request(JobRecord& job, TimeMs now) {
+  const std::uint64_t id = job.summary.job_id;
+  job_lease_.erase(id);
+  jobs_under_notice_.erase(id);
+  if (job.lease_id != 0) return;
+  if (scheduler_.is_pending(id) || scheduler_.lease_of(id)) {
+    if (auto s = scheduler_.cancel(id, to_scheduler_time(now)); !s) {
+      log(action::Severity::warn, fmt::format("job {}: {}", id, s.error().message));
+    }
+  }
+}
+
+void CoordinatorCore::upsert_scheduler_node(const NodeRecord& node, TimeMs now) {
+  scheduler::NodeInfo info;
+  info.id = node.summary.node_id;
+  info.revision = node.summary.hardware_revision;
+  for (const auto& chip : node.summary.chips) {
+    // Unhealthy chips are not leased; maintenance still gets the whole node (on_granted).
+    if (!chip.healthy) continue;
+    info.chips.push_back(scheduler::ChipInfo{static_cast<int>(chip.index), static_cast<int>(chip.numa_node),
+                                             static_cast<int>(chip.numa_node)});
+  }
+  if (info.chips.empty()) {
+    log(action::Severity::warn, fmt::format("node {} reports no healthy chips; nothing is scheduled on it",
+                                            node.summary.node_id));
+    return;
+  }
+  if (auto s = scheduler_.upsert_node(info, to_scheduler_time(now)); !s) {
+    log(action::Severity::warn, fmt::format("node {}: {}", node.summary.node_id, s.error().message));
+  }
+}
+
+void CoordinatorCore::set_scheduler_node_state(const std::string& node_id, scheduler::NodeState state,
+                                               std::string reason, std::string owner, TimeMs now) {
+  auto known = scheduler_node_state_.find(node_id);
+  if (known != scheduler_node_state_.end() && known->second == state) return;
+  if (auto s = scheduler_.set_node_state(node_id, state, std::move(reason), std::move(owner), to_scheduler_time(now));
+      !s) {
+    return;  // not in the scheduler (no healthy chips): nothing to tell it
+  }
+  scheduler_node_state_[node_id] = state;
+}
+
+void CoordinatorCore::sync_node_states(TimeMs now) {
+  std::map<std::string, std::uint64_t> maintenance_waiting;
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (protocol::is_maintenance_workload(job.summary.workload) && job.summary.state == JobState::queued) {
+      maintenance_waiting.emplace(job.requested_node_id, id);
+    }
+  }
+  for (const auto& [id, node] : nodes_) {
+    const auto& s = node.summary;
+    if (s.state == NodeState::lost || !node_has_session(id)) {
+      set_scheduler_node_state(id, scheduler::NodeState::lost, "no agent session", "", now);
+    } else if (s.state == NodeState::quarantined) {
+      set_scheduler_node_state(id, scheduler::NodeState::quarantined, s.quarantine_reason, s.quarantine_owner, now);
+    } else if (node.draining) {
+      set_scheduler_node_state(id, scheduler::NodeState::draining, node.drain_reason, "", now);
+    } else if (auto m = maintenance_waiting.find(id); m != maintenance_waiting.end()) {
+      // Maintenance takes the whole node: it drains first and takes no new regular work.
+      set_scheduler_node_state(id, scheduler::NodeState::draining,
+                               fmt::format("draining for maintenance job {}", m->second), "", now);
+    } else {
+      set_scheduler_node_state(id, scheduler::NodeState::up, "", "", now);
+    }
+  }
+}
+
+JobRecord* CoordinatorCore::job_holding(scheduler::RequestId request, scheduler::LeaseId lease) {
+  auto held = job_lease_.find(request);
+  if (held == job_lease_.end() || held->second != lease) return nullptr;
+  auto job = jobs_.find(request);
+  if (job == jobs_.end() || protocol::is_terminal(job->second.summary.state)) return nullptr;
+  return &job->second;
+}
+
+void CoordinatorCore::pump_scheduler(TimeMs now) {
+  // Handlers may call the scheduler again; what that decides is carried out in the same loop.
+  while (auto a = scheduler_.poll_action()) {
+    std::visit(
+        [&](const auto& act) {
+          using T = std::decay_t<decltype(act)>;
+          if constexpr (std::is_same_v<T, scheduler::LeaseGranted>) {
+            on_granted(act, now);
+          } else if constexpr (std::is_same_v<T, scheduler::PreemptNotice>) {
+            on_preempt_notice(act, now);
+          } else if constexpr (std::is_same_v<T, scheduler::Revoke>) {
+            on_revoke(act, now);
+          } else if constexpr (std::is_same_v<T, scheduler::Requeued>) {
+            on_requeued(act, now);
+          } else if constexpr (std::is_same_v<T, scheduler::LeaseLost>) {
+            on_lease_lost(act, now);
+          } else if constexpr (std::is_same_v<T, scheduler::LeaseExpired>) {
+            on_lease_expired(act, now);
+          }
+        },
+        *a);
+  }
+  dispatch_lease_jobs(now);
+  refresh_chip_counts();
+}
+
+void CoordinatorCore::on_granted(const scheduler::LeaseGranted& granted, TimeMs now) {
+  KILN_ASSERT(!granted.placement.empty(), "a granted lease has chips");
+  if (is_lease_request(granted.request)) {
+    DevLease* lease = find_lease(granted.request - kLeaseRequestBase);
+    if (!lease || lease->summary.state != LeaseState::pending) {
+      // Released in the same step that granted it: give the chips straight back.
+      if (scheduler_.lease_of(granted.request) == granted.lease) {
+        (void)scheduler_.release(granted.lease, to_scheduler_time(now));
+      }
+      return;
+    }
+    lease->scheduler_lease = granted.lease;
+    lease->summary.state = LeaseState::granted;
+    lease->summary.granted_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, now));
+    lease->summary.expires_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, to_wall_time(granted.expires_at_ms)));
+    lease->summary.grace_deadline_ms = 0;
+    lease->summary.placement.clear();
+    std::vector<std::string> where;
+    for (const auto& p : granted.placement) {
+      protocol::LeasePlacement placement{p.node, {}};
+      for (int chip : p.chips) placement.chip_indices.push_back(static_cast<std::uint32_t>(chip));
+      where.push_back(fmt::format("{} chips [{}]", p.node, fmt::join(p.chips, ",")));
+      lease->summary.placement.push_back(std::move(placement));
+    }
+    lease_event(*lease, LeaseEventKind::granted,
+                fmt::format("granted {} until {}{}", fmt::join(where, " and "),
+                            wall_clock_text(static_cast<TimeMs>(lease->summary.expires_at_ms)),
+                            granted.borrowed ? " (on borrowed capacity: reclaimed first)" : ""),
+                now);
+    return;
+  }
+  auto it = jobs_.find(granted.request);
+  if (it == jobs_.end() || it->second.summary.state != JobState::queued) {
+    // The job ended in the same step that granted it: give the chips straight back.
+    if (scheduler_.lease_of(granted.request) == granted.lease) {
+      (void)scheduler_.release(granted.lease, to_scheduler_time(now));
+    }
+    return;
+  }
+  JobRecord& job = it->second;
+  const scheduler::Placement& placement = granted.placement.front();
+  if (!node_has_session(placement.node)) {
+    // The scheduler's view of the node was stale: correct it and let the job wait again.
+    log(action::Severity::error, fmt::format("job {} was granted chips on {}, which has no agent session; "
+                                             "requeued",
+                                             job.summary.job_id, placement.node));
+    scheduler_node_state_.erase(placement.node);
+    set_scheduler_node_state(placement.node, scheduler::NodeState::lost, "no agent session", "", now);
+    (void)scheduler_.cancel(granted.request, to_scheduler_time(now));
+    if (auto s = submit_to_scheduler(job, now); !s) finish(job, JobState::failed, s.error().message, now);
+    return;
+  }
+  std::vector<std::uint32_t> chips;
+  if (protocol::is_maintenance_workload(job.summary.workload)) {
+    // The whole node is leased: maintenance gets every chip, the unhealthy ones too.
+    for (const auto& chip : nodes_.at(placement.node).summary.chips) chips.push_back(chip.index);
+  } else {
+    for (int chip : placement.chips) {
+      if (chips.size() < job.summary.chips) chips.push_back(static_cast<std::uint32_t>(chip));
+    }
+  }
+  job_lease_[job.summary.job_id] = granted.lease;
+  start_attempt(job, placement.node, std::move(chips), now);
+}
+
+void CoordinatorCore::on_preempt_notice(const scheduler::PreemptNotice& notice, TimeMs now) {
+  const TimeMs grace_ms = std::clamp<TimeMs>(to_wall_time(notice.grace_deadline_ms) - now, 0, 24 * kHourMs);
+  const std::string reason = is_lease_request(notice.preempted_for)
+                                 ? fmt::format("preempted for lease L{}", notice.preempted_for - kLeaseRequestBase)
+                             : jobs_.count(notice.preempted_for)
+                                 ? fmt::format("preempted for job {} ({})", notice.preempted_for,
+                                               protocol::enum_name(jobs_.at(notice.preempted_for).summary.priority_class))
+                                 : fmt::format("preempted for request {}", notice.preempted_for);
+  auto notify = [&](JobRecord& job) {
+    if (auto peer = peer_of(job.summary.node_id)) {
+      to_agent(*peer, protocol::JobPreempt{job.summary.job_id, static_cast<std::uint32_t>(grace_ms),
+                                           fmt::format("{}; checkpoint and exit within {}", reason,
+                                                       human_duration(grace_ms))});
+    }
+  };
+  if (is_lease_request(notice.request)) {
+    DevLease* lease = find_lease(notice.request - kLeaseRequestBase);
+    if (!lease || lease->scheduler_lease != notice.lease) return;
+    lease->summary.state = LeaseState::preempting;
+    lease->summary.grace_deadline_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, now + grace_ms));
+    for (std::uint64_t id : jobs_in_lease(lease->summary.lease_id)) {
+      JobRecord& job = jobs_.at(id);
+      if (job.summary.state != JobState::queued) notify(job);
+    }
+    lease_event(*lease, LeaseEventKind::preempt_notice,
+                fmt::format("{}: release the lease within {} (by {}); it is then revoked and queued again keeping "
+                            "its age",
+                            reason, human_duration(grace_ms), wall_clock_text(now + grace_ms)),
+                now);
+    return;
+  }
+  JobRecord* job = job_holding(notice.request, notice.lease);
+  if (!job) return;
+  jobs_under_notice_.insert(job->summary.job_id);
+  job->summary.detail = fmt::format("{}; notice given, {} to checkpoint", reason, human_duration(grace_ms));
+  save(*job);
+  notify(*job);
+  log(action::Severity::info, fmt::format("job {} on {}: {}", job->summary.job_id, job->summary.node_id,
+                                          job->summary.detail));
+}
+
+void CoordinatorCore::on_revoke(const scheduler::Revoke& revoke, TimeMs now) {
+  if (is_lease_request(revoke.request)) {
+    DevLease* lease = find_lease(revoke.request - kLeaseRequestBase);
+    if (!lease || lease->scheduler_lease != revoke.lease) return;
+    for (std::uint64_t id : jobs_in_lease(lease->summary.lease_id)) {
+      JobRecord& job = jobs_.at(id);
+      if (job.summary.state == JobState::queued || job.cancel_requested) continue;
+      job.cancel_requested = true;
+      save(job);
+      if (auto peer = peer_of(job.summary.node_id)) {
+        to_agent(*peer, protocol::JobCancel{id, fmt::format("lease L{} revoked: its preemption grace ended",
+                                                            lease->summary.lease_id)});
+      }
+    }
+    return;
+  }
+  JobRecord* job = job_holding(revoke.request, revoke.lease);
+  if (!job) return;
+  if (auto peer = peer_of(job->summary.node_id)) {
+    to_agent(*peer, protocol::JobCancel{job->summary.job_id, "preempted: the grace period ended"});
+  }
+  (void)now;
+}
+
+void CoordinatorCore::on_requeued(const scheduler::Requeued& requeued, TimeMs now) {
+  if (is_lease_request(requeued.request)) {
+    DevLease* lease = find_lease(requeued.request - kLeaseRequestBase);
+    if (!lease || lease->scheduler_lease != requeued.previous_lease) return;
+    lease->scheduler_lease.reset();
+    lease->summary.state = LeaseState::pending;
+    lease->summary.placement.clear();
+    lease->summary.grace_deadline_ms = 0;
+    lease->summary.expires_at_ms = 0;
+    lease_event(*lease, LeaseEventKind::requeued, "preempted; queued again keeping its age", now);
+    return;
+  }
+  JobRecord* job = job_holding(requeued.request, requeued.previous_lease);
+  if (!job) return;
+  job_lease_.erase(job->summary.job_id);
+  jobs_under_notice_.erase(job->summary.job_id);
+  if (job->summary.attempt >= 99) {
+    forget_request(*job, now);
+    finish(*job, JobState::lost, "preempted too many times", now);
+    return;
+  }
+  job->preemptions += 1;
+  job->summary.state = JobState::queued;
+  job->summary.detail = fmt::format("attempt {} preempted on {}; queued again keeping its age",
+                                    job->summary.attempt, job->summary.node_id);
+  job->summary.node_id.clear();
+  job->summary.chip_indices.clear();
+  save(*job);
+  log(action::Severity::info, fmt::format("job {}: {}", job->summary.job_id, job->summary.detail));
+}
+
+void CoordinatorCore::on_lease_lost(const scheduler::LeaseLost& lost, TimeMs now) {
+  if (is_lease_request(lost.request)) {
+    DevLease* lease = find_lease(lost.request - kLeaseRequestBase);
+    if (!lease || lease->scheduler_lease != lost.lease) return;
+    lease->scheduler_lease.reset();
+    lease->summary.state = LeaseState::pending;
+    lease->summary.placement.clear();
+    lease->summary.grace_deadline_ms = 0;
+    lease->summary.expires_at_ms = 0;
+    // The scheduler forgot the request with the node: ask again with the original age.
+    scheduler::Request req;
+    req.id = lost.request;
+    req.cls = to_request_class(lease->summary.priority_class);
+    req.chips = lease->summary.nodes > 0 ? 1 : static_cast<int>(lease->summary.chips);
+    req.nodes = static_cast<int>(lease->summary.nodes);
+    if (!lease->summary.hardware_revision.empty()) req.revision = lease->summary.hardware_revision;
+    req.expected_duration_ms = static_cast<DurationMs>(lease->summary.duration_ms);
+    req.lease_ms = req.expected_duration_ms;
+    req.submit_ms = to_scheduler_time(lease->requested_at_ms);
+    if (auto s = scheduler_.submit(req, to_scheduler_time(now)); !s) {
+      end_lease(*lease, fmt::format("node {} was lost and the lease cannot be queued again: {}", lost.node,
+                                    s.error().message),
+                now);
+      return;
+    }
+    lease_event(*lease, LeaseEventKind::requeued,
+                fmt::format("node {} was lost; queued again keeping its age", lost.node), now);
+    return;
+  }
+  JobRecord* job = job_holding(lost.request, lost.lease);
+  if (!job) return;  // mark_node_lost already failed it over
+  attempt_lost(*job, fmt::format("node {} was lost", lost.node), now);
+}
+
+void CoordinatorCore::on_lease_expired(const scheduler::LeaseExpired& expired, TimeMs now) {
+  if (is_lease_request(expired.request)) {
+    DevLease* lease = find_lease(expired.request - kLeaseRequestBase);
+    if (!lease || lease->scheduler_lease != expired.lease) return;
+    end_lease(*lease, "expired", now);
+    return;
+  }
+  JobRecord* job = job_holding(expired.request, expired.lease);
+  if (!job) return;
+  job_lease_.erase(job->summary.job_id);
+  job->cancel_requested = true;
+  save(*job);
+  if (auto peer = peer_of(job->summary.node_id)) {
+    to_agent(*peer, protocol::JobCancel{job->summary.job_id, "its lease expired"});
+  }
+  log(action::Severity::warn, fmt::format("job {}: its lease expired on {}; cancelled", job->summary.job_id,
+                                          job->summary.node_id));
 }
 
 // ---- plumbing ------------------------------------------------------------------------------

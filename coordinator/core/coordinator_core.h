@@ -1,6 +1,7 @@
-// The coordinator's pure core: node registry with liveness, the job state machine and
-// dispatch. Messages and `now` go in; actions come out through poll_action(). No sockets,
-// clocks, threads or files: the shell (and the simulation tests) supply all of that.
+// The coordinator's pure core: node registry with liveness, the job state machine, developer
+// leases, and the scheduler core (coordinator/scheduler) that decides who gets which chips.
+// Messages and `now` go in; actions come out through poll_action(). No sockets, clocks,
+// threads or files: the shell (and the simulation tests) supply all of that.
 #pragma once
 
 #include <deque>
@@ -16,6 +17,7 @@
 #include "common/time.h"
 #include "coordinator/core/knobs.h"
 #include "coordinator/core/records.h"
+#include "coordinator/scheduler/scheduler.h"
 
 namespace kiln::coordinator {
 
@@ -54,10 +56,15 @@ struct Log {
 using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
                             action::Log>;
 
+// Scheduler request ids: a job's is its job id; a developer lease's is this base plus its id.
+constexpr scheduler::RequestId kLeaseRequestBase = scheduler::RequestId{1} << 48;
+
 class CoordinatorCore {
  public:
   // `recovered` is what the store held at start-up. Nodes come back without a session and
-  // have one liveness timeout from `now` to register again before their jobs are failed over.
+  // have one liveness timeout from `now` to register again before their jobs are failed over;
+  // queued jobs go back to the scheduler keeping their age, running ones get their chips back
+  // when their agent re-registers still running them.
   CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, TimeMs now);
 
   void on_agent_message(const std::string& peer, const Caller& caller,
@@ -73,6 +80,8 @@ class CoordinatorCore {
   const std::map<std::uint64_t, JobRecord>& jobs() const { return jobs_; }
   const std::map<std::string, NodeRecord>& nodes() const { return nodes_; }
   std::optional<std::string> peer_of(const std::string& node_id) const;
+  const scheduler::Scheduler& scheduler() const { return scheduler_; }
+  std::vector<protocol::LeaseSummary> leases() const;
 
  private:
   struct Session {
@@ -80,6 +89,24 @@ class CoordinatorCore {
     std::uint32_t protocol_version = protocol::kProtocolVersion;
   };
 
+  // A developer's lease: chips held without a workload until released, expired or revoked.
+  struct DevLease {
+    protocol::LeaseSummary summary;
+    std::optional<scheduler::LeaseId> scheduler_lease;
+    std::deque<protocol::LeaseEvent> events;  // the most recent ones, for watchers
+    TimeMs requested_at_ms = 0;               // its age in the queue, kept when requeued
+  };
+
+  // A parked watch_lease: answered at the lease's next event or at `deadline_ms`.
+  struct Watch {
+    std::string client;
+    std::uint64_t corr = 0;
+    std::uint64_t lease_id = 0;
+    std::uint64_t after_seq = 0;
+    TimeMs deadline_ms = 0;
+  };
+
+  // ---- agents
   void handle_hello(const std::string& peer, const Caller& caller, const protocol::Envelope& m,
                     const protocol::Hello& hello, TimeMs now);
   void handle_job_started(const std::string& node_id, const protocol::JobStarted& started, TimeMs now);
@@ -92,25 +119,66 @@ class CoordinatorCore {
   void handle_heartbeat(const std::string& peer, const std::string& node_id,
                         const protocol::Envelope& m, const protocol::Heartbeat& beat, TimeMs now);
 
+  // ---- clients
   void handle_submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                     const protocol::SubmitJob& submit, TimeMs now);
+                     const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now);
   void handle_cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                      const protocol::CancelJob& cancel, TimeMs now);
   void handle_drain(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                     const protocol::DrainNode& drain, TimeMs now);
+  void handle_request_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                            const protocol::RequestLease& request, TimeMs now);
+  void handle_release_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                            const protocol::ReleaseLease& release, TimeMs now);
+  void handle_watch_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                          const protocol::WatchLease& watch, TimeMs now);
+  protocol::QueueExplanation explain(const protocol::QueueWhy& why, TimeMs now) const;
   protocol::NodeList node_list(TimeMs now) const;
   protocol::JobList job_list(const protocol::ListJobs& request) const;
 
+  // ---- jobs
   // One attempt of an active job ended without a result from the agent (node lost, agent
   // restarted without it): requeue while attempts remain, otherwise the job is lost.
   void attempt_lost(JobRecord& job, const std::string& why, TimeMs now);
   void finish(JobRecord& job, protocol::JobState state, std::string detail, TimeMs now);
   void mark_node_lost(NodeRecord& node, TimeMs now);
-  void dispatch(TimeMs now);
-  std::optional<std::vector<std::uint32_t>> pick_chips(const NodeRecord& node, std::uint32_t count) const;
-  std::vector<bool> chips_in_use(const std::string& node_id) const;
-  void refresh_chip_counts(const std::string& node_id);
+  void start_attempt(JobRecord& job, const std::string& node_id, std::vector<std::uint32_t> chips, TimeMs now);
+  void dispatch_lease_jobs(TimeMs now);
   bool node_has_session(const std::string& node_id) const;
+  void refresh_chip_counts();
+
+  // ---- the scheduler
+  scheduler::Request job_request(const JobRecord& job) const;
+  Status submit_to_scheduler(const JobRecord& job, TimeMs now);
+  // Ends whatever the scheduler holds for a job of its own (pending request or lease).
+  void forget_request(JobRecord& job, TimeMs now);
+  // Tells the scheduler what each node can take now: up, draining (asked to, or waiting for
+  // maintenance), quarantined, or lost (no session).
+  void sync_node_states(TimeMs now);
+  void set_scheduler_node_state(const std::string& node_id, scheduler::NodeState state, std::string reason,
+                                std::string owner, TimeMs now);
+  void upsert_scheduler_node(const NodeRecord& node, TimeMs now);
+  // Carries out what the scheduler decided, until it has nothing more to say.
+  void pump_scheduler(TimeMs now);
+  void on_granted(const scheduler::LeaseGranted& granted, TimeMs now);
+  void on_preempt_notice(const scheduler::PreemptNotice& notice, TimeMs now);
+  void on_revoke(const scheduler::Revoke& revoke, TimeMs now);
+  void on_requeued(const scheduler::Requeued& requeued, TimeMs now);
+  void on_lease_lost(const scheduler::LeaseLost& lost, TimeMs now);
+  void on_lease_expired(const scheduler::LeaseExpired& expired, TimeMs now);
+  JobRecord* job_holding(scheduler::RequestId request, scheduler::LeaseId lease);
+  TimeMs to_scheduler_time(TimeMs wall) const { return wall - clock_origin_ms_; }
+  TimeMs to_wall_time(TimeMs scheduled) const { return scheduled + clock_origin_ms_; }
+  std::string explanation_text(const scheduler::Explanation& explanation, TimeMs now) const;
+
+  // ---- developer leases
+  DevLease* find_lease(std::uint64_t lease_id);
+  void lease_event(DevLease& lease, protocol::LeaseEventKind kind, std::string message, TimeMs now);
+  void end_lease(DevLease& lease, const std::string& why, TimeMs now);
+  void answer_watches(TimeMs now);
+  protocol::LeaseEvent status_event(const DevLease& lease, TimeMs now) const;
+  std::vector<std::uint64_t> jobs_in_lease(std::uint64_t lease_id) const;
+  void prune_ended_leases();
 
   void reply_error(const std::string& client, std::uint64_t corr, Errc code, std::string message);
   void to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr = 0);
@@ -126,6 +194,17 @@ class CoordinatorCore {
   std::map<std::string, std::string> peer_by_node_;
   std::uint64_t next_job_id_ = 1;
   std::deque<Action> actions_;
+
+  scheduler::Scheduler scheduler_;
+  // The scheduler's clock starts at midnight (UTC on the wall clock) of the day the core
+  // started, so the times in its explanations read as the time of day.
+  TimeMs clock_origin_ms_ = 0;
+  std::map<std::string, scheduler::NodeState> scheduler_node_state_;
+  std::map<std::uint64_t, scheduler::LeaseId> job_lease_;  // jobs holding a lease of their own
+  std::set<std::uint64_t> jobs_under_notice_;
+  std::map<std::uint64_t, DevLease> leases_;
+  std::uint64_t next_lease_id_ = 1;
+  std::vector<Watch> watches_;
 };
 
 }  // namespace kiln::coordinator

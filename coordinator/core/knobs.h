@@ -1,9 +1,11 @@
 // Every interval and limit of the coordinator's core, with units in the names. Loaded from
-// the [knobs] table of coordinator.toml; simulations push them to extremes.
+// the [knobs] and [scheduler] tables of coordinator.toml; simulations push them to extremes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "coordinator/scheduler/knobs.h"
 
 namespace kiln::coordinator {
 
@@ -18,6 +20,14 @@ struct CoordinatorKnobs {
   std::uint32_t job_timeout_slack_ms = 30000;
   // A quarantined node returns to service only after diagnostics of at least this level pass.
   std::uint32_t quarantine_release_min_diag_level = 2;
+  // Developer leases: at most this many pending or granted at once, and this many ended ones
+  // kept for `kiln leases` and late watchers.
+  std::size_t max_active_leases = 1000;
+  std::size_t max_ended_leases_kept = 200;
+  // Open `kiln lease` watches (long polls) at once; more are answered at once.
+  std::size_t max_lease_watches = 1000;
+  // The [scheduler] table: classes, quotas, preemption grace, reservations.
+  scheduler::SchedulerKnobs scheduler;
 
   std::int64_t liveness_timeout_ms() const {
     return static_cast<std::int64_t>(heartbeat_interval_ms) * liveness_missed_beats;

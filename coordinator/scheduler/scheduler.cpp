@@ -124,7 +124,11 @@ struct Scheduler::Impl {
   // --- helpers --------------------------------------------------------------------------------
 
   bool eligible(const NodeRec& node, const Request& req) const {
-    if (node.state != NodeState::up) return false;
+    if (req.node && node.info.id != *req.node) return false;
+    const bool maintenance_may_enter = req.maintenance && req.node &&
+                                       (node.state == NodeState::draining ||
+                                        node.state == NodeState::quarantined);
+    if (node.state != NodeState::up && !maintenance_may_enter) return false;
     if (req.revision && node.info.revision != *req.revision) return false;
     if (req.nodes == 0 && static_cast<int>(node.info.chips.size()) < req.chips) return false;
     return true;
@@ -207,7 +211,7 @@ struct Scheduler::Impl {
   }
 
   bool may_preempt(const RequestRec& r) const {
-    return kiln_policy() && rank(r.req.cls) < rank(RequestClass::experiment) &&
+    return kiln_policy() && !r.req.maintenance && rank(r.req.cls) < rank(RequestClass::experiment) &&
            target_time(r).has_value();
   }
 
@@ -291,7 +295,7 @@ struct Scheduler::Impl {
 
   QuotaCheck check_quota(const RequestRec& r, const std::string& revision, int chips,
                          const std::map<std::pair<RequestClass, std::string>, int>& used) const {
-    if (!kiln_policy()) return {};
+    if (!kiln_policy() || r.req.maintenance) return {};
     auto quota = knobs.quota(r.req.cls, revision);
     if (!quota) return {};
     auto it = used.find({r.req.cls, revision});
@@ -467,7 +471,8 @@ struct Scheduler::Impl {
       if (found == leases.end()) return false;
       const LeaseRec& l = found->second;
       if (l.grace_deadline_ms || !preemptible(l.cls, q.cls)) return false;
-      if (requests.at(l.request).preempted_by.count(q.id)) return false;
+      const RequestRec& holder = requests.at(l.request);
+      if (holder.req.maintenance || holder.preempted_by.count(q.id)) return false;
       for (const ChipRef& c : l.chips) {
         const ChipPlan& plan = view[c.node][c.pos];
         if ((plan.claimed_by != 0 && plan.claimed_by != q.id) || end > plan.resv_start) return false;
@@ -594,7 +599,9 @@ struct Scheduler::Impl {
                                        std::size_t ahead) const {
     const Request& q = r.req;
     std::vector<std::string> out;
-    const std::string rev_text = q.revision ? fmt::format("revision {}", *q.revision) : "any revision";
+    const std::string rev_text = q.node       ? fmt::format("node {}", *q.node)
+                                 : q.revision ? fmt::format("revision {}", *q.revision)
+                                              : "any revision";
     if (q.not_before_ms && *q.not_before_ms > now) {
       out.push_back(fmt::format("its window opens at {}", format_clock(*q.not_before_ms)));
     }
@@ -606,8 +613,12 @@ struct Scheduler::Impl {
     for (std::size_t n = 0; n < nodes.size(); ++n) {
       const NodeRec& node = nodes[n];
       if (q.revision && node.info.revision != *q.revision) continue;
-      ++states[node.state];
-      if (node.state != NodeState::up) continue;
+      if (q.node && node.info.id != *q.node) continue;
+      // Maintenance may enter its draining or quarantined node: for it, that node is in service.
+      const bool in_service = node.state == NodeState::up ||
+                              (q.maintenance && q.node && node.state != NodeState::lost);
+      ++states[in_service ? NodeState::up : node.state];
+      if (!in_service) continue;
       std::size_t free = 0;
       for (const ChipPlan& c : view[n]) free += c.lease == 0 ? 1 : 0;
       if (free > best_free) {
@@ -1015,6 +1026,66 @@ Status Scheduler::submit(const Request& request, TimeMs now) {
   s.requests.emplace(request.id, std::move(rec));
   s.schedule(now);
   return {};
+}
+
+Result<LeaseId> Scheduler::restore_lease(const Request& request, const std::vector<Placement>& placement,
+                                         TimeMs start_ms, TimeMs now) {
+  Impl& s = *impl_;
+  if (auto ok = s.validate(request); !ok) return tl::unexpected(ok.error());
+  std::vector<ChipRef> chips;
+  for (const Placement& pl : placement) {
+    auto it = s.node_index.find(pl.node);
+    if (it == s.node_index.end()) {
+      return fail(Errc::not_found, fmt::format("cannot restore request {}: node '{}' is unknown; it "
+                                               "has to register first",
+                                               request.id, pl.node));
+    }
+    const NodeRec& rec = s.nodes[it->second];
+    for (int index : pl.chips) {
+      auto pos = std::find_if(rec.info.chips.begin(), rec.info.chips.end(),
+                              [&](const ChipInfo& c) { return c.index == index; });
+      if (pos == rec.info.chips.end()) {
+        return fail(Errc::not_found, fmt::format("cannot restore request {}: node {} has no chip {}",
+                                                 request.id, pl.node, index));
+      }
+      ChipRef ref{it->second, static_cast<std::size_t>(pos - rec.info.chips.begin())};
+      if (rec.chip_lease[ref.pos] != 0 || std::find(chips.begin(), chips.end(), ref) != chips.end()) {
+        return fail(Errc::conflict, fmt::format("cannot restore request {}: chip {} on {} is already "
+                                                "leased",
+                                                request.id, index, pl.node));
+      }
+      chips.push_back(ref);
+    }
+  }
+  if (chips.empty()) {
+    return fail(Errc::invalid_argument,
+                fmt::format("cannot restore request {}: it names no chips", request.id));
+  }
+  RequestRec rec;
+  rec.req = request;
+  rec.remaining_ms = request.expected_duration_ms;
+  LeaseRec l;
+  l.id = s.next_lease++;
+  l.request = request.id;
+  l.cls = request.cls;
+  l.revision = s.nodes[chips.front().node].info.revision;
+  l.chips = chips;
+  l.start_ms = start_ms;
+  l.work_ms = rec.remaining_ms;
+  l.expected_end_ms = start_ms + rec.remaining_ms;
+  DurationMs length = request.lease_ms ? *request.lease_ms
+                                       : static_cast<DurationMs>(static_cast<double>(rec.remaining_ms) *
+                                                                 s.knobs.lease_slack);
+  l.expiry_ms = start_ms + std::min(std::max<DurationMs>(length, rec.remaining_ms), s.knobs.max_lease_ms);
+  l.last_ack_ms = start_ms;
+  l.checkpoint_interval_ms = request.checkpoint_interval_ms;
+  for (const ChipRef& c : chips) s.nodes[c.node].chip_lease[c.pos] = l.id;
+  rec.lease = l.id;
+  const LeaseId id = l.id;
+  s.requests.emplace(request.id, std::move(rec));
+  s.leases.emplace(id, std::move(l));
+  s.schedule(now);
+  return id;
 }
 
 Status Scheduler::cancel(RequestId request, TimeMs now) {

@@ -35,6 +35,11 @@ class Scheduler {
   Status set_node_state(std::string_view node, NodeState state, std::string reason,
                         std::string owner, TimeMs now);
   Status submit(const Request& request, TimeMs now);
+  // Re-establishes a lease that was running before the holder (the coordinator) restarted: the
+  // request holds exactly these chips from `start_ms`, without a LeaseGranted action. Refused
+  // when a node or chip is unknown or already leased, or the request is already known.
+  Result<LeaseId> restore_lease(const Request& request, const std::vector<Placement>& placement,
+                                TimeMs start_ms, TimeMs now);
   // Withdraws a pending request, or ends its lease if it is running.
   Status cancel(RequestId request, TimeMs now);
   // The holder is done with the lease; its request is complete.

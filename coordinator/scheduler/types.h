@@ -62,6 +62,11 @@ struct Request {
   // How often the workload checkpoints; 0 = never. Tells the core how much work a preemption loses.
   DurationMs checkpoint_interval_ms = 0;
   TimeMs submit_ms = 0;  // original submission: a requeued request keeps its age
+  // Runs only on this node (`kiln submit --node`, maintenance).
+  std::optional<std::string> node;
+  // Maintenance (diagnostics, installs) on its pinned node: it may start while the node is
+  // draining or quarantined, it is outside the quotas, never preempts and is never preempted.
+  bool maintenance = false;
 };
 
 struct Placement {

@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "common/keys.h"
+#include "coordinator/scheduler/knobs_toml.h"
 
 namespace kiln::coordinator {
 namespace {
@@ -88,8 +89,9 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
 
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
-    if (k != "coordinator" && k != "knobs" && k != "keys") {
-      return fail(Errc::config, fmt::format("{}: unknown table '{}'; expected [coordinator], [knobs] and [[keys]]",
+    if (k != "coordinator" && k != "knobs" && k != "scheduler" && k != "keys") {
+      return fail(Errc::config, fmt::format("{}: unknown table '{}'; expected [coordinator], [knobs], [scheduler] "
+                                            "and [[keys]]",
                                             where(path, node.source()), k));
     }
   }
@@ -122,9 +124,20 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
                    r.integer("max_jobs_listed", k.max_jobs_listed, 1, 1000),
                    r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000),
                    r.integer("quarantine_release_min_diag_level", k.quarantine_release_min_diag_level, 1, 3),
+                   r.integer("max_active_leases", k.max_active_leases, 1, 100000),
+                   r.integer("max_ended_leases_kept", k.max_ended_leases_kept, 0, 100000),
+                   r.integer("max_lease_watches", k.max_lease_watches, 1, 100000),
                    r.no_unknown_keys()}) {
       if (!s) return tl::unexpected(s.error());
     }
+  }
+
+  if (const toml::node* scheduler = root.get("scheduler")) {
+    const toml::table* t = scheduler->as_table();
+    if (!t) return fail(Errc::config, fmt::format("{}: scheduler must be a table ([scheduler])", where(path, scheduler->source())));
+    auto knobs = scheduler::parse_scheduler_knobs(*t);
+    if (!knobs) return fail(Errc::config, fmt::format("{}: {}", path, knobs.error().message));
+    config.knobs.scheduler = std::move(*knobs);
   }
 
   if (const toml::node* keys = root.get("keys")) {

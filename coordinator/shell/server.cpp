@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include <fmt/format.h>
 #include <zmq.hpp>
@@ -155,6 +156,11 @@ class Server final : public CoordinatorServer {
         logger_->warn("dropped a message: {}", received.error().message);
         continue;
       }
+      if (received->delimited) {
+        req_peers_.insert(received->routing_id);
+      } else {
+        req_peers_.erase(received->routing_id);
+      }
       handle_message(*received, from_agents);
       if (auto s = carry_out_actions(); !s) return s;
     }
@@ -187,7 +193,18 @@ class Server final : public CoordinatorServer {
 
   void send_to(zmq::socket_t& socket, const std::string& peer, protocol::Body body, std::uint64_t corr) {
     auto envelope = protocol::make_envelope(std::move(body), next_message_id_++, corr);
-    if (auto s = transport::send_envelope(socket, &peer, envelope, limits_); !s) {
+    const bool delimited = req_peers_.count(peer) != 0;
+    auto s = transport::send_envelope(socket, &peer, envelope, limits_, delimited);
+    if (!s && s.error().code == Errc::too_large) {
+      // The peer is waiting for an answer: tell it why there is none.
+      logger_->warn("reply {} is too large: {}", envelope.header.type, s.error().message);
+      auto error = protocol::make_envelope(
+          protocol::ErrorReply{std::string(to_string(Errc::too_large)),
+                               s.error().message + "; ask for less (for example a smaller --limit)", {}},
+          next_message_id_++, corr);
+      s = transport::send_envelope(socket, &peer, error, limits_, delimited);
+    }
+    if (!s) {
       logger_->warn("could not send {} to a {}: {}", envelope.header.type, &socket == &agents_ ? "node" : "client",
                     s.error().message);
     }
@@ -237,6 +254,7 @@ class Server final : public CoordinatorServer {
   zmq::socket_t agents_;
   zmq::socket_t clients_;
   std::uint64_t next_message_id_ = 1;
+  std::set<std::string> req_peers_;  // REQ clients, whose replies need an empty delimiter frame
 };
 
 }  // namespace

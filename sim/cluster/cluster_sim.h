@@ -53,6 +53,12 @@ struct FaultOptions {
   double partitions_per_minute = 0.0;  // one node cut off from the coordinator, both ways
   DurationMs partition_min_ms = 1000;
   DurationMs partition_max_ms = 30000;
+  // A node fault: while it lasts the node's health probes and diagnostics fail and its jobs
+  // fail. The coordinator should quarantine the node; the lab client brings it back with
+  // level 2 diagnostics once the fault is repaired.
+  double node_faults_per_minute = 0.0;
+  DurationMs node_fault_min_ms = 5000;
+  DurationMs node_fault_max_ms = 60000;
 };
 
 struct WorkloadOptions {
@@ -64,6 +70,13 @@ struct WorkloadOptions {
   double job_failure_probability = 0.1;   // per attempt
   double job_overrun_probability = 0.05;  // the job runs past its timeout
   std::uint32_t max_attempts_max = 3;
+  // Developer leases (request_lease, submit_in_lease, release_lease) from developer clients.
+  double lease_requests_per_minute = 0.0;
+  // A workload told it is preempted checkpoints and exits within its grace; the rest are
+  // cancelled when the grace ends.
+  double preempt_checkpoint_probability = 0.8;
+  // How often the lab engineer looks for repaired quarantined nodes to run diagnostics on.
+  DurationMs lab_round_ms = 15000;
 };
 
 struct ClusterShape {
@@ -75,6 +88,9 @@ struct ClusterShape {
 
 struct SimOptions {
   std::uint64_t seed = 1;
+  // The wall clock the cores see at simulated time 0 (2026-01-05 09:00 UTC). Every time in
+  // this API, in logs and in violations is simulated time since then.
+  TimeMs start_wall_ms = 1767603600000;
   ClusterShape shape;
   FaultOptions faults;
   WorkloadOptions workload;
@@ -121,6 +137,9 @@ struct RunSummary {
   std::size_t agent_crashes = 0;
   std::size_t coordinator_crashes = 0;
   std::size_t partitions = 0;
+  std::size_t node_faults = 0;
+  std::size_t preemption_notices = 0;  // job_preempt messages that reached an agent's workload
+  std::size_t leases_requested = 0;
   std::size_t messages_sent = 0;
   std::size_t messages_dropped = 0;
   std::size_t messages_duplicated = 0;
@@ -152,6 +171,9 @@ class Simulation {
   void crash_coordinator(TimeMs at, DurationMs down_ms);
   void crash_agent(TimeMs at, std::size_t node, DurationMs down_ms);
   void partition(TimeMs at, std::size_t node, DurationMs duration_ms);
+  void node_fault(TimeMs at, std::size_t node, DurationMs duration_ms);
+  // Any client request: request_lease, release_lease, submit_in_lease, drain_node, ...
+  void client_send(TimeMs at, std::size_t client, protocol::Body body);
 
   TimeMs now() const;
   const std::optional<Violation>& violation() const;
@@ -163,6 +185,9 @@ class Simulation {
   std::vector<std::uint64_t> accepted_jobs() const;  // ids the coordinator sent job_accepted for
   std::size_t acknowledged_results() const;  // job_finished_ack sent for a stored terminal result
   std::string node_id(std::size_t node) const;
+  // Clients: options.workload.clients of kinds ci, developer, ops in turn ("ci-0", "dev-1",
+  // "ops-2", ...), then one lab client that runs diagnostics.
+  std::size_t clients() const;
   const SimOptions& options() const;
 
  private:

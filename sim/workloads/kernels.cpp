@@ -58,10 +58,9 @@ Matrix multiply(const KernelContext& ctx, std::string_view kernel, const Matrix&
   const int k_dim = a.cols;
   const int n_dim = b_transposed ? b.rows : b.cols;
   KILN_ASSERT(k_dim == (b_transposed ? b.cols : b.rows), "gemm operand shapes must agree");
-  const bool fp8 = kernel == "gemm-fp8" && !ctx.reference;
-  const Matrix& lhs_in = a;
-  const Matrix lhs = fp8 ? quantize_e4m3(lhs_in) : lhs_in;
-  const Matrix rhs = fp8 ? quantize_e4m3(b) : b;
+  const bool fp8 = kernel == "gemm-fp8";
+  const Matrix lhs = fp8 ? quantize_fp8(ctx, a) : a;
+  const Matrix rhs = fp8 ? quantize_fp8(ctx, b) : b;
   Matrix c(a.rows, n_dim);
   for (int i = 0; i < a.rows; ++i) {
     for (int j = 0; j < n_dim; ++j) {

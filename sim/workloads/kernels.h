@@ -50,7 +50,7 @@ Matrix quantize_fp8(const KernelContext& ctx, const Matrix& m);
 Matrix checkpoint_weights(const Matrix& m, numerics::DType dtype);
 
 // a (m x k) times b (k x n), fp32 accumulation, result stored in bf16. `kernel` names the
-// component ("gemm-bf16" or "gemm-fp8"); for gemm-fp8 both inputs are quantized to E4M3 first.
+// component ("gemm-bf16" or "gemm-fp8"); gemm-fp8 quantizes both inputs with quantize_fp8.
 Matrix gemm(const KernelContext& ctx, std::string_view kernel, const Matrix& a, const Matrix& b);
 // a times b transposed.
 Matrix gemm_bt(const KernelContext& ctx, std::string_view kernel, const Matrix& a, const Matrix& b);

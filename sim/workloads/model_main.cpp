@@ -172,7 +172,11 @@ int run_job(const JobArgs& args) {
   const fs::path result_file = env("KILN_RESULT_FILE").value_or("result.json");
   const fs::path work_dir = env("KILN_WORK_DIR").value_or(".");
   const std::string seed_text = env("KILN_SEED").value_or("1");
-  const std::uint64_t seed = std::strtoull(seed_text.c_str(), nullptr, 10);
+  char* seed_end = nullptr;
+  const std::uint64_t seed = std::strtoull(seed_text.c_str(), &seed_end, 10);
+  if (seed_text.empty() || *seed_end != '\0') {
+    return cannot_run(fmt::format("KILN_SEED='{}' is not an unsigned 64-bit number; kiln-agent sets it", seed_text));
+  }
   auto bench = wl::bench_settings_from_env(env);
   if (!bench) return cannot_run(bench.error().message);
   wl::StackEffects effects;

@@ -19,7 +19,7 @@ namespace {
 // others.
 enum Stream : std::uint64_t {
   kInput = 1, kW1, kW2, kEmbedding, kPosition, kWq, kWk, kWv, kWo, kTokens, kTeacher, kTrainData,
-  kEvalData, kB1, kB2,
+  kEvalData,
 };
 
 Matrix random_matrix(int rows, int cols, double scale, std::uint64_t seed, std::uint64_t stream) {
@@ -66,9 +66,9 @@ ModelRun run_mlp(const ModelSpec& spec, const ModelRunOptions& options) {
   const Matrix w2 = checkpoint_weights(
       random_matrix(kHidden, kIn, 1.0 / std::sqrt(kHidden), options.data_seed, kW2), weights_dtype);
   const std::string gemm_name = gemm_kernel(spec);
-  Matrix h = gemm(ctx, gemm_name, gemm_name == "gemm-fp8" ? quantize_fp8(ctx, x) : x, w1);
+  Matrix h = gemm(ctx, gemm_name, x, w1);
   gelu(ctx, h);
-  Matrix y = gemm(ctx, gemm_name, gemm_name == "gemm-fp8" ? quantize_fp8(ctx, h) : h, w2);
+  Matrix y = gemm(ctx, gemm_name, h, w2);
   maybe_corrupt(options, y, 1);
   ModelRun run;
   run.outputs.push_back(to_tensor("output", y));

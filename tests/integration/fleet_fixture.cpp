@@ -164,8 +164,9 @@ void Fleet::add_agent(const AgentSpec& spec) {
       "options = \"state_dir={3}/sim-{0};node_id={0};hardware_revision={4};seed=7\"\n\n"
       "[local_socket]\npath = \"{3}/{0}.sock\"\ngroup = \"root\"\n\n"
       "[knobs]\nheartbeat_interval_ms = {5}\nliveness_missed_beats = {6}\nreconnect_backoff_initial_ms = 100\n"
-      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\n\n"
-      "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n",
+      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 1000\nprobe_timeout_ms = 1000\n\n"
+      "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n"
+      "model = \"{7}/kiln-workload-model\"\n",
       spec.node_id, agent_port_, KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
       liveness_missed_beats_, KILN_BIN_DIR);
 }
@@ -220,6 +221,16 @@ bool Fleet::eventually(const std::function<bool()>& done, std::chrono::milliseco
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return done();
+}
+
+int Fleet::sim_chip(const std::string& node_id, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{std::string(KILN_BIN_DIR) + "/kiln-sim-chip"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--state-dir");
+  argv.push_back((dir_ / ("sim-" + node_id)).string());
+  ChildProcess tool(argv, dir_ / "kiln-sim-chip.log");
+  int status = tool.wait(std::chrono::seconds(30));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 std::string Fleet::log_of(const std::string& process) const { return read_file(dir_ / (process + ".log")); }

@@ -62,6 +62,9 @@ class Fleet {
   // Runs the kiln command with a client config for KEY; returns its exit code and output.
   int kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output = nullptr);
 
+  // Runs kiln-sim-chip on a node's simulated chips (inject, clear, show); returns its exit code.
+  int sim_chip(const std::string& node_id, const std::vector<std::string>& args);
+
   // Polls `done` every 50 ms until it holds or the timeout passes.
   static bool eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout);
 

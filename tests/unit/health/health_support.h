@@ -66,7 +66,7 @@ class SimNodeFixture {
     REQUIRE(library_ != nullptr);
     inject_ = reinterpret_cast<kiln_sim_inject_fault_fn>(
         ::dlsym(library_, KILN_SIM_INJECT_FAULT_SYMBOL));
-    REQUIRE(inject_ != nullptr);
+    REQUIRE(::dlsym(library_, KILN_SIM_INJECT_FAULT_SYMBOL) != nullptr);
   }
   ~SimNodeFixture() {
     driver_.reset();

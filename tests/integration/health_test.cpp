@@ -1,0 +1,146 @@
+// Health end to end: the agent's probes, quarantine at the coordinator, diagnostics through
+// the coordinator, installs verified before they run, and benchmarks with their report.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <thread>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/protocol/messages.h"
+#include "tests/integration/fleet_fixture.h"
+
+using namespace kiln;
+using namespace kiln::protocol;
+using kiln::testing::Fleet;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::optional<NodeSummary> node(cli::Client& client, const std::string& id) {
+  auto reply = client.request(ListNodes{});
+  if (!reply) return std::nullopt;
+  for (const auto& n : std::get<NodeList>(*reply).nodes) {
+    if (n.node_id == id) return n;
+  }
+  return std::nullopt;
+}
+
+std::optional<JobDetail> job(cli::Client& client, std::uint64_t id) {
+  auto reply = client.request(GetJob{id});
+  if (!reply) return std::nullopt;
+  return std::get<JobDetail>(*reply);
+}
+
+std::uint64_t submit(cli::Client& client, SubmitJob request) {
+  auto reply = client.request(std::move(request));
+  REQUIRE_MESSAGE(reply.has_value(), reply.error().message);
+  return std::get<JobAccepted>(*reply).job_id;
+}
+
+bool job_ended(cli::Client& client, std::uint64_t id) {
+  auto j = job(client, id);
+  return j && is_terminal(j->job.state);
+}
+
+}  // namespace
+
+TEST_CASE("an injected fault fails the health probe, the node is quarantined, and passing diagnostics return it") {
+  Fleet fleet("health");
+  fleet.add_key("dev", "developer");
+  fleet.add_key("lab1", "lab");
+  fleet.add_agent({"n01", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto dev = fleet.client("dev");
+  auto lab = fleet.client("lab1");
+  REQUIRE(Fleet::eventually([&] {
+    auto n = node(*dev, "n01");
+    return n && n->state == NodeState::up && n->health == HealthStatus::pass;
+  }, 15s));
+
+  REQUIRE(fleet.sim_chip("n01", {"inject", "--chip", "3", "--fault", "ecc_storm"}) == 0);
+  REQUIRE(Fleet::eventually([&] {
+    auto n = node(*dev, "n01");
+    return n && n->state == NodeState::quarantined;
+  }, 15s));
+  auto n = node(*dev, "n01");
+  CHECK(n->health == HealthStatus::fail);
+  CHECK(n->quarantine_reason.find("ecc chip 3 fail: ecc_uncorrected") != std::string::npos);
+  CHECK(n->quarantine_owner == "lab");
+
+  // Regular work waits while the node is quarantined.
+  SubmitJob smoke;
+  smoke.workload = "smoke";
+  const auto waiting = submit(*dev, smoke);
+  std::this_thread::sleep_for(1s);
+  CHECK(job(*dev, waiting)->job.state == JobState::queued);
+
+  // The lab clears the fault (a repair) and runs level 2 diagnostics through the coordinator.
+  REQUIRE(fleet.sim_chip("n01", {"clear"}) == 0);
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.args = {"--level", "2"};
+  diag.node_id = "n01";
+  const auto diag_id = submit(*lab, diag);
+  REQUIRE(Fleet::eventually([&] { return job_ended(*lab, diag_id); }, 60s));
+  auto detail = job(*lab, diag_id);
+  CHECK(detail->job.state == JobState::succeeded);
+  CHECK(detail->job.chip_indices.size() == 8);
+  auto report = nlohmann::json::parse(detail->result);
+  CHECK(report["level"] == 2);
+  CHECK(report["verdict"] != "fail");
+  REQUIRE(Fleet::eventually([&] { return node(*dev, "n01")->state == NodeState::up; }, 10s));
+  REQUIRE(Fleet::eventually([&] { return job(*dev, waiting)->job.state == JobState::succeeded; }, 20s));
+}
+
+TEST_CASE("a tampered package is refused before it runs; a benchmark job reports its samples") {
+  Fleet fleet("install");
+  fleet.add_key("ops1", "ops");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "b"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto ops = fleet.client("ops1");
+  REQUIRE(Fleet::eventually([&] {
+    auto n = node(*ops, "n01");
+    return n && n->state == NodeState::up;
+  }, 15s));
+
+  const auto image = fleet.dir() / "firmware-2.0.0.bin";
+  std::ofstream(image) << "firmware image 2.0.0";
+  SubmitJob install;
+  install.workload = std::string(kInstallWorkload);
+  install.node_id = "n01";
+  install.args = {"--kind", "firmware", "--version", "2.0.0", "--sha256", std::string(64, 'a'), image.string()};
+  const auto install_id = submit(*ops, install);
+  REQUIRE(Fleet::eventually([&] { return job_ended(*ops, install_id); }, 60s));
+  auto detail = job(*ops, install_id);
+  CHECK(detail->job.state == JobState::failed);
+  auto report = nlohmann::json::parse(detail->result);
+  CHECK(report["outcome"] == "refused");
+  CHECK(report["fit_for_work"] == true);
+  CHECK(node(*ops, "n01")->chips.at(0).firmware_version == "1.0.0");
+
+  // A developer may not install.
+  auto dev = fleet.client("dev");
+  auto refused = dev->request(install);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().code == Errc::unauthorized);
+
+  SubmitJob bench;
+  bench.workload = "model";
+  bench.args = {"--model", "mlp-bf16"};
+  bench.chips = 1;
+  bench.benchmark.repeats = 10;
+  bench.benchmark.warmup_min = 3;
+  bench.benchmark.warmup_max = 60;
+  const auto bench_id = submit(*dev, bench);
+  REQUIRE(Fleet::eventually([&] { return job_ended(*dev, bench_id); }, 60s));
+  auto bench_detail = job(*dev, bench_id);
+  REQUIRE_MESSAGE(bench_detail->job.state == JobState::succeeded, bench_detail->job.detail);
+  auto bench_report = nlohmann::json::parse(bench_detail->result);
+  CHECK(bench_report["timed_samples"] == 10);
+  CHECK(bench_report["median_throughput"].get<double>() > 0);
+}

@@ -1,0 +1,159 @@
+// Leases and preemption with the real binaries on loopback: `kiln lease`, `kiln leases`,
+// `kiln release-lease`, `kiln queue --why`, and an experiment preempted by presubmit work (the
+// agent forwards the notice to the workload as SIGUSR1; the experiment is requeued).
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/protocol/messages.h"
+#include "tests/integration/fleet_fixture.h"
+
+using namespace kiln;
+using namespace kiln::protocol;
+using kiln::testing::ChildProcess;
+using kiln::testing::Fleet;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The fixture's coordinator config plus a [scheduler] table that makes preemption quick:
+// presubmit preempts at once and the grace is 2 s.
+std::unique_ptr<ChildProcess> start_coordinator_with_fast_preemption(Fleet& fleet) {
+  const auto base = fleet.dir() / "coordinator.toml";
+  const auto path = fleet.dir() / "coordinator-fast-preemption.toml";
+  std::ofstream(path) << read_text(base)
+                      << "\n[scheduler]\ngrace_ms = 2000\n[scheduler.target_start_latency_ms]\npresubmit = 0\n";
+  return std::make_unique<ChildProcess>(
+      std::vector<std::string>{std::string(KILN_BIN_DIR) + "/kiln-coordinator", "--config", path.string()},
+      fleet.dir() / "coordinator.log");
+}
+
+// `kiln` with KEY's client config, in the background, its output in OUT.
+std::unique_ptr<ChildProcess> kiln_in_background(Fleet& fleet, const std::string& key,
+                                                 const std::vector<std::string>& args, const std::string& out) {
+  std::vector<std::string> argv{std::string(KILN_BIN_DIR) + "/kiln", "--config",
+                                (fleet.dir() / ("client-" + key + ".toml")).string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return std::make_unique<ChildProcess>(argv, fleet.dir() / out);
+}
+
+std::optional<JobSummary> job(cli::Client& client, std::uint64_t id) {
+  auto reply = client.request(GetJob{id});
+  if (!reply) return std::nullopt;
+  return std::get<JobDetail>(*reply).job;
+}
+
+bool node_up(cli::Client& client, const std::string& id) {
+  auto reply = client.request(ListNodes{});
+  if (!reply) return false;
+  for (const auto& n : std::get<NodeList>(*reply).nodes) {
+    if (n.node_id == id) return n.state == NodeState::up;
+  }
+  return false;
+}
+
+std::uint64_t submit(cli::Client& client, const std::string& seconds, std::uint32_t chips, PriorityClass cls) {
+  SubmitJob s;
+  s.workload = "sleep";
+  s.args = {seconds};
+  s.chips = chips;
+  s.priority_class = cls;
+  s.timeout_ms = 60000;
+  auto reply = client.request(s);
+  REQUIRE_MESSAGE(reply.has_value(), reply.error().message);
+  return std::get<JobAccepted>(*reply).job_id;
+}
+
+}  // namespace
+
+TEST_CASE("kiln lease waits, prints what it got, shows in kiln leases, and ends when released") {
+  Fleet fleet("lease");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  auto coordinator = start_coordinator_with_fast_preemption(fleet);
+  fleet.start_agent("n01");
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
+
+  auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "4", "--rev", "a", "--hours", "1"}, "lease.out");
+  REQUIRE(Fleet::eventually([&] { return read_text(fleet.dir() / "lease.out").find("granted") != std::string::npos; },
+                            10s));
+  const std::string granted = read_text(fleet.dir() / "lease.out");
+  CHECK(granted.find("lease L1 granted") != std::string::npos);
+  CHECK(granted.find("node n01") != std::string::npos);
+  CHECK(granted.find("expires at") != std::string::npos);
+
+  std::string out;
+  CHECK(fleet.kiln("dev", {"leases"}, &out) == 0);
+  CHECK(out.find("L1") != std::string::npos);
+  CHECK(out.find("granted") != std::string::npos);
+  CHECK(out.find("n01[") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"nodes"}, &out) == 0);
+  CHECK(out.find("n01") != std::string::npos);
+
+  // The lease still watches; releasing it ends the watching command with exit code 0.
+  CHECK(lease->running());
+  CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
+  const int status = lease->wait(10s);
+  REQUIRE(status >= 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(read_text(fleet.dir() / "lease.out").find("lease L1 ended: released by dev") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"leases"}, &out) == 0);
+  CHECK(out.find("no leases") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"release-lease", "L9"}, &out) == 5);
+}
+
+TEST_CASE("an experiment is preempted by presubmit work: notice to the workload, requeued, queue --why explains") {
+  Fleet fleet("preempt");
+  fleet.add_key("dev", "developer");
+  fleet.add_key("ci", "ci");
+  fleet.add_agent({"n01", "a"});
+  auto coordinator = start_coordinator_with_fast_preemption(fleet);
+  fleet.start_agent("n01");
+  auto dev = fleet.client("dev");
+  auto ci = fleet.client("ci");
+  REQUIRE(Fleet::eventually([&] { return node_up(*dev, "n01"); }, 10s));
+
+  const auto experiment = submit(*dev, "6", 8, PriorityClass::experiment);
+  REQUIRE(Fleet::eventually([&] { return job(*dev, experiment)->state == JobState::running; }, 10s));
+
+  // A developer lease and another experiment wait behind it, and say why.
+  std::string out;
+  CHECK(fleet.kiln("dev", {"lease", "--chips", "8", "--minutes", "30", "--no-wait"}, &out) == 0);
+  CHECK(out.find("lease L1 pending") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"queue", "--why", "L1"}, &out) == 0);
+  CHECK(out.find("lease L1 is pending") != std::string::npos);
+  CHECK(out.find("expected start") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
+  const auto waiting = submit(*dev, "1", 1, PriorityClass::experiment);
+  CHECK(fleet.kiln("dev", {"queue", "--why", std::to_string(waiting)}, &out) == 0);
+  CHECK(out.find("is pending") != std::string::npos);
+  CHECK(out.find("free chips") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"queue", "--why", std::to_string(experiment)}, &out) == 0);
+  CHECK(out.find("not pending") != std::string::npos);
+
+  // Presubmit cannot start: the experiment gets notice, its workload is signalled and exits,
+  // and it goes back to the queue keeping its age.
+  const auto presubmit = submit(*ci, "1", 1, PriorityClass::presubmit);
+  REQUIRE(Fleet::eventually([&] { return fleet.log_of("n01").find("preemption notice") != std::string::npos; }, 10s));
+  REQUIRE(Fleet::eventually([&] { return job(*ci, presubmit)->state == JobState::succeeded; }, 15s));
+  CHECK(fleet.log_of("coordinator").find("let go of its chips after the preemption notice") != std::string::npos);
+  // Then the experiment runs again, ahead of the younger experiment, and finishes.
+  REQUIRE(Fleet::eventually([&] { return job(*dev, experiment)->state == JobState::succeeded; }, 20s));
+  const auto done = job(*dev, experiment);
+  CHECK(done->attempt == 2);
+  CHECK(fleet.log_of("coordinator").find("attempt 1 preempted on n01") != std::string::npos);
+  REQUIRE(Fleet::eventually([&] { return job(*dev, waiting)->state == JobState::succeeded; }, 10s));
+}

@@ -1,0 +1,472 @@
+// The coordinator core sharing chips through the scheduler core: grants, preemption with
+// notice reaching the agent, requeue keeping age, quarantine, maintenance, developer leases
+// and `kiln queue --why`.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "coordinator/core/coordinator_core.h"
+#include "coordinator/shell/coordinator_config.h"
+
+using namespace kiln;
+using namespace kiln::coordinator;
+using namespace kiln::protocol;
+
+namespace {
+
+constexpr TimeMs kGraceMs = 60000;
+
+CoordinatorKnobs knobs_with_fast_preemption() {
+  CoordinatorKnobs knobs;
+  knobs.heartbeat_interval_ms = 1000;
+  knobs.liveness_missed_beats = 1000;  // nodes stay alive through the long waits below
+  knobs.scheduler.grace_ms = kGraceMs;
+  // Presubmit preempts experiments as soon as it cannot start at once.
+  knobs.scheduler.target_start_latency_ms[scheduler::rank(scheduler::RequestClass::presubmit)] = 0;
+  return knobs;
+}
+
+struct Harness {
+  CoordinatorCore core;
+  std::vector<action::ToAgent> to_agents;
+  std::vector<action::ToClient> to_clients;
+  std::uint64_t next_id = 1;
+
+  explicit Harness(CoordinatorKnobs knobs = knobs_with_fast_preemption(), Snapshot snapshot = {}, TimeMs now = 0)
+      : core(knobs, std::move(snapshot), now) {
+    drain();
+  }
+
+  void drain() {
+    while (auto a = core.poll_action()) {
+      if (auto* t = std::get_if<action::ToAgent>(&*a)) to_agents.push_back(*t);
+      if (auto* t = std::get_if<action::ToClient>(&*a)) to_clients.push_back(*t);
+    }
+  }
+  void agent(const std::string& peer, const std::string& key, Body body, TimeMs now) {
+    core.on_agent_message(peer, Caller{key, Role::agent}, make_envelope(std::move(body), next_id++), now);
+    drain();
+  }
+  Body client(const std::string& key, Role role, Body body, TimeMs now) {
+    const std::size_t before = to_clients.size();
+    core.on_client_message("c-" + key, Caller{key, role}, make_envelope(std::move(body), next_id++), now);
+    drain();
+    REQUIRE(to_clients.size() > before);
+    return to_clients[before].body;
+  }
+  void tick(TimeMs now) {
+    core.on_tick(now);
+    drain();
+  }
+  template <class T>
+  std::vector<T> agent_bodies(const std::string& peer) const {
+    std::vector<T> out;
+    for (const auto& a : to_agents) {
+      if (a.peer == peer) {
+        if (auto* b = std::get_if<T>(&a.body)) out.push_back(*b);
+      }
+    }
+    return out;
+  }
+  template <class T>
+  std::vector<T> client_bodies(const std::string& key) const {
+    std::vector<T> out;
+    for (const auto& c : to_clients) {
+      if (c.client == "c-" + key) {
+        if (auto* b = std::get_if<T>(&c.body)) out.push_back(*b);
+      }
+    }
+    return out;
+  }
+  std::uint64_t submit(const std::string& key, Role role, SubmitJob job, TimeMs now) {
+    Body reply = client(key, role, std::move(job), now);
+    REQUIRE_MESSAGE(std::holds_alternative<JobAccepted>(reply),
+                    (std::holds_alternative<ErrorReply>(reply) ? std::get<ErrorReply>(reply).message : ""));
+    return std::get<JobAccepted>(reply).job_id;
+  }
+  const JobRecord& job(std::uint64_t id) const { return core.jobs().at(id); }
+};
+
+Hello hello(const std::string& node, const std::string& rev, std::vector<std::uint64_t> running = {}) {
+  Hello h;
+  h.node_id = node;
+  h.hardware_revision = rev;
+  h.agent_version = "0.1.0";
+  h.protocol_versions = {1};
+  for (std::uint32_t i = 0; i < 8; ++i) h.chips.push_back(ChipInfo{i, node + "-" + std::to_string(i), "1.0", i / 4, true});
+  h.running_jobs = std::move(running);
+  return h;
+}
+
+SubmitJob sleep_job(std::uint32_t chips, PriorityClass cls, std::uint32_t timeout_ms = 3600000) {
+  SubmitJob s;
+  s.workload = "sleep";
+  s.args = {"600"};
+  s.chips = chips;
+  s.priority_class = cls;
+  s.timeout_ms = timeout_ms;
+  return s;
+}
+
+JobFinished finished(std::uint64_t id, std::uint32_t attempt, JobOutcome outcome, std::string result = "") {
+  JobFinished fin;
+  fin.job_id = id;
+  fin.attempt = attempt;
+  fin.outcome = outcome;
+  fin.result = std::move(result);
+  return fin;
+}
+
+RequestLease lease_request(std::uint32_t chips, std::string rev = "", std::uint64_t duration_ms = 2 * 3600000) {
+  RequestLease r;
+  r.chips = chips;
+  r.hardware_revision = std::move(rev);
+  r.duration_ms = duration_ms;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the scheduler places jobs: topology first, CI ahead of experiments, revision respected") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto first = h.submit("dev", Role::developer, sleep_job(2, PriorityClass::experiment), 10);
+  auto starts = h.agent_bodies<JobStart>("p1");
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].job_id == first);
+  CHECK(starts[0].chip_indices.size() == 2);
+  // Both chips on one NUMA node (chips 0-3 are NUMA 0, 4-7 NUMA 1).
+  CHECK(starts[0].chip_indices[0] / 4 == starts[0].chip_indices[1] / 4);
+  CHECK(h.job(first).summary.state == JobState::assigned);
+
+  // A job for a revision no node has waits; a 3-chip job gets a 4-chip lease and uses 3.
+  const auto on_b = h.submit("dev", Role::developer, sleep_job(1, PriorityClass::experiment), 20);
+  CHECK(h.agent_bodies<JobStart>("p1").size() == 2);
+  (void)on_b;
+  SubmitJob for_b = sleep_job(1, PriorityClass::experiment);
+  for_b.hardware_revision = "b";
+  const auto waits = h.submit("dev", Role::developer, for_b, 30);
+  CHECK(h.job(waits).summary.state == JobState::queued);
+  const auto three = h.submit("dev", Role::developer, sleep_job(3, PriorityClass::experiment), 40);
+  CHECK(h.job(three).summary.chip_indices.size() == 3);
+  CHECK(h.core.nodes().at("n01").summary.chips_used >= 6);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("a presubmit job preempts an experiment: JobPreempt with the grace, JobCancel when it ends, requeue keeping age") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto experiment = h.submit("dev", Role::developer, sleep_job(8, PriorityClass::experiment), 100);
+  h.agent("p1", "n01", JobStarted{experiment, 1}, 200);
+  REQUIRE(h.job(experiment).summary.state == JobState::running);
+
+  // A developer cannot preempt: another experiment just waits.
+  const auto other = h.submit("dev2", Role::developer, sleep_job(1, PriorityClass::experiment), 500);
+  CHECK(h.agent_bodies<JobPreempt>("p1").empty());
+
+  const auto presubmit = h.submit("ci", Role::ci, sleep_job(1, PriorityClass::presubmit), 1000);
+  auto notices = h.agent_bodies<JobPreempt>("p1");
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].job_id == experiment);
+  CHECK(notices[0].grace_ms == kGraceMs);
+  CHECK(notices[0].reason.find("job " + std::to_string(presubmit)) != std::string::npos);
+  CHECK(h.job(presubmit).summary.state == JobState::queued);
+  CHECK(h.core.next_deadline().value_or(0) <= 1000 + kGraceMs);
+
+  SUBCASE("the workload does not let go: at the end of the grace the job is cancelled and requeued") {
+    h.tick(1000 + kGraceMs - 1);
+    CHECK(h.agent_bodies<JobCancel>("p1").empty());
+    h.tick(1000 + kGraceMs);
+    auto cancels = h.agent_bodies<JobCancel>("p1");
+    REQUIRE(cancels.size() == 1);
+    CHECK(cancels[0].job_id == experiment);
+  }
+  SUBCASE("the workload checkpoints and exits: requeued at once") {
+    h.agent("p1", "n01", finished(experiment, 1, JobOutcome::succeeded, R"({"status": "preempted"})"), 5000);
+    CHECK(h.agent_bodies<JobCancel>("p1").empty());
+  }
+  const auto& requeued = h.job(experiment);
+  CHECK(requeued.summary.state == JobState::queued);
+  CHECK(requeued.submitted_at_ms == 100);
+  CHECK(requeued.preemptions == 1);
+  CHECK(requeued.summary.detail.find("preempted") != std::string::npos);
+  // The presubmit job has the chips now.
+  CHECK(h.job(presubmit).summary.state == JobState::assigned);
+  // Its late result, if any, is stale and changes nothing.
+  h.agent("p1", "n01", finished(experiment, 1, JobOutcome::cancelled), 70000);
+  CHECK(h.job(experiment).summary.state == JobState::queued);
+
+  // When the presubmit job ends the experiment runs again ahead of the younger experiment,
+  // and the preemption did not use up one of its attempts.
+  h.agent("p1", "n01", finished(presubmit, 1, JobOutcome::succeeded), 80000);
+  CHECK(h.job(presubmit).summary.state == JobState::succeeded);
+  CHECK(h.job(experiment).summary.state == JobState::assigned);
+  CHECK(h.job(experiment).summary.attempt == 2);
+  CHECK(h.job(other).summary.state == JobState::queued);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("a job that completes during its notice is done, not requeued") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto experiment = h.submit("dev", Role::developer, sleep_job(8, PriorityClass::experiment), 100);
+  h.submit("ci", Role::ci, sleep_job(1, PriorityClass::presubmit), 1000);
+  REQUIRE(h.agent_bodies<JobPreempt>("p1").size() == 1);
+  h.agent("p1", "n01", finished(experiment, 1, JobOutcome::succeeded, R"({"status": "completed"})"), 2000);
+  CHECK(h.job(experiment).summary.state == JobState::succeeded);
+}
+
+TEST_CASE("a quarantined node gets no leases; maintenance still runs there after draining") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto busy = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 10);
+  HealthReport report;
+  report.verdict = HealthStatus::fail;
+  report.checks.push_back(HealthCheck{"ecc", 3, HealthStatus::fail, "ecc_uncorrected", "memory", "12 uncorrected", ""});
+  h.agent("p1", "n01", report, 20);
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+
+  // A lease waits and says why.
+  Body reply = h.client("dev", Role::developer, lease_request(2), 30);
+  REQUIRE(std::holds_alternative<LeasePending>(reply));
+  const auto& pending = std::get<LeasePending>(reply);
+  CHECK(pending.lease.state == LeaseState::pending);
+  CHECK(pending.explanation.find("quarantined") != std::string::npos);
+
+  // Diagnostics on it wait for the running job (the node drains), then take the whole node.
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.node_id = "n01";
+  const auto diag_id = h.submit("lab1", Role::lab, diag, 40);
+  CHECK(h.job(diag_id).summary.state == JobState::queued);
+  Body why = h.client("lab1", Role::lab, QueueWhy{diag_id, 0}, 50);
+  REQUIRE(std::holds_alternative<QueueExplanation>(why));
+  CHECK(std::get<QueueExplanation>(why).pending);
+  h.agent("p1", "n01", finished(busy, 1, JobOutcome::succeeded), 60);
+  CHECK(h.job(diag_id).summary.state == JobState::assigned);
+  CHECK(h.job(diag_id).summary.chip_indices.size() == 8);
+
+  // Passing level 2 brings the node back; the waiting lease is granted.
+  h.agent("p1", "n01", finished(diag_id, 1, JobOutcome::succeeded, R"({"level": 2, "verdict": "pass"})"), 70);
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
+  auto leases = h.core.leases();
+  REQUIRE(leases.size() == 1);
+  CHECK(leases[0].state == LeaseState::granted);
+}
+
+TEST_CASE("queue --why explains a pending job: what blocks it and when it is expected to start") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto running = h.submit("dev", Role::developer, sleep_job(8, PriorityClass::experiment, 600000), 0);
+  const auto waiting = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 1000);
+  Body reply = h.client("dev", Role::developer, QueueWhy{waiting, 0}, 2000);
+  REQUIRE(std::holds_alternative<QueueExplanation>(reply));
+  const auto& e = std::get<QueueExplanation>(reply);
+  CHECK(e.pending);
+  CHECK(e.state == "queued");
+  CHECK_FALSE(e.reasons.empty());
+  CHECK(e.text.find("no node of any revision has 4 free chips") != std::string::npos);
+  // Expected when the running job's expected duration (its timeout) is over.
+  CHECK(e.expected_start_ms == 600000);
+  CHECK(e.text.find("expected to start in") != std::string::npos);
+
+  Body about_running = h.client("dev", Role::developer, QueueWhy{running, 0}, 2000);
+  CHECK_FALSE(std::get<QueueExplanation>(about_running).pending);
+  CHECK(std::get<QueueExplanation>(about_running).text.find("n01") != std::string::npos);
+  Body unknown = h.client("dev", Role::developer, QueueWhy{999, 0}, 2000);
+  CHECK(std::get<ErrorReply>(unknown).code == "not_found");
+}
+
+TEST_CASE("developer leases: granted, jobs run inside, watched, listed and released") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.agent("p2", "n02", hello("n02", "b"), 0);
+
+  SUBCASE("developers lease only experiment class") {
+    RequestLease r = lease_request(8);
+    r.priority_class = PriorityClass::presubmit;
+    Body reply = h.client("dev", Role::developer, r, 10);
+    CHECK(std::get<ErrorReply>(reply).code == "unauthorized");
+    Body both = h.client("dev", Role::developer, RequestLease{4, 1, "", 3600000, PriorityClass::experiment}, 10);
+    CHECK(std::get<ErrorReply>(both).code == "invalid_argument");
+    Body odd = h.client("dev", Role::developer, lease_request(3), 10);
+    CHECK(std::get<ErrorReply>(odd).code == "invalid_argument");
+  }
+
+  Body reply = h.client("dev", Role::developer, lease_request(4, "b"), 10);
+  REQUIRE(std::holds_alternative<LeaseGranted>(reply));
+  const LeaseSummary lease = std::get<LeaseGranted>(reply).lease;
+  CHECK(lease.state == LeaseState::granted);
+  CHECK(lease.owner == "dev");
+  REQUIRE(lease.placement.size() == 1);
+  CHECK(lease.placement[0].node_id == "n02");
+  CHECK(lease.placement[0].chip_indices.size() == 4);
+  CHECK(lease.expires_at_ms == 10 + 2 * 3600000);
+  CHECK(h.core.nodes().at("n02").summary.chips_used == 4);
+
+  // Listed for everyone.
+  Body list = h.client("other", Role::developer, ListLeases{false}, 20);
+  REQUIRE(std::get<LeaseList>(list).leases.size() == 1);
+
+  // A watch from the start sees the grant at once; a watch after it waits, then reports status.
+  Body first = h.client("dev", Role::developer, WatchLease{lease.lease_id, 0, 1000}, 30);
+  CHECK(std::get<LeaseEvent>(first).kind == LeaseEventKind::granted);
+  const auto seq = std::get<LeaseEvent>(first).seq;
+  const std::size_t replies = h.to_clients.size();
+  h.core.on_client_message("c-dev", Caller{"dev", Role::developer},
+                           make_envelope(WatchLease{lease.lease_id, seq, 1000}, h.next_id++), 40);
+  h.drain();
+  CHECK(h.to_clients.size() == replies);  // parked
+  CHECK(h.core.next_deadline().value_or(0) <= 1040);
+  h.tick(1040);
+  REQUIRE(h.to_clients.size() == replies + 1);
+  CHECK(std::get<LeaseEvent>(h.to_clients.back().body).kind == LeaseEventKind::status);
+
+  // Someone else may not use, watch or release it.
+  SubmitInLease foreign{lease.lease_id, sleep_job(1, PriorityClass::experiment)};
+  CHECK(std::get<ErrorReply>(h.client("mallory", Role::developer, foreign, 50)).code == "unauthorized");
+  CHECK(std::get<ErrorReply>(h.client("mallory", Role::developer, ReleaseLease{lease.lease_id}, 50)).code ==
+        "unauthorized");
+
+  // Jobs run on the lease's chips; more than it holds is refused; a second one waits its turn.
+  SubmitInLease in_lease{lease.lease_id, sleep_job(2, PriorityClass::experiment)};
+  Body accepted = h.client("dev", Role::developer, in_lease, 60);
+  const auto job_a = std::get<JobAccepted>(accepted).job_id;
+  auto starts = h.agent_bodies<JobStart>("p2");
+  REQUIRE(starts.size() == 1);
+  for (auto chip : starts[0].chip_indices) {
+    CHECK(std::find(lease.placement[0].chip_indices.begin(), lease.placement[0].chip_indices.end(), chip) !=
+          lease.placement[0].chip_indices.end());
+  }
+  in_lease.job.chips = 8;
+  CHECK(std::get<ErrorReply>(h.client("dev", Role::developer, in_lease, 70)).code == "invalid_argument");
+  in_lease.job.chips = 4;
+  const auto job_b = std::get<JobAccepted>(h.client("dev", Role::developer, in_lease, 80)).job_id;
+  CHECK(h.job(job_b).summary.state == JobState::queued);
+  Body why = h.client("dev", Role::developer, QueueWhy{job_b, 0}, 90);
+  CHECK(std::get<QueueExplanation>(why).text.find("inside lease L") != std::string::npos);
+  h.agent("p2", "n02", finished(job_a, 1, JobOutcome::succeeded), 100);
+  CHECK(h.job(job_b).summary.state == JobState::assigned);
+
+  // Releasing ends it and cancels what runs in it.
+  Body released = h.client("dev", Role::developer, ReleaseLease{lease.lease_id}, 200);
+  CHECK(std::holds_alternative<Ok>(released));
+  auto cancels = h.agent_bodies<JobCancel>("p2");
+  REQUIRE(cancels.size() == 1);
+  CHECK(cancels[0].job_id == job_b);
+  CHECK(h.core.leases()[0].state == LeaseState::ended);
+  CHECK(std::get<LeaseList>(h.client("dev", Role::developer, ListLeases{false}, 210)).leases.empty());
+  CHECK(std::get<LeaseList>(h.client("dev", Role::developer, ListLeases{true}, 210)).leases.size() == 1);
+  CHECK(std::get<ErrorReply>(h.client("dev", Role::developer, ReleaseLease{lease.lease_id}, 220)).code == "conflict");
+  h.agent("p2", "n02", finished(job_b, 1, JobOutcome::cancelled), 230);
+  CHECK(h.core.nodes().at("n02").summary.chips_used == 0);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("a developer lease gets a preemption notice from CI, is revoked at the end of the grace and requeued") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  Body reply = h.client("dev", Role::developer, lease_request(8), 10);
+  const LeaseSummary lease = std::get<LeaseGranted>(reply).lease;
+  SubmitInLease in_lease{lease.lease_id, sleep_job(8, PriorityClass::experiment)};
+  const auto inner = std::get<JobAccepted>(h.client("dev", Role::developer, in_lease, 20)).job_id;
+  Body granted = h.client("dev", Role::developer, WatchLease{lease.lease_id, 0, 0}, 30);
+  const auto seq = std::get<LeaseEvent>(granted).seq;
+
+  // The developer is watching when CI needs the node.
+  h.core.on_client_message("c-dev", Caller{"dev", Role::developer},
+                           make_envelope(WatchLease{lease.lease_id, seq, 30000}, h.next_id++), 40);
+  h.drain();
+  const auto ci = h.submit("ci", Role::ci, sleep_job(2, PriorityClass::presubmit), 1000);
+  auto events = h.client_bodies<LeaseEvent>("dev");
+  REQUIRE(events.size() == 2);
+  CHECK(events.back().kind == LeaseEventKind::preempt_notice);
+  CHECK(events.back().lease.state == LeaseState::preempting);
+  CHECK(events.back().lease.grace_deadline_ms == 1000 + kGraceMs);
+  CHECK(events.back().message.find("job " + std::to_string(ci)) != std::string::npos);
+  // The workload running in the lease gets the notice too.
+  auto notices = h.agent_bodies<JobPreempt>("p1");
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].job_id == inner);
+
+  h.tick(1000 + kGraceMs);
+  CHECK(h.agent_bodies<JobCancel>("p1").size() == 1);
+  auto now_lease = h.core.leases().at(0);
+  CHECK(now_lease.state == LeaseState::pending);
+  Body requeued = h.client("dev", Role::developer, WatchLease{lease.lease_id, seq + 1, 0}, 1000 + kGraceMs + 1);
+  CHECK(std::get<LeaseEvent>(requeued).kind == LeaseEventKind::requeued);
+  CHECK(h.job(ci).summary.state == JobState::assigned);
+
+  // When CI is done the lease comes back, with a new grant event.
+  h.agent("p1", "n01", finished(inner, 1, JobOutcome::cancelled), 1000 + kGraceMs + 10);
+  h.agent("p1", "n01", finished(ci, 1, JobOutcome::succeeded), 1000 + kGraceMs + 20);
+  CHECK(h.core.leases().at(0).state == LeaseState::granted);
+}
+
+TEST_CASE("a developer lease expires: its jobs are cancelled and watchers told") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const LeaseSummary lease =
+      std::get<LeaseGranted>(h.client("dev", Role::developer, lease_request(1, "", 60000), 0)).lease;
+  const auto inner = std::get<JobAccepted>(
+      h.client("dev", Role::developer, SubmitInLease{lease.lease_id, sleep_job(1, PriorityClass::experiment)}, 10)).job_id;
+  CHECK(h.core.next_deadline().value_or(0) <= 60000);
+  h.tick(60000);
+  CHECK(h.core.leases().at(0).state == LeaseState::ended);
+  CHECK(h.core.leases().at(0).detail == "expired");
+  REQUIRE(h.agent_bodies<JobCancel>("p1").size() == 1);
+  CHECK(h.agent_bodies<JobCancel>("p1")[0].job_id == inner);
+}
+
+TEST_CASE("after a restart, queued jobs keep their age and running jobs keep their chips") {
+  Snapshot snapshot;
+  {
+    CoordinatorCore core(knobs_with_fast_preemption(), {}, 0);
+    core.on_agent_message("p1", Caller{"n01", Role::agent}, make_envelope(hello("n01", "a"), 1), 0);
+    core.on_client_message("c", Caller{"dev", Role::developer},
+                           make_envelope(sleep_job(4, PriorityClass::experiment), 2), 10);
+    core.on_client_message("c", Caller{"dev", Role::developer},
+                           make_envelope(sleep_job(8, PriorityClass::experiment), 3), 20);
+    std::map<std::uint64_t, JobRecord> latest;
+    while (auto a = core.poll_action()) {
+      if (auto* j = std::get_if<action::SaveJob>(&*a)) latest[j->job.summary.job_id] = j->job;
+    }
+    for (auto& [id, j] : latest) snapshot.jobs.push_back(j);
+    snapshot.nodes.push_back(core.nodes().at("n01"));
+  }
+  Harness h(knobs_with_fast_preemption(), snapshot, 100000);
+  CHECK(h.core.scheduler().is_pending(2));
+  // A new 4-chip job must not be placed on the chips job 1 still holds.
+  h.agent("p9", "n01", hello("n01", "a", {1}), 100500);
+  CHECK(h.job(1).summary.state == JobState::running);
+  CHECK(h.core.scheduler().lease_of(1).has_value());
+  const auto fresh = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 100600);
+  // Job 2 (older, 8 chips) holds a reservation; the new one may not jump it onto the free half.
+  CHECK(h.job(fresh).summary.state == JobState::queued);
+  h.agent("p9", "n01", finished(1, 1, JobOutcome::succeeded), 100700);
+  CHECK(h.job(2).summary.state == JobState::assigned);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("coordinator.toml's [scheduler] table sets the scheduler's knobs") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kiln-sched-config-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path path = dir / "coordinator.toml";
+  std::ofstream(path) << "[coordinator]\nsecret_key_file = \"c.key\"\n\n[scheduler]\ngrace_ms = 2000\n"
+                         "[scheduler.target_start_latency_ms]\npresubmit = 0\n";
+  auto config = load_coordinator_config(path.string());
+  REQUIRE_MESSAGE(config.has_value(), config.error().message);
+  CHECK(config->knobs.scheduler.grace_ms == 2000);
+  CHECK(config->knobs.scheduler.target_start_latency_ms[1] == 0);
+
+  std::ofstream(path) << "[coordinator]\nsecret_key_file = \"c.key\"\n\n[scheduler]\ngrace_minutes = 2\n";
+  auto bad = load_coordinator_config(path.string());
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().message.find("grace_minutes") != std::string::npos);
+  fs::remove_all(dir);
+}
