@@ -140,8 +140,12 @@ void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
           if (it != unacked_.end() && it->second.attempt == body.attempt) unacked_.erase(it);
         } else if constexpr (std::is_same_v<T, protocol::ErrorReply>) {
           if (body.code == to_string(Errc::not_registered)) {
-            log(action::Severity::info, "the coordinator does not know this session; registering again");
-            send_hello(now);
+            // One hello at a time: a second one could cross a job_start sent after the first
+            // welcome and make the coordinator think that job vanished.
+            if (state_ != SessionState::registering) {
+              log(action::Severity::info, "the coordinator does not know this session; registering again");
+              send_hello(now);
+            }
           } else if (state_ == SessionState::registering) {
             // Refused registration (wrong key name, no common version): retrying soon would only
             // repeat it, so wait the longest backoff.

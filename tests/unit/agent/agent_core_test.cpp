@@ -1,0 +1,197 @@
+#include <doctest/doctest.h>
+
+#include "agent/core/agent_core.h"
+
+using namespace kiln;
+using namespace kiln::agent;
+using namespace kiln::protocol;
+
+namespace {
+
+struct Harness {
+  AgentCore core;
+  std::vector<Action> actions;
+  std::uint64_t next_id = 1;
+
+  Harness() : core(identity(), knobs()) {}
+
+  static AgentIdentity identity() {
+    AgentIdentity id;
+    id.node_id = "n01";
+    id.hardware_revision = "a";
+    for (std::uint32_t i = 0; i < 8; ++i) id.chips.push_back(ChipInfo{i, "S" + std::to_string(i), "1.0", 0, true});
+    return id;
+  }
+  static SessionKnobs knobs() {
+    SessionKnobs k;
+    k.heartbeat_interval_ms = 1000;
+    k.liveness_missed_beats = 3;
+    k.reconnect_backoff_initial_ms = 100;
+    k.reconnect_backoff_max_ms = 800;
+    k.probe_interval_ms = 60000;
+    return k;
+  }
+  void drain() {
+    while (auto a = core.poll_action()) actions.push_back(*a);
+  }
+  void deliver(Body body, TimeMs now) {
+    core.on_message(make_envelope(std::move(body), next_id++), now);
+    drain();
+  }
+  template <class T>
+  std::vector<T> sent() const {
+    std::vector<T> out;
+    for (const auto& a : actions) {
+      if (auto* s = std::get_if<action::Send>(&a)) {
+        if (auto* b = std::get_if<T>(&s->body)) out.push_back(*b);
+      }
+    }
+    return out;
+  }
+  template <class T>
+  std::size_t count() const {
+    std::size_t n = 0;
+    for (const auto& a : actions) n += std::holds_alternative<T>(a) ? 1 : 0;
+    return n;
+  }
+};
+
+Welcome welcome(std::vector<std::uint64_t> cancel = {}) {
+  Welcome w;
+  w.heartbeat_interval_ms = 1000;
+  w.liveness_missed_beats = 3;
+  w.cancel_jobs = std::move(cancel);
+  return w;
+}
+
+JobStart job(std::uint64_t id) {
+  JobStart s;
+  s.job_id = id;
+  s.workload = "smoke";
+  s.chip_indices = {0, 1};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the agent connects, says hello with its chips, and heartbeats once welcomed") {
+  Harness h;
+  h.core.on_start(0);
+  h.drain();
+  CHECK(h.count<action::Connect>() == 1);
+  auto hellos = h.sent<Hello>();
+  REQUIRE(hellos.size() == 1);
+  CHECK(hellos[0].chips.size() == 8);
+  CHECK(hellos[0].protocol_versions == std::vector<std::uint32_t>{1});
+  h.deliver(welcome(), 10);
+  CHECK(h.core.session_state() == AgentCore::SessionState::registered);
+  h.core.on_tick(500);
+  h.drain();
+  CHECK(h.sent<Heartbeat>().empty());
+  h.core.on_tick(1010);
+  h.drain();
+  CHECK(h.sent<Heartbeat>().size() == 1);
+}
+
+TEST_CASE("a silent coordinator makes the agent reconnect, backing off up to the limit") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  // Heartbeats answered until 2000, then silence: 3 missed beats of 1000 ms.
+  h.deliver(Heartbeat{}, 2000);
+  h.core.on_tick(4999);
+  h.drain();
+  CHECK(h.core.session_state() == AgentCore::SessionState::registered);
+  h.core.on_tick(5001);
+  h.drain();
+  CHECK(h.core.session_state() == AgentCore::SessionState::disconnected);
+  REQUIRE(h.core.next_deadline().has_value());
+  CHECK(*h.core.next_deadline() == 5101);  // initial backoff
+  h.core.on_tick(5101);
+  h.drain();
+  CHECK(h.count<action::Connect>() == 2);
+  // No welcome: waits longer each time, never more than the maximum.
+  TimeMs now = 5101;
+  std::vector<TimeMs> waits;
+  for (int i = 0; i < 5; ++i) {
+    now += 3001;
+    h.core.on_tick(now);
+    h.drain();
+    auto deadline = h.core.next_deadline();
+    REQUIRE(deadline.has_value());
+    waits.push_back(*deadline - now);
+    now = *deadline;
+    h.core.on_tick(now);
+    h.drain();
+  }
+  CHECK(waits == std::vector<TimeMs>{200, 400, 800, 800, 800});
+}
+
+TEST_CASE("a job's result is kept until acknowledged and resent after re-registering") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  h.deliver(job(7), 10);
+  CHECK(h.count<action::StartJob>() == 1);
+  CHECK(h.sent<JobStarted>().size() == 1);
+  h.deliver(job(7), 11);  // a duplicate delivery starts nothing
+  CHECK(h.count<action::StartJob>() == 1);
+  JobEnded ended;
+  ended.job_id = 7;
+  ended.outcome = JobOutcome::succeeded;
+  h.core.on_job_ended(ended, 20);
+  h.drain();
+  CHECK(h.sent<JobFinished>().size() == 1);
+  CHECK(h.core.unacknowledged_results() == 1);
+  // The coordinator restarts before acknowledging: it answers heartbeats with not_registered.
+  h.deliver(ErrorReply{"not_registered", "send hello", {}}, 30);
+  h.deliver(ErrorReply{"not_registered", "send hello", {}}, 31);
+  auto hellos = h.sent<Hello>();
+  REQUIRE(hellos.size() == 2);  // the first at start, one more: never two outstanding
+  CHECK(hellos[1].finished_jobs == std::vector<std::uint64_t>{7});
+  h.deliver(welcome(), 40);
+  CHECK(h.sent<JobFinished>().size() == 2);
+  h.deliver(JobFinishedAck{7, 1}, 50);
+  CHECK(h.core.unacknowledged_results() == 0);
+}
+
+TEST_CASE("cancel, preemption notice and reconciliation reach the running job") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  h.deliver(job(1), 1);
+  h.deliver(job(2), 2);
+  h.deliver(JobPreempt{1, 300000, "presubmit needs the chips"}, 3);
+  CHECK(h.count<action::NotifyPreemption>() == 1);
+  h.deliver(JobCancel{2, "cancelled by dev"}, 4);
+  CHECK(h.count<action::CancelJob>() == 1);
+  h.deliver(welcome({1}), 5);
+  CHECK(h.count<action::CancelJob>() == 2);
+  // Unknown jobs are ignored.
+  h.deliver(JobCancel{99, "x"}, 6);
+  CHECK(h.count<action::CancelJob>() == 2);
+}
+
+TEST_CASE("probes run periodically once registered and their report goes to the coordinator") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  h.core.on_tick(1);
+  h.drain();
+  CHECK(h.count<action::RunProbe>() == 1);
+  h.core.on_tick(2);
+  h.drain();
+  CHECK(h.count<action::RunProbe>() == 1);  // one at a time
+  HealthReport report;
+  report.verdict = HealthStatus::fail;
+  h.core.on_probe_result(report, 100);
+  h.drain();
+  CHECK(h.sent<HealthReport>().size() == 1);
+  h.deliver(Heartbeat{}, 60000);  // the coordinator is alive throughout
+  h.core.on_tick(60099);
+  h.drain();
+  CHECK(h.count<action::RunProbe>() == 1);
+  h.core.on_tick(60100);
+  h.drain();
+  CHECK(h.count<action::RunProbe>() == 2);
+}
