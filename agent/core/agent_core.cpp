@@ -168,7 +168,17 @@ void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
 }
 
 void AgentCore::handle_job_start(const protocol::JobStart& start, TimeMs) {
-  if (running_.count(start.job_id)) return;  // a duplicate delivery
+  if (auto it = running_.find(start.job_id); it != running_.end()) {
+    // Still running an earlier attempt the coordinator gave up on (say, after a partition):
+    // the process is the same job with the same inputs, so it carries on as the new attempt.
+    if (start.attempt > it->second) {
+      log(action::Severity::info, fmt::format("job {}: attempt {} continues the running attempt {}", start.job_id,
+                                              start.attempt, it->second));
+      it->second = start.attempt;
+      send(protocol::JobStarted{start.job_id, start.attempt});
+    }
+    return;  // otherwise a duplicate delivery
+  }
   if (static_cast<std::int64_t>(running_.size()) >= knobs_.max_concurrent_jobs) {
     protocol::JobFinished refused;
     refused.job_id = start.job_id;

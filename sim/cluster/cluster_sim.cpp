@@ -296,6 +296,8 @@ struct Simulation::World {
   std::set<std::uint64_t> accepted;                                // job_accepted sent
   std::set<std::pair<std::uint64_t, std::uint32_t>> acked_results;  // (job, attempt) acknowledged, stored terminal
   std::vector<std::pair<std::size_t, protocol::JobFinishedAck>> acks_this_step;  // (node, ack)
+  std::set<std::string> in_quarantine;        // nodes seen quarantined, not yet released
+  std::set<std::string> diagnostics_passed;   // nodes whose diagnostics passed since
 
   std::vector<SimAgent> agents;
   std::map<std::string, std::size_t> agent_by_node_id;
@@ -491,7 +493,14 @@ struct Simulation::World {
   }
 
   void carry_out(coordinator::action::SaveNode& act) { stored_nodes[act.node.summary.node_id] = act.node; }
-  void carry_out(coordinator::action::SaveJob& act) { stored_jobs[act.job.summary.job_id] = act.job; }
+  void carry_out(coordinator::action::SaveJob& act) {
+    const auto& s = act.job.summary;
+    if (s.workload == protocol::kDiagWorkload && s.state == JobState::succeeded &&
+        act.job.result.find("\"verdict\":\"pass\"") != std::string::npos) {
+      diagnostics_passed.insert(act.job.requested_node_id);
+    }
+    stored_jobs[s.job_id] = act.job;
+  }
   void carry_out(coordinator::action::Log& act) { log("coordinator", act.text); }
 
   // A job_finished_ack tells the agent it may forget the result. By the end of the step (or
@@ -1132,17 +1141,12 @@ struct Simulation::World {
                                 protocol::enum_name(s.state), s.node_id));
       }
       for (std::uint32_t chip : s.chip_indices) {
-        // A job inside a live developer lease runs on chips the lease holds; any other active
-        // job (also one whose lease has ended while it still runs) holds its chips itself.
+        // A job on a chip its developer lease holds is covered by the lease. Any other active
+        // job holds its chips itself: also one whose lease ended, or was revoked and granted
+        // elsewhere, while the job is still being stopped.
         if (job.lease_id != 0) {
           auto lease = lease_chips.find(job.lease_id);
-          if (lease != lease_chips.end()) {
-            if (lease->second[s.node_id].count(chip) == 0) {
-              return fail(fmt::format("job {} runs on chip {} of node {}, outside its lease L{}", id, chip,
-                                      s.node_id, job.lease_id));
-            }
-            continue;
-          }
+          if (lease != lease_chips.end() && lease->second[s.node_id].count(chip) != 0) continue;
         }
         if (!hold(s.node_id, chip, fmt::format("job {}", id))) return;
       }
@@ -1161,6 +1165,20 @@ struct Simulation::World {
                                   "{} ms (liveness timeout {} ms)",
                                   id, protocol::enum_name(s.state), s.node_id, now - heard, liveness_ms));
         }
+      }
+    }
+    // A quarantined node returns only after passing diagnostics (being lost in between does
+    // not count).
+    for (const auto& [node_id, node] : coordinator->nodes()) {
+      const auto state = node.summary.state;
+      if (state == protocol::NodeState::quarantined) {
+        if (in_quarantine.insert(node_id).second) diagnostics_passed.erase(node_id);
+      } else if (state != protocol::NodeState::lost && in_quarantine.count(node_id)) {
+        if (!diagnostics_passed.count(node_id)) {
+          return fail(fmt::format("node {} left quarantine ({}) without passing diagnostics", node_id,
+                                  protocol::enum_name(state)));
+        }
+        in_quarantine.erase(node_id);
       }
     }
     for (const auto& [node_id, node] : coordinator->nodes()) {

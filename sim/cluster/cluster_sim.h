@@ -164,7 +164,8 @@ class Simulation {
   // Pieces of run() for focused scenarios. Every scheduling call takes an absolute simulated
   // time; node and client are indexes into the cluster shape and the client list.
   void run_until(TimeMs until);
-  // Stops faults and submissions, heals the network and runs until every job is terminal.
+  // Stops faults and submissions, heals the network and node faults, and runs until every job
+  // is terminal and every lease has ended.
   void run_quiet_tail();
   void submit(TimeMs at, std::size_t client, protocol::SubmitJob job);
   void cancel(TimeMs at, std::size_t client, std::uint64_t job_id);

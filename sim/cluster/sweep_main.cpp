@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_flag("--physical-chips", physical_chips,
                "also fail a seed when an agent starts a process on a chip another of its processes holds");
   app.add_flag("--quiet", quiet, "print only failing seeds and the total");
+  // Scripts pass defaults first; a later occurrence of an option wins.
+  for (CLI::Option* option : app.get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   CLI11_PARSE(app, argc, argv);
 
   const auto fault_period_ms = static_cast<kiln::DurationMs>(minutes * static_cast<double>(kiln::kMinuteMs));

@@ -163,7 +163,7 @@ TEST_CASE("a partitioned node loses its job to another node, and is cleaned up w
   const auto during = stored_job(sim, 1);
   CHECK(during.summary.attempt == 2);
   CHECK(during.summary.node_id == sim.node_id(1 - node));
-  sim.run_until(25000);
+  sim.run_until(60000);  // the agent reconnects within its backoff after the heal
   REQUIRE(sim.coordinator() != nullptr);
   CHECK(sim.coordinator()->nodes().at(sim.node_id(node)).summary.state == protocol::NodeState::up);
   sim.run_quiet_tail();
@@ -186,4 +186,168 @@ TEST_CASE("duplicated job_finished messages are acknowledged and change nothing"
     CHECK(stored_job(sim, id).summary.attempt == 1);
   }
   CHECK(sim.acknowledged_results() == 3);
+}
+
+TEST_CASE("a node fault quarantines the node; the lab's diagnostics bring it back once repaired") {
+  SimOptions o = scenario_options(1);
+  o.agent_knobs.probe_interval_ms = 5000;
+  Simulation sim(o);
+  sim.node_fault(2000, 0, 20000);
+  sim.run_until(15000);
+  REQUIRE(sim.coordinator() != nullptr);
+  CHECK(sim.coordinator()->nodes().at(sim.node_id(0)).summary.state == protocol::NodeState::quarantined);
+  sim.submit(16000, 0, job(5000, 1));  // waits: the only node is quarantined
+  sim.run_until(20000);
+  CHECK(stored_job(sim, 1).summary.state == JobState::queued);
+  sim.run_until(120000);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(sim.coordinator()->nodes().at(sim.node_id(0)).summary.state == protocol::NodeState::up);
+  CHECK(stored_job(sim, 1).summary.state == JobState::succeeded);
+  bool diagnosed = false;
+  for (const auto& j : sim.store().jobs) diagnosed |= j.summary.workload == protocol::kDiagWorkload;
+  CHECK(diagnosed);
+}
+
+// ---- failing cases found by the sweep, kept out of the default run until the cores are fixed.
+// Each is the smallest scenario showing one bug; remove the skip once it passes.
+
+TEST_CASE("after a coordinator restart, a job that ended during the outage keeps its chips until its result "
+          "arrives (sweep seeds 138, 230, 387 at --minutes=2)" *
+          doctest::skip(true)) {
+  // handle_hello restores scheduler leases only for hello.running_jobs: a job reported in
+  // hello.finished_jobs is still running in the job table but its chips are free, and the
+  // queued job gets them in the same step.
+  Simulation sim(scenario_options(1));
+  sim.submit(1000, 0, job(8000, 1, 4));   // ends at ~9 s, while the coordinator is down
+  sim.submit(2000, 0, job(5000, 1, 8));   // queued behind it
+  sim.crash_coordinator(4000, 8000);
+  sim.run_until(60000);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(stored_job(sim, 1).summary.state == JobState::succeeded);
+  CHECK(stored_job(sim, 2).summary.state == JobState::succeeded);
+}
+
+TEST_CASE("releasing a lease keeps the chips of its running jobs until they have stopped (sweep seeds 466, 688, "
+          "751 at --minutes=2)" *
+          doctest::skip(true)) {
+  // end_lease cancels the jobs in the lease but the scheduler frees the lease's chips at once,
+  // so a queued job is dispatched onto chips whose job is still being cancelled.
+  Simulation sim(scenario_options(1));
+  protocol::RequestLease lease;
+  lease.chips = 8;
+  lease.duration_ms = 10 * kMinuteMs;
+  sim.client_send(1000, 1, lease);  // dev-1 gets L1: the whole node
+  protocol::SubmitInLease in_lease;
+  in_lease.lease_id = 1;
+  in_lease.job = job(60000, 1, 8);
+  in_lease.job.priority_class = protocol::PriorityClass::experiment;
+  sim.client_send(2000, 1, in_lease);
+  sim.submit(3000, 0, job(5000, 1, 8));  // a CI job waits for the node
+  sim.client_send(10000, 1, protocol::ReleaseLease{1});
+  sim.run_until(60000);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+}
+
+TEST_CASE("a lease under preemption notice still ends at its expiry (sweep seed 304 at --minutes=2)" *
+          doctest::skip(true)) {
+  // The grace deadline of a preemption notice can lie beyond the lease's expiry; the lease is
+  // then held until the grace deadline instead of ending when it expires.
+  SimOptions o = scenario_options(1);
+  o.coordinator_knobs.scheduler.grace_ms = 60000;
+  o.coordinator_knobs.scheduler.target_start_latency_ms[1] = 5000;  // presubmit
+  Simulation sim(o);
+  protocol::RequestLease lease;
+  lease.chips = 8;
+  lease.duration_ms = 60000;
+  sim.client_send(1000, 1, lease);
+  sim.submit(40000, 0, job(5000, 1, 8));  // preempts the lease with 60 s of grace, past its expiry
+  sim.run_until(3 * kMinuteMs);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+}
+
+TEST_CASE("a node back from a partition stops its failed-over jobs before new work starts on their chips "
+          "(sweep seeds 239, 250 with --physical-chips)" *
+          doctest::skip(true)) {
+  // handle_hello tells the agent to cancel the jobs it still runs (welcome.cancel_jobs) and
+  // dispatches new work onto their chips in the same step: the agent starts it while the
+  // cancelled workload is still stopping.
+  SimOptions o = scenario_options(1);
+  o.check_physical_chips = true;
+  Simulation sim(o);
+  sim.submit(1000, 0, job(60000, 1, 8));
+  protocol::SubmitJob urgent = job(5000, 1, 8);
+  urgent.priority_class = protocol::PriorityClass::release;
+  sim.submit(2000, 0, urgent);
+  sim.partition(5000, 0, 10000);  // job 1 is failed over (lost: no attempts left)
+  sim.run_until(60000);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(stored_job(sim, 2).summary.state == JobState::succeeded);
+}
+
+TEST_CASE("a job requeued from a lost node runs again when its next attempt goes to the same node" *
+          doctest::skip(true)) {
+  // The agent still runs attempt 1 when the coordinator (which cancelled it in the welcome)
+  // dispatches attempt 2 to the same node; AgentCore::handle_job_start takes the job id it
+  // still runs for a duplicate delivery and drops attempt 2, which then sits assigned until
+  // the coordinator times it out.
+  Simulation sim(scenario_options(1));
+  sim.submit(1000, 0, job(60000, 2, 8));
+  sim.partition(5000, 0, 10000);
+  sim.run_until(3 * kMinuteMs);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(stored_job(sim, 1).summary.attempt == 2);
+  CHECK(stored_job(sim, 1).summary.state == JobState::succeeded);
+}
+
+TEST_CASE("a quarantined node lost and registered again stays quarantined until its diagnostics pass (sweep "
+          "seed 41 at --minutes=5)" *
+          doctest::skip(true)) {
+  // mark_node_lost overwrites the state quarantined with lost and handle_hello brings the node
+  // back up: it leaves quarantine without diagnostics (its quarantine_reason stays behind). In
+  // seed 41 the diagnostics queued for it then pass on a node that is no longer quarantined,
+  // apply_diag_result does not sync the scheduler, and the scheduler keeps the node "draining for
+  // maintenance job 11" for good: work for its revision waits forever.
+  SimOptions o = scenario_options(1);
+  o.agent_knobs.probe_interval_ms = 3000;
+  Simulation sim(o);
+  sim.submit(1000, 0, job(60000, 1, 4));  // keeps the node busy, so the diagnostics wait
+  sim.node_fault(2000, 0, 12000);          // quarantined; repaired at 14 s; the lab runs diagnostics at 15 s
+  sim.partition(16000, 0, 8000);           // lost while the diagnostics wait
+  sim.submit(60000, 0, job(5000, 1, 4));
+  sim.run_until(3 * kMinuteMs);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  const auto& log = sim.log();
+  CHECK(std::any_of(log.begin(), log.end(),
+                    [](const std::string& line) { return line.find("leaves quarantine") != std::string::npos; }));
+  CHECK(sim.coordinator()->nodes().at(sim.node_id(0)).summary.quarantine_reason.empty());
+  CHECK(stored_job(sim, 3).summary.state == JobState::succeeded);
+}
+
+TEST_CASE("a preempted workload that ignores its notice has stopped before the preemptor starts on its chips "
+          "(sweep seeds 445, 467 at --minutes=5 with --physical-chips)" *
+          doctest::skip(true)) {
+  // At the end of the grace the coordinator cancels the preempted job and, in the same step,
+  // dispatches the preemptor onto its chips: the agent starts it while the cancelled workload is
+  // still stopping. (The same shape as a released lease or a node back from a partition: chips
+  // are given away when the coordinator decides to stop a workload, not when it has stopped.)
+  SimOptions o = scenario_options(1);
+  o.check_physical_chips = true;
+  o.workload.preempt_checkpoint_probability = 0;  // the workload ignores the notice
+  o.coordinator_knobs.scheduler.grace_ms = 5000;
+  o.coordinator_knobs.scheduler.target_start_latency_ms[1] = 2000;  // presubmit
+  Simulation sim(o);
+  protocol::SubmitJob experiment = job(10 * kMinuteMs, 1, 8);
+  experiment.priority_class = protocol::PriorityClass::experiment;
+  sim.submit(1000, 1, experiment);
+  sim.submit(5000, 0, job(5000, 1, 8));  // presubmit: preempts the experiment
+  sim.run_until(2 * kMinuteMs);
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(stored_job(sim, 2).summary.state == JobState::succeeded);
 }

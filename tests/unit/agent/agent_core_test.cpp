@@ -136,12 +136,19 @@ TEST_CASE("a job's result is kept until acknowledged and resent after re-registe
   CHECK(h.sent<JobStarted>().size() == 1);
   h.deliver(job(7), 11);  // a duplicate delivery starts nothing
   CHECK(h.count<action::StartJob>() == 1);
+  auto retry = job(7);
+  retry.attempt = 2;  // the coordinator gave up on attempt 1 while it still ran here
+  h.deliver(retry, 12);
+  CHECK(h.count<action::StartJob>() == 1);
+  REQUIRE(h.sent<JobStarted>().size() == 2);
+  CHECK(h.sent<JobStarted>()[1].attempt == 2);
   JobEnded ended;
   ended.job_id = 7;
   ended.outcome = JobOutcome::succeeded;
   h.core.on_job_ended(ended, 20);
   h.drain();
-  CHECK(h.sent<JobFinished>().size() == 1);
+  REQUIRE(h.sent<JobFinished>().size() == 1);
+  CHECK(h.sent<JobFinished>()[0].attempt == 2);
   CHECK(h.core.unacknowledged_results() == 1);
   // The coordinator restarts before acknowledging: it answers heartbeats with not_registered.
   h.deliver(ErrorReply{"not_registered", "send hello", {}}, 30);
@@ -151,7 +158,7 @@ TEST_CASE("a job's result is kept until acknowledged and resent after re-registe
   CHECK(hellos[1].finished_jobs == std::vector<std::uint64_t>{7});
   h.deliver(welcome(), 40);
   CHECK(h.sent<JobFinished>().size() == 2);
-  h.deliver(JobFinishedAck{7, 1}, 50);
+  h.deliver(JobFinishedAck{7, 2}, 50);
   CHECK(h.core.unacknowledged_results() == 0);
 }
 

@@ -1,0 +1,343 @@
+#include "coordinator/qualification/model_set.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "coordinator/qualification/toml_text.h"
+#include "sim/workloads/registry.h"
+
+namespace kiln::qualification {
+
+std::string_view to_string(SizeClass size) {
+  switch (size) {
+    case SizeClass::small: return "small";
+    case SizeClass::medium: return "medium";
+    case SizeClass::large: return "large";
+  }
+  return "unknown";
+}
+
+std::optional<SizeClass> size_class_from_string(std::string_view name) {
+  for (SizeClass size : {SizeClass::small, SizeClass::medium, SizeClass::large}) {
+    if (to_string(size) == name) return size;
+  }
+  return std::nullopt;
+}
+
+const QualificationModel* ModelSet::find(std::string_view name) const {
+  auto it = std::find_if(models.begin(), models.end(), [&](const QualificationModel& m) { return m.name == name; });
+  return it == models.end() ? nullptr : &*it;
+}
+
+const QualificationModel* ModelSet::probe_model_for(std::string_view name) const {
+  const QualificationModel* model = find(name);
+  if (model == nullptr || !model->proxy) return model;
+  const QualificationModel* proxy = find(*model->proxy);
+  return proxy != nullptr ? proxy : model;
+}
+
+Status validate(const ModelSet& set) {
+  if (set.models.empty()) return fail(Errc::config, "the qualification set has no [[model]]; add at least one");
+  std::set<std::string> names;
+  for (const auto& model : set.models) {
+    if (model.name.empty()) return fail(Errc::config, "a [[model]] has an empty name; give every model a name");
+    if (!names.insert(model.name).second) {
+      return fail(Errc::config, fmt::format("model '{}' is declared twice; model names must be unique", model.name));
+    }
+  }
+  for (const auto& model : set.models) {
+    const std::string& name = model.name;
+    if (model.chips <= 0) return fail(Errc::config, fmt::format("model '{}': chips must be positive", name));
+    if (model.minutes <= 0) return fail(Errc::config, fmt::format("model '{}': minutes must be positive", name));
+    if (!(model.eval_threshold > 0.0 && model.eval_threshold <= 1.0)) {
+      return fail(Errc::config,
+                  fmt::format("model '{}': eval_threshold {} must be in (0, 1], e.g. 0.99 for 99% of the reference",
+                              name, model.eval_threshold));
+    }
+    if (model.owner_team.empty()) {
+      return fail(Errc::config, fmt::format("model '{}' has no owner_team; every test needs an owner", name));
+    }
+    if (model.components.empty()) {
+      return fail(Errc::config, fmt::format("model '{}' declares no components; list the kernels it uses so changes "
+                                            "to them select it",
+                                            name));
+    }
+    if (model.proxy) {
+      const QualificationModel* proxy = set.find(*model.proxy);
+      if (proxy == nullptr || proxy == &model) {
+        return fail(Errc::config,
+                    fmt::format("model '{}': proxy '{}' must name another model of the set", name, *model.proxy));
+      }
+      if (proxy->size_class > model.size_class || proxy->chips > model.chips) {
+        return fail(Errc::config, fmt::format("model '{}': proxy '{}' is larger than the model; a proxy must be a "
+                                              "cheaper config",
+                                              name, proxy->name));
+      }
+    }
+    if (model.workload) {
+      const auto* spec = sim::workloads::find_model(*model.workload);
+      if (spec == nullptr) {
+        return fail(Errc::config, fmt::format("model '{}': workload '{}' is not in the sim registry "
+                                              "(kiln-workload-model --list)",
+                                              name, *model.workload));
+      }
+      for (const auto& component : model.components) {
+        if (std::find(spec->components.begin(), spec->components.end(), component) == spec->components.end()) {
+          return fail(Errc::config, fmt::format("model '{}': component '{}' is not used by its workload '{}'; fix the "
+                                                "components list",
+                                                name, component, spec->name));
+        }
+      }
+    }
+  }
+  return {};
+}
+
+namespace {
+
+std::string where(std::string_view source, const toml::source_region& region) {
+  return fmt::format("{}:{}:{}", source, region.begin.line, region.begin.column);
+}
+
+const std::set<std::string>& known_keys() {
+  static const std::set<std::string> keys = {"name",       "size_class", "chips",          "minutes",
+                                             "components", "proxy",      "eval_threshold", "owner_team",
+                                             "workload",   "seed",       "data_seed",      "presubmit_default"};
+  return keys;
+}
+
+Result<std::string> required_string(const toml::table& table, std::string_view key, std::string_view at) {
+  const auto value = table[key].value<std::string>();
+  if (!value) return fail(Errc::config, fmt::format("{}: [[model]] needs {} as a string", at, key));
+  return *value;
+}
+
+Result<std::int64_t> required_int(const toml::table& table, std::string_view key, std::string_view at) {
+  const auto value = table[key].value<std::int64_t>();
+  if (!value) return fail(Errc::config, fmt::format("{}: [[model]] needs {} as an integer", at, key));
+  return *value;
+}
+
+Result<std::uint64_t> optional_seed(const toml::table& table, std::string_view key, std::string_view at) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return 1;
+  const auto value = node->value<std::int64_t>();
+  if (!value || *value < 0) return fail(Errc::config, fmt::format("{}: {} must be a non-negative integer", at, key));
+  return static_cast<std::uint64_t>(*value);
+}
+
+Result<QualificationModel> parse_model(const toml::table& table, std::string_view source) {
+  const std::string at = where(source, table.source());
+  for (const auto& [key, node] : table) {
+    if (known_keys().count(std::string(key.str())) == 0) {
+      return fail(Errc::config, fmt::format("{}: unknown key '{}' in [[model]]; known keys: name, size_class, chips, "
+                                            "minutes, components, proxy, eval_threshold, owner_team, workload, seed, "
+                                            "data_seed, presubmit_default",
+                                            where(source, node.source()), key.str()));
+    }
+  }
+  QualificationModel model;
+  auto name = required_string(table, "name", at);
+  if (!name) return tl::unexpected(name.error());
+  model.name = *name;
+  const std::string in = fmt::format("{} (model '{}')", at, model.name);
+  auto size = required_string(table, "size_class", in);
+  if (!size) return tl::unexpected(size.error());
+  const auto size_class = size_class_from_string(*size);
+  if (!size_class) {
+    return fail(Errc::config, fmt::format("{}: size_class '{}' must be small, medium or large", in, *size));
+  }
+  model.size_class = *size_class;
+  auto chips = required_int(table, "chips", in);
+  if (!chips) return tl::unexpected(chips.error());
+  auto minutes = required_int(table, "minutes", in);
+  if (!minutes) return tl::unexpected(minutes.error());
+  if (*chips <= 0 || *chips > 4096 || *minutes <= 0 || *minutes > 7 * 24 * 60) {
+    return fail(Errc::config, fmt::format("{}: chips must be in 1..4096 and minutes in 1..10080", in));
+  }
+  model.chips = static_cast<int>(*chips);
+  model.minutes = static_cast<int>(*minutes);
+  auto owner = required_string(table, "owner_team", in);
+  if (!owner) return tl::unexpected(owner.error());
+  model.owner_team = *owner;
+  const toml::array* components = table["components"].as_array();
+  if (components == nullptr) {
+    return fail(Errc::config, fmt::format("{}: components must be an array of kernel names", in));
+  }
+  for (const auto& component : *components) {
+    const auto text = component.value<std::string>();
+    if (!text || text->empty()) {
+      return fail(Errc::config, fmt::format("{}: every component must be a non-empty string",
+                                            where(source, component.source())));
+    }
+    model.components.push_back(*text);
+  }
+  if (const toml::node* proxy = table.get("proxy")) {
+    const auto text = proxy->value<std::string>();
+    if (!text) return fail(Errc::config, fmt::format("{}: proxy must be a model name", in));
+    model.proxy = *text;
+  }
+  if (const toml::node* threshold = table.get("eval_threshold")) {
+    const auto value = threshold->value<double>();
+    if (!value) return fail(Errc::config, fmt::format("{}: eval_threshold must be a number such as 0.99", in));
+    model.eval_threshold = *value;
+  }
+  if (const toml::node* workload = table.get("workload")) {
+    const auto text = workload->value<std::string>();
+    if (!text) return fail(Errc::config, fmt::format("{}: workload must be a sim registry model name", in));
+    model.workload = *text;
+  }
+  auto seed = optional_seed(table, "seed", in);
+  if (!seed) return tl::unexpected(seed.error());
+  model.seed = *seed;
+  auto data_seed = optional_seed(table, "data_seed", in);
+  if (!data_seed) return tl::unexpected(data_seed.error());
+  model.data_seed = *data_seed;
+  if (const toml::node* flag = table.get("presubmit_default")) {
+    const auto value = flag->value<bool>();
+    if (!value) return fail(Errc::config, fmt::format("{}: presubmit_default must be true or false", in));
+    model.presubmit_default = *value;
+  }
+  return model;
+}
+
+}  // namespace
+
+Result<ModelSet> parse_model_set(std::string_view toml_text, std::string_view source) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& error) {
+    return fail(Errc::config, fmt::format("{}: not valid TOML: {}; fix the qualification set file",
+                                          where(source, error.source()), error.description()));
+  }
+  for (const auto& [key, node] : root) {
+    if (key.str() != "model") {
+      return fail(Errc::config, fmt::format("{}: unknown top-level key '{}'; the file holds [[model]] tables only",
+                                            where(source, node.source()), key.str()));
+    }
+  }
+  const toml::array* entries = root["model"].as_array();
+  if (entries == nullptr) {
+    return fail(Errc::config, fmt::format("{}: no [[model]] tables; declare the qualification set's models", source));
+  }
+  ModelSet set;
+  for (const auto& entry : *entries) {
+    const toml::table* table = entry.as_table();
+    if (table == nullptr) {
+      return fail(Errc::config, fmt::format("{}: model must be an array of tables ([[model]])",
+                                            where(source, entry.source())));
+    }
+    auto model = parse_model(*table, source);
+    if (!model) return tl::unexpected(model.error());
+    set.models.push_back(std::move(*model));
+  }
+  if (auto ok = validate(set); !ok) {
+    return fail(ok.error().code, fmt::format("{}: {}", source, ok.error().message));
+  }
+  return set;
+}
+
+Result<ModelSet> load_model_set_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return fail(Errc::io, fmt::format("cannot read the qualification set {}; check the path and its permissions",
+                                      path.string()));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_model_set(text.str(), path.string());
+}
+
+std::string to_toml(const ModelSet& set) {
+  std::ostringstream out;
+  out << "# The qualification set: the models the nightly runs (docs/qualification.md).\n";
+  for (const auto& model : set.models) {
+    out << "\n[[model]]\n";
+    out << "name = " << detail::toml_quote(model.name) << "\n";
+    out << "size_class = " << detail::toml_quote(to_string(model.size_class)) << "\n";
+    out << "chips = " << model.chips << "\n";
+    out << "minutes = " << model.minutes << "\n";
+    out << "components = [";
+    for (std::size_t i = 0; i < model.components.size(); ++i) {
+      out << (i ? ", " : "") << detail::toml_quote(model.components[i]);
+    }
+    out << "]\n";
+    if (model.proxy) out << "proxy = " << detail::toml_quote(*model.proxy) << "\n";
+    out << "eval_threshold = " << detail::toml_float(model.eval_threshold) << "\n";
+    out << "owner_team = " << detail::toml_quote(model.owner_team) << "\n";
+    if (model.workload) out << "workload = " << detail::toml_quote(*model.workload) << "\n";
+    out << "seed = " << model.seed << "\n";
+    out << "data_seed = " << model.data_seed << "\n";
+    if (model.presubmit_default) out << "presubmit_default = true\n";
+  }
+  return out.str();
+}
+
+namespace {
+
+std::string team_for(std::string_view workload) {
+  if (workload.starts_with("mlp-")) return "recsys-models";
+  if (workload.starts_with("transformer-block-")) return "llm-models";
+  return "training-models";
+}
+
+}  // namespace
+
+ModelSet generate_demo_model_set() {
+  // ci-day.toml's [nightly]: 40 small (1 chip, 10 min), 14 medium (8, 20), 6 large (32, 45).
+  struct Tier {
+    SizeClass size;
+    int count;
+    int chips;
+    int minutes;
+    std::vector<std::string> workloads;  // cycled through
+  };
+  std::vector<std::string> all_workloads;
+  for (const auto& spec : sim::workloads::model_registry()) all_workloads.push_back(spec.name);
+  // Large models are the language models and the training run, as in a real fleet.
+  const std::vector<Tier> tiers = {
+      {SizeClass::small, 40, 1, 10, all_workloads},
+      {SizeClass::medium, 14, 8, 20, all_workloads},
+      {SizeClass::large, 6, 32, 45, {"transformer-block-bf16", "transformer-block-fp8", "train-tiny"}},
+  };
+  ModelSet set;
+  std::map<std::string, std::vector<std::string>> small_by_workload;
+  std::uint64_t seed = 0;
+  for (const auto& tier : tiers) {
+    std::map<std::string, int> numbered;
+    for (int i = 0; i < tier.count; ++i) {
+      const std::string& workload = tier.workloads[static_cast<std::size_t>(i) % tier.workloads.size()];
+      const auto* spec = sim::workloads::find_model(workload);
+      KILN_ASSERT(spec != nullptr, "the demo set names a workload the registry lacks");
+      const int number = ++numbered[workload];
+      QualificationModel model;
+      model.name = fmt::format("{}-{}-{:02}", workload, to_string(tier.size), number);
+      model.size_class = tier.size;
+      model.chips = tier.chips;
+      model.minutes = tier.minutes;
+      model.components = spec->components;
+      model.owner_team = team_for(workload);
+      model.workload = workload;
+      model.seed = ++seed;
+      if (tier.size == SizeClass::small) {
+        model.presubmit_default = number == 1;
+        small_by_workload[workload].push_back(model.name);
+      } else {
+        const auto& smalls = small_by_workload[workload];
+        KILN_ASSERT(!smalls.empty(), "every demo workload has small configs to serve as proxies");
+        model.proxy = smalls[static_cast<std::size_t>(number - 1) % smalls.size()];
+      }
+      set.models.push_back(std::move(model));
+    }
+  }
+  return set;
+}
+
+}  // namespace kiln::qualification

@@ -1,0 +1,208 @@
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/qualification/bisect.h"
+
+namespace q = kiln::qualification;
+
+namespace {
+
+std::vector<std::string> candidates(std::size_t n) {
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < n; ++i) ids.push_back("c" + std::to_string(i));
+  return ids;
+}
+
+using Oracle = std::function<q::ProbeVerdict(std::size_t index, int attempt)>;
+
+q::ProbeVerdict monotone(std::size_t index, std::size_t culprit) {
+  return index < culprit ? q::ProbeVerdict::good : q::ProbeVerdict::bad;
+}
+
+struct Run {
+  q::BisectResult result;
+  std::size_t rounds = 0;
+  std::size_t max_parallel = 0;
+};
+
+// Synchronous rounds: start up to k probes, answer them all, repeat.
+Run run_rounds(std::size_t n, std::size_t k, const Oracle& oracle, q::BisectOptions options = {}) {
+  auto bisection = q::Bisection::start(candidates(n), options);
+  REQUIRE(bisection.has_value());
+  Run run;
+  for (int guard = 0; guard < 1000; ++guard) {
+    const q::BisectPlan plan = bisection->next_probes(k);
+    if (plan.finished) break;
+    REQUIRE(!plan.start.empty());
+    ++run.rounds;
+    run.max_parallel = std::max(run.max_parallel, plan.start.size());
+    for (const auto& probe : plan.start) {
+      REQUIRE(bisection->on_probe_result(probe.change_index, oracle(probe.change_index, probe.attempt)).has_value());
+    }
+  }
+  REQUIRE(bisection->finished());
+  run.result = *bisection->result();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("expected rounds are log base k+1 of the candidates, rounded up") {
+  CHECK(q::expected_rounds(400, 1) == 9);
+  CHECK(q::expected_rounds(400, 3) == 5);
+  CHECK(q::expected_rounds(400, 7) == 3);
+  CHECK(q::expected_rounds(400, 19) == 2);
+  CHECK(q::expected_rounds(1, 4) == 0);
+  CHECK(q::expected_rounds(2, 1) == 1);
+}
+
+TEST_CASE("with 400 candidates the k-ary search finds every culprit within log_{k+1}(400) rounds") {
+  for (std::size_t k : {1u, 2u, 3u, 7u, 15u}) {
+    std::size_t worst = 0;
+    double total = 0;
+    for (std::size_t culprit = 0; culprit < 400; ++culprit) {
+      const Run run = run_rounds(400, k, [&](std::size_t i, int) { return monotone(i, culprit); });
+      REQUIRE(run.result.outcome == q::BisectOutcome::culprit_found);
+      REQUIRE(run.result.culprit_index == culprit);
+      REQUIRE(run.result.culprit_change_id == "c" + std::to_string(culprit));
+      REQUIRE(run.max_parallel <= k);
+      worst = std::max(worst, run.rounds);
+      total += static_cast<double>(run.rounds);
+    }
+    INFO("k = " << k << ", mean rounds " << total / 400 << ", worst " << worst);
+    // No search learning one of k+1 answers per round can do better in the worst case, and the
+    // mean stays within a round of log_{k+1}(400) (8.72, 5.79, 4.72, 3, 2.72 for these k).
+    CHECK(worst == q::expected_rounds(400, k));
+    CHECK(total / 400 > static_cast<double>(worst) - 1);
+  }
+}
+
+TEST_CASE("the last candidate is the culprit when everything before it is good, and one candidate needs no probe") {
+  const Run last = run_rounds(400, 7, [](std::size_t i, int) { return monotone(i, 399); });
+  CHECK(last.result.culprit_index == 399);
+  CHECK(last.result.detail.find("c398") != std::string::npos);
+
+  auto single = q::Bisection::start({"only"});
+  REQUIRE(single.has_value());
+  const q::BisectPlan plan = single->next_probes(8);
+  CHECK(plan.finished);
+  CHECK(plan.start.empty());
+  CHECK(single->result()->culprit_change_id == "only");
+}
+
+TEST_CASE("inconclusive probes are retried, bounded, and the evidence keeps every verdict") {
+  // Every change needs two probes for an answer.
+  const Run run = run_rounds(400, 3, [](std::size_t i, int attempt) {
+    return attempt == 1 ? q::ProbeVerdict::inconclusive : monotone(i, 123);
+  });
+  CHECK(run.result.outcome == q::BisectOutcome::culprit_found);
+  CHECK(run.result.culprit_index == 123);
+  std::map<std::size_t, int> attempts;
+  for (const auto& record : run.result.evidence) attempts[record.change_index] = std::max(attempts[record.change_index], record.attempt);
+  for (const auto& [index, attempt] : attempts) CHECK(attempt <= 2);
+  CHECK(run.result.evidence.size() == run.result.probes_started);
+}
+
+TEST_CASE("a change that never gives an answer is skipped, and next to the culprit it leaves suspects") {
+  q::BisectOptions options;
+  options.max_attempts_per_change = 2;
+  // The culprit is 100; change 99 is always inconclusive (it does not build, say).
+  const Run run = run_rounds(400, 3, [](std::size_t i, int) {
+    return i == 99 ? q::ProbeVerdict::inconclusive : monotone(i, 100);
+  }, options);
+  CHECK(run.result.outcome == q::BisectOutcome::ambiguous);
+  CHECK(run.result.suspects == std::vector<std::string>{"c99", "c100"});
+  CHECK(run.result.culprit_index == 100);
+  int probes_of_99 = 0;
+  for (const auto& record : run.result.evidence) probes_of_99 += record.change_index == 99;
+  CHECK(probes_of_99 == 2);
+
+  // Skipping a change away from the culprit does not matter.
+  const Run far = run_rounds(400, 3, [](std::size_t i, int) {
+    return i == 50 ? q::ProbeVerdict::inconclusive : monotone(i, 300);
+  }, options);
+  CHECK(far.result.outcome == q::BisectOutcome::culprit_found);
+  CHECK(far.result.culprit_index == 300);
+}
+
+TEST_CASE("a result that makes running probes pointless cancels them; their late answers are evidence only") {
+  auto bisection = q::Bisection::start(candidates(100));
+  REQUIRE(bisection.has_value());
+  const q::BisectPlan first = bisection->next_probes(3);
+  REQUIRE(first.start.size() == 3);
+  const std::size_t low = first.start[0].change_index;
+  const std::size_t high = first.start[2].change_index;
+  REQUIRE(bisection->on_probe_result(low, q::ProbeVerdict::bad).has_value());
+  CHECK(bisection->first_bad() == low);
+  CHECK(bisection->running().empty());
+  const q::BisectPlan second = bisection->next_probes(0);
+  CHECK(second.cancel.size() == 2);
+  CHECK(second.start.empty());
+  // A late "good" above a known bad contradicts it: recorded, counted, state unchanged.
+  REQUIRE(bisection->on_probe_result(high, q::ProbeVerdict::good).has_value());
+  CHECK(bisection->first_bad() == low);
+  CHECK(bisection->first_unknown() == 0);
+  CHECK(bisection->on_probe_result(7, q::ProbeVerdict::good).error().code == kiln::Errc::conflict);
+  CHECK(bisection->on_probe_result(1000, q::ProbeVerdict::good).error().code == kiln::Errc::invalid_argument);
+}
+
+TEST_CASE("probes started as nodes free up one by one still converge") {
+  const std::size_t culprit = 271;
+  auto bisection = q::Bisection::start(candidates(400));
+  REQUIRE(bisection.has_value());
+  std::vector<std::size_t> queue;
+  for (int guard = 0; guard < 500 && !bisection->finished(); ++guard) {
+    const std::size_t free_nodes = 4 - bisection->running().size();
+    for (const auto& probe : bisection->next_probes(free_nodes).start) queue.push_back(probe.change_index);
+    // Only the most recently started probe answers, then nodes are offered again.
+    if (queue.empty()) break;
+    const std::size_t index = queue.back();
+    queue.pop_back();
+    if (bisection->running().count(index) == 0) continue;  // cancelled meanwhile
+    REQUIRE(bisection->on_probe_result(index, monotone(index, culprit)).has_value());
+  }
+  REQUIRE(bisection->finished());
+  CHECK(bisection->result()->culprit_index == culprit);
+  CHECK(bisection->result()->contradictions == 0);
+}
+
+TEST_CASE("the probe budget ends a bisection that cannot converge") {
+  q::BisectOptions options;
+  options.max_total_probes = 5;
+  const Run run = run_rounds(400, 1, [](std::size_t, int) { return q::ProbeVerdict::inconclusive; }, options);
+  CHECK(run.result.outcome == q::BisectOutcome::ambiguous);
+  CHECK(run.result.probes_started == 5);
+  CHECK(run.result.detail.find("budget") != std::string::npos);
+  const nlohmann::json json = q::to_json(run.result);
+  CHECK(json["outcome"] == "ambiguous");
+  CHECK(json["probes"].size() == 5);
+  CHECK(q::Bisection::start({}).error().code == kiln::Errc::invalid_argument);
+  CHECK_FALSE(q::Bisection::start({"a", "a"}).has_value());
+}
+
+TEST_CASE("a probe judged by the performance gate on real samples: a 3% drop is bad, noise is good") {
+  std::vector<double> baseline;
+  std::vector<double> same;
+  std::vector<double> slower;
+  for (int i = 0; i < 10; ++i) {
+    const double noise = 1.0 + 0.002 * ((i * 7) % 5 - 2);
+    baseline.push_back(1000.0 * noise);
+    same.push_back(1000.0 * (1.0 + 0.002 * ((i * 3) % 5 - 2)));
+    slower.push_back(970.0 * noise);
+  }
+  const kiln::stats::PerfGateOptions options;
+  auto judge = [&](const std::vector<double>& candidate) {
+    auto comparison = kiln::stats::compare(baseline, candidate, options, 1);
+    REQUIRE(comparison.has_value());
+    return q::probe_verdict_from(
+        kiln::stats::decide(*comparison, comparison->test.p_value, options.alpha, options));
+  };
+  CHECK(judge(slower) == q::ProbeVerdict::bad);
+  CHECK(judge(same) == q::ProbeVerdict::good);
+  CHECK(q::probe_verdict_from(kiln::stats::Verdict::inconclusive) == q::ProbeVerdict::inconclusive);
+  CHECK(q::probe_verdict_from_correctness(false) == q::ProbeVerdict::bad);
+}
