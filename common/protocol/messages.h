@@ -666,6 +666,7 @@ struct LeaseSummary {
   std::uint64_t grace_deadline_ms = 0;
   std::vector<std::uint64_t> job_ids;  // jobs submitted into it that are queued or running
   std::string detail;                  // why it is pending, under notice or ended, for people
+  std::uint64_t event_seq = 0;         // seq of its latest lease_event: watch from here
 
   template <class V>
   void visit(V& v) {
@@ -684,6 +685,7 @@ struct LeaseSummary {
     v.field("grace_deadline_ms", grace_deadline_ms, kU64);
     v.field("job_ids", job_ids, Count{0, 1024}, kU64);
     v.field("detail", detail, kMessageText);
+    v.field("event_seq", event_seq, kU64);
   }
 };
 

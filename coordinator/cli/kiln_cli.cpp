@@ -227,7 +227,7 @@ struct LeaseWatchOptions {
 // Follows a lease until it ends (or, detached, until it is granted), printing what happens:
 // progress while pending, the grant, preemption notices.
 int follow_lease(Client& client, const protocol::LeaseSummary& start, const LeaseWatchOptions& options) {
-  std::uint64_t seq = 0;
+  std::uint64_t seq = start.event_seq;  // what the request's reply already showed
   std::string last_status;
   const std::uint64_t id = start.lease_id;
   while (true) {
@@ -533,13 +533,16 @@ int run_kiln(int argc, char** argv) {
       std::cout << protocol::to_json(*r).dump(2) << "\n";
       return kExitOk;
     }
-    std::cout << r->text << "\n";
-    for (const auto& reason : r->reasons) std::cout << "  - " << reason << "\n";
-    if (r->pending) {
-      std::cout << (r->expected_start_ms ? "  expected start: " + when_text(r->expected_start_ms)
-                                         : std::string("  expected start: unknown (no eligible capacity in sight)"))
-                << "\n";
+    if (!r->pending || r->reasons.empty()) {
+      std::cout << r->text << "\n";
+      return kExitOk;
     }
+    std::cout << fmt::format("{} is pending:\n",
+                             why.lease_id ? fmt::format("lease L{}", why.lease_id) : fmt::format("job {}", why.job_id));
+    for (const auto& reason : r->reasons) std::cout << "  - " << reason << "\n";
+    std::cout << (r->expected_start_ms ? "expected to start at " + when_text(r->expected_start_ms)
+                                       : std::string("no expected start: no eligible capacity in sight"))
+              << "\n";
     return kExitOk;
   }
   if (cancel->parsed() || drain->parsed() || undrain->parsed() || release_lease->parsed()) {

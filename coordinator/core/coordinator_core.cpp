@@ -45,7 +45,8 @@ scheduler::RequestClass to_request_class(PriorityClass cls) {
   return *parsed;
 }
 
-bool is_lease_request(scheduler::RequestId id) { return id >= kLeaseRequestBase; }
+bool is_hold_request(scheduler::RequestId id) { return id >= kStopHoldBase; }
+bool is_lease_request(scheduler::RequestId id) { return id >= kLeaseRequestBase && !is_hold_request(id); }
 
 // The scheduler leases 1, 2, 4 or 8 chips on one node; a job asking for 3 gets a lease of 4
 // and uses 3 of them.
@@ -171,6 +172,13 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   }
   if (auto t = scheduler_.next_deadline()) consider(to_wall_time(*t));
   for (const Watch& w : watches_) consider(w.deadline_ms);
+  for (const auto& [id, deadline] : jobs_under_notice_) consider(deadline);
+  for (const auto& [id, stopping] : stopping_attempts_) {
+    consider(stopping.since_ms + knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms());
+  }
+  for (const auto& [node_id, stopping] : stopping_on_node_) {
+    for (const auto& [id, since] : stopping) consider(since + knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms());
+  }
   return next;
 }
 
@@ -278,7 +286,10 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
   node.summary.chips = hello.chips;
   node.summary.chips_total = static_cast<std::uint32_t>(hello.chips.size());
   node.summary.host = hello.host;
-  if (node.summary.state != NodeState::quarantined) {
+  // A quarantine outlives the node being lost: only passing diagnostics ends it.
+  if (!node.summary.quarantine_reason.empty()) {
+    node.summary.state = NodeState::quarantined;
+  } else {
     node.summary.state = node.draining ? NodeState::draining : NodeState::up;
   }
   node.last_seen_ms = now;
@@ -291,17 +302,20 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
   const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
   const std::set<std::uint64_t> finished(hello.finished_jobs.begin(), hello.finished_jobs.end());
   std::vector<std::uint64_t> unrestorable;
-  for (std::uint64_t id : running) {
+  std::set<std::uint64_t> reported = running;
+  reported.insert(finished.begin(), finished.end());
+  for (std::uint64_t id : reported) {
     auto it = jobs_.find(id);
     const bool ours = it != jobs_.end() && !protocol::is_terminal(it->second.summary.state) &&
                       it->second.summary.state != JobState::queued &&
                       it->second.summary.node_id == hello.node_id;
     if (!ours) {
-      welcome.cancel_jobs.push_back(id);
+      if (running.count(id)) welcome.cancel_jobs.push_back(id);
       continue;
     }
     JobRecord& job = it->second;
-    // After a coordinator restart the scheduler does not know the chips this job holds yet.
+    // After a coordinator restart the scheduler does not know the chips this job holds yet; a
+    // job that ended meanwhile holds them until its job_finished (which follows) is stored.
     if (job.lease_id == 0 && !job_lease_.count(id)) {
       scheduler::Placement placement{hello.node_id, {}};
       for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
@@ -310,37 +324,91 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
       if (!lease) {
         log(action::Severity::warn, fmt::format("job {} cannot keep its chips on {}: {}; it is stopped", id,
                                                 hello.node_id, lease.error().message));
-        welcome.cancel_jobs.push_back(id);
+        if (running.count(id)) welcome.cancel_jobs.push_back(id);
         unrestorable.push_back(id);
         continue;
       }
       job_lease_[id] = *lease;
     }
-    if (job.summary.state == JobState::assigned) {
+    if (job.summary.state == JobState::assigned && running.count(id)) {
       job.summary.state = JobState::running;
       save(job);
     }
+  }
+  // A revoked attempt the agent no longer runs has stopped; a new attempt waiting for it
+  // starts after the welcome.
+  std::vector<std::uint64_t> stopped;
+  for (const auto& [id, stopping] : stopping_attempts_) {
+    if (stopping.node_id == hello.node_id && !running.count(id)) stopped.push_back(id);
   }
   std::vector<std::uint64_t> vanished;
   for (std::uint64_t id : active_jobs_) {
     const JobRecord& job = jobs_.at(id);
     if (job.summary.node_id == hello.node_id && job.summary.state != JobState::queued &&
-        running.count(id) == 0 && finished.count(id) == 0) {
+        running.count(id) == 0 && finished.count(id) == 0 && !deferred_starts_.count(id)) {
       vanished.push_back(id);
     }
   }
   for (std::uint64_t id : vanished) {
-    attempt_lost(jobs_.at(id),
-                 fmt::format("node {} re-registered without it (the agent restarted)", hello.node_id), now);
+    JobRecord& job = jobs_.at(id);
+    // The agent may yet get a start that crossed this hello: until its heartbeats show the job
+    // is not there, its chips stay held and a new attempt on this node waits (deferred start).
+    const std::uint32_t attempt = job.summary.attempt;
+    if (auto lease = job_lease_.find(id); lease != job_lease_.end() && !job.summary.chip_indices.empty()) {
+      scheduler::Placement placement{hello.node_id, {}};
+      for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
+      scheduler::Request hold = stop_hold_request(id, hello.node_id, job.summary.chip_indices.size());
+      hold.submit_ms = to_scheduler_time(now);
+      if (scheduler_.transfer_lease(lease->second, {{hold, {placement}, to_scheduler_time(now)}},
+                                    to_scheduler_time(now))) {
+        stop_holds_[id] = hello.node_id;
+        job_lease_.erase(lease);
+      }
+    }
+    attempt_lost(job, fmt::format("node {} re-registered without it (the agent restarted)", hello.node_id), now);
+    if (stop_holds_.count(id)) stopping_attempts_[id] = StoppingAttempt{hello.node_id, attempt, now};
   }
   for (std::uint64_t id : unrestorable) {
     attempt_lost(jobs_.at(id), fmt::format("its chips on {} could not be given back after a restart", hello.node_id),
                  now);
   }
+  // What it is told to stop keeps its chips until it is gone: held where the core knows them,
+  // otherwise the whole node takes no new work meanwhile.
+  auto& stopping_here = stopping_on_node_[hello.node_id];
+  stopping_here.clear();
+  for (std::uint64_t id : welcome.cancel_jobs) {
+    auto last = last_placement_.find(id);
+    std::vector<std::uint32_t> chips;
+    if (last != last_placement_.end()) {
+      if (auto here = last->second.find(hello.node_id); here != last->second.end()) chips = here->second;
+    }
+    if (chips.empty()) {
+      // Where it runs is unknown (it predates this coordinator): hold every chip not leased.
+      std::set<std::uint32_t> leased;
+      for (const auto& lease : scheduler_.leases()) {
+        for (const auto& p : lease.placement) {
+          if (p.node == hello.node_id) leased.insert(p.chips.begin(), p.chips.end());
+        }
+      }
+      for (const auto& chip : node.summary.chips) {
+        if (chip.healthy && !leased.count(chip.index)) chips.push_back(chip.index);
+      }
+    }
+    hold_stopping_chips(id, hello.node_id, chips, now);
+    if (!stop_holds_.count(id)) stopping_here.emplace(id, now);
+    // A job queued again meanwhile starts on this node only once this old attempt is gone.
+    if (auto job = jobs_.find(id); job != jobs_.end() && job->second.summary.state == JobState::queued) {
+      stopping_attempts_[id] = StoppingAttempt{hello.node_id, job->second.summary.attempt, now};
+    }
+  }
+  // The node's state first (draining while it stops jobs), then its chips: updating them
+  // schedules at once.
+  sync_node_states(now);
   upsert_scheduler_node(node, now);
   sync_node_states(now);
   save(node);
   to_agent(peer, welcome, m.header.id);
+  for (std::uint64_t id : stopped) attempt_stopped(id, now);
   log(action::Severity::info,
       fmt::format("node {} registered{} (revision {}, {} chips, agent {}, protocol v{}); running {}, "
                   "cancelling {}, lost {}",
@@ -350,14 +418,32 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
 }
 
 void CoordinatorCore::handle_heartbeat(const std::string& peer, const std::string& node_id,
-                                       const protocol::Envelope& m, const protocol::Heartbeat& beat, TimeMs) {
-  for (std::uint64_t id : beat.running_jobs) {
+                                       const protocol::Envelope& m, const protocol::Heartbeat& beat, TimeMs now) {
+  const std::set<std::uint64_t> running(beat.running_jobs.begin(), beat.running_jobs.end());
+  std::vector<std::uint64_t> gone;
+  for (const auto& [id, since] : stopping_on_node_[node_id]) {
+    if (!running.count(id)) gone.push_back(id);
+  }
+  for (const auto& [id, hold_node] : stop_holds_) {
+    if (hold_node == node_id && !running.count(id)) gone.push_back(id);
+  }
+  for (std::uint64_t id : gone) old_attempt_gone(id, node_id, now);
+  auto& stopping = stopping_on_node_[node_id];
+  for (std::uint64_t id : running) {
     auto it = jobs_.find(id);
     const bool ours = it != jobs_.end() && !protocol::is_terminal(it->second.summary.state) &&
                       it->second.summary.node_id == node_id;
-    if (!ours) to_agent(peer, protocol::JobCancel{id, "the coordinator no longer assigns this job to this node"});
+    if (!ours) {
+      to_agent(peer, protocol::JobCancel{id, "the coordinator no longer assigns this job to this node"});
+      auto hold = stop_holds_.find(id);
+      if (hold == stop_holds_.end() || hold->second != node_id) stopping.emplace(id, now);
+    } else if (deferred_starts_.count(id)) {
+      // What runs is the attempt being stopped; the new one waits for it to go.
+      to_agent(peer, protocol::JobCancel{id, "an earlier attempt of this job must stop before the next starts"});
+    }
   }
   to_agent(peer, protocol::Heartbeat{}, m.header.id);
+  sync_node_states(now);
 }
 
 void CoordinatorCore::handle_job_started(const std::string& node_id, const protocol::JobStarted& started, TimeMs) {
@@ -415,6 +501,12 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
     } else {
       log(action::Severity::debug, fmt::format("ignoring a stale result for job {} attempt {} from node {}",
                                                fin.job_id, fin.attempt, node_id));
+      auto stopping = stopping_attempts_.find(fin.job_id);
+      const bool stopping_attempt = stopping != stopping_attempts_.end() && stopping->second.attempt == fin.attempt &&
+                                    stopping->second.node_id == node_id;
+      if (stopping_attempt || stop_holds_.count(fin.job_id) || stopping_on_node_[node_id].count(fin.job_id)) {
+        old_attempt_gone(fin.job_id, node_id, now);
+      }
     }
   }
   // Acknowledged in every case, once stored when it mattered, so the agent can forget it.
@@ -471,7 +563,8 @@ void CoordinatorCore::apply_diag_result(const std::string& node_id, const JobRec
 
 void CoordinatorCore::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now) {
   node.summary.state = NodeState::quarantined;
-  node.summary.quarantine_reason = reason.substr(0, protocol::kMessageText.max_len);
+  // A non-empty reason is what marks the quarantine across a lost node's return (handle_hello).
+  node.summary.quarantine_reason = reason.empty() ? "quarantined" : reason.substr(0, protocol::kMessageText.max_len);
   node.summary.quarantine_owner = owner;
   save(node);
   log(action::Severity::warn, fmt::format("node {} quarantined (owner {}): {}; it returns after passing level {} "
@@ -841,12 +934,7 @@ void CoordinatorCore::handle_release_lease(const std::string& client, const Call
                 fmt::format("lease L{} already ended: {}", release.lease_id, lease->summary.detail));
     return;
   }
-  const scheduler::RequestId request = kLeaseRequestBase + lease->summary.lease_id;
-  if (scheduler_.is_pending(request) || scheduler_.lease_of(request)) {
-    if (auto s = scheduler_.cancel(request, to_scheduler_time(now)); !s) {
-      log(action::Severity::warn, fmt::format("lease L{}: {}", release.lease_id, s.error().message));
-    }
-  }
+  release_lease_chips(*lease, now);
   end_lease(*lease, fmt::format("released by {}", caller.key_name), now);
   actions_.push_back(action::ToClient{client, protocol::Ok{fmt::format("lease L{} released", release.lease_id)},
                                       m.header.id});
@@ -928,6 +1016,7 @@ void CoordinatorCore::lease_event(DevLease& lease, LeaseEventKind kind, std::str
   lease.summary.detail = message.substr(0, protocol::kMessageText.max_len);
   protocol::LeaseEvent event;
   event.seq = lease.events.empty() ? 1 : lease.events.back().seq + 1;
+  lease.summary.event_seq = event.seq;
   event.kind = kind;
   event.message = lease.summary.detail;
   event.lease = lease.summary;
@@ -966,6 +1055,86 @@ void CoordinatorCore::end_lease(DevLease& lease, const std::string& why, TimeMs 
   }
   lease_event(lease, LeaseEventKind::ended, why, now);
   prune_ended_leases();
+}
+
+void CoordinatorCore::release_lease_chips(DevLease& lease, TimeMs now) {
+  const scheduler::RequestId request = kLeaseRequestBase + lease.summary.lease_id;
+  const TimeMs t = to_scheduler_time(now);
+  auto held = scheduler_.lease_of(request);
+  if (!held) {
+    if (scheduler_.is_pending(request)) (void)scheduler_.cancel(request, t);
+    return;
+  }
+  std::vector<scheduler::Scheduler::Handover> handovers;
+  std::vector<std::uint64_t> handed;
+  for (std::uint64_t id : jobs_in_lease(lease.summary.lease_id)) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.summary.state == JobState::queued || job_lease_.count(id)) continue;
+    scheduler::Placement placement{job.summary.node_id, {}};
+    for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
+    handovers.push_back({job_request(job), {placement}, to_scheduler_time(job.started_at_ms)});
+    handed.push_back(id);
+  }
+  if (handovers.empty()) {
+    (void)scheduler_.release(*held, t);
+    return;
+  }
+  auto leases = scheduler_.transfer_lease(*held, handovers, t);
+  if (!leases) {
+    log(action::Severity::warn, fmt::format("lease L{}: {}", lease.summary.lease_id, leases.error().message));
+    return;
+  }
+  for (std::size_t i = 0; i < handed.size() && i < leases->size(); ++i) job_lease_[handed[i]] = (*leases)[i];
+}
+
+Status CoordinatorCore::resubmit_lease(DevLease& lease, TimeMs now) {
+  scheduler::Request req;
+  req.id = kLeaseRequestBase + lease.summary.lease_id;
+  req.cls = to_request_class(lease.summary.priority_class);
+  req.chips = lease.summary.nodes > 0 ? 1 : static_cast<int>(lease.summary.chips);
+  req.nodes = static_cast<int>(lease.summary.nodes);
+  if (!lease.summary.hardware_revision.empty()) req.revision = lease.summary.hardware_revision;
+  req.expected_duration_ms = static_cast<DurationMs>(lease.summary.duration_ms);
+  req.lease_ms = req.expected_duration_ms;
+  req.submit_ms = to_scheduler_time(lease.requested_at_ms);
+  lease.scheduler_lease.reset();
+  lease.summary.state = LeaseState::pending;
+  lease.summary.placement.clear();
+  lease.summary.grace_deadline_ms = 0;
+  lease.summary.expires_at_ms = 0;
+  return scheduler_.submit(req, to_scheduler_time(now));
+}
+
+void CoordinatorCore::end_due_leases(TimeMs now) {
+  for (auto& [id, lease] : leases_) {
+    const auto state = lease.summary.state;
+    if (state != LeaseState::granted && state != LeaseState::preempting) continue;
+    if (lease.summary.expires_at_ms > 0 && now >= static_cast<TimeMs>(lease.summary.expires_at_ms)) {
+      release_lease_chips(lease, now);
+      end_lease(lease, "expired", now);
+      continue;
+    }
+    if (state != LeaseState::preempting || now < static_cast<TimeMs>(lease.summary.grace_deadline_ms)) continue;
+    bool jobs_running = false;
+    for (std::uint64_t job_id : jobs_in_lease(id)) jobs_running |= jobs_.at(job_id).summary.state != JobState::queued;
+    // Without running jobs the scheduler's own revocation at this deadline does the same.
+    if (!jobs_running) continue;
+    for (std::uint64_t job_id : jobs_in_lease(id)) {
+      JobRecord& job = jobs_.at(job_id);
+      if (job.summary.state == JobState::queued || job.cancel_requested) continue;
+      job.cancel_requested = true;
+      save(job);
+      if (auto peer = peer_of(job.summary.node_id)) {
+        to_agent(*peer, protocol::JobCancel{job_id, fmt::format("lease L{} revoked: its preemption grace ended", id)});
+      }
+    }
+    release_lease_chips(lease, now);
+    if (auto s = resubmit_lease(lease, now); !s) {
+      end_lease(lease, "revoked after its preemption grace and cannot be queued again: " + s.error().message, now);
+      continue;
+    }
+    lease_event(lease, LeaseEventKind::requeued, "revoked at the end of its grace; queued again keeping its age", now);
+  }
 }
 
 void CoordinatorCore::prune_ended_leases() {
@@ -1089,9 +1258,35 @@ void CoordinatorCore::on_tick(TimeMs now) {
       to_agent(*peer, protocol::JobCancel{id, "the coordinator timed it out: no result after its timeout"});
     }
     const std::string node_id = job.summary.node_id;
+    // Its chips stay held until the agent shows the workload gone.
+    if (auto lease = job_lease_.find(id); lease != job_lease_.end() && !job.summary.chip_indices.empty()) {
+      scheduler::Placement placement{node_id, {}};
+      for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
+      scheduler::Request hold = stop_hold_request(id, node_id, job.summary.chip_indices.size());
+      hold.submit_ms = to_scheduler_time(now);
+      if (scheduler_.transfer_lease(lease->second, {{hold, {placement}, to_scheduler_time(now)}},
+                                    to_scheduler_time(now))) {
+        stop_holds_[id] = node_id;
+        job_lease_.erase(lease);
+      }
+    }
     finish(job, JobState::timed_out,
            fmt::format("no result from node {} within its timeout of {} ms", node_id, job.timeout_ms), now);
   }
+  // An attempt that does not report its end after the cancel is waited for no longer than a
+  // silent node would be.
+  std::vector<std::uint64_t> stopped;
+  for (const auto& [id, stopping] : stopping_attempts_) {
+    if (now >= stopping.since_ms + knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms()) stopped.push_back(id);
+  }
+  for (std::uint64_t id : stopped) attempt_stopped(id, now);
+  for (auto& [node_id, stopping] : stopping_on_node_) {
+    std::erase_if(stopping, [&](const auto& entry) {
+      return now >= entry.second + knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms();
+    });
+  }
+  end_due_leases(now);
+  revoke_due_jobs(now);
   if (auto deadline = scheduler_.next_deadline(); deadline && to_scheduler_time(now) >= *deadline) {
     scheduler_.on_tick(to_scheduler_time(now));
   }
@@ -1106,6 +1301,7 @@ void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
     sessions_.erase(peer->second);
     peer_by_node_.erase(peer);
   }
+  stopping_on_node_.erase(node_id);
   // The scheduler first, so that nothing requeued below is placed on this node again.
   sync_node_states(now);
   std::vector<std::uint64_t> affected;
@@ -1117,6 +1313,11 @@ void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
     attempt_lost(jobs_.at(id),
                  fmt::format("node {} went silent for {} heartbeats", node_id, knobs_.liveness_missed_beats), now);
   }
+  std::vector<std::uint64_t> stopped;
+  for (const auto& [id, stopping] : stopping_attempts_) {
+    if (stopping.node_id == node_id) stopped.push_back(id);
+  }
+  for (std::uint64_t id : stopped) attempt_stopped(id, now);
   save(node);
   log(action::Severity::warn, fmt::format("node {} lost: silent for {} ms; {} jobs failed over", node_id,
                                           now - node.last_seen_ms, affected.size()));
@@ -1126,12 +1327,22 @@ void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
 
 void CoordinatorCore::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) {
   forget_request(job, now);
+  const DevLease* lease = job.lease_id != 0 ? find_lease(job.lease_id) : nullptr;
   if (job.cancel_requested) {
     finish(job, JobState::cancelled, fmt::format("cancelled; attempt {} ended: {}", job.summary.attempt, why), now);
+  } else if (job.lease_id != 0 && (!lease || lease->summary.state == LeaseState::ended)) {
+    finish(job, JobState::cancelled,
+           fmt::format("attempt {} ended: {}; its lease L{} has ended", job.summary.attempt, why, job.lease_id), now);
   } else if (job.summary.attempt - std::min(job.summary.attempt, job.preemptions) < job.summary.max_attempts &&
              job.summary.attempt < 100) {
     job.summary.state = JobState::queued;
     job.summary.detail = fmt::format("attempt {} lost: {}; requeued", job.summary.attempt, why);
+    if (!job.summary.node_id.empty()) {
+      auto& placed = last_placement_[job.summary.job_id][job.summary.node_id];
+      for (std::uint32_t chip : job.summary.chip_indices) {
+        if (std::find(placed.begin(), placed.end(), chip) == placed.end()) placed.push_back(chip);
+      }
+    }
     job.summary.chip_indices.clear();
     job.summary.node_id.clear();
     if (job.lease_id == 0) {
@@ -1170,18 +1381,40 @@ void CoordinatorCore::start_attempt(JobRecord& job, const std::string& node_id, 
   job.summary.attempt += 1;
   job.started_at_ms = now;
   save(job);
+  // Every chip an attempt of the job used on the node: an older attempt may still run there.
+  auto& placed = last_placement_[job.summary.job_id][node_id];
+  for (std::uint32_t chip : job.summary.chip_indices) {
+    if (std::find(placed.begin(), placed.end(), chip) == placed.end()) placed.push_back(chip);
+  }
+  // Bounded: the oldest jobs' placements go first (a workload that old has long been stopped).
+  constexpr std::size_t kMaxPlacementsKept = 10000;
+  while (last_placement_.size() > kMaxPlacementsKept) last_placement_.erase(last_placement_.begin());
+  auto stopping = stopping_attempts_.find(job.summary.job_id);
+  if (stopping != stopping_attempts_.end() && stopping->second.node_id == node_id) {
+    deferred_starts_.insert(job.summary.job_id);
+    log(action::Severity::info, fmt::format("job {} attempt {} has chips [{}] on {}; it starts once attempt {} has "
+                                            "stopped there",
+                                            job.summary.job_id, job.summary.attempt, fmt::join(chips, ","), node_id,
+                                            stopping->second.attempt));
+    return;
+  }
+  stopping_attempts_.erase(job.summary.job_id);
+  send_job_start(job);
+}
+
+void CoordinatorCore::send_job_start(const JobRecord& job) {
   protocol::JobStart start;
   start.job_id = job.summary.job_id;
   start.attempt = job.summary.attempt;
   start.workload = job.summary.workload;
   start.args = job.summary.args;
-  start.chip_indices = std::move(chips);
+  start.chip_indices = job.summary.chip_indices;
   start.timeout_ms = job.timeout_ms;
   start.seed = job.seed;
   start.benchmark = job.benchmark;
-  to_agent(peer_by_node_.at(node_id), start);
+  to_agent(peer_by_node_.at(job.summary.node_id), start);
   log(action::Severity::info, fmt::format("job {} attempt {} dispatched to {} chips [{}]", job.summary.job_id,
-                                          job.summary.attempt, node_id, fmt::join(start.chip_indices, ",")));
+                                          job.summary.attempt, job.summary.node_id, fmt::join(start.chip_indices, ",")));
 }
 
 // Jobs inside a developer lease run on its chips, first come first served.
@@ -1214,9 +1447,111 @@ void CoordinatorCore::dispatch_lease_jobs(TimeMs now) {
   }
 }
 
+scheduler::Request CoordinatorCore::stop_hold_request(std::uint64_t job_id, const std::string& node_id,
+                                                     std::size_t chips) const {
+  scheduler::Request req;
+  req.id = kStopHoldBase + job_id;
+  req.cls = scheduler::RequestClass::release;
+  req.chips = static_cast<int>(lease_chips_for(static_cast<std::uint32_t>(std::max<std::size_t>(chips, 1))));
+  if (req.chips > 8) {
+    req.chips = 1;
+    req.nodes = 1;
+  }
+  req.node = node_id;
+  req.maintenance = true;  // never preempted, outside the quotas
+  // Waited for no longer than a silent node: then the chips are given back regardless.
+  req.expected_duration_ms = knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms() + kSecondMs;
+  req.lease_ms = req.expected_duration_ms;
+  return req;
+}
+
+void CoordinatorCore::hold_stopping_chips(std::uint64_t job_id, const std::string& node_id,
+                                          const std::vector<std::uint32_t>& chips, TimeMs now) {
+  if (chips.empty() || stop_holds_.count(job_id)) return;
+  scheduler::Placement placement{node_id, {}};
+  for (std::uint32_t chip : chips) placement.chips.push_back(static_cast<int>(chip));
+  scheduler::Request req = stop_hold_request(job_id, node_id, chips.size());
+  req.submit_ms = to_scheduler_time(now);
+  if (auto held = scheduler_.restore_lease(req, {placement}, to_scheduler_time(now), to_scheduler_time(now)); held) {
+    stop_holds_[job_id] = node_id;
+  } else {
+    log(action::Severity::debug, fmt::format("job {}: chips of its stopping attempt on {} not held: {}", job_id, node_id,
+                                             held.error().message));
+  }
+}
+
+void CoordinatorCore::old_attempt_gone(std::uint64_t job_id, const std::string& node_id, TimeMs now) {
+  auto hold = stop_holds_.find(job_id);
+  if (hold != stop_holds_.end() && hold->second == node_id) {
+    stop_holds_.erase(hold);
+    const scheduler::RequestId request = kStopHoldBase + job_id;
+    if (scheduler_.lease_of(request) || scheduler_.is_pending(request)) {
+      (void)scheduler_.cancel(request, to_scheduler_time(now));
+    }
+  }
+  auto& stopping = stopping_on_node_[node_id];
+  stopping.erase(job_id);
+  auto attempt = stopping_attempts_.find(job_id);
+  if (attempt != stopping_attempts_.end() && attempt->second.node_id == node_id) attempt_stopped(job_id, now);
+}
+
+void CoordinatorCore::revoke_due_jobs(TimeMs now) {
+  std::vector<std::uint64_t> due;
+  for (const auto& [id, deadline] : jobs_under_notice_) {
+    if (now >= deadline && job_lease_.count(id)) due.push_back(id);
+  }
+  for (std::uint64_t id : due) {
+    JobRecord& job = jobs_.at(id);
+    const scheduler::LeaseId lease = job_lease_.at(id);
+    const std::string node_id = job.summary.node_id;
+    scheduler::Placement placement{node_id, {}};
+    for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
+    scheduler::Request hold = stop_hold_request(id, node_id, job.summary.chip_indices.size());
+    hold.submit_ms = to_scheduler_time(now);
+    // The job's lease ends and its chips pass to the hold in one step, before anything else
+    // can be placed on them.
+    auto handed = scheduler_.transfer_lease(lease, {{hold, {placement}, to_scheduler_time(now)}}, to_scheduler_time(now));
+    if (!handed) {
+      log(action::Severity::warn, fmt::format("job {}: {}; the scheduler revokes it itself", id,
+                                              handed.error().message));
+      jobs_under_notice_.erase(id);
+      continue;
+    }
+    stop_holds_[id] = node_id;
+    jobs_under_notice_.erase(id);
+    job_lease_.erase(id);
+    if (auto peer = peer_of(node_id)) to_agent(*peer, protocol::JobCancel{id, "preempted: the grace period ended"});
+    stopping_attempts_[id] = StoppingAttempt{node_id, job.summary.attempt, now};
+    job.preemptions += 1;
+    job.summary.state = JobState::queued;
+    job.summary.detail = fmt::format("attempt {} preempted on {}; queued again keeping its age", job.summary.attempt,
+                                     node_id);
+    job.summary.node_id.clear();
+    job.summary.chip_indices.clear();
+    if (auto s = submit_to_scheduler(job, now); !s) {
+      finish(job, JobState::failed, "cannot be queued again after its preemption: " + s.error().message, now);
+      continue;
+    }
+    save(job);
+    log(action::Severity::info, fmt::format("job {}: {}", id, job.summary.detail));
+  }
+}
+
+void CoordinatorCore::attempt_stopped(std::uint64_t job_id, TimeMs now) {
+  stopping_attempts_.erase(job_id);
+  if (!deferred_starts_.erase(job_id)) return;
+  JobRecord& job = jobs_.at(job_id);
+  if (job.summary.state != JobState::assigned || !node_has_session(job.summary.node_id)) return;
+  job.started_at_ms = now;
+  save(job);
+  send_job_start(job);
+}
+
 void CoordinatorCore::refresh_chip_counts() {
   std::map<std::string, std::set<std::uint32_t>> used;
   for (const auto& lease : scheduler_.leases()) {
+    // Chips held while a cancelled attempt stops belong to no active job: not shown as used.
+    if (is_hold_request(lease.request)) continue;
     for (const auto& p : lease.placement) {
       for (int chip : p.chips) used[p.node].insert(static_cast<std::uint32_t>(chip));
     }
@@ -1249,8 +1584,9 @@ scheduler::Request CoordinatorCore::job_request(const JobRecord& job) const {
   req.expected_duration_ms = job.timeout_ms;
   // The agent enforces the job's timeout and the core times out a silent attempt: the lease's
   // own expiry is only the backstop behind both.
-  req.lease_ms = std::min<DurationMs>(static_cast<DurationMs>(job.timeout_ms) + knobs_.job_timeout_slack_ms +
-                                          2 * knobs_.liveness_timeout_ms(),
+  // A start deferred while an earlier attempt stops (stop_hold_request) comes on top.
+  req.lease_ms = std::min<DurationMs>(static_cast<DurationMs>(job.timeout_ms) + 2 * knobs_.job_timeout_slack_ms +
+                                          3 * knobs_.liveness_timeout_ms() + kSecondMs,
                                       knobs_.scheduler.max_lease_ms);
   req.submit_ms = to_scheduler_time(job.submitted_at_ms);
   return req;
@@ -1264,7 +1600,11 @@ void CoordinatorCore::forget_request(JobRecord& job, TimeMs now) {
   const std::uint64_t id = job.summary.job_id;
   job_lease_.erase(id);
   jobs_under_notice_.erase(id);
-  if (job.lease_id != 0) return;
+  jobs_revoked_.erase(id);
+  stopping_attempts_.erase(id);
+  deferred_starts_.erase(id);
+  // Jobs inside a developer lease have no request of their own, unless the lease ended while
+  // they still ran (release_lease_chips).
   if (scheduler_.is_pending(id) || scheduler_.lease_of(id)) {
     if (auto s = scheduler_.cancel(id, to_scheduler_time(now)); !s) {
       log(action::Severity::warn, fmt::format("job {}: {}", id, s.error().message));
@@ -1319,6 +1659,10 @@ void CoordinatorCore::sync_node_states(TimeMs now) {
       set_scheduler_node_state(id, scheduler::NodeState::quarantined, s.quarantine_reason, s.quarantine_owner, now);
     } else if (node.draining) {
       set_scheduler_node_state(id, scheduler::NodeState::draining, node.drain_reason, "", now);
+    } else if (auto st = stopping_on_node_.find(id); st != stopping_on_node_.end() && !st->second.empty()) {
+      set_scheduler_node_state(id, scheduler::NodeState::draining,
+                               fmt::format("stopping {} jobs it no longer runs for the coordinator", st->second.size()),
+                               "", now);
     } else if (auto m = maintenance_waiting.find(id); m != maintenance_waiting.end()) {
       // Maintenance takes the whole node: it drains first and takes no new regular work.
       set_scheduler_node_state(id, scheduler::NodeState::draining,
@@ -1339,7 +1683,19 @@ JobRecord* CoordinatorCore::job_holding(scheduler::RequestId request, scheduler:
 
 void CoordinatorCore::pump_scheduler(TimeMs now) {
   // Handlers may call the scheduler again; what that decides is carried out in the same loop.
-  while (auto a = scheduler_.poll_action()) {
+  // The nodes' states are brought up to date before each decision is carried out.
+  while (true) {
+    sync_node_states(now);
+    auto a = scheduler_.poll_action();
+    if (!a) break;
+    // Holds of stopping attempts are the core's own bookkeeping: nothing to carry out.
+    const scheduler::RequestId request = std::visit([](const auto& act) { return act.request; }, *a);
+    if (is_hold_request(request)) {
+      if (!std::holds_alternative<scheduler::LeaseGranted>(*a) && !std::holds_alternative<scheduler::PreemptNotice>(*a)) {
+        stop_holds_.erase(request - kStopHoldBase);
+      }
+      continue;
+    }
     std::visit(
         [&](const auto& act) {
           using T = std::decay_t<decltype(act)>;
@@ -1365,6 +1721,8 @@ void CoordinatorCore::pump_scheduler(TimeMs now) {
 
 void CoordinatorCore::on_granted(const scheduler::LeaseGranted& granted, TimeMs now) {
   KILN_ASSERT(!granted.placement.empty(), "a granted lease has chips");
+  // Withdrawn in the same step that granted it (a revoked job waiting for its old attempt).
+  if (scheduler_.lease_of(granted.request) != granted.lease) return;
   if (is_lease_request(granted.request)) {
     DevLease* lease = find_lease(granted.request - kLeaseRequestBase);
     if (!lease || lease->summary.state != LeaseState::pending) {
@@ -1461,7 +1819,7 @@ void CoordinatorCore::on_preempt_notice(const scheduler::PreemptNotice& notice, 
   }
   JobRecord* job = job_holding(notice.request, notice.lease);
   if (!job) return;
-  jobs_under_notice_.insert(job->summary.job_id);
+  jobs_under_notice_[job->summary.job_id] = now + grace_ms;
   job->summary.detail = fmt::format("{}; notice given, {} to checkpoint", reason, human_duration(grace_ms));
   save(*job);
   notify(*job);
@@ -1487,6 +1845,7 @@ void CoordinatorCore::on_revoke(const scheduler::Revoke& revoke, TimeMs now) {
   }
   JobRecord* job = job_holding(revoke.request, revoke.lease);
   if (!job) return;
+  jobs_revoked_.insert(job->summary.job_id);
   if (auto peer = peer_of(job->summary.node_id)) {
     to_agent(*peer, protocol::JobCancel{job->summary.job_id, "preempted: the grace period ended"});
   }
@@ -1518,6 +1877,9 @@ void CoordinatorCore::on_requeued(const scheduler::Requeued& requeued, TimeMs no
   job->summary.state = JobState::queued;
   job->summary.detail = fmt::format("attempt {} preempted on {}; queued again keeping its age",
                                     job->summary.attempt, job->summary.node_id);
+  if (jobs_revoked_.erase(job->summary.job_id)) {
+    stopping_attempts_[job->summary.job_id] = StoppingAttempt{job->summary.node_id, job->summary.attempt, now};
+  }
   job->summary.node_id.clear();
   job->summary.chip_indices.clear();
   save(*job);
@@ -1528,22 +1890,8 @@ void CoordinatorCore::on_lease_lost(const scheduler::LeaseLost& lost, TimeMs now
   if (is_lease_request(lost.request)) {
     DevLease* lease = find_lease(lost.request - kLeaseRequestBase);
     if (!lease || lease->scheduler_lease != lost.lease) return;
-    lease->scheduler_lease.reset();
-    lease->summary.state = LeaseState::pending;
-    lease->summary.placement.clear();
-    lease->summary.grace_deadline_ms = 0;
-    lease->summary.expires_at_ms = 0;
     // The scheduler forgot the request with the node: ask again with the original age.
-    scheduler::Request req;
-    req.id = lost.request;
-    req.cls = to_request_class(lease->summary.priority_class);
-    req.chips = lease->summary.nodes > 0 ? 1 : static_cast<int>(lease->summary.chips);
-    req.nodes = static_cast<int>(lease->summary.nodes);
-    if (!lease->summary.hardware_revision.empty()) req.revision = lease->summary.hardware_revision;
-    req.expected_duration_ms = static_cast<DurationMs>(lease->summary.duration_ms);
-    req.lease_ms = req.expected_duration_ms;
-    req.submit_ms = to_scheduler_time(lease->requested_at_ms);
-    if (auto s = scheduler_.submit(req, to_scheduler_time(now)); !s) {
+    if (auto s = resubmit_lease(*lease, now); !s) {
       end_lease(*lease, fmt::format("node {} was lost and the lease cannot be queued again: {}", lost.node,
                                     s.error().message),
                 now);
@@ -1567,14 +1915,12 @@ void CoordinatorCore::on_lease_expired(const scheduler::LeaseExpired& expired, T
   }
   JobRecord* job = job_holding(expired.request, expired.lease);
   if (!job) return;
+  // A backstop: the job's own timeout normally ends it first. Its chips are already free.
   job_lease_.erase(job->summary.job_id);
-  job->cancel_requested = true;
-  save(*job);
   if (auto peer = peer_of(job->summary.node_id)) {
     to_agent(*peer, protocol::JobCancel{job->summary.job_id, "its lease expired"});
   }
-  log(action::Severity::warn, fmt::format("job {}: its lease expired on {}; cancelled", job->summary.job_id,
-                                          job->summary.node_id));
+  finish(*job, JobState::timed_out, fmt::format("its lease on {} expired", job->summary.node_id), now);
 }
 
 // ---- plumbing ------------------------------------------------------------------------------

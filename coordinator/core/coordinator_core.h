@@ -58,6 +58,8 @@ using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode,
 
 // Scheduler request ids: a job's is its job id; a developer lease's is this base plus its id.
 constexpr scheduler::RequestId kLeaseRequestBase = scheduler::RequestId{1} << 48;
+// ... and the chips of a stopping attempt of job J are held by request kStopHoldBase + J.
+constexpr scheduler::RequestId kStopHoldBase = scheduler::RequestId{1} << 56;
 
 class CoordinatorCore {
  public:
@@ -144,6 +146,18 @@ class CoordinatorCore {
   void mark_node_lost(NodeRecord& node, TimeMs now);
   void start_attempt(JobRecord& job, const std::string& node_id, std::vector<std::uint32_t> chips, TimeMs now);
   void dispatch_lease_jobs(TimeMs now);
+  // The old attempt of a revoked job has stopped (or can no longer be waited for): a new attempt
+  // waiting for it starts.
+  void attempt_stopped(std::uint64_t job_id, TimeMs now);
+  void send_job_start(const JobRecord& job);
+  // Revokes, before the scheduler's own timer would, the jobs whose grace has ended: their
+  // chips stay held until the attempt has stopped, the job is queued again keeping its age.
+  void revoke_due_jobs(TimeMs now);
+  void hold_stopping_chips(std::uint64_t job_id, const std::string& node_id, const std::vector<std::uint32_t>& chips,
+                           TimeMs now);
+  // An attempt a node was told to stop is gone: its held chips are free again.
+  void old_attempt_gone(std::uint64_t job_id, const std::string& node_id, TimeMs now);
+  scheduler::Request stop_hold_request(std::uint64_t job_id, const std::string& node_id, std::size_t chips) const;
   bool node_has_session(const std::string& node_id) const;
   void refresh_chip_counts();
 
@@ -175,6 +189,13 @@ class CoordinatorCore {
   DevLease* find_lease(std::uint64_t lease_id);
   void lease_event(DevLease& lease, protocol::LeaseEventKind kind, std::string message, TimeMs now);
   void end_lease(DevLease& lease, const std::string& why, TimeMs now);
+  // Gives back the chips a developer lease holds in the scheduler, except those of its jobs that
+  // still run: they keep theirs as leases of their own until they end.
+  void release_lease_chips(DevLease& lease, TimeMs now);
+  // Expiry, and revocation at the end of the grace, of developer leases whose jobs still run:
+  // done here, before the scheduler's own timers would free those jobs' chips.
+  void end_due_leases(TimeMs now);
+  Status resubmit_lease(DevLease& lease, TimeMs now);
   void answer_watches(TimeMs now);
   protocol::LeaseEvent status_event(const DevLease& lease, TimeMs now) const;
   std::vector<std::uint64_t> jobs_in_lease(std::uint64_t lease_id) const;
@@ -201,7 +222,28 @@ class CoordinatorCore {
   TimeMs clock_origin_ms_ = 0;
   std::map<std::string, scheduler::NodeState> scheduler_node_state_;
   std::map<std::uint64_t, scheduler::LeaseId> job_lease_;  // jobs holding a lease of their own
-  std::set<std::uint64_t> jobs_under_notice_;
+  std::map<std::uint64_t, TimeMs> jobs_under_notice_;  // job -> end of its grace (wall clock)
+  // Chips of an attempt that is being stopped (revoked at the end of its grace, or cancelled
+  // when its node came back from a partition) stay held under a request of their own until the
+  // attempt is gone, so nothing new starts on them meanwhile: job -> node.
+  std::map<std::uint64_t, std::string> stop_holds_;
+  // Where each job's latest attempt ran, to hold its chips while it is being stopped.
+  std::map<std::uint64_t, std::map<std::string, std::vector<std::uint32_t>>> last_placement_;
+  std::set<std::uint64_t> jobs_revoked_;  // cancelled at the end of their grace, not yet requeued
+  // A revoked job's old attempt is still being stopped. A new attempt granted on the same node
+  // starts only once it has (the agent knows a job by its id and would take the start for a
+  // duplicate); until then the job holds its chips as `assigned`.
+  struct StoppingAttempt {
+    std::string node_id;
+    std::uint32_t attempt = 0;
+    TimeMs since_ms = 0;
+  };
+  std::map<std::uint64_t, StoppingAttempt> stopping_attempts_;
+  std::set<std::uint64_t> deferred_starts_;
+  // Jobs a node was told to stop because they are no longer its (after a partition, say), by
+  // node, with when: the node takes no new work until they are gone from its heartbeats, so
+  // nothing new starts on chips a stopping workload still uses.
+  std::map<std::string, std::map<std::uint64_t, TimeMs>> stopping_on_node_;
   std::map<std::uint64_t, DevLease> leases_;
   std::uint64_t next_lease_id_ = 1;
   std::vector<Watch> watches_;

@@ -913,6 +913,9 @@ struct Scheduler::Impl {
     }
   }
 
+  // A lease on exactly these chips for a request that already runs (restore, handover).
+  Result<LeaseId> hold(const Request& request, const std::vector<Placement>& placement, TimeMs start_ms);
+
   Status validate(const Request& q) const {
     if (requests.count(q.id)) {
       return fail(Errc::already_exists,
@@ -1030,7 +1033,56 @@ Status Scheduler::submit(const Request& request, TimeMs now) {
 
 Result<LeaseId> Scheduler::restore_lease(const Request& request, const std::vector<Placement>& placement,
                                          TimeMs start_ms, TimeMs now) {
+  auto id = impl_->hold(request, placement, start_ms);
+  if (id) impl_->schedule(now);
+  return id;
+}
+
+Result<std::vector<LeaseId>> Scheduler::transfer_lease(LeaseId lease, const std::vector<Handover>& handovers,
+                                                       TimeMs now) {
   Impl& s = *impl_;
+  auto it = s.leases.find(lease);
+  if (it == s.leases.end()) {
+    return fail(Errc::not_found,
+                fmt::format("lease {} is not active (already released, revoked or expired)", lease));
+  }
+  std::set<std::pair<std::string, int>> held;
+  for (const ChipRef& c : it->second.chips) held.insert({s.nodes[c.node].info.id, s.nodes[c.node].info.chips[c.pos].index});
+  for (const Handover& h : handovers) {
+    for (const Placement& pl : h.placement) {
+      for (int chip : pl.chips) {
+        if (!held.count({pl.node, chip})) {
+          return fail(Errc::invalid_argument, fmt::format("request {} cannot take chip {} on {}: lease {} does not "
+                                                          "hold it",
+                                                          h.request.id, chip, pl.node, lease));
+        }
+      }
+    }
+  }
+  const RequestId owner = it->second.request;
+  s.finish_request(lease);
+  std::vector<LeaseId> out;
+  Status failed;
+  for (const Handover& h : handovers) {
+    auto id = s.hold(h.request, h.placement, h.start_ms);
+    if (!id) {
+      failed = tl::unexpected(id.error());
+      break;
+    }
+    out.push_back(*id);
+  }
+  s.schedule(now);
+  if (!failed) {
+    return fail(failed.error().code, fmt::format("request {} ended, but not all of its chips could be handed "
+                                                 "over: {}",
+                                                 owner, failed.error().message));
+  }
+  return out;
+}
+
+Result<LeaseId> Scheduler::Impl::hold(const Request& request, const std::vector<Placement>& placement,
+                                      TimeMs start_ms) {
+  Impl& s = *this;
   if (auto ok = s.validate(request); !ok) return tl::unexpected(ok.error());
   std::vector<ChipRef> chips;
   for (const Placement& pl : placement) {
@@ -1084,7 +1136,6 @@ Result<LeaseId> Scheduler::restore_lease(const Request& request, const std::vect
   const LeaseId id = l.id;
   s.requests.emplace(request.id, std::move(rec));
   s.leases.emplace(id, std::move(l));
-  s.schedule(now);
   return id;
 }
 
@@ -1161,7 +1212,8 @@ std::optional<Action> Scheduler::poll_action() {
 std::optional<TimeMs> Scheduler::next_deadline() const {
   TimeMs t = impl_->wake;
   for (const auto& [id, l] : impl_->leases) {
-    t = std::min(t, l.grace_deadline_ms ? *l.grace_deadline_ms : l.expiry_ms);
+    // A lease under notice still ends at its expiry if that comes before the grace deadline.
+    t = std::min({t, l.grace_deadline_ms.value_or(kNever), l.expiry_ms});
   }
   if (t == kNever) return std::nullopt;
   return t;

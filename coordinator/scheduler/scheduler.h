@@ -40,6 +40,15 @@ class Scheduler {
   // when a node or chip is unknown or already leased, or the request is already known.
   Result<LeaseId> restore_lease(const Request& request, const std::vector<Placement>& placement,
                                 TimeMs start_ms, TimeMs now);
+  // Ends a lease (its request is complete) and, in the same step, gives some of its chips to
+  // requests that already run on them: jobs inside a developer's lease that are still stopping
+  // when the lease ends keep their chips until they end.
+  struct Handover {
+    Request request;
+    std::vector<Placement> placement;
+    TimeMs start_ms = 0;
+  };
+  Result<std::vector<LeaseId>> transfer_lease(LeaseId lease, const std::vector<Handover>& handovers, TimeMs now);
   // Withdraws a pending request, or ends its lease if it is running.
   Status cancel(RequestId request, TimeMs now);
   // The holder is done with the lease; its request is complete.

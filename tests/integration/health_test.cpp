@@ -10,41 +10,13 @@
 
 #include "common/protocol/messages.h"
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/fleet_queries.h"
 
 using namespace kiln;
 using namespace kiln::protocol;
-using kiln::testing::Fleet;
+using namespace kiln::testing;
 using namespace std::chrono_literals;
 
-namespace {
-
-std::optional<NodeSummary> node(cli::Client& client, const std::string& id) {
-  auto reply = client.request(ListNodes{});
-  if (!reply) return std::nullopt;
-  for (const auto& n : std::get<NodeList>(*reply).nodes) {
-    if (n.node_id == id) return n;
-  }
-  return std::nullopt;
-}
-
-std::optional<JobDetail> job(cli::Client& client, std::uint64_t id) {
-  auto reply = client.request(GetJob{id});
-  if (!reply) return std::nullopt;
-  return std::get<JobDetail>(*reply);
-}
-
-std::uint64_t submit(cli::Client& client, SubmitJob request) {
-  auto reply = client.request(std::move(request));
-  REQUIRE_MESSAGE(reply.has_value(), reply.error().message);
-  return std::get<JobAccepted>(*reply).job_id;
-}
-
-bool job_ended(cli::Client& client, std::uint64_t id) {
-  auto j = job(client, id);
-  return j && is_terminal(j->job.state);
-}
-
-}  // namespace
 
 TEST_CASE("an injected fault fails the health probe, the node is quarantined, and passing diagnostics return it") {
   Fleet fleet("health");

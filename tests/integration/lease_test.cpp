@@ -93,6 +93,7 @@ TEST_CASE("kiln lease waits, prints what it got, shows in kiln leases, and ends 
   CHECK(granted.find("lease L1 granted") != std::string::npos);
   CHECK(granted.find("node n01") != std::string::npos);
   CHECK(granted.find("expires at") != std::string::npos);
+  CHECK(granted.find("granted") == granted.rfind("granted"));  // told once, not again by the watch
 
   std::string out;
   CHECK(fleet.kiln("dev", {"leases"}, &out) == 0);
@@ -135,7 +136,7 @@ TEST_CASE("an experiment is preempted by presubmit work: notice to the workload,
   CHECK(out.find("lease L1 pending") != std::string::npos);
   CHECK(fleet.kiln("dev", {"queue", "--why", "L1"}, &out) == 0);
   CHECK(out.find("lease L1 is pending") != std::string::npos);
-  CHECK(out.find("expected start") != std::string::npos);
+  CHECK(out.find("expected to start at") != std::string::npos);
   CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
   const auto waiting = submit(*dev, "1", 1, PriorityClass::experiment);
   CHECK(fleet.kiln("dev", {"queue", "--why", std::to_string(waiting)}, &out) == 0);

@@ -184,6 +184,11 @@ TEST_CASE("a presubmit job preempts an experiment: JobPreempt with the grace, Jo
     auto cancels = h.agent_bodies<JobCancel>("p1");
     REQUIRE(cancels.size() == 1);
     CHECK(cancels[0].job_id == experiment);
+    // Its chips stay held until the cancelled attempt is gone; then the presubmit job starts.
+    CHECK(h.job(experiment).summary.state == JobState::queued);
+    CHECK(h.job(presubmit).summary.state == JobState::queued);
+    CHECK(h.core.scheduler().leases().size() == 1);  // the hold on the stopping attempt's chips
+    h.agent("p1", "n01", finished(experiment, 1, JobOutcome::cancelled), 1000 + kGraceMs + 500);
   }
   SUBCASE("the workload checkpoints and exits: requeued at once") {
     h.agent("p1", "n01", finished(experiment, 1, JobOutcome::succeeded, R"({"status": "preempted"})"), 5000);
@@ -316,6 +321,7 @@ TEST_CASE("developer leases: granted, jobs run inside, watched, listed and relea
   Body first = h.client("dev", Role::developer, WatchLease{lease.lease_id, 0, 1000}, 30);
   CHECK(std::get<LeaseEvent>(first).kind == LeaseEventKind::granted);
   const auto seq = std::get<LeaseEvent>(first).seq;
+  CHECK(seq == lease.event_seq);  // the reply tells a watcher where to start
   const std::size_t replies = h.to_clients.size();
   h.core.on_client_message("c-dev", Caller{"dev", Role::developer},
                            make_envelope(WatchLease{lease.lease_id, seq, 1000}, h.next_id++), 40);
@@ -399,10 +405,14 @@ TEST_CASE("a developer lease gets a preemption notice from CI, is revoked at the
   CHECK(now_lease.state == LeaseState::pending);
   Body requeued = h.client("dev", Role::developer, WatchLease{lease.lease_id, seq + 1, 0}, 1000 + kGraceMs + 1);
   CHECK(std::get<LeaseEvent>(requeued).kind == LeaseEventKind::requeued);
+  // The job in the lease keeps its chips until it has stopped; then CI gets them.
+  CHECK(h.job(ci).summary.state == JobState::queued);
+  CHECK(h.core.nodes().at("n01").summary.chips_used == 8);
+  h.agent("p1", "n01", finished(inner, 1, JobOutcome::cancelled), 1000 + kGraceMs + 10);
+  CHECK(h.job(inner).summary.state == JobState::cancelled);
   CHECK(h.job(ci).summary.state == JobState::assigned);
 
   // When CI is done the lease comes back, with a new grant event.
-  h.agent("p1", "n01", finished(inner, 1, JobOutcome::cancelled), 1000 + kGraceMs + 10);
   h.agent("p1", "n01", finished(ci, 1, JobOutcome::succeeded), 1000 + kGraceMs + 20);
   CHECK(h.core.leases().at(0).state == LeaseState::granted);
 }
@@ -469,4 +479,98 @@ TEST_CASE("coordinator.toml's [scheduler] table sets the scheduler's knobs") {
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().message.find("grace_minutes") != std::string::npos);
   fs::remove_all(dir);
+}
+
+TEST_CASE("a revoked job granted again on its node starts only once its old attempt has stopped") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto e1 = h.submit("dev", Role::developer, sleep_job(2, PriorityClass::experiment), 100);
+  const auto e3 = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 150);
+  const auto victim = h.submit("dev", Role::developer, sleep_job(2, PriorityClass::experiment), 200);
+  const auto p = h.submit("ci", Role::ci, sleep_job(2, PriorityClass::presubmit), 1000);
+  auto notices = h.agent_bodies<JobPreempt>("p1");
+  REQUIRE(notices.size() == 1);
+  REQUIRE(notices[0].job_id == victim);  // the least work lost
+  h.tick(1000 + kGraceMs);
+  REQUIRE(h.agent_bodies<JobCancel>("p1").size() == 1);
+  CHECK(h.job(victim).summary.state == JobState::queued);
+  CHECK(h.job(p).summary.state == JobState::queued);  // the victim's chips are still held
+  h.agent("p1", "n01", finished(e1, 1, JobOutcome::succeeded), 61500);
+  CHECK(h.job(p).summary.state == JobState::assigned);
+
+  // Chips free up on the same node while the old attempt still runs: the victim gets them, but
+  // the agent is not asked to start it yet (it would take the start for a duplicate).
+  const std::size_t starts_before = h.agent_bodies<JobStart>("p1").size();
+  h.agent("p1", "n01", finished(e3, 1, JobOutcome::succeeded), 62000);
+  CHECK(h.job(victim).summary.state == JobState::assigned);
+  CHECK(h.job(victim).summary.attempt == 2);
+  CHECK(h.agent_bodies<JobStart>("p1").size() == starts_before);
+
+  // The old attempt reports its end (stale, attempt 1): now the new attempt starts.
+  h.agent("p1", "n01", finished(victim, 1, JobOutcome::cancelled), 62500);
+  auto starts = h.agent_bodies<JobStart>("p1");
+  REQUIRE(starts.size() == starts_before + 1);
+  CHECK(starts.back().job_id == victim);
+  CHECK(starts.back().attempt == 2);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("a quarantined node that is lost and comes back is still quarantined") {
+  CoordinatorKnobs knobs = knobs_with_fast_preemption();
+  knobs.liveness_missed_beats = 4;
+  Harness h(knobs);
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  HealthReport report;
+  report.verdict = HealthStatus::fail;
+  report.checks.push_back(HealthCheck{"ecc", 3, HealthStatus::fail, "ecc_uncorrected", "memory", "", ""});
+  h.agent("p1", "n01", report, 10);
+  h.tick(5000);
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::lost);
+  h.agent("p2", "n01", hello("n01", "a"), 6000);
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  const auto waiting = h.submit("dev", Role::developer, sleep_job(1, PriorityClass::experiment), 7000);
+  CHECK(h.job(waiting).summary.state == JobState::queued);
+}
+
+TEST_CASE("a released or expired lease keeps the chips of its running jobs until they have stopped") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const LeaseSummary lease =
+      std::get<LeaseGranted>(h.client("dev", Role::developer, lease_request(8, "", 600000), 0)).lease;
+  const auto inner = std::get<JobAccepted>(
+      h.client("dev", Role::developer, SubmitInLease{lease.lease_id, sleep_job(8, PriorityClass::experiment)}, 10)).job_id;
+  SUBCASE("released") { h.client("dev", Role::developer, ReleaseLease{lease.lease_id}, 5000); }
+  SUBCASE("expired") { h.tick(600000); }
+  CHECK(h.core.leases().at(0).state == LeaseState::ended);
+  REQUIRE(h.agent_bodies<JobCancel>("p1").size() == 1);
+  const auto waiting = h.submit("ci", Role::ci, sleep_job(8, PriorityClass::nightly), 600001);
+  CHECK(h.job(waiting).summary.state == JobState::queued);
+  CHECK(h.core.scheduler().lease_of(inner).has_value());
+  h.agent("p1", "n01", finished(inner, 1, JobOutcome::cancelled), 600002);
+  CHECK(h.job(waiting).summary.state == JobState::assigned);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("a node back from a partition takes new work only once the jobs it was told to stop are gone") {
+  CoordinatorKnobs knobs = knobs_with_fast_preemption();
+  knobs.liveness_missed_beats = 4;
+  Harness h(knobs);
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  SubmitJob once = sleep_job(8, PriorityClass::presubmit);
+  once.max_attempts = 1;
+  const auto old_job = h.submit("ci", Role::ci, once, 10);
+  h.tick(5000);  // silent: lost; the job has no attempts left
+  REQUIRE(h.job(old_job).summary.state == JobState::lost);
+  const auto next = h.submit("ci", Role::ci, sleep_job(8, PriorityClass::presubmit), 5100);
+  // Back, still running the old job: told to stop it, and nothing new starts meanwhile.
+  h.agent("p2", "n01", hello("n01", "a", {old_job}), 6000);
+  REQUIRE(h.agent_bodies<Welcome>("p2").size() == 1);
+  CHECK(h.agent_bodies<Welcome>("p2")[0].cancel_jobs == std::vector<std::uint64_t>{old_job});
+  CHECK(h.job(next).summary.state == JobState::queued);
+  Heartbeat still;
+  still.running_jobs = {old_job};
+  h.agent("p2", "n01", still, 6500);
+  CHECK(h.job(next).summary.state == JobState::queued);
+  h.agent("p2", "n01", Heartbeat{}, 7000);
+  CHECK(h.job(next).summary.state == JobState::assigned);
 }
