@@ -273,6 +273,7 @@ int follow_lease(Client& client, const protocol::LeaseSummary& start, const Leas
 int run_kiln(int argc, char** argv) {
   CLI::App app{"kiln: model CI on your accelerators. Talks to kiln-coordinator."};
   app.require_subcommand(1);
+  app.fallthrough();  // --config and --json may also follow the subcommand
   Common common;
   app.add_option("--config", common.config_path, "client.toml (default: $KILN_CONFIG or ~/.config/kiln/client.toml)");
   app.add_flag("--json", common.json, "print machine-readable JSON");
@@ -316,6 +317,17 @@ int run_kiln(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "cancel a job (yours, or any as ops/admin)");
   std::uint64_t cancel_id = 0;
   cancel->add_option("ID", cancel_id, "job id")->required();
+
+  auto* diag = app.add_subcommand("diag", "run diagnostics on a node through the coordinator, which drains it first "
+                                          "(lab, ops, admin); exit 0 pass or warn, 1 fail");
+  std::string diag_node;
+  int diag_level = 1;
+  bool diag_no_wait = false;
+  diag->add_option("--node", diag_node, "node id")->required();
+  diag->add_option("--level", diag_level, "1: seconds; 2: adds memory and interconnect; 3: adds compute stress")
+      ->check(CLI::Range(1, 3))
+      ->capture_default_str();
+  diag->add_flag("--no-wait", diag_no_wait, "print the job id and return at once");
 
   auto* drain = app.add_subcommand("drain", "stop dispatching new work to a node (ops, lab, admin)");
   protocol::DrainNode drain_req;
@@ -544,6 +556,35 @@ int run_kiln(int argc, char** argv) {
                                        : std::string("no expected start: no eligible capacity in sight"))
               << "\n";
     return kExitOk;
+  }
+  if (diag->parsed()) {
+    protocol::SubmitJob request;
+    request.workload = std::string(protocol::kDiagWorkload);
+    request.node_id = diag_node;
+    request.args = {"--level", std::to_string(diag_level)};
+    request.priority_class = protocol::PriorityClass::release;
+    request.max_attempts = 1;
+    // Level 3 runs the long compute stress (about 15 minutes on hardware).
+    request.timeout_ms = diag_level >= 3 ? 3600000 : 900000;
+    auto accepted = expect_reply<protocol::JobAccepted>(c.request(request));
+    if (!accepted) return report(accepted.error());
+    if (diag_no_wait) {
+      if (common.json) std::cout << nlohmann::json{{"job_id", accepted->job_id}}.dump() << "\n";
+      else std::cout << fmt::format("diagnostics queued as job {}; kiln result {} --wait\n", accepted->job_id,
+                                    accepted->job_id);
+      return kExitOk;
+    }
+    auto detail = wait_for_job(c, accepted->job_id, common.json);
+    if (!detail) return report(detail.error());
+    if (common.json) {
+      std::cout << (detail->result.empty() ? protocol::to_json(*detail).dump(2) : detail->result) << "\n";
+    } else {
+      // The agent's readable report is the job's output; the JSON report is its result.
+      std::cout << detail->output_tail;
+      std::cout << fmt::format("diagnostics on {}: job {} {}\n", diag_node, accepted->job_id,
+                               protocol::enum_name(detail->job.state));
+    }
+    return detail->job.state == protocol::JobState::succeeded ? kExitOk : kExitFailed;
   }
   if (cancel->parsed() || drain->parsed() || undrain->parsed() || release_lease->parsed()) {
     if (release_lease->parsed()) {

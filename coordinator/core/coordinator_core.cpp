@@ -498,6 +498,7 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
       }
       finish(job, state, std::move(detail), now);
       if (job.summary.workload == protocol::kDiagWorkload) apply_diag_result(node_id, job, now);
+      if (job.summary.workload == protocol::kInstallWorkload) apply_install_result(node_id, job, now);
     } else {
       log(action::Severity::debug, fmt::format("ignoring a stale result for job {} attempt {} from node {}",
                                                fin.job_id, fin.attempt, node_id));
@@ -558,6 +559,21 @@ void CoordinatorCore::apply_diag_result(const std::string& node_id, const JobRec
     node.summary.quarantine_owner.clear();
     save(node);
     sync_node_states(now);
+  }
+}
+
+void CoordinatorCore::apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  // The install report says whether the node may take work (docs/health.md); a node whose
+  // stack may be half-installed never does, whatever the job's exit code says.
+  auto doc = nlohmann::json::parse(job.result, nullptr, /*allow_exceptions=*/false);
+  const bool fit = doc.is_object() && doc.value("fit_for_work", false);
+  if (!fit && it->second.summary.state != NodeState::quarantined) {
+    const std::string reason = doc.is_object() ? doc.value("reason", std::string("no install report"))
+                                               : std::string("no install report");
+    quarantine(it->second, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason),
+               "ops", now);
   }
 }
 

@@ -117,6 +117,7 @@ class CoordinatorCore {
                            TimeMs now);
   void handle_health_report(const std::string& node_id, const protocol::HealthReport& report, TimeMs now);
   void apply_diag_result(const std::string& node_id, const JobRecord& job, TimeMs now);
+  void apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now);
   void quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now);
   void handle_heartbeat(const std::string& peer, const std::string& node_id,
                         const protocol::Envelope& m, const protocol::Heartbeat& beat, TimeMs now);

@@ -209,12 +209,11 @@ TEST_CASE("a node fault quarantines the node; the lab's diagnostics bring it bac
   CHECK(diagnosed);
 }
 
-// ---- failing cases found by the sweep, kept out of the default run until the cores are fixed.
-// Each is the smallest scenario showing one bug; remove the skip once it passes.
+// ---- bugs the sweep found in the cores, now fixed.
+// Each is the smallest scenario that showed one bug the sweep found; they stay as regressions.
 
 TEST_CASE("after a coordinator restart, a job that ended during the outage keeps its chips until its result "
-          "arrives (sweep seeds 138, 230, 387 at --minutes=2)" *
-          doctest::skip(true)) {
+          "arrives (sweep seeds 138, 230, 387 at --minutes=2)") {
   // handle_hello restores scheduler leases only for hello.running_jobs: a job reported in
   // hello.finished_jobs is still running in the job table but its chips are free, and the
   // queued job gets them in the same step.
@@ -230,8 +229,7 @@ TEST_CASE("after a coordinator restart, a job that ended during the outage keeps
 }
 
 TEST_CASE("releasing a lease keeps the chips of its running jobs until they have stopped (sweep seeds 466, 688, "
-          "751 at --minutes=2)" *
-          doctest::skip(true)) {
+          "751 at --minutes=2)") {
   // end_lease cancels the jobs in the lease but the scheduler frees the lease's chips at once,
   // so a queued job is dispatched onto chips whose job is still being cancelled.
   Simulation sim(scenario_options(1));
@@ -251,8 +249,7 @@ TEST_CASE("releasing a lease keeps the chips of its running jobs until they have
   REQUIRE_MESSAGE(!sim.violation(), where(sim));
 }
 
-TEST_CASE("a lease under preemption notice still ends at its expiry (sweep seed 304 at --minutes=2)" *
-          doctest::skip(true)) {
+TEST_CASE("a lease under preemption notice still ends at its expiry (sweep seed 304 at --minutes=2)") {
   // The grace deadline of a preemption notice can lie beyond the lease's expiry; the lease is
   // then held until the grace deadline instead of ending when it expires.
   SimOptions o = scenario_options(1);
@@ -270,8 +267,7 @@ TEST_CASE("a lease under preemption notice still ends at its expiry (sweep seed 
 }
 
 TEST_CASE("a node back from a partition stops its failed-over jobs before new work starts on their chips "
-          "(sweep seeds 239, 250 with --physical-chips)" *
-          doctest::skip(true)) {
+          "(sweep seeds 239, 250 with --physical-chips)") {
   // handle_hello tells the agent to cancel the jobs it still runs (welcome.cancel_jobs) and
   // dispatches new work onto their chips in the same step: the agent starts it while the
   // cancelled workload is still stopping.
@@ -289,8 +285,7 @@ TEST_CASE("a node back from a partition stops its failed-over jobs before new wo
   CHECK(stored_job(sim, 2).summary.state == JobState::succeeded);
 }
 
-TEST_CASE("a job requeued from a lost node runs again when its next attempt goes to the same node" *
-          doctest::skip(true)) {
+TEST_CASE("a job requeued from a lost node runs again when its next attempt goes to the same node") {
   // The agent still runs attempt 1 when the coordinator (which cancelled it in the welcome)
   // dispatches attempt 2 to the same node; AgentCore::handle_job_start takes the job id it
   // still runs for a duplicate delivery and drops attempt 2, which then sits assigned until
@@ -306,8 +301,7 @@ TEST_CASE("a job requeued from a lost node runs again when its next attempt goes
 }
 
 TEST_CASE("a quarantined node lost and registered again stays quarantined until its diagnostics pass (sweep "
-          "seed 41 at --minutes=5)" *
-          doctest::skip(true)) {
+          "seed 41 at --minutes=5)") {
   // mark_node_lost overwrites the state quarantined with lost and handle_hello brings the node
   // back up: it leaves quarantine without diagnostics (its quarantine_reason stays behind). In
   // seed 41 the diagnostics queued for it then pass on a node that is no longer quarantined,
@@ -331,8 +325,7 @@ TEST_CASE("a quarantined node lost and registered again stays quarantined until 
 }
 
 TEST_CASE("a preempted workload that ignores its notice has stopped before the preemptor starts on its chips "
-          "(sweep seeds 445, 467 at --minutes=5 with --physical-chips)" *
-          doctest::skip(true)) {
+          "(sweep seeds 445, 467 at --minutes=5 with --physical-chips)") {
   // At the end of the grace the coordinator cancels the preempted job and, in the same step,
   // dispatches the preemptor onto its chips: the agent starts it while the cancelled workload is
   // still stopping. (The same shape as a released lease or a node back from a partition: chips

@@ -288,3 +288,23 @@ TEST_CASE("a node with diagnostics queued drains first: it takes no new regular 
   REQUIRE(starts.size() == 2);
   CHECK(starts[1].workload == "kiln.diag");
 }
+
+TEST_CASE("an install that leaves the node unfit for work quarantines it") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  SubmitJob install;
+  install.workload = std::string(kInstallWorkload);
+  install.node_id = "n01";
+  h.client("ops1", Role::ops, install, 1);
+  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  JobFinished fin;
+  fin.job_id = id;
+  fin.outcome = JobOutcome::failed;
+  fin.exit_code = 2;
+  fin.result = R"({"outcome": "rollback_failed", "fit_for_work": false, "reason": "chip 2 did not roll back"})";
+  h.agent("p1", "n01", fin, 2);
+  const auto& node = h.core.nodes().at("n01");
+  CHECK(node.summary.state == NodeState::quarantined);
+  CHECK(node.summary.quarantine_owner == "ops");
+  CHECK(node.summary.quarantine_reason.find("chip 2 did not roll back") != std::string::npos);
+}
