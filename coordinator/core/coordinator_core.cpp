@@ -600,7 +600,7 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, protocol::Whoami>) {
-          reply(protocol::WhoamiReply{caller.key_name, caller.role, protocol::kProtocolVersion, ""});
+          reply(protocol::WhoamiReply{caller.key_name, caller.role, protocol::kProtocolVersion, KILN_VERSION});
         } else if constexpr (std::is_same_v<T, protocol::ListNodes>) {
           reply(node_list(now));
         } else if constexpr (std::is_same_v<T, protocol::ListJobs>) {
