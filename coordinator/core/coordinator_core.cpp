@@ -548,7 +548,7 @@ void CoordinatorCore::apply_diag_result(const std::string& node_id, const JobRec
     return;
   }
   if (node.summary.state == NodeState::quarantined &&
-      outcome->level >= static_cast<int>(knobs_.quarantine_release_min_diag_level)) {
+      outcome->level >= static_cast<int>(release_diag_level(node))) {
     node.summary.state = node.draining ? NodeState::draining : NodeState::up;
     node.summary.health = protocol::HealthStatus::pass;
     log(action::Severity::info, fmt::format("node {} leaves quarantine: level {} diagnostics {} (job {}); it was "
@@ -577,16 +577,80 @@ void CoordinatorCore::apply_install_result(const std::string& node_id, const Job
   }
 }
 
+std::uint32_t CoordinatorCore::release_diag_level(const NodeRecord& node) const {
+  return node.recent_quarantines >= 2 ? 3u : knobs_.quarantine_release_min_diag_level;
+}
+
 void CoordinatorCore::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now) {
   node.summary.state = NodeState::quarantined;
+  if (node.recent_quarantines == 0 || now - node.flap_window_start_ms > knobs_.flap_window_ms) {
+    node.recent_quarantines = 0;
+    node.flap_window_start_ms = now;
+  }
+  node.recent_quarantines += 1;
+  const bool flapping = node.recent_quarantines >= 2;
+  const std::string why =
+      flapping ? fmt::format("{} (quarantined {} times in {} h: flapping)", reason, node.recent_quarantines,
+                             knobs_.flap_window_ms / 3600000)
+               : reason;
   // A non-empty reason is what marks the quarantine across a lost node's return (handle_hello).
-  node.summary.quarantine_reason = reason.empty() ? "quarantined" : reason.substr(0, protocol::kMessageText.max_len);
+  node.summary.quarantine_reason = why.empty() ? "quarantined" : why.substr(0, protocol::kMessageText.max_len);
   node.summary.quarantine_owner = owner;
   save(node);
   log(action::Severity::warn, fmt::format("node {} quarantined (owner {}): {}; it returns after passing level {} "
                                           "diagnostics",
-                                          node.summary.node_id, owner, reason, knobs_.quarantine_release_min_diag_level));
+                                          node.summary.node_id, owner, why, release_diag_level(node)));
+  // The scheduler learns of the quarantine first, so no rerun lands back on this node.
   sync_node_states(now);
+  rerun_failures_of(node, now);
+}
+
+void CoordinatorCore::rerun_failures_of(const NodeRecord& node, TimeMs now) {
+  std::vector<std::uint64_t> failed;
+  for (const auto& [id, job] : jobs_) {
+    const bool ci = job.summary.priority_class != PriorityClass::experiment;
+    const bool failed_here = (job.summary.state == JobState::failed || job.summary.state == JobState::timed_out) &&
+                             job.summary.node_id == node.summary.node_id;
+    if (ci && failed_here && job.rerun_job_id == 0 && job.rerun_of == 0 && job.lease_id == 0 &&
+        job.requested_node_id.empty() && !protocol::is_maintenance_workload(job.summary.workload) &&
+        now - job.finished_at_ms <= knobs_.quarantine_rerun_window_ms) {
+      failed.push_back(id);
+    }
+  }
+  for (std::uint64_t id : failed) {
+    JobRecord rerun;
+    const JobRecord& original = jobs_.at(id);
+    rerun.summary = original.summary;
+    rerun.summary.job_id = next_job_id_;
+    rerun.summary.state = JobState::queued;
+    rerun.summary.node_id.clear();
+    rerun.summary.chip_indices.clear();
+    rerun.summary.attempt = 0;
+    rerun.summary.exit_code = 0;
+    rerun.summary.duration_ms = 0;
+    // Same revision, and the quarantined node takes no work: the rerun lands on a healthy peer.
+    rerun.summary.hardware_revision = node.summary.hardware_revision;
+    rerun.summary.detail = fmt::format("rerun of job {}, which failed on {} before it was quarantined", id,
+                                       node.summary.node_id);
+    rerun.timeout_ms = original.timeout_ms;
+    rerun.seed = original.seed;
+    rerun.benchmark = original.benchmark;
+    rerun.rerun_of = id;
+    rerun.submitted_at_ms = now;
+    if (auto s = submit_to_scheduler(rerun, now); !s) {
+      log(action::Severity::warn, fmt::format("cannot rerun job {}: {}", id, s.error().message));
+      continue;
+    }
+    const std::uint64_t rerun_id = next_job_id_++;
+    active_jobs_.insert(rerun_id);
+    save(jobs_[rerun_id] = std::move(rerun));
+    JobRecord& first = jobs_.at(id);
+    first.rerun_job_id = rerun_id;
+    save(first);
+    log(action::Severity::info, fmt::format("job {} failed on quarantined node {}: rerun as job {} on a healthy node "
+                                            "of revision {}",
+                                            id, node.summary.node_id, rerun_id, node.summary.hardware_revision));
+  }
 }
 
 // ---- clients -----------------------------------------------------------------------------

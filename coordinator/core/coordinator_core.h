@@ -119,6 +119,9 @@ class CoordinatorCore {
   void apply_diag_result(const std::string& node_id, const JobRecord& job, TimeMs now);
   void apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now);
   void quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now);
+  // The diagnostics level that returns a quarantined node: higher for a flapping one.
+  std::uint32_t release_diag_level(const NodeRecord& node) const;
+  void rerun_failures_of(const NodeRecord& node, TimeMs now);
   void handle_heartbeat(const std::string& peer, const std::string& node_id,
                         const protocol::Envelope& m, const protocol::Heartbeat& beat, TimeMs now);
 

@@ -20,6 +20,12 @@ struct CoordinatorKnobs {
   std::uint32_t job_timeout_slack_ms = 30000;
   // A quarantined node returns to service only after diagnostics of at least this level pass.
   std::uint32_t quarantine_release_min_diag_level = 2;
+  // A node quarantined again within this window of its first quarantine is flapping: it
+  // returns only after level 3 diagnostics.
+  std::int64_t flap_window_ms = 24LL * 3600 * 1000;
+  // CI jobs that failed on a node up to this long before it was quarantined are rerun on a
+  // healthy node of the same revision: the failure may have been the node's.
+  std::int64_t quarantine_rerun_window_ms = 3600 * 1000;
   // Developer leases: at most this many pending or granted at once, and this many ended ones
   // kept for `kiln leases` and late watchers.
   std::size_t max_active_leases = 1000;

@@ -17,6 +17,9 @@ struct NodeRecord {
   bool draining = false;
   std::string drain_reason;
   std::int64_t last_seen_ms = 0;
+  // Flapping: quarantines since flap_window_start_ms (a window of knobs.flap_window_ms).
+  std::uint32_t recent_quarantines = 0;
+  std::int64_t flap_window_start_ms = 0;
 
   template <class V>
   void visit(V& v) {
@@ -24,12 +27,16 @@ struct NodeRecord {
     v.field("draining", draining);
     v.field("drain_reason", drain_reason, protocol::kMessageText);
     v.field("last_seen_ms", last_seen_ms, protocol::Range{0, INT64_MAX});
+    v.field("recent_quarantines", recent_quarantines, protocol::Range{0, 1000000});
+    v.field("flap_window_start_ms", flap_window_start_ms, protocol::Range{0, INT64_MAX});
   }
 };
 
 struct JobRecord {
   protocol::JobSummary summary;
   std::string requested_node_id;  // empty: any node that fits
+  std::uint64_t rerun_of = 0;      // the job that failed on a node later quarantined
+  std::uint64_t rerun_job_id = 0;  // this job's rerun on a healthy node, if any
   std::uint32_t timeout_ms = 0;
   std::uint64_t seed = 0;
   protocol::BenchmarkSpec benchmark;
@@ -48,6 +55,8 @@ struct JobRecord {
   void visit(V& v) {
     v.field("summary", summary);
     v.field("requested_node_id", requested_node_id, protocol::Str{0, 64});
+    v.field("rerun_of", rerun_of, protocol::kU64);
+    v.field("rerun_job_id", rerun_job_id, protocol::kU64);
     v.field("timeout_ms", timeout_ms, protocol::kTimeoutMs);
     v.field("seed", seed, protocol::kU64);
     v.field("benchmark", benchmark);

@@ -124,6 +124,8 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
                    r.integer("max_jobs_listed", k.max_jobs_listed, 1, 1000),
                    r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000),
                    r.integer("quarantine_release_min_diag_level", k.quarantine_release_min_diag_level, 1, 3),
+                   r.integer("flap_window_ms", k.flap_window_ms, 0, 30LL * 24 * 3600 * 1000),
+                   r.integer("quarantine_rerun_window_ms", k.quarantine_rerun_window_ms, 0, 7LL * 24 * 3600 * 1000),
                    r.integer("max_active_leases", k.max_active_leases, 1, 100000),
                    r.integer("max_ended_leases_kept", k.max_ended_leases_kept, 0, 100000),
                    r.integer("max_lease_watches", k.max_lease_watches, 1, 100000),

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
 #include "coordinator/core/coordinator_core.h"
 
 using namespace kiln;
@@ -307,4 +309,81 @@ TEST_CASE("an install that leaves the node unfit for work quarantines it") {
   CHECK(node.summary.state == NodeState::quarantined);
   CHECK(node.summary.quarantine_owner == "ops");
   CHECK(node.summary.quarantine_reason.find("chip 2 did not roll back") != std::string::npos);
+}
+
+namespace {
+
+HealthReport failing_probe() {
+  HealthReport report;
+  report.verdict = HealthStatus::fail;
+  report.checks.push_back(HealthCheck{"link", 0, HealthStatus::fail, "link_down", "interconnect", "link down",
+                                      "reseat the cable"});
+  return report;
+}
+
+JobFinished diag_result(std::uint64_t job_id, int level) {
+  JobFinished fin;
+  fin.job_id = job_id;
+  fin.outcome = JobOutcome::succeeded;
+  fin.result = fmt::format(R"({{"level": {}, "verdict": "pass"}})", level);
+  return fin;
+}
+
+}  // namespace
+
+TEST_CASE("CI jobs that failed on a node before its quarantine are rerun on a healthy node of its revision") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  auto presubmit = smoke(1, "a");
+  presubmit.priority_class = PriorityClass::presubmit;
+  h.client("ci", Role::ci, presubmit, 1);
+  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  REQUIRE(h.core.jobs().at(id).summary.node_id == "n01");
+  JobFinished fin;
+  fin.job_id = id;
+  fin.outcome = JobOutcome::failed;
+  fin.exit_code = 1;
+  h.agent("p1", "n01", fin, 2);
+  // An experiment that failed there is the developer's business, not rerun.
+  h.client("dev", Role::developer, smoke(1, "a"), 3);
+  const auto experiment = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  JobFinished fin2 = fin;
+  fin2.job_id = experiment;
+  h.agent("p1", "n01", fin2, 4);
+
+  h.agent("p2", "n02", hello("n02", "a"), 5);
+  h.agent("p1", "n01", failing_probe(), 6);
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  const auto& original = h.core.jobs().at(id);
+  REQUIRE(original.rerun_job_id != 0);
+  const auto& rerun = h.core.jobs().at(original.rerun_job_id);
+  CHECK(rerun.rerun_of == id);
+  CHECK(rerun.summary.node_id == "n02");
+  CHECK(rerun.summary.hardware_revision == "a");
+  CHECK(rerun.summary.detail.find("rerun of job") != std::string::npos);
+  CHECK(h.core.jobs().at(experiment).rerun_job_id == 0);
+}
+
+TEST_CASE("a node quarantined twice within the flap window returns only after level 3 diagnostics") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.node_id = "n01";
+
+  h.agent("p1", "n01", failing_probe(), 10);
+  h.client("lab1", Role::lab, diag, 20);
+  h.agent("p1", "n01", diag_result(std::get<JobAccepted>(h.last_client_reply()).job_id, 2), 30);
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::up);
+
+  h.agent("p1", "n01", failing_probe(), 40);
+  const auto& node = h.core.nodes().at("n01");
+  REQUIRE(node.summary.state == NodeState::quarantined);
+  CHECK(node.summary.quarantine_reason.find("flapping") != std::string::npos);
+  h.client("lab1", Role::lab, diag, 50);
+  h.agent("p1", "n01", diag_result(std::get<JobAccepted>(h.last_client_reply()).job_id, 2), 60);
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  h.client("lab1", Role::lab, diag, 70);
+  h.agent("p1", "n01", diag_result(std::get<JobAccepted>(h.last_client_reply()).job_id, 3), 80);
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
 }
