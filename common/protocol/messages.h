@@ -698,6 +698,9 @@ struct RequestLease {
   std::string hardware_revision;  // empty = any
   std::uint64_t duration_ms = 3600000;
   PriorityClass priority_class = PriorityClass::experiment;
+  // A window booked ahead (a release qualification): not granted before this time, and the
+  // nodes are held for it meanwhile (ms since the epoch; 0 = as soon as possible).
+  std::uint64_t start_at_ms = 0;
 
   template <class V>
   void visit(V& v) {
@@ -706,6 +709,7 @@ struct RequestLease {
     v.field("hardware_revision", hardware_revision, Str{0, 16});
     v.field("duration_ms", duration_ms, Range{60000, 7LL * 24 * 3600 * 1000});
     v.field("priority_class", priority_class);
+    v.field("start_at_ms", start_at_ms, kU64);
   }
 };
 

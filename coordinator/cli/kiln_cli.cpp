@@ -352,6 +352,9 @@ int run_kiln(int argc, char** argv) {
   lease->add_option("--rev", lease_req.hardware_revision, "hardware revision (default: any)");
   lease->add_option("--hours", lease_hours, "how long to hold the chips");
   lease->add_option("--minutes", lease_minutes, "how long to hold the chips (adds to --hours)");
+  double lease_start_in_minutes = 0;
+  lease->add_option("--start-in-minutes", lease_start_in_minutes,
+                    "book a window ahead (a release qualification): the nodes are held for it from now on");
   lease->add_option("--class", lease_class, "priority class (developers lease as experiment)")->capture_default_str();
   lease->add_flag("--detach", lease_detach, "exit once granted instead of watching for notices");
   lease->add_flag("--no-wait", lease_no_wait, "exit at once with the lease id, granted or pending");
@@ -493,6 +496,12 @@ int run_kiln(int argc, char** argv) {
       return report(Error{Errc::invalid_argument, "say how long to hold the chips: --hours H and/or --minutes M"});
     }
     lease_req.duration_ms = static_cast<std::uint64_t>(minutes * 60000);
+    if (lease_start_in_minutes > 0) {
+      const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+      lease_req.start_at_ms = static_cast<std::uint64_t>(now_ms + static_cast<std::int64_t>(lease_start_in_minutes * 60000));
+    }
     Result<Body> reply = c.request(lease_req);
     if (!reply) return report(reply.error());
     protocol::LeaseSummary summary;

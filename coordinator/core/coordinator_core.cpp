@@ -945,8 +945,16 @@ void CoordinatorCore::handle_request_lease(const std::string& client, const Call
                             active));
     return;
   }
+  constexpr TimeMs kMaxBookingAheadMs = 30LL * 24 * 3600 * 1000;
+  const auto start_at = static_cast<TimeMs>(request.start_at_ms);
+  if (request.start_at_ms != 0 && (start_at < now || start_at > now + kMaxBookingAheadMs)) {
+    reply_error(client, m.header.id, Errc::invalid_argument,
+                "start_at_ms must be in the next 30 days (or 0 for as soon as possible)");
+    return;
+  }
   const std::uint64_t lease_id = next_lease_id_;
   scheduler::Request req;
+  if (request.start_at_ms != 0) req.not_before_ms = to_scheduler_time(start_at);
   req.id = kLeaseRequestBase + lease_id;
   req.cls = to_request_class(request.priority_class);
   req.chips = request.nodes > 0 ? 1 : static_cast<int>(request.chips);

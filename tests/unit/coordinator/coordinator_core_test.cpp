@@ -387,3 +387,32 @@ TEST_CASE("a node quarantined twice within the flap window returns only after le
   h.agent("p1", "n01", diag_result(std::get<JobAccepted>(h.last_client_reply()).job_id, 3), 80);
   CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
 }
+
+TEST_CASE("a release window booked ahead holds its node; only work that ends before it backfills") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  RequestLease window;
+  window.chips = 0;
+  window.nodes = 1;
+  window.hardware_revision = "a";
+  window.duration_ms = 8 * 3600 * 1000;
+  window.priority_class = PriorityClass::release;
+  window.start_at_ms = 3600 * 1000;  // one hour from now
+  h.client("ci", Role::ci, window, 0);
+  REQUIRE(std::holds_alternative<LeasePending>(h.last_client_reply()));
+
+  auto long_job = smoke(8, "a");
+  long_job.timeout_ms = 2 * 3600 * 1000;  // would still run when the window opens
+  h.client("dev", Role::developer, long_job, 1);
+  const auto blocked = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  auto short_job = smoke(8, "a");
+  short_job.timeout_ms = 10 * 60 * 1000;  // ends well before it
+  h.client("dev", Role::developer, short_job, 2);
+  const auto backfilled = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  CHECK(h.core.jobs().at(blocked).summary.state == JobState::queued);
+  CHECK(h.core.jobs().at(backfilled).summary.state == JobState::assigned);
+
+  window.start_at_ms = 1;  // in the past
+  h.client("ci", Role::ci, window, 10);
+  CHECK(std::get<ErrorReply>(h.last_client_reply()).code == "invalid_argument");
+}
