@@ -298,6 +298,23 @@ int run_kiln(int argc, char** argv) {
   submit->add_option("--timeout-ms", submit_req.timeout_ms, "hard deadline of one attempt")->capture_default_str();
   submit->add_option("--max-attempts", submit_req.max_attempts, "attempts when a node is lost mid-run")->capture_default_str();
   submit->add_option("--seed", submit_req.seed, "seed passed to the workload")->capture_default_str();
+  // A benchmark: warmup until steady, then timed repeats (docs/workloads.md).
+  auto& bench = submit_req.benchmark;
+  submit->add_option("--repeats", bench.repeats, "run as a benchmark with this many timed repeats")
+      ->group("Benchmark");
+  submit->add_option("--warmup-min", bench.warmup_min, "warmup iterations always run")
+      ->capture_default_str()
+      ->group("Benchmark");
+  submit->add_option("--warmup-max", bench.warmup_max, "give up waiting for steady after this many")
+      ->capture_default_str()
+      ->group("Benchmark");
+  submit->add_option("--steady-window", bench.steady_window, "steady: this many last throughputs agree")
+      ->capture_default_str()
+      ->group("Benchmark");
+  submit->add_option("--steady-tolerance-ppm", bench.steady_tolerance_ppm,
+                     "steady: their relative spread, in millionths")
+      ->capture_default_str()
+      ->group("Benchmark");
   submit->add_flag("--wait", submit_wait, "wait for the job to end; the exit code says whether it succeeded");
   std::string submit_lease;
   submit->add_option("--lease", submit_lease, "run inside this lease of yours (L3), on its chips");

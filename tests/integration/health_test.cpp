@@ -111,4 +111,12 @@ TEST_CASE("a tampered package is refused before it runs; a benchmark job reports
   auto bench_report = nlohmann::json::parse(bench_detail->result);
   CHECK(bench_report["timed_samples"] == 10);
   CHECK(bench_report["median_throughput"].get<double>() > 0);
+
+  // The same from the command line.
+  std::string out;
+  CHECK(fleet.kiln("dev", {"--json", "submit", "--workload", "model", "--repeats", "7", "--warmup-min", "3", "--wait",
+                           "--", "--model", "transformer-block-fp8"},
+                   &out) == 0);
+  auto cli_detail = nlohmann::json::parse(out);
+  CHECK(nlohmann::json::parse(cli_detail["result"].get<std::string>())["timed_samples"] == 7);
 }
