@@ -144,11 +144,11 @@ TEST_CASE("relative paths resolve against the config file's directory") {
                            "abs = \"/opt/kiln/abs\"\n");
   const Result<AgentConfig> config = load_agent_config(path);
   REQUIRE_MESSAGE(config.has_value(), config.error().describe());
-  const std::string base = dir.path() + "/etc/kiln/";
+  const std::string base = dir.file("etc/kiln") + "/";
   CHECK(config->work_dir == base + "work");
   CHECK(config->agent_secret_key_file == base + "keys/agent.key");
   CHECK(config->coordinator_public_key_file == base + "keys/coordinator.pub");
-  CHECK(config->workloads.at("smoke") == dir.path() + "/etc/workloads/smoke");
+  CHECK(config->workloads.at("smoke") == dir.file("etc/workloads/smoke"));
   CHECK(config->workloads.at("abs") == "/opt/kiln/abs");
 }
 

@@ -23,7 +23,7 @@ ProcessSpec shell(const TempDir& dir, const std::string& script, DurationMs time
   ProcessSpec spec;
   spec.program = "/bin/sh";
   spec.args = {"-c", script};
-  spec.work_dir = dir.path();
+  spec.work_dir = dir.path().string();
   spec.timeout_ms = timeout_ms;
   spec.kill_grace_ms = 300;
   return spec;

@@ -3,61 +3,15 @@
 #include <fmt/format.h>
 
 #include "coordinator/core/coordinator_core.h"
+#include "tests/unit/coordinator/core_harness.h"
 
 using namespace kiln;
 using namespace kiln::coordinator;
 using namespace kiln::protocol;
+using namespace kiln::coordinator::testing;
 
 namespace {
 
-// Drives the core like the shell does and keeps what it sent.
-struct Harness {
-  CoordinatorCore core;
-  std::vector<action::ToAgent> to_agents;
-  std::vector<action::ToClient> to_clients;
-  std::vector<JobRecord> saved_jobs;
-  std::uint64_t next_id = 1;
-
-  explicit Harness(Snapshot snapshot = {}, TimeMs now = 0) : core(CoordinatorKnobs{}, std::move(snapshot), now) {}
-
-  void drain() {
-    while (auto a = core.poll_action()) {
-      if (auto* t = std::get_if<action::ToAgent>(&*a)) to_agents.push_back(*t);
-      if (auto* t = std::get_if<action::ToClient>(&*a)) to_clients.push_back(*t);
-      if (auto* t = std::get_if<action::SaveJob>(&*a)) saved_jobs.push_back(t->job);
-    }
-  }
-  void agent(const std::string& peer, const std::string& key, Body body, TimeMs now) {
-    core.on_agent_message(peer, Caller{key, Role::agent}, make_envelope(std::move(body), next_id++), now);
-    drain();
-  }
-  void client(const std::string& key, Role role, Body body, TimeMs now) {
-    core.on_client_message("c-" + key, Caller{key, role}, make_envelope(std::move(body), next_id++), now);
-    drain();
-  }
-  template <class T>
-  std::vector<T> agent_bodies(const std::string& peer) const {
-    std::vector<T> out;
-    for (const auto& a : to_agents) {
-      if (a.peer == peer) {
-        if (auto* b = std::get_if<T>(&a.body)) out.push_back(*b);
-      }
-    }
-    return out;
-  }
-  const Body& last_client_reply() const { return to_clients.back().body; }
-};
-
-Hello hello(const std::string& node, const std::string& rev, std::vector<std::uint64_t> running = {}) {
-  Hello h;
-  h.node_id = node;
-  h.hardware_revision = rev;
-  h.agent_version = "0.1.0";
-  h.protocol_versions = {1};
-  for (std::uint32_t i = 0; i < 8; ++i) h.chips.push_back(ChipInfo{i, node + "-" + std::to_string(i), "1.0", i / 4, true});
-  h.running_jobs = std::move(running);
-  return h;
-}
 
 SubmitJob smoke(std::uint32_t chips = 1, std::string rev = "", std::uint32_t max_attempts = 2) {
   SubmitJob s;
@@ -184,7 +138,7 @@ TEST_CASE("a coordinator restarted from its store keeps jobs and waits for agent
     for (auto& [id, j] : latest) snapshot.jobs.push_back(j);
     snapshot.nodes.push_back(h.core.nodes().at("n01"));
   }
-  Harness h(snapshot, 100000);
+  Harness h(CoordinatorKnobs{}, snapshot, 100000);
   CHECK(h.core.jobs().size() == 2);
   CHECK(h.core.jobs().at(1).summary.state == JobState::assigned);
   CHECK(h.core.jobs().at(2).summary.state == JobState::queued);

@@ -10,11 +10,13 @@
 #include <fstream>
 
 #include "coordinator/core/coordinator_core.h"
+#include "tests/unit/coordinator/core_harness.h"
 #include "coordinator/shell/coordinator_config.h"
 
 using namespace kiln;
 using namespace kiln::coordinator;
 using namespace kiln::protocol;
+using namespace kiln::coordinator::testing;
 
 namespace {
 
@@ -28,78 +30,6 @@ CoordinatorKnobs knobs_with_fast_preemption() {
   // Presubmit preempts experiments as soon as it cannot start at once.
   knobs.scheduler.target_start_latency_ms[scheduler::rank(scheduler::RequestClass::presubmit)] = 0;
   return knobs;
-}
-
-struct Harness {
-  CoordinatorCore core;
-  std::vector<action::ToAgent> to_agents;
-  std::vector<action::ToClient> to_clients;
-  std::uint64_t next_id = 1;
-
-  explicit Harness(CoordinatorKnobs knobs = knobs_with_fast_preemption(), Snapshot snapshot = {}, TimeMs now = 0)
-      : core(knobs, std::move(snapshot), now) {
-    drain();
-  }
-
-  void drain() {
-    while (auto a = core.poll_action()) {
-      if (auto* t = std::get_if<action::ToAgent>(&*a)) to_agents.push_back(*t);
-      if (auto* t = std::get_if<action::ToClient>(&*a)) to_clients.push_back(*t);
-    }
-  }
-  void agent(const std::string& peer, const std::string& key, Body body, TimeMs now) {
-    core.on_agent_message(peer, Caller{key, Role::agent}, make_envelope(std::move(body), next_id++), now);
-    drain();
-  }
-  Body client(const std::string& key, Role role, Body body, TimeMs now) {
-    const std::size_t before = to_clients.size();
-    core.on_client_message("c-" + key, Caller{key, role}, make_envelope(std::move(body), next_id++), now);
-    drain();
-    REQUIRE(to_clients.size() > before);
-    return to_clients[before].body;
-  }
-  void tick(TimeMs now) {
-    core.on_tick(now);
-    drain();
-  }
-  template <class T>
-  std::vector<T> agent_bodies(const std::string& peer) const {
-    std::vector<T> out;
-    for (const auto& a : to_agents) {
-      if (a.peer == peer) {
-        if (auto* b = std::get_if<T>(&a.body)) out.push_back(*b);
-      }
-    }
-    return out;
-  }
-  template <class T>
-  std::vector<T> client_bodies(const std::string& key) const {
-    std::vector<T> out;
-    for (const auto& c : to_clients) {
-      if (c.client == "c-" + key) {
-        if (auto* b = std::get_if<T>(&c.body)) out.push_back(*b);
-      }
-    }
-    return out;
-  }
-  std::uint64_t submit(const std::string& key, Role role, SubmitJob job, TimeMs now) {
-    Body reply = client(key, role, std::move(job), now);
-    REQUIRE_MESSAGE(std::holds_alternative<JobAccepted>(reply),
-                    (std::holds_alternative<ErrorReply>(reply) ? std::get<ErrorReply>(reply).message : ""));
-    return std::get<JobAccepted>(reply).job_id;
-  }
-  const JobRecord& job(std::uint64_t id) const { return core.jobs().at(id); }
-};
-
-Hello hello(const std::string& node, const std::string& rev, std::vector<std::uint64_t> running = {}) {
-  Hello h;
-  h.node_id = node;
-  h.hardware_revision = rev;
-  h.agent_version = "0.1.0";
-  h.protocol_versions = {1};
-  for (std::uint32_t i = 0; i < 8; ++i) h.chips.push_back(ChipInfo{i, node + "-" + std::to_string(i), "1.0", i / 4, true});
-  h.running_jobs = std::move(running);
-  return h;
 }
 
 SubmitJob sleep_job(std::uint32_t chips, PriorityClass cls, std::uint32_t timeout_ms = 3600000) {
@@ -132,7 +62,7 @@ RequestLease lease_request(std::uint32_t chips, std::string rev = "", std::uint6
 }  // namespace
 
 TEST_CASE("the scheduler places jobs: topology first, CI ahead of experiments, revision respected") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const auto first = h.submit("dev", Role::developer, sleep_job(2, PriorityClass::experiment), 10);
   auto starts = h.agent_bodies<JobStart>("p1");
@@ -158,7 +88,7 @@ TEST_CASE("the scheduler places jobs: topology first, CI ahead of experiments, r
 }
 
 TEST_CASE("a presubmit job preempts an experiment: JobPreempt with the grace, JobCancel when it ends, requeue keeping age") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const auto experiment = h.submit("dev", Role::developer, sleep_job(8, PriorityClass::experiment), 100);
   h.agent("p1", "n01", JobStarted{experiment, 1}, 200);
@@ -216,7 +146,7 @@ TEST_CASE("a presubmit job preempts an experiment: JobPreempt with the grace, Jo
 }
 
 TEST_CASE("a job that completes during its notice is done, not requeued") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const auto experiment = h.submit("dev", Role::developer, sleep_job(8, PriorityClass::experiment), 100);
   h.submit("ci", Role::ci, sleep_job(1, PriorityClass::presubmit), 1000);
@@ -226,7 +156,7 @@ TEST_CASE("a job that completes during its notice is done, not requeued") {
 }
 
 TEST_CASE("a quarantined node gets no leases; maintenance still runs there after draining") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const auto busy = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 10);
   HealthReport report;
@@ -264,7 +194,7 @@ TEST_CASE("a quarantined node gets no leases; maintenance still runs there after
 }
 
 TEST_CASE("queue --why explains a pending job: what blocks it and when it is expected to start") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const auto running = h.submit("dev", Role::developer, sleep_job(8, PriorityClass::experiment, 600000), 0);
   const auto waiting = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 1000);
@@ -287,7 +217,7 @@ TEST_CASE("queue --why explains a pending job: what blocks it and when it is exp
 }
 
 TEST_CASE("developer leases: granted, jobs run inside, watched, listed and released") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   h.agent("p2", "n02", hello("n02", "b"), 0);
 
@@ -374,7 +304,7 @@ TEST_CASE("developer leases: granted, jobs run inside, watched, listed and relea
 }
 
 TEST_CASE("a developer lease gets a preemption notice from CI, is revoked at the end of the grace and requeued") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   Body reply = h.client("dev", Role::developer, lease_request(8), 10);
   const LeaseSummary lease = std::get<LeaseGranted>(reply).lease;
@@ -418,7 +348,7 @@ TEST_CASE("a developer lease gets a preemption notice from CI, is revoked at the
 }
 
 TEST_CASE("a developer lease expires: its jobs are cancelled and watchers told") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const LeaseSummary lease =
       std::get<LeaseGranted>(h.client("dev", Role::developer, lease_request(1, "", 60000), 0)).lease;
@@ -482,7 +412,7 @@ TEST_CASE("coordinator.toml's [scheduler] table sets the scheduler's knobs") {
 }
 
 TEST_CASE("a revoked job granted again on its node starts only once its old attempt has stopped") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const auto e1 = h.submit("dev", Role::developer, sleep_job(2, PriorityClass::experiment), 100);
   const auto e3 = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 150);
@@ -533,7 +463,7 @@ TEST_CASE("a quarantined node that is lost and comes back is still quarantined")
 }
 
 TEST_CASE("a released or expired lease keeps the chips of its running jobs until they have stopped") {
-  Harness h;
+  Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const LeaseSummary lease =
       std::get<LeaseGranted>(h.client("dev", Role::developer, lease_request(8, "", 600000), 0)).lease;

@@ -86,7 +86,7 @@ SelfTestResult self_test(Driver& d, std::uint32_t chip, SelfTestKind kind, std::
 }
 
 std::string image(const TempDir& dir) {
-  return dir.write("firmware.img", "simulated firmware image\n").string();
+  return dir.write("firmware.img", "simulated firmware image\n");
 }
 
 TEST_CASE("telemetry moves with load: a bound live process heats the chip, its exit cools it") {
@@ -427,7 +427,7 @@ TEST_CASE("faults from a fault file apply once and stay cleared until the file c
   const auto file = dir.write("faults.toml",
                               "[[fault]]\nchip = 1\nkind = \"ecc_storm\"\n\n"
                               "[[fault]]\nchip = 3\nkind = \"slow\"\nfactor = 0.25\n");
-  const std::string extra = "fault_file=" + file.string();
+  const std::string extra = "fault_file=" + file;
   auto d = open_sim(dir, extra);
   CHECK(telemetry(*d, 1).ecc_uncorrected > 0);
   auto node = sim::SimNode::attach(dir / "state");

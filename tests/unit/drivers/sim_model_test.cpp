@@ -82,7 +82,7 @@ TEST_CASE("sim options: inline keys, a node TOML, and inline keys over a TOML") 
                               "node_id = \"n07\"\nhardware_revision = \"a\"\nseed = 9\n"
                               "state_dir = \"state\"\nfault_file = \"faults.toml\"\n"
                               "self_test_time_scale = 0.5\n");
-  auto from_file = parse_sim_options(toml.string());
+  auto from_file = parse_sim_options(toml);
   REQUIRE_MESSAGE(from_file, (from_file ? "" : from_file.error().describe()));
   CHECK(from_file->identity.node_id == "n07");
   CHECK(from_file->identity.chip_count == 8);  // the default
@@ -90,7 +90,7 @@ TEST_CASE("sim options: inline keys, a node TOML, and inline keys over a TOML") 
   CHECK(from_file->fault_file == dir / "faults.toml");
   CHECK(from_file->self_test_time_scale == 0.5);
 
-  auto overridden = parse_sim_options("config=" + toml.string() + ";seed=10");
+  auto overridden = parse_sim_options("config=" + toml + ";seed=10");
   REQUIRE(overridden);
   CHECK(overridden->identity.seed == 10);
   CHECK(overridden->identity.node_id == "n07");
@@ -101,7 +101,7 @@ TEST_CASE("sim options: inline keys, a node TOML, and inline keys over a TOML") 
   CHECK(bad_revision.error().message.find("\"a\" or \"b\"") != std::string::npos);
 
   const auto broken = dir.write("broken.toml", "seed = = 3\n");
-  auto parse_error = parse_sim_options(broken.string());
+  auto parse_error = parse_sim_options(broken);
   REQUIRE_FALSE(parse_error);
   CHECK(parse_error.error().message.find("broken.toml") != std::string::npos);
 

@@ -15,7 +15,11 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/temp_dir.h"
+
 namespace kiln::drivers::testing {
+
+using kiln::testing::TempDir;
 
 inline std::string sim_library() { return std::string(KILN_LIB_DIR) + "/libkiln_sim_driver.so"; }
 
@@ -23,32 +27,6 @@ inline std::string fake_library(const std::string& name) {
   return std::string(KILN_LIB_DIR) + "/libkiln_fake_driver_" + name + ".so";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kiln-chip-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
-  std::filesystem::path write(const std::string& name, const std::string& content) const {
-    const auto file = path_ / name;
-    std::ofstream(file) << content;
-    return file;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 // A child process that only waits, standing in for a workload bound to chips.
 class IdleChild {

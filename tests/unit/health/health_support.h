@@ -16,39 +16,15 @@
 #include "agent/host/agent_config.h"
 #include "drivers/loader.h"
 #include "sim/chip/kiln_sim_driver.h"
+#include "tests/support/temp_dir.h"
 
 namespace kiln::agent::testing {
+
+using kiln::testing::TempDir;
 
 inline std::string sim_library() { return std::string(KILN_LIB_DIR) + "/libkiln_sim_driver.so"; }
 inline std::string check_program() { return std::string(KILN_BIN_DIR) + "/kiln-agent-check"; }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kiln-health-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-  std::string write(const std::string& name, const std::string& content) const {
-    const auto full = path_ / name;
-    std::filesystem::create_directories(full.parent_path());
-    std::ofstream(full, std::ios::binary | std::ios::trunc) << content;
-    return full.string();
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 // A simulated node in a temporary folder. Opening it creates its state; the Driver it keeps is
 // for the test's own calls (never on a chip the test hangs).

@@ -1,0 +1,95 @@
+// Drives the coordinator core the way the shell does, and keeps what it sent and saved.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "coordinator/core/coordinator_core.h"
+
+namespace kiln::coordinator::testing {
+
+struct Harness {
+  CoordinatorCore core;
+  std::vector<action::ToAgent> to_agents;
+  std::vector<action::ToClient> to_clients;
+  std::vector<JobRecord> saved_jobs;
+  std::uint64_t next_id = 1;
+
+  explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, TimeMs now = 0)
+      : core(knobs, std::move(snapshot), now) {
+    drain();
+  }
+
+  void drain() {
+    while (auto a = core.poll_action()) {
+      if (auto* t = std::get_if<action::ToAgent>(&*a)) to_agents.push_back(*t);
+      if (auto* t = std::get_if<action::ToClient>(&*a)) to_clients.push_back(*t);
+      if (auto* t = std::get_if<action::SaveJob>(&*a)) saved_jobs.push_back(t->job);
+    }
+  }
+  void agent(const std::string& peer, const std::string& key, protocol::Body body, TimeMs now) {
+    core.on_agent_message(peer, Caller{key, protocol::Role::agent}, protocol::make_envelope(std::move(body), next_id++),
+                          now);
+    drain();
+  }
+  // Every client request gets exactly one reply; this returns it.
+  protocol::Body client(const std::string& key, protocol::Role role, protocol::Body body, TimeMs now) {
+    const std::size_t before = to_clients.size();
+    core.on_client_message("c-" + key, Caller{key, role}, protocol::make_envelope(std::move(body), next_id++), now);
+    drain();
+    REQUIRE(to_clients.size() > before);
+    return to_clients[before].body;
+  }
+  void tick(TimeMs now) {
+    core.on_tick(now);
+    drain();
+  }
+  template <class T>
+  std::vector<T> agent_bodies(const std::string& peer) const {
+    std::vector<T> out;
+    for (const auto& a : to_agents) {
+      if (a.peer == peer) {
+        if (auto* b = std::get_if<T>(&a.body)) out.push_back(*b);
+      }
+    }
+    return out;
+  }
+  template <class T>
+  std::vector<T> client_bodies(const std::string& key) const {
+    std::vector<T> out;
+    for (const auto& c : to_clients) {
+      if (c.client == "c-" + key) {
+        if (auto* b = std::get_if<T>(&c.body)) out.push_back(*b);
+      }
+    }
+    return out;
+  }
+  std::uint64_t submit(const std::string& key, protocol::Role role, protocol::SubmitJob job, TimeMs now) {
+    protocol::Body reply = client(key, role, std::move(job), now);
+    REQUIRE_MESSAGE(std::holds_alternative<protocol::JobAccepted>(reply),
+                    (std::holds_alternative<protocol::ErrorReply>(reply) ? std::get<protocol::ErrorReply>(reply).message
+                                                                          : ""));
+    return std::get<protocol::JobAccepted>(reply).job_id;
+  }
+  const JobRecord& job(std::uint64_t id) const { return core.jobs().at(id); }
+  const protocol::Body& last_client_reply() const { return to_clients.back().body; }
+};
+
+// An 8-chip node, chips 0-3 on NUMA node 0 and 4-7 on NUMA node 1.
+inline protocol::Hello hello(const std::string& node, const std::string& rev,
+                             std::vector<std::uint64_t> running = {}) {
+  protocol::Hello h;
+  h.node_id = node;
+  h.hardware_revision = rev;
+  h.agent_version = "0.1.0";
+  h.protocol_versions = {1};
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    h.chips.push_back(protocol::ChipInfo{i, node + "-" + std::to_string(i), "1.0", i / 4, true});
+  }
+  h.running_jobs = std::move(running);
+  return h;
+}
+
+}  // namespace kiln::coordinator::testing
