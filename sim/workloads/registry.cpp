@@ -30,9 +30,10 @@ const std::vector<ModelSpec>& model_registry() {
        180000, 295000, 512,
        "one pre-norm transformer block (d 64, 2 heads, causal, vocab 256) with tied-embedding logits, bf16"},
       {"transformer-block-fp8", ModelKind::inference, "fp8_e4m3",
-       {"embedding", "layernorm", "gemm-fp8", "quantize-fp8", "attention", "softmax", "gelu"}, "small",
+       {"embedding", "layernorm", "gemm-fp8", "quantize-fp8", "gemm-bf16", "attention", "softmax", "gelu"}, "small",
        "tokens/s", 310000, 505000, 1024,
-       "the transformer block with E4M3 gemm inputs (per-tensor scales), fp32 accumulation, bf16 outputs"},
+       "the transformer block with E4M3 gemm inputs (per-tensor scales) for its projections and MLP, fp32 "
+       "accumulation, bf16 outputs; attention scores and the tied-embedding logits stay bf16 gemms"},
       {"train-tiny", ModelKind::training, "bf16",
        {"gemm-bf16", "gelu", "softmax", "cross-entropy", "sgd"}, "tiny", "samples/s", 40000, 65000, 128,
        "trains a 16-32-4 MLP classifier for 100 SGD steps (batch 128) in bf16 with fp32 master weights; "

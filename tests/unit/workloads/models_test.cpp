@@ -2,6 +2,9 @@
 #include <cstring>
 
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "sim/workloads/golden.h"
@@ -122,6 +125,30 @@ TEST_CASE("every component a model declares decides its correctness, so impact-b
       REQUIRE(verdict.has_value());
       CHECK_FALSE(verdict->passed);
     }
+  }
+}
+
+TEST_CASE("a kernel a model does not declare changes nothing it computes, so selection misses no model") {
+  std::set<std::string> every_kernel;
+  for (const auto& spec : model_registry()) every_kernel.insert(spec.components.begin(), spec.components.end());
+  for (const auto& spec : model_registry()) {
+    CAPTURE(spec.name);
+    ModelRunOptions undeclared;
+    for (const auto& kernel : every_kernel) {
+      if (std::find(spec.components.begin(), spec.components.end(), kernel) == spec.components.end()) {
+        undeclared.faulty_kernels.insert(kernel);
+      }
+    }
+    const ModelRun clean = run(spec.name, false);
+    const ModelRun broken = run(spec.name, false, undeclared);
+    REQUIRE(clean.outputs.size() == broken.outputs.size());
+    for (std::size_t i = 0; i < clean.outputs.size(); ++i) {
+      CAPTURE(clean.outputs[i].name);
+      CHECK(clean.outputs[i].tensor.values == broken.outputs[i].tensor.values);
+    }
+    CHECK(clean.eval_score == broken.eval_score);
+    REQUIRE(clean.loss_curve.size() == broken.loss_curve.size());
+    for (std::size_t i = 0; i < clean.loss_curve.size(); ++i) CHECK(clean.loss_curve[i].loss == broken.loss_curve[i].loss);
   }
 }
 
