@@ -51,31 +51,40 @@ Result<T> field(const nlohmann::json& object, const char* name, const std::strin
   if (!var##_result) return tl::unexpected(var##_result.error()); \
   auto var = *var##_result
 
-Status check_settings_echo(const nlohmann::json& settings, const BenchmarkSettings& asked) {
-  KILN_BENCH_TRY(warmup_min, field<std::int64_t>(settings, "warmup_min", "benchmark.settings"));
-  KILN_BENCH_TRY(warmup_max, field<std::int64_t>(settings, "warmup_max", "benchmark.settings"));
-  KILN_BENCH_TRY(window, field<std::int64_t>(settings, "steady_window", "benchmark.settings"));
-  KILN_BENCH_TRY(tolerance, field<double>(settings, "steady_tolerance", "benchmark.settings"));
-  KILN_BENCH_TRY(repeats, field<std::int64_t>(settings, "repeats", "benchmark.settings"));
+// `name` is the benchmark object's key in the document ("benchmark" or "baseline_benchmark");
+// `about` prefixes the messages of checks that do not name it themselves.
+struct BenchmarkObject {
+  std::string name;
+  std::string about;
+};
+
+Status check_settings_echo(const nlohmann::json& settings, const BenchmarkSettings& asked, const BenchmarkObject& object) {
+  const std::string where = object.name + ".settings";
+  KILN_BENCH_TRY(warmup_min, field<std::int64_t>(settings, "warmup_min", where));
+  KILN_BENCH_TRY(warmup_max, field<std::int64_t>(settings, "warmup_max", where));
+  KILN_BENCH_TRY(window, field<std::int64_t>(settings, "steady_window", where));
+  KILN_BENCH_TRY(tolerance, field<double>(settings, "steady_tolerance", where));
+  KILN_BENCH_TRY(repeats, field<std::int64_t>(settings, "repeats", where));
   if (warmup_min != asked.warmup_min || warmup_max != asked.warmup_max || window != asked.steady_window ||
       std::abs(tolerance - asked.steady_tolerance) > 1e-12 || repeats != asked.repeats) {
-    return lie(fmt::format("reports settings (warmup {}..{}, window {}, tolerance {}, repeats {}) other than the agent "
+    return lie(fmt::format("{}reports settings (warmup {}..{}, window {}, tolerance {}, repeats {}) other than the agent "
                            "passed (warmup {}..{}, window {}, tolerance {}, repeats {})",
-                           warmup_min, warmup_max, window, tolerance, repeats, asked.warmup_min, asked.warmup_max,
-                           asked.steady_window, asked.steady_tolerance, asked.repeats));
+                           object.about, warmup_min, warmup_max, window, tolerance, repeats, asked.warmup_min,
+                           asked.warmup_max, asked.steady_window, asked.steady_tolerance, asked.repeats));
   }
   return {};
 }
 
-Result<std::vector<WorkloadSample>> parse_samples(const nlohmann::json& samples) {
-  if (!samples.is_array()) return lie("has benchmark.samples that is not an array");
+Result<std::vector<WorkloadSample>> parse_samples(const nlohmann::json& samples, const BenchmarkObject& object) {
+  if (!samples.is_array()) return lie(fmt::format("has {}.samples that is not an array", object.name));
   if (samples.size() > static_cast<std::size_t>(kMaxBenchmarkIterations)) {
-    return lie(fmt::format("has {} samples, more than the limit of {}", samples.size(), kMaxBenchmarkIterations));
+    return lie(fmt::format("{}has {} samples, more than the limit of {}", object.about, samples.size(),
+                           kMaxBenchmarkIterations));
   }
   std::vector<WorkloadSample> out;
   bool seen_timed = false;
   for (std::size_t i = 0; i < samples.size(); ++i) {
-    const std::string where = fmt::format("benchmark.samples[{}]", i);
+    const std::string where = fmt::format("{}.samples[{}]", object.name, i);
     const auto& s = samples[i];
     WorkloadSample sample;
     KILN_BENCH_TRY(index, field<std::int64_t>(s, "index", where));
@@ -108,7 +117,9 @@ Result<std::vector<WorkloadSample>> parse_samples(const nlohmann::json& samples)
   return out;
 }
 
-Status check_warmup(const WorkloadResult& r, const BenchmarkSettings& asked) {
+Status check_warmup(const BenchmarkRun& r, WorkloadStatus status, const BenchmarkSettings& asked,
+                    const BenchmarkObject& object) {
+  const auto lie = [&](const std::string& what) { return bench::lie(object.about + what); };
   const auto warmup = static_cast<std::int64_t>(
       std::count_if(r.samples.begin(), r.samples.end(), [](const auto& s) { return s.phase == SamplePhase::warmup; }));
   const auto timed = static_cast<std::int64_t>(r.samples.size()) - warmup;
@@ -119,7 +130,7 @@ Status check_warmup(const WorkloadResult& r, const BenchmarkSettings& asked) {
     return lie(fmt::format("ran {} warmup iterations, more than warmup_max {}", warmup, asked.warmup_max));
   }
   if (r.steady_reached && r.warmup_max_reached) return lie("claims both steady_reached and max_reached");
-  const bool preempted = r.status == WorkloadStatus::preempted;
+  const bool preempted = status == WorkloadStatus::preempted;
   if (r.steady_reached) {
     if (warmup < asked.warmup_min || warmup < asked.steady_window) {
       return lie(fmt::format("claims steady after {} warmup iterations, fewer than warmup_min {} or the window {}",
@@ -148,6 +159,48 @@ Status check_warmup(const WorkloadResult& r, const BenchmarkSettings& asked) {
   }
   if (timed > 0 && !r.steady_reached && !r.warmup_max_reached) {
     return lie("has timed samples although its warmup neither reached steady nor warmup_max");
+  }
+  return {};
+}
+
+Result<BenchmarkRun> parse_benchmark(const nlohmann::json& bench, WorkloadStatus status, const BenchmarkSettings& asked,
+                                     const BenchmarkObject& object) {
+  if (!bench.contains("settings")) return lie(fmt::format("has no {}.settings", object.name));
+  if (auto echo = check_settings_echo(bench.at("settings"), asked, object); !echo) return tl::unexpected(echo.error());
+  if (!bench.contains("warmup")) return lie(fmt::format("has no {}.warmup", object.name));
+  const std::string warmup_where = object.name + ".warmup";
+  BenchmarkRun run;
+  KILN_BENCH_TRY(iterations, field<std::int64_t>(bench.at("warmup"), "iterations", warmup_where));
+  KILN_BENCH_TRY(steady, field<bool>(bench.at("warmup"), "steady_reached", warmup_where));
+  KILN_BENCH_TRY(max_reached, field<bool>(bench.at("warmup"), "max_reached", warmup_where));
+  run.warmup_iterations = iterations;
+  run.steady_reached = steady;
+  run.warmup_max_reached = max_reached;
+  if (!bench.contains("samples")) return lie(fmt::format("has no {}.samples", object.name));
+  KILN_BENCH_TRY(samples, parse_samples(bench.at("samples"), object));
+  run.samples = std::move(samples);
+  if (auto warmup = check_warmup(run, status, asked, object); !warmup) return tl::unexpected(warmup.error());
+  return run;
+}
+
+// Both stacks ran on the same chips, one iteration at a time: no candidate sample may overlap a
+// baseline sample.
+Status check_one_at_a_time(const std::vector<WorkloadSample>& candidate, const std::vector<WorkloadSample>& baseline) {
+  std::size_t c = 0;
+  std::size_t b = 0;
+  while (c < candidate.size() && b < baseline.size()) {
+    const auto& x = candidate[c];
+    const auto& y = baseline[b];
+    if (x.start_ms < y.end_ms - kTimeSlackMs && y.start_ms < x.end_ms - kTimeSlackMs) {
+      return lie(fmt::format("has benchmark.samples[{}] ({} to {}) overlapping baseline_benchmark.samples[{}] ({} to "
+                             "{}); the two stacks must run one iteration at a time on the same chips",
+                             c, x.start_ms, x.end_ms, b, y.start_ms, y.end_ms));
+    }
+    if (x.end_ms <= y.end_ms) {
+      ++c;
+    } else {
+      ++b;
+    }
   }
   return {};
 }
@@ -228,22 +281,26 @@ Result<WorkloadResult> parse_workload_result(std::string_view text, const std::o
   if (!r.document.contains("benchmark") || !r.document.at("benchmark").is_object()) {
     return lie("has no benchmark object although the agent passed KILN_BENCH_* settings");
   }
-  const auto& bench = r.document.at("benchmark");
-  KILN_BENCH_TRY(unit, field<std::string>(bench, "throughput_unit", "benchmark"));
+  const BenchmarkObject candidate{"benchmark", ""};
+  KILN_BENCH_TRY(unit, field<std::string>(r.document.at("benchmark"), "throughput_unit", "benchmark"));
   r.throughput_unit = unit;
-  if (!bench.contains("settings")) return lie("has no benchmark.settings");
-  if (auto echo = check_settings_echo(bench.at("settings"), *asked); !echo) return tl::unexpected(echo.error());
-  if (!bench.contains("warmup")) return lie("has no benchmark.warmup");
-  KILN_BENCH_TRY(iterations, field<std::int64_t>(bench.at("warmup"), "iterations", "benchmark.warmup"));
-  KILN_BENCH_TRY(steady, field<bool>(bench.at("warmup"), "steady_reached", "benchmark.warmup"));
-  KILN_BENCH_TRY(max_reached, field<bool>(bench.at("warmup"), "max_reached", "benchmark.warmup"));
-  r.warmup_iterations = iterations;
-  r.steady_reached = steady;
-  r.warmup_max_reached = max_reached;
-  if (!bench.contains("samples")) return lie("has no benchmark.samples");
-  KILN_BENCH_TRY(samples, parse_samples(bench.at("samples")));
-  r.samples = std::move(samples);
-  if (auto warmup = check_warmup(r, *asked); !warmup) return tl::unexpected(warmup.error());
+  KILN_BENCH_TRY(run, parse_benchmark(r.document.at("benchmark"), r.status, *asked, candidate));
+  r.samples = std::move(run.samples);
+  r.warmup_iterations = run.warmup_iterations;
+  r.steady_reached = run.steady_reached;
+  r.warmup_max_reached = run.warmup_max_reached;
+  if (!r.document.contains("baseline_benchmark") || r.document.at("baseline_benchmark").is_null()) return r;
+
+  const BenchmarkObject baseline{"baseline_benchmark", "(baseline_benchmark) "};
+  const auto& object = r.document.at("baseline_benchmark");
+  if (!object.is_object()) return lie("has a baseline_benchmark that is neither an object nor null");
+  KILN_BENCH_TRY(baseline_unit, field<std::string>(object, "throughput_unit", baseline.name));
+  if (baseline_unit != r.throughput_unit) {
+    return lie(fmt::format("measures the baseline in '{}' but the candidate in '{}'", baseline_unit, r.throughput_unit));
+  }
+  KILN_BENCH_TRY(baseline_run, parse_benchmark(object, r.status, *asked, baseline));
+  if (auto apart = check_one_at_a_time(r.samples, baseline_run.samples); !apart) return tl::unexpected(apart.error());
+  r.baseline = std::move(baseline_run);
   return r;
 }
 
@@ -299,34 +356,46 @@ BenchmarkReport make_report(const WorkloadResult& result, const std::vector<std:
     report.telemetry.push_back(summary);
   }
 
-  for (const auto& sample : result.samples) {
-    FlaggedSample flagged;
-    flagged.sample = sample;
-    for (std::uint32_t chip : job_chips) {
-      const auto& spans = throttled_spans[chip];
-      const bool hit = std::any_of(spans.begin(), spans.end(), [&](const Span& s) {
-        return sample.start_ms <= s.to_ms && sample.end_ms >= s.from_ms;
-      });
-      if (hit) flagged.throttled_chips.push_back(chip);
-    }
-    flagged.throttled = !flagged.throttled_chips.empty();
-    if (sample.phase == SamplePhase::timed) {
-      ++report.timed_samples;
-      if (flagged.throttled) {
-        ++report.flagged_timed_samples;
-      } else {
-        report.unflagged_timed_throughputs.push_back(sample.throughput);
+  const auto flag = [&](const std::vector<WorkloadSample>& samples, auto& out) {
+    for (const auto& sample : samples) {
+      FlaggedSample flagged;
+      flagged.sample = sample;
+      for (std::uint32_t chip : job_chips) {
+        const auto& spans = throttled_spans[chip];
+        const bool hit = std::any_of(spans.begin(), spans.end(), [&](const Span& s) {
+          return sample.start_ms <= s.to_ms && sample.end_ms >= s.from_ms;
+        });
+        if (hit) flagged.throttled_chips.push_back(chip);
       }
+      flagged.throttled = !flagged.throttled_chips.empty();
+      if (sample.phase == SamplePhase::timed) {
+        ++out.timed_samples;
+        if (flagged.throttled) {
+          ++out.flagged_timed_samples;
+        } else {
+          out.unflagged_timed_throughputs.push_back(sample.throughput);
+        }
+      }
+      out.samples.push_back(std::move(flagged));
     }
-    report.samples.push_back(std::move(flagged));
+    if (!out.unflagged_timed_throughputs.empty()) out.median_throughput = median(out.unflagged_timed_throughputs);
+  };
+  flag(result.samples, report);
+  if (result.baseline) {
+    BaselineReport baseline;
+    baseline.warmup_iterations = result.baseline->warmup_iterations;
+    baseline.steady_reached = result.baseline->steady_reached;
+    flag(result.baseline->samples, baseline);
+    report.baseline = std::move(baseline);
   }
-  if (!report.unflagged_timed_throughputs.empty()) report.median_throughput = median(report.unflagged_timed_throughputs);
   return report;
 }
 
-nlohmann::json to_json(const BenchmarkReport& report) {
+namespace {
+
+nlohmann::json samples_to_json(const std::vector<FlaggedSample>& flagged) {
   nlohmann::json samples = nlohmann::json::array();
-  for (const auto& f : report.samples) {
+  for (const auto& f : flagged) {
     samples.push_back({{"index", f.sample.index},
                        {"phase", to_string(f.sample.phase)},
                        {"start_ms", f.sample.start_ms},
@@ -335,6 +404,17 @@ nlohmann::json to_json(const BenchmarkReport& report) {
                        {"throttled", f.throttled},
                        {"throttled_chips", f.throttled_chips}});
   }
+  return samples;
+}
+
+nlohmann::json median_to_json(const std::optional<double>& median) {
+  return median ? nlohmann::json(*median) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const BenchmarkReport& report) {
+  const nlohmann::json samples = samples_to_json(report.samples);
   nlohmann::json telemetry = nlohmann::json::array();
   for (const auto& t : report.telemetry) {
     telemetry.push_back({{"chip", t.chip},
@@ -345,9 +425,8 @@ nlohmann::json to_json(const BenchmarkReport& report) {
                          {"min_clock_mhz", t.min_clock_mhz},
                          {"mean_clock_mhz", t.mean_clock_mhz}});
   }
-  nlohmann::json median = nullptr;
-  if (report.median_throughput) median = *report.median_throughput;
-  return {{"model", report.model},
+  nlohmann::json json = {{"schema", "kiln.benchmark-report/1"},
+          {"model", report.model},
           {"dtype", report.dtype},
           {"status", to_string(report.status)},
           {"throughput_unit", report.throughput_unit},
@@ -358,11 +437,22 @@ nlohmann::json to_json(const BenchmarkReport& report) {
           {"timed_samples", report.timed_samples},
           {"flagged_timed_samples", report.flagged_timed_samples},
           {"unflagged_timed_throughputs", report.unflagged_timed_throughputs},
-          {"median_throughput", median},
+          {"median_throughput", median_to_json(report.median_throughput)},
           {"samples", samples},
           {"telemetry", telemetry},
           {"correctness", report.correctness},
           {"training", report.training}};
+  if (report.baseline) {
+    const auto& b = *report.baseline;
+    json["baseline"] = {{"warmup_iterations", b.warmup_iterations},
+                        {"steady_reached", b.steady_reached},
+                        {"timed_samples", b.timed_samples},
+                        {"flagged_timed_samples", b.flagged_timed_samples},
+                        {"unflagged_timed_throughputs", b.unflagged_timed_throughputs},
+                        {"median_throughput", median_to_json(b.median_throughput)},
+                        {"samples", samples_to_json(b.samples)}};
+  }
+  return json;
 }
 
 }  // namespace kiln::agent::bench

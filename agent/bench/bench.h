@@ -53,6 +53,14 @@ struct WorkloadSample {
 enum class WorkloadStatus { completed, preempted };
 std::string_view to_string(WorkloadStatus status);
 
+// One stack's measurement: a result document's benchmark object, checked.
+struct BenchmarkRun {
+  std::vector<WorkloadSample> samples;  // warmup first
+  std::int64_t warmup_iterations = 0;
+  bool steady_reached = false;
+  bool warmup_max_reached = false;
+};
+
 struct WorkloadResult {
   std::string model;
   std::string dtype;
@@ -64,6 +72,9 @@ struct WorkloadResult {
   std::int64_t warmup_iterations = 0;
   bool steady_reached = false;
   bool warmup_max_reached = false;
+  // The baseline stack measured on the same chips, interleaved with the candidate above
+  // (baseline_benchmark, docs/workloads.md); absent when the workload was given no baseline.
+  std::optional<BenchmarkRun> baseline;
   nlohmann::json document;  // the whole document as the workload wrote it
 };
 
@@ -73,6 +84,9 @@ struct WorkloadResult {
 // `repeats` timed samples (fewer allowed only when preempted). Errors are Errc::bad_message
 // (Errc::too_large over 256 KiB) and say what the workload got wrong. Without `asked` (a job
 // that is not a benchmark) the benchmark part is not read and `samples` stays empty.
+// A `baseline_benchmark` object, when present, is checked by the same rules against the same
+// settings, must use the candidate's throughput unit, and none of its samples may overlap a
+// candidate sample (both stacks ran one iteration at a time on the same chips).
 Result<WorkloadResult> parse_workload_result(std::string_view text, const std::optional<BenchmarkSettings>& asked);
 
 // A reading the agent took while the job ran, on the same clock as the samples.
@@ -99,6 +113,17 @@ struct ChipTelemetrySummary {
   double mean_clock_mhz = 0;
 };
 
+// The baseline stack's samples in a report, flagged like the candidate's.
+struct BaselineReport {
+  std::vector<FlaggedSample> samples;  // every sample, warmup first
+  std::vector<double> unflagged_timed_throughputs;
+  std::optional<double> median_throughput;  // of the unflagged timed samples
+  std::size_t timed_samples = 0;
+  std::size_t flagged_timed_samples = 0;
+  std::int64_t warmup_iterations = 0;
+  bool steady_reached = false;
+};
+
 struct BenchmarkReport {
   std::string model;
   std::string dtype;
@@ -116,6 +141,7 @@ struct BenchmarkReport {
   std::vector<ChipTelemetrySummary> telemetry;   // one per job chip, in the job's order
   nlohmann::json correctness;                    // the workload's comparison report, as written
   nlohmann::json training;                       // loss curve and eval, null for inference
+  std::optional<BaselineReport> baseline;        // when the result has a baseline_benchmark
 };
 
 // A reading's state holds from the chip's previous reading to its next one (unbounded before
@@ -125,6 +151,7 @@ struct BenchmarkReport {
 BenchmarkReport make_report(const WorkloadResult& result, const std::vector<std::uint32_t>& job_chips,
                             std::span<const TelemetrySample> telemetry);
 
+// With a baseline, the JSON has a "baseline" object with the same sample and median fields.
 nlohmann::json to_json(const BenchmarkReport& report);
 
 }  // namespace kiln::agent::bench

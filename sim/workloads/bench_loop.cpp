@@ -108,6 +108,18 @@ Sample BenchmarkLoop::next(double start_ms, double steady_throughput) {
   return sample;
 }
 
+std::optional<Stack> next_in_comparison(const BenchmarkLoop& candidate, const BenchmarkLoop& baseline) {
+  if (candidate.warming_up()) return Stack::candidate;
+  if (baseline.warming_up()) return Stack::baseline;
+  if (candidate.done() && baseline.done()) return std::nullopt;
+  if (candidate.done()) return Stack::baseline;
+  if (baseline.done()) return Stack::candidate;
+  const int slot = candidate.timed_iterations() + baseline.timed_iterations();
+  const bool baseline_first = (slot / 2) % 2 == 0;
+  const bool first_of_pair = slot % 2 == 0;
+  return baseline_first == first_of_pair ? Stack::baseline : Stack::candidate;
+}
+
 nlohmann::json to_json(const BenchSettings& s) {
   return {{"warmup_min", s.warmup_min},
           {"warmup_max", s.warmup_max},

@@ -51,6 +51,8 @@ class BenchmarkLoop {
   BenchmarkLoop(BenchSettings settings, PerfNoiseModel noise, double items_per_iteration, std::uint64_t seed);
 
   bool done() const;
+  // False once warmup has ended (steady, or warmup_max): the next iteration is timed.
+  bool warming_up() const { return !warmup_done_; }
   // Plans the next iteration starting at start_ms on a chip that offers steady_throughput.
   Sample next(double start_ms, double steady_throughput);
 
@@ -72,6 +74,14 @@ class BenchmarkLoop {
   bool warmup_done_ = false;
   bool steady_reached_ = false;
 };
+
+// A same-chip comparison of two stacks (--baseline-stack-effects): which one runs the next
+// iteration. The candidate warms up until its warmup ends, then the baseline; then timed
+// iterations alternate in ABBA order (baseline, candidate, candidate, baseline, baseline, ...)
+// so that drift that is linear in time hits both stacks' timed samples equally, not only drift
+// slower than an iteration. nullopt when both loops are done.
+enum class Stack { candidate, baseline };
+std::optional<Stack> next_in_comparison(const BenchmarkLoop& candidate, const BenchmarkLoop& baseline);
 
 nlohmann::json to_json(const BenchSettings& settings);
 // The result document's "benchmark" object.

@@ -7,6 +7,10 @@
 //   kiln-workload-model --list [--json]
 //   kiln-workload-model --model M --write-golden DIR [--data-seed N]
 //   kiln-workload-model --model M [--golden DIR] [--data-seed N]      (as a job, from kiln-agent)
+//       [--stack-effects FILE] [--baseline-stack-effects FILE]
+//
+// With a baseline stack, a benchmark job measures both stacks on the same chips in one process,
+// interleaved (next_in_comparison), so the chips' own speed cancels out of the comparison.
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -161,7 +165,44 @@ struct JobArgs {
   const wl::ModelSpec* spec = nullptr;
   std::optional<std::string> golden_dir;
   std::uint64_t data_seed = 1;
+  std::optional<std::string> stack_effects_file;           // --stack-effects, else KILN_SIM_STACK_EFFECTS
+  std::optional<std::string> baseline_stack_effects_file;  // --baseline-stack-effects
 };
+
+kiln::Result<wl::StackEffects> read_effects(const std::string& path, const char* named_by) {
+  auto read = wl::read_stack_effects_file(path);
+  if (!read) return kiln::fail(read.error().code, fmt::format("{}: {}", named_by, read.error().message));
+  return read;
+}
+
+// The benchmark phase: one loop, or the candidate and the baseline interleaved on the same chips.
+struct Benchmarks {
+  std::optional<wl::BenchmarkLoop> candidate;
+  std::optional<wl::BenchmarkLoop> baseline;
+};
+
+kiln::Status run_benchmarks(Benchmarks& loops, const kiln::sim::SimNode& node, const std::vector<std::uint32_t>& chips,
+                            const wl::ModelSpec& spec, const wl::StackEffects& effects,
+                            const std::optional<wl::StackEffects>& baseline_effects, double started_ms) {
+  double next_start_ms = started_ms;
+  while (!g_preempted) {
+    std::optional<wl::Stack> stack;
+    if (loops.baseline) {
+      stack = wl::next_in_comparison(*loops.candidate, *loops.baseline);
+    } else if (!loops.candidate->done()) {
+      stack = wl::Stack::candidate;
+    }
+    if (!stack) break;
+    const bool baseline = *stack == wl::Stack::baseline;
+    auto now = read_chips(node, chips, spec, baseline ? *baseline_effects : effects);
+    if (!now) return tl::unexpected(now.error());
+    wl::BenchmarkLoop& loop = baseline ? *loops.baseline : *loops.candidate;
+    const wl::Sample sample = loop.next(next_start_ms, now->steady_throughput);
+    sleep_until_epoch_ms(sample.end_ms);
+    next_start_ms = sample.end_ms;
+  }
+  return {};
+}
 
 int run_job(const JobArgs& args) {
   const wl::ModelSpec& spec = *args.spec;
@@ -180,10 +221,20 @@ int run_job(const JobArgs& args) {
   auto bench = wl::bench_settings_from_env(env);
   if (!bench) return cannot_run(bench.error().message);
   wl::StackEffects effects;
-  if (auto path = env("KILN_SIM_STACK_EFFECTS"); path && !path->empty()) {
-    auto read = wl::read_stack_effects_file(*path);
+  if (args.stack_effects_file) {
+    auto read = read_effects(*args.stack_effects_file, "--stack-effects");
     if (!read) return cannot_run(read.error().message);
     effects = *read;
+  } else if (auto path = env("KILN_SIM_STACK_EFFECTS"); path && !path->empty()) {
+    auto read = read_effects(*path, "KILN_SIM_STACK_EFFECTS");
+    if (!read) return cannot_run(read.error().message);
+    effects = *read;
+  }
+  std::optional<wl::StackEffects> baseline_effects;
+  if (args.baseline_stack_effects_file) {
+    auto read = read_effects(*args.baseline_stack_effects_file, "--baseline-stack-effects");
+    if (!read) return cannot_run(read.error().message);
+    baseline_effects = *read;
   }
 
   struct sigaction action {};
@@ -232,18 +283,20 @@ int run_job(const JobArgs& args) {
 
   const double started_ms = now_epoch_ms();
   nlohmann::json benchmark = nullptr;
+  nlohmann::json baseline_benchmark = nullptr;
   if (*bench) {
     kiln::sim::PerfNoiseModel noise;
-    wl::BenchmarkLoop loop(**bench, noise, spec.items_per_iteration, kiln::stats::derive_seed(seed, 0xBE4C));
-    double next_start_ms = started_ms;
-    while (!loop.done() && !g_preempted) {
-      auto now = read_chips(*node, *chips, spec, effects);
-      if (!now) return cannot_run(now.error().message);
-      const wl::Sample sample = loop.next(next_start_ms, now->steady_throughput);
-      sleep_until_epoch_ms(sample.end_ms);
-      next_start_ms = sample.end_ms;
+    Benchmarks loops;
+    loops.candidate.emplace(**bench, noise, spec.items_per_iteration, kiln::stats::derive_seed(seed, 0xBE4C));
+    // Its own noise stream: two stacks are two independent measurements, not one replayed.
+    if (baseline_effects) {
+      loops.baseline.emplace(**bench, noise, spec.items_per_iteration, kiln::stats::derive_seed(seed, 0xBA5E));
     }
-    benchmark = wl::benchmark_to_json(loop, spec.throughput_unit);
+    if (auto ran = run_benchmarks(loops, *node, *chips, spec, effects, baseline_effects, started_ms); !ran) {
+      return cannot_run(ran.error().message);
+    }
+    benchmark = wl::benchmark_to_json(*loops.candidate, spec.throughput_unit);
+    if (loops.baseline) baseline_benchmark = wl::benchmark_to_json(*loops.baseline, spec.throughput_unit);
   }
 
   nlohmann::json chips_json = nlohmann::json::array();
@@ -270,6 +323,10 @@ int run_job(const JobArgs& args) {
       {"correctness", correctness},
       {"wall_time_ms", now_epoch_ms() - started_ms},
   };
+  if (baseline_effects) {
+    result["baseline_stack_effects"] = wl::to_json(*baseline_effects);
+    result["baseline_benchmark"] = baseline_benchmark;
+  }
   if (spec.kind == wl::ModelKind::training) {
     result["training"] = {{"loss_curve", wl::loss_curve_to_json(run->loss_curve)},
                           {"loss_every_steps", wl::kLossCurveEverySteps},
@@ -279,9 +336,10 @@ int run_job(const JobArgs& args) {
     // The models compute in one piece, so the checkpoint records how far the benchmark got;
     // a new attempt starts over, which one seed makes reproducible.
     const fs::path checkpoint = work_dir / "checkpoint.json";
-    const nlohmann::json state = {{"model", spec.name},
-                                  {"data_seed", args.data_seed},
-                                  {"iterations_done", benchmark.is_null() ? 0 : benchmark["samples"].size()}};
+    nlohmann::json state = {{"model", spec.name},
+                            {"data_seed", args.data_seed},
+                            {"iterations_done", benchmark.is_null() ? 0 : benchmark["samples"].size()}};
+    if (!baseline_benchmark.is_null()) state["baseline_iterations_done"] = baseline_benchmark["samples"].size();
     if (!write_file_atomically(checkpoint, state.dump() + "\n")) {
       return cannot_run("cannot write the checkpoint " + checkpoint.string());
     }
@@ -310,12 +368,19 @@ int main(int argc, char** argv) {
   std::string write_golden_dir;
   std::string golden_dir;
   std::uint64_t data_seed = 1;
+  std::string stack_effects_file;
+  std::string baseline_stack_effects_file;
   app.add_option("--model", model, "model to run (see --list)");
   app.add_flag("--list", list, "list the models, their components and base throughput");
   app.add_flag("--json", json, "with --list: as JSON");
   app.add_option("--write-golden", write_golden_dir, "write the fp32 golden reference of --model to this folder");
   app.add_option("--golden", golden_dir, "compare the outputs with the golden in this folder");
   app.add_option("--data-seed", data_seed, "seed of the model's weights and inputs (default 1)");
+  app.add_option("--stack-effects", stack_effects_file,
+                 "the simulated stack under test (TOML); wins over KILN_SIM_STACK_EFFECTS when both are given");
+  app.add_option("--baseline-stack-effects", baseline_stack_effects_file,
+                 "also benchmark this baseline stack on the same chips, interleaved with the candidate, into "
+                 "baseline_benchmark (correctness is judged on the candidate only)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -345,5 +410,7 @@ int main(int argc, char** argv) {
   args.spec = spec;
   args.data_seed = data_seed;
   if (!golden_dir.empty()) args.golden_dir = golden_dir;
+  if (!stack_effects_file.empty()) args.stack_effects_file = stack_effects_file;
+  if (!baseline_stack_effects_file.empty()) args.baseline_stack_effects_file = baseline_stack_effects_file;
   return run_job(args);
 }

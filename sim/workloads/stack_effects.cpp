@@ -99,7 +99,7 @@ Result<StackEffects> parse_stack_effects(std::string_view toml_text, std::string
 Result<StackEffects> read_stack_effects_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return fail(Errc::io, fmt::format("cannot read the stack-effects file {} (KILN_SIM_STACK_EFFECTS); check the path",
+    return fail(Errc::io, fmt::format("cannot read the stack-effects file {}; check the path",
                                       path.string()));
   }
   std::ostringstream text;

@@ -228,3 +228,130 @@ TEST_CASE("timed samples overlapping a throttled reading of one of the job's chi
     CHECK(r.flagged_timed_samples == 3);  // [1000,1010], [1010,1020], [1020,1030]
   }
 }
+
+namespace {
+
+// Runs a same-chip comparison the way kiln-workload-model does, on one clock.
+struct Comparison {
+  wl::BenchmarkLoop candidate;
+  wl::BenchmarkLoop baseline;
+  std::vector<wl::Stack> order;
+};
+
+Comparison run_comparison(const wl::BenchSettings& settings, double candidate_steady = 970.0,
+                          double baseline_steady = 1000.0) {
+  Comparison c{wl::BenchmarkLoop(settings, kiln::sim::PerfNoiseModel{}, 3.0, 31),
+               wl::BenchmarkLoop(settings, kiln::sim::PerfNoiseModel{}, 3.0, 32), {}};
+  double t = kT0;
+  while (auto stack = wl::next_in_comparison(c.candidate, c.baseline)) {
+    c.order.push_back(*stack);
+    auto& loop = *stack == wl::Stack::candidate ? c.candidate : c.baseline;
+    t = loop.next(t, *stack == wl::Stack::candidate ? candidate_steady : baseline_steady).end_ms;
+  }
+  return c;
+}
+
+std::string comparison_document(const Comparison& c) {
+  auto doc = nlohmann::json::parse(document_for(c.candidate));
+  doc["baseline_benchmark"] = wl::benchmark_to_json(c.baseline, "samples/s");
+  return doc.dump();
+}
+
+}  // namespace
+
+TEST_CASE("a comparison warms up the candidate, then the baseline, then alternates timed iterations ABBA") {
+  const wl::BenchSettings settings{5, 100, 5, 0.03, 6};
+  const auto c = run_comparison(settings);
+  CHECK(c.candidate.done());
+  CHECK(c.baseline.done());
+  CHECK(c.candidate.timed_iterations() == 6);
+  CHECK(c.baseline.timed_iterations() == 6);
+  const auto candidate_warmup = static_cast<std::size_t>(c.candidate.warmup_iterations());
+  const auto baseline_warmup = static_cast<std::size_t>(c.baseline.warmup_iterations());
+  REQUIRE(c.order.size() == candidate_warmup + baseline_warmup + 12);
+  for (std::size_t i = 0; i < candidate_warmup; ++i) CHECK(c.order[i] == wl::Stack::candidate);
+  for (std::size_t i = candidate_warmup; i < candidate_warmup + baseline_warmup; ++i) CHECK(c.order[i] == wl::Stack::baseline);
+  using S = wl::Stack;
+  const std::vector<S> timed(c.order.begin() + static_cast<std::ptrdiff_t>(candidate_warmup + baseline_warmup), c.order.end());
+  // B C C B B C C B B C C B: linear drift lands on both stacks' timed samples equally.
+  CHECK(timed == std::vector<S>{S::baseline, S::candidate, S::candidate, S::baseline, S::baseline, S::candidate,
+                                S::candidate, S::baseline, S::baseline, S::candidate, S::candidate, S::baseline});
+}
+
+TEST_CASE("result documents with a baseline_benchmark: checked like benchmark, malformed ones refused") {
+  const wl::BenchSettings settings{5, 100, 5, 0.03, 10};
+  const auto c = run_comparison(settings);
+  const ab::BenchmarkSettings asked = agent_settings(settings);
+  const std::string good = comparison_document(c);
+  auto parsed = ab::parse_workload_result(good, asked);
+  REQUIRE_MESSAGE(parsed.has_value(), parsed.error().message);
+  REQUIRE(parsed->baseline.has_value());
+  CHECK(parsed->baseline->samples.size() == c.baseline.samples().size());
+  CHECK(parsed->baseline->steady_reached);
+  CHECK(parsed->samples.size() == c.candidate.samples().size());
+
+  const auto report = ab::make_report(*parsed, {0, 1}, {});
+  REQUIRE(report.baseline.has_value());
+  REQUIRE(report.baseline->median_throughput.has_value());
+  CHECK(report.baseline->timed_samples == 10);
+  CHECK(*report.median_throughput / *report.baseline->median_throughput == doctest::Approx(0.97).epsilon(0.03));
+  CHECK(ab::to_json(report)["baseline"]["timed_samples"] == 10);
+
+  // Without a baseline nothing changes: null or absent both mean none.
+  auto none = nlohmann::json::parse(good);
+  none["baseline_benchmark"] = nullptr;
+  auto without = ab::parse_workload_result(none.dump(), asked);
+  REQUIRE(without.has_value());
+  CHECK_FALSE(without->baseline.has_value());
+  CHECK_FALSE(ab::make_report(*without, {0}, {}).baseline.has_value());
+  CHECK_FALSE(ab::to_json(ab::make_report(*without, {0}, {})).contains("baseline"));
+
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expected) {
+    auto doc = nlohmann::json::parse(good);
+    edit(doc);
+    auto r = ab::parse_workload_result(doc.dump(), asked);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == kiln::Errc::bad_message);
+    CHECK_MESSAGE(r.error().message.find(expected) != std::string::npos, r.error().message);
+  };
+  auto& b = "baseline_benchmark";
+  refused([&](auto& d) { d[b]["samples"].erase(d[b]["samples"].size() - 1); },
+          "(baseline_benchmark) holds 9 timed samples but the agent asked for 10");
+  refused([&](auto& d) { d[b]["settings"]["repeats"] = 3; }, "(baseline_benchmark) reports settings");
+  refused([&](auto& d) { d[b]["samples"][3]["throughput"] = 0.0; }, "baseline_benchmark.samples[3] with throughput");
+  refused([&](auto& d) { d[b]["samples"][2]["phase"] = "timed"; }, "warmup sample after timed");
+  refused([&](auto& d) { d[b]["warmup"]["iterations"] = 1; }, "(baseline_benchmark) says 1 warmup iterations");
+  refused([&](auto& d) { d[b]["warmup"].erase("steady_reached"); }, "'steady_reached' in baseline_benchmark.warmup");
+  refused([&](auto& d) { d[b].erase("samples"); }, "no baseline_benchmark.samples");
+  refused([&](auto& d) { d[b] = "fast"; }, "neither an object nor null");
+  refused([&](auto& d) { d[b]["throughput_unit"] = "tokens/s"; }, "measures the baseline in 'tokens/s'");
+  refused([&](auto& d) {
+    // A baseline run at the same time as the candidate, not interleaved on the same chips.
+    const double shift = d["benchmark"]["samples"][0]["start_ms"].template get<double>() -
+                         d[b]["samples"][0]["start_ms"].template get<double>();
+    for (auto& s : d[b]["samples"]) {
+      s["start_ms"] = s["start_ms"].template get<double>() + shift;
+      s["end_ms"] = s["end_ms"].template get<double>() + shift;
+    }
+  }, "overlapping");
+
+  SUBCASE("a preempted comparison may hold fewer repeats of either") {
+    auto doc = nlohmann::json::parse(good);
+    doc["status"] = "preempted";
+    doc[b]["samples"].erase(doc[b]["samples"].size() - 1);
+    auto r = ab::parse_workload_result(doc.dump(), asked);
+    REQUIRE_MESSAGE(r.has_value(), r.error().message);
+    CHECK(r->baseline->samples.size() == c.baseline.samples().size() - 1);
+  }
+}
+
+TEST_CASE("two benchmarks of the largest allowed size leave room in the 256 KiB result") {
+  // Never steady: warmup_max + repeats = 1000 iterations for each stack.
+  const auto c = run_comparison({0, 900, 5, 1e-9, 100}, 36000.0 * 0.97, 36000.0);
+  REQUIRE(c.candidate.samples().size() == 1000);
+  REQUIRE(c.baseline.samples().size() == 1000);
+  const auto size = comparison_document(c).size();
+  MESSAGE("two full benchmarks: ", size, " bytes");
+  // The rest of a document (chips, stack effects, correctness reports) is a few KiB.
+  CHECK(size + 16 * 1024 < ab::kMaxResultBytes);
+}

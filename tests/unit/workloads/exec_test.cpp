@@ -2,6 +2,7 @@
 // with the KILN_* environment, against the sim driver with its state under a temporary folder.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -28,6 +29,8 @@ struct Job {
   std::string seed = "7";
   std::string fault_toml;       // sim fault file content, if any
   std::string stack_effects;    // KILN_SIM_STACK_EFFECTS content, if any
+  std::string stack_effects_option;     // --stack-effects content, if any
+  std::string baseline_stack_effects;   // --baseline-stack-effects content, if any
   bool with_golden = true;
   std::optional<ab::BenchmarkSettings> bench = kSettings;
 
@@ -59,6 +62,14 @@ struct Job {
       args.push_back("--golden");
       args.push_back(golden_dir());
     }
+    if (!stack_effects_option.empty()) {
+      args.push_back("--stack-effects");
+      args.push_back(dir.write("candidate.toml", stack_effects_option));
+    }
+    if (!baseline_stack_effects.empty()) {
+      args.push_back("--baseline-stack-effects");
+      args.push_back(dir.write("baseline.toml", baseline_stack_effects));
+    }
     return args;
   }
 
@@ -84,6 +95,15 @@ struct Job {
     const auto report = ab::make_report(parsed(), {0, 1}, {});
     REQUIRE(report.median_throughput.has_value());
     return *report.median_throughput;
+  }
+
+  // Candidate median over baseline median, from the agent's report.
+  double candidate_over_baseline() const {
+    const auto report = ab::make_report(parsed(), {0, 1}, {});
+    REQUIRE(report.median_throughput.has_value());
+    REQUIRE(report.baseline.has_value());
+    REQUIRE(report.baseline->median_throughput.has_value());
+    return *report.median_throughput / *report.baseline->median_throughput;
   }
 };
 
@@ -257,4 +277,108 @@ TEST_CASE("the smoke workload still runs") {
   auto parsed = ab::parse_workload_result(read_text(job.result_file()), std::nullopt);
   REQUIRE_MESSAGE(parsed.has_value(), parsed.error().message);
   CHECK(parsed->passed);
+}
+
+TEST_CASE("--stack-effects wins over KILN_SIM_STACK_EFFECTS") {
+  Job job;
+  job.stack_effects = "[throughput]\n\"mlp-bf16\" = 0.5\n";
+  job.stack_effects_option = "[throughput]\n\"mlp-bf16\" = 0.25\n";
+  REQUIRE(job.run().exit_code == 0);
+  CHECK(job.result()["stack_effects"]["throughput_factors"]["mlp-bf16"] == 0.25);
+  CHECK(job.result()["stack_effects"]["source"].get<std::string>().ends_with("candidate.toml"));
+  CHECK_FALSE(job.result().contains("baseline_benchmark"));
+
+  Job missing;
+  missing.bench.reset();
+  missing.with_golden = false;
+  auto args = missing.argv();
+  args.push_back("--baseline-stack-effects");
+  args.push_back(missing.dir / "no-such.toml");
+  const auto end = run_process(args, missing.env(), 20000, {}, missing.dir / "stdout.txt");
+  CHECK(end.exit_code == 2);
+}
+
+TEST_CASE("a baseline stack is measured on the same chips, interleaved: a 3% slower candidate shows 3%") {
+  // Several seeds: the comparison holds for the noise model, not for one lucky draw.
+  for (const std::string seed : {"7", "8", "9"}) {
+    CAPTURE(seed);
+    Job job;
+    job.seed = seed;
+    job.bench = ab::BenchmarkSettings{5, 100, 5, 0.03, 20};
+    job.stack_effects_option = "[throughput]\n\"mlp-bf16\" = 0.97\n";
+    job.baseline_stack_effects = "[throughput]\ndefault = 1.0\n";
+    REQUIRE(job.run().exit_code == 0);
+    const auto parsed = job.parsed();
+    REQUIRE(parsed.baseline.has_value());
+    const auto timed = [](const std::vector<ab::WorkloadSample>& samples) {
+      return std::count_if(samples.begin(), samples.end(),
+                           [](const auto& s) { return s.phase == ab::SamplePhase::timed; });
+    };
+    CHECK(timed(parsed.samples) == 20);
+    CHECK(timed(parsed.baseline->samples) == 20);
+    const double ratio = job.candidate_over_baseline();
+    CHECK(ratio > 1.0 - 0.045);
+    CHECK(ratio < 1.0 - 0.015);
+
+    const auto doc = job.result();
+    CHECK(doc["baseline_stack_effects"]["default_throughput_factor"] == 1.0);
+    CHECK(doc["stack_effects"]["throughput_factors"]["mlp-bf16"] == 0.97);
+    CHECK(doc["baseline_benchmark"]["settings"] == doc["benchmark"]["settings"]);
+    // Interleaved: the timed phases overlap in time rather than one after the other.
+    const auto first_timed = [](const std::vector<ab::WorkloadSample>& samples) {
+      return *std::find_if(samples.begin(), samples.end(), [](const auto& s) { return s.phase == ab::SamplePhase::timed; });
+    };
+    CHECK(first_timed(parsed.samples).start_ms < parsed.baseline->samples.back().start_ms);
+    CHECK(first_timed(parsed.baseline->samples).start_ms < parsed.samples.back().start_ms);
+  }
+}
+
+TEST_CASE("with identical stacks the two medians agree within 1.5%") {
+  for (const std::string seed : {"7", "8", "9"}) {
+    CAPTURE(seed);
+    Job job;
+    job.seed = seed;
+    job.bench = ab::BenchmarkSettings{5, 100, 5, 0.03, 20};
+    job.baseline_stack_effects = "[throughput]\ndefault = 1.0\n";
+    REQUIRE(job.run().exit_code == 0);
+    const double ratio = job.candidate_over_baseline();
+    CHECK(ratio > 0.985);
+    CHECK(ratio < 1.015);
+    // Two independent measurements, not one replayed.
+    CHECK(job.result()["benchmark"]["samples"] != job.result()["baseline_benchmark"]["samples"]);
+  }
+}
+
+TEST_CASE("correctness is judged on the candidate stack only") {
+  Job broken_baseline;
+  broken_baseline.baseline_stack_effects = "[numerics]\nkernels = [\"gemm-bf16\"]\n";
+  CHECK(broken_baseline.run().exit_code == 0);
+  CHECK(broken_baseline.result()["baseline_stack_effects"]["faulty_kernels"] == std::vector<std::string>{"gemm-bf16"});
+
+  Job broken_candidate;
+  broken_candidate.stack_effects_option = "[numerics]\nkernels = [\"gemm-bf16\"]\n";
+  broken_candidate.baseline_stack_effects = "[throughput]\ndefault = 1.0\n";
+  CHECK(broken_candidate.run().exit_code == 1);
+  CHECK(broken_candidate.result()["passed"] == false);
+}
+
+TEST_CASE("SIGUSR1 during a comparison writes both partial sample sets") {
+  Job job;
+  job.bench = ab::BenchmarkSettings{0, 20, 5, 1e-9, 400};  // never steady: 20 warmup each, then seconds of repeats
+  job.baseline_stack_effects = "[throughput]\ndefault = 1.0\n";
+  const auto started = std::chrono::steady_clock::now();
+  const auto end = job.run(20000, [](pid_t pid) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    ::kill(pid, SIGUSR1);
+  });
+  REQUIRE(end.exit_code == 0);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(1500));
+  const auto parsed = job.parsed();
+  CHECK(parsed.status == ab::WorkloadStatus::preempted);
+  REQUIRE(parsed.baseline.has_value());
+  CHECK(parsed.samples.size() > 20);
+  CHECK(parsed.baseline->samples.size() > 20);
+  CHECK(parsed.samples.size() < 420);
+  const auto checkpoint = nlohmann::json::parse(read_text(job.result()["checkpoint"].get<std::string>()));
+  CHECK(checkpoint["baseline_iterations_done"].get<std::size_t>() == parsed.baseline->samples.size());
 }
