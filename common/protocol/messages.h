@@ -24,6 +24,7 @@ constexpr Str kMessageText{0, 4096};   // human-readable explanations
 constexpr Str kArgument{0, 4096};
 constexpr Str kOutputTail{0, 65536};
 constexpr Str kResultDocument{0, 262144};
+constexpr Str kBundleId{0, 64};  // lowercase hex SHA-256, or empty
 constexpr Range kU32{0, UINT32_MAX};
 constexpr Range kU64{0, INT64_MAX};
 constexpr Range kChipIndex{0, 63};
@@ -244,6 +245,8 @@ struct JobSummary {
   std::uint64_t duration_ms = 0;
   std::string submitted_by;
   std::string detail;  // why it ended as it did, for people
+  std::string bundle_id;    // as submitted: with node, chips and seed, what reruns it
+  std::string config_hash;
 
   template <class V>
   void visit(V& v) {
@@ -262,6 +265,8 @@ struct JobSummary {
     v.field("duration_ms", duration_ms, kU64);
     v.field("submitted_by", submitted_by, Str{0, 64});
     v.field("detail", detail, kMessageText);
+    v.field("bundle_id", bundle_id, kBundleId);
+    v.field("config_hash", config_hash, kBundleId);
   }
 };
 
@@ -472,6 +477,8 @@ struct SubmitJob {
   std::uint32_t max_attempts = 2;
   std::uint64_t seed = 0;
   BenchmarkSpec benchmark;
+  std::string bundle_id;    // the stack bundle it runs (its content hash); empty: none named
+  std::string config_hash;  // SHA-256 of the job's canonical config, from the submitter
 
   template <class V>
   void visit(V& v) {
@@ -485,6 +492,8 @@ struct SubmitJob {
     v.field("max_attempts", max_attempts, Range{1, 10});
     v.field("seed", seed, kU64);
     v.field("benchmark", benchmark);
+    v.field("bundle_id", bundle_id, kBundleId);
+    v.field("config_hash", config_hash, kBundleId);
   }
 };
 
@@ -846,12 +855,123 @@ struct QueueExplanation {
   }
 };
 
+// ---- qualification records ---------------------------------------------------------------
+
+// What the coordinator keeps for qualification (docs/qualification.md): merged changes, built
+// bundles (key = content hash), the accepted baseline bundle per hardware revision (key = the
+// revision) and qualification run reports (key = run id). Changes and bundles are immutable.
+enum class RecordKind { change, bundle, baseline, qualification_run };
+template <>
+struct EnumNames<RecordKind> {
+  static constexpr std::array<std::pair<RecordKind, std::string_view>, 4> values{{
+      {RecordKind::change, "change"},
+      {RecordKind::bundle, "bundle"},
+      {RecordKind::baseline, "baseline"},
+      {RecordKind::qualification_run, "qualification_run"},
+  }};
+};
+
+constexpr Str kRecordKey{1, 128};
+constexpr Str kRecordDocument{2, 786432};  // a JSON object; below the 1 MiB message limit
+
+struct PutRecord {
+  static constexpr std::string_view kType = "put_record";
+  RecordKind kind = RecordKind::change;
+  std::string key;
+  std::string document;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("kind", kind);
+    v.field("key", key, kRecordKey);
+    v.field("document", document, kRecordDocument);
+  }
+};
+
+struct GetRecord {
+  static constexpr std::string_view kType = "get_record";
+  RecordKind kind = RecordKind::change;
+  std::string key;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("kind", kind);
+    v.field("key", key, kRecordKey);
+  }
+};
+
+// Records of one kind in the order they were first written, after `after_seq`.
+struct ListRecords {
+  static constexpr std::string_view kType = "list_records";
+  RecordKind kind = RecordKind::change;
+  std::uint32_t limit = 1000;
+  std::uint64_t after_seq = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("kind", kind);
+    v.field("limit", limit, Range{1, 10000});
+    v.field("after_seq", after_seq, kU64);
+  }
+};
+
+struct RecordEntry {
+  static constexpr std::string_view kType = "record_entry";
+  RecordKind kind = RecordKind::change;
+  std::string key;
+  std::string document;
+  std::uint64_t seq = 0;  // order of first write, from 1
+  std::int64_t updated_at_ms = 0;
+  std::string written_by;  // the key that wrote it last
+
+  template <class V>
+  void visit(V& v) {
+    v.field("kind", kind);
+    v.field("key", key, kRecordKey);
+    v.field("document", document, kRecordDocument);
+    v.field("seq", seq, kU64);
+    v.field("updated_at_ms", updated_at_ms, Range{0, INT64_MAX});
+    v.field("written_by", written_by, Str{0, 64});
+  }
+};
+
+// `more`: the list stopped early (limit or size); ask again after the last seq.
+struct RecordList {
+  static constexpr std::string_view kType = "record_list";
+  std::vector<RecordEntry> records;
+  bool more = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("records", records, Count{0, 10000});
+    v.field("more", more);
+  }
+};
+
+// Takes a node out of service until it passes diagnostics (docs/protocol.md §9.7), as a failed
+// health probe does: qualification's hardware triage sends it for a node that failed a test
+// another node of its revision passed.
+struct QuarantineNode {
+  static constexpr std::string_view kType = "quarantine_node";
+  std::string node_id;
+  std::string reason;
+  std::string owner;  // who must look: "lab"
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("reason", reason, Str{1, 4096});
+    v.field("owner", owner, Str{1, 64});
+  }
+};
+
 using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFinished,
                           JobFinishedAck, JobCancel, JobPreempt, HealthReport, Whoami, WhoamiReply, SubmitJob, JobAccepted,
                           ListNodes, NodeList, ListJobs, JobList, GetJob, JobDetail, CancelJob,
                           DrainNode, Ok, ErrorReply, RequestLease, LeaseGranted, LeasePending,
                           ReleaseLease, ListLeases, LeaseList, WatchLease, LeaseEvent, SubmitInLease,
-                          QueueWhy, QueueExplanation>;
+                          QueueWhy, QueueExplanation, PutRecord, GetRecord, ListRecords, RecordEntry, RecordList,
+                          QuarantineNode>;
 
 std::string_view type_name(const Body& body);
 

@@ -99,7 +99,7 @@ bool finished_its_work(const protocol::JobFinished& fin) {
 }  // namespace
 
 CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, TimeMs now)
-    : knobs_(knobs), scheduler_(knobs.scheduler) {
+    : knobs_(knobs), scheduler_(knobs.scheduler), records_(std::move(recovered.records)) {
   clock_origin_ms_ = now >= 0 ? now / kDayMs * kDayMs : 0;
   for (auto& node : recovered.nodes) {
     // A recovered node has no session yet: give it one liveness timeout to say hello.
@@ -699,6 +699,37 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
           reply(std::move(list));
         } else if constexpr (std::is_same_v<T, protocol::WatchLease>) {
           handle_watch_lease(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::QuarantineNode>) {
+          auto node = nodes_.find(body.node_id);
+          if (caller.role != Role::ci && caller.role != Role::lab && !privileged(caller.role)) {
+            reply_error(client, corr, Errc::unauthorized,
+                        fmt::format("role {} may not quarantine nodes; CI, lab, ops and admin keys may",
+                                    protocol::enum_name(caller.role)));
+          } else if (node == nodes_.end()) {
+            reply_error(client, corr, Errc::not_found,
+                        fmt::format("node {} is not registered; `kiln nodes` lists the nodes", body.node_id));
+          } else {
+            if (node->second.summary.state != NodeState::quarantined) {
+              quarantine(node->second, body.reason + " (by " + caller.key_name + ")", body.owner, now);
+            }
+            reply(protocol::Ok{fmt::format("node {} is quarantined (owner {}); it returns after passing level {} "
+                                           "diagnostics (kiln diag --node {} --level {})",
+                                           body.node_id, node->second.summary.quarantine_owner,
+                                           release_diag_level(node->second), body.node_id,
+                                           release_diag_level(node->second))});
+          }
+        } else if constexpr (std::is_same_v<T, protocol::PutRecord>) {
+          handle_put_record(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::GetRecord>) {
+          if (const protocol::RecordEntry* record = records_.get(body.kind, body.key)) {
+            reply(*record);
+          } else {
+            reply_error(client, corr, Errc::not_found,
+                        fmt::format("no {} record '{}'; `kiln changes`, `kiln bundles` and `kiln runs` list them",
+                                    protocol::enum_name(body.kind), body.key));
+          }
+        } else if constexpr (std::is_same_v<T, protocol::ListRecords>) {
+          reply(records_.list(body));
         } else if constexpr (std::is_same_v<T, protocol::QueueWhy>) {
           if ((body.job_id == 0) == (body.lease_id == 0)) {
             reply_error(client, corr, Errc::invalid_argument,
@@ -821,6 +852,8 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
   job.timeout_ms = submit.timeout_ms;
   job.seed = submit.seed;
   job.benchmark = submit.benchmark;
+  job.summary.bundle_id = submit.bundle_id;
+  job.summary.config_hash = submit.config_hash;
   job.lease_id = lease_id;
   // Maintenance takes the whole node: nothing else may share its chips while it runs.
   if (maintenance) job.summary.chips = nodes_.at(submit.node_id).summary.chips_total;
@@ -840,6 +873,24 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
                                           submit.chips, protocol::enum_name(stored.summary.priority_class),
                                           lease_id ? fmt::format(", in lease L{}", lease_id) : "", caller.key_name));
   sync_node_states(now);
+}
+
+void CoordinatorCore::handle_put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                                        const protocol::PutRecord& put, TimeMs now) {
+  if (caller.role != Role::ci && !privileged(caller.role)) {
+    reply_error(client, m.header.id, Errc::unauthorized,
+                fmt::format("role {} may not write {} records; CI, ops and admin keys record changes, bundles and "
+                            "qualification results",
+                            protocol::enum_name(caller.role), protocol::enum_name(put.kind)));
+    return;
+  }
+  auto record = records_.put(put, caller.key_name, now);
+  if (!record) {
+    reply_error(client, m.header.id, record.error().code, record.error().message);
+    return;
+  }
+  actions_.push_back(action::SaveRecord{*record});
+  actions_.push_back(action::ToClient{client, protocol::Ok{}, m.header.id});
 }
 
 void CoordinatorCore::handle_cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,

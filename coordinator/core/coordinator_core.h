@@ -16,6 +16,7 @@
 #include "common/protocol/codec.h"
 #include "common/time.h"
 #include "coordinator/core/knobs.h"
+#include "coordinator/core/record_book.h"
 #include "coordinator/core/records.h"
 #include "coordinator/scheduler/scheduler.h"
 
@@ -46,6 +47,9 @@ struct SaveNode {
 struct SaveJob {
   JobRecord job;
 };
+struct SaveRecord {
+  protocol::RecordEntry record;
+};
 enum class Severity { debug, info, warn, error };
 struct Log {
   Severity severity = Severity::info;
@@ -54,7 +58,7 @@ struct Log {
 }  // namespace action
 
 using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
-                            action::Log>;
+                            action::SaveRecord, action::Log>;
 
 // Scheduler request ids: a job's is its job id; a developer lease's is this base plus its id.
 constexpr scheduler::RequestId kLeaseRequestBase = scheduler::RequestId{1} << 48;
@@ -136,6 +140,8 @@ class CoordinatorCore {
                             const protocol::RequestLease& request, TimeMs now);
   void handle_release_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                             const protocol::ReleaseLease& release, TimeMs now);
+  void handle_put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                         const protocol::PutRecord& put, TimeMs now);
   void handle_watch_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                           const protocol::WatchLease& watch, TimeMs now);
   protocol::QueueExplanation explain(const protocol::QueueWhy& why, TimeMs now) const;
@@ -251,6 +257,7 @@ class CoordinatorCore {
   std::map<std::uint64_t, DevLease> leases_;
   std::uint64_t next_lease_id_ = 1;
   std::vector<Watch> watches_;
+  RecordBook records_;
 };
 
 }  // namespace kiln::coordinator

@@ -75,6 +75,7 @@ struct JobRecord {
 struct Snapshot {
   std::vector<NodeRecord> nodes;
   std::vector<JobRecord> jobs;
+  std::vector<protocol::RecordEntry> records;  // qualification records (record_book.h)
 };
 
 }  // namespace kiln::coordinator

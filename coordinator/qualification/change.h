@@ -54,6 +54,28 @@ struct Change {
 
 Status validate(const Change& change);
 
+// The stored form of a change (the coordinator's change records), sim effect included.
+nlohmann::json to_json(const Change& change);
+Result<Change> change_from_json(const nlohmann::json& json);  // validates
+
+// A history of changes in merge order, from TOML (`kiln change import`):
+//
+//   [[change]]
+//   id = "c0412"
+//   layer = "kernels"                 # model framework compiler kernels runtime driver firmware
+//   owner_team = "kernels-team"
+//   components = ["gemm-bf16"]
+//   merged_at_ms = 1796013552000      # optional: default `first_merged_at_ms` + 1 min per entry
+//   summary = "faster bf16 tiles"     # optional
+//   [change.sim_effect]               # optional, sim only
+//   throughput = { "mlp-bf16" = 0.97 }
+//   breaks_kernels = ["gemm-bf16"]
+//   repairs_kernels = []
+//
+// Ids must be unique and merge times must not go backwards. Errors carry file:line:col.
+Result<std::vector<Change>> parse_change_history(std::string_view toml_text, std::string_view source,
+                                                 TimeMs first_merged_at_ms);
+
 // One version per layer that ships in a bundle. Model changes are versioned as the model
 // configs (Bundle::model_configs_version).
 struct LayerVersions {

@@ -8,7 +8,8 @@
 namespace kiln::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: jobs record their bundle and config hash; qualification records.
+constexpr int kSchemaVersion = 2;
 
 class Statement {
  public:
@@ -35,7 +36,9 @@ class SqliteStore final : public Store {
                             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
                             "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, doc TEXT NOT NULL);",
                             "CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL, "
-                            "node_id TEXT NOT NULL, doc TEXT NOT NULL);"}) {
+                            "node_id TEXT NOT NULL, doc TEXT NOT NULL);",
+                            "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key TEXT NOT NULL, "
+                            "doc TEXT NOT NULL, PRIMARY KEY (kind, key));"}) {
       if (auto s = exec(sql); !s) return s;
     }
     Statement get(db_, "SELECT value FROM meta WHERE key='schema_version';");
@@ -78,6 +81,19 @@ class SqliteStore final : public Store {
     return {};
   }
 
+  Status save_record(const protocol::RecordEntry& record) override {
+    Statement st(db_, "INSERT INTO records (kind, key, doc) VALUES (?1, ?2, ?3) "
+                      "ON CONFLICT(kind, key) DO UPDATE SET doc=excluded.doc;");
+    if (!st) return error("prepare a record save");
+    const std::string kind(protocol::enum_name(record.kind));
+    const std::string doc = protocol::to_json(record).dump();
+    sqlite3_bind_text(st.get(), 1, kind.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st.get(), 2, record.key.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st.get(), 3, doc.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return error(fmt::format("save {} record {}", kind, record.key));
+    return {};
+  }
+
   Result<Snapshot> load() override {
     Snapshot snapshot;
     {
@@ -96,6 +112,15 @@ class SqliteStore final : public Store {
         auto job = parse<JobRecord>(st.get(), "job");
         if (!job) return tl::unexpected(job.error());
         snapshot.jobs.push_back(std::move(*job));
+      }
+    }
+    {
+      Statement st(db_, "SELECT doc FROM records ORDER BY kind, key;");
+      if (!st) return tl::unexpected(error("read records").error());
+      while (sqlite3_step(st.get()) == SQLITE_ROW) {
+        auto record = parse<protocol::RecordEntry>(st.get(), "qualification");
+        if (!record) return tl::unexpected(record.error());
+        snapshot.records.push_back(std::move(*record));
       }
     }
     return snapshot;

@@ -16,6 +16,7 @@ class Store {
   virtual ~Store() = default;
   virtual Status save_node(const NodeRecord& node) = 0;
   virtual Status save_job(const JobRecord& job) = 0;
+  virtual Status save_record(const protocol::RecordEntry& record) = 0;
   virtual Result<Snapshot> load() = 0;
 };
 

@@ -293,6 +293,7 @@ struct Simulation::World {
   std::uint64_t coordinator_next_message_id = 1;
   std::map<std::string, NodeRecord> stored_nodes;
   std::map<std::uint64_t, JobRecord> stored_jobs;
+  std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> stored_records;
   std::set<std::uint64_t> accepted;                                // job_accepted sent
   std::set<std::pair<std::uint64_t, std::uint32_t>> acked_results;  // (job, attempt) acknowledged, stored terminal
   std::vector<std::pair<std::size_t, protocol::JobFinishedAck>> acks_this_step;  // (node, ack)
@@ -501,6 +502,7 @@ struct Simulation::World {
     }
     stored_jobs[s.job_id] = act.job;
   }
+  void carry_out(coordinator::action::SaveRecord& act) { stored_records[{act.record.kind, act.record.key}] = act.record; }
   void carry_out(coordinator::action::Log& act) { log("coordinator", act.text); }
 
   // A job_finished_ack tells the agent it may forget the result. By the end of the step (or
@@ -543,6 +545,7 @@ struct Simulation::World {
     coordinator::Snapshot snapshot;
     for (const auto& [id, node] : stored_nodes) snapshot.nodes.push_back(node);
     for (const auto& [id, job] : stored_jobs) snapshot.jobs.push_back(job);
+    for (const auto& [key, record] : stored_records) snapshot.records.push_back(record);
     log("sim", fmt::format("coordinator restarts from the store ({} nodes, {} jobs)", snapshot.nodes.size(),
                            snapshot.jobs.size()));
     coordinator = std::make_unique<CoordinatorCore>(options.coordinator_knobs, std::move(snapshot), wall());
@@ -1342,6 +1345,7 @@ coordinator::Snapshot Simulation::store() const {
   coordinator::Snapshot snapshot;
   for (const auto& [id, node] : world_->stored_nodes) snapshot.nodes.push_back(node);
   for (const auto& [id, job] : world_->stored_jobs) snapshot.jobs.push_back(job);
+  for (const auto& [key, record] : world_->stored_records) snapshot.records.push_back(record);
   return snapshot;
 }
 

@@ -15,6 +15,7 @@ struct Harness {
   std::vector<action::ToAgent> to_agents;
   std::vector<action::ToClient> to_clients;
   std::vector<JobRecord> saved_jobs;
+  std::vector<protocol::RecordEntry> saved_records;
   std::uint64_t next_id = 1;
 
   explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, TimeMs now = 0)
@@ -27,6 +28,7 @@ struct Harness {
       if (auto* t = std::get_if<action::ToAgent>(&*a)) to_agents.push_back(*t);
       if (auto* t = std::get_if<action::ToClient>(&*a)) to_clients.push_back(*t);
       if (auto* t = std::get_if<action::SaveJob>(&*a)) saved_jobs.push_back(t->job);
+      if (auto* t = std::get_if<action::SaveRecord>(&*a)) saved_records.push_back(t->record);
     }
   }
   void agent(const std::string& peer, const std::string& key, protocol::Body body, TimeMs now) {

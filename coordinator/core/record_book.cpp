@@ -1,0 +1,137 @@
+#include "coordinator/core/record_book.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "coordinator/qualification/change.h"
+
+namespace kiln::coordinator {
+
+using protocol::RecordKind;
+
+namespace {
+
+// A list reply stays well below the 1 MiB message limit.
+constexpr std::size_t kListBytes = 512 * 1024;
+
+Result<nlohmann::json> parse_object(const std::string& document, RecordKind kind) {
+  auto json = nlohmann::json::parse(document, nullptr, false);
+  if (json.is_discarded() || !json.is_object()) {
+    return fail(Errc::bad_message, fmt::format("the {} record is not a JSON object; send the document kiln wrote",
+                                               protocol::enum_name(kind)));
+  }
+  return json;
+}
+
+Status key_matches(const std::string& key, const std::string& id, RecordKind kind) {
+  if (key == id) return {};
+  return fail(Errc::invalid_argument, fmt::format("a {} record's key must be its id: key '{}', id '{}'",
+                                                  protocol::enum_name(kind), key, id));
+}
+
+}  // namespace
+
+RecordBook::RecordBook(std::vector<protocol::RecordEntry> recovered) {
+  for (auto& record : recovered) {
+    next_seq_ = std::max(next_seq_, record.seq + 1);
+    const auto key = std::make_pair(record.kind, record.key);
+    records_.emplace(key, std::move(record));
+  }
+}
+
+Status RecordBook::check(const protocol::PutRecord& put) const {
+  auto json = parse_object(put.document, put.kind);
+  if (!json) return tl::unexpected(json.error());
+  switch (put.kind) {
+    case RecordKind::change: {
+      auto change = qualification::change_from_json(*json);
+      if (!change) return tl::unexpected(change.error());
+      return key_matches(put.key, change->id, put.kind);
+    }
+    case RecordKind::bundle: {
+      auto bundle = qualification::bundle_from_json(*json);
+      if (!bundle) return tl::unexpected(bundle.error());
+      if (auto ok = key_matches(put.key, bundle->id, put.kind); !ok) return ok;
+      for (const auto& change : bundle->change_ids) {
+        if (!get(RecordKind::change, change)) {
+          return fail(Errc::not_found, fmt::format("bundle {} contains change {}, which is not recorded; record the "
+                                                   "changes (kiln change add / import) before their bundles",
+                                                   bundle->id, change));
+        }
+      }
+      return {};
+    }
+    case RecordKind::baseline: {
+      const std::string bundle_id = json->value("bundle_id", "");
+      const protocol::RecordEntry* bundle = get(RecordKind::bundle, bundle_id);
+      if (bundle == nullptr) {
+        return fail(Errc::not_found, fmt::format("baseline for revision {} names bundle '{}', which is not recorded; "
+                                                 "`kiln bundles` lists the bundles",
+                                                 put.key, bundle_id));
+      }
+      const auto revisions = nlohmann::json::parse(bundle->document).value("hardware_revisions",
+                                                                           std::vector<std::string>{});
+      if (std::find(revisions.begin(), revisions.end(), put.key) == revisions.end()) {
+        return fail(Errc::invalid_argument, fmt::format("bundle {} does not support revision {}; accept it only on "
+                                                        "its revisions",
+                                                        bundle_id, put.key));
+      }
+      return {};
+    }
+    case RecordKind::qualification_run:
+      return key_matches(put.key, json->value("run_id", ""), put.kind);
+  }
+  return {};
+}
+
+Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now) {
+  if (auto ok = check(put); !ok) return tl::unexpected(ok.error());
+  const auto key = std::make_pair(put.kind, put.key);
+  auto it = records_.find(key);
+  const bool immutable = put.kind == RecordKind::change || put.kind == RecordKind::bundle;
+  if (it != records_.end() && immutable) {
+    if (nlohmann::json::parse(it->second.document) != nlohmann::json::parse(put.document)) {
+      return fail(Errc::conflict, fmt::format("{} {} is already recorded with other content; {} records never "
+                                              "change: use a new id",
+                                              protocol::enum_name(put.kind), put.key, protocol::enum_name(put.kind)));
+    }
+    return it->second;
+  }
+  protocol::RecordEntry record;
+  record.kind = put.kind;
+  record.key = put.key;
+  record.document = put.document;
+  record.seq = it != records_.end() ? it->second.seq : next_seq_++;
+  record.updated_at_ms = std::max<TimeMs>(now, 0);
+  record.written_by = written_by;
+  records_[key] = record;
+  return record;
+}
+
+const protocol::RecordEntry* RecordBook::get(RecordKind kind, const std::string& key) const {
+  auto it = records_.find(std::make_pair(kind, key));
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+protocol::RecordList RecordBook::list(const protocol::ListRecords& request) const {
+  std::vector<const protocol::RecordEntry*> matching;
+  for (const auto& [key, record] : records_) {
+    if (key.first == request.kind && record.seq > request.after_seq) matching.push_back(&record);
+  }
+  std::sort(matching.begin(), matching.end(), [](const auto* a, const auto* b) { return a->seq < b->seq; });
+  protocol::RecordList list;
+  std::size_t bytes = 0;
+  for (const auto* record : matching) {
+    if (list.records.size() >= request.limit || (bytes + record->document.size() > kListBytes && !list.records.empty())) {
+      list.more = true;
+      break;
+    }
+    bytes += record->document.size();
+    list.records.push_back(*record);
+  }
+  return list;
+}
+
+}  // namespace kiln::coordinator

@@ -1,0 +1,37 @@
+// The coordinator's qualification records (changes, bundles, accepted baselines, run reports):
+// validated on the way in, kept in memory, saved through the core's actions. Pure.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/protocol/messages.h"
+#include "common/time.h"
+
+namespace kiln::coordinator {
+
+class RecordBook {
+ public:
+  explicit RecordBook(std::vector<protocol::RecordEntry> recovered = {});
+
+  // Checks the document for its kind (docs/protocol.md, qualification records): a change or
+  // bundle keyed by its id, immutable once written (writing the same content again is fine);
+  // a bundle's changes recorded before it, its id the hash of its content; a baseline keyed by
+  // revision naming a recorded bundle that supports it; a run report keyed by its run_id.
+  // Returns the record to save.
+  Result<protocol::RecordEntry> put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now);
+  const protocol::RecordEntry* get(protocol::RecordKind kind, const std::string& key) const;
+  protocol::RecordList list(const protocol::ListRecords& request) const;
+
+ private:
+  Status check(const protocol::PutRecord& put) const;
+
+  std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> records_;
+  std::uint64_t next_seq_ = 1;
+};
+
+}  // namespace kiln::coordinator
