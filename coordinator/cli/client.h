@@ -31,4 +31,13 @@ class Client {
   virtual Result<protocol::Body> request(protocol::Body body) = 0;
 };
 
+// The reply as the type a request expects; any other reply is an error naming both.
+template <class T>
+Result<T> expect_reply(Result<protocol::Body> reply) {
+  if (!reply) return tl::unexpected(reply.error());
+  if (auto* t = std::get_if<T>(&*reply)) return std::move(*t);
+  return fail(Errc::bad_message, "the coordinator answered with '" + std::string(protocol::type_name(*reply)) +
+                                     "' where '" + std::string(T::kType) + "' was expected");
+}
+
 }  // namespace kiln::cli

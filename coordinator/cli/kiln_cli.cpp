@@ -17,38 +17,13 @@
 #include "common/protocol/json.h"
 #include "common/stats/compare_cli.h"
 #include "coordinator/cli/client.h"
+#include "coordinator/cli/exit_codes.h"
+#include "coordinator/cli/qualify_commands.h"
 
 namespace kiln::cli {
 namespace {
 
 using protocol::Body;
-
-// Exit codes: documented in docs/operations.md.
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;        // the job (or verdict) failed
-constexpr int kExitUsage = 2;         // bad arguments or configuration
-constexpr int kExitRefused = 3;       // not authenticated or not authorized
-constexpr int kExitUnreachable = 4;   // no answer from the coordinator
-constexpr int kExitNotFound = 5;
-
-int exit_code_for(const Error& e) {
-  switch (e.code) {
-    case Errc::unauthenticated:
-    case Errc::unauthorized: return kExitRefused;
-    case Errc::timeout:
-    case Errc::unavailable:
-    case Errc::io: return kExitUnreachable;
-    case Errc::not_found: return kExitNotFound;
-    case Errc::config:
-    case Errc::invalid_argument: return kExitUsage;
-    default: return kExitFailed;
-  }
-}
-
-int report(const Error& e) {
-  std::cerr << "kiln: " << e.message << "\n";
-  return exit_code_for(e);
-}
 
 std::string config_path_default() {
   if (const char* env = std::getenv("KILN_CONFIG")) return env;
@@ -116,14 +91,6 @@ void print_job_detail(const protocol::JobDetail& d) {
       start = end + 1;
     }
   }
-}
-
-template <class T>
-Result<T> expect_reply(Result<Body> reply) {
-  if (!reply) return tl::unexpected(reply.error());
-  if (auto* t = std::get_if<T>(&*reply)) return std::move(*t);
-  return fail(Errc::bad_message, fmt::format("the coordinator answered with '{}' where '{}' was expected",
-                                             protocol::type_name(*reply), T::kType));
 }
 
 struct Common {
@@ -411,6 +378,8 @@ int run_kiln(int argc, char** argv) {
   compare->add_option("--resamples", compare_args.bootstrap_resamples, "bootstrap resamples")->capture_default_str();
   compare->add_option("--seed", compare_args.seed, "bootstrap seed")->capture_default_str();
 
+  auto qualify = add_qualify_commands(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -439,6 +408,21 @@ int run_kiln(int argc, char** argv) {
     compare_args.json = common.json;
     compare_args.higher_is_better = !lower_is_better;
     return stats::run_compare_samples(compare_args, std::cout, std::cerr);
+  }
+
+  if (qualify_command_parsed(*qualify)) {
+    std::unique_ptr<Client> connected;
+    auto connect = [&]() -> Client* {
+      auto config = load_client_config(common.config_path);
+      auto made = config ? Client::connect(*config) : tl::unexpected(config.error());
+      if (!made) {
+        report(made.error());
+        return nullptr;
+      }
+      connected = std::move(*made);
+      return connected.get();
+    };
+    return run_qualify_command(*qualify, connect, common.json, argc, argv);
   }
 
   auto client_config = load_client_config(common.config_path);

@@ -203,13 +203,14 @@ std::unique_ptr<cli::Client> Fleet::client(const std::string& key_name, std::uin
   return std::move(*client);
 }
 
-int Fleet::kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output) {
+int Fleet::kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output,
+               std::chrono::seconds timeout) {
   const fs::path out_file = dir_ / "kiln-command.out";
   std::vector<std::string> argv{std::string(KILN_BIN_DIR) + "/kiln", "--config", client_config(key_name, 3000)};
   argv.insert(argv.end(), args.begin(), args.end());
   fs::remove(out_file);
   ChildProcess command(argv, out_file);
-  int status = command.wait(std::chrono::seconds(60));
+  int status = command.wait(timeout);
   if (output) *output = read_file(out_file);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

@@ -60,7 +60,8 @@ class Fleet {
 
   std::unique_ptr<cli::Client> client(const std::string& key_name, std::uint32_t timeout_ms = 5000);
   // Runs the kiln command with a client config for KEY; returns its exit code and output.
-  int kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output = nullptr);
+  int kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output = nullptr,
+           std::chrono::seconds timeout = std::chrono::seconds(60));
 
   // Runs kiln-sim-chip on a node's simulated chips (inject, clear, show); returns its exit code.
   int sim_chip(const std::string& node_id, const std::vector<std::string>& args);

@@ -1,0 +1,34 @@
+// Builders: make the bundle containing history[0..index]. The sim builder computes it at once
+// and writes the stack-effects file the sim workloads read; the command builder runs a
+// configured program (a real build) that prints the bundle.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "common/error.h"
+#include "coordinator/qualification/change.h"
+
+namespace kiln::qualification::shell {
+
+class BundleBuilder {
+ public:
+  virtual ~BundleBuilder() = default;
+  virtual Result<Bundle> build(const std::vector<Change>& history, std::size_t index) = 0;
+};
+
+// Where a bundle's simulated stack lives: <bundle_dir>/<id>.stack.toml. The directory must be
+// readable by every agent (a shared artifact directory; on one machine, any directory).
+std::filesystem::path stack_effects_path(const std::filesystem::path& bundle_dir, const std::string& bundle_id);
+
+// build_bundle_at, then the bundle's stack-effects file (sim_stack_effects_toml), written
+// atomically.
+std::unique_ptr<BundleBuilder> make_sim_builder(std::filesystem::path bundle_dir, SimBuilderOptions options);
+
+// Runs config.program with the expanded args ({change}, {index}, {out} = a fresh folder under
+// work_dir) under its timeout; its stdout must be the bundle as JSON (to_json's shape), whose
+// id is checked against its content and whose changes must be history[0..index].
+std::unique_ptr<BundleBuilder> make_command_builder(CommandBuilderConfig config, std::filesystem::path work_dir);
+
+}  // namespace kiln::qualification::shell

@@ -1,0 +1,153 @@
+#include "coordinator/qualification/shell/records_client.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace kiln::qualification::shell {
+namespace {
+
+using protocol::RecordKind;
+
+Status put(cli::Client& client, RecordKind kind, const std::string& key, const nlohmann::json& document) {
+  auto reply = cli::expect_reply<protocol::Ok>(client.request(protocol::PutRecord{kind, key, document.dump()}));
+  if (!reply) return tl::unexpected(reply.error());
+  return {};
+}
+
+Result<std::vector<protocol::RecordEntry>> all(cli::Client& client, RecordKind kind) {
+  std::vector<protocol::RecordEntry> records;
+  std::uint64_t after = 0;
+  while (true) {
+    auto page = cli::expect_reply<protocol::RecordList>(client.request(protocol::ListRecords{kind, 10000, after}));
+    if (!page) return tl::unexpected(page.error());
+    for (auto& record : page->records) {
+      after = std::max(after, record.seq);
+      records.push_back(std::move(record));
+    }
+    if (!page->more || page->records.empty()) return records;
+  }
+}
+
+Result<nlohmann::json> document_of(const protocol::RecordEntry& record) {
+  auto json = nlohmann::json::parse(record.document, nullptr, false);
+  if (json.is_discarded()) {
+    return fail(Errc::bad_message, fmt::format("the coordinator's {} record {} is not JSON",
+                                               protocol::enum_name(record.kind), record.key));
+  }
+  return json;
+}
+
+}  // namespace
+
+Status record_change(cli::Client& client, const Change& change) {
+  return put(client, RecordKind::change, change.id, to_json(change));
+}
+
+Result<std::vector<Change>> list_changes(cli::Client& client) {
+  auto records = all(client, RecordKind::change);
+  if (!records) return tl::unexpected(records.error());
+  std::vector<Change> changes;
+  for (const auto& record : *records) {
+    auto json = document_of(record);
+    if (!json) return tl::unexpected(json.error());
+    auto change = change_from_json(*json);
+    if (!change) return tl::unexpected(change.error());
+    changes.push_back(std::move(*change));
+  }
+  std::stable_sort(changes.begin(), changes.end(),
+                   [](const Change& a, const Change& b) { return a.merged_at_ms < b.merged_at_ms; });
+  return changes;
+}
+
+Status record_bundle(cli::Client& client, const Bundle& bundle) {
+  return put(client, RecordKind::bundle, bundle.id, to_json(bundle));
+}
+
+Result<std::vector<Bundle>> list_bundles(cli::Client& client) {
+  auto records = all(client, RecordKind::bundle);
+  if (!records) return tl::unexpected(records.error());
+  std::vector<Bundle> bundles;
+  for (const auto& record : *records) {
+    auto json = document_of(record);
+    if (!json) return tl::unexpected(json.error());
+    auto bundle = bundle_from_json(*json);
+    if (!bundle) return tl::unexpected(bundle.error());
+    bundles.push_back(std::move(*bundle));
+  }
+  return bundles;
+}
+
+Result<Bundle> find_bundle(cli::Client& client, const std::string& id_or_prefix) {
+  if (id_or_prefix.size() < 6) {
+    return fail(Errc::invalid_argument, fmt::format("bundle id '{}' is too short; give at least 6 characters of it "
+                                                    "(`kiln bundles` lists them)",
+                                                    id_or_prefix));
+  }
+  auto bundles = list_bundles(client);
+  if (!bundles) return tl::unexpected(bundles.error());
+  std::vector<const Bundle*> matches;
+  for (const auto& bundle : *bundles) {
+    if (bundle.id.starts_with(id_or_prefix)) matches.push_back(&bundle);
+  }
+  if (matches.empty()) {
+    return fail(Errc::not_found, fmt::format("no bundle {}; build one with `kiln bundle build`, `kiln bundles` lists "
+                                             "them",
+                                             id_or_prefix));
+  }
+  if (matches.size() > 1) {
+    return fail(Errc::invalid_argument,
+                fmt::format("{} bundles start with {}; give more of the id", matches.size(), id_or_prefix));
+  }
+  return *matches.front();
+}
+
+Result<std::map<std::string, Baseline>> list_baselines(cli::Client& client) {
+  auto records = all(client, RecordKind::baseline);
+  if (!records) return tl::unexpected(records.error());
+  std::map<std::string, Baseline> baselines;
+  for (const auto& record : *records) {
+    auto json = document_of(record);
+    if (!json) return tl::unexpected(json.error());
+    Baseline baseline;
+    baseline.revision = record.key;
+    baseline.bundle_id = json->value("bundle_id", "");
+    baseline.accepted_by_run = json->value("accepted_by_run", "");
+    baseline.accepted_at_ms = json->value("accepted_at_ms", TimeMs{0});
+    baselines[record.key] = baseline;
+  }
+  return baselines;
+}
+
+Status accept_baseline(cli::Client& client, const Baseline& baseline) {
+  return put(client, RecordKind::baseline, baseline.revision,
+             {{"bundle_id", baseline.bundle_id},
+              {"accepted_by_run", baseline.accepted_by_run},
+              {"accepted_at_ms", baseline.accepted_at_ms}});
+}
+
+Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report) {
+  return put(client, RecordKind::qualification_run, run_id, report);
+}
+
+Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id) {
+  auto record = cli::expect_reply<protocol::RecordEntry>(
+      client.request(protocol::GetRecord{RecordKind::qualification_run, run_id}));
+  if (!record) return tl::unexpected(record.error());
+  return document_of(*record);
+}
+
+Result<std::vector<nlohmann::json>> list_runs(cli::Client& client) {
+  auto records = all(client, RecordKind::qualification_run);
+  if (!records) return tl::unexpected(records.error());
+  std::vector<nlohmann::json> runs;
+  for (const auto& record : *records) {
+    auto json = document_of(record);
+    if (!json) return tl::unexpected(json.error());
+    runs.push_back(std::move(*json));
+  }
+  return runs;
+}
+
+}  // namespace kiln::qualification::shell

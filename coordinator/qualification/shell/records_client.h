@@ -1,0 +1,39 @@
+// The coordinator's qualification records, typed: changes, bundles, accepted baselines and run
+// reports over put_record / get_record / list_records (docs/protocol.md §13).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/error.h"
+#include "coordinator/cli/client.h"
+#include "coordinator/qualification/change.h"
+
+namespace kiln::qualification::shell {
+
+Status record_change(cli::Client& client, const Change& change);
+// Every recorded change in merge order (by merged_at_ms, then the order they were recorded).
+Result<std::vector<Change>> list_changes(cli::Client& client);
+
+Status record_bundle(cli::Client& client, const Bundle& bundle);
+Result<std::vector<Bundle>> list_bundles(cli::Client& client);
+// A full id, or a unique prefix of at least 6 characters.
+Result<Bundle> find_bundle(cli::Client& client, const std::string& id_or_prefix);
+
+struct Baseline {
+  std::string revision;
+  std::string bundle_id;
+  std::string accepted_by_run;  // empty: accepted by hand
+  TimeMs accepted_at_ms = 0;
+};
+Result<std::map<std::string, Baseline>> list_baselines(cli::Client& client);
+Status accept_baseline(cli::Client& client, const Baseline& baseline);
+
+Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report);
+Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id);
+Result<std::vector<nlohmann::json>> list_runs(cli::Client& client);
+
+}  // namespace kiln::qualification::shell

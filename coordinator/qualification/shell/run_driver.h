@@ -1,0 +1,41 @@
+// The shell of a qualification run: carries out what QualificationRun asks (jobs through the
+// coordinator, bundles through a builder, tickets through a sink, quarantines) and feeds back
+// what the jobs measured, until the run has its verdict. The run's report is recorded on the
+// coordinator as it goes, so `kiln run ID` shows progress from anywhere.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+
+#include "common/error.h"
+#include "coordinator/cli/client.h"
+#include "coordinator/qualification/run.h"
+#include "coordinator/qualification/shell/bundle_builder.h"
+#include "coordinator/qualification/ticket.h"
+
+namespace kiln::qualification::shell {
+
+struct DriverOptions {
+  std::filesystem::path bundle_dir;  // the bundles' stack files (the sim builder writes them)
+  std::filesystem::path golden_dir;  // the models' golden references, readable by the agents
+  std::string workload = "model";    // the agents' [workloads] name of kiln-workload-model
+  DurationMs poll_interval_ms = 500;
+  DurationMs record_interval_ms = 5000;  // how often the report goes to the coordinator
+  std::ostream* progress = nullptr;      // one line per event; nullptr: quiet
+  const std::atomic<bool>* stop = nullptr;  // set (by a signal): cancel the run's jobs and return
+};
+
+// The job a request becomes: workload, arguments, chips, class, benchmark, bundle and config
+// hash. Fails for a model the set does not have or one without a workload.
+Result<protocol::SubmitJob> job_for(const JobRequest& request, Tier tier, const ModelSet& set,
+                                    const DriverOptions& options);
+
+// Runs until the run finishes (or `stop` is set: its jobs are cancelled and the error says so).
+// `history` is the run input's history (bundles for bisection are built from it).
+Result<RunReport> drive_run(cli::Client& client, QualificationRun& run, const ModelSet& set,
+                            const std::vector<Change>& history, BundleBuilder& builder, TicketSink& tickets,
+                            const DriverOptions& options);
+
+}  // namespace kiln::qualification::shell

@@ -1,0 +1,185 @@
+// Qualification end to end with the real binaries: changes and bundles recorded on the
+// coordinator, a presubmit smoke that passes, and a nightly that catches a slowdown and a broken
+// kernel, bisects each to its change and files one ticket per culprit, with the CI verdict as
+// exit code and JUnit XML.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/fleet_fixture.h"
+
+using namespace kiln::testing;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::trunc) << text; }
+
+std::string read(const fs::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+constexpr const char* kModelSet = R"(
+[[model]]
+name = "mlp-bf16-it"
+size_class = "small"
+chips = 1
+minutes = 1
+components = ["gemm-bf16", "gelu"]
+owner_team = "recsys-models"
+workload = "mlp-bf16"
+seed = 3
+presubmit_default = true
+
+[[model]]
+name = "mlp-fp8-it"
+size_class = "small"
+chips = 1
+minutes = 1
+components = ["gemm-fp8", "quantize-fp8", "gelu"]
+owner_team = "recsys-models"
+workload = "mlp-fp8"
+seed = 4
+)";
+
+constexpr const char* kHistory = R"(
+[[change]]
+id = "k1"
+layer = "runtime"
+owner_team = "runtime-team"
+components = []
+
+[[change]]
+id = "k2"
+layer = "kernels"
+owner_team = "kernels-team"
+components = ["gelu"]
+
+[[change]]
+id = "k3"
+layer = "compiler"
+owner_team = "compiler-team"
+components = ["gemm-fp8"]
+[change.sim_effect]
+throughput = { "mlp-fp8" = 0.9 }
+
+[[change]]
+id = "k4"
+layer = "driver"
+owner_team = "driver-team"
+components = []
+
+[[change]]
+id = "k5"
+layer = "kernels"
+owner_team = "kernels-team"
+components = ["gemm-bf16"]
+[change.sim_effect]
+breaks_kernels = ["gemm-bf16"]
+
+[[change]]
+id = "k6"
+layer = "framework"
+owner_team = "framework-team"
+components = []
+)";
+
+std::string first_word_after(const std::string& text, const std::string& prefix) {
+  auto at = text.find(prefix);
+  if (at == std::string::npos) return "";
+  at += prefix.size();
+  return text.substr(at, text.find_first_of(" \n", at) - at);
+}
+
+}  // namespace
+
+TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and tickets each owner once") {
+  Fleet fleet("qualification");
+  fleet.add_key("ci", "ci");
+  fleet.add_agent({"n01", "a"});
+  fleet.add_agent({"n02", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  fleet.start_agent("n02");
+
+  const fs::path dir = fleet.dir();
+  write(dir / "models.toml", kModelSet);
+  write(dir / "history.toml", kHistory);
+  for (const char* model : {"mlp-bf16", "mlp-fp8"}) {
+    const std::string command = std::string(KILN_BIN_DIR) + "/kiln-workload-model --model " + model +
+                                " --data-seed 1 --write-golden " + (dir / "golden").string() + " >/dev/null";
+    REQUIRE(std::system(command.c_str()) == 0);
+  }
+  const std::vector<std::string> dirs = {"--model-set", (dir / "models.toml").string(), "--bundle-dir",
+                                         (dir / "bundles").string(), "--golden-dir", (dir / "golden").string(),
+                                         "--tickets-dir", (dir / "tickets").string()};
+  auto with_dirs = [&](std::vector<std::string> args) {
+    args.insert(args.end(), dirs.begin(), dirs.end());
+    return args;
+  };
+  std::string out;
+  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"nodes"}, &out) == 0 && out.find("n02") != std::string::npos; },
+                            20s));
+
+  REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
+  CHECK(out.find("recorded 6 changes") != std::string::npos);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+                     &out) == 0);
+  const std::string baseline = first_word_after(out, "bundle ");
+  REQUIRE(baseline.size() == 64);
+  REQUIRE(fleet.kiln("ci", {"bundle", "accept", baseline.substr(0, 10)}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+                     &out) == 0);
+  const std::string presubmit = first_word_after(out, "bundle ");
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--revs", "a", "--bundle-dir", (dir / "bundles").string()}, &out) == 0);
+  const std::string candidate = first_word_after(out, "bundle ");
+  REQUIRE(candidate.size() == 64);
+
+  // The presubmit smoke of k2 (gelu) passes: exit 0 and JUnit without failures.
+  const int smoke = fleet.kiln("ci", with_dirs({"smoke", "--bundle", presubmit, "--wait", "--junit",
+                                                (dir / "smoke.xml").string()}),
+                               &out, 240s);
+  INFO(out);
+  CHECK(smoke == 0);
+  CHECK(read(dir / "smoke.xml").find("failures=\"0\"") != std::string::npos);
+
+  // A nightly of that bundle passes and makes it the baseline.
+  const int passing = fleet.kiln("ci", with_dirs({"nightly", "--bundle", presubmit, "--wait", "--run-id", "nightly-ok"}),
+                                 &out, 240s);
+  INFO(out);
+  CHECK(passing == 0);
+  REQUIRE(fleet.kiln("ci", {"bundles", "--json"}, &out) == 0);
+  CHECK(nlohmann::json::parse(out).at("baselines").at("a").at("bundle_id") == presubmit);
+
+  // The next nightly fails: both regressions, each bisected to its change, one ticket per culprit.
+  const int nightly = fleet.kiln("ci", with_dirs({"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-it",
+                                                  "--junit", (dir / "nightly.xml").string()}),
+                                 &out, 480s);
+  INFO(out);
+  CHECK(nightly == 1);
+  const std::string junit = read(dir / "nightly.xml");
+  CHECK(junit.find("mlp-bf16-it") != std::string::npos);
+  CHECK(junit.find("<failure") != std::string::npos);
+
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
+  const auto tickets = nlohmann::json::parse(out);
+  std::map<std::string, std::string> team_of;
+  for (const auto& ticket : tickets) team_of[ticket.at("culprit").get<std::string>()] = ticket.at("team");
+  CHECK(team_of.size() == 2);
+  CHECK(team_of["k3"] == "compiler-team");
+  CHECK(team_of["k5"] == "kernels-team");
+
+  // The run is recorded on the coordinator, and the failing bundle did not become the baseline.
+  REQUIRE(fleet.kiln("ci", {"run", "nightly-it", "--json"}, &out) == 1);
+  CHECK(nlohmann::json::parse(out).at("passed") == false);
+  REQUIRE(fleet.kiln("ci", {"bundles", "--json"}, &out) == 0);
+  CHECK(nlohmann::json::parse(out).at("baselines").at("a").at("bundle_id") == presubmit);
+}
