@@ -467,7 +467,8 @@ int qualification_command(QualifyCommands& c, Client& client, bool json, int arg
   auto& settings = input.settings;
   settings.tier = tier;
   settings.run_id = run_id;
-  settings.repeats_per_side = tier == q::Tier::release ? 2 * c.repeats : c.repeats;
+  settings.repeats_per_side = c.repeats;
+  settings.repeats_multiplier = tier == q::Tier::release ? 2 : 1;
   settings.max_jobs_in_flight = c.max_jobs;
   settings.seed = std::hash<std::string>{}(run_id);
   std::set<std::string> fleet_revisions;

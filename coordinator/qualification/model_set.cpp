@@ -54,6 +54,14 @@ Status validate(const ModelSet& set) {
   for (const auto& model : set.models) {
     const std::string& name = model.name;
     if (model.chips <= 0) return fail(Errc::config, fmt::format("model '{}': chips must be positive", name));
+    const BenchmarkDefaults& bench = model.benchmark;
+    if ((bench.repeats && (*bench.repeats < 1 || *bench.repeats > 1000)) || bench.warmup_min > bench.warmup_max ||
+        bench.warmup_max > 1000 || bench.steady_window < 2 ||
+        !(bench.steady_tolerance > 0.0 && bench.steady_tolerance < 1.0)) {
+      return fail(Errc::config, fmt::format("model '{}': benchmark settings must have repeats 1 to 1000, warmup_min <= "
+                                            "warmup_max <= 1000, steady_window >= 2 and steady_tolerance in (0, 1)",
+                                            name));
+    }
     if (model.minutes <= 0) return fail(Errc::config, fmt::format("model '{}': minutes must be positive", name));
     if (!(model.eval_threshold > 0.0 && model.eval_threshold <= 1.0)) {
       return fail(Errc::config,
@@ -108,7 +116,9 @@ std::string where(std::string_view source, const toml::source_region& region) {
 const std::set<std::string>& known_keys() {
   static const std::set<std::string> keys = {"name",       "size_class", "chips",          "minutes",
                                              "components", "proxy",      "eval_threshold", "owner_team",
-                                             "workload",   "seed",       "data_seed",      "presubmit_default"};
+                                             "workload",   "seed",       "data_seed",      "presubmit_default",
+                                             "repeats",    "warmup_min", "warmup_max",     "steady_window",
+                                             "steady_tolerance"};
   return keys;
 }
 
@@ -138,7 +148,8 @@ Result<QualificationModel> parse_model(const toml::table& table, std::string_vie
     if (known_keys().count(std::string(key.str())) == 0) {
       return fail(Errc::config, fmt::format("{}: unknown key '{}' in [[model]]; known keys: name, size_class, chips, "
                                             "minutes, components, proxy, eval_threshold, owner_team, workload, seed, "
-                                            "data_seed, presubmit_default",
+                                            "data_seed, presubmit_default, repeats, warmup_min, warmup_max, "
+                                            "steady_window, steady_tolerance",
                                             where(source, node.source()), key.str()));
     }
   }
@@ -203,6 +214,31 @@ Result<QualificationModel> parse_model(const toml::table& table, std::string_vie
     const auto value = flag->value<bool>();
     if (!value) return fail(Errc::config, fmt::format("{}: presubmit_default must be true or false", in));
     model.presubmit_default = *value;
+  }
+  auto count = [&](std::string_view key, std::uint32_t& out) -> Status {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return {};
+    const auto value = node->value<std::int64_t>();
+    if (!value || *value < 0 || *value > 1000) {
+      return fail(Errc::config, fmt::format("{}: {} must be an integer from 0 to 1000", in, key));
+    }
+    out = static_cast<std::uint32_t>(*value);
+    return {};
+  };
+  if (table.get("repeats") != nullptr) {
+    std::uint32_t repeats = 0;
+    if (auto ok = count("repeats", repeats); !ok) return tl::unexpected(ok.error());
+    model.benchmark.repeats = repeats;
+  }
+  for (auto [key, field] : {std::pair<std::string_view, std::uint32_t*>{"warmup_min", &model.benchmark.warmup_min},
+                            {"warmup_max", &model.benchmark.warmup_max},
+                            {"steady_window", &model.benchmark.steady_window}}) {
+    if (auto ok = count(key, *field); !ok) return tl::unexpected(ok.error());
+  }
+  if (const toml::node* tolerance = table.get("steady_tolerance")) {
+    const auto value = tolerance->value<double>();
+    if (!value) return fail(Errc::config, fmt::format("{}: steady_tolerance must be a number such as 0.03", in));
+    model.benchmark.steady_tolerance = *value;
   }
   return model;
 }
@@ -276,6 +312,16 @@ std::string to_toml(const ModelSet& set) {
     out << "seed = " << model.seed << "\n";
     out << "data_seed = " << model.data_seed << "\n";
     if (model.presubmit_default) out << "presubmit_default = true\n";
+    const BenchmarkDefaults defaults;
+    if (model.benchmark.repeats) out << "repeats = " << *model.benchmark.repeats << "\n";
+    if (model.benchmark.warmup_min != defaults.warmup_min) out << "warmup_min = " << model.benchmark.warmup_min << "\n";
+    if (model.benchmark.warmup_max != defaults.warmup_max) out << "warmup_max = " << model.benchmark.warmup_max << "\n";
+    if (model.benchmark.steady_window != defaults.steady_window) {
+      out << "steady_window = " << model.benchmark.steady_window << "\n";
+    }
+    if (model.benchmark.steady_tolerance != defaults.steady_tolerance) {
+      out << "steady_tolerance = " << detail::toml_float(model.benchmark.steady_tolerance) << "\n";
+    }
   }
   return out.str();
 }

@@ -15,6 +15,11 @@
 //   seed = 17                        # optional: KILN_SEED of its jobs (default 1)
 //   data_seed = 1                    # optional: weights and inputs (default 1; the goldens' seed)
 //   presubmit_default = true         # optional: in the default smoke set (default false)
+//   repeats = 20                     # optional benchmark settings of its jobs (defaults: the
+//   warmup_min = 5                   #   run's repeats; warmup 5 to 200 iterations until the
+//   warmup_max = 200                 #   last 5 agree within 3%)
+//   steady_window = 5
+//   steady_tolerance = 0.03
 //
 // The demo set (60 models sized as ../shared/scenarios/ci-day.toml says) is
 // generate_demo_model_set(); coordinator/qualification/data/qualification-set.toml is its TOML.
@@ -37,6 +42,16 @@ std::optional<SizeClass> size_class_from_string(std::string_view name);
 
 inline constexpr double kDefaultEvalThreshold = 0.99;
 
+// How a model's benchmark jobs warm up and how many timed repeats they take (docs/workloads.md).
+// A noisy model asks for more repeats; a slow-to-settle one for a longer warmup.
+struct BenchmarkDefaults {
+  std::optional<std::uint32_t> repeats;  // per side, first measurement; else the run's setting
+  std::uint32_t warmup_min = 5;
+  std::uint32_t warmup_max = 200;
+  std::uint32_t steady_window = 5;
+  double steady_tolerance = 0.03;
+};
+
 struct QualificationModel {
   std::string name;
   SizeClass size_class = SizeClass::small;
@@ -50,6 +65,7 @@ struct QualificationModel {
   std::uint64_t seed = 1;
   std::uint64_t data_seed = 1;
   bool presubmit_default = false;
+  BenchmarkDefaults benchmark;
 };
 
 struct ModelSet {
@@ -61,7 +77,8 @@ struct ModelSet {
   const QualificationModel* probe_model_for(std::string_view name) const;
 };
 
-// Names unique and non-empty; size class, chips > 0, minutes > 0, eval_threshold in (0, 1],
+// Names unique and non-empty; benchmark settings as the agent accepts them (repeats 1 to 1000,
+// warmup_min <= warmup_max <= 1000, steady_window >= 2, steady_tolerance in (0, 1)); size class, chips > 0, minutes > 0, eval_threshold in (0, 1],
 // owner_team and components non-empty; a proxy names another model of the set that is not
 // larger and uses no more chips; a workload must be in the sim registry and every component
 // one that workload uses (a typo would silently deselect the model).

@@ -72,6 +72,11 @@ using json = nlohmann::json;
 constexpr std::string_view kWorkloadResultSchema = "kiln.workload-result/1";
 constexpr std::string_view kBenchmarkReportSchema = "kiln.benchmark-report/1";
 
+// A model's first measurement: its own repeats where the set declares them, else the run's.
+std::uint32_t repeats_for(const QualificationModel& model, const RunSettings& settings) {
+  return model.benchmark.repeats.value_or(settings.repeats_per_side) * settings.repeats_multiplier;
+}
+
 // A follow-up job's seed: independent of every other job's, and within the protocol's 63 bits.
 std::uint64_t job_seed(std::uint64_t model_seed, std::uint64_t tag) {
   return stats::derive_seed(model_seed, tag) & static_cast<std::uint64_t>(INT64_MAX);
@@ -819,7 +824,9 @@ struct QualificationRun::State {
     BundleBuild& build = it->second;
     switch (build.state) {
       case BuildState::building: build.waiting.emplace_back(b, candidate); return false;
-      case BuildState::built: launch_probe_job(b, candidate, input.settings.repeats_per_side); return false;
+      case BuildState::built:
+        launch_probe_job(b, candidate, repeats_for(bisections[b].probe_model, input.settings));
+        return false;
       case BuildState::failed:
         run.probes.erase(candidate);
         (void)run.bisection.on_probe_result(candidate, ProbeVerdict::inconclusive,
@@ -1055,9 +1062,9 @@ Status validate_input(const RunInput& input) {
     }
   }
   if (settings.max_jobs_in_flight < 1 || settings.max_probes_per_bisection < 1 || settings.max_job_attempts < 1 ||
-      settings.repeats_per_side < 1 || input.chips_per_node < 1) {
+      settings.repeats_per_side < 1 || settings.repeats_multiplier < 1 || input.chips_per_node < 1) {
     return fail(Errc::invalid_argument, "max_jobs_in_flight, max_probes_per_bisection, max_job_attempts, "
-                                        "repeats_per_side and chips_per_node must all be at least 1");
+                                        "repeats_per_side, repeats_multiplier and chips_per_node must all be at least 1");
   }
   if (auto ok = stats::validate(settings.perf); !ok) return ok;
   if (auto ok = validate(settings.bisect); !ok) return ok;
@@ -1149,7 +1156,7 @@ Result<QualificationRun> QualificationRun::start(RunInput input, TimeMs now) {
     job.chips = model.chips;
     job.bundle_id = s.input.candidate.id;
     job.baseline_bundle_id = pair.baseline_bundle_id;
-    job.repeats_per_side = pair.baseline_bundle_id.empty() ? 0 : settings.repeats_per_side;
+    job.repeats_per_side = pair.baseline_bundle_id.empty() ? 0 : repeats_for(model, settings);
     job.seed = model.seed;
     pair.measure_tag = s.enqueue(std::move(job), p);
   }
@@ -1263,7 +1270,7 @@ void QualificationRun::on_bundle_built(std::size_t history_index, Result<Bundle>
     auto probe = run.probes.find(candidate);
     if (run.result || probe == run.probes.end() || probe->second.tag != 0) continue;  // cancelled meanwhile
     if (built) {
-      s.launch_probe_job(b, candidate, s.input.settings.repeats_per_side);
+      s.launch_probe_job(b, candidate, repeats_for(run.probe_model, s.input.settings));
     } else {
       s.on_probe_answer(b, candidate, ProbeVerdict::inconclusive, "the bundle at this change did not build: " + error);
     }

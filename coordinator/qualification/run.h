@@ -74,7 +74,10 @@ struct RunSettings {
   Tier tier = Tier::nightly;
   std::string run_id;                  // the shell's name for the run: in tickets and reports
   std::vector<std::string> revisions;  // where to qualify: the candidate's revisions the fleet has
-  std::uint32_t repeats_per_side = 10;  // first measurement; the gate's extra rounds add more
+  // Timed repeats per side of a first measurement for models that declare none (model_set.h);
+  // the gate's extra rounds add more. A release multiplies every model's by repeats_multiplier.
+  std::uint32_t repeats_per_side = 10;
+  std::uint32_t repeats_multiplier = 1;
   stats::PerfGateOptions perf;
   BisectOptions bisect;
   TriageOptions triage;                 // min_reruns on the other node

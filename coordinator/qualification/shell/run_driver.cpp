@@ -276,11 +276,10 @@ Result<protocol::SubmitJob> job_for(const JobRequest& request, Tier tier, const 
   job.max_attempts = 2;
   job.seed = request.seed;
   job.benchmark.repeats = request.repeats_per_side;
-  // Steady means the last 5 warmup iterations agree within 3% (docs/qualification.md).
-  job.benchmark.warmup_min = 5;
-  job.benchmark.warmup_max = 200;
-  job.benchmark.steady_window = 5;
-  job.benchmark.steady_tolerance_ppm = 30000;
+  job.benchmark.warmup_min = model->benchmark.warmup_min;
+  job.benchmark.warmup_max = model->benchmark.warmup_max;
+  job.benchmark.steady_window = model->benchmark.steady_window;
+  job.benchmark.steady_tolerance_ppm = static_cast<std::uint32_t>(model->benchmark.steady_tolerance * 1e6 + 0.5);
   job.bundle_id = request.bundle_id;
   const nlohmann::json config = {{"workload", job.workload},   {"args", job.args},
                                  {"chips", job.chips},         {"revision", job.hardware_revision},

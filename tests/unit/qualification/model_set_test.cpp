@@ -72,6 +72,31 @@ TEST_CASE("the qualification set loads with its defaults and optional fields") {
   CHECK(q::to_toml(*again) == q::to_toml(*set));
 }
 
+TEST_CASE("a model's benchmark settings come from the set, with defaults, and round-trip") {
+  auto set = q::parse_model_set(replace(kTwoModels, "minutes = 10", "minutes = 10\nrepeats = 20\nwarmup_max = 300\n"
+                                                                   "steady_tolerance = 0.02"),
+                                "set.toml");
+  REQUIRE_MESSAGE(set.has_value(), set.error().message);
+  const auto& small = set->models[0];
+  CHECK(small.benchmark.repeats == 20u);
+  CHECK(small.benchmark.warmup_min == 5);
+  CHECK(small.benchmark.warmup_max == 300);
+  CHECK(small.benchmark.steady_window == 5);
+  CHECK(small.benchmark.steady_tolerance == 0.02);
+  CHECK_FALSE(set->models[1].benchmark.repeats.has_value());
+  auto again = q::parse_model_set(q::to_toml(*set), "again.toml");
+  REQUIRE(again.has_value());
+  CHECK(again->models[0].benchmark.warmup_max == 300);
+  CHECK(q::to_toml(*again) == q::to_toml(*set));
+
+  CHECK(error_of(replace(kTwoModels, "minutes = 10", "minutes = 10\nrepeats = 0")).find("repeats 1 to 1000") !=
+        std::string::npos);
+  CHECK(error_of(replace(kTwoModels, "minutes = 10", "minutes = 10\nwarmup_min = 50\nwarmup_max = 10"))
+            .find("warmup_min <= warmup_max") != std::string::npos);
+  CHECK(error_of(replace(kTwoModels, "minutes = 10", "minutes = 10\nsteady_tolerance = 2.0")).find("steady_tolerance") !=
+        std::string::npos);
+}
+
 TEST_CASE("mistakes in the qualification set are errors that say where and what") {
   CHECK(error_of("[[model]\n").find("set.toml:1") != std::string::npos);
   CHECK(error_of(replace(kTwoModels, "size_class = \"small\"", "size_class = \"tiny\"")).find("small, medium or large") !=

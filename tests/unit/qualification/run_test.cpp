@@ -812,3 +812,23 @@ TEST_CASE("read_workload_result: a benchmark job's result is the agent's report;
   report["unflagged_timed_throughputs"] = {-1.0};
   CHECK_FALSE(q::read_workload_result(report.dump(), m).has_value());
 }
+
+TEST_CASE("a model's own repeats replace the run's, and a release multiplies them") {
+  Scenario scenario;
+  FakeFleet fleet(scenario);
+  q::RunInput input = make_input(fleet, scenario);
+  input.models[0].benchmark.repeats = 20;
+  input.settings.repeats_multiplier = 2;
+  const std::string first = input.models[0].name;
+  const std::string second = input.models[1].name;
+  auto run = q::QualificationRun::start(std::move(input), 0);
+  REQUIRE(run.has_value());
+  std::map<std::string, std::uint32_t> repeats;
+  while (auto action = run->poll_action()) {
+    if (auto* start = std::get_if<q::run_action::StartJob>(&*action)) {
+      if (!start->request.baseline_bundle_id.empty()) repeats[start->request.model] = start->request.repeats_per_side;
+    }
+  }
+  CHECK(repeats.at(first) == 40);
+  CHECK(repeats.at(second) == 2 * q::RunSettings{}.repeats_per_side);
+}
