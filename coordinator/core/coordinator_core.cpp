@@ -505,7 +505,12 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
       auto stopping = stopping_attempts_.find(fin.job_id);
       const bool stopping_attempt = stopping != stopping_attempts_.end() && stopping->second.attempt == fin.attempt &&
                                     stopping->second.node_id == node_id;
-      if (stopping_attempt || stop_holds_.count(fin.job_id) || stopping_on_node_[node_id].count(fin.job_id)) {
+      // An agent keeps an unacknowledged result while it runs a later attempt of the same job,
+      // so only the end of the job's latest attempt shows the stopping one gone; an older one
+      // waits for the heartbeats.
+      const bool latest_attempt = fin.attempt >= job.summary.attempt;
+      if (stopping_attempt ||
+          (latest_attempt && (stop_holds_.count(fin.job_id) || stopping_on_node_[node_id].count(fin.job_id)))) {
         old_attempt_gone(fin.job_id, node_id, now);
       }
     }
