@@ -305,6 +305,12 @@ struct Simulation::World {
   std::size_t lab_client = 0;
   std::uint64_t next_process_id = 1;
   std::map<std::string, TimeMs> link_last_delivery;
+  struct PlannedDrop {
+    TimeMs from = 0;
+    std::size_t node = 0;
+    std::string type;
+  };
+  std::vector<PlannedDrop> planned_drops;  // drop_next_from_agent
 
   explicit World(SimOptions o)
       : options(std::move(o)),
@@ -423,6 +429,15 @@ struct Simulation::World {
       packet.envelope = protocol::Envelope{};
     }
     const NetworkFaults& net = options.faults.network;
+    auto planned = std::find_if(planned_drops.begin(), planned_drops.end(), [&](const PlannedDrop& d) {
+      return from.kind == Endpoint::Kind::agent && from.index == d.node && now >= d.from && packet.type == d.type;
+    });
+    if (planned != planned_drops.end()) {
+      planned_drops.erase(planned);
+      ++counters.messages_dropped;
+      log("sim", fmt::format("the network loses a {} from {}", packet.type, endpoint_name(from)));
+      return;
+    }
     if (partitioned(from, to) || (!quiet && network_rng.bernoulli(net.loss_probability))) {
       ++counters.messages_dropped;
       return;
@@ -1330,6 +1345,11 @@ std::size_t Simulation::clients() const { return world_->clients.size(); }
 void Simulation::client_send(TimeMs at, std::size_t client, protocol::Body body) {
   KILN_ASSERT(client < world_->clients.size(), "client_send names a client of the simulation");
   world_->schedule_at(at, ev::ClientSend{client, std::move(body)});
+}
+
+void Simulation::drop_next_from_agent(TimeMs from, std::size_t node, std::string type) {
+  KILN_ASSERT(node < world_->agents.size(), "drop_next_from_agent names a node of the simulation");
+  world_->planned_drops.push_back(World::PlannedDrop{from, node, std::move(type)});
 }
 
 TimeMs Simulation::now() const { return world_->now; }

@@ -175,6 +175,9 @@ class Simulation {
   void node_fault(TimeMs at, std::size_t node, DurationMs duration_ms);
   // Any client request: request_lease, release_lease, submit_in_lease, drain_node, ...
   void client_send(TimeMs at, std::size_t client, protocol::Body body);
+  // The network loses the first message of this type (a protocol type name, e.g.
+  // "job_finished") that the node's agent sends at or after `from`.
+  void drop_next_from_agent(TimeMs from, std::size_t node, std::string type);
 
   TimeMs now() const;
   const std::optional<Violation>& violation() const;

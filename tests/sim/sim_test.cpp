@@ -344,3 +344,30 @@ TEST_CASE("a preempted workload that ignores its notice has stopped before the p
   REQUIRE_MESSAGE(!sim.violation(), where(sim));
   CHECK(stored_job(sim, 2).summary.state == JobState::succeeded);
 }
+
+TEST_CASE("a resent result of an earlier attempt does not free the chips of a later attempt still stopping "
+          "(sweep seed 1048 at --minutes=10 with --physical-chips)") {
+  // The agent keeps a result until it is acknowledged and resends it at every welcome. When
+  // attempt 1's result was lost and attempt 2 ran on the same chips, then was failed over and
+  // told to stop, the resent result of attempt 1 reached the coordinator first; it took it for
+  // the end of the stopping attempt, freed its chips and started new work on them.
+  SimOptions o = scenario_options(1);
+  o.check_physical_chips = true;
+  Simulation sim(o);
+  sim.submit(1000, 0, job(5 * kMinuteMs, 3, 8));
+  sim.partition(5000, 0, 10000);                  // attempt 1 is failed over, then told to stop
+  sim.drop_next_from_agent(15000, 0, "job_finished");  // its result is lost on the way
+  sim.partition(40000, 0, 10000);                 // attempt 2 (same chips) is failed over too
+  protocol::SubmitJob urgent = job(5000, 1, 8);
+  urgent.priority_class = protocol::PriorityClass::release;
+  sim.submit(45000, 0, urgent);                   // waits for the chips attempt 2 holds
+  sim.run_until(3 * kMinuteMs);
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  const auto& log = sim.log();
+  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& line) {
+    return line.find("ignoring a stale result for job 1 attempt 1") != std::string::npos;
+  }));
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(stored_job(sim, 2).summary.state == JobState::succeeded);
+}
