@@ -1,6 +1,7 @@
 #include "sim/cluster/cluster_sim.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -152,6 +153,7 @@ struct Process {
   TimeMs natural_end_ms = 0;
   protocol::JobOutcome natural_outcome = protocol::JobOutcome::succeeded;
   bool diagnostics = false;  // kiln.diag: its result says whether the node passed
+  std::uint32_t diagnostics_level = 1;  // its --level argument
   bool cancelling = false;
   bool checkpointing = false;  // told it is preempted, it checkpoints and exits
 };
@@ -633,7 +635,14 @@ struct Simulation::World {
     DurationMs duration = 1000;
     if (auto v = arg_value(job.args, "sim.duration_ms")) duration = std::stoll(*v);
     p.diagnostics = job.workload == protocol::kDiagWorkload;
-    if (p.diagnostics) duration = between(process_rng, 2000, 20000);
+    if (p.diagnostics) {
+      duration = between(process_rng, 2000, 20000);
+      auto level = std::find(job.args.begin(), job.args.end(), "--level");
+      if (level != job.args.end() && std::next(level) != job.args.end()) {
+        const std::string& text = *std::next(level);
+        std::from_chars(text.data(), text.data() + text.size(), p.diagnostics_level);
+      }
+    }
     p.natural_outcome = process_rng.bernoulli(options.workload.job_failure_probability) ? protocol::JobOutcome::failed
                                                                                         : protocol::JobOutcome::succeeded;
     if (auto v = arg_value(job.args, "sim.outcome")) {
@@ -684,7 +693,8 @@ struct Simulation::World {
       ended.result = "{\"status\":\"preempted\"}";
     } else if (p.diagnostics) {
       ended.outcome = protocol::JobOutcome::succeeded;
-      ended.result = fmt::format("{{\"level\":2,\"verdict\":\"{}\"}}", faulty(node) ? "fail" : "pass");
+      ended.result = fmt::format("{{\"level\":{},\"verdict\":\"{}\"}}", p.diagnostics_level,
+                                 faulty(node) ? "fail" : "pass");
     } else if (faulty(node) && ended.outcome == protocol::JobOutcome::succeeded) {
       ended.outcome = protocol::JobOutcome::failed;
       ended.detail = "device error (simulated node fault)";
@@ -991,7 +1001,7 @@ struct Simulation::World {
   }
 
   // The lab engineer looks at `kiln nodes`: a quarantined node whose fault is repaired gets
-  // level 2 diagnostics (again, if a previous run got lost).
+  // the diagnostics that return it (again, if a previous run got lost).
   void handle(ev::LabRound&) {
     schedule(options.workload.lab_round_ms, ev::LabRound{});
     if (!coordinator) return;
@@ -1004,15 +1014,20 @@ struct Simulation::World {
       }
       if (a.diagnostics_submitted_at >= 0 && now - a.diagnostics_submitted_at < 5 * kMinuteMs) continue;
       a.diagnostics_submitted_at = now;
+      // The level that brings it back: 3 for a flapping node (its quarantine reason says so),
+      // otherwise the coordinator's configured minimum.
+      const std::uint32_t level = node->second.recent_quarantines >= 2
+                                      ? 3u
+                                      : std::max(2u, options.coordinator_knobs.quarantine_release_min_diag_level);
       protocol::SubmitJob diag;
       diag.workload = std::string(protocol::kDiagWorkload);
-      diag.args = {"--level", "2"};
+      diag.args = {"--level", std::to_string(level)};
       diag.node_id = a.identity.node_id;
       diag.chips = options.shape.chips_per_node;
       diag.priority_class = protocol::PriorityClass::experiment;
       diag.max_attempts = 1;
       diag.timeout_ms = 600000;
-      log("lab", fmt::format("runs level 2 diagnostics on repaired node {}", a.identity.node_id));
+      log("lab", fmt::format("runs level {} diagnostics on repaired node {}", level, a.identity.node_id));
       client_send(lab_client, diag);
     }
   }

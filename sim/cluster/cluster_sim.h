@@ -55,7 +55,7 @@ struct FaultOptions {
   DurationMs partition_max_ms = 30000;
   // A node fault: while it lasts the node's health probes and diagnostics fail and its jobs
   // fail. The coordinator should quarantine the node; the lab client brings it back with
-  // level 2 diagnostics once the fault is repaired.
+  // diagnostics once the fault is repaired (level 3 for a flapping node).
   double node_faults_per_minute = 0.0;
   DurationMs node_fault_min_ms = 5000;
   DurationMs node_fault_max_ms = 60000;

@@ -371,3 +371,27 @@ TEST_CASE("a resent result of an earlier attempt does not free the chips of a la
   REQUIRE_MESSAGE(!sim.violation(), where(sim));
   CHECK(stored_job(sim, 2).summary.state == JobState::succeeded);
 }
+
+// ---- bugs the sweep found in the simulation itself, now fixed.
+
+TEST_CASE("a flapping node comes back after the lab runs the level 3 diagnostics it needs (sweep seed 1087 at "
+          "--minutes=10)") {
+  // A node quarantined twice within the flap window returns only after level 3 diagnostics;
+  // the simulated lab ran level 2 whatever the node needed, so a flapping node stayed
+  // quarantined for good and its revision's work queued behind half the capacity.
+  SimOptions o = scenario_options(1);
+  o.agent_knobs.probe_interval_ms = 5000;
+  Simulation sim(o);
+  sim.node_fault(2000, 0, 10000);    // quarantined; level 2 diagnostics at 15 s bring it back
+  sim.node_fault(300000, 0, 10000);  // quarantined again: flapping
+  sim.submit(320000, 0, job(5000, 1));
+  sim.run_until(8 * kMinuteMs);
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  const auto& log = sim.log();
+  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& line) {
+    return line.find("leaves quarantine: level 3 diagnostics pass") != std::string::npos;
+  }));
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(sim.coordinator()->nodes().at(sim.node_id(0)).summary.state == protocol::NodeState::up);
+}
