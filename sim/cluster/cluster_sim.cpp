@@ -1253,6 +1253,30 @@ struct Simulation::World {
     if (!violation) now = std::max(now, until);
   }
 
+  // How long the quiet tail may take: quiet_tail_max_ms, plus twice the time the whole cluster
+  // needs to run the work still outstanding (each unfinished job's run time on its chips, each
+  // live lease's duration on its chips). A backlog cannot drain faster than that, whatever the
+  // cores do; the factor two covers chips left idle by placement and work lost to preemption.
+  DurationMs quiet_tail_allowance_ms() const {
+    std::int64_t backlog_chip_ms = 0;
+    for (const auto& [id, job] : stored_jobs) {
+      if (protocol::is_terminal(job.summary.state)) continue;
+      DurationMs run_ms = 1000;  // start_process's default
+      if (auto v = arg_value(job.summary.args, "sim.duration_ms")) run_ms = std::stoll(*v);
+      if (job.summary.workload == protocol::kDiagWorkload) run_ms = 20000;
+      run_ms = std::min<DurationMs>(run_ms, job.timeout_ms);
+      backlog_chip_ms += static_cast<std::int64_t>(job.summary.chips) * run_ms;
+    }
+    if (coordinator) {
+      for (const auto& lease : coordinator->leases()) {
+        if (lease.state == protocol::LeaseState::ended) continue;
+        backlog_chip_ms += static_cast<std::int64_t>(lease.chips) * static_cast<std::int64_t>(lease.duration_ms);
+      }
+    }
+    const auto chips = static_cast<std::int64_t>(agents.size() * options.shape.chips_per_node);
+    return options.quiet_tail_max_ms + 2 * backlog_chip_ms / std::max<std::int64_t>(1, chips);
+  }
+
   void run_quiet_tail() {
     if (violation) return;
     quiet = true;
@@ -1261,8 +1285,10 @@ struct Simulation::World {
       a.partitioned_until = std::min(a.partitioned_until, now);
       a.faulty_until = std::min(a.faulty_until, now);
     }
-    log("sim", "faults stop: the quiet tail begins");
-    const TimeMs deadline = now + options.quiet_tail_max_ms;
+    const DurationMs allowed_ms = quiet_tail_allowance_ms();
+    log("sim", fmt::format("faults stop: the quiet tail begins; every job and lease is to end within {} ms",
+                           allowed_ms));
+    const TimeMs deadline = now + allowed_ms;
     while (!violation && !queue.empty() && queue.begin()->first.first <= deadline) {
       if (all_jobs_terminal()) break;
       step();
@@ -1274,19 +1300,19 @@ struct Simulation::World {
       if (!protocol::is_terminal(job.summary.state)) {
         return fail(fmt::format("job {} is still {} (node '{}', attempt {} of {}) {} ms after faults stopped", id,
                                 protocol::enum_name(job.summary.state), job.summary.node_id, job.summary.attempt,
-                                job.summary.max_attempts, options.quiet_tail_max_ms));
+                                job.summary.max_attempts, allowed_ms));
       }
     }
     for (const auto& [id, job] : stored_jobs) {
       if (!protocol::is_terminal(job.summary.state)) {
         return fail(fmt::format("the store still holds job {} as {} {} ms after faults stopped", id,
-                                protocol::enum_name(job.summary.state), options.quiet_tail_max_ms));
+                                protocol::enum_name(job.summary.state), allowed_ms));
       }
     }
     for (const auto& lease : coordinator->leases()) {
       if (lease.state != protocol::LeaseState::ended) {
         return fail(fmt::format("lease L{} is still {} {} ms after faults stopped", lease.lease_id,
-                                protocol::enum_name(lease.state), options.quiet_tail_max_ms));
+                                protocol::enum_name(lease.state), allowed_ms));
       }
     }
   }

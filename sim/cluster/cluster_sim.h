@@ -97,7 +97,9 @@ struct SimOptions {
   coordinator::CoordinatorKnobs coordinator_knobs;
   agent::SessionKnobs agent_knobs;
   // Faults and new submissions stop after this; then the quiet tail runs until every job is
-  // terminal, or fails the run when quiet_tail_max_ms passes first.
+  // terminal, or fails the run when it has taken quiet_tail_max_ms plus twice the time the
+  // whole cluster needs for the work still outstanding when it began (a backlog cannot drain
+  // any faster).
   DurationMs fault_period_ms = 3 * kMinuteMs;
   DurationMs quiet_tail_max_ms = 30 * kMinuteMs;
   // How late the coordinator may notice a silent node or an overdue job: one tick of the real

@@ -395,3 +395,16 @@ TEST_CASE("a flapping node comes back after the lab runs the level 3 diagnostics
   REQUIRE_MESSAGE(!sim.violation(), where(sim));
   CHECK(sim.coordinator()->nodes().at(sim.node_id(0)).summary.state == protocol::NodeState::up);
 }
+
+TEST_CASE("the quiet tail gives a backlog the time the cluster needs to run it (sweep seeds 1087, 1160 at "
+          "--minutes=10)") {
+  // The quiet tail allowed a fixed 30 minutes however much work was queued: with ten minutes of
+  // heavy submissions a cluster busy throughout the tail could not finish, and the run failed
+  // with no job stuck.
+  Simulation sim(scenario_options(1));  // quiet_tail_max_ms: 10 minutes
+  for (int i = 0; i < 15; ++i) sim.submit(1000 + i, 0, job(60000, 1, 8));  // 15 minutes of the whole node
+  sim.run_until(2000);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  for (std::uint64_t id = 1; id <= 15; ++id) CHECK(stored_job(sim, id).summary.state == JobState::succeeded);
+}
