@@ -408,3 +408,25 @@ TEST_CASE("the quiet tail gives a backlog the time the cluster needs to run it (
   REQUIRE_MESSAGE(!sim.violation(), where(sim));
   for (std::uint64_t id = 1; id <= 15; ++id) CHECK(stored_job(sim, id).summary.state == JobState::succeeded);
 }
+
+TEST_CASE("diagnostics wait on a quarantined node until the jobs it stops at unknown chips are gone (sweep seed "
+          "2200 at --minutes=10 with --physical-chips)") {
+  // After a coordinator restart the core no longer knows where the node's lost jobs ran: the
+  // first one it tells the node to stop holds every free chip, the second holds none. When the
+  // first had stopped its hold ended, and the diagnostics queued for the quarantined node
+  // (maintenance enters a quarantined node) started on chips the second still used.
+  SimOptions o = scenario_options(1);
+  o.check_physical_chips = true;
+  o.agent_knobs.probe_interval_ms = 5000;
+  Simulation sim(o);
+  sim.submit(1000, 0, job(120000, 1, 4));
+  sim.submit(1500, 0, job(120000, 1, 2));
+  sim.node_fault(2000, 0, 12000);       // quarantined; the lab queues diagnostics at 15 s
+  sim.crash_coordinator(20000, 10000);  // restarts at 30 s from its store
+  sim.partition(29000, 0, 12000);       // both jobs are lost meanwhile; the node returns still running them
+  sim.run_until(3 * kMinuteMs);
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(sim.coordinator()->nodes().at(sim.node_id(0)).summary.state == protocol::NodeState::up);
+}

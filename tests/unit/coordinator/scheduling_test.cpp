@@ -544,3 +544,36 @@ TEST_CASE("a resent result of an earlier attempt does not free the chips of a la
   CHECK(h.agent_bodies<JobStart>("p3").size() == 1);
   CHECK(h.core.scheduler().check_invariants().has_value());
 }
+
+TEST_CASE("work placed on a node stopping jobs whose chips are not held starts only once they are gone") {
+  // Where a job the node is told to stop runs may be unknown (first registration, or its chips
+  // overlap another hold): nothing holds its chips. Regular work keeps off the node meanwhile,
+  // but maintenance enters a quarantined node whatever it is stopping.
+  CoordinatorKnobs knobs = knobs_with_fast_preemption();
+  knobs.liveness_missed_beats = 4;
+  Harness h(knobs);
+  h.agent("p1", "n01", hello("n01", "a", {77, 78}), 0);
+  REQUIRE(h.agent_bodies<Welcome>("p1").at(0).cancel_jobs == std::vector<std::uint64_t>{77, 78});
+  HealthReport report;
+  report.verdict = HealthStatus::fail;
+  report.checks.push_back(HealthCheck{"ecc", 3, HealthStatus::fail, "ecc_uncorrected", "memory", "", ""});
+  h.agent("p1", "n01", report, 10);
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.args = {"--level", "2"};
+  diag.node_id = "n01";
+  const auto diag_id = h.submit("lab1", Role::lab, diag, 20);
+  CHECK(h.agent_bodies<JobStart>("p1").empty());
+
+  Heartbeat one_left;
+  one_left.running_jobs = {78};
+  h.agent("p1", "n01", one_left, 500);  // 77 is gone, 78 still stops
+  CHECK(h.agent_bodies<JobStart>("p1").empty());
+
+  h.agent("p1", "n01", Heartbeat{}, 1000);
+  REQUIRE(h.agent_bodies<JobStart>("p1").size() == 1);
+  CHECK(h.agent_bodies<JobStart>("p1")[0].job_id == diag_id);
+  CHECK(h.job(diag_id).summary.state == JobState::assigned);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
