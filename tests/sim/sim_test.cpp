@@ -55,12 +55,16 @@ std::string where(const Simulation& sim) {
 
 }  // namespace
 
-TEST_CASE("a short sweep of seeds holds every invariant") {
+TEST_CASE("a short sweep of seeds holds every invariant, including no chip running two workloads on an agent") {
   // The long sweep is scripts/sim-sweep; this one keeps ctest fast.
   for (std::uint64_t seed = 1; seed <= 100; ++seed) {
-    const RunSummary summary = run_seed(seed, 2 * kMinuteMs);
+    SimOptions options = options_from_seed(seed, 2 * kMinuteMs);
+    options.check_physical_chips = true;
+    Simulation simulation(options);
+    const RunSummary summary = simulation.run();
     INFO(summary.describe());
     CHECK_FALSE(summary.violation.has_value());
+    CHECK(summary.physical_chip_overlaps == 0);
     CHECK(summary.steps > 0);
   }
 }
