@@ -409,6 +409,7 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
   save(node);
   to_agent(peer, welcome, m.header.id);
   for (std::uint64_t id : stopped) attempt_stopped(id, now);
+  start_deferred_on(hello.node_id, now);
   log(action::Severity::info,
       fmt::format("node {} registered{} (revision {}, {} chips, agent {}, protocol v{}); running {}, "
                   "cancelling {}, lost {}",
@@ -505,7 +506,12 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
       auto stopping = stopping_attempts_.find(fin.job_id);
       const bool stopping_attempt = stopping != stopping_attempts_.end() && stopping->second.attempt == fin.attempt &&
                                     stopping->second.node_id == node_id;
-      if (stopping_attempt || stop_holds_.count(fin.job_id) || stopping_on_node_[node_id].count(fin.job_id)) {
+      // An agent keeps an unacknowledged result while it runs a later attempt of the same job,
+      // so only the end of the job's latest attempt shows the stopping one gone; an older one
+      // waits for the heartbeats.
+      const bool latest_attempt = fin.attempt >= job.summary.attempt;
+      if (stopping_attempt ||
+          (latest_attempt && (stop_holds_.count(fin.job_id) || stopping_on_node_[node_id].count(fin.job_id)))) {
         old_attempt_gone(fin.job_id, node_id, now);
       }
     }
@@ -1423,6 +1429,7 @@ void CoordinatorCore::on_tick(TimeMs now) {
     std::erase_if(stopping, [&](const auto& entry) {
       return now >= entry.second + knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms();
     });
+    start_deferred_on(node_id, now);
   }
   end_due_leases(now);
   revoke_due_jobs(now);
@@ -1538,6 +1545,16 @@ void CoordinatorCore::start_attempt(JobRecord& job, const std::string& node_id, 
     return;
   }
   stopping_attempts_.erase(job.summary.job_id);
+  if (auto unheld = stopping_on_node_.find(node_id); unheld != stopping_on_node_.end() && !unheld->second.empty()) {
+    // Maintenance enters a quarantined node whatever it is stopping, and where those jobs run
+    // is not held: wait until they are gone.
+    deferred_starts_.insert(job.summary.job_id);
+    log(action::Severity::info, fmt::format("job {} attempt {} has chips [{}] on {}; it starts once the {} jobs the "
+                                            "node is stopping are gone",
+                                            job.summary.job_id, job.summary.attempt, fmt::join(chips, ","), node_id,
+                                            unheld->second.size()));
+    return;
+  }
   send_job_start(job);
 }
 
@@ -1632,6 +1649,7 @@ void CoordinatorCore::old_attempt_gone(std::uint64_t job_id, const std::string& 
   stopping.erase(job_id);
   auto attempt = stopping_attempts_.find(job_id);
   if (attempt != stopping_attempts_.end() && attempt->second.node_id == node_id) attempt_stopped(job_id, now);
+  start_deferred_on(node_id, now);
 }
 
 void CoordinatorCore::revoke_due_jobs(TimeMs now) {
@@ -1678,12 +1696,27 @@ void CoordinatorCore::revoke_due_jobs(TimeMs now) {
 
 void CoordinatorCore::attempt_stopped(std::uint64_t job_id, TimeMs now) {
   stopping_attempts_.erase(job_id);
-  if (!deferred_starts_.erase(job_id)) return;
+  if (!deferred_starts_.count(job_id)) return;
   JobRecord& job = jobs_.at(job_id);
+  // It also waits for the jobs its node is stopping without held chips (start_attempt).
+  const auto unheld = stopping_on_node_.find(job.summary.node_id);
+  const bool node_stopping = unheld != stopping_on_node_.end() && !unheld->second.empty();
+  if (job.summary.state == JobState::assigned && node_stopping) return;
+  deferred_starts_.erase(job_id);
   if (job.summary.state != JobState::assigned || !node_has_session(job.summary.node_id)) return;
   job.started_at_ms = now;
   save(job);
   send_job_start(job);
+}
+
+void CoordinatorCore::start_deferred_on(const std::string& node_id, TimeMs now) {
+  std::vector<std::uint64_t> ready;
+  for (std::uint64_t id : deferred_starts_) {
+    const auto own = stopping_attempts_.find(id);
+    const bool own_attempt_stopping = own != stopping_attempts_.end() && own->second.node_id == node_id;
+    if (jobs_.at(id).summary.node_id == node_id && !own_attempt_stopping) ready.push_back(id);
+  }
+  for (std::uint64_t id : ready) attempt_stopped(id, now);
 }
 
 void CoordinatorCore::refresh_chip_counts() {

@@ -167,6 +167,9 @@ class CoordinatorCore {
                            TimeMs now);
   // An attempt a node was told to stop is gone: its held chips are free again.
   void old_attempt_gone(std::uint64_t job_id, const std::string& node_id, TimeMs now);
+  // Starts deferred on a node until the jobs it stops without held chips are gone: go now if
+  // they are.
+  void start_deferred_on(const std::string& node_id, TimeMs now);
   scheduler::Request stop_hold_request(std::uint64_t job_id, const std::string& node_id, std::size_t chips) const;
   bool node_has_session(const std::string& node_id) const;
   void refresh_chip_counts();

@@ -1,6 +1,7 @@
 #include "sim/cluster/cluster_sim.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -152,6 +153,7 @@ struct Process {
   TimeMs natural_end_ms = 0;
   protocol::JobOutcome natural_outcome = protocol::JobOutcome::succeeded;
   bool diagnostics = false;  // kiln.diag: its result says whether the node passed
+  std::uint32_t diagnostics_level = 1;  // its --level argument
   bool cancelling = false;
   bool checkpointing = false;  // told it is preempted, it checkpoints and exits
 };
@@ -306,6 +308,12 @@ struct Simulation::World {
   std::size_t lab_client = 0;
   std::uint64_t next_process_id = 1;
   std::map<std::string, TimeMs> link_last_delivery;
+  struct PlannedDrop {
+    TimeMs from = 0;
+    std::size_t node = 0;
+    std::string type;
+  };
+  std::vector<PlannedDrop> planned_drops;  // drop_next_from_agent
 
   explicit World(SimOptions o)
       : options(std::move(o)),
@@ -424,6 +432,15 @@ struct Simulation::World {
       packet.envelope = protocol::Envelope{};
     }
     const NetworkFaults& net = options.faults.network;
+    auto planned = std::find_if(planned_drops.begin(), planned_drops.end(), [&](const PlannedDrop& d) {
+      return from.kind == Endpoint::Kind::agent && from.index == d.node && now >= d.from && packet.type == d.type;
+    });
+    if (planned != planned_drops.end()) {
+      planned_drops.erase(planned);
+      ++counters.messages_dropped;
+      log("sim", fmt::format("the network loses a {} from {}", packet.type, endpoint_name(from)));
+      return;
+    }
     if (partitioned(from, to) || (!quiet && network_rng.bernoulli(net.loss_probability))) {
       ++counters.messages_dropped;
       return;
@@ -621,7 +638,14 @@ struct Simulation::World {
     DurationMs duration = 1000;
     if (auto v = arg_value(job.args, "sim.duration_ms")) duration = std::stoll(*v);
     p.diagnostics = job.workload == protocol::kDiagWorkload;
-    if (p.diagnostics) duration = between(process_rng, 2000, 20000);
+    if (p.diagnostics) {
+      duration = between(process_rng, 2000, 20000);
+      auto level = std::find(job.args.begin(), job.args.end(), "--level");
+      if (level != job.args.end() && std::next(level) != job.args.end()) {
+        const std::string& text = *std::next(level);
+        std::from_chars(text.data(), text.data() + text.size(), p.diagnostics_level);
+      }
+    }
     p.natural_outcome = process_rng.bernoulli(options.workload.job_failure_probability) ? protocol::JobOutcome::failed
                                                                                         : protocol::JobOutcome::succeeded;
     if (auto v = arg_value(job.args, "sim.outcome")) {
@@ -672,7 +696,8 @@ struct Simulation::World {
       ended.result = "{\"status\":\"preempted\"}";
     } else if (p.diagnostics) {
       ended.outcome = protocol::JobOutcome::succeeded;
-      ended.result = fmt::format("{{\"level\":2,\"verdict\":\"{}\"}}", faulty(node) ? "fail" : "pass");
+      ended.result = fmt::format("{{\"level\":{},\"verdict\":\"{}\"}}", p.diagnostics_level,
+                                 faulty(node) ? "fail" : "pass");
     } else if (faulty(node) && ended.outcome == protocol::JobOutcome::succeeded) {
       ended.outcome = protocol::JobOutcome::failed;
       ended.detail = "device error (simulated node fault)";
@@ -979,7 +1004,7 @@ struct Simulation::World {
   }
 
   // The lab engineer looks at `kiln nodes`: a quarantined node whose fault is repaired gets
-  // level 2 diagnostics (again, if a previous run got lost).
+  // the diagnostics that return it (again, if a previous run got lost).
   void handle(ev::LabRound&) {
     schedule(options.workload.lab_round_ms, ev::LabRound{});
     if (!coordinator) return;
@@ -992,15 +1017,20 @@ struct Simulation::World {
       }
       if (a.diagnostics_submitted_at >= 0 && now - a.diagnostics_submitted_at < 5 * kMinuteMs) continue;
       a.diagnostics_submitted_at = now;
+      // The level that brings it back: 3 for a flapping node (its quarantine reason says so),
+      // otherwise the coordinator's configured minimum.
+      const std::uint32_t level = node->second.recent_quarantines >= 2
+                                      ? 3u
+                                      : std::max(2u, options.coordinator_knobs.quarantine_release_min_diag_level);
       protocol::SubmitJob diag;
       diag.workload = std::string(protocol::kDiagWorkload);
-      diag.args = {"--level", "2"};
+      diag.args = {"--level", std::to_string(level)};
       diag.node_id = a.identity.node_id;
       diag.chips = options.shape.chips_per_node;
       diag.priority_class = protocol::PriorityClass::experiment;
       diag.max_attempts = 1;
       diag.timeout_ms = 600000;
-      log("lab", fmt::format("runs level 2 diagnostics on repaired node {}", a.identity.node_id));
+      log("lab", fmt::format("runs level {} diagnostics on repaired node {}", level, a.identity.node_id));
       client_send(lab_client, diag);
     }
   }
@@ -1226,6 +1256,30 @@ struct Simulation::World {
     if (!violation) now = std::max(now, until);
   }
 
+  // How long the quiet tail may take: quiet_tail_max_ms, plus twice the time the whole cluster
+  // needs to run the work still outstanding (each unfinished job's run time on its chips, each
+  // live lease's duration on its chips). A backlog cannot drain faster than that, whatever the
+  // cores do; the factor two covers chips left idle by placement and work lost to preemption.
+  DurationMs quiet_tail_allowance_ms() const {
+    std::int64_t backlog_chip_ms = 0;
+    for (const auto& [id, job] : stored_jobs) {
+      if (protocol::is_terminal(job.summary.state)) continue;
+      DurationMs run_ms = 1000;  // start_process's default
+      if (auto v = arg_value(job.summary.args, "sim.duration_ms")) run_ms = std::stoll(*v);
+      if (job.summary.workload == protocol::kDiagWorkload) run_ms = 20000;
+      run_ms = std::min<DurationMs>(run_ms, job.timeout_ms);
+      backlog_chip_ms += static_cast<std::int64_t>(job.summary.chips) * run_ms;
+    }
+    if (coordinator) {
+      for (const auto& lease : coordinator->leases()) {
+        if (lease.state == protocol::LeaseState::ended) continue;
+        backlog_chip_ms += static_cast<std::int64_t>(lease.chips) * static_cast<std::int64_t>(lease.duration_ms);
+      }
+    }
+    const auto chips = static_cast<std::int64_t>(agents.size() * options.shape.chips_per_node);
+    return options.quiet_tail_max_ms + 2 * backlog_chip_ms / std::max<std::int64_t>(1, chips);
+  }
+
   void run_quiet_tail() {
     if (violation) return;
     quiet = true;
@@ -1234,8 +1288,10 @@ struct Simulation::World {
       a.partitioned_until = std::min(a.partitioned_until, now);
       a.faulty_until = std::min(a.faulty_until, now);
     }
-    log("sim", "faults stop: the quiet tail begins");
-    const TimeMs deadline = now + options.quiet_tail_max_ms;
+    const DurationMs allowed_ms = quiet_tail_allowance_ms();
+    log("sim", fmt::format("faults stop: the quiet tail begins; every job and lease is to end within {} ms",
+                           allowed_ms));
+    const TimeMs deadline = now + allowed_ms;
     while (!violation && !queue.empty() && queue.begin()->first.first <= deadline) {
       if (all_jobs_terminal()) break;
       step();
@@ -1247,19 +1303,19 @@ struct Simulation::World {
       if (!protocol::is_terminal(job.summary.state)) {
         return fail(fmt::format("job {} is still {} (node '{}', attempt {} of {}) {} ms after faults stopped", id,
                                 protocol::enum_name(job.summary.state), job.summary.node_id, job.summary.attempt,
-                                job.summary.max_attempts, options.quiet_tail_max_ms));
+                                job.summary.max_attempts, allowed_ms));
       }
     }
     for (const auto& [id, job] : stored_jobs) {
       if (!protocol::is_terminal(job.summary.state)) {
         return fail(fmt::format("the store still holds job {} as {} {} ms after faults stopped", id,
-                                protocol::enum_name(job.summary.state), options.quiet_tail_max_ms));
+                                protocol::enum_name(job.summary.state), allowed_ms));
       }
     }
     for (const auto& lease : coordinator->leases()) {
       if (lease.state != protocol::LeaseState::ended) {
         return fail(fmt::format("lease L{} is still {} {} ms after faults stopped", lease.lease_id,
-                                protocol::enum_name(lease.state), options.quiet_tail_max_ms));
+                                protocol::enum_name(lease.state), allowed_ms));
       }
     }
   }
@@ -1333,6 +1389,11 @@ std::size_t Simulation::clients() const { return world_->clients.size(); }
 void Simulation::client_send(TimeMs at, std::size_t client, protocol::Body body) {
   KILN_ASSERT(client < world_->clients.size(), "client_send names a client of the simulation");
   world_->schedule_at(at, ev::ClientSend{client, std::move(body)});
+}
+
+void Simulation::drop_next_from_agent(TimeMs from, std::size_t node, std::string type) {
+  KILN_ASSERT(node < world_->agents.size(), "drop_next_from_agent names a node of the simulation");
+  world_->planned_drops.push_back(World::PlannedDrop{from, node, std::move(type)});
 }
 
 TimeMs Simulation::now() const { return world_->now; }

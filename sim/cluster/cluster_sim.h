@@ -55,7 +55,7 @@ struct FaultOptions {
   DurationMs partition_max_ms = 30000;
   // A node fault: while it lasts the node's health probes and diagnostics fail and its jobs
   // fail. The coordinator should quarantine the node; the lab client brings it back with
-  // level 2 diagnostics once the fault is repaired.
+  // diagnostics once the fault is repaired (level 3 for a flapping node).
   double node_faults_per_minute = 0.0;
   DurationMs node_fault_min_ms = 5000;
   DurationMs node_fault_max_ms = 60000;
@@ -97,7 +97,9 @@ struct SimOptions {
   coordinator::CoordinatorKnobs coordinator_knobs;
   agent::SessionKnobs agent_knobs;
   // Faults and new submissions stop after this; then the quiet tail runs until every job is
-  // terminal, or fails the run when quiet_tail_max_ms passes first.
+  // terminal, or fails the run when it has taken quiet_tail_max_ms plus twice the time the
+  // whole cluster needs for the work still outstanding when it began (a backlog cannot drain
+  // any faster).
   DurationMs fault_period_ms = 3 * kMinuteMs;
   DurationMs quiet_tail_max_ms = 30 * kMinuteMs;
   // How late the coordinator may notice a silent node or an overdue job: one tick of the real
@@ -175,6 +177,9 @@ class Simulation {
   void node_fault(TimeMs at, std::size_t node, DurationMs duration_ms);
   // Any client request: request_lease, release_lease, submit_in_lease, drain_node, ...
   void client_send(TimeMs at, std::size_t client, protocol::Body body);
+  // The network loses the first message of this type (a protocol type name, e.g.
+  // "job_finished") that the node's agent sends at or after `from`.
+  void drop_next_from_agent(TimeMs from, std::size_t node, std::string type);
 
   TimeMs now() const;
   const std::optional<Violation>& violation() const;

@@ -504,3 +504,76 @@ TEST_CASE("a node back from a partition takes new work only once the jobs it was
   h.agent("p2", "n01", Heartbeat{}, 7000);
   CHECK(h.job(next).summary.state == JobState::assigned);
 }
+
+TEST_CASE("a resent result of an earlier attempt does not free the chips of a later attempt still stopping") {
+  CoordinatorKnobs knobs = knobs_with_fast_preemption();
+  knobs.liveness_missed_beats = 4;
+  Harness h(knobs);
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  SubmitJob three = sleep_job(8, PriorityClass::presubmit);
+  three.max_attempts = 3;
+  const auto job = h.submit("ci", Role::ci, three, 10);
+  h.tick(5000);  // silent: attempt 1 lost, queued again
+  REQUIRE(h.job(job).summary.state == JobState::queued);
+  // Back still running attempt 1: told to stop it; once gone, attempt 2 starts on the same chips.
+  // (The result of attempt 1 is lost on the way, so the agent keeps it unacknowledged.)
+  h.agent("p2", "n01", hello("n01", "a", {job}), 6000);
+  h.agent("p2", "n01", Heartbeat{}, 6500);
+  REQUIRE(h.job(job).summary.attempt == 2);
+  REQUIRE(h.agent_bodies<JobStart>("p2").size() == 1);
+  Heartbeat running;
+  running.running_jobs = {job};
+  h.agent("p2", "n01", running, 7000);
+  h.tick(12000);  // silent again: attempt 2 lost while it runs
+  REQUIRE(h.job(job).summary.state == JobState::queued);
+
+  // Back, still running attempt 2, and resending attempt 1's result.
+  Hello back = hello("n01", "a", {job});
+  back.finished_jobs = {job};
+  h.agent("p3", "n01", back, 13000);
+  REQUIRE(h.agent_bodies<Welcome>("p3").at(0).cancel_jobs == std::vector<std::uint64_t>{job});
+  const auto next = h.submit("ci", Role::ci, sleep_job(8, PriorityClass::presubmit), 13100);
+  h.agent("p3", "n01", finished(job, 1, JobOutcome::cancelled), 13200);
+  CHECK(h.core.scheduler().lease_of(kStopHoldBase + job).has_value());
+  CHECK(h.agent_bodies<JobStart>("p3").empty());
+  CHECK(h.job(next).summary.state == JobState::queued);
+
+  // Attempt 2 itself ends: now its chips are free.
+  h.agent("p3", "n01", finished(job, 2, JobOutcome::cancelled), 13300);
+  CHECK_FALSE(h.core.scheduler().lease_of(kStopHoldBase + job).has_value());
+  CHECK(h.agent_bodies<JobStart>("p3").size() == 1);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("work placed on a node stopping jobs whose chips are not held starts only once they are gone") {
+  // Where a job the node is told to stop runs may be unknown (first registration, or its chips
+  // overlap another hold): nothing holds its chips. Regular work keeps off the node meanwhile,
+  // but maintenance enters a quarantined node whatever it is stopping.
+  CoordinatorKnobs knobs = knobs_with_fast_preemption();
+  knobs.liveness_missed_beats = 4;
+  Harness h(knobs);
+  h.agent("p1", "n01", hello("n01", "a", {77, 78}), 0);
+  REQUIRE(h.agent_bodies<Welcome>("p1").at(0).cancel_jobs == std::vector<std::uint64_t>{77, 78});
+  HealthReport report;
+  report.verdict = HealthStatus::fail;
+  report.checks.push_back(HealthCheck{"ecc", 3, HealthStatus::fail, "ecc_uncorrected", "memory", "", ""});
+  h.agent("p1", "n01", report, 10);
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.args = {"--level", "2"};
+  diag.node_id = "n01";
+  const auto diag_id = h.submit("lab1", Role::lab, diag, 20);
+  CHECK(h.agent_bodies<JobStart>("p1").empty());
+
+  Heartbeat one_left;
+  one_left.running_jobs = {78};
+  h.agent("p1", "n01", one_left, 500);  // 77 is gone, 78 still stops
+  CHECK(h.agent_bodies<JobStart>("p1").empty());
+
+  h.agent("p1", "n01", Heartbeat{}, 1000);
+  REQUIRE(h.agent_bodies<JobStart>("p1").size() == 1);
+  CHECK(h.agent_bodies<JobStart>("p1")[0].job_id == diag_id);
+  CHECK(h.job(diag_id).summary.state == JobState::assigned);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
