@@ -18,6 +18,7 @@
 
 #include "coordinator/cli/client.h"
 #include "coordinator/cli/exit_codes.h"
+#include "coordinator/qualification/flake_budget.h"
 #include "coordinator/qualification/model_set.h"
 #include "coordinator/qualification/run.h"
 #include "coordinator/qualification/selection.h"
@@ -566,6 +567,15 @@ int qualification_command(QualifyCommands& c, Client& client, bool json, int arg
     nlohmann::json document = q::to_json(run_report);
     document["summary"] = q::summary_text(run_report);
     if (auto ok = qs::record_run(client, run_id, document); !ok) return report(ok.error());
+  }
+
+  // Flaky tests are counted over every recorded run; one over its budget gets a ticket to its owner.
+  if (auto runs = qs::list_runs(client); runs) {
+    for (const auto& ticket : q::flake_budget_tickets(q::flake_ledger_from_reports(*runs), wall_now_ms())) {
+      if (auto filed = (*sink)->file(ticket); filed && *filed == q::FileResult::filed) {
+        std::cerr << fmt::format("ticket {} to {}: {}\n", ticket.id, ticket.team, ticket.title);
+      }
+    }
   }
 
   if (!c.junit_path.empty()) {

@@ -106,3 +106,32 @@ TEST_CASE("the flake budget: under 1% of runs over the window, with the owner") 
   CHECK_FALSE(ledger.status("young", 20 * 24 * hour).over_budget);
   CHECK(ledger.status("unknown", 0).runs == 0);
 }
+
+TEST_CASE("flake budgets come from the recorded run reports; one ticket per test over budget") {
+  auto report = [](std::int64_t at, bool finished, std::vector<std::pair<std::string, std::string>> models) {
+    nlohmann::json json = {{"finished", finished}, {"finished_at_ms", at}, {"models", nlohmann::json::array()}};
+    for (const auto& [name, verdict] : models) {
+      json["models"].push_back({{"model", name}, {"owner_team", "llm-models"}, {"verdict", verdict}});
+    }
+    return json;
+  };
+  std::vector<nlohmann::json> reports;
+  // 150 runs of each test over a day; "wobbly" is flaky twice (1.3%, over 1%), "steady" once (0.7%).
+  for (int i = 0; i < 150; ++i) {
+    const std::string wobbly = (i == 10 || i == 90) ? "flaky" : "passed";
+    const std::string steady = i == 50 ? "flaky" : "passed";
+    reports.push_back(report(1000 + i * 60000, true, {{"wobbly", wobbly}, {"steady", steady}, {"absent", "skipped"}}));
+  }
+  // An unfinished run does not count, nor do skipped and error verdicts.
+  reports.push_back(report(20000000, false, {{"steady", "flaky"}, {"steady", "flaky"}}));
+  const FlakeLedger ledger = flake_ledger_from_reports(reports);
+  const TimeMs now = 1000 + 150 * 60000;
+  CHECK(ledger.status("wobbly", now).runs == 150);
+  CHECK(ledger.status("absent", now).runs == 0);
+  const auto tickets = flake_budget_tickets(ledger, now);
+  REQUIRE(tickets.size() == 1);
+  CHECK(tickets[0].kind == TicketKind::flake_budget);
+  CHECK(tickets[0].team == "llm-models");
+  CHECK(tickets[0].culprit_change == "test:wobbly");
+  CHECK(tickets[0].title.find("2 flakes in 150 runs") != std::string::npos);
+}
