@@ -8,7 +8,12 @@
 namespace kiln::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// Version 2 added the leases table. A version 1 database is upgraded in place (it only gains
+// the table); a coordinator that reads version 1 refuses a version 2 database, so it cannot
+// drop the developers' leases it does not know about.
+constexpr int kSchemaVersion = 2;
+// Ended leases kept for `kiln leases --all` after a restart; the oldest go first.
+constexpr int kEndedLeasesKept = 1000;
 
 class Statement {
  public:
@@ -35,13 +40,18 @@ class SqliteStore final : public Store {
                             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
                             "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, doc TEXT NOT NULL);",
                             "CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL, "
-                            "node_id TEXT NOT NULL, doc TEXT NOT NULL);"}) {
+                            "node_id TEXT NOT NULL, doc TEXT NOT NULL);",
+                            "CREATE TABLE IF NOT EXISTS leases (lease_id INTEGER PRIMARY KEY, state TEXT NOT NULL, "
+                            "doc TEXT NOT NULL);"}) {
       if (auto s = exec(sql); !s) return s;
     }
     Statement get(db_, "SELECT value FROM meta WHERE key='schema_version';");
     if (!get) return error("read the schema version");
     if (sqlite3_step(get.get()) == SQLITE_ROW) {
       int version = sqlite3_column_int(get.get(), 0);
+      if (version == 1) {
+        return exec(fmt::format("UPDATE meta SET value='{}' WHERE key='schema_version';", kSchemaVersion).c_str());
+      }
       if (version != kSchemaVersion) {
         return fail(Errc::config, fmt::format("{} has schema version {}, this coordinator reads version {}; "
                                               "use a matching coordinator or a new database",
@@ -78,6 +88,23 @@ class SqliteStore final : public Store {
     return {};
   }
 
+  Status save_lease(const LeaseRecord& lease) override {
+    Statement st(db_, "INSERT INTO leases (lease_id, state, doc) VALUES (?1, ?2, ?3) "
+                      "ON CONFLICT(lease_id) DO UPDATE SET state=excluded.state, doc=excluded.doc;");
+    if (!st) return error("prepare a lease save");
+    const std::string doc = protocol::to_json(lease).dump();
+    const std::string state(protocol::enum_name(lease.summary.state));
+    sqlite3_bind_int64(st.get(), 1, static_cast<sqlite3_int64>(lease.summary.lease_id));
+    sqlite3_bind_text(st.get(), 2, state.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st.get(), 3, doc.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return error(fmt::format("save lease L{}", lease.summary.lease_id));
+    if (lease.summary.state != protocol::LeaseState::ended) return {};
+    return exec(fmt::format("DELETE FROM leases WHERE state='ended' AND lease_id NOT IN (SELECT lease_id FROM "
+                            "leases WHERE state='ended' ORDER BY lease_id DESC LIMIT {});",
+                            kEndedLeasesKept)
+                    .c_str());
+  }
+
   Result<Snapshot> load() override {
     Snapshot snapshot;
     {
@@ -96,6 +123,15 @@ class SqliteStore final : public Store {
         auto job = parse<JobRecord>(st.get(), "job");
         if (!job) return tl::unexpected(job.error());
         snapshot.jobs.push_back(std::move(*job));
+      }
+    }
+    {
+      Statement st(db_, "SELECT doc FROM leases ORDER BY lease_id;");
+      if (!st) return tl::unexpected(error("read leases").error());
+      while (sqlite3_step(st.get()) == SQLITE_ROW) {
+        auto lease = parse<LeaseRecord>(st.get(), "lease");
+        if (!lease) return tl::unexpected(lease.error());
+        snapshot.leases.push_back(std::move(*lease));
       }
     }
     return snapshot;
