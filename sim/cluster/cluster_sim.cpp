@@ -293,6 +293,7 @@ struct Simulation::World {
   std::uint64_t coordinator_next_message_id = 1;
   std::map<std::string, NodeRecord> stored_nodes;
   std::map<std::uint64_t, JobRecord> stored_jobs;
+  std::map<std::uint64_t, coordinator::LeaseRecord> stored_leases;
   std::set<std::uint64_t> accepted;                                // job_accepted sent
   std::set<std::pair<std::uint64_t, std::uint32_t>> acked_results;  // (job, attempt) acknowledged, stored terminal
   std::vector<std::pair<std::size_t, protocol::JobFinishedAck>> acks_this_step;  // (node, ack)
@@ -488,6 +489,14 @@ struct Simulation::World {
       }
       accepted.insert(acc->job_id);
     }
+    // A lease acknowledged to its developer survives a coordinator restart: stored first.
+    std::uint64_t lease_acknowledged = 0;
+    if (const auto* granted = std::get_if<protocol::LeaseGranted>(&act.body)) lease_acknowledged = granted->lease.lease_id;
+    if (const auto* pending = std::get_if<protocol::LeasePending>(&act.body)) lease_acknowledged = pending->lease.lease_id;
+    if (lease_acknowledged != 0 && stored_leases.count(lease_acknowledged) == 0) {
+      fail(fmt::format("lease L{} was acknowledged to client {} before the store held it", lease_acknowledged,
+                       act.client));
+    }
     send(coordinator_endpoint(), Endpoint{Endpoint::Kind::client, client, 0}, std::move(act.body),
          coordinator_next_message_id++, act.corr);
   }
@@ -501,6 +510,7 @@ struct Simulation::World {
     }
     stored_jobs[s.job_id] = act.job;
   }
+  void carry_out(coordinator::action::SaveLease& act) { stored_leases[act.lease.summary.lease_id] = act.lease; }
   void carry_out(coordinator::action::Log& act) { log("coordinator", act.text); }
 
   // A job_finished_ack tells the agent it may forget the result. By the end of the step (or
@@ -543,8 +553,9 @@ struct Simulation::World {
     coordinator::Snapshot snapshot;
     for (const auto& [id, node] : stored_nodes) snapshot.nodes.push_back(node);
     for (const auto& [id, job] : stored_jobs) snapshot.jobs.push_back(job);
-    log("sim", fmt::format("coordinator restarts from the store ({} nodes, {} jobs)", snapshot.nodes.size(),
-                           snapshot.jobs.size()));
+    for (const auto& [id, lease] : stored_leases) snapshot.leases.push_back(lease);
+    log("sim", fmt::format("coordinator restarts from the store ({} nodes, {} jobs, {} leases)", snapshot.nodes.size(),
+                           snapshot.jobs.size(), snapshot.leases.size()));
     coordinator = std::make_unique<CoordinatorCore>(options.coordinator_knobs, std::move(snapshot), wall());
     coordinator_started_at = now;
     drain_coordinator();
@@ -1342,6 +1353,7 @@ coordinator::Snapshot Simulation::store() const {
   coordinator::Snapshot snapshot;
   for (const auto& [id, node] : world_->stored_nodes) snapshot.nodes.push_back(node);
   for (const auto& [id, job] : world_->stored_jobs) snapshot.jobs.push_back(job);
+  for (const auto& [id, lease] : world_->stored_leases) snapshot.leases.push_back(lease);
   return snapshot;
 }
 
