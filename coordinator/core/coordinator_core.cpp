@@ -1521,13 +1521,17 @@ void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
   for (std::uint64_t id : stopped) attempt_stopped(id, now);
   // A lease given back its chips after a coordinator restart, on a node the scheduler already
   // counted as lost: the scheduler ends nothing, so the core requeues it here.
-  for (auto& [id, lease] : leases_) {
+  std::vector<std::uint64_t> leases_here;
+  for (const auto& [id, lease] : leases_) {
     if (!lease.scheduler_lease || scheduler_.lease_of(kLeaseRequestBase + id) != lease.scheduler_lease) continue;
     const bool here = std::any_of(lease.summary.placement.begin(), lease.summary.placement.end(),
                                   [&](const protocol::LeasePlacement& p) { return p.node_id == node_id; });
-    if (!here) continue;
+    if (here) leases_here.push_back(id);
+  }
+  // Collected first: ending a lease may prune ended ones from leases_.
+  for (std::uint64_t id : leases_here) {
     (void)scheduler_.cancel(kLeaseRequestBase + id, to_scheduler_time(now));
-    lease_node_lost(lease, node_id, now);
+    lease_node_lost(leases_.at(id), node_id, now);
   }
   save(node);
   log(action::Severity::warn, fmt::format("node {} lost: silent for {} ms; {} jobs failed over", node_id,
