@@ -179,6 +179,9 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   if (auto t = scheduler_.next_deadline()) consider(to_wall_time(*t));
   for (const Watch& w : watches_) consider(w.deadline_ms);
   for (const auto& [id, deadline] : jobs_under_notice_) consider(deadline);
+  for (const auto& [id, lease] : leases_) {
+    if (lease.recovered_under_notice) consider(static_cast<TimeMs>(lease.summary.grace_deadline_ms));
+  }
   for (const auto& [id, stopping] : stopping_attempts_) {
     consider(stopping.since_ms + knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms());
   }

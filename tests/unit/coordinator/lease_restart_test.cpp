@@ -211,3 +211,38 @@ TEST_CASE("a lease that expired while the coordinator was down ends at the resta
   h.agent("p9", "n01", hello("n01", "a"), kRestartMs + 500);
   CHECK(std::holds_alternative<LeaseGranted>(h.client("bob", Role::developer, lease_request(8), kRestartMs + 600)));
 }
+
+TEST_CASE("a lease under preemption notice keeps its grace deadline across a restart and is revoked at it") {
+  CoordinatorKnobs k = knobs();
+  k.liveness_missed_beats = 1000;  // the node stays alive through the grace without heartbeats
+  k.scheduler.grace_ms = 60000;
+  k.scheduler.target_start_latency_ms[scheduler::rank(scheduler::RequestClass::presubmit)] = 0;
+  Snapshot store;
+  std::uint64_t ci_job = 0;
+  TimeMs deadline = 0;
+  {
+    Harness h(k);
+    h.agent("p1", "n01", hello("n01", "a"), 0);
+    REQUIRE(std::holds_alternative<LeaseGranted>(h.client("alice", Role::developer, lease_request(8), 10)));
+    SubmitJob presubmit = sleep_job(8);
+    presubmit.priority_class = PriorityClass::presubmit;
+    ci_job = h.submit("ci", Role::ci, presubmit, 20);
+    REQUIRE(lease_of(h, 1).state == LeaseState::preempting);
+    deadline = static_cast<TimeMs>(lease_of(h, 1).grace_deadline_ms);
+    REQUIRE(deadline == 20 + 60000);
+    store = h.store();
+  }
+  const TimeMs restart = 30000;
+  Harness h(k, store, restart);
+  h.agent("p9", "n01", hello("n01", "a"), restart + 500);
+  CHECK(lease_of(h, 1).state == LeaseState::preempting);
+  CHECK(static_cast<TimeMs>(lease_of(h, 1).grace_deadline_ms) == deadline);  // not extended by the restart
+  CHECK(h.job(ci_job).summary.state == JobState::queued);
+  CHECK(h.core.next_deadline().value_or(deadline + 1) <= deadline);
+  h.tick(deadline - 1);
+  CHECK(lease_of(h, 1).state == LeaseState::preempting);
+  h.tick(deadline);
+  CHECK(lease_of(h, 1).state == LeaseState::pending);
+  CHECK(lease_of(h, 1).requested_at_ms == 10);
+  CHECK(h.job(ci_job).summary.state == JobState::assigned);
+}
