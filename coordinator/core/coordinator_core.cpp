@@ -118,20 +118,23 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Tim
     if (!protocol::is_terminal(job.summary.state)) active_jobs_.insert(job.summary.job_id);
     jobs_.emplace(job.summary.job_id, std::move(job));
   }
+  // Leases after the jobs (ending one ends its jobs), before the queued jobs go back to the
+  // scheduler: a granted lease's chips are held again before anything else is placed.
+  const std::size_t leases_recovered = recovered.leases.size();
+  for (auto& lease : recovered.leases) recover_lease(std::move(lease), now);
+  prune_ended_leases();
   std::size_t resubmitted = 0;
   for (std::uint64_t id : std::vector<std::uint64_t>(active_jobs_.begin(), active_jobs_.end())) {
     JobRecord& job = jobs_.at(id);
     if (job.lease_id != 0) {
-      // Developer leases live in memory only: the lease is gone, its waiting jobs with it;
-      // running ones keep their chips as jobs of their own.
-      const std::uint64_t lease = job.lease_id;
-      job.lease_id = 0;
-      if (job.summary.state == JobState::queued) {
+      // A job inside a lease waits for the lease's chips, or runs on them (or, its lease ended
+      // or requeued while it ran, on chips of its own given back when its agent registers).
+      const DevLease* lease = find_lease(job.lease_id);
+      if (job.summary.state == JobState::queued && (!lease || lease->summary.state == LeaseState::ended)) {
         finish(job, JobState::cancelled,
-               fmt::format("its lease L{} ended when the coordinator restarted; submit it again", lease), now);
-        continue;
+               fmt::format("its lease L{} had ended when the coordinator restarted", job.lease_id), now);
       }
-      save(job);
+      continue;
     }
     if (job.summary.state != JobState::queued) continue;
     if (auto s = submit_to_scheduler(job, now); !s) {
@@ -141,10 +144,13 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Tim
     }
   }
   refresh_chip_counts();
-  if (!recovered.nodes.empty() || !recovered.jobs.empty()) {
+  if (!recovered.nodes.empty() || !recovered.jobs.empty() || leases_recovered != 0) {
+    std::size_t leases_active = 0;
+    for (const auto& [id, lease] : leases_) leases_active += lease.summary.state == LeaseState::ended ? 0 : 1;
     log(action::Severity::info,
-        fmt::format("recovered {} nodes and {} jobs ({} active, {} queued again) from the store", nodes_.size(),
-                    jobs_.size(), active_jobs_.size(), resubmitted));
+        fmt::format("recovered {} nodes, {} jobs ({} active, {} queued again) and {} developer leases ({} active) "
+                    "from the store",
+                    nodes_.size(), jobs_.size(), active_jobs_.size(), resubmitted, leases_recovered, leases_active));
   }
   pump_scheduler(now);
 }
@@ -173,6 +179,9 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   if (auto t = scheduler_.next_deadline()) consider(to_wall_time(*t));
   for (const Watch& w : watches_) consider(w.deadline_ms);
   for (const auto& [id, deadline] : jobs_under_notice_) consider(deadline);
+  for (const auto& [id, lease] : leases_) {
+    if (lease.recovered_under_notice) consider(static_cast<TimeMs>(lease.summary.grace_deadline_ms));
+  }
   for (const auto& [id, stopping] : stopping_attempts_) {
     consider(stopping.since_ms + knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms());
   }
@@ -316,7 +325,7 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
     JobRecord& job = it->second;
     // After a coordinator restart the scheduler does not know the chips this job holds yet; a
     // job that ended meanwhile holds them until its job_finished (which follows) is stored.
-    if (job.lease_id == 0 && !job_lease_.count(id)) {
+    if ((job.lease_id == 0 || !runs_on_lease_chips(job)) && !job_lease_.count(id)) {
       scheduler::Placement placement{hello.node_id, {}};
       for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
       auto lease = scheduler_.restore_lease(job_request(job), {placement}, to_scheduler_time(job.started_at_ms),
@@ -408,6 +417,16 @@ void CoordinatorCore::handle_hello(const std::string& peer, const Caller& caller
   sync_node_states(now);
   save(node);
   to_agent(peer, welcome, m.header.id);
+  // A cancel decided while the node had no session (its lease ended while the coordinator was
+  // down, say) reaches the agent now.
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.cancel_requested && job.summary.node_id == hello.node_id && running.count(id) &&
+        job_lease_.count(id)) {
+      to_agent(peer, protocol::JobCancel{id, job.lease_id != 0 ? fmt::format("its lease L{} ended", job.lease_id)
+                                                                : std::string("cancel requested")});
+    }
+  }
   for (std::uint64_t id : stopped) attempt_stopped(id, now);
   start_deferred_on(hello.node_id, now);
   log(action::Severity::info,
@@ -1027,6 +1046,7 @@ void CoordinatorCore::handle_request_lease(const std::string& client, const Call
   ++next_lease_id_;
   DevLease& lease = leases_[lease_id];
   lease.requested_at_ms = now;
+  lease.start_at_ms = request.start_at_ms;
   lease.summary.lease_id = lease_id;
   lease.summary.state = LeaseState::pending;
   lease.summary.priority_class = request.priority_class;
@@ -1056,6 +1076,7 @@ void CoordinatorCore::handle_request_lease(const std::string& client, const Call
   }
   now_lease.summary.detail = pending.explanation;
   pending.lease = now_lease.summary;
+  save(now_lease);
   actions_.push_back(action::ToClient{client, std::move(pending), m.header.id});
 }
 
@@ -1132,7 +1153,7 @@ std::vector<std::uint64_t> CoordinatorCore::jobs_in_lease(std::uint64_t lease_id
 
 protocol::LeaseEvent CoordinatorCore::status_event(const DevLease& lease, TimeMs now) const {
   protocol::LeaseEvent event;
-  event.seq = lease.events.empty() ? 0 : lease.events.back().seq;
+  event.seq = lease.summary.event_seq;
   event.kind = LeaseEventKind::status;
   event.lease = lease.summary;
   switch (lease.summary.state) {
@@ -1160,13 +1181,16 @@ void CoordinatorCore::lease_event(DevLease& lease, LeaseEventKind kind, std::str
   lease.summary.job_ids = jobs_in_lease(lease.summary.lease_id);
   lease.summary.detail = message.substr(0, protocol::kMessageText.max_len);
   protocol::LeaseEvent event;
-  event.seq = lease.events.empty() ? 1 : lease.events.back().seq + 1;
+  // Numbered from the lease's summary, which the store keeps: a watcher's after_seq stays
+  // meaningful across a coordinator restart.
+  event.seq = lease.summary.event_seq + 1;
   lease.summary.event_seq = event.seq;
   event.kind = kind;
   event.message = lease.summary.detail;
   event.lease = lease.summary;
   lease.events.push_back(event);
   while (lease.events.size() > kMaxLeaseEvents) lease.events.pop_front();
+  save(lease);
   log(action::Severity::info, fmt::format("lease L{} ({}): {}", lease.summary.lease_id, lease.summary.owner, message));
   // Every parked watch of this lease is behind the new event: answer it now.
   std::vector<Watch> keep;
@@ -1242,7 +1266,11 @@ Status CoordinatorCore::resubmit_lease(DevLease& lease, TimeMs now) {
   req.expected_duration_ms = static_cast<DurationMs>(lease.summary.duration_ms);
   req.lease_ms = req.expected_duration_ms;
   req.submit_ms = to_scheduler_time(lease.requested_at_ms);
+  if (lease.start_at_ms != 0 && static_cast<TimeMs>(lease.start_at_ms) > now) {
+    req.not_before_ms = to_scheduler_time(static_cast<TimeMs>(lease.start_at_ms));
+  }
   lease.scheduler_lease.reset();
+  lease.recovered_under_notice = false;
   lease.summary.state = LeaseState::pending;
   lease.summary.placement.clear();
   lease.summary.grace_deadline_ms = 0;
@@ -1262,8 +1290,9 @@ void CoordinatorCore::end_due_leases(TimeMs now) {
     if (state != LeaseState::preempting || now < static_cast<TimeMs>(lease.summary.grace_deadline_ms)) continue;
     bool jobs_running = false;
     for (std::uint64_t job_id : jobs_in_lease(id)) jobs_running |= jobs_.at(job_id).summary.state != JobState::queued;
-    // Without running jobs the scheduler's own revocation at this deadline does the same.
-    if (!jobs_running) continue;
+    // Without running jobs the scheduler's own revocation at this deadline does the same,
+    // unless the notice predates a coordinator restart and the scheduler does not know of it.
+    if (!jobs_running && !lease.recovered_under_notice) continue;
     for (std::uint64_t job_id : jobs_in_lease(id)) {
       JobRecord& job = jobs_.at(job_id);
       if (job.summary.state == JobState::queued || job.cancel_requested) continue;
@@ -1293,6 +1322,93 @@ void CoordinatorCore::prune_ended_leases() {
       ++it;
     }
   }
+}
+
+void CoordinatorCore::lease_node_lost(DevLease& lease, const std::string& node_id, TimeMs now) {
+  // The scheduler forgot the request with the node: ask again with the original age.
+  if (auto s = resubmit_lease(lease, now); !s) {
+    end_lease(lease, fmt::format("node {} was lost and the lease cannot be queued again: {}", node_id,
+                                 s.error().message),
+              now);
+    return;
+  }
+  lease_event(lease, LeaseEventKind::requeued, fmt::format("node {} was lost; queued again keeping its age", node_id),
+              now);
+}
+
+bool CoordinatorCore::runs_on_lease_chips(const JobRecord& job) const {
+  auto it = leases_.find(job.lease_id);
+  if (it == leases_.end()) return false;
+  const DevLease& lease = it->second;
+  if (lease.summary.state != LeaseState::granted && lease.summary.state != LeaseState::preempting) return false;
+  for (const auto& p : lease.summary.placement) {
+    if (p.node_id != job.summary.node_id) continue;
+    return std::all_of(job.summary.chip_indices.begin(), job.summary.chip_indices.end(), [&](std::uint32_t chip) {
+      return std::find(p.chip_indices.begin(), p.chip_indices.end(), chip) != p.chip_indices.end();
+    });
+  }
+  return false;
+}
+
+void CoordinatorCore::recover_lease(LeaseRecord record, TimeMs now) {
+  const std::uint64_t id = record.summary.lease_id;
+  next_lease_id_ = std::max(next_lease_id_, id + 1);
+  DevLease& lease = leases_[id];
+  lease.summary = std::move(record.summary);
+  lease.requested_at_ms = record.requested_at_ms;
+  lease.start_at_ms = record.start_at_ms;
+  lease.summary.job_ids = jobs_in_lease(id);
+  const LeaseState state = lease.summary.state;
+  if (state == LeaseState::ended) return;
+  auto requeue = [&](const std::string& why) {
+    if (auto s = resubmit_lease(lease, now); !s) {
+      end_lease(lease, fmt::format("{}; it cannot be queued again: {}", why, s.error().message), now);
+      return;
+    }
+    lease_event(lease, LeaseEventKind::requeued, why + "; queued again keeping its age", now);
+  };
+  if (state == LeaseState::pending) {
+    if (auto s = resubmit_lease(lease, now); !s) {
+      end_lease(lease, "cannot be queued again after the coordinator restarted: " + s.error().message, now);
+    }
+    return;
+  }
+  if (static_cast<TimeMs>(lease.summary.expires_at_ms) <= now) {
+    end_lease(lease, "expired while the coordinator was down", now);
+    return;
+  }
+  // Granted, or under notice: the same chips are held again, from when they were granted, so
+  // the expiry stays; the nodes have until the liveness timeout to register (mark_node_lost).
+  std::vector<scheduler::Placement> placement;
+  for (const auto& p : lease.summary.placement) {
+    auto node = nodes_.find(p.node_id);
+    if (node == nodes_.end() || node->second.summary.state == NodeState::lost) {
+      requeue(fmt::format("its node {} was lost when the coordinator restarted", p.node_id));
+      return;
+    }
+    scheduler::Placement held{p.node_id, {}};
+    for (std::uint32_t chip : p.chip_indices) held.chips.push_back(static_cast<int>(chip));
+    placement.push_back(std::move(held));
+  }
+  scheduler::Request req;
+  req.id = kLeaseRequestBase + id;
+  req.cls = to_request_class(lease.summary.priority_class);
+  req.chips = lease.summary.nodes > 0 ? 1 : static_cast<int>(lease.summary.chips);
+  req.nodes = static_cast<int>(lease.summary.nodes);
+  if (!lease.summary.hardware_revision.empty()) req.revision = lease.summary.hardware_revision;
+  req.expected_duration_ms = static_cast<DurationMs>(lease.summary.duration_ms);
+  req.lease_ms = req.expected_duration_ms;
+  req.submit_ms = to_scheduler_time(lease.requested_at_ms);
+  auto held = scheduler_.restore_lease(req, placement, to_scheduler_time(static_cast<TimeMs>(lease.summary.granted_at_ms)),
+                                       to_scheduler_time(now));
+  if (!held) {
+    requeue("its chips could not be held again after the coordinator restarted (" + held.error().message + ")");
+    return;
+  }
+  lease.scheduler_lease = *held;
+  lease.recovered_under_notice = state == LeaseState::preempting;
+  log(action::Severity::info, fmt::format("lease L{} ({}) holds its chips again until {}", id, lease.summary.owner,
+                                          wall_clock_text(static_cast<TimeMs>(lease.summary.expires_at_ms))));
 }
 
 void CoordinatorCore::answer_watches(TimeMs now) {
@@ -1464,6 +1580,20 @@ void CoordinatorCore::mark_node_lost(NodeRecord& node, TimeMs now) {
     if (stopping.node_id == node_id) stopped.push_back(id);
   }
   for (std::uint64_t id : stopped) attempt_stopped(id, now);
+  // A lease given back its chips after a coordinator restart, on a node the scheduler already
+  // counted as lost: the scheduler ends nothing, so the core requeues it here.
+  std::vector<std::uint64_t> leases_here;
+  for (const auto& [id, lease] : leases_) {
+    if (!lease.scheduler_lease || scheduler_.lease_of(kLeaseRequestBase + id) != lease.scheduler_lease) continue;
+    const bool here = std::any_of(lease.summary.placement.begin(), lease.summary.placement.end(),
+                                  [&](const protocol::LeasePlacement& p) { return p.node_id == node_id; });
+    if (here) leases_here.push_back(id);
+  }
+  // Collected first: ending a lease may prune ended ones from leases_.
+  for (std::uint64_t id : leases_here) {
+    (void)scheduler_.cancel(kLeaseRequestBase + id, to_scheduler_time(now));
+    lease_node_lost(leases_.at(id), node_id, now);
+  }
   save(node);
   log(action::Severity::warn, fmt::format("node {} lost: silent for {} ms; {} jobs failed over", node_id,
                                           now - node.last_seen_ms, affected.size()));
@@ -1976,8 +2106,11 @@ void CoordinatorCore::on_preempt_notice(const scheduler::PreemptNotice& notice, 
   if (is_lease_request(notice.request)) {
     DevLease* lease = find_lease(notice.request - kLeaseRequestBase);
     if (!lease || lease->scheduler_lease != notice.lease) return;
+    const auto deadline = static_cast<std::uint64_t>(std::max<TimeMs>(0, now + grace_ms));
+    // A notice given before a coordinator restart still holds: the earlier deadline stands.
+    const bool noticed = lease->summary.state == LeaseState::preempting && lease->summary.grace_deadline_ms > 0;
+    lease->summary.grace_deadline_ms = noticed ? std::min(lease->summary.grace_deadline_ms, deadline) : deadline;
     lease->summary.state = LeaseState::preempting;
-    lease->summary.grace_deadline_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, now + grace_ms));
     for (std::uint64_t id : jobs_in_lease(lease->summary.lease_id)) {
       JobRecord& job = jobs_.at(id);
       if (job.summary.state != JobState::queued) notify(job);
@@ -2062,15 +2195,7 @@ void CoordinatorCore::on_lease_lost(const scheduler::LeaseLost& lost, TimeMs now
   if (is_lease_request(lost.request)) {
     DevLease* lease = find_lease(lost.request - kLeaseRequestBase);
     if (!lease || lease->scheduler_lease != lost.lease) return;
-    // The scheduler forgot the request with the node: ask again with the original age.
-    if (auto s = resubmit_lease(*lease, now); !s) {
-      end_lease(*lease, fmt::format("node {} was lost and the lease cannot be queued again: {}", lost.node,
-                                    s.error().message),
-                now);
-      return;
-    }
-    lease_event(*lease, LeaseEventKind::requeued,
-                fmt::format("node {} was lost; queued again keeping its age", lost.node), now);
+    lease_node_lost(*lease, lost.node, now);
     return;
   }
   JobRecord* job = job_holding(lost.request, lost.lease);
@@ -2113,5 +2238,9 @@ void CoordinatorCore::log(action::Severity severity, std::string text) {
 void CoordinatorCore::save(const JobRecord& job) { actions_.push_back(action::SaveJob{job}); }
 
 void CoordinatorCore::save(const NodeRecord& node) { actions_.push_back(action::SaveNode{node}); }
+
+void CoordinatorCore::save(const DevLease& lease) {
+  actions_.push_back(action::SaveLease{LeaseRecord{lease.summary, lease.requested_at_ms, lease.start_at_ms}});
+}
 
 }  // namespace kiln::coordinator

@@ -50,6 +50,10 @@ struct SaveJob {
 struct SaveRecord {
   protocol::RecordEntry record;
 };
+// Saved when a developer lease is accepted, granted, changes state or ends.
+struct SaveLease {
+  LeaseRecord lease;
+};
 enum class Severity { debug, info, warn, error };
 struct Log {
   Severity severity = Severity::info;
@@ -58,7 +62,7 @@ struct Log {
 }  // namespace action
 
 using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
-                            action::SaveRecord, action::Log>;
+                            action::SaveRecord, action::SaveLease, action::Log>;
 
 // Scheduler request ids: a job's is its job id; a developer lease's is this base plus its id.
 constexpr scheduler::RequestId kLeaseRequestBase = scheduler::RequestId{1} << 48;
@@ -70,7 +74,9 @@ class CoordinatorCore {
   // `recovered` is what the store held at start-up. Nodes come back without a session and
   // have one liveness timeout from `now` to register again before their jobs are failed over;
   // queued jobs go back to the scheduler keeping their age, running ones get their chips back
-  // when their agent re-registers still running them.
+  // when their agent re-registers still running them. Pending developer leases are queued again
+  // keeping their age; granted ones hold their chips again at once (until their expiry), and are
+  // queued again if a node of theirs does not register within the liveness timeout.
   CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, TimeMs now);
 
   void on_agent_message(const std::string& peer, const Caller& caller,
@@ -101,6 +107,10 @@ class CoordinatorCore {
     std::optional<scheduler::LeaseId> scheduler_lease;
     std::deque<protocol::LeaseEvent> events;  // the most recent ones, for watchers
     TimeMs requested_at_ms = 0;               // its age in the queue, kept when requeued
+    std::uint64_t start_at_ms = 0;            // a window booked ahead: not granted before
+    // Under notice when the coordinator restarted: the core revokes it at its grace deadline,
+    // as the scheduler (which no longer knows of the notice) would have.
+    bool recovered_under_notice = false;
   };
 
   // A parked watch_lease: answered at the lease's next event or at `deadline_ms`.
@@ -212,6 +222,13 @@ class CoordinatorCore {
   void answer_watches(TimeMs now);
   protocol::LeaseEvent status_event(const DevLease& lease, TimeMs now) const;
   std::vector<std::uint64_t> jobs_in_lease(std::uint64_t lease_id) const;
+  // Whether an active job runs on chips its developer lease holds (otherwise it holds a
+  // scheduler lease of its own: its lease ended or was requeued while it ran).
+  bool runs_on_lease_chips(const JobRecord& job) const;
+  // Puts a recovered lease back: pending ones in the queue, granted ones on their chips.
+  void recover_lease(LeaseRecord record, TimeMs now);
+  // A node of a granted lease was lost: the lease is queued again keeping its age.
+  void lease_node_lost(DevLease& lease, const std::string& node_id, TimeMs now);
   void prune_ended_leases();
 
   void reply_error(const std::string& client, std::uint64_t corr, Errc code, std::string message);
@@ -219,6 +236,7 @@ class CoordinatorCore {
   void log(action::Severity severity, std::string text);
   void save(const JobRecord& job);
   void save(const NodeRecord& node);
+  void save(const DevLease& lease);
 
   CoordinatorKnobs knobs_;
   std::map<std::string, NodeRecord> nodes_;

@@ -1,4 +1,4 @@
-// What the coordinator keeps about nodes and jobs, durably. The store saves these records
+// What the coordinator keeps about nodes, jobs and developer leases, durably. The store saves these records
 // as JSON documents built from their visit(), so the stored form uses protocol field names.
 #pragma once
 
@@ -71,11 +71,29 @@ struct JobRecord {
   }
 };
 
+// A developer lease (kiln lease): what the developer asked for and what it holds, enough to
+// queue it again keeping its age or to hold its chips again after a coordinator restart.
+struct LeaseRecord {
+  protocol::LeaseSummary summary;
+  // When it was requested, on the coordinator's clock: its age in the scheduler's queue.
+  std::int64_t requested_at_ms = 0;
+  // A window booked ahead: not granted before this time (0: as soon as possible).
+  std::uint64_t start_at_ms = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("summary", summary);
+    v.field("requested_at_ms", requested_at_ms, protocol::Range{0, INT64_MAX});
+    v.field("start_at_ms", start_at_ms, protocol::kU64);
+  }
+};
+
 // Everything the store gives back at start-up.
 struct Snapshot {
   std::vector<NodeRecord> nodes;
   std::vector<JobRecord> jobs;
   std::vector<protocol::RecordEntry> records;  // qualification records (record_book.h)
+  std::vector<LeaseRecord> leases;
 };
 
 }  // namespace kiln::coordinator

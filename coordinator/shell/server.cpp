@@ -226,6 +226,8 @@ class Server final : public CoordinatorServer {
               status = store_->save_job(act.job);
             } else if constexpr (std::is_same_v<T, action::SaveRecord>) {
               status = store_->save_record(act.record);
+            } else if constexpr (std::is_same_v<T, action::SaveLease>) {
+              status = store_->save_lease(act.lease);
             } else if constexpr (std::is_same_v<T, action::Log>) {
               switch (act.severity) {
                 case action::Severity::debug: logger_->debug("{}", act.text); break;

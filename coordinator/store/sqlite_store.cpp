@@ -8,8 +8,13 @@
 namespace kiln::coordinator {
 namespace {
 
-// 2: jobs record their bundle and config hash; qualification records.
+// Version 2 added the leases and records tables and each job's bundle_id and config_hash. A
+// version 1 database is upgraded in place (it gains the tables, its jobs empty attributions); a
+// coordinator that reads version 1 refuses a version 2 database, so it cannot drop the
+// developers' leases and the qualification records it does not know about.
 constexpr int kSchemaVersion = 2;
+// Ended leases kept for `kiln leases --all` after a restart; the oldest go first.
+constexpr int kEndedLeasesKept = 1000;
 
 class Statement {
  public:
@@ -38,13 +43,24 @@ class SqliteStore final : public Store {
                             "CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL, "
                             "node_id TEXT NOT NULL, doc TEXT NOT NULL);",
                             "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key TEXT NOT NULL, "
-                            "doc TEXT NOT NULL, PRIMARY KEY (kind, key));"}) {
+                            "doc TEXT NOT NULL, PRIMARY KEY (kind, key));",
+                            "CREATE TABLE IF NOT EXISTS leases (lease_id INTEGER PRIMARY KEY, state TEXT NOT NULL, "
+                            "doc TEXT NOT NULL);"}) {
       if (auto s = exec(sql); !s) return s;
     }
     Statement get(db_, "SELECT value FROM meta WHERE key='schema_version';");
     if (!get) return error("read the schema version");
     if (sqlite3_step(get.get()) == SQLITE_ROW) {
       int version = sqlite3_column_int(get.get(), 0);
+      if (version == 1) {
+        // Jobs of version 1 named no bundle; the fields are required in version 2.
+        if (auto s = exec("UPDATE jobs SET doc = json_set(doc, '$.summary.bundle_id', '', "
+                          "'$.summary.config_hash', '');");
+            !s) {
+          return s;
+        }
+        return exec(fmt::format("UPDATE meta SET value='{}' WHERE key='schema_version';", kSchemaVersion).c_str());
+      }
       if (version != kSchemaVersion) {
         return fail(Errc::config, fmt::format("{} has schema version {}, this coordinator reads version {}; "
                                               "use a matching coordinator or a new database",
@@ -94,6 +110,23 @@ class SqliteStore final : public Store {
     return {};
   }
 
+  Status save_lease(const LeaseRecord& lease) override {
+    Statement st(db_, "INSERT INTO leases (lease_id, state, doc) VALUES (?1, ?2, ?3) "
+                      "ON CONFLICT(lease_id) DO UPDATE SET state=excluded.state, doc=excluded.doc;");
+    if (!st) return error("prepare a lease save");
+    const std::string doc = protocol::to_json(lease).dump();
+    const std::string state(protocol::enum_name(lease.summary.state));
+    sqlite3_bind_int64(st.get(), 1, static_cast<sqlite3_int64>(lease.summary.lease_id));
+    sqlite3_bind_text(st.get(), 2, state.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st.get(), 3, doc.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return error(fmt::format("save lease L{}", lease.summary.lease_id));
+    if (lease.summary.state != protocol::LeaseState::ended) return {};
+    return exec(fmt::format("DELETE FROM leases WHERE state='ended' AND lease_id NOT IN (SELECT lease_id FROM "
+                            "leases WHERE state='ended' ORDER BY lease_id DESC LIMIT {});",
+                            kEndedLeasesKept)
+                    .c_str());
+  }
+
   Result<Snapshot> load() override {
     Snapshot snapshot;
     {
@@ -121,6 +154,15 @@ class SqliteStore final : public Store {
         auto record = parse<protocol::RecordEntry>(st.get(), "qualification");
         if (!record) return tl::unexpected(record.error());
         snapshot.records.push_back(std::move(*record));
+      }
+    }
+    {
+      Statement st(db_, "SELECT doc FROM leases ORDER BY lease_id;");
+      if (!st) return tl::unexpected(error("read leases").error());
+      while (sqlite3_step(st.get()) == SQLITE_ROW) {
+        auto lease = parse<LeaseRecord>(st.get(), "lease");
+        if (!lease) return tl::unexpected(lease.error());
+        snapshot.leases.push_back(std::move(*lease));
       }
     }
     return snapshot;

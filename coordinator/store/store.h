@@ -1,6 +1,6 @@
 // Where the coordinator keeps what it acknowledged. The shell saves every record the core
-// asks it to before it sends any later reply, so a restart never loses an accepted job or a
-// stored result.
+// asks it to before it sends any later reply, so a restart never loses an accepted job, a
+// developer's lease or a stored result.
 #pragma once
 
 #include <memory>
@@ -17,6 +17,7 @@ class Store {
   virtual Status save_node(const NodeRecord& node) = 0;
   virtual Status save_job(const JobRecord& job) = 0;
   virtual Status save_record(const protocol::RecordEntry& record) = 0;
+  virtual Status save_lease(const LeaseRecord& lease) = 0;
   virtual Result<Snapshot> load() = 0;
 };
 

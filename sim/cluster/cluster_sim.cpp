@@ -296,6 +296,7 @@ struct Simulation::World {
   std::map<std::string, NodeRecord> stored_nodes;
   std::map<std::uint64_t, JobRecord> stored_jobs;
   std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> stored_records;
+  std::map<std::uint64_t, coordinator::LeaseRecord> stored_leases;
   std::set<std::uint64_t> accepted;                                // job_accepted sent
   std::set<std::pair<std::uint64_t, std::uint32_t>> acked_results;  // (job, attempt) acknowledged, stored terminal
   std::vector<std::pair<std::size_t, protocol::JobFinishedAck>> acks_this_step;  // (node, ack)
@@ -506,6 +507,14 @@ struct Simulation::World {
       }
       accepted.insert(acc->job_id);
     }
+    // A lease acknowledged to its developer survives a coordinator restart: stored first.
+    std::uint64_t lease_acknowledged = 0;
+    if (const auto* granted = std::get_if<protocol::LeaseGranted>(&act.body)) lease_acknowledged = granted->lease.lease_id;
+    if (const auto* pending = std::get_if<protocol::LeasePending>(&act.body)) lease_acknowledged = pending->lease.lease_id;
+    if (lease_acknowledged != 0 && stored_leases.count(lease_acknowledged) == 0) {
+      fail(fmt::format("lease L{} was acknowledged to client {} before the store held it", lease_acknowledged,
+                       act.client));
+    }
     send(coordinator_endpoint(), Endpoint{Endpoint::Kind::client, client, 0}, std::move(act.body),
          coordinator_next_message_id++, act.corr);
   }
@@ -519,7 +528,18 @@ struct Simulation::World {
     }
     stored_jobs[s.job_id] = act.job;
   }
+  // What the store holds: what a restarted coordinator recovers.
+  coordinator::Snapshot stored() const {
+    coordinator::Snapshot snapshot;
+    for (const auto& [id, node] : stored_nodes) snapshot.nodes.push_back(node);
+    for (const auto& [id, job] : stored_jobs) snapshot.jobs.push_back(job);
+    for (const auto& [key, record] : stored_records) snapshot.records.push_back(record);
+    for (const auto& [id, lease] : stored_leases) snapshot.leases.push_back(lease);
+    return snapshot;
+  }
+
   void carry_out(coordinator::action::SaveRecord& act) { stored_records[{act.record.kind, act.record.key}] = act.record; }
+  void carry_out(coordinator::action::SaveLease& act) { stored_leases[act.lease.summary.lease_id] = act.lease; }
   void carry_out(coordinator::action::Log& act) { log("coordinator", act.text); }
 
   // A job_finished_ack tells the agent it may forget the result. By the end of the step (or
@@ -559,12 +579,9 @@ struct Simulation::World {
 
   void restart_coordinator() {
     if (coordinator) return;
-    coordinator::Snapshot snapshot;
-    for (const auto& [id, node] : stored_nodes) snapshot.nodes.push_back(node);
-    for (const auto& [id, job] : stored_jobs) snapshot.jobs.push_back(job);
-    for (const auto& [key, record] : stored_records) snapshot.records.push_back(record);
-    log("sim", fmt::format("coordinator restarts from the store ({} nodes, {} jobs)", snapshot.nodes.size(),
-                           snapshot.jobs.size()));
+    coordinator::Snapshot snapshot = stored();
+    log("sim", fmt::format("coordinator restarts from the store ({} nodes, {} jobs, {} leases)", snapshot.nodes.size(),
+                           snapshot.jobs.size(), snapshot.leases.size()));
     coordinator = std::make_unique<CoordinatorCore>(options.coordinator_knobs, std::move(snapshot), wall());
     coordinator_started_at = now;
     drain_coordinator();
@@ -1403,11 +1420,7 @@ const std::vector<std::string>& Simulation::log() const { return world_->log_lin
 const coordinator::CoordinatorCore* Simulation::coordinator() const { return world_->coordinator.get(); }
 
 coordinator::Snapshot Simulation::store() const {
-  coordinator::Snapshot snapshot;
-  for (const auto& [id, node] : world_->stored_nodes) snapshot.nodes.push_back(node);
-  for (const auto& [id, job] : world_->stored_jobs) snapshot.jobs.push_back(job);
-  for (const auto& [key, record] : world_->stored_records) snapshot.records.push_back(record);
-  return snapshot;
+  return world_->stored();
 }
 
 std::vector<std::uint64_t> Simulation::accepted_jobs() const {

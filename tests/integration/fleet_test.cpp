@@ -135,7 +135,7 @@ TEST_CASE("the coordinator killed and restarted recovers its state; agents re-re
   REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
   REQUIRE(Fleet::eventually([&] { return job_state_is(*client, running_id, JobState::succeeded); }, 15s));
   CHECK(job(*client, running_id)->job.attempt == 1);
-  CHECK(fleet.log_of("coordinator").find("recovered 1 nodes and 2 jobs") != std::string::npos);
+  CHECK(fleet.log_of("coordinator").find("recovered 1 nodes, 2 jobs") != std::string::npos);
 }
 
 TEST_CASE("keys and roles: an unknown key is refused, a developer may not drain a node") {

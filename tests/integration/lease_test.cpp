@@ -54,6 +54,11 @@ std::optional<JobSummary> job(cli::Client& client, std::uint64_t id) {
   return std::get<JobDetail>(*reply).job;
 }
 
+bool job_state_is(cli::Client& client, std::uint64_t id, JobState state) {
+  auto j = job(client, id);
+  return j && j->state == state;
+}
+
 bool node_up(cli::Client& client, const std::string& id) {
   auto reply = client.request(ListNodes{});
   if (!reply) return false;
@@ -157,4 +162,50 @@ TEST_CASE("an experiment is preempted by presubmit work: notice to the workload,
   CHECK(done->attempt == 2);
   CHECK(fleet.log_of("coordinator").find("attempt 1 preempted on n01") != std::string::npos);
   REQUIRE(Fleet::eventually([&] { return job(*dev, waiting)->state == JobState::succeeded; }, 10s));
+}
+
+TEST_CASE("a lease and the job running in it survive a coordinator restart; lease ids are not reused") {
+  Fleet fleet("lease-restart");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  std::uint64_t job_id = 0;
+  std::string before;
+  {
+    auto client = fleet.client("dev");
+    REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
+    std::string out;
+    REQUIRE(fleet.kiln("dev", {"lease", "--chips", "4", "--hours", "1", "--detach"}, &out) == 0);
+    CHECK(out.find("lease L1 granted") != std::string::npos);
+    SubmitInLease in_lease;
+    in_lease.lease_id = 1;
+    in_lease.job.workload = "sleep";
+    in_lease.job.args = {"4"};
+    in_lease.job.chips = 2;
+    in_lease.job.timeout_ms = 60000;
+    auto reply = client->request(in_lease);
+    REQUIRE_MESSAGE(reply.has_value(), reply.error().message);
+    job_id = std::get<JobAccepted>(*reply).job_id;
+    REQUIRE(Fleet::eventually([&] { return job_state_is(*client, job_id, JobState::running); }, 10s));
+    REQUIRE(fleet.kiln("dev", {"leases"}, &before) == 0);
+  }
+  fleet.stop_coordinator(SIGKILL);
+  fleet.start_coordinator();
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
+  std::string after;
+  CHECK(fleet.kiln("dev", {"leases"}, &after) == 0);
+  CHECK(after.find("L1") != std::string::npos);
+  CHECK(after.find("granted") != std::string::npos);
+  // The same chips, held again.
+  const auto chips_of = [](const std::string& text) { return text.substr(text.find("n01[")); };
+  CHECK(chips_of(after).substr(0, chips_of(after).find(']')) == chips_of(before).substr(0, chips_of(before).find(']')));
+  // The job in the lease was not cancelled by the restart: it runs to its end.
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, job_id, JobState::succeeded); }, 15s));
+  CHECK(job(*client, job_id).value().attempt == 1);
+  std::string out;
+  CHECK(fleet.kiln("dev", {"lease", "--chips", "1", "--hours", "1", "--no-wait"}, &out) == 0);
+  CHECK(out.find("L2") != std::string::npos);
+  CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
 }

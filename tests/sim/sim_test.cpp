@@ -434,3 +434,33 @@ TEST_CASE("diagnostics wait on a quarantined node until the jobs it stops at unk
   REQUIRE_MESSAGE(!sim.violation(), where(sim));
   CHECK(sim.coordinator()->nodes().at(sim.node_id(0)).summary.state == protocol::NodeState::up);
 }
+
+TEST_CASE("a lease and the job in it survive a coordinator crash: same chips, nothing else placed on them") {
+  Simulation sim(scenario_options(1));
+  protocol::RequestLease lease;
+  lease.chips = 4;
+  lease.duration_ms = 10 * kMinuteMs;
+  sim.client_send(1000, 1, lease);  // dev-1 gets L1: half the node
+  protocol::SubmitInLease in_lease;
+  in_lease.lease_id = 1;
+  in_lease.job = job(60000, 1, 4);
+  in_lease.job.priority_class = protocol::PriorityClass::experiment;
+  sim.client_send(2000, 1, in_lease);
+  sim.crash_coordinator(10000, 5000);
+  sim.submit(20000, 0, job(5000, 1, 8));  // CI wants the whole node: it waits for the lease
+  sim.run_until(30000);
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  REQUIRE(sim.coordinator() != nullptr);
+  const auto leases = sim.coordinator()->leases();
+  REQUIRE(leases.size() == 1);
+  CHECK(leases[0].state == protocol::LeaseState::granted);
+  CHECK(sim.coordinator()->jobs().at(1).summary.state == JobState::running);
+  CHECK(sim.coordinator()->jobs().at(2).summary.state == JobState::queued);
+  sim.client_send(90000, 1, protocol::ReleaseLease{1});
+  sim.run_until(120000);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(stored_job(sim, 1).summary.state == JobState::succeeded);
+  CHECK(stored_job(sim, 1).summary.attempt == 1);
+  CHECK(stored_job(sim, 2).summary.state == JobState::succeeded);
+}

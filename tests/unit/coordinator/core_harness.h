@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@ struct Harness {
   std::vector<action::ToClient> to_clients;
   std::vector<JobRecord> saved_jobs;
   std::vector<protocol::RecordEntry> saved_records;
+  // The latest saved version of each record: what the store would give back at a restart.
+  std::map<std::string, NodeRecord> stored_nodes;
+  std::map<std::uint64_t, JobRecord> stored_jobs;
+  std::map<std::uint64_t, LeaseRecord> stored_leases;
+  std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> stored_records;
   std::uint64_t next_id = 1;
 
   explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, TimeMs now = 0)
@@ -27,9 +33,26 @@ struct Harness {
     while (auto a = core.poll_action()) {
       if (auto* t = std::get_if<action::ToAgent>(&*a)) to_agents.push_back(*t);
       if (auto* t = std::get_if<action::ToClient>(&*a)) to_clients.push_back(*t);
-      if (auto* t = std::get_if<action::SaveJob>(&*a)) saved_jobs.push_back(t->job);
-      if (auto* t = std::get_if<action::SaveRecord>(&*a)) saved_records.push_back(t->record);
+      if (auto* t = std::get_if<action::SaveRecord>(&*a)) {
+        saved_records.push_back(t->record);
+        stored_records[{t->record.kind, t->record.key}] = t->record;
+      }
+      if (auto* t = std::get_if<action::SaveJob>(&*a)) {
+        saved_jobs.push_back(t->job);
+        stored_jobs[t->job.summary.job_id] = t->job;
+      }
+      if (auto* t = std::get_if<action::SaveNode>(&*a)) stored_nodes[t->node.summary.node_id] = t->node;
+      if (auto* t = std::get_if<action::SaveLease>(&*a)) stored_leases[t->lease.summary.lease_id] = t->lease;
     }
+  }
+  // What a coordinator restarted now would recover from its store.
+  Snapshot store() const {
+    Snapshot snapshot;
+    for (const auto& [id, node] : stored_nodes) snapshot.nodes.push_back(node);
+    for (const auto& [id, job] : stored_jobs) snapshot.jobs.push_back(job);
+    for (const auto& [id, lease] : stored_leases) snapshot.leases.push_back(lease);
+    for (const auto& [key, record] : stored_records) snapshot.records.push_back(record);
+    return snapshot;
   }
   void agent(const std::string& peer, const std::string& key, protocol::Body body, TimeMs now) {
     core.on_agent_message(peer, Caller{key, protocol::Role::agent}, protocol::make_envelope(std::move(body), next_id++),

@@ -125,10 +125,7 @@ TEST_CASE("a baseline names a recorded bundle of its revision, and everything is
   CHECK(std::holds_alternative<protocol::Ok>(
       h.client("ci", Role::ci, protocol::PutRecord{RecordKind::qualification_run, "nightly-1", done}, 7)));
 
-  Snapshot snapshot;
-  std::map<std::pair<RecordKind, std::string>, protocol::RecordEntry> latest;
-  for (const auto& record : h.saved_records) latest[{record.kind, record.key}] = record;
-  for (const auto& [key, record] : latest) snapshot.records.push_back(record);
+  const Snapshot snapshot = h.store();
   Harness restarted({}, snapshot, 100);
   auto got = restarted.client("dev", Role::developer, protocol::GetRecord{RecordKind::qualification_run, "nightly-1"}, 101);
   REQUIRE(std::holds_alternative<protocol::RecordEntry>(got));

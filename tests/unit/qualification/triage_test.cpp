@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "coordinator/qualification/flake_budget.h"
 #include "coordinator/qualification/triage.h"
 
 namespace q = kiln::qualification;
@@ -124,13 +127,13 @@ TEST_CASE("flake budgets come from the recorded run reports; one ticket per test
   }
   // An unfinished run does not count, nor do skipped and error verdicts.
   reports.push_back(report(20000000, false, {{"steady", "flaky"}, {"steady", "flaky"}}));
-  const FlakeLedger ledger = flake_ledger_from_reports(reports);
-  const TimeMs now = 1000 + 150 * 60000;
+  const q::FlakeLedger ledger = q::flake_ledger_from_reports(reports);
+  const kiln::TimeMs now = 1000 + 150 * 60000;
   CHECK(ledger.status("wobbly", now).runs == 150);
   CHECK(ledger.status("absent", now).runs == 0);
-  const auto tickets = flake_budget_tickets(ledger, now);
+  const auto tickets = q::flake_budget_tickets(ledger, now);
   REQUIRE(tickets.size() == 1);
-  CHECK(tickets[0].kind == TicketKind::flake_budget);
+  CHECK(tickets[0].kind == q::TicketKind::flake_budget);
   CHECK(tickets[0].team == "llm-models");
   CHECK(tickets[0].culprit_change == "test:wobbly");
   CHECK(tickets[0].title.find("2 flakes in 150 runs") != std::string::npos);
