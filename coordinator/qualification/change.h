@@ -138,7 +138,8 @@ Result<std::vector<std::string>> changes_between(const Bundle& good, const Bundl
 // the workload refuses names not in its registry.
 Result<std::string> sim_stack_effects_toml(const std::vector<Change>& history, std::size_t index);
 
-// A builder that runs a configured program (a later shell runs it; this is its description).
+// A builder that runs a configured program (shell/bundle_builder.h runs it; this is its
+// description).
 // The args may hold placeholders the shell expands with expand_command: {change} (the id of the
 // last change to include), {index} (its position in the history), {out} (the output directory).
 // The program must print the built bundle as JSON (to_json's shape) on stdout.
