@@ -113,8 +113,9 @@ struct ChipTelemetrySummary {
   double mean_clock_mhz = 0;
 };
 
-// The baseline stack's samples in a report, flagged like the candidate's.
-struct BaselineReport {
+// One stack's samples in a report, flagged against the telemetry: the candidate's (the report
+// itself) and the baseline's.
+struct SampleSetReport {
   std::vector<FlaggedSample> samples;  // every sample, warmup first
   std::vector<double> unflagged_timed_throughputs;
   std::optional<double> median_throughput;  // of the unflagged timed samples
@@ -123,21 +124,15 @@ struct BaselineReport {
   std::int64_t warmup_iterations = 0;
   bool steady_reached = false;
 };
+using BaselineReport = SampleSetReport;
 
-struct BenchmarkReport {
+struct BenchmarkReport : SampleSetReport {
   std::string model;
   std::string dtype;
   std::string throughput_unit;
   WorkloadStatus status = WorkloadStatus::completed;
   bool correctness_checked = false;
   bool correctness_passed = false;
-  std::vector<FlaggedSample> samples;            // every sample, warmup first
-  std::vector<double> unflagged_timed_throughputs;
-  std::optional<double> median_throughput;       // of the unflagged timed samples
-  std::size_t timed_samples = 0;
-  std::size_t flagged_timed_samples = 0;
-  std::int64_t warmup_iterations = 0;
-  bool steady_reached = false;
   std::vector<ChipTelemetrySummary> telemetry;   // one per job chip, in the job's order
   nlohmann::json correctness;                    // the workload's comparison report, as written
   nlohmann::json training;                       // loss curve and eval, null for inference

@@ -1256,7 +1256,7 @@ void CoordinatorCore::release_lease_chips(DevLease& lease, TimeMs now) {
   for (std::size_t i = 0; i < handed.size() && i < leases->size(); ++i) job_lease_[handed[i]] = (*leases)[i];
 }
 
-Status CoordinatorCore::resubmit_lease(DevLease& lease, TimeMs now) {
+scheduler::Request CoordinatorCore::lease_request(const DevLease& lease) const {
   scheduler::Request req;
   req.id = kLeaseRequestBase + lease.summary.lease_id;
   req.cls = to_request_class(lease.summary.priority_class);
@@ -1266,6 +1266,11 @@ Status CoordinatorCore::resubmit_lease(DevLease& lease, TimeMs now) {
   req.expected_duration_ms = static_cast<DurationMs>(lease.summary.duration_ms);
   req.lease_ms = req.expected_duration_ms;
   req.submit_ms = to_scheduler_time(lease.requested_at_ms);
+  return req;
+}
+
+Status CoordinatorCore::resubmit_lease(DevLease& lease, TimeMs now) {
+  scheduler::Request req = lease_request(lease);
   if (lease.start_at_ms != 0 && static_cast<TimeMs>(lease.start_at_ms) > now) {
     req.not_before_ms = to_scheduler_time(static_cast<TimeMs>(lease.start_at_ms));
   }
@@ -1390,15 +1395,7 @@ void CoordinatorCore::recover_lease(LeaseRecord record, TimeMs now) {
     for (std::uint32_t chip : p.chip_indices) held.chips.push_back(static_cast<int>(chip));
     placement.push_back(std::move(held));
   }
-  scheduler::Request req;
-  req.id = kLeaseRequestBase + id;
-  req.cls = to_request_class(lease.summary.priority_class);
-  req.chips = lease.summary.nodes > 0 ? 1 : static_cast<int>(lease.summary.chips);
-  req.nodes = static_cast<int>(lease.summary.nodes);
-  if (!lease.summary.hardware_revision.empty()) req.revision = lease.summary.hardware_revision;
-  req.expected_duration_ms = static_cast<DurationMs>(lease.summary.duration_ms);
-  req.lease_ms = req.expected_duration_ms;
-  req.submit_ms = to_scheduler_time(lease.requested_at_ms);
+  const scheduler::Request req = lease_request(lease);
   auto held = scheduler_.restore_lease(req, placement, to_scheduler_time(static_cast<TimeMs>(lease.summary.granted_at_ms)),
                                        to_scheduler_time(now));
   if (!held) {

@@ -218,6 +218,7 @@ class CoordinatorCore {
   // Expiry, and revocation at the end of the grace, of developer leases whose jobs still run:
   // done here, before the scheduler's own timers would free those jobs' chips.
   void end_due_leases(TimeMs now);
+  scheduler::Request lease_request(const DevLease& lease) const;
   Status resubmit_lease(DevLease& lease, TimeMs now);
   void answer_watches(TimeMs now);
   protocol::LeaseEvent status_event(const DevLease& lease, TimeMs now) const;

@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include "coordinator/qualification/change.h"
+#include "coordinator/qualification/toml_where.h"
 
 namespace kiln::qualification {
 
@@ -60,9 +61,7 @@ Result<Change> change_from_json(const nlohmann::json& json) {
 
 namespace {
 
-std::string where(std::string_view source, const toml::source_region& region) {
-  return fmt::format("{}:{}:{}", source, region.begin.line, region.begin.column);
-}
+using detail::where;
 
 Result<std::vector<std::string>> string_array(const toml::table& table, std::string_view key, std::string_view at) {
   std::vector<std::string> out;

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "coordinator/qualification/toml_text.h"
+#include "coordinator/qualification/toml_where.h"
 #include "sim/workloads/registry.h"
 
 namespace kiln::qualification {
@@ -109,9 +110,7 @@ Status validate(const ModelSet& set) {
 
 namespace {
 
-std::string where(std::string_view source, const toml::source_region& region) {
-  return fmt::format("{}:{}:{}", source, region.begin.line, region.begin.column);
-}
+using detail::where;
 
 const std::set<std::string>& known_keys() {
   static const std::set<std::string> keys = {"name",       "size_class", "chips",          "minutes",
