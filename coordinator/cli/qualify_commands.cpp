@@ -335,7 +335,8 @@ int bundles_command(Client& client, bool json) {
     }
     std::cout << fmt::format("{:<12} {:>7} {:<14} {:<6} {}\n", short_id(bundle.id), bundle.change_ids.size(),
                              bundle.change_ids.empty() ? "-" : bundle.change_ids.back(),
-                             fmt::join(bundle.hardware_revisions, ","), fmt::join(baseline_of, ","));
+                             fmt::format("{}", fmt::join(bundle.hardware_revisions, ",")),
+                             fmt::format("{}", fmt::join(baseline_of, ",")));
   }
   return kExitOk;
 }
@@ -415,8 +416,10 @@ int run_in_background(const QualifyCommands& c, const std::string& run_id, int a
   if (log_fd < 0) return report({Errc::io, fmt::format("cannot open the log {}; pass --log FILE", log)});
   std::vector<std::string> args(argv, argv + argc);
   args.push_back("--wait");
-  args.push_back("--run-id");
-  args.push_back(run_id);
+  if (c.run_id.empty()) {
+    args.push_back("--run-id");
+    args.push_back(run_id);
+  }
   const pid_t pid = ::fork();
   if (pid < 0) return report({Errc::io, "cannot start the background run (fork failed)"});
   if (pid == 0) {

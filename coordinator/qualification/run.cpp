@@ -42,6 +42,7 @@ std::string_view to_string(JobPurpose purpose) {
 
 std::string_view to_string(ModelVerdict verdict) {
   switch (verdict) {
+    case ModelVerdict::pending: return "pending";
     case ModelVerdict::passed: return "passed";
     case ModelVerdict::improved: return "improved";
     case ModelVerdict::performance_regression: return "performance_regression";
@@ -57,9 +58,11 @@ std::string_view to_string(ModelVerdict verdict) {
 
 bool fails_run(ModelVerdict verdict) {
   switch (verdict) {
+    case ModelVerdict::pending:
     case ModelVerdict::passed:
     case ModelVerdict::improved:
     case ModelVerdict::flaky:
+    case ModelVerdict::inconclusive:
     case ModelVerdict::skipped: return false;
     default: return true;
   }
@@ -1361,9 +1364,9 @@ std::string summary_text(const RunReport& report) {
   for (const auto& [verdict, count] : counts) parts.push_back(fmt::format("{} {}", count, to_string(verdict)));
   out += fmt::format("  {} model runs: {}\n", report.models.size(), fmt::join(parts, ", "));
   for (const ModelReport& m : report.models) {
-    if (!fails_run(m.verdict)) continue;
-    out += fmt::format("  FAIL {} on revision {} ({}): {}: {}\n", m.model, m.revision, m.owner_team,
-                       to_string(m.verdict), m.detail);
+    if (!fails_run(m.verdict) && m.verdict != ModelVerdict::inconclusive && m.verdict != ModelVerdict::flaky) continue;
+    out += fmt::format("  {} {} on revision {} ({}): {}: {}\n", fails_run(m.verdict) ? "FAIL" : "LOOK", m.model,
+                       m.revision, m.owner_team, to_string(m.verdict), m.detail);
   }
   for (const Ticket& t : report.tickets) {
     out += fmt::format("  ticket {} to {}: {} ({})\n", t.id, t.team, t.title, to_string(t.kind));

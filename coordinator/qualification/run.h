@@ -168,6 +168,7 @@ using RunAction = std::variant<run_action::StartJob, run_action::CancelJob, run_
                                run_action::FileTicket, run_action::QuarantineNode, run_action::Log>;
 
 enum class ModelVerdict {
+  pending,                 // no verdict yet (a report of a run in progress)
   passed,                  // correct, and no confirmed performance regression
   improved,                // correct and confirmed faster
   performance_regression,  // confirmed by the rerun
@@ -179,15 +180,17 @@ enum class ModelVerdict {
   error,                   // its jobs could not run
 };
 std::string_view to_string(ModelVerdict verdict);
-// passed, improved, flaky and skipped do not fail a run (a skipped model was not qualified, and
-// says why in the report and as a JUnit <skipped/>).
+// passed, improved, flaky, inconclusive and skipped do not fail a run: a skipped model was not
+// qualified and says why (a JUnit <skipped/>); an inconclusive one is within a few percent
+// either way after every extra round and is listed for a person to look at, not a regression.
+// pending is never in a finished report.
 bool fails_run(ModelVerdict verdict);
 
 struct ModelReport {
   std::string model;
   std::string revision;
   std::string owner_team;
-  ModelVerdict verdict = ModelVerdict::passed;
+  ModelVerdict verdict = ModelVerdict::pending;
   std::string detail;  // one line for people: the shift and interval, the failing output, ...
   std::optional<stats::ModelGateOutcome> performance;
   std::optional<TriageAction> triage;

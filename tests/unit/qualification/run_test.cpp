@@ -641,6 +641,17 @@ TEST_CASE("JUnit XML escapes what people wrote and counts per revision") {
   CHECK(q::summary_text(report).find("FAIL m&m on revision a") != std::string::npos);
   CHECK(q::fails_run(q::ModelVerdict::hardware_suspect));
   CHECK_FALSE(q::fails_run(q::ModelVerdict::flaky));
+  // Undecided within a few percent after every extra round: listed for a person, not a failure.
+  CHECK_FALSE(q::fails_run(q::ModelVerdict::inconclusive));
+  q::RunReport in_progress;
+  in_progress.run_id = "nightly-1";
+  in_progress.models.resize(2);
+  in_progress.models[1].verdict = q::ModelVerdict::inconclusive;
+  in_progress.models[1].model = "wobbly";
+  const std::string text = q::summary_text(in_progress);
+  CHECK(text.find("running") != std::string::npos);
+  CHECK(text.find("1 pending") != std::string::npos);
+  CHECK(text.find("LOOK wobbly") != std::string::npos);
   CHECK(q::tier_from_string("release") == q::Tier::release);
   CHECK_FALSE(q::tier_from_string("weekly").has_value());
 }
