@@ -51,6 +51,16 @@ std::string time_text(TimeMs ms) {
 
 std::string short_id(const std::string& id) { return id.substr(0, 12); }
 
+// "nightly-20261130T073412-3dbff4cc": the tier, the time to the second and the bundle.
+std::string default_run_id(q::Tier tier, const q::Bundle& candidate, TimeMs now_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(now_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &tm);
+  return fmt::format("{}-{}-{}", q::to_string(tier), stamp, candidate.id.substr(0, 8));
+}
+
 std::atomic<bool> g_stop{false};
 void on_stop_signal(int) { g_stop.store(true); }
 
@@ -450,11 +460,7 @@ int qualification_command(QualifyCommands& c, Client& client, bool json, int arg
   if (!set) return report(set.error());
   auto candidate = qs::find_bundle(client, c.run_bundle);
   if (!candidate) return report(candidate.error());
-  const std::string run_id =
-      !c.run_id.empty() ? c.run_id
-                        : fmt::format("{}-{}-{}", q::to_string(tier),
-                                      time_text(wall_now_ms()).substr(0, 16).replace(10, 1, "T").replace(13, 1, ""),
-                                      candidate->id.substr(0, 8));
+  const std::string run_id = !c.run_id.empty() ? c.run_id : default_run_id(tier, *candidate, wall_now_ms());
   if (!c.wait) return run_in_background(c, run_id, argc, argv, json);
 
   auto history = qs::list_changes(client);

@@ -177,6 +177,25 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   CHECK(team_of["k3"] == "compiler-team");
   CHECK(team_of["k5"] == "kernels-team");
 
+  // The same command again (a driver that died is restarted like this) takes up the jobs the run
+  // already submitted: no measurement is made twice, and the culprits are not ticketed again.
+  const int again = fleet.kiln("ci", with_dirs({"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-it"}),
+                               &out, 480s);
+  INFO(out);
+  CHECK(again == 1);
+  CHECK(out.find("taken up") != std::string::npos);
+  REQUIRE(fleet.kiln("ci", {"jobs", "--limit", "1000", "--json"}, &out) == 0);
+  std::map<std::string, int> measured;
+  for (const auto& job : nlohmann::json::parse(out)) {
+    if (job.at("state") == "succeeded" && !job.at("config_hash").get<std::string>().empty()) {
+      ++measured[job.at("config_hash").get<std::string>()];
+    }
+  }
+  CHECK(!measured.empty());
+  for (const auto& [hash, count] : measured) CHECK_MESSAGE(count == 1, hash);
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
+  CHECK(nlohmann::json::parse(out).size() == 2);
+
   // The run is recorded on the coordinator, and the failing bundle did not become the baseline.
   REQUIRE(fleet.kiln("ci", {"run", "nightly-it", "--json"}, &out) == 1);
   CHECK(nlohmann::json::parse(out).at("passed") == false);

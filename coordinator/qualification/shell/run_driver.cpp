@@ -45,6 +45,7 @@ class Driver {
 
   Result<RunReport> drive() {
     TimeMs last_record = 0;
+    find_earlier_jobs();
     refresh_nodes();
     while (true) {
       if (auto ok = carry_out_actions(); !ok) return tl::unexpected(ok.error());
@@ -76,6 +77,19 @@ class Driver {
     }
   }
 
+  // Jobs this run submitted before (a driver that died and was started again): those still
+  // queued or running, or ended with a result to read, are taken up by config hash.
+  void find_earlier_jobs() {
+    auto list = cli::expect_reply<protocol::JobList>(client_.request(protocol::ListJobs{1000, false}));
+    if (!list) return;
+    for (const auto& job : list->jobs) {
+      if (job.config_hash.empty()) continue;
+      const bool usable = !protocol::is_terminal(job.state) || job.state == JobState::succeeded ||
+                          (job.state == JobState::failed && job.exit_code == 1);
+      if (usable) submitted_before_.emplace(job.config_hash, job.job_id);
+    }
+  }
+
   void refresh_nodes() {
     auto list = cli::expect_reply<protocol::NodeList>(client_.request(protocol::ListNodes{}));
     if (!list) {
@@ -101,7 +115,7 @@ class Driver {
 
   Status carry_out(run_action::StartJob& start) {
     const JobRequest& request = start.request;
-    auto job = job_for(request, run_.report().tier, set_, options_);
+    auto job = job_for(request, run_.report().run_id, run_.report().tier, set_, options_);
     if (!job) {
       JobResult missing;
       missing.tag = request.tag;
@@ -109,6 +123,15 @@ class Driver {
       missing.detail = job.error().message;
       say(fmt::format("cannot run {}: {}", request.model, job.error().message));
       return run_.on_job_result(std::move(missing), wall_now_ms());
+    }
+    if (auto earlier = submitted_before_.find(job->config_hash); earlier != submitted_before_.end()) {
+      const std::uint64_t job_id = earlier->second;
+      submitted_before_.erase(earlier);
+      in_flight_[job_id] = InFlight{request.tag, job_id, request.model};
+      by_tag_[request.tag] = job_id;
+      say(fmt::format("job {}: {} {} on revision {}, submitted by this run before: taken up", job_id,
+                      to_string(request.purpose), request.model, request.revision));
+      return {};
     }
     auto accepted = cli::expect_reply<protocol::JobAccepted>(client_.request(*job));
     if (!accepted) {
@@ -244,12 +267,13 @@ class Driver {
   const DriverOptions& options_;
   std::map<std::uint64_t, InFlight> in_flight_;  // by job id
   std::map<std::uint64_t, std::uint64_t> by_tag_;
+  std::map<std::string, std::uint64_t> submitted_before_;  // config hash -> job id
 };
 
 }  // namespace
 
-Result<protocol::SubmitJob> job_for(const JobRequest& request, Tier tier, const ModelSet& set,
-                                    const DriverOptions& options) {
+Result<protocol::SubmitJob> job_for(const JobRequest& request, const std::string& run_id, Tier tier,
+                                    const ModelSet& set, const DriverOptions& options) {
   const QualificationModel* model = set.find(request.model);
   if (model == nullptr) {
     return fail(Errc::not_found, fmt::format("model {} is not in the qualification set", request.model));
@@ -281,7 +305,7 @@ Result<protocol::SubmitJob> job_for(const JobRequest& request, Tier tier, const 
   job.benchmark.steady_window = model->benchmark.steady_window;
   job.benchmark.steady_tolerance_ppm = static_cast<std::uint32_t>(model->benchmark.steady_tolerance * 1e6 + 0.5);
   job.bundle_id = request.bundle_id;
-  const nlohmann::json config = {{"workload", job.workload},   {"args", job.args},
+  const nlohmann::json config = {{"run", run_id},               {"workload", job.workload},   {"args", job.args},
                                  {"chips", job.chips},         {"revision", job.hardware_revision},
                                  {"seed", job.seed},           {"repeats", job.benchmark.repeats},
                                  {"bundle", request.bundle_id}, {"baseline", request.baseline_bundle_id}};

@@ -28,11 +28,16 @@ struct DriverOptions {
 };
 
 // The job a request becomes: workload, arguments, chips, class, benchmark, bundle and config
-// hash. Fails for a model the set does not have or one without a workload.
-Result<protocol::SubmitJob> job_for(const JobRequest& request, Tier tier, const ModelSet& set,
-                                    const DriverOptions& options);
+// hash. The hash covers the run id too, so it names this run's job for this request and no
+// other run's. Fails for a model the set does not have or one without a workload.
+Result<protocol::SubmitJob> job_for(const JobRequest& request, const std::string& run_id, Tier tier,
+                                    const ModelSet& set, const DriverOptions& options);
 
 // Runs until the run finishes (or `stop` is set: its jobs are cancelled and the error says so).
+// Resumes: a request whose job this run already submitted (the same config hash, among the
+// coordinator's newest 1000 jobs) that is queued, running or ended with a result is taken up
+// instead of started again, so running a run's command again with its --run-id after the
+// driving process died measures nothing twice.
 // `history` is the run input's history (bundles for bisection are built from it).
 Result<RunReport> drive_run(cli::Client& client, QualificationRun& run, const ModelSet& set,
                             const std::vector<Change>& history, BundleBuilder& builder, TicketSink& tickets,
