@@ -202,3 +202,60 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   REQUIRE(fleet.kiln("ci", {"bundles", "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).at("baselines").at("a").at("bundle_id") == presubmit);
 }
+
+TEST_CASE("a model that fails on one node only quarantines that node and tickets the lab, without bisecting") {
+  Fleet fleet("qualification-hw");
+  fleet.add_key("ci", "ci");
+  fleet.add_agent({"n01", "a"});
+  fleet.add_agent({"n02", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  fleet.start_agent("n02");
+  const fs::path dir = fleet.dir();
+  write(dir / "models.toml", kModelSet);
+  write(dir / "history.toml", kHistory);
+  for (const char* model : {"mlp-bf16", "mlp-fp8"}) {
+    const std::string command = std::string(KILN_BIN_DIR) + "/kiln-workload-model --model " + model +
+                                " --data-seed 1 --write-golden " + (dir / "golden").string() + " >/dev/null";
+    REQUIRE(std::system(command.c_str()) == 0);
+  }
+  std::string out;
+  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"nodes"}, &out) == 0 && out.find("n02") != std::string::npos; },
+                            20s));
+  // Silent data corruption on every chip of n01: health probes do not see it, the outputs do.
+  for (int chip = 0; chip < 8; ++chip) {
+    REQUIRE(fleet.sim_chip("n01", {"inject", "--chip", std::to_string(chip), "--fault", "sdc", "--factor", "0.05"}) == 0);
+  }
+  REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+                     &out) == 0);
+  const std::string bundle = first_word_after(out, "bundle ");
+  // n02 is busy for a few seconds, so the smoke's measure jobs start on n01; they fail there, and
+  // their reruns on n02 (once it is free) pass.
+  REQUIRE(fleet.kiln("ci", {"submit", "--workload", "sleep", "--chips", "8", "--node", "n02", "--class", "nightly",
+                            "--", "4"},
+                     &out) == 0);
+  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"jobs", "--active"}, &out) == 0 &&
+                                         out.find("running") != std::string::npos; },
+                            20s));
+  // The smoke of k2 (gelu) selects both models.
+  const int smoke = fleet.kiln("ci", {"smoke", "--bundle", bundle, "--wait", "--run-id", "smoke-hw", "--model-set",
+                                      (dir / "models.toml").string(), "--bundle-dir", (dir / "bundles").string(),
+                                      "--golden-dir", (dir / "golden").string(), "--tickets-dir",
+                                      (dir / "tickets").string()},
+                               &out, 240s);
+  INFO(out);
+  CHECK(smoke == 1);
+  CHECK(out.find("hardware_suspect") != std::string::npos);
+  CHECK(out.find("bisect") == std::string::npos);
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
+  const auto tickets = nlohmann::json::parse(out);
+  REQUIRE(tickets.size() == 1);
+  CHECK(tickets[0].at("kind") == "hardware_suspect");
+  CHECK(tickets[0].at("team") == "lab");
+  CHECK(tickets[0].at("culprit") == "node:n01");
+  REQUIRE(fleet.kiln("ci", {"nodes", "--json"}, &out) == 0);
+  for (const auto& node : nlohmann::json::parse(out)) {
+    CHECK(node.at("state") == (node.at("node_id") == "n01" ? "quarantined" : "up"));
+  }
+}
