@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -468,7 +469,9 @@ struct QualificationRun::State {
   bool gate_started = false;
 
   std::vector<BisectionRun> bisections;
-  std::map<std::pair<std::string, TicketKind>, std::size_t> bisection_by_model;
+  // One bisection per probe model, kind and baseline: a model and the larger ones it is the proxy
+  // of run the same probes over the same changes, on every revision with that baseline.
+  std::map<std::tuple<std::string, TicketKind, std::string>, std::size_t> bisection_by_probe;
   std::map<std::size_t, BundleBuild> builds;
   std::map<std::string, std::string> ticket_by_dedupe_key;
 
@@ -742,8 +745,9 @@ struct QualificationRun::State {
       return;
     }
     const QualificationModel& model = model_of(pair);
-    const auto key = std::make_pair(model.name, kind);
-    if (auto it = bisection_by_model.find(key); it != bisection_by_model.end()) {
+    const QualificationModel* probe = input.set.probe_model_for(model.name);
+    const auto key = std::make_tuple(probe != nullptr ? probe->name : model.name, kind, pair.baseline_bundle_id);
+    if (auto it = bisection_by_probe.find(key); it != bisection_by_probe.end()) {
       pair.stage = Stage::bisection;
       pair.bisection = it->second;
       BisectionRun& run = bisections[it->second];
@@ -774,10 +778,9 @@ struct QualificationRun::State {
       finalize(p, pair.regression_verdict, pair.regression_detail + "; not bisected: " + bisection.error().message);
       return;
     }
-    const QualificationModel* probe = input.set.probe_model_for(model.name);
     pair.stage = Stage::bisection;
     pair.bisection = bisections.size();
-    bisection_by_model[key] = bisections.size();
+    bisection_by_probe[key] = bisections.size();
     bisections.push_back(BisectionRun{p, kind, probe != nullptr ? *probe : model, pair.revision,
                                       pair.baseline_bundle_id, std::move(*bisection), std::move(indexes), {}, {p},
                                       std::nullopt, {}});
@@ -954,7 +957,8 @@ struct QualificationRun::State {
     for (const auto& id : run.ticket_ids) add_unique(model_report.ticket_ids, id);
     std::string detail = pair.regression_detail;
     if (run.owner_pair != p) {
-      detail += fmt::format("; bisected once, on revision {}", pairs[run.owner_pair].revision);
+      detail += fmt::format("; bisected once, with {} on revision {}", model_of(pairs[run.owner_pair]).name,
+                            pairs[run.owner_pair].revision);
     }
     if (result.outcome == BisectOutcome::culprit_found) {
       const Change& culprit = input.history[run.history_index[result.culprit_index]];

@@ -32,8 +32,9 @@
 //     failing node. With no other node known, the failure is bisected as an unconfirmed
 //     software regression (its detail says so). Flaky and hardware-suspect pairs are not
 //     judged for performance.
-//   - Bisection once per model and kind: the model's regression on a later revision reuses the
-//     first bisection and its ticket. Parallel probes: min(max_probes_per_bisection, free
+//   - Bisection once per probe model, kind and baseline bundle: a model's regression on a later
+//     revision, and a larger model whose proxy it is, reuse the first bisection and its ticket
+//     (their probes would be the same jobs). Parallel probes: min(max_probes_per_bisection, free
 //     healthy nodes of the revision + its running probes), at least 1. Performance probes are
 //     judged like a confirmation rerun (stats::decide at alpha, stats::next_step's extra
 //     rounds); a bundle that fails to build makes its probes inconclusive. An ambiguous

@@ -356,8 +356,15 @@ TEST_CASE("a nightly catches a 3% slowdown and a broken kernel, bisects both to 
     CHECK(large.verdict == q::ModelVerdict::skipped);
     CHECK(large.detail.find("needs 32 chips") != std::string::npos);
   }
-  // Rev b's regressions reference rev a's bisection instead of bisecting again.
-  CHECK(find_report(report, "mlp-small", "b").detail.find("bisected once, on revision a") != std::string::npos);
+  // Rev b's regressions reference rev a's bisection instead of bisecting again, and mlp-medium,
+  // whose proxy is mlp-small, shares mlp-small's: the probes would be the same jobs.
+  CHECK(find_report(report, "mlp-small", "b").detail.find("bisected once, with mlp-small on revision a") !=
+        std::string::npos);
+  const bool medium_shares = find_report(report, "mlp-medium", "a").detail.find("bisected once, with mlp-small") !=
+                             std::string::npos;
+  const bool small_shares = find_report(report, "mlp-small", "a").detail.find("bisected once, with mlp-medium") !=
+                            std::string::npos;
+  CHECK(medium_shares != small_shares);
 
   REQUIRE(out.tickets.size() == 2);
   REQUIRE(report.tickets.size() == 2);
