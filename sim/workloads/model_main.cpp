@@ -287,10 +287,13 @@ int run_job(const JobArgs& args) {
   if (*bench) {
     kiln::sim::PerfNoiseModel noise;
     Benchmarks loops;
-    loops.candidate.emplace(**bench, noise, spec.items_per_iteration, kiln::stats::derive_seed(seed, 0xBE4C));
+    // Run-to-run noise belongs to the chip as much as to the job: the same job on another chip
+    // (another node, another revision) is an independent measurement.
+    const std::uint64_t noise_seed = kiln::stats::derive_seed(seed, start->conditions.front().chip_seed);
+    loops.candidate.emplace(**bench, noise, spec.items_per_iteration, kiln::stats::derive_seed(noise_seed, 0xBE4C));
     // Its own noise stream: two stacks are two independent measurements, not one replayed.
     if (baseline_effects) {
-      loops.baseline.emplace(**bench, noise, spec.items_per_iteration, kiln::stats::derive_seed(seed, 0xBA5E));
+      loops.baseline.emplace(**bench, noise, spec.items_per_iteration, kiln::stats::derive_seed(noise_seed, 0xBA5E));
     }
     if (auto ran = run_benchmarks(loops, *node, *chips, spec, effects, baseline_effects, started_ms); !ran) {
       return cannot_run(ran.error().message);
