@@ -99,17 +99,15 @@ std::string first_word_after(const std::string& text, const std::string& prefix)
   return text.substr(at, text.find_first_of(" \n", at) - at);
 }
 
-}  // namespace
-
-TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and tickets each owner once") {
-  Fleet fleet("qualification");
+// A CI key, two nodes of revision a (up), the model set, the change history and the goldens in
+// the fleet's directory.
+void start_two_nodes(Fleet& fleet) {
   fleet.add_key("ci", "ci");
   fleet.add_agent({"n01", "a"});
   fleet.add_agent({"n02", "a"});
   fleet.start_coordinator();
   fleet.start_agent("n01");
   fleet.start_agent("n02");
-
   const fs::path dir = fleet.dir();
   write(dir / "models.toml", kModelSet);
   write(dir / "history.toml", kHistory);
@@ -118,6 +116,17 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
                                 " --data-seed 1 --write-golden " + (dir / "golden").string() + " >/dev/null";
     REQUIRE(std::system(command.c_str()) == 0);
   }
+  std::string out;
+  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"nodes"}, &out) == 0 && out.find("n02") != std::string::npos; },
+                            20s));
+}
+
+}  // namespace
+
+TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and tickets each owner once") {
+  Fleet fleet("qualification");
+  start_two_nodes(fleet);
+  const fs::path dir = fleet.dir();
   const std::vector<std::string> dirs = {"--model-set", (dir / "models.toml").string(), "--bundle-dir",
                                          (dir / "bundles").string(), "--golden-dir", (dir / "golden").string(),
                                          "--tickets-dir", (dir / "tickets").string()};
@@ -126,9 +135,6 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
     return args;
   };
   std::string out;
-  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"nodes"}, &out) == 0 && out.find("n02") != std::string::npos; },
-                            20s));
-
   REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
   CHECK(out.find("recorded 6 changes") != std::string::npos);
   REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
@@ -205,23 +211,9 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
 
 TEST_CASE("a model that fails on one node only quarantines that node and tickets the lab, without bisecting") {
   Fleet fleet("qualification-hw");
-  fleet.add_key("ci", "ci");
-  fleet.add_agent({"n01", "a"});
-  fleet.add_agent({"n02", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  fleet.start_agent("n02");
+  start_two_nodes(fleet);
   const fs::path dir = fleet.dir();
-  write(dir / "models.toml", kModelSet);
-  write(dir / "history.toml", kHistory);
-  for (const char* model : {"mlp-bf16", "mlp-fp8"}) {
-    const std::string command = std::string(KILN_BIN_DIR) + "/kiln-workload-model --model " + model +
-                                " --data-seed 1 --write-golden " + (dir / "golden").string() + " >/dev/null";
-    REQUIRE(std::system(command.c_str()) == 0);
-  }
   std::string out;
-  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"nodes"}, &out) == 0 && out.find("n02") != std::string::npos; },
-                            20s));
   // Silent data corruption on every chip of n01: health probes do not see it, the outputs do.
   for (int chip = 0; chip < 8; ++chip) {
     REQUIRE(fleet.sim_chip("n01", {"inject", "--chip", std::to_string(chip), "--fault", "sdc", "--factor", "0.05"}) == 0);
