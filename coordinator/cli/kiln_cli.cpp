@@ -412,13 +412,10 @@ int run_kiln(int argc, char** argv) {
 
   if (qualify_command_parsed(*qualify)) {
     std::unique_ptr<Client> connected;
-    auto connect = [&]() -> Client* {
+    auto connect = [&]() -> Result<Client*> {
       auto config = load_client_config(common.config_path);
       auto made = config ? Client::connect(*config) : tl::unexpected(config.error());
-      if (!made) {
-        report(made.error());
-        return nullptr;
-      }
+      if (!made) return tl::unexpected(made.error());
       connected = std::move(*made);
       return connected.get();
     };

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -124,18 +125,13 @@ namespace {
 
 void add_run_options(CLI::App* command, QualifyCommands& c) {
   command->add_option("--bundle", c.run_bundle, "the candidate bundle (id or unique prefix; kiln bundles)")->required();
-  command->add_option("--model-set", c.model_set_path, "the qualification set (TOML)")
-      ->envname("KILN_MODEL_SET")
-      ->required();
+  command->add_option("--model-set", c.model_set_path, "the qualification set (TOML)")->envname("KILN_MODEL_SET");
   command->add_option("--bundle-dir", c.bundle_dir, "where the bundles' stack files are (shared with the agents)")
-      ->envname("KILN_BUNDLE_DIR")
-      ->required();
+      ->envname("KILN_BUNDLE_DIR");
   command->add_option("--golden-dir", c.golden_dir, "the models' golden references (shared with the agents)")
-      ->envname("KILN_GOLDEN_DIR")
-      ->required();
+      ->envname("KILN_GOLDEN_DIR");
   command->add_option("--tickets-dir", c.tickets_dir, "the ticket sink: one JSON file per ticket")
-      ->envname("KILN_TICKETS_DIR")
-      ->required();
+      ->envname("KILN_TICKETS_DIR");
   command->add_flag("--wait", c.wait, "run in the foreground until the verdict; the exit code is the verdict");
   command->add_option("--junit", c.junit_path, "write the verdict as JUnit XML here");
   command->add_option("--webhook-config", c.webhook_config,
@@ -175,8 +171,7 @@ QualifyCommands* make(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   c->bundle_build->add_option("--bundle-dir", c->bundle_dir, "where the sim builder writes the stack file")
-      ->envname("KILN_BUNDLE_DIR")
-      ->required();
+      ->envname("KILN_BUNDLE_DIR");
   c->bundle_build->add_option("--builder", c->builder_program,
                               "a program that builds the bundle and prints it as JSON (default: the sim builder)");
   c->bundle_build->add_option("--builder-arg", c->builder_args,
@@ -213,9 +208,14 @@ QualifyCommands* make(CLI::App& app) {
   c->run->add_option("ID", c->show_run_id, "run id")->required();
   c->tickets = app.add_subcommand("tickets", "list the tickets in the ticket directory");
   c->tickets->add_option("--tickets-dir", c->tickets_dir, "the ticket sink's directory")
-      ->envname("KILN_TICKETS_DIR")
-      ->required();
+      ->envname("KILN_TICKETS_DIR");
   return c;
+}
+
+// A directory or file the command needs: given by its option or its variable.
+Status need(const std::string& value, std::string_view option, std::string_view variable, std::string_view what) {
+  if (!value.empty()) return {};
+  return fail(Errc::invalid_argument, fmt::format("say where {} is: {} PATH, or set {}", what, option, variable));
 }
 
 // ---- changes and bundles
@@ -278,6 +278,7 @@ int changes_command(Client& client, bool json) {
 }
 
 int bundle_build_command(QualifyCommands& c, Client& client, bool json) {
+
   auto history = qs::list_changes(client);
   if (!history) return report(history.error());
   if (history->empty()) {
@@ -456,6 +457,7 @@ int run_in_background(const QualifyCommands& c, const std::string& run_id, int a
 
 int qualification_command(QualifyCommands& c, Client& client, bool json, int argc, char** argv) {
   const q::Tier tier = c.smoke->parsed() ? q::Tier::smoke : c.nightly->parsed() ? q::Tier::nightly : q::Tier::release;
+
   auto set = q::load_model_set_file(c.model_set_path);
   if (!set) return report(set.error());
   auto candidate = qs::find_bundle(client, c.run_bundle);
@@ -644,6 +646,13 @@ int run_show_command(QualifyCommands& c, Client& client, bool json) {
 }
 
 int tickets_command(QualifyCommands& c, bool json) {
+  if (auto ok = need(c.tickets_dir, "--tickets-dir", "KILN_TICKETS_DIR", "the ticket directory"); !ok) {
+    return report(ok.error());
+  }
+  if (!std::filesystem::is_directory(c.tickets_dir)) {
+    return report({Errc::not_found, fmt::format("{} is not a ticket directory; give the --tickets-dir the runs used",
+                                                c.tickets_dir)});
+  }
   auto sink = q::DirectoryTicketSink::open(c.tickets_dir);
   if (!sink) return report(sink.error());
   auto tickets = sink->list();
@@ -677,11 +686,30 @@ bool qualify_command_parsed(const QualifyCommands& c) {
   return false;
 }
 
-int run_qualify_command(QualifyCommands& c, const std::function<Client*()>& connect, bool json, int argc,
+// What the command needs besides a coordinator, checked before connecting.
+Status check_arguments(const QualifyCommands& c) {
+  if (c.bundle_build->parsed()) {
+    return need(c.bundle_dir, "--bundle-dir", "KILN_BUNDLE_DIR",
+                "the bundle directory (the stack files, shared with the agents)");
+  }
+  if (!c.smoke->parsed() && !c.nightly->parsed() && !c.release->parsed()) return {};
+  for (auto ok : {need(c.model_set_path, "--model-set", "KILN_MODEL_SET",
+                       "the qualification set (the demo's is coordinator/qualification/data/qualification-set.toml)"),
+                  need(c.bundle_dir, "--bundle-dir", "KILN_BUNDLE_DIR", "the bundle directory"),
+                  need(c.golden_dir, "--golden-dir", "KILN_GOLDEN_DIR", "the golden references"),
+                  need(c.tickets_dir, "--tickets-dir", "KILN_TICKETS_DIR", "the ticket directory")}) {
+    if (!ok) return ok;
+  }
+  return {};
+}
+
+int run_qualify_command(QualifyCommands& c, const std::function<Result<Client*>()>& connect, bool json, int argc,
                         char** argv) {
   if (c.tickets->parsed()) return tickets_command(c, json);
-  Client* client = connect();
-  if (client == nullptr) return kExitUnreachable;
+  if (auto ok = check_arguments(c); !ok) return report(ok.error());
+  auto connected = connect();
+  if (!connected) return report(connected.error());
+  Client* client = *connected;
   if (c.change->parsed()) return change_command(c, *client, json);
   if (c.changes->parsed()) return changes_command(*client, json);
   if (c.bundle_build->parsed()) return bundle_build_command(c, *client, json);

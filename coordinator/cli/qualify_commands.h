@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "common/error.h"
+
 namespace CLI {
 class App;
 }
@@ -23,10 +25,10 @@ using QualifyCommandsPtr = std::unique_ptr<QualifyCommands, QualifyCommandsDelet
 QualifyCommandsPtr add_qualify_commands(CLI::App& app);
 // One of them was given on the command line.
 bool qualify_command_parsed(const QualifyCommands& commands);
-// Commands that need no coordinator (tickets) return before connecting: `client` is called
-// only when one is needed. `argv` is the command line, for running a qualification in the
-// background.
-int run_qualify_command(QualifyCommands& commands, const std::function<Client*()>& client, bool json, int argc,
-                        char** argv);
+// Commands that need no coordinator (tickets), and arguments that are missing, are dealt with
+// before connecting: `connect` is called only when a coordinator is needed. `argv` is the command
+// line, for running a qualification in the background.
+int run_qualify_command(QualifyCommands& commands, const std::function<Result<Client*>()>& connect, bool json,
+                        int argc, char** argv);
 
 }  // namespace kiln::cli
