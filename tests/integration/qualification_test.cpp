@@ -4,6 +4,7 @@
 // exit code and JUnit XML.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -250,4 +251,14 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
   for (const auto& node : nlohmann::json::parse(out)) {
     CHECK(node.at("state") == (node.at("node_id") == "n01" ? "quarantined" : "up"));
   }
+
+  // Mistakes are usage errors that say what to give, and listing does not create directories.
+  const bool paths_in_environment = std::getenv("KILN_MODEL_SET") || std::getenv("KILN_BUNDLE_DIR") ||
+                                    std::getenv("KILN_GOLDEN_DIR") || std::getenv("KILN_TICKETS_DIR");
+  if (!paths_in_environment) {
+    CHECK(fleet.kiln("ci", {"nightly", "--bundle", bundle}, &out) == 2);
+    CHECK(out.find("--model-set PATH, or set KILN_MODEL_SET") != std::string::npos);
+  }
+  CHECK(fleet.kiln("ci", {"tickets", "--tickets-dir", (dir / "no-tickets").string()}, &out) == 5);
+  CHECK_FALSE(fs::exists(dir / "no-tickets"));
 }
