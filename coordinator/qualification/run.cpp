@@ -81,6 +81,17 @@ std::uint32_t repeats_for(const QualificationModel& model, const RunSettings& se
   return model.benchmark.repeats.value_or(settings.repeats_per_side) * settings.repeats_multiplier;
 }
 
+// How many whole nodes a model takes: 1 unless it needs more chips than one node has.
+int nodes_for(const QualificationModel& model, int chips_per_node) {
+  return (model.chips + chips_per_node - 1) / chips_per_node;
+}
+
+// The job's size for the model: its chips on one node, or whole nodes.
+void size_for(JobRequest& job, const QualificationModel& model, int chips_per_node) {
+  job.nodes = nodes_for(model, chips_per_node);
+  job.chips = job.nodes > 1 ? chips_per_node : model.chips;
+}
+
 // A follow-up job's seed: independent of every other job's, and within the protocol's 63 bits.
 std::uint64_t job_seed(std::uint64_t model_seed, std::uint64_t tag) {
   return stats::derive_seed(model_seed, tag) & static_cast<std::uint64_t>(INT64_MAX);
@@ -602,7 +613,7 @@ struct QualificationRun::State {
                                                                               : JobPurpose::confirmation;
       job.model = model.name;
       job.revision = pair.revision;
-      job.chips = model.chips;
+      size_for(job, model, input.chips_per_node);
       job.bundle_id = input.candidate.id;
       job.baseline_bundle_id = pair.baseline_bundle_id;
       job.repeats_per_side = static_cast<std::uint32_t>(std::max(request.repeats_per_side, 1));
@@ -653,7 +664,7 @@ struct QualificationRun::State {
     job.purpose = purpose;
     job.model = model_of(pair).name;
     job.revision = pair.revision;
-    job.chips = model_of(pair).chips;
+    size_for(job, model_of(pair), input.chips_per_node);
     job.bundle_id = input.candidate.id;
     job.node_id = std::move(node_id);
     return job;
@@ -666,6 +677,15 @@ struct QualificationRun::State {
     pair.stage = Stage::triage;
     pair.failed_node = node;
     pair.correctness_detail = detail.empty() ? "outputs incorrect against the golden" : detail;
+    if (nodes_for(model_of(pair), input.chips_per_node) > 1) {
+      // A run over several nodes points at no one node: rerunning elsewhere cannot tell hardware
+      // from software, so it is bisected (on its one-node proxy where it has one).
+      start_bisection(p, TicketKind::correctness_regression,
+                      fmt::format("{} on {} nodes; a multi-node model has no single node to suspect, bisected as a "
+                                  "software regression",
+                                  pair.correctness_detail, nodes_for(model_of(pair), input.chips_per_node)));
+      return;
+    }
     const std::vector<NodeCandidate> candidates = healthy_nodes();
     const auto other = choose_rerun_node(failed_run(pair), candidates);
     if (!other) {
@@ -850,7 +870,7 @@ struct QualificationRun::State {
     job.purpose = JobPurpose::bisect_probe;
     job.model = run.probe_model.name;
     job.revision = run.revision;
-    job.chips = run.probe_model.chips;
+    size_for(job, run.probe_model, input.chips_per_node);
     job.bundle_id = bundle.id;
     job.baseline_bundle_id = performance ? run.baseline_bundle_id : std::string();
     job.repeats_per_side = performance ? repeats_per_side : 0;
@@ -1124,7 +1144,6 @@ Result<QualificationRun> QualificationRun::start(RunInput input, TimeMs now) {
     }
   }
 
-  std::vector<std::size_t> skipped;
   for (std::size_t m = 0; m < s.input.models.size(); ++m) {
     const QualificationModel& model = s.input.models[m];
     for (const auto& revision : settings.revisions) {
@@ -1139,9 +1158,7 @@ Result<QualificationRun> QualificationRun::start(RunInput input, TimeMs now) {
       model_report.revision = revision;
       model_report.owner_team = model.owner_team;
       const std::size_t p = s.pairs.size();
-      if (model.chips > s.input.chips_per_node) {
-        skipped.push_back(p);
-      } else if (!pair.baseline_bundle_id.empty()) {
+      if (!pair.baseline_bundle_id.empty()) {
         pair.gate = s.gate_pairs.size();
         s.gate_pairs.push_back(p);
       }
@@ -1155,22 +1172,16 @@ Result<QualificationRun> QualificationRun::start(RunInput input, TimeMs now) {
   for (std::size_t p = 0; p < s.pairs.size(); ++p) {
     State::Pair& pair = s.pairs[p];
     const QualificationModel& model = s.model_of(pair);
-    if (std::find(skipped.begin(), skipped.end(), p) != skipped.end()) continue;
     JobRequest job;
     job.purpose = JobPurpose::measure;
     job.model = model.name;
     job.revision = pair.revision;
-    job.chips = model.chips;
+    size_for(job, model, s.input.chips_per_node);
     job.bundle_id = s.input.candidate.id;
     job.baseline_bundle_id = pair.baseline_bundle_id;
     job.repeats_per_side = pair.baseline_bundle_id.empty() ? 0 : repeats_for(model, settings);
     job.seed = model.seed;
     pair.measure_tag = s.enqueue(std::move(job), p);
-  }
-  for (std::size_t p : skipped) {
-    s.finalize(p, ModelVerdict::skipped,
-               fmt::format("needs {} chips, more than one node ({}); multi-node jobs are not dispatched yet",
-                           s.model_of(s.pairs[p]).chips, s.input.chips_per_node));
   }
   return QualificationRun(std::move(state));
 }
@@ -1185,14 +1196,18 @@ void QualificationRun::set_nodes(std::vector<NodeCandidate> nodes, TimeMs now) {
     for (std::size_t p = 0; p < s.pairs.size(); ++p) {
       State::Pair& pair = s.pairs[p];
       if (pair.stage != State::Stage::waiting) continue;
-      const bool has_node = std::any_of(s.nodes.begin(), s.nodes.end(), [&](const NodeCandidate& node) {
+      const auto healthy = std::count_if(s.nodes.begin(), s.nodes.end(), [&](const NodeCandidate& node) {
         return node.revision == pair.revision && node.healthy && s.quarantined.count(node.id) == 0;
       });
-      if (has_node) continue;
+      const QualificationModel& model = s.model_of(pair);
+      const int needed = nodes_for(model, s.input.chips_per_node);
+      if (healthy >= needed) continue;
       s.cancel(pair.measure_tag);
       s.leave_gate(p);
       s.finalize(p, ModelVerdict::skipped,
-                 fmt::format("no healthy node of revision {} in the fleet", pair.revision));
+                 needed == 1 ? fmt::format("no healthy node of revision {} in the fleet", pair.revision)
+                             : fmt::format("needs {} chips: {} whole nodes of revision {}, and the fleet has {} healthy",
+                                           model.chips, needed, pair.revision, healthy));
     }
   }
   // More free nodes: more parallel probes.

@@ -96,7 +96,8 @@ struct RunInput {
   // (and the candidate may become its first baseline).
   std::map<std::string, Bundle> baselines;
   // The models to run, in order: the whole set for a nightly, select_presubmit's picks for a
-  // smoke. Models needing more chips than one node has are reported skipped.
+  // smoke. A model needing more chips than one node has runs on several whole nodes at once; it is
+  // skipped when the revision has fewer healthy nodes than it needs.
   std::vector<QualificationModel> models;
   ModelSet set;                  // proxies for bisection probes
   std::vector<Change> history;   // merged changes, in merge order: the bisection candidates
@@ -112,7 +113,10 @@ struct JobRequest {
   JobPurpose purpose = JobPurpose::measure;
   std::string model;     // the set entry it runs (the proxy for bisection probes)
   std::string revision;
-  int chips = 1;
+  int chips = 1;  // on each node
+  // > 1: a model larger than one node runs on this many whole nodes of the revision at once, all
+  // or nothing, `chips` on each; its result is the nodes' results together.
+  int nodes = 1;
   std::string bundle_id;           // the stack under test
   std::string baseline_bundle_id;  // measured on the same chip, interleaved; empty: no perf
   std::uint32_t repeats_per_side = 0;  // 0: not a benchmark (correctness only)

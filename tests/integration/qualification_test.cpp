@@ -49,6 +49,17 @@ components = ["gemm-fp8", "quantize-fp8", "gelu"]
 owner_team = "recsys-models"
 workload = "mlp-fp8"
 seed = 4
+
+[[model]]
+name = "mlp-fp8-wide"
+size_class = "medium"
+chips = 16
+minutes = 1
+components = ["gemm-fp8", "quantize-fp8", "gelu"]
+owner_team = "recsys-models"
+workload = "mlp-fp8"
+seed = 5
+proxy = "mlp-fp8-it"
 )";
 
 constexpr const char* kHistory = R"(
@@ -163,6 +174,19 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
                                  &out, 240s);
   INFO(out);
   CHECK(passing == 0);
+  // The 16-chip model ran on both nodes at once, in a lease of the two.
+  REQUIRE(fleet.kiln("ci", {"run", "nightly-ok", "--json"}, &out) == 0);
+  bool wide_ran = false;
+  const auto passing_run = nlohmann::json::parse(out);
+  for (const auto& model : passing_run.at("models")) {
+    if (model.at("model") != "mlp-fp8-wide") continue;
+    wide_ran = true;
+    CHECK(model.at("verdict") == "passed");
+    const auto nodes = model.at("nodes").dump();
+    CHECK(nodes.find("n01") != std::string::npos);
+    CHECK(nodes.find("n02") != std::string::npos);
+  }
+  CHECK(wide_ran);
   REQUIRE(fleet.kiln("ci", {"bundles", "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).at("baselines").at("a").at("bundle_id") == presubmit);
 
@@ -175,6 +199,8 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   const std::string junit = read(dir / "nightly.xml");
   CHECK(junit.find("mlp-bf16-it") != std::string::npos);
   CHECK(junit.find("<failure") != std::string::npos);
+  CHECK(junit.find("<skipped") == std::string::npos);
+  CHECK(junit.find("mlp-fp8-wide") != std::string::npos);
 
   REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
   const auto tickets = nlohmann::json::parse(out);

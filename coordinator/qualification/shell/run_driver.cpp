@@ -1,11 +1,14 @@
 #include "coordinator/qualification/shell/run_driver.h"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <map>
 #include <ostream>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "coordinator/qualification/shell/records_client.h"
@@ -29,6 +32,16 @@ protocol::PriorityClass class_for(JobPurpose purpose, Tier tier) {
   }
   return protocol::PriorityClass::nightly;
 }
+
+// A model run on several whole nodes: a lease of those nodes, then one job per node in it.
+struct Gang {
+  std::uint64_t tag = 0;
+  std::uint64_t lease_id = 0;  // 0: jobs taken up from an earlier driver of the run, no lease of ours
+  std::string model;
+  int nodes = 0;
+  protocol::SubmitJob job;             // what each node runs
+  std::vector<std::uint64_t> job_ids;  // one per node, once the lease is granted
+};
 
 struct InFlight {
   std::uint64_t tag = 0;
@@ -124,6 +137,7 @@ class Driver {
       say(fmt::format("cannot run {}: {}", request.model, job.error().message));
       return run_.on_job_result(std::move(missing), wall_now_ms());
     }
+    if (request.nodes > 1) return start_gang(request, *job);
     if (auto earlier = submitted_before_.find(job->config_hash); earlier != submitted_before_.end()) {
       const std::uint64_t job_id = earlier->second;
       submitted_before_.erase(earlier);
@@ -152,7 +166,173 @@ class Driver {
     return {};
   }
 
+  // A model larger than one node: its whole nodes are leased at once (all or nothing), then one
+  // job per node runs in the lease; the result is theirs together.
+  Status start_gang(const JobRequest& request, const protocol::SubmitJob& job) {
+    Gang gang;
+    gang.tag = request.tag;
+    gang.model = request.model;
+    gang.nodes = request.nodes;
+    gang.job = job;
+    gang.job.node_id.clear();
+    for (int rank = 0; rank < request.nodes; ++rank) {
+      auto earlier = submitted_before_.find(rank_job(gang.job, rank).config_hash);
+      if (earlier == submitted_before_.end()) break;
+      gang.job_ids.push_back(earlier->second);
+    }
+    if (gang.job_ids.size() == static_cast<std::size_t>(request.nodes)) {
+      for (int rank = 0; rank < request.nodes; ++rank) submitted_before_.erase(rank_job(gang.job, rank).config_hash);
+      say(fmt::format("jobs {}: {} on {} nodes, submitted by this run before: taken up",
+                      fmt::join(gang.job_ids, ", "), request.model, request.nodes));
+      gangs_[request.tag] = std::move(gang);
+      return {};
+    }
+    gang.job_ids.clear();
+    protocol::RequestLease lease;
+    lease.chips = 0;
+    lease.nodes = static_cast<std::uint32_t>(request.nodes);
+    lease.hardware_revision = request.revision;
+    lease.duration_ms = std::uint64_t{job.timeout_ms} + 10 * kMinuteMs;
+    lease.priority_class = job.priority_class;
+    auto reply = client_.request(lease);
+    std::uint64_t lease_id = 0;
+    if (reply) {
+      if (auto* granted = std::get_if<protocol::LeaseGranted>(&*reply)) lease_id = granted->lease.lease_id;
+      if (auto* pending = std::get_if<protocol::LeasePending>(&*reply)) lease_id = pending->lease.lease_id;
+    }
+    if (lease_id == 0) {
+      JobResult refused;
+      refused.tag = request.tag;
+      refused.ran = false;
+      refused.detail = "the coordinator refused a lease of " + std::to_string(request.nodes) +
+                       " nodes: " + (reply ? std::string(protocol::type_name(*reply)) : reply.error().message);
+      say(fmt::format("{} on {} nodes refused: {}", request.model, request.nodes, refused.detail));
+      return run_.on_job_result(std::move(refused), wall_now_ms());
+    }
+    gang.lease_id = lease_id;
+    gangs_[request.tag] = std::move(gang);
+    say(fmt::format("lease L{}: {} nodes of revision {} for {} ({})", lease_id, request.nodes, request.revision,
+                    request.model, to_string(request.purpose)));
+    return {};
+  }
+
+  // Gangs whose lease was granted get their jobs; gangs whose jobs all ended give their result.
+  Status advance_gangs(const std::map<std::uint64_t, JobState>& states) {
+    if (gangs_.empty()) return {};
+    auto leases = cli::expect_reply<protocol::LeaseList>(client_.request(protocol::ListLeases{true}));
+    if (!leases) return {};
+    std::vector<std::uint64_t> done;
+    for (auto& [tag, gang] : gangs_) {
+      const std::uint64_t lease_id = gang.lease_id;
+      const protocol::LeaseSummary* lease = nullptr;
+      for (const auto& l : leases->leases) {
+        if (l.lease_id == lease_id) lease = &l;
+      }
+      if (gang.job_ids.empty()) {
+        if (lease == nullptr || lease->state == protocol::LeaseState::ended) {
+          JobResult lost;
+          lost.tag = gang.tag;
+          lost.ran = false;
+          lost.detail = fmt::format("lease L{} ended before its jobs ran: {}", lease_id, lease ? lease->detail : "");
+          done.push_back(tag);
+          if (auto ok = run_.on_job_result(std::move(lost), wall_now_ms()); !ok) say(ok.error().message);
+          continue;
+        }
+        if (lease->state != protocol::LeaseState::granted) continue;
+        for (int rank = 0; rank < gang.nodes; ++rank) {
+          auto accepted = cli::expect_reply<protocol::JobAccepted>(
+              client_.request(protocol::SubmitInLease{lease_id, rank_job(gang.job, rank)}));
+          if (!accepted) {
+            say(fmt::format("lease L{}: job of node {} refused: {}", lease_id, rank, accepted.error().message));
+            break;
+          }
+          gang.job_ids.push_back(accepted->job_id);
+        }
+        say(fmt::format("lease L{}: jobs {} for {}", lease_id, fmt::join(gang.job_ids, ", "), gang.model));
+        continue;
+      }
+      const bool all_ended = std::all_of(gang.job_ids.begin(), gang.job_ids.end(), [&](std::uint64_t id) {
+        auto it = states.find(id);
+        return it != states.end() && protocol::is_terminal(it->second);
+      });
+      if (!all_ended) continue;
+      std::vector<JobResult> ranks;
+      for (std::uint64_t id : gang.job_ids) {
+        auto detail = cli::expect_reply<protocol::JobDetail>(client_.request(protocol::GetJob{id}));
+        if (!detail) return {};  // asked again next turn
+        ranks.push_back(result_of(InFlight{gang.tag, id, gang.model}, *detail));
+      }
+      done.push_back(tag);
+      if (auto ok = run_.on_job_result(combine(gang, std::move(ranks)), wall_now_ms()); !ok) say(ok.error().message);
+    }
+    for (std::uint64_t tag : done) {
+      if (gangs_.at(tag).lease_id != 0) (void)client_.request(protocol::ReleaseLease{gangs_.at(tag).lease_id});
+      gangs_.erase(tag);
+    }
+    return carry_out_actions();
+  }
+
+  // What node `rank` of a gang runs: its own seed, and a config hash of its own.
+  static protocol::SubmitJob rank_job(const protocol::SubmitJob& job, int rank) {
+    protocol::SubmitJob ranked = job;
+    ranked.seed = (job.seed + static_cast<std::uint64_t>(rank)) & static_cast<std::uint64_t>(INT64_MAX);
+    ranked.config_hash = sha256_hex(fmt::format("{}/node {}", job.config_hash, rank));
+    return ranked;
+  }
+
+  // The nodes' results as one: it ran and is correct when every node's did and was; a sample is
+  // the nodes' throughputs of the same iteration added up.
+  static JobResult combine(const Gang& gang, std::vector<JobResult> ranks) {
+    JobResult combined;
+    combined.tag = gang.tag;
+    std::vector<std::string> nodes;
+    std::vector<std::string> problems;
+    for (const auto& rank : ranks) {
+      nodes.push_back(rank.node_id);
+      combined.ran = combined.ran && rank.ran;
+      if (!rank.ran) problems.push_back(rank.node_id + ": " + rank.detail);
+      if (rank.ran && !rank.correct) {
+        combined.correct = false;
+        problems.push_back(rank.node_id + ": " + rank.correctness_detail);
+      }
+    }
+    combined.node_id = fmt::format("{}", fmt::join(nodes, "+"));
+    if (!ranks.empty()) combined.chips = ranks.front().chips;
+    (combined.ran ? combined.correctness_detail : combined.detail) = fmt::format("{}", fmt::join(problems, "; "));
+    if (!combined.ran || ranks.empty()) return combined;
+    auto add_up = [&](auto field) -> std::optional<std::vector<double>> {
+      std::vector<double> sum = ranks.front().*field;
+      for (const auto& rank : ranks) {
+        if ((rank.*field).size() != sum.size()) return std::nullopt;
+      }
+      for (std::size_t r = 1; r < ranks.size(); ++r) {
+        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += (ranks[r].*field)[i];
+      }
+      return sum;
+    };
+    auto candidate = add_up(&JobResult::candidate_samples);
+    auto baseline = add_up(&JobResult::baseline_samples);
+    if (!candidate || !baseline) {
+      combined.ran = false;
+      combined.detail = fmt::format("the {} nodes kept different numbers of samples (some were taken while a chip "
+                                    "throttled); measure again",
+                                    ranks.size());
+      return combined;
+    }
+    combined.candidate_samples = std::move(*candidate);
+    combined.baseline_samples = std::move(*baseline);
+    return combined;
+  }
+
   Status carry_out(run_action::CancelJob& cancel) {
+    if (auto gang = gangs_.find(cancel.tag); gang != gangs_.end()) {
+      for (std::uint64_t id : gang->second.job_ids) (void)client_.request(protocol::CancelJob{id});
+      if (gang->second.lease_id != 0) (void)client_.request(protocol::ReleaseLease{gang->second.lease_id});
+      say(fmt::format("jobs of {} on {} nodes cancelled, their answer no longer matters", gang->second.model,
+                      gang->second.nodes));
+      gangs_.erase(gang);
+      return {};
+    }
     auto it = by_tag_.find(cancel.tag);
     if (it == by_tag_.end()) return {};
     (void)client_.request(protocol::CancelJob{it->second});
@@ -200,11 +380,12 @@ class Driver {
   }
 
   Status collect_results() {
-    if (in_flight_.empty()) return {};
+    if (in_flight_.empty() && gangs_.empty()) return {};
     auto list = cli::expect_reply<protocol::JobList>(client_.request(protocol::ListJobs{1000, false}));
     if (!list) return {};  // a slow answer: the next turn asks again
     std::map<std::uint64_t, JobState> states;
     for (const auto& job : list->jobs) states[job.job_id] = job.state;
+    if (auto ok = advance_gangs(states); !ok) return ok;
     std::vector<std::uint64_t> ended;
     for (const auto& [job_id, flight] : in_flight_) {
       auto it = states.find(job_id);
@@ -253,6 +434,10 @@ class Driver {
 
   Result<RunReport> stop() {
     for (const auto& [job_id, flight] : in_flight_) (void)client_.request(protocol::CancelJob{job_id});
+    for (const auto& [tag, gang] : gangs_) {
+      for (std::uint64_t id : gang.job_ids) (void)client_.request(protocol::CancelJob{id});
+      if (gang.lease_id != 0) (void)client_.request(protocol::ReleaseLease{gang.lease_id});
+    }
     record();
     return fail(Errc::unavailable, fmt::format("run {} stopped before its verdict; its {} running jobs were cancelled",
                                                run_.report().run_id, in_flight_.size()));
@@ -268,6 +453,7 @@ class Driver {
   std::map<std::uint64_t, InFlight> in_flight_;  // by job id
   std::map<std::uint64_t, std::uint64_t> by_tag_;
   std::map<std::string, std::uint64_t> submitted_before_;  // config hash -> job id
+  std::map<std::uint64_t, Gang> gangs_;                    // by tag
 };
 
 }  // namespace

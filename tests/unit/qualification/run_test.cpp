@@ -352,9 +352,21 @@ TEST_CASE("a nightly catches a 3% slowdown and a broken kernel, bisects both to 
     CHECK(tfm.ticket_ids.size() == 1);
 
     CHECK(find_report(report, "fp8-small", revision).verdict == q::ModelVerdict::passed);
+    // The 32-chip model runs on 4 whole nodes; failing there points at no one node, so it is
+    // bisected at once, to the same culprit as tfm-small and under the same ticket.
     const auto& large = find_report(report, "llm-large", revision);
-    CHECK(large.verdict == q::ModelVerdict::skipped);
-    CHECK(large.detail.find("needs 32 chips") != std::string::npos);
+    CHECK(large.verdict == q::ModelVerdict::correctness_regression);
+    CHECK(large.detail.find("no single node to suspect") != std::string::npos);
+    REQUIRE(large.bisection.has_value());
+    CHECK(large.bisection->culprit_change_id == "c13");
+    CHECK(large.ticket_ids == tfm.ticket_ids);
+    CHECK_FALSE(large.triage.has_value());
+  }
+  for (const auto& r : out.started) {
+    if (r.model != "llm-large") continue;
+    CHECK(r.nodes == 4);
+    CHECK(r.chips == 8);
+    CHECK(r.node_id.empty());
   }
   // Rev b's regressions reference rev a's bisection instead of bisecting again, and mlp-medium,
   // whose proxy is mlp-small, shares mlp-small's: the probes would be the same jobs.
@@ -388,13 +400,13 @@ TEST_CASE("a nightly catches a 3% slowdown and a broken kernel, bisects both to 
   CHECK(out.builds == out.built_indexes.size());
   CHECK(out.builds > 0);
 
-  // JUnit: 6 failures (mlp-small, mlp-medium, tfm-small on two revisions), 2 skipped.
+  // JUnit: 8 failures (mlp-small, mlp-medium, tfm-small, llm-large on two revisions).
   CHECK(count_of(out.junit, "<testsuite ") == 2);
-  CHECK(count_of(out.junit, "<failure ") == 6);
-  CHECK(count_of(out.junit, "<skipped ") == 2);
-  CHECK(out.junit.find("failures=\"6\"") != std::string::npos);
-  CHECK(out.junit.find("<testsuite name=\"kiln.nightly revision a\" tests=\"5\" failures=\"3\" errors=\"0\" "
-                       "skipped=\"1\"") != std::string::npos);
+  CHECK(count_of(out.junit, "<failure ") == 8);
+  CHECK(count_of(out.junit, "<skipped ") == 0);
+  CHECK(out.junit.find("failures=\"8\"") != std::string::npos);
+  CHECK(out.junit.find("<testsuite name=\"kiln.nightly revision a\" tests=\"5\" failures=\"4\" errors=\"0\" "
+                       "skipped=\"0\"") != std::string::npos);
   CHECK(out.junit.find("classname=\"kiln.nightly\"") != std::string::npos);
   CHECK(out.junit.find(perf.id) != std::string::npos);
 
@@ -849,4 +861,19 @@ TEST_CASE("a model's own repeats replace the run's, and a release multiplies the
   }
   CHECK(repeats.at(first) == 40);
   CHECK(repeats.at(second) == 2 * q::RunSettings{}.repeats_per_side);
+}
+
+TEST_CASE("a model larger than the nodes a revision has is skipped, saying how many it needs") {
+  Scenario scenario;
+  scenario.nodes_per_revision = 2;
+  scenario.nodes_of_revision_b = 2;
+  const Outcome out = run_scenario(scenario);
+  for (const char* revision : {"a", "b"}) {
+    const auto& large = find_report(out.report, "llm-large", revision);
+    CHECK(large.verdict == q::ModelVerdict::skipped);
+    CHECK(large.detail.find("needs 32 chips: 4 whole nodes of revision") != std::string::npos);
+    CHECK(large.detail.find("the fleet has 2 healthy") != std::string::npos);
+  }
+  CHECK(std::none_of(out.started.begin(), out.started.end(),
+                     [](const q::JobRequest& r) { return r.model == "llm-large"; }));
 }
