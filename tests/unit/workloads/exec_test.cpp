@@ -38,7 +38,7 @@ struct Job {
   std::string result_file() const { return dir / "result.json"; }
 
   std::map<std::string, std::string> env() const {
-    std::string options = "state_dir=" + (dir / "state") + ";chip_count=2;thermal_time_constant_ms=100;seed=5";
+    std::string options = "state_dir=" + dir.file("state") + ";chip_count=2;thermal_time_constant_ms=100;seed=5";
     if (!fault_toml.empty()) options += ";fault_file=" + dir.write("faults.toml", fault_toml);
     std::map<std::string, std::string> e = {{"KILN_JOB_ID", "42"},
                                             {"KILN_ATTEMPT", "1"},

@@ -22,37 +22,13 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/temp_dir.h"
+
 extern char** environ;
 
 namespace kiln::workloads::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kiln-workloads-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
-  std::string write(const std::string& name, const std::string& text) const {
-    const auto file = path_ / name;
-    std::filesystem::create_directories(file.parent_path());
-    std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
-    return file.string();
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using kiln::testing::TempDir;
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
