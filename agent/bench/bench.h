@@ -15,26 +15,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/benchmark_settings.h"
 #include "common/error.h"
 #include "common/time.h"
 
 namespace kiln::agent::bench {
 
 // Bounds the result document: warmup_max + repeats samples at most.
-inline constexpr std::int64_t kMaxBenchmarkIterations = 1000;
+using kiln::kMaxBenchmarkIterations;
 inline constexpr std::size_t kMaxResultBytes = 256 * 1024;
 inline constexpr std::string_view kResultSchema = "kiln.workload-result/1";
 
 // Warmup and repeats are settings per model.
-struct BenchmarkSettings {
-  std::int64_t warmup_min = 5;        // iterations always run before timing
-  std::int64_t warmup_max = 100;      // give up waiting for steady after this many
-  std::int64_t steady_window = 5;     // steady: the last this-many throughputs agree ...
-  double steady_tolerance = 0.03;     // ... within this relative range ((max - min) / median)
-  std::int64_t repeats = 10;          // timed iterations after warmup
-};
-
-Status validate(const BenchmarkSettings& settings);
+using kiln::BenchmarkSettings;
+using kiln::validate;
 
 // KILN_BENCH_WARMUP_MIN, _WARMUP_MAX, _STEADY_WINDOW, _STEADY_TOLERANCE, _REPEATS.
 std::map<std::string, std::string> env_for(const BenchmarkSettings& settings);

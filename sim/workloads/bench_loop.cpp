@@ -8,29 +8,6 @@
 
 namespace kiln::sim::workloads {
 
-Status validate(const BenchSettings& s) {
-  if (s.warmup_min < 0 || s.warmup_max < s.warmup_min) {
-    return fail(Errc::invalid_argument, fmt::format("KILN_BENCH_WARMUP_MIN ({}) and KILN_BENCH_WARMUP_MAX ({}) must "
-                                                    "satisfy 0 <= min <= max",
-                                                    s.warmup_min, s.warmup_max));
-  }
-  if (s.steady_window < 2) {
-    return fail(Errc::invalid_argument,
-                fmt::format("KILN_BENCH_STEADY_WINDOW is {}; it must be at least 2 samples", s.steady_window));
-  }
-  if (!(s.steady_tolerance > 0 && s.steady_tolerance < 1)) {
-    return fail(Errc::invalid_argument, fmt::format("KILN_BENCH_STEADY_TOLERANCE is {}; it must be a relative "
-                                                    "tolerance in (0, 1), e.g. 0.03",
-                                                    s.steady_tolerance));
-  }
-  if (s.repeats < 1 || s.warmup_max + s.repeats > kMaxBenchIterations) {
-    return fail(Errc::invalid_argument, fmt::format("KILN_BENCH_REPEATS is {}; it must be at least 1, and warmup_max "
-                                                    "plus repeats at most {}",
-                                                    s.repeats, kMaxBenchIterations));
-  }
-  return {};
-}
-
 namespace {
 
 template <class T>
@@ -66,7 +43,9 @@ Result<std::optional<BenchSettings>> bench_settings_from_env(
     if (!status) return tl::unexpected(status.error());
   }
   if (!any) return std::optional<BenchSettings>{};
-  if (auto valid = validate(s); !valid) return tl::unexpected(valid.error());
+  if (auto valid = validate(s); !valid) {
+    return fail(valid.error().code, "the KILN_BENCH_* variables are invalid: " + valid.error().message);
+  }
   return std::optional<BenchSettings>{s};
 }
 
@@ -96,8 +75,9 @@ Sample BenchmarkLoop::next(double start_ms, double steady_throughput) {
     // Steady: the last window agrees within the tolerance, and its median has not drifted by
     // more than a third of it from the window before (sim/perf: the range test alone passes
     // on the flat tail of the warmup ramp).
-    const SteadyStateOptions steady{settings_.steady_window, settings_.steady_tolerance,
-                                    settings_.steady_tolerance / 3.0, settings_.warmup_max};
+    // Validated settings are at most kMaxBenchmarkIterations: they fit an int.
+    const SteadyStateOptions steady{static_cast<int>(settings_.steady_window), settings_.steady_tolerance,
+                                    settings_.steady_tolerance / 3.0, static_cast<int>(settings_.warmup_max)};
     if (warmup_iterations_ >= settings_.warmup_min && warmup_is_steady(warmup_throughputs_, steady)) {
       steady_reached_ = true;
       warmup_done_ = true;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/benchmark_settings.h"
 #include "common/error.h"
 #include "common/stats/rng.h"
 #include "sim/perf/perf_model.h"
@@ -19,17 +20,9 @@
 namespace kiln::sim::workloads {
 
 // The same limits as the agent's BenchmarkSettings (agent/bench/bench.h).
-inline constexpr int kMaxBenchIterations = 1000;  // warmup_max + repeats
-
-struct BenchSettings {
-  int warmup_min = 5;
-  int warmup_max = 100;
-  int steady_window = 5;
-  double steady_tolerance = 0.03;
-  int repeats = 10;
-};
-
-Status validate(const BenchSettings& settings);
+// The settings of docs/workloads.md, shared with the agent that asks for them.
+using BenchSettings = kiln::BenchmarkSettings;
+using kiln::validate;
 
 // nullopt when none of the KILN_BENCH_* variables is set (not a benchmark job); missing ones
 // take their defaults. `getenv` returns a variable's value or nullopt.

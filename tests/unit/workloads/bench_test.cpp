@@ -14,10 +14,6 @@ namespace {
 
 constexpr double kT0 = 1.7e12;  // an epoch time in ms
 
-ab::BenchmarkSettings agent_settings(const wl::BenchSettings& s) {
-  return {s.warmup_min, s.warmup_max, s.steady_window, s.steady_tolerance, s.repeats};
-}
-
 wl::BenchmarkLoop run_loop(const wl::BenchSettings& settings, std::uint64_t seed, double steady = 1000.0) {
   wl::BenchmarkLoop loop(settings, kiln::sim::PerfNoiseModel{}, 3.0, seed);
   double t = kT0;
@@ -129,7 +125,7 @@ TEST_CASE("the agent's KILN_BENCH_* variables are what the workload reads") {
 TEST_CASE("result documents: a faithful one parses, malformed and lying ones are refused") {
   const wl::BenchSettings settings{5, 100, 5, 0.03, 10};
   const auto loop = run_loop(settings, 21);
-  const ab::BenchmarkSettings asked = agent_settings(settings);
+  const ab::BenchmarkSettings asked = settings;
   const std::string good = document_for(loop);
   auto parsed = ab::parse_workload_result(good, asked);
   REQUIRE(parsed.has_value());
@@ -281,7 +277,7 @@ TEST_CASE("a comparison warms up the candidate, then the baseline, then alternat
 TEST_CASE("result documents with a baseline_benchmark: checked like benchmark, malformed ones refused") {
   const wl::BenchSettings settings{5, 100, 5, 0.03, 10};
   const auto c = run_comparison(settings);
-  const ab::BenchmarkSettings asked = agent_settings(settings);
+  const ab::BenchmarkSettings asked = settings;
   const std::string good = comparison_document(c);
   auto parsed = ab::parse_workload_result(good, asked);
   REQUIRE_MESSAGE(parsed.has_value(), parsed.error().message);
