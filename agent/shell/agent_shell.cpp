@@ -19,6 +19,8 @@
 #include "agent/shell/local_socket.h"
 #include "agent/shell/telemetry_sampler.h"
 #include "common/protocol/json.h"
+#include "common/protocol/repair.h"
+#include "common/text/utf8.h"
 #include "common/logging.h"
 #include "common/transport/zmq_transport.h"
 #include "drivers/loader.h"
@@ -56,11 +58,6 @@ bench::BenchmarkSettings bench_settings(const protocol::BenchmarkSpec& spec) {
 TimeMs steady_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// The last `limit` bytes, so the protocol's bounds hold whatever a workload printed.
-std::string tail(const std::string& text, std::size_t limit) {
-  return text.size() <= limit ? text : text.substr(text.size() - limit);
 }
 
 class Shell final : public AgentShell {
@@ -265,7 +262,8 @@ class Shell final : public AgentShell {
     ended.job_id = job.job_id;
     ended.duration_ms = static_cast<std::uint64_t>(exit.duration_ms);
     ended.exit_code = exit.exit_code;
-    ended.output_tail = tail(exit.output_tail, protocol::kOutputTail.max_len);
+    // Whatever the workload printed, binary included: its end, valid UTF-8, within the bound.
+    ended.output_tail = text::utf8_tail(exit.output_tail, protocol::kOutputTail.max_len);
     ended.detail = exit.detail;
     switch (exit.outcome) {
       case ProcessOutcome::exited:
@@ -400,6 +398,9 @@ class Shell final : public AgentShell {
 
   void send(protocol::Body body, std::uint64_t corr) {
     if (!socket_) return;
+    // Strings from workloads and files reach messages in many places; the coordinator refuses
+    // any that is not UTF-8, so each is repaired here, once, whatever put it there.
+    protocol::repair_utf8(body);
     auto envelope = protocol::make_envelope(std::move(body), next_message_id_++, corr);
     if (auto s = transport::send_envelope(*socket_, nullptr, envelope, limits_); !s) {
       logger_->warn("could not send {}: {}", envelope.header.type, s.error().message);

@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/text/utf8.h"
+
 namespace kiln::agent {
 namespace {
 
@@ -78,9 +80,11 @@ void LocalSocketServer::close_connection(int connection) {
 }
 
 void LocalSocketServer::reply(int connection, int exit_code, const std::string& output) {
-  const std::string text = nlohmann::json{{"exit_code", exit_code}, {"output", output}}.dump() + "\n";
+  // A local diagnostic's output may hold any bytes; JSON holds only UTF-8.
+  const std::string line =
+      nlohmann::json{{"exit_code", exit_code}, {"output", text::to_valid_utf8(output)}}.dump() + "\n";
   // The reply is small; a client that does not read it loses it.
-  (void)::send(connection, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)::send(connection, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   close_connection(connection);
 }
 

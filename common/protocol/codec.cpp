@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <msgpack.hpp>
 
+#include "common/text/utf8.h"
+
 namespace kiln::protocol {
 namespace {
 
@@ -128,7 +130,7 @@ class Decoder {
       }
       std::string key(kv.key.via.str.ptr, kv.key.via.str.size);
       if (!fields_.emplace(key, &kv.val).second) {
-        error = fmt::format("{} repeats the key '{}'", path_.empty() ? "body" : path_, key);
+        error = fmt::format("{} repeats the key '{}'", path_.empty() ? "body" : path_, text::printable(key));
         return;
       }
     }
@@ -208,7 +210,7 @@ class Decoder {
       if (!allowed.empty()) allowed += ", ";
       allowed += n;
     }
-    error = fmt::format("{} must be one of {} (got '{}')", path, allowed, name.substr(0, 64));
+    error = fmt::format("{} must be one of {} (got '{}')", path, allowed, text::printable(name));
   }
   template <Record T>
   void read(const std::string& path, const msgpack::object& o, T& value) {
@@ -369,7 +371,7 @@ Result<Envelope> decode(std::string_view header_frame, std::string_view body_fra
   }
   auto it = decoders().find(header->type);
   if (it == decoders().end()) {
-    return fail(Errc::bad_message, fmt::format("unknown message type '{}'", header->type));
+    return fail(Errc::bad_message, fmt::format("unknown message type '{}'", text::printable(header->type)));
   }
   auto handle = unpack_frame(body_frame, "body");
   if (!handle) return tl::unexpected(handle.error());

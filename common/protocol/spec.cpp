@@ -2,11 +2,17 @@
 
 #include <fmt/format.h>
 
+#include "common/text/utf8.h"
+
 namespace kiln::protocol {
 
 std::optional<std::string> check_str(const std::string& value, Str spec) {
   if (value.size() < spec.min_len || value.size() > spec.max_len) {
     return fmt::format("must be {} to {} bytes long (got {})", spec.min_len, spec.max_len, value.size());
+  }
+  if (auto bad = text::first_invalid_utf8(value)) {
+    return fmt::format("must be valid UTF-8 (byte 0x{:02x} at offset {} is not): \"{}\"",
+                       static_cast<unsigned char>(value[*bad]), *bad, text::printable(value));
   }
   return std::nullopt;
 }

@@ -25,6 +25,13 @@ Result<nlohmann::json> parse_object(const std::string& document, RecordKind kind
   return json;
 }
 
+// A string member of a peer's document, or "" when it is missing or not a string (json::value
+// would throw on a member of another type).
+std::string string_member(const nlohmann::json& object, const char* name) {
+  auto it = object.find(name);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 Status key_matches(const std::string& key, const std::string& id, RecordKind kind) {
   if (key == id) return {};
   return fail(Errc::invalid_argument, fmt::format("a {} record's key must be its id: key '{}', id '{}'",
@@ -64,7 +71,7 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       return {};
     }
     case RecordKind::baseline: {
-      const std::string bundle_id = json->value("bundle_id", "");
+      const std::string bundle_id = string_member(*json, "bundle_id");
       const protocol::RecordEntry* bundle = get(RecordKind::bundle, bundle_id);
       if (bundle == nullptr) {
         return fail(Errc::not_found, fmt::format("baseline for revision {} names bundle '{}', which is not recorded; "
@@ -81,7 +88,7 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       return {};
     }
     case RecordKind::qualification_run:
-      return key_matches(put.key, json->value("run_id", ""), put.kind);
+      return key_matches(put.key, string_member(*json, "run_id"), put.kind);
   }
   return {};
 }

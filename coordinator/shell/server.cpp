@@ -184,10 +184,25 @@ class Server final : public CoordinatorServer {
       send_to(from_agents ? agents_ : clients_, r.routing_id, std::move(reply), corr);
       return;
     }
-    if (from_agents) {
-      core_.on_agent_message(r.routing_id, caller, *envelope, wall_clock_ms());
-    } else {
-      core_.on_client_message(r.routing_id, caller, *envelope, wall_clock_ms());
+    // Nothing a peer sends may stop the coordinator: the agent would resend the same result to
+    // the restarted one, which would stop again. The core validates what it reads, so this
+    // only catches a bug; the message is dropped with an error reply and the loop goes on.
+    try {
+      if (from_agents) {
+        core_.on_agent_message(r.routing_id, caller, *envelope, wall_clock_ms());
+      } else {
+        core_.on_client_message(r.routing_id, caller, *envelope, wall_clock_ms());
+      }
+    } catch (const std::exception& e) {
+      logger_->error("internal error handling {} from {}: {}; the message was dropped (please report this with "
+                     "the coordinator's log)",
+                     envelope->header.type, caller.key_name, e.what());
+      protocol::ErrorReply reply{std::string(to_string(Errc::internal)),
+                                 fmt::format("the coordinator could not handle this {} message ({}); it was dropped "
+                                             "and the coordinator's log has the details",
+                                             envelope->header.type, e.what()),
+                                 {}};
+      send_to(from_agents ? agents_ : clients_, r.routing_id, std::move(reply), envelope->header.id);
     }
   }
 

@@ -166,7 +166,7 @@ void Fleet::add_agent(const AgentSpec& spec) {
       "[knobs]\nheartbeat_interval_ms = {5}\nliveness_missed_beats = {6}\nreconnect_backoff_initial_ms = 100\n"
       "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 1000\nprobe_timeout_ms = 1000\n\n"
       "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n"
-      "model = \"{7}/kiln-workload-model\"\n",
+      "model = \"{7}/kiln-workload-model\"\nshell = \"/bin/sh\"\n",
       spec.node_id, agent_port_, KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
       liveness_missed_beats_, KILN_BIN_DIR);
 }

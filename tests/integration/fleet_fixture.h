@@ -46,6 +46,9 @@ class Fleet {
   ~Fleet();
 
   const std::filesystem::path& dir() const { return dir_; }
+  std::string agent_endpoint() const { return "tcp://127.0.0.1:" + std::to_string(agent_port_); }
+  std::string client_endpoint() const { return "tcp://127.0.0.1:" + std::to_string(client_port_); }
+  bool coordinator_running() { return coordinator_ && coordinator_->running(); }
 
   // Makes a keypair NAME.key/.pub and authorizes it with ROLE on the coordinator.
   void add_key(const std::string& name, const std::string& role);
