@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 
 namespace kiln::stats {
 
@@ -21,6 +22,17 @@ inline std::uint64_t splitmix64(std::uint64_t& state) {
 inline std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t stream) {
   std::uint64_t state = seed ^ splitmix64(stream);
   return splitmix64(state);
+}
+
+// A seed from a name (a run id, say) that is the same on every platform and standard library,
+// unlike std::hash: FNV-1a over the bytes, then splitmix64 to spread the bits.
+inline std::uint64_t stable_hash(std::string_view bytes) {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (const char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001B3ull;
+  }
+  return splitmix64(h);
 }
 
 // xoshiro256** (Blackman and Vigna), 2^256-1 period.
@@ -56,6 +68,11 @@ class Rng {
   }
 
   bool bernoulli(double probability) { return uniform01() < probability; }
+
+  // Exponential with `rate` events per unit, by inversion.
+  double exponential(double rate) { return -std::log1p(-uniform01()) / rate; }
+
+  double lognormal(double log_median, double sigma) { return std::exp(log_median + sigma * normal()); }
 
   // Standard normal by the Marsaglia polar method (only log and sqrt, no trigonometry).
   double normal() {

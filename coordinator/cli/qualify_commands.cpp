@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "common/stats/rng.h"
 #include "coordinator/cli/client.h"
 #include "coordinator/cli/exit_codes.h"
 #include "coordinator/qualification/flake_budget.h"
@@ -482,7 +483,7 @@ int qualification_command(QualifyCommands& c, Client& client, bool json, int arg
   settings.repeats_per_side = c.repeats;
   settings.repeats_multiplier = tier == q::Tier::release ? 2 : 1;
   settings.max_jobs_in_flight = c.max_jobs;
-  settings.seed = std::hash<std::string>{}(run_id);
+  settings.seed = stats::stable_hash(run_id);
   std::set<std::string> fleet_revisions;
   for (const auto& node : nodes->nodes) fleet_revisions.insert(node.hardware_revision);
   for (const auto& revision : candidate->hardware_revisions) {
@@ -559,7 +560,7 @@ int qualification_command(QualifyCommands& c, Client& client, bool json, int arg
     soak.models = input_models;
     soak.settings = run_settings;
     soak.settings.run_id = fmt::format("{}-soak{}", run_id, round);
-    soak.settings.seed = std::hash<std::string>{}(soak.settings.run_id);
+    soak.settings.seed = stats::stable_hash(soak.settings.run_id);
     auto soak_run = q::QualificationRun::start(std::move(soak), wall_now_ms());
     if (!soak_run) return report(soak_run.error());
     std::cerr << fmt::format("run {}: stability soak round {} of {}\n", run_id, round, soak_rounds);

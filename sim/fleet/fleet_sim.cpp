@@ -4,12 +4,12 @@
 #include <cmath>
 #include <map>
 #include <queue>
-#include <random>
 #include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/stats/rng.h"
 #include "coordinator/scheduler/scheduler.h"
 
 namespace kiln::fleet {
@@ -18,18 +18,12 @@ namespace sch = kiln::scheduler;
 
 namespace {
 
-// One sub-seed per subsystem, so adding draws to one never shifts another.
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 enum class Subsystem : std::uint64_t { changes = 1, experiments = 2, failures = 3, bisect = 4 };
 
-std::mt19937_64 rng_for(std::uint64_t seed, Subsystem sub, std::uint64_t index = 0) {
-  return std::mt19937_64(splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(sub) * 1000003 + index)));
+// One stream per subsystem (and node), so adding draws to one never shifts another; the
+// project's own generator, so a seed gives the same day on every platform.
+stats::Rng rng_for(std::uint64_t seed, Subsystem sub, std::uint64_t index = 0) {
+  return stats::Rng(stats::derive_seed(seed, static_cast<std::uint64_t>(sub) * 1000003 + index));
 }
 
 enum class JobKind { presubmit, nightly, release, experiment, bisect };
@@ -183,16 +177,15 @@ class FleetRun {
   void generate_workload() {
     // Presubmit: hardware-path changes, most of them during the workday.
     auto rng = rng_for(opt_.seed, Subsystem::changes);
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
     const double work_len = static_cast<double>(sc_.workday_end_ms - sc_.workday_start_ms);
     const double off_len = static_cast<double>(opt_.day_ms) - work_len;
     std::vector<TimeMs> arrivals;
     for (int i = 0; i < sc_.hardware_path_changes; ++i) {
       TimeMs t;
-      if (unit(rng) < sc_.workday_share || off_len <= 0) {
-        t = sc_.workday_start_ms + static_cast<TimeMs>(unit(rng) * work_len);
+      if (rng.uniform01() < sc_.workday_share || off_len <= 0) {
+        t = sc_.workday_start_ms + static_cast<TimeMs>(rng.uniform01() * work_len);
       } else {
-        TimeMs off = static_cast<TimeMs>(unit(rng) * off_len);
+        TimeMs off = static_cast<TimeMs>(rng.uniform01() * off_len);
         t = off < sc_.workday_start_ms ? off : off + (sc_.workday_end_ms - sc_.workday_start_ms);
       }
       arrivals.push_back(t);
@@ -259,17 +252,15 @@ class FleetRun {
     // ask for whole half-hours, so the declared length is the actual one rounded up.
     auto erng = rng_for(opt_.seed, Subsystem::experiments);
     if (sc_.experiment_arrivals_per_hour > 0) {
-      std::exponential_distribution<double> gap(sc_.experiment_arrivals_per_hour / kHourMs);
-      std::lognormal_distribution<double> length(std::log(sc_.experiment_median_minutes),
-                                                 sc_.experiment_sigma);
+      const double arrivals_per_ms = sc_.experiment_arrivals_per_hour / kHourMs;
+      const double log_median_minutes = std::log(sc_.experiment_median_minutes);
       double total_share = 0;
       for (const ChipShare& s : sc_.experiment_sizes) total_share += s.share;
-      std::uniform_real_distribution<double> pick(0.0, total_share);
       double t = static_cast<double>(sc_.experiment_window_start_ms);
       while (true) {
-        t += gap(erng);
+        t += erng.exponential(arrivals_per_ms);
         if (t >= static_cast<double>(sc_.experiment_window_end_ms)) break;
-        double x = pick(erng);
+        double x = erng.uniform(0.0, total_share);
         int chips = sc_.experiment_sizes.back().chips;
         for (const ChipShare& s : sc_.experiment_sizes) {
           if (x < s.share) {
@@ -282,7 +273,7 @@ class FleetRun {
         job.kind = JobKind::experiment;
         job.cls = sch::RequestClass::experiment;
         set_size(job, chips);
-        job.work_ms = std::max<DurationMs>(kMinuteMs, static_cast<DurationMs>(length(erng) * kMinuteMs));
+        job.work_ms = std::max<DurationMs>(kMinuteMs, static_cast<DurationMs>(erng.lognormal(log_median_minutes, sc_.experiment_sigma) * kMinuteMs));
         const DurationMs half_hour = 30 * kMinuteMs;
         job.declared_ms = (job.work_ms + half_hour - 1) / half_hour * half_hour;
         job.lease_ms = job.declared_ms;
@@ -295,8 +286,7 @@ class FleetRun {
 
     // Bisection: the nightly of one revision finds the regression.
     auto brng = rng_for(opt_.seed, Subsystem::bisect);
-    std::uniform_int_distribution<std::size_t> which(0, sc_.revisions.size() - 1);
-    bisect_revision_ = sc_.revisions[which(brng)].name;
+    bisect_revision_ = sc_.revisions[brng.below(sc_.revisions.size())].name;
     bisect_steps_ = static_cast<int>(std::ceil(std::log2(std::max(2, sc_.bisect_candidate_changes))));
   }
 
@@ -304,10 +294,10 @@ class FleetRun {
     if (sc_.node_mtbf_hours <= 0) return;
     for (std::size_t n = 0; n < node_ids_.size(); ++n) {
       auto rng = rng_for(opt_.seed, Subsystem::failures, n);
-      std::exponential_distribution<double> up_time(1.0 / (sc_.node_mtbf_hours * kHourMs));
+      const double failures_per_ms = 1.0 / (sc_.node_mtbf_hours * kHourMs);
       double t = 0;
       while (true) {
-        t += up_time(rng);
+        t += rng.exponential(failures_per_ms);
         if (t >= static_cast<double>(opt_.drain_limit_ms)) break;
         push({static_cast<TimeMs>(t), 0, EventKind::node_fail, n});
         t += static_cast<double>(sc_.node_repair_ms);
