@@ -430,12 +430,7 @@ class Shell final : public AgentShell {
                 (void)runner_.signal(it->second, SIGUSR1);
               }
             } else if constexpr (std::is_same_v<T, action::Log>) {
-              switch (act.severity) {
-                case action::Severity::debug: logger_->debug("{}", act.text); break;
-                case action::Severity::info: logger_->info("{}", act.text); break;
-                case action::Severity::warn: logger_->warn("{}", act.text); break;
-                case action::Severity::error: logger_->error("{}", act.text); break;
-              }
+              logger_->log(spdlog_level(act.severity), "{}", act.text);
             }
           },
           *a);

@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/transport/zmq_transport.h"
 #include "coordinator/core/coordinator_core.h"
+#include "coordinator/shell/action_interpreter.h"
 #include "coordinator/store/store.h"
 
 namespace kiln::coordinator {
@@ -26,7 +27,7 @@ TimeMs wall_clock_ms() {
       .count();
 }
 
-class Server final : public CoordinatorServer {
+class Server final : public CoordinatorServer, private CoordinatorIo {
  public:
   Server(CoordinatorConfig config, KeyPair keys, std::unique_ptr<Store> store, Snapshot snapshot,
          std::shared_ptr<spdlog::logger> logger)
@@ -171,19 +172,9 @@ class Server final : public CoordinatorServer {
     auto key = config_.keys_by_public_key.find(r.user_id);
     KILN_ASSERT(key != config_.keys_by_public_key.end(), "ZAP admits only authorized keys");
     const Caller caller{key->second.name, key->second.role};
-    auto envelope = protocol::decode(r.header, r.body, limits_);
-    if (!envelope) {
-      std::uint64_t corr = 0;
-      if (auto header = protocol::decode_header(r.header, limits_)) corr = header->id;
-      logger_->warn("refused a message from {} ({}): {}", caller.key_name, from_agents ? "agent" : "client",
-                    envelope.error().message);
-      protocol::ErrorReply reply{std::string(to_string(envelope.error().code)), envelope.error().message, {}};
-      if (envelope.error().code == Errc::unsupported_version) {
-        reply.supported_versions.assign(protocol::kSupportedVersions.begin(), protocol::kSupportedVersions.end());
-      }
-      send_to(from_agents ? agents_ : clients_, r.routing_id, std::move(reply), corr);
-      return;
-    }
+    auto envelope = admit_message(ReceivedFrames{r.routing_id, from_agents, caller.key_name, r.header, r.body},
+                                  limits_, *this);
+    if (!envelope) return;
     // Nothing a peer sends may stop the coordinator: the agent would resend the same result to
     // the restarted one, which would stop again. The core validates what it reads, so this
     // only catches a bug; the message is dropped with an error reply and the loop goes on.
@@ -206,6 +197,22 @@ class Server final : public CoordinatorServer {
     }
   }
 
+  // ---- CoordinatorIo: what the core's actions do here
+
+  void send_to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr) override {
+    send_to(agents_, peer, std::move(body), corr);
+  }
+  void send_to_client(const std::string& client, protocol::Body body, std::uint64_t corr) override {
+    send_to(clients_, client, std::move(body), corr);
+  }
+  Status save_node(const NodeRecord& node) override { return store_->save_node(node); }
+  Status save_job(const JobRecord& job) override { return store_->save_job(job); }
+  Status save_record(const protocol::RecordEntry& record) override { return store_->save_record(record); }
+  Status save_lease(const LeaseRecord& lease) override { return store_->save_lease(lease); }
+  void log(action::Severity severity, const std::string& text) override {
+    logger_->log(spdlog_level(severity), "{}", text);
+  }
+
   void send_to(zmq::socket_t& socket, const std::string& peer, protocol::Body body, std::uint64_t corr) {
     auto envelope = protocol::make_envelope(std::move(body), next_message_id_++, corr);
     const bool delimited = req_peers_.count(peer) != 0;
@@ -226,40 +233,12 @@ class Server final : public CoordinatorServer {
   }
 
   Status carry_out_actions() {
-    while (auto a = core_.poll_action()) {
-      Status status;
-      std::visit(
-          [&](auto& act) {
-            using T = std::decay_t<decltype(act)>;
-            if constexpr (std::is_same_v<T, action::ToAgent>) {
-              send_to(agents_, act.peer, std::move(act.body), act.corr);
-            } else if constexpr (std::is_same_v<T, action::ToClient>) {
-              send_to(clients_, act.client, std::move(act.body), act.corr);
-            } else if constexpr (std::is_same_v<T, action::SaveNode>) {
-              status = store_->save_node(act.node);
-            } else if constexpr (std::is_same_v<T, action::SaveJob>) {
-              status = store_->save_job(act.job);
-            } else if constexpr (std::is_same_v<T, action::SaveRecord>) {
-              status = store_->save_record(act.record);
-            } else if constexpr (std::is_same_v<T, action::SaveLease>) {
-              status = store_->save_lease(act.lease);
-            } else if constexpr (std::is_same_v<T, action::Log>) {
-              switch (act.severity) {
-                case action::Severity::debug: logger_->debug("{}", act.text); break;
-                case action::Severity::info: logger_->info("{}", act.text); break;
-                case action::Severity::warn: logger_->warn("{}", act.text); break;
-                case action::Severity::error: logger_->error("{}", act.text); break;
-              }
-            }
-          },
-          *a);
-      if (!status) {
-        logger_->critical("the store failed: {}; stopping so that nothing unsaved is acknowledged",
-                          status.error().message);
-        return status;
-      }
+    auto status = coordinator::carry_out_actions(core_, *this);
+    if (!status) {
+      logger_->critical("the store failed: {}; stopping so that nothing unsaved is acknowledged",
+                        status.error().message);
     }
-    return {};
+    return status;
   }
 
   CoordinatorConfig config_;

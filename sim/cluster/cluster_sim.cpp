@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 #include <variant>
 
 #include <fmt/format.h>
 
+#include "common/exhaustive.h"
 #include "common/protocol/codec.h"
 #include "common/stats/rng.h"
+#include "coordinator/shell/action_interpreter.h"
 
 namespace kiln::sim::cluster {
 
@@ -315,6 +318,43 @@ struct Simulation::World {
     std::string type;
   };
   std::vector<PlannedDrop> planned_drops;  // drop_next_from_agent
+  struct PlannedStoreFailure {
+    TimeMs from = 0;
+    StoredKind kind = StoredKind::job;
+    DurationMs down_ms = 0;
+  };
+  std::vector<PlannedStoreFailure> planned_store_failures;  // fail_next_save
+  DurationMs store_failure_down_ms = 0;
+  bool coordinator_halted = false;  // struck by a mid-step crash; the step is not over yet
+
+  // What the coordinator's shell does in the simulation: the simulated network and store.
+  struct SimCoordinatorIo final : coordinator::CoordinatorIo {
+    World& world;
+    explicit SimCoordinatorIo(World& w) : world(w) {}
+    void send_to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr) override {
+      world.coordinator_to_agent(peer, std::move(body), corr);
+    }
+    void send_to_client(const std::string& client, protocol::Body body, std::uint64_t corr) override {
+      world.coordinator_to_client(client, std::move(body), corr);
+    }
+    Status save_node(const NodeRecord& node) override {
+      return world.coordinator_save(StoredKind::node, [&] { world.stored_nodes[node.summary.node_id] = node; });
+    }
+    Status save_job(const JobRecord& job) override {
+      return world.coordinator_save(StoredKind::job, [&] { world.note_saved_job(job); });
+    }
+    Status save_record(const protocol::RecordEntry& record) override {
+      return world.coordinator_save(StoredKind::record,
+                                    [&] { world.stored_records[{record.kind, record.key}] = record; });
+    }
+    Status save_lease(const coordinator::LeaseRecord& lease) override {
+      return world.coordinator_save(StoredKind::lease,
+                                    [&] { world.stored_leases[lease.summary.lease_id] = lease; });
+    }
+    void log(coordinator::action::Severity, const std::string& text) override { world.coordinator_log(text); }
+  };
+  SimCoordinatorIo coordinator_io{*this};
+  protocol::CodecLimits coordinator_limits;
 
   explicit World(SimOptions o)
       : options(std::move(o)),
@@ -470,64 +510,100 @@ struct Simulation::World {
 
   // ---- coordinator ----
 
+  // The coordinator's actions are carried out by the real shell's interpreter over the
+  // simulated network and store (SimCoordinatorIo). A crash in the middle of a step halts
+  // the process after the chosen number of actions: it carries out nothing more. A failed save
+  // stops the coordinator as it stops the real one; its supervisor restarts it.
   void drain_coordinator() {
-    while (coordinator) {
-      auto a = coordinator->poll_action();
-      if (!a) break;
-      std::visit([&](auto& act) { carry_out(act); }, *a);
-      if (crash_after_actions && --*crash_after_actions == 0) {
-        crash_after_actions.reset();
-        log("sim", "coordinator crashes in the middle of a step");
-        crash_coordinator_now(pending_crash_down_ms);
-      }
+    if (!coordinator) return;
+    const Status status = coordinator::carry_out_actions(*coordinator, coordinator_io);
+    if (coordinator_halted) {
+      coordinator_halted = false;
+      log("sim", "coordinator crashes in the middle of a step");
+      crash_coordinator_now(pending_crash_down_ms);
+    } else if (!status) {
+      log("sim", fmt::format("coordinator stops: the store failed: {}", status.error().message));
+      crash_coordinator_now(store_failure_down_ms);
     }
   }
 
-  void carry_out(coordinator::action::ToAgent& act) {
-    const auto slash = act.peer.rfind('/');
+  // One action carried out: a mid-step crash may strike now.
+  void coordinator_action_done() {
+    if (crash_after_actions && --*crash_after_actions == 0) {
+      crash_after_actions.reset();
+      coordinator_halted = true;
+    }
+  }
+
+  Status coordinator_save(StoredKind kind, const std::function<void()>& store) {
+    if (coordinator_halted) return kiln::fail(Errc::unavailable, "the coordinator process has died");
+    auto planned = std::find_if(planned_store_failures.begin(), planned_store_failures.end(),
+                                [&](const PlannedStoreFailure& f) { return f.kind == kind && now >= f.from; });
+    if (planned != planned_store_failures.end()) {
+      store_failure_down_ms = planned->down_ms;
+      planned_store_failures.erase(planned);
+      return kiln::fail(Errc::io, "disk I/O error (simulated)");
+    }
+    store();
+    coordinator_action_done();
+    return {};
+  }
+
+  void coordinator_to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr) {
+    if (coordinator_halted) return;
+    const auto slash = peer.rfind('/');
     KILN_ASSERT(slash != std::string::npos, "simulated agent peers are node/connection");
-    auto it = agent_by_node_id.find(act.peer.substr(0, slash));
+    auto it = agent_by_node_id.find(peer.substr(0, slash));
     KILN_ASSERT(it != agent_by_node_id.end(), "the coordinator only knows peers the simulation created");
     const std::size_t node = it->second;
-    if (const auto* ack = std::get_if<protocol::JobFinishedAck>(&act.body)) acks_this_step.emplace_back(node, *ack);
-    const std::uint64_t connection = std::stoull(act.peer.substr(slash + 1));
-    send(coordinator_endpoint(), Endpoint{Endpoint::Kind::agent, node, connection}, std::move(act.body),
-         coordinator_next_message_id++, act.corr);
+    if (const auto* ack = std::get_if<protocol::JobFinishedAck>(&body)) acks_this_step.emplace_back(node, *ack);
+    const std::uint64_t connection = std::stoull(peer.substr(slash + 1));
+    send(coordinator_endpoint(), Endpoint{Endpoint::Kind::agent, node, connection}, std::move(body),
+         coordinator_next_message_id++, corr);
+    coordinator_action_done();
   }
 
-  void carry_out(coordinator::action::ToClient& act) {
+  void coordinator_to_client(const std::string& client_key, protocol::Body body, std::uint64_t corr) {
+    if (coordinator_halted) return;
     std::size_t client = clients.size();
     for (std::size_t i = 0; i < clients.size(); ++i) {
-      if (clients[i].key_name == act.client) client = i;
+      if (clients[i].key_name == client_key) client = i;
     }
     KILN_ASSERT(client < clients.size(), "the coordinator only knows clients the simulation created");
-    if (const auto* acc = std::get_if<protocol::JobAccepted>(&act.body)) {
+    if (const auto* acc = std::get_if<protocol::JobAccepted>(&body)) {
       if (stored_jobs.count(acc->job_id) == 0) {
-        fail(fmt::format("job {} was acknowledged to client {} before the store held it", acc->job_id, act.client));
+        fail(fmt::format("job {} was acknowledged to client {} before the store held it", acc->job_id, client_key));
       }
       accepted.insert(acc->job_id);
     }
     // A lease acknowledged to its developer survives a coordinator restart: stored first.
     std::uint64_t lease_acknowledged = 0;
-    if (const auto* granted = std::get_if<protocol::LeaseGranted>(&act.body)) lease_acknowledged = granted->lease.lease_id;
-    if (const auto* pending = std::get_if<protocol::LeasePending>(&act.body)) lease_acknowledged = pending->lease.lease_id;
+    if (const auto* granted = std::get_if<protocol::LeaseGranted>(&body)) lease_acknowledged = granted->lease.lease_id;
+    if (const auto* pending = std::get_if<protocol::LeasePending>(&body)) lease_acknowledged = pending->lease.lease_id;
     if (lease_acknowledged != 0 && stored_leases.count(lease_acknowledged) == 0) {
       fail(fmt::format("lease L{} was acknowledged to client {} before the store held it", lease_acknowledged,
-                       act.client));
+                       client_key));
     }
-    send(coordinator_endpoint(), Endpoint{Endpoint::Kind::client, client, 0}, std::move(act.body),
-         coordinator_next_message_id++, act.corr);
+    send(coordinator_endpoint(), Endpoint{Endpoint::Kind::client, client, 0}, std::move(body),
+         coordinator_next_message_id++, corr);
+    coordinator_action_done();
   }
 
-  void carry_out(coordinator::action::SaveNode& act) { stored_nodes[act.node.summary.node_id] = act.node; }
-  void carry_out(coordinator::action::SaveJob& act) {
-    const auto& s = act.job.summary;
+  void note_saved_job(const JobRecord& job) {
+    const auto& s = job.summary;
     if (s.workload == protocol::kDiagWorkload && s.state == JobState::succeeded &&
-        act.job.result.find("\"verdict\":\"pass\"") != std::string::npos) {
-      diagnostics_passed.insert(act.job.requested_node_id);
+        job.result.find("\"verdict\":\"pass\"") != std::string::npos) {
+      diagnostics_passed.insert(job.requested_node_id);
     }
-    stored_jobs[s.job_id] = act.job;
+    stored_jobs[s.job_id] = job;
   }
+
+  void coordinator_log(const std::string& text) {
+    if (coordinator_halted) return;
+    log("coordinator", text);
+    coordinator_action_done();
+  }
+
   // What the store holds: what a restarted coordinator recovers.
   coordinator::Snapshot stored() const {
     coordinator::Snapshot snapshot;
@@ -537,10 +613,6 @@ struct Simulation::World {
     for (const auto& [id, lease] : stored_leases) snapshot.leases.push_back(lease);
     return snapshot;
   }
-
-  void carry_out(coordinator::action::SaveRecord& act) { stored_records[{act.record.kind, act.record.key}] = act.record; }
-  void carry_out(coordinator::action::SaveLease& act) { stored_leases[act.lease.summary.lease_id] = act.lease; }
-  void carry_out(coordinator::action::Log& act) { log("coordinator", act.text); }
 
   // A job_finished_ack tells the agent it may forget the result. By the end of the step (or
   // the crash that cut it short) either the coordinator stored the result (the job is terminal
@@ -605,32 +677,26 @@ struct Simulation::World {
     while (a.core) {
       auto action = a.core->poll_action();
       if (!action) break;
-      std::visit(
-          [&](auto& act) {
-            using T = std::decay_t<decltype(act)>;
-            if constexpr (std::is_same_v<T, agent::action::Connect>) {
-              ++a.connection;
-            } else if constexpr (std::is_same_v<T, agent::action::Send>) {
-              if (!coordinator) {
-                ++counters.messages_sent;
-                ++counters.messages_dropped;  // nobody listens on the coordinator's port
-                return;
-              }
-              send(Endpoint{Endpoint::Kind::agent, node, a.connection}, coordinator_endpoint(), std::move(act.body),
-                   a.next_message_id++, act.corr);
-            } else if constexpr (std::is_same_v<T, agent::action::StartJob>) {
-              start_process(node, act.job);
-            } else if constexpr (std::is_same_v<T, agent::action::CancelJob>) {
-              cancel_process(node, act.job_id);
-            } else if constexpr (std::is_same_v<T, agent::action::NotifyPreemption>) {
-              notify_preemption(node, act.job_id, act.grace_ms);
-            } else if constexpr (std::is_same_v<T, agent::action::RunProbe>) {
-              schedule(between(process_rng, 200, 3000), ev::ProbeDone{node, a.incarnation});
-            } else if constexpr (std::is_same_v<T, agent::action::Log>) {
-              log(a.identity.node_id, act.text);
-            }
-          },
-          *action);
+      std::visit(Exhaustive{
+                     [&](agent::action::Connect&) { ++a.connection; },
+                     [&](agent::action::Send& act) {
+                       if (!coordinator) {
+                         ++counters.messages_sent;
+                         ++counters.messages_dropped;  // nobody listens on the coordinator's port
+                         return;
+                       }
+                       send(Endpoint{Endpoint::Kind::agent, node, a.connection}, coordinator_endpoint(),
+                            std::move(act.body), a.next_message_id++, act.corr);
+                     },
+                     [&](agent::action::StartJob& act) { start_process(node, act.job); },
+                     [&](agent::action::CancelJob& act) { cancel_process(node, act.job_id); },
+                     [&](agent::action::NotifyPreemption& act) { notify_preemption(node, act.job_id, act.grace_ms); },
+                     [&](agent::action::RunProbe&) {
+                       schedule(between(process_rng, 200, 3000), ev::ProbeDone{node, a.incarnation});
+                     },
+                     [&](agent::action::Log& act) { log(a.identity.node_id, act.text); },
+                 },
+                 *action);
     }
   }
 
@@ -855,43 +921,63 @@ struct Simulation::World {
 
   // ---- events ----
 
+  // The routing id the coordinator knows a sender by, and the sender's key name.
+  std::pair<std::string, std::string> coordinator_peer(const Endpoint& from) const {
+    if (from.kind == Endpoint::Kind::agent) {
+      const SimAgent& a = agents[from.index];
+      return {fmt::format("{}/{}", a.identity.node_id, from.connection), a.identity.node_id};
+    }
+    return {clients[from.index].key_name, clients[from.index].key_name};
+  }
+
+  // The envelope a delivered packet carries. The coordinator takes it through the real shell's
+  // admission (decode, or refuse with an error reply to the sender). A message that does not
+  // decode is a violation wherever it goes: everything the cores say must.
+  std::optional<protocol::Envelope> open(Packet& p) {
+    if (!options.faults.network.round_trip_codec) return std::move(p.envelope);
+    Result<protocol::Envelope> decoded;
+    if (p.to.kind == Endpoint::Kind::coordinator) {
+      const auto [peer, sender] = coordinator_peer(p.from);
+      decoded = coordinator::admit_message(
+          coordinator::ReceivedFrames{peer, p.from.kind == Endpoint::Kind::agent, sender, p.frames.header,
+                                      p.frames.body},
+          coordinator_limits, coordinator_io);
+    } else {
+      decoded = protocol::decode(p.frames.header, p.frames.body);
+    }
+    if (!decoded) {
+      fail(fmt::format("the codec refused to decode a {} from {}: {}", p.type, endpoint_name(p.from),
+                       decoded.error().describe()));
+      return std::nullopt;
+    }
+    return std::move(*decoded);
+  }
+
   void handle(ev::Deliver& e) {
     Packet& p = e.packet;
-    protocol::Envelope envelope;
-    if (options.faults.network.round_trip_codec) {
-      auto decoded = protocol::decode(p.frames.header, p.frames.body);
-      if (!decoded) {
-        fail(fmt::format("the codec refused to decode a {} from {}: {}", p.type, endpoint_name(p.from),
-                         decoded.error().describe()));
-        return;
-      }
-      envelope = std::move(*decoded);
-    } else {
-      envelope = std::move(p.envelope);
-    }
     if (partitioned(p.from, p.to)) {
       ++counters.messages_dropped;
       return;
     }
+    if (p.to.kind == Endpoint::Kind::coordinator && (!coordinator || p.to.connection != coordinator_incarnation)) {
+      ++counters.messages_dropped;
+      return;
+    }
+    auto envelope = open(p);
+    if (!envelope) return;
     if (options.log_messages) {
       log("net", fmt::format("{} -> {}: {} id {} corr {}", endpoint_name(p.from), endpoint_name(p.to), p.type,
-                             envelope.header.id, envelope.header.corr));
+                             envelope->header.id, envelope->header.corr));
     }
     switch (p.to.kind) {
       case Endpoint::Kind::coordinator: {
-        if (!coordinator || p.to.connection != coordinator_incarnation) {
-          ++counters.messages_dropped;
-          return;
-        }
+        const auto [peer, sender] = coordinator_peer(p.from);
         if (p.from.kind == Endpoint::Kind::agent) {
-          SimAgent& a = agents[p.from.index];
-          a.last_heard_by_coordinator = now;
-          coordinator->on_agent_message(fmt::format("{}/{}", a.identity.node_id, p.from.connection),
-                                        coordinator::Caller{a.identity.node_id, protocol::Role::agent}, envelope,
-                                        wall());
+          agents[p.from.index].last_heard_by_coordinator = now;
+          coordinator->on_agent_message(peer, coordinator::Caller{sender, protocol::Role::agent}, *envelope, wall());
         } else {
-          const SimClient& c = clients[p.from.index];
-          coordinator->on_client_message(c.key_name, coordinator::Caller{c.key_name, c.role}, envelope, wall());
+          coordinator->on_client_message(peer, coordinator::Caller{sender, clients[p.from.index].role}, *envelope,
+                                         wall());
         }
         drain_coordinator();
         if (coordinator) coordinator->on_tick(wall());  // the real shell ticks after every message
@@ -904,12 +990,12 @@ struct Simulation::World {
           ++counters.messages_dropped;  // the agent died, or that connection was closed
           return;
         }
-        a.core->on_message(envelope, wall());
+        a.core->on_message(*envelope, wall());
         a.core->on_tick(wall());
         drain_agent(p.to.index);
         return;
       }
-      case Endpoint::Kind::client: deliver_to_client(p.to.index, envelope); return;
+      case Endpoint::Kind::client: deliver_to_client(p.to.index, *envelope); return;
     }
   }
 
@@ -1406,6 +1492,10 @@ std::size_t Simulation::clients() const { return world_->clients.size(); }
 void Simulation::client_send(TimeMs at, std::size_t client, protocol::Body body) {
   KILN_ASSERT(client < world_->clients.size(), "client_send names a client of the simulation");
   world_->schedule_at(at, ev::ClientSend{client, std::move(body)});
+}
+
+void Simulation::fail_next_save(TimeMs from, StoredKind kind, DurationMs down_ms) {
+  world_->planned_store_failures.push_back(World::PlannedStoreFailure{from, kind, down_ms});
 }
 
 void Simulation::drop_next_from_agent(TimeMs from, std::size_t node, std::string type) {

@@ -153,6 +153,9 @@ struct RunSummary {
   std::string describe() const;
 };
 
+// What a save to the coordinator's store holds.
+enum class StoredKind { node, job, record, lease };
+
 class Simulation {
  public:
   explicit Simulation(SimOptions options);
@@ -180,6 +183,9 @@ class Simulation {
   // The network loses the first message of this type (a protocol type name, e.g.
   // "job_finished") that the node's agent sends at or after `from`.
   void drop_next_from_agent(TimeMs from, std::size_t node, std::string type);
+  // The store fails the first save of this kind at or after `from`: the coordinator stops, as
+  // the real one does, and its supervisor restarts it `down_ms` later.
+  void fail_next_save(TimeMs from, StoredKind kind, DurationMs down_ms);
 
   TimeMs now() const;
   const std::optional<Violation>& violation() const;

@@ -127,6 +127,29 @@ TEST_CASE("the coordinator restarts mid-job from its store and the job finishes 
   CHECK(sim.acknowledged_results() == 1);
 }
 
+TEST_CASE("a failed save stops the coordinator before the reply that needed it; restarted, it takes the job") {
+  Simulation sim(scenario_options());
+  sim.fail_next_save(1000, StoredKind::job, 3000);
+  sim.submit(1000, 0, job(5000, 1));
+  sim.run_until(2000);
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  CHECK(sim.coordinator() == nullptr);
+  CHECK(sim.accepted_jobs().empty());
+  CHECK(sim.store().jobs.empty());
+  const auto& log = sim.log();
+  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& line) {
+    return line.find("coordinator stops: the store failed: disk I/O error (simulated)") != std::string::npos;
+  }));
+  sim.run_until(10000);
+  REQUIRE(sim.coordinator() != nullptr);
+  sim.submit(10000, 0, job(5000, 1));  // the client, told nothing, submits again
+  sim.run_until(20000);
+  sim.run_quiet_tail();
+  REQUIRE_MESSAGE(!sim.violation(), where(sim));
+  REQUIRE(sim.accepted_jobs() == std::vector<std::uint64_t>{1});
+  CHECK(stored_job(sim, 1).summary.state == JobState::succeeded);
+}
+
 TEST_CASE("an agent crashes mid-job: the job is retried elsewhere while it has attempts left") {
   Simulation sim(scenario_options());
   sim.submit(1000, 0, job(20000, 2, 8));

@@ -1,5 +1,12 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
 #include <msgpack.hpp>
 
 #include "common/protocol/codec.h"
@@ -46,9 +53,72 @@ Frames encoded(Body body) {
   return *frames;
 }
 
+// Puts in every field of a message a value its spec allows, as far as the spec lets it one
+// different from the field's default and from the other fields' values, so that a field the
+// codec drops, swaps or misreads changes the message.
+class SampleFiller {
+ public:
+  template <class T, class... Spec>
+  void field(std::string_view, T& value, Spec... spec) {
+    fill(value, spec...);
+  }
+
+ private:
+  void fill(std::string& value, Str spec) {
+    value = "v" + std::to_string(next_++);
+    if (value.size() > spec.max_len) value.resize(spec.max_len);
+    if (value.size() < spec.min_len) value.append(spec.min_len - value.size(), 'x');
+  }
+  void fill(bool& value) { value = !value; }
+  template <class I>
+    requires std::is_integral_v<I>
+  void fill(I& value, Range spec) {
+    const std::uint64_t span = static_cast<std::uint64_t>(spec.max) - static_cast<std::uint64_t>(spec.min);
+    value = static_cast<I>(spec.min + static_cast<std::int64_t>(std::min(next_++, span)));
+  }
+  template <class E>
+    requires std::is_enum_v<E>
+  void fill(E& value) {
+    const auto& names = EnumNames<E>::values;
+    value = names[next_++ % names.size()].first;
+  }
+  template <Record T>
+  void fill(T& value) {
+    value.visit(*this);
+  }
+  template <class T, class... Elem>
+  void fill(std::vector<T>& values, Count count, Elem... elem) {
+    values.resize(std::clamp<std::size_t>(2, count.min, count.max));
+    for (auto& value : values) fill(value, elem...);
+  }
+
+  std::uint64_t next_ = 1;
+};
+
+// Encodes a sample of T, decodes it, and encodes what came back: the two encodings are the same
+// bytes only if every field survived.
+template <class T>
+void check_round_trip() {
+  INFO("message type ", T::kType);
+  T sample;
+  SampleFiller filler;
+  sample.visit(filler);
+  auto frames = encode(make_envelope(sample, 42, 7));
+  REQUIRE_MESSAGE(frames.has_value(), frames.error().message);
+  auto back = decode(frames->header, frames->body);
+  REQUIRE_MESSAGE(back.has_value(), back.error().message);
+  CHECK(back->header.type == T::kType);
+  CHECK(back->header.id == 42);
+  CHECK(back->header.corr == 7);
+  REQUIRE(std::holds_alternative<T>(back->body));
+  auto again = encode(*back);
+  REQUIRE_MESSAGE(again.has_value(), again.error().message);
+  CHECK(again->body == frames->body);
+}
+
 }  // namespace
 
-TEST_CASE("every message type round-trips through the codec") {
+TEST_CASE("hello and job_finished round-trip through the codec field by field") {
   const Hello hello = sample_hello();
   auto f = encoded(hello);
   auto decoded = decode(f.header, f.body);
@@ -76,32 +146,13 @@ TEST_CASE("every message type round-trips through the codec") {
   CHECK(fin2.outcome == JobOutcome::timed_out);
   CHECK(fin2.exit_code == -9);
   CHECK(fin2.output_tail == "last words");
+}
 
-  // Every alternative of the variant encodes and decodes with defaults filled in.
-  auto check_default = [](auto value) {
-    using T = decltype(value);
-    if constexpr (requires { value.job_id; }) value.job_id = 1;
-    if constexpr (requires { value.node_id; }) {
-      if (value.node_id.empty() && T::kType != std::string_view("submit_job")) value.node_id = "n1";
-    }
-    if constexpr (requires { value.workload; }) value.workload = "smoke";
-    if constexpr (requires { value.chip_indices; }) value.chip_indices = {0};
-    if constexpr (requires { value.hardware_revision; }) {
-      if (T::kType == std::string_view("hello")) value.hardware_revision = "a";
-    }
-    if constexpr (requires { value.protocol_versions; }) value.protocol_versions = {1};
-    if constexpr (requires { value.key_name; }) value.key_name = "me";
-    if constexpr (requires { value.code; }) value.code = "bad_message";
-    auto frames = encode(make_envelope(value, 1));
-    REQUIRE_MESSAGE(frames.has_value(), T::kType);
-    auto back = decode(frames->header, frames->body);
-    REQUIRE_MESSAGE(back.has_value(), T::kType, ": ", back.error().message);
-    CHECK(std::holds_alternative<T>(back->body));
-  };
-  std::apply([&](auto... v) { (check_default(v), ...); }, std::tuple<Whoami, Heartbeat, JobStart,
-             JobStarted, JobFinishedAck, JobCancel, Welcome, WhoamiReply, SubmitJob, JobAccepted,
-             ListNodes, NodeList, ListJobs, JobList, GetJob, CancelJob, DrainNode, Ok, ErrorReply,
-             Hello>{});
+TEST_CASE("every message type round-trips with a value in every field") {
+  // Walks Body itself: a message added to the variant is covered without editing this test.
+  []<std::size_t... I>(std::index_sequence<I...>) {
+    (check_round_trip<std::variant_alternative_t<I, Body>>(), ...);
+  }(std::make_index_sequence<std::variant_size_v<Body>>{});
 }
 
 TEST_CASE("truncated frames are refused with a clear error, at every cut") {

@@ -1,4 +1,5 @@
-// Drives the coordinator core the way the shell does, and keeps what it sent and saved.
+// Drives the coordinator core the way the shell does, with the shell's action interpreter, and
+// keeps what it sent and saved.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -8,10 +9,12 @@
 #include <vector>
 
 #include "coordinator/core/coordinator_core.h"
+#include "coordinator/shell/action_interpreter.h"
 
 namespace kiln::coordinator::testing {
 
-struct Harness {
+// The core's actions go through the shell's interpreter into memory.
+struct Harness : CoordinatorIo {
   CoordinatorCore core;
   std::vector<action::ToAgent> to_agents;
   std::vector<action::ToClient> to_clients;
@@ -29,22 +32,34 @@ struct Harness {
     drain();
   }
 
-  void drain() {
-    while (auto a = core.poll_action()) {
-      if (auto* t = std::get_if<action::ToAgent>(&*a)) to_agents.push_back(*t);
-      if (auto* t = std::get_if<action::ToClient>(&*a)) to_clients.push_back(*t);
-      if (auto* t = std::get_if<action::SaveRecord>(&*a)) {
-        saved_records.push_back(t->record);
-        stored_records[{t->record.kind, t->record.key}] = t->record;
-      }
-      if (auto* t = std::get_if<action::SaveJob>(&*a)) {
-        saved_jobs.push_back(t->job);
-        stored_jobs[t->job.summary.job_id] = t->job;
-      }
-      if (auto* t = std::get_if<action::SaveNode>(&*a)) stored_nodes[t->node.summary.node_id] = t->node;
-      if (auto* t = std::get_if<action::SaveLease>(&*a)) stored_leases[t->lease.summary.lease_id] = t->lease;
-    }
+  void drain() { REQUIRE(carry_out_actions(core, *this).has_value()); }
+
+  void send_to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr) override {
+    to_agents.push_back(action::ToAgent{peer, std::move(body), corr});
   }
+  void send_to_client(const std::string& client, protocol::Body body, std::uint64_t corr) override {
+    to_clients.push_back(action::ToClient{client, std::move(body), corr});
+  }
+  Status save_node(const NodeRecord& node) override {
+    stored_nodes[node.summary.node_id] = node;
+    return {};
+  }
+  Status save_job(const JobRecord& job) override {
+    saved_jobs.push_back(job);
+    stored_jobs[job.summary.job_id] = job;
+    return {};
+  }
+  Status save_record(const protocol::RecordEntry& record) override {
+    saved_records.push_back(record);
+    stored_records[{record.kind, record.key}] = record;
+    return {};
+  }
+  Status save_lease(const LeaseRecord& lease) override {
+    stored_leases[lease.summary.lease_id] = lease;
+    return {};
+  }
+  void log(action::Severity, const std::string&) override {}
+
   // What a coordinator restarted now would recover from its store.
   Snapshot store() const {
     Snapshot snapshot;

@@ -3,15 +3,12 @@
 // and `kiln queue --why`.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 
 #include "coordinator/core/coordinator_core.h"
 #include "tests/unit/coordinator/core_harness.h"
 #include "coordinator/shell/coordinator_config.h"
+#include "tests/support/temp_dir.h"
 
 using namespace kiln;
 using namespace kiln::coordinator;
@@ -365,18 +362,12 @@ TEST_CASE("a developer lease expires: its jobs are cancelled and watchers told")
 TEST_CASE("after a restart, queued jobs keep their age and running jobs keep their chips") {
   Snapshot snapshot;
   {
-    CoordinatorCore core(knobs_with_fast_preemption(), {}, 0);
-    core.on_agent_message("p1", Caller{"n01", Role::agent}, make_envelope(hello("n01", "a"), 1), 0);
-    core.on_client_message("c", Caller{"dev", Role::developer},
-                           make_envelope(sleep_job(4, PriorityClass::experiment), 2), 10);
-    core.on_client_message("c", Caller{"dev", Role::developer},
-                           make_envelope(sleep_job(8, PriorityClass::experiment), 3), 20);
-    std::map<std::uint64_t, JobRecord> latest;
-    while (auto a = core.poll_action()) {
-      if (auto* j = std::get_if<action::SaveJob>(&*a)) latest[j->job.summary.job_id] = j->job;
-    }
-    for (auto& [id, j] : latest) snapshot.jobs.push_back(j);
-    snapshot.nodes.push_back(core.nodes().at("n01"));
+    Harness before(knobs_with_fast_preemption());
+    before.agent("p1", "n01", hello("n01", "a"), 0);
+    before.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 10);
+    before.submit("dev", Role::developer, sleep_job(8, PriorityClass::experiment), 20);
+    snapshot.jobs = before.store().jobs;
+    snapshot.nodes.push_back(before.core.nodes().at("n01"));
   }
   Harness h(knobs_with_fast_preemption(), snapshot, 100000);
   CHECK(h.core.scheduler().is_pending(2));
@@ -393,22 +384,19 @@ TEST_CASE("after a restart, queued jobs keep their age and running jobs keep the
 }
 
 TEST_CASE("coordinator.toml's [scheduler] table sets the scheduler's knobs") {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("kiln-sched-config-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path path = dir / "coordinator.toml";
-  std::ofstream(path) << "[coordinator]\nsecret_key_file = \"c.key\"\n\n[scheduler]\ngrace_ms = 2000\n"
-                         "[scheduler.target_start_latency_ms]\npresubmit = 0\n";
-  auto config = load_coordinator_config(path.string());
+  kiln::testing::TempDir dir("kiln-sched-config");
+  const std::string path = dir.write("coordinator.toml",
+                                     "[coordinator]\nsecret_key_file = \"c.key\"\n\n[scheduler]\ngrace_ms = 2000\n"
+                                     "[scheduler.target_start_latency_ms]\npresubmit = 0\n");
+  auto config = load_coordinator_config(path);
   REQUIRE_MESSAGE(config.has_value(), config.error().message);
   CHECK(config->knobs.scheduler.grace_ms == 2000);
   CHECK(config->knobs.scheduler.target_start_latency_ms[1] == 0);
 
-  std::ofstream(path) << "[coordinator]\nsecret_key_file = \"c.key\"\n\n[scheduler]\ngrace_minutes = 2\n";
-  auto bad = load_coordinator_config(path.string());
+  dir.write("coordinator.toml", "[coordinator]\nsecret_key_file = \"c.key\"\n\n[scheduler]\ngrace_minutes = 2\n");
+  auto bad = load_coordinator_config(path);
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().message.find("grace_minutes") != std::string::npos);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("a revoked job granted again on its node starts only once its old attempt has stopped") {

@@ -6,13 +6,12 @@
 #include <sstream>
 #include <string>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "common/numerics/compare.h"
 #include "common/numerics/compare_cli.h"
 #include "common/numerics/tensor_io.h"
+#include "tests/support/temp_dir.h"
 
 using namespace kiln::numerics;
 
@@ -217,8 +216,7 @@ TEST_CASE("fp8: the golden overflows the way the chip does") {
 }
 
 TEST_CASE("compare-tensors: exit codes, text and JSON") {
-  const auto dir = std::filesystem::temp_directory_path() / ("kiln_numerics_cli_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const kiln::testing::TempDir dir("kiln-numerics-cli");
   const std::string golden = (dir / "golden.npy").string();
   const std::string close = (dir / "close.safetensors").string();
   const std::string far = (dir / "far.npy").string();
@@ -270,5 +268,4 @@ TEST_CASE("compare-tensors: exit codes, text and JSON") {
   args.actual_path = close;
   args.dtype = "int4";
   CHECK(run_compare_tensors(args, out, err) == compare_exit_input_error);
-  std::filesystem::remove_all(dir);
 }

@@ -6,9 +6,8 @@
 #include <limits>
 #include <string>
 
-#include <unistd.h>
-
 #include "common/numerics/tensor_io.h"
+#include "tests/support/temp_dir.h"
 
 using namespace kiln::numerics;
 using namespace std::string_literals;
@@ -236,8 +235,7 @@ TEST_CASE("safetensors: every malformed file is a clear error") {
 }
 
 TEST_CASE("tensor files: read by content, write, and report missing files") {
-  const auto dir = std::filesystem::temp_directory_path() / ("kiln_numerics_io_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const kiln::testing::TempDir dir("kiln-numerics-io");
   Tensor tensor{DType::f32, {2}, {1.5, -3.0}};
   REQUIRE(write_npy_file(dir / "a.npy", tensor).has_value());
   REQUIRE(write_safetensors_file(dir / "b.safetensors", {{"x", tensor}}).has_value());
@@ -254,7 +252,6 @@ TEST_CASE("tensor files: read by content, write, and report missing files") {
   ReadOptions tiny;
   tiny.max_file_bytes = 16;
   CHECK(read_tensor_file(dir / "a.npy", tiny).error().code == kiln::Errc::too_large);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("writers refuse tensors whose values do not fill their shape") {

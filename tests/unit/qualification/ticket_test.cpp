@@ -4,26 +4,17 @@
 #include <fstream>
 #include <sstream>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "coordinator/qualification/ticket.h"
+#include "tests/support/temp_dir.h"
 
 namespace q = kiln::qualification;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kiln-tickets-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using kiln::testing::TempDir;
 
 q::Change culprit() {
   return {"c0412", q::Layer::kernels, "kernels-team", {"gemm-bf16"}, 1000, "retile gemm", std::nullopt};
@@ -53,7 +44,7 @@ TEST_CASE("a culprit ticket goes to the change's owner with an id from the culpr
 
 TEST_CASE("the directory sink writes one JSON file per ticket and never files the same culprit twice") {
   TempDir dir;
-  auto sink = q::DirectoryTicketSink::open(dir.path / "tickets");
+  auto sink = q::DirectoryTicketSink::open(dir / "tickets");
   REQUIRE(sink.has_value());
   const q::Ticket ticket = q::make_culprit_ticket(culprit(), q::TicketKind::performance_regression,
                                                   "mlp-bf16 3% slower", R"({"shift": -0.03})", 1000);
@@ -64,7 +55,7 @@ TEST_CASE("the directory sink writes one JSON file per ticket and never files th
   again.created_at_ms = 2000;
   CHECK(sink->file(again) == q::FileResult::duplicate);
   // Another sink on the same directory (a restarted coordinator) knows it too.
-  auto reopened = q::DirectoryTicketSink::open(dir.path / "tickets");
+  auto reopened = q::DirectoryTicketSink::open(dir / "tickets");
   CHECK(reopened->file(ticket) == q::FileResult::duplicate);
   // Another kind for the same change is another ticket.
   const q::Ticket numerics = q::make_culprit_ticket(culprit(), q::TicketKind::correctness_regression,
@@ -77,7 +68,7 @@ TEST_CASE("the directory sink writes one JSON file per ticket and never files th
   CHECK((*listed)[0].title == "mlp-bf16 3% slower");
   CHECK((*listed)[1].kind == q::TicketKind::correctness_regression);
   std::size_t files = 0;
-  for (const auto& entry : fs::directory_iterator(dir.path / "tickets")) {
+  for (const auto& entry : fs::directory_iterator(dir / "tickets")) {
     ++files;
     CHECK(entry.path().extension() == ".json");  // no temporary file left behind
     std::ifstream in(entry.path());
@@ -90,7 +81,7 @@ TEST_CASE("the directory sink writes one JSON file per ticket and never files th
 
 TEST_CASE("sinks refuse an incomplete ticket or evidence that is not a JSON object") {
   TempDir dir;
-  auto sink = q::DirectoryTicketSink::open(dir.path);
+  auto sink = q::DirectoryTicketSink::open(dir.path());
   REQUIRE(sink.has_value());
   q::Ticket ticket = q::make_culprit_ticket(culprit(), q::TicketKind::performance_regression, "t", "[1, 2]", 0);
   CHECK(sink->file(ticket).error().code == kiln::Errc::bad_message);

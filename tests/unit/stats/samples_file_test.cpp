@@ -1,7 +1,6 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,29 +11,13 @@
 #include "common/stats/compare_cli.h"
 #include "common/stats/rng.h"
 #include "common/stats/samples_file.h"
+#include "tests/support/temp_dir.h"
 
 using namespace kiln::stats;
 
 namespace {
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() /
-           ("kiln-stats-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  static int& counter() {
-    static int value = 0;
-    return value;
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    const auto file = path / name;
-    std::ofstream(file) << text;
-    return file.string();
-  }
-};
+using kiln::testing::TempDir;
 
 std::string series(double centre, int n, std::uint64_t seed) {
   Rng rng(seed);

@@ -20,30 +20,14 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/qualification/webhook_sink.h"
+#include "tests/support/temp_dir.h"
 
 namespace q = kiln::qualification;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kiln-webhook-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using kiln::testing::TempDir;
 
 struct Request {
   std::string head;  // request line and headers
