@@ -1,9 +1,13 @@
-// A sample of every protocol message, built from its visit(): every field within its bounds,
-// every array with one element, so a test can reach each string field of each message without
-// naming them. Used to check that the decoders refuse bad strings wherever they are.
+// A sample of every protocol message, built from its visit(): every field within its bounds and,
+// as far as its spec allows, different from its default and from the other fields (so a field
+// the codec drops, swaps or misreads changes the message), every array with two elements, so a
+// test can reach each field of each message without naming them. Used for the codec's round
+// trip and to check that the decoders refuse bad strings wherever they are.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,7 +20,7 @@
 
 namespace kiln::testing {
 
-// Fills a record; the string field numbered `marked` (in visit order, depth first) gets
+// Fills a record; the string field numbered `marked` (in visit order, depth first), if any, gets
 // kMarker padded to its minimum length, and its path is recorded.
 class SampleFiller {
  public:
@@ -34,28 +38,32 @@ class SampleFiller {
 
  private:
   SampleFiller(const SampleFiller& outer, std::string path)
-      : marked_(outer.marked_), path_(std::move(path)), seen_(outer.seen_), marked_path_(outer.marked_path_) {}
+      : marked_(outer.marked_),
+        path_(std::move(path)),
+        seen_(outer.seen_),
+        next_(outer.next_),
+        marked_path_(outer.marked_path_) {}
 
   void fill(const std::string& path, std::string& value, protocol::Str spec) {
     const bool mark = marked_ == *seen_ && spec.max_len >= kMarker.size();
     ++*seen_;
-    if (mark) {
-      value = std::string(kMarker) + std::string(spec.min_len > kMarker.size() ? spec.min_len - kMarker.size() : 0, 'a');
-      *marked_path_ = path;
-    } else {
-      value = std::string(std::min<std::size_t>(std::max<std::size_t>(spec.min_len, 1), spec.max_len), 'a');
-    }
+    value = mark ? std::string(kMarker) : "v" + std::to_string((*next_)++);
+    if (value.size() > spec.max_len) value.resize(spec.max_len);
+    if (value.size() < spec.min_len) value.append(spec.min_len - value.size(), 'x');
+    if (mark) *marked_path_ = path;
   }
-  void fill(const std::string&, bool& value) { value = true; }
+  void fill(const std::string&, bool& value) { value = !value; }
   template <class I>
     requires std::is_integral_v<I>
   void fill(const std::string&, I& value, protocol::Range spec) {
-    value = static_cast<I>(spec.min > 0 ? spec.min : std::min<std::int64_t>(1, spec.max));
+    const std::uint64_t span = static_cast<std::uint64_t>(spec.max) - static_cast<std::uint64_t>(spec.min);
+    value = static_cast<I>(spec.min + static_cast<std::int64_t>(std::min((*next_)++, span)));
   }
   template <class E>
     requires std::is_enum_v<E>
   void fill(const std::string&, E& value) {
-    value = protocol::EnumNames<E>::values[0].first;
+    const auto& names = protocol::EnumNames<E>::values;
+    value = names[(*next_)++ % names.size()].first;
   }
   template <protocol::Record T>
   void fill(const std::string& path, T& value) {
@@ -64,13 +72,14 @@ class SampleFiller {
   }
   template <class T, class... Elem>
   void fill(const std::string& path, std::vector<T>& values, protocol::Count count, Elem... elem) {
-    values.resize(std::max<std::size_t>(count.min, count.max >= 1 ? 1 : 0));
+    values.resize(std::clamp<std::size_t>(2, count.min, count.max));
     for (std::size_t i = 0; i < values.size(); ++i) fill(path + "[" + std::to_string(i) + "]", values[i], elem...);
   }
 
   std::optional<std::size_t> marked_;
   std::string path_;
   std::shared_ptr<std::size_t> seen_ = std::make_shared<std::size_t>(0);
+  std::shared_ptr<std::uint64_t> next_ = std::make_shared<std::uint64_t>(1);
   std::shared_ptr<std::string> marked_path_ = std::make_shared<std::string>();
 };
 
@@ -98,13 +107,12 @@ SampleMessage sample_message(std::optional<std::size_t> marked) {
   return SampleMessage{std::string(T::kType), filler.marked_path(), std::move(*frames)};
 }
 
-// Every message type once unmarked, and once for each of its string fields with that field
-// marked; `visit` gets each.
+// Every message type once for each of its string fields, with that field marked; `visit` gets
+// each.
 template <class Visit, std::size_t... I>
 void for_each_sample_impl(Visit&& visit, std::index_sequence<I...>) {
   auto one = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    visit(sample_message<T>(std::nullopt));
     for (std::size_t k = 0; k < string_field_count<T>(); ++k) visit(sample_message<T>(k));
   };
   (one(std::type_identity<std::variant_alternative_t<I, protocol::Body>>{}), ...);

@@ -10,6 +10,7 @@
 #include <msgpack.hpp>
 
 #include "common/protocol/codec.h"
+#include "tests/support/message_samples.h"
 
 using namespace kiln;
 using namespace kiln::protocol;
@@ -53,55 +54,13 @@ Frames encoded(Body body) {
   return *frames;
 }
 
-// Puts in every field of a message a value its spec allows, as far as the spec lets it one
-// different from the field's default and from the other fields' values, so that a field the
-// codec drops, swaps or misreads changes the message.
-class SampleFiller {
- public:
-  template <class T, class... Spec>
-  void field(std::string_view, T& value, Spec... spec) {
-    fill(value, spec...);
-  }
-
- private:
-  void fill(std::string& value, Str spec) {
-    value = "v" + std::to_string(next_++);
-    if (value.size() > spec.max_len) value.resize(spec.max_len);
-    if (value.size() < spec.min_len) value.append(spec.min_len - value.size(), 'x');
-  }
-  void fill(bool& value) { value = !value; }
-  template <class I>
-    requires std::is_integral_v<I>
-  void fill(I& value, Range spec) {
-    const std::uint64_t span = static_cast<std::uint64_t>(spec.max) - static_cast<std::uint64_t>(spec.min);
-    value = static_cast<I>(spec.min + static_cast<std::int64_t>(std::min(next_++, span)));
-  }
-  template <class E>
-    requires std::is_enum_v<E>
-  void fill(E& value) {
-    const auto& names = EnumNames<E>::values;
-    value = names[next_++ % names.size()].first;
-  }
-  template <Record T>
-  void fill(T& value) {
-    value.visit(*this);
-  }
-  template <class T, class... Elem>
-  void fill(std::vector<T>& values, Count count, Elem... elem) {
-    values.resize(std::clamp<std::size_t>(2, count.min, count.max));
-    for (auto& value : values) fill(value, elem...);
-  }
-
-  std::uint64_t next_ = 1;
-};
-
 // Encodes a sample of T, decodes it, and encodes what came back: the two encodings are the same
 // bytes only if every field survived.
 template <class T>
 void check_round_trip() {
   INFO("message type ", T::kType);
   T sample;
-  SampleFiller filler;
+  kiln::testing::SampleFiller filler(std::nullopt);
   sample.visit(filler);
   auto frames = encode(make_envelope(sample, 42, 7));
   REQUIRE_MESSAGE(frames.has_value(), frames.error().message);

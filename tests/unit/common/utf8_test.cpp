@@ -67,11 +67,7 @@ TEST_CASE("printable shows invalid and control bytes as escapes") {
 TEST_CASE("every string field of every message: an ill-formed string is refused by the decoder, naming the field") {
   std::size_t checked = 0;
   testing::for_each_sample([&](const testing::SampleMessage& sample) {
-    if (sample.field.empty()) {
-      auto back = protocol::decode(sample.frames.header, sample.frames.body);
-      CHECK_MESSAGE(back.has_value(), sample.type, ": ", back ? "" : back.error().message);
-      return;
-    }
+    REQUIRE(!sample.field.empty());
     for (char bad : {'\xFF', '\xC3', '\xED', '\x80'}) {
       const std::string body = testing::with_marker_byte(sample.frames.body, bad);
       auto back = protocol::decode(sample.frames.header, body);
