@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/health/evaluate.h"
-#include "agent/host/process_runner.h"
+#include "common/process/process_runner.h"
 
 namespace kiln::agent::health {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "agent/bench/bench.h"
 #include "agent/core/agent_core.h"
-#include "agent/host/process_runner.h"
+#include "common/process/process_runner.h"
 #include "agent/host/topology.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/telemetry_sampler.h"
