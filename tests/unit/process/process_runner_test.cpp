@@ -67,6 +67,9 @@ bool process_dead(const std::string& pid_text, DurationMs wait_ms = 2000) {
   }
 }
 
+// Writes its pid to leader.pid by rename, so a reader never sees a half-written file.
+constexpr const char* kPublishPidThenSleep = "echo $$ > leader.tmp; mv leader.tmp leader.pid; sleep 30";
+
 void wait_for_file(const std::string& path) {
   for (int i = 0; i < 400 && !std::filesystem::exists(path); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -330,7 +333,7 @@ TEST_CASE("the group record lists each live child and is removed with the runner
   const std::string record = dir.file("groups");
   {
     ProcessRunner runner(record);
-    const Result<ProcessId> id = runner.start(shell(dir, "echo $$ > leader.pid; sleep 30", 30000));
+    const Result<ProcessId> id = runner.start(shell(dir, kPublishPidThenSleep, 30000));
     REQUIRE(id.has_value());
     // Written before start() returned, so nothing the caller does next races it.
     const std::string listed = read_file(record);
@@ -387,7 +390,7 @@ TEST_CASE("kill_recorded_groups kills what a crashed runner left, grandchildren 
 TEST_CASE("a recorded group whose pid now belongs to another process is left alone") {
   TempDir dir;
   ProcessRunner runner;
-  REQUIRE(runner.start(shell(dir, "echo $$ > leader.pid; sleep 30", 30000)).has_value());
+  REQUIRE(runner.start(shell(dir, kPublishPidThenSleep, 30000)).has_value());
   wait_for_file(dir.file("leader.pid"));
   const std::string leader = read_file(dir.file("leader.pid"));
   // Same group id, another start time: the recorded group ended and its pid was reused.
