@@ -5,6 +5,13 @@
 #include <fmt/format.h>
 
 namespace kiln::agent {
+namespace {
+
+// Jobs and the agent's own work share one table; their owner names never collide.
+std::string job_owner(std::uint64_t job_id) { return fmt::format("job:{}", job_id); }
+std::string own_work_owner(const std::string& owner) { return "own:" + owner; }
+
+}  // namespace
 
 AgentCore::AgentCore(AgentIdentity identity, SessionKnobs knobs)
     : identity_(std::move(identity)),
@@ -180,30 +187,22 @@ void AgentCore::handle_job_start(const protocol::JobStart& start, TimeMs) {
     return;  // otherwise a duplicate delivery
   }
   if (static_cast<std::int64_t>(running_.size()) >= knobs_.max_concurrent_jobs) {
-    protocol::JobFinished refused;
-    refused.job_id = start.job_id;
-    refused.attempt = start.attempt;
-    refused.outcome = protocol::JobOutcome::failed_to_start;
-    refused.exit_code = -1;
-    refused.detail = fmt::format("node {} already runs {} jobs, its max_concurrent_jobs", identity_.node_id,
-                                 running_.size());
-    unacked_[start.job_id] = refused;
-    send(refused);
+    refuse_start(start, fmt::format("node {} already runs {} jobs, its max_concurrent_jobs", identity_.node_id,
+                                    running_.size()));
     return;
   }
   for (std::uint32_t chip : start.chip_indices) {
     if (chip >= identity_.chips.size()) {
-      protocol::JobFinished refused;
-      refused.job_id = start.job_id;
-      refused.attempt = start.attempt;
-      refused.outcome = protocol::JobOutcome::failed_to_start;
-      refused.exit_code = -1;
-      refused.detail = fmt::format("chip {} does not exist on node {} ({} chips)", chip, identity_.node_id,
-                                   identity_.chips.size());
-      unacked_[start.job_id] = refused;
-      send(refused);
+      refuse_start(start, fmt::format("chip {} does not exist on node {} ({} chips)", chip, identity_.node_id,
+                                      identity_.chips.size()));
       return;
     }
+  }
+  const std::string description = fmt::format("job {} attempt {} ({})", start.job_id, start.attempt, start.workload);
+  if (auto claimed = owners_.claim(job_owner(start.job_id), description, start.chip_indices); !claimed) {
+    refuse_start(start, fmt::format("node {} did not start it: {}; submit it again once they are free",
+                                    identity_.node_id, claimed.error().message));
+    return;
   }
   running_[start.job_id] = start.attempt;
   actions_.push_back(action::StartJob{start});
@@ -212,9 +211,36 @@ void AgentCore::handle_job_start(const protocol::JobStart& start, TimeMs) {
                                           start.workload, fmt::join(start.chip_indices, ",")));
 }
 
+void AgentCore::refuse_start(const protocol::JobStart& start, std::string detail) {
+  protocol::JobFinished refused;
+  refused.job_id = start.job_id;
+  refused.attempt = start.attempt;
+  refused.outcome = protocol::JobOutcome::failed_to_start;
+  refused.exit_code = -1;
+  refused.detail = std::move(detail);
+  log(action::Severity::warn,
+      fmt::format("job {} attempt {} refused: {}", start.job_id, start.attempt, refused.detail));
+  unacked_[start.job_id] = refused;
+  send(refused);
+}
+
+Status AgentCore::claim_chips(const std::string& owner, const std::string& description,
+                              const std::vector<std::uint32_t>& chips) {
+  return owners_.claim(own_work_owner(owner), description, chips);
+}
+
+void AgentCore::release_chips(const std::string& owner) { owners_.release(own_work_owner(owner)); }
+
+std::vector<std::uint32_t> AgentCore::chip_indices() const {
+  std::vector<std::uint32_t> indices;
+  for (const protocol::ChipInfo& chip : identity_.chips) indices.push_back(chip.index);
+  return indices;
+}
+
 void AgentCore::on_job_ended(const JobEnded& ended, TimeMs) {
   auto it = running_.find(ended.job_id);
   if (it == running_.end()) return;
+  owners_.release(job_owner(ended.job_id));
   protocol::JobFinished fin;
   fin.job_id = ended.job_id;
   fin.attempt = it->second;

@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "agent/core/chip_owners.h"
 #include "common/protocol/codec.h"
 #include "common/time.h"
 
@@ -91,6 +92,14 @@ class AgentCore {
   std::optional<Action> poll_action();
   std::optional<TimeMs> next_deadline() const;
 
+  // Work the agent runs for itself (diagnostics asked on the local socket) takes its chips
+  // from the same table as the jobs, so nothing runs beside it and it runs beside nothing.
+  // The error names who holds the busy chips.
+  Status claim_chips(const std::string& owner, const std::string& description, const std::vector<std::uint32_t>& chips);
+  void release_chips(const std::string& owner);
+  // Every chip index of the node, the ones reported unhealthy included.
+  std::vector<std::uint32_t> chip_indices() const;
+
   SessionState session_state() const { return state_; }
   std::vector<std::uint64_t> running_jobs() const;
   std::size_t unacknowledged_results() const { return unacked_.size(); }
@@ -102,6 +111,8 @@ class AgentCore {
   void log(action::Severity severity, std::string text);
   void schedule_reconnect(TimeMs now, const std::string& why);
   void handle_job_start(const protocol::JobStart& start, TimeMs now);
+  // Answers a job_start it will not run with job_finished{failed_to_start}, kept until acked.
+  void refuse_start(const protocol::JobStart& start, std::string detail);
 
   AgentIdentity identity_;
   SessionKnobs knobs_;
@@ -115,6 +126,7 @@ class AgentCore {
   TimeMs next_probe_at_ = 0;
   bool probe_running_ = false;
   std::map<std::uint64_t, std::uint32_t> running_;  // job id -> attempt
+  ChipOwners owners_;
   std::map<std::uint64_t, protocol::JobFinished> unacked_;
   std::deque<Action> actions_;
 };

@@ -15,7 +15,6 @@
 #include "agent/shell/agent_shell.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/maintenance.h"
-#include "drivers/loader.h"
 
 namespace {
 
@@ -30,15 +29,15 @@ int check_config(const kiln::agent::AgentConfig& config) {
     std::cout << env.error().message << "\n";
     ++problems;
   }
-  auto driver = kiln::drivers::Driver::load(config.driver_library_path, config.driver_options);
-  if (!driver) {
-    std::cout << "driver: " << driver.error().message << "\n";
-    ++problems;
-  } else if (auto identity = kiln::agent::discover_identity(config, **driver)) {
-    std::cout << "driver: " << identity->driver_version << ", " << identity->chips.size() << " chips of revision "
-              << identity->hardware_revision << "\n";
+  if (auto found = kiln::agent::discover_identity(config)) {
+    std::cout << "driver: " << found->identity.driver_version << ", " << found->identity.chips.size()
+              << " chips of revision " << found->identity.hardware_revision << "\n";
+    for (const auto& [chip, why] : found->unhealthy_chips) {
+      std::cout << "driver: chip " << chip << " would be reported unhealthy: " << why << "\n";
+      ++problems;
+    }
   } else {
-    std::cout << "driver: " << identity.error().message << "\n";
+    std::cout << "driver: " << found.error().message << "\n";
     ++problems;
   }
   if (auto topology = kiln::agent::discover_topology()) {
@@ -84,6 +83,9 @@ int main(int argc, char** argv) {
 
   auto* probe = app.add_subcommand("probe", "run the cheap health probes once; exit 0 pass or warn, 1 fail");
   probe->add_flag("--json", json, "print the health report as JSON");
+  std::vector<std::uint32_t> unprobed_chips;
+  probe->add_option("--skip-chips", unprobed_chips, "chips not to probe (the agent's unresponsive ones), e.g. 3,5")
+      ->delimiter(',');
 
   auto* install = app.add_subcommand("install", "verify and install a firmware or driver package; exit 0 "
                                                 "installed, 1 not installed, 2 node left unfit");
@@ -102,7 +104,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (check->parsed()) return check_config(*config);
-  if (probe->parsed()) return kiln::agent::run_probe_command(*config, json, std::cout, std::cerr);
+  if (probe->parsed()) {
+    return kiln::agent::run_probe_command(*config, {unprobed_chips.begin(), unprobed_chips.end()}, json, std::cout,
+                                          std::cerr);
+  }
   if (diag->parsed()) {
     if (as_job) {
       return run_as_job([&](std::ostream& out) {

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <set>
@@ -16,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/health/evaluate.h"
-#include "agent/host/process_runner.h"
+#include "common/process/process_runner.h"
 
 namespace kiln::agent::health {
 namespace {
@@ -122,15 +123,15 @@ std::vector<CheckResult> interpret(const Context& context, const PlannedCheck& c
 // Runs the planned checks, each in its own helper process under its deadline: up to
 // max_parallel_checks at once, never two on one chip (their figures would disturb each
 // other), and none after a check on the same chip timed out (it is wedged: waiting out every
-// deadline would only delay the verdict). Results come back in plan order.
-Result<std::vector<CheckResult>> run_checks(const Context& context,
-                                            const std::vector<PlannedCheck>& plan) {
+// deadline would only delay the verdict). `ended` gets each plan index with its helper's
+// exit, or nullptr for a check not run because its chip is wedged.
+Status run_helpers(const Context& context, const std::vector<PlannedCheck>& plan,
+                   const std::function<void(std::size_t, const ProcessExit*)>& ended) {
   ProcessRunner runner;
   std::map<std::uint32_t, std::deque<std::size_t>> pending;
   for (std::size_t i = 0; i < plan.size(); ++i) {
     pending[plan[i].chip.value_or(kNodeKey)].push_back(i);
   }
-  std::vector<std::vector<CheckResult>> by_plan(plan.size());
   std::map<ProcessId, std::size_t> running;
   std::set<std::uint32_t> busy;
   std::set<std::uint32_t> wedged;
@@ -144,9 +145,7 @@ Result<std::vector<CheckResult>> run_checks(const Context& context,
         queue.pop_front();
         const PlannedCheck& check = plan[index];
         if (wedged.count(key) > 0) {
-          by_plan[index] = {skipped_result(
-              check.kind, check.chip, "chip_unresponsive",
-              "not run: an earlier check on this chip timed out")};
+          ended(index, nullptr);
           continue;
         }
         auto id = runner.start(spec_for(context, check));
@@ -175,18 +174,53 @@ Result<std::vector<CheckResult>> run_checks(const Context& context,
       const std::uint32_t key = plan[index].chip.value_or(kNodeKey);
       busy.erase(key);
       if (exit.outcome == ProcessOutcome::timed_out) wedged.insert(key);
-      by_plan[index] = interpret(context, plan[index], exit);
+      ended(index, &exit);
       if (!exit.output_path.empty()) {
         std::error_code ignored;
         fs::remove(exit.output_path, ignored);
       }
     }
   }
+  return {};
+}
+
+// Results come back in plan order.
+Result<std::vector<CheckResult>> run_checks(const Context& context,
+                                            const std::vector<PlannedCheck>& plan) {
+  std::vector<std::vector<CheckResult>> by_plan(plan.size());
+  auto ran = run_helpers(context, plan, [&](std::size_t index, const ProcessExit* exit) {
+    const PlannedCheck& check = plan[index];
+    by_plan[index] = exit != nullptr
+                         ? interpret(context, check, *exit)
+                         : std::vector<CheckResult>{skipped_result(
+                               check.kind, check.chip, "chip_unresponsive",
+                               "not run: an earlier check on this chip timed out")};
+  });
+  if (!ran) return tl::unexpected(ran.error());
   std::vector<CheckResult> out;
   for (auto& results : by_plan) {
     for (auto& result : results) out.push_back(std::move(result));
   }
   return out;
+}
+
+// The raw reading of one helper run, or why there is none.
+Result<CheckReading> reading_of(const PlannedCheck& check, const ProcessExit& exit) {
+  const std::string what = check.chip ? "chip " + std::to_string(*check.chip)
+                                      : std::string("the driver");
+  if (exit.outcome == ProcessOutcome::timed_out) {
+    return fail(Errc::timeout, what + " did not answer within " +
+                                   std::to_string(check.timeout_ms) +
+                                   " ms: it may be wedged; reset it, or drain the node for "
+                                   "the lab");
+  }
+  auto reading = find_reading(exit.output_tail);
+  if (!reading || !exit.succeeded()) {
+    return fail(Errc::device, "reading " + what + " failed: " + exit.detail +
+                                  (reading ? std::string() : "; " + reading.error().message));
+  }
+  if (reading->error) return tl::unexpected(*reading->error);
+  return reading;
 }
 
 Result<Context> make_context(const AgentConfig& config, const DiagOptions& options) {
@@ -351,6 +385,33 @@ Result<DiagReport> run_diagnostics(const AgentConfig& config, int level,
   return report;
 }
 
+Result<NodeIdentityReading> read_node_identity(const AgentConfig& config,
+                                               const DiagOptions& options) {
+  auto context = make_context(config, options);
+  if (!context) return tl::unexpected(context.error());
+  const std::vector<PlannedCheck> driver_plan{driver_check(options)};
+  Result<CheckReading> driver = fail(Errc::internal, "the driver check did not run");
+  auto ran = run_helpers(*context, driver_plan, [&](std::size_t, const ProcessExit* exit) {
+    if (exit != nullptr) driver = reading_of(driver_plan.front(), *exit);
+  });
+  if (!ran) return tl::unexpected(ran.error());
+  if (!driver) return tl::unexpected(driver.error());
+  if (!driver->driver) return fail(Errc::device, "the driver check reported no driver version");
+  NodeIdentityReading node;
+  node.driver = *driver->driver;
+  std::vector<PlannedCheck> chip_plan;
+  for (std::uint32_t chip = 0; chip < node.driver.chip_count; ++chip) {
+    chip_plan.push_back(
+        PlannedCheck{CheckKind::chip_firmware, chip, 1, options.quick_check_timeout_ms});
+  }
+  node.chips.assign(chip_plan.size(), fail(Errc::internal, "not read"));
+  ran = run_helpers(*context, chip_plan, [&](std::size_t index, const ProcessExit* exit) {
+    if (exit != nullptr) node.chips[index] = reading_of(chip_plan[index], *exit);
+  });
+  if (!ran) return tl::unexpected(ran.error());
+  return node;
+}
+
 Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
                                             const DiagOptions& options) {
   auto context = make_context(config, options);
@@ -358,7 +419,18 @@ Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
   auto results = run_checks(*context, {driver_check(options)});
   if (!results) return tl::unexpected(results.error());
   if (auto chip_count = chip_count_of(*results)) {
-    auto probes = run_checks(*context, plan_chip_checks(0, *chip_count, options));
+    std::vector<PlannedCheck> plan;
+    for (const PlannedCheck& check : plan_chip_checks(0, *chip_count, options)) {
+      if (check.chip && options.unprobed_chips.count(*check.chip) > 0) {
+        results->push_back(skipped_result(check.kind, check.chip, "chip_unhealthy",
+                                          "not probed: the agent reported this chip unhealthy "
+                                          "because it did not answer at start-up; restart the "
+                                          "agent once it is reset or repaired"));
+      } else {
+        plan.push_back(check);
+      }
+    }
+    auto probes = run_checks(*context, plan);
     if (!probes) return tl::unexpected(probes.error());
     append(*results, std::move(*probes));
   }

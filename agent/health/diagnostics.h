@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,9 @@ struct DiagOptions {
   DurationMs kill_grace_ms = 2 * kSecondMs;
   // Checks running at once; never two on the same chip.
   std::size_t max_parallel_checks = 8;
+  // Chips the agent reported unhealthy because they did not answer at start-up: the probes
+  // leave them alone (each probe would only wait out its deadline on them again).
+  std::set<std::uint32_t> unprobed_chips;
 };
 
 // Targets from `health-targets.toml` beside agent.toml when that file exists (else the
@@ -76,7 +80,22 @@ std::vector<PlannedCheck> plan_chip_checks(int level, std::uint32_t chip_count,
 Result<DiagReport> run_diagnostics(const AgentConfig& config, int level,
                                    const DiagOptions& options);
 
-// The cheap periodic probe: driver load plus ecc, thermal, link and power on every chip.
+// What the node says about itself at start-up: the driver's version and chip count, then each
+// chip's identity and firmware, every read in its own helper process under
+// quick_check_timeout_ms, so a wedged chip costs one deadline instead of the caller.
+struct NodeIdentityReading {
+  DriverInfo driver;
+  // One per chip index below the chip count: its chip_firmware reading, or why it gave none
+  // (timeout: it did not answer; device: the driver refused or the helper crashed).
+  std::vector<Result<CheckReading>> chips;
+};
+
+// Errors when the driver itself cannot be read (missing, wrong ABI, hung).
+Result<NodeIdentityReading> read_node_identity(const AgentConfig& config,
+                                               const DiagOptions& options);
+
+// The cheap periodic probe: driver load plus ecc, thermal, link and power on every chip but
+// the unprobed_chips (a skip result each).
 Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
                                             const DiagOptions& options);
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/host/process_runner.h"
+#include "common/process/process_runner.h"
 
 namespace kiln::agent::install {
 namespace {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -14,16 +15,16 @@
 
 #include "agent/bench/bench.h"
 #include "agent/core/agent_core.h"
-#include "agent/host/process_runner.h"
+#include "agent/health/diagnostics.h"
 #include "agent/host/topology.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/telemetry_sampler.h"
+#include "common/logging.h"
+#include "common/process/process_runner.h"
 #include "common/protocol/json.h"
 #include "common/protocol/repair.h"
 #include "common/text/utf8.h"
-#include "common/logging.h"
 #include "common/transport/zmq_transport.h"
-#include "drivers/loader.h"
 
 namespace kiln::agent {
 namespace {
@@ -33,6 +34,13 @@ namespace fs = std::filesystem;
 constexpr int kMaxPollWaitMs = 200;
 constexpr DurationMs kTelemetryIntervalMs = 100;
 constexpr DurationMs kLocalDiagTimeoutMs = 2 * kHourMs;
+// How long start-up waits for what a previous incarnation left to die after SIGKILL.
+constexpr DurationMs kLeftoverKillWaitMs = 5 * kSecondMs;
+
+// The live process groups of jobs and of the agent's own work, for the next incarnation.
+std::string group_record_path(const AgentConfig& config) {
+  return (fs::path(config.work_dir) / "process-groups").string();
+}
 
 TimeMs wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -60,19 +68,28 @@ TimeMs steady_ms() {
       .count();
 }
 
+std::set<std::uint32_t> unhealthy_chips_of(const AgentIdentity& identity) {
+  std::set<std::uint32_t> chips;
+  for (const protocol::ChipInfo& chip : identity.chips) {
+    if (!chip.healthy) chips.insert(chip.index);
+  }
+  return chips;
+}
+
 class Shell final : public AgentShell {
  public:
-  Shell(AgentConfig config, KeyPair keys, std::string coordinator_key, std::unique_ptr<drivers::Driver> driver,
-        AgentIdentity identity, std::shared_ptr<spdlog::logger> logger)
+  Shell(AgentConfig config, KeyPair keys, std::string coordinator_key, AgentIdentity identity,
+        std::shared_ptr<spdlog::logger> logger)
       : config_(std::move(config)),
         keys_(std::move(keys)),
         coordinator_key_(std::move(coordinator_key)),
-        driver_(std::move(driver)),
         logger_(std::move(logger)),
+        unanswered_chips_(unhealthy_chips_of(identity)),
         core_(std::move(identity), SessionKnobs{config_.knobs.heartbeat_interval_ms, config_.knobs.liveness_missed_beats,
                                                 config_.knobs.reconnect_backoff_initial_ms,
                                                 config_.knobs.reconnect_backoff_max_ms,
                                                 config_.knobs.max_concurrent_jobs, config_.knobs.probe_interval_ms}),
+        runner_(group_record_path(config_)),
         self_(self_executable()),
         telemetry_(config_.driver_library_path, config_.driver_options, kTelemetryIntervalMs) {
     auto local = LocalSocketServer::listen(config_.local_socket_path, config_.local_socket_group);
@@ -84,6 +101,7 @@ class Shell final : public AgentShell {
   }
 
   Status run(const std::atomic<bool>& stop) override {
+    if (stop.load()) return {};  // asked to stop while it was still starting
     core_.on_start(steady_ms());
     carry_out_actions();
     while (!stop.load()) {
@@ -140,17 +158,22 @@ class Shell final : public AgentShell {
   enum class OwnWork { probe, local_diag };
   struct OwnProcess {
     OwnWork kind = OwnWork::probe;
-    int connection = -1;  // local_diag: who asked
+    int connection = -1;       // local_diag: who asked
+    std::string chip_owner;    // local_diag: its name in the chip table
   };
 
   void serve_local_requests() {
     for (const LocalRequest& request : local_->poll()) {
-      if (!jobs_by_process_.empty()) {
+      const std::string owner = fmt::format("local-diag-{}", ++local_requests_);
+      const std::string description =
+          fmt::format("level {} diagnostics asked on this host's local socket", request.level);
+      if (auto claimed = core_.claim_chips(owner, description, core_.chip_indices()); !claimed) {
         local_->reply(request.connection, 2,
-                      fmt::format("node {} runs {} jobs on its chips; drain it first (kiln drain {}) or ask the "
-                                  "coordinator: kiln diag --node {} --level {}\n",
-                                  config_.node_id, jobs_by_process_.size(), config_.node_id, config_.node_id,
-                                  request.level));
+                      fmt::format("node {} cannot run level {} diagnostics now: {}; wait for them to end, or "
+                                  "drain the node (kiln drain {}) and ask the coordinator: kiln diag --node {} "
+                                  "--level {}\n",
+                                  config_.node_id, request.level, claimed.error().message, config_.node_id,
+                                  config_.node_id, request.level));
         continue;
       }
       ProcessSpec spec;
@@ -162,10 +185,11 @@ class Shell final : public AgentShell {
       spec.kill_grace_ms = config_.knobs.kill_grace_ms;
       auto id = runner_.start(spec);
       if (!id) {
+        core_.release_chips(owner);
         local_->reply(request.connection, 2, id.error().message + "\n");
         continue;
       }
-      own_processes_[*id] = OwnProcess{OwnWork::local_diag, request.connection};
+      own_processes_[*id] = OwnProcess{OwnWork::local_diag, request.connection, owner};
       logger_->info("running level {} diagnostics for a local request", request.level);
     }
   }
@@ -174,6 +198,9 @@ class Shell final : public AgentShell {
     ProcessSpec spec;
     spec.program = self_;
     spec.args = {"--config", config_.config_path, "probe", "--json"};
+    if (!unanswered_chips_.empty()) {
+      spec.args.push_back(fmt::format("--skip-chips={}", fmt::join(unanswered_chips_, ",")));
+    }
     spec.work_dir = (fs::path(config_.work_dir) / "probe").string();
     // The probe runs each check under probe_timeout_ms; this bounds the whole run.
     spec.timeout_ms = config_.knobs.probe_timeout_ms * 2 + 5 * kSecondMs;
@@ -184,7 +211,7 @@ class Shell final : public AgentShell {
       core_.on_probe_result(probe_failure("probe_not_started", id.error().message), steady_ms());
       return;
     }
-    own_processes_[*id] = OwnProcess{OwnWork::probe, -1};
+    own_processes_[*id] = OwnProcess{OwnWork::probe, -1, {}};
   }
 
   static protocol::HealthReport probe_failure(const std::string& reason, const std::string& message) {
@@ -198,6 +225,7 @@ class Shell final : public AgentShell {
 
   void own_process_ended(const OwnProcess& own, const ProcessExit& exit) {
     if (own.kind == OwnWork::local_diag) {
+      core_.release_chips(own.chip_owner);
       local_->reply(own.connection, exit.outcome == ProcessOutcome::exited ? exit.exit_code : 2,
                     exit.output_tail + (exit.outcome == ProcessOutcome::exited ? "" : exit.detail + "\n"));
       return;
@@ -440,8 +468,8 @@ class Shell final : public AgentShell {
   AgentConfig config_;
   KeyPair keys_;
   std::string coordinator_key_;
-  std::unique_ptr<drivers::Driver> driver_;
   std::shared_ptr<spdlog::logger> logger_;
+  std::set<std::uint32_t> unanswered_chips_;  // reported unhealthy at start-up; never probed
   AgentCore core_;
   ProcessRunner runner_;
   protocol::CodecLimits limits_;
@@ -454,6 +482,7 @@ class Shell final : public AgentShell {
   std::map<std::uint64_t, ProcessId> process_by_job_;
   std::map<ProcessId, RunningJob> jobs_by_process_;
   std::map<ProcessId, OwnProcess> own_processes_;
+  std::uint64_t local_requests_ = 0;
   std::string self_;
   TelemetrySampler telemetry_;
   std::unique_ptr<LocalSocketServer> local_;
@@ -461,29 +490,34 @@ class Shell final : public AgentShell {
 
 }  // namespace
 
-Result<AgentIdentity> discover_identity(const AgentConfig& config, drivers::Driver& driver) {
-  AgentIdentity identity;
+Result<DiscoveredIdentity> discover_identity(const AgentConfig& config) {
+  auto options = health::default_diag_options(config);
+  if (!options) return tl::unexpected(options.error());
+  auto node = health::read_node_identity(config, *options);
+  if (!node) return tl::unexpected(node.error());
+  DiscoveredIdentity found;
+  AgentIdentity& identity = found.identity;
   identity.node_id = config.node_id;
   identity.agent_version = KILN_VERSION;
-  auto version = driver.driver_version();
-  if (!version) return tl::unexpected(version.error());
-  identity.driver_version = *version;
-  auto count = driver.chip_count();
-  if (!count) return tl::unexpected(count.error());
-  for (std::uint32_t i = 0; i < *count; ++i) {
-    auto chip = driver.chip_identity(i);
-    if (!chip) return tl::unexpected(chip.error());
-    auto firmware = driver.firmware_slots(i);
-    if (!firmware) return tl::unexpected(firmware.error());
-    if (identity.hardware_revision.empty()) identity.hardware_revision = chip->hardware_revision;
-    identity.chips.push_back(protocol::ChipInfo{i, chip->serial, firmware->active_version(),
-                                                static_cast<std::uint32_t>(std::max(0, chip->numa_node)), true});
+  identity.driver_version = node->driver.version;
+  for (std::uint32_t i = 0; i < node->chips.size(); ++i) {
+    const Result<health::CheckReading>& chip = node->chips[i];
+    if (!chip || !chip->identity || !chip->firmware) {
+      // Reported so the coordinator places nothing on it; the node's other chips serve.
+      identity.chips.push_back(protocol::ChipInfo{i, std::string(kUnknownSerial), "", 0, false});
+      found.unhealthy_chips[i] = chip ? "the driver gave no identity or firmware" : chip.error().message;
+      continue;
+    }
+    if (identity.hardware_revision.empty()) identity.hardware_revision = chip->identity->hardware_revision;
+    identity.chips.push_back(protocol::ChipInfo{i, chip->identity->serial, chip->firmware->active_version(),
+                                                static_cast<std::uint32_t>(std::max(0, chip->identity->numa_node)),
+                                                true});
   }
   if (config.hardware_revision_override) identity.hardware_revision = *config.hardware_revision_override;
   if (identity.hardware_revision.empty()) {
-    return fail(Errc::config, fmt::format("the driver reports no chips and no hardware revision; set "
+    return fail(Errc::config, fmt::format("no chip gave its hardware revision ({} chips, {} unreadable); set "
                                           "hardware_revision in {} or fix the driver options",
-                                          config.config_path));
+                                          identity.chips.size(), found.unhealthy_chips.size(), config.config_path));
   }
   auto topology = discover_topology();
   if (topology) {
@@ -492,7 +526,7 @@ Result<AgentIdentity> discover_identity(const AgentConfig& config, drivers::Driv
     identity.host.cores = static_cast<std::uint32_t>(std::max(1, topology->cores));
     identity.host.pci_devices = static_cast<std::uint32_t>(topology->pci_devices.size());
   }
-  return identity;
+  return found;
 }
 
 Result<std::unique_ptr<AgentShell>> AgentShell::create(AgentConfig config) {
@@ -502,21 +536,34 @@ Result<std::unique_ptr<AgentShell>> AgentShell::create(AgentConfig config) {
   if (!keys) return tl::unexpected(keys.error());
   auto coordinator_key = load_public_key_file(config.coordinator_public_key_file);
   if (!coordinator_key) return tl::unexpected(coordinator_key.error());
-  auto driver = drivers::Driver::load(config.driver_library_path, config.driver_options);
-  if (!driver) return tl::unexpected(driver.error());
-  auto identity = discover_identity(config, **driver);
-  if (!identity) return tl::unexpected(identity.error());
   std::error_code ec;
   fs::create_directories(config.work_dir, ec);
   if (ec) {
     return fail(Errc::io, fmt::format("cannot create work_dir {}: {}; fix work_dir in {}", config.work_dir,
                                       ec.message(), config.config_path));
   }
-  (*logger)->info("node {} (revision {}, {} chips, driver {})", identity->node_id, identity->hardware_revision,
-                  identity->chips.size(), identity->driver_version);
+  // Before anything touches the chips or the coordinator hears of us: an old attempt must
+  // never run beside the new one.
+  auto leftovers = kill_recorded_groups(group_record_path(config), kLeftoverKillWaitMs);
+  if (!leftovers) return tl::unexpected(leftovers.error());
+  for (const LeftoverGroup& group : *leftovers) {
+    if (group.processes_killed > 0) {
+      (*logger)->warn("killed {} processes of process group {} ({}) left by a previous run of the agent",
+                      group.processes_killed, group.process_group, group.program);
+    }
+  }
+  auto found = discover_identity(config);
+  if (!found) return tl::unexpected(found.error());
+  const AgentIdentity& identity = found->identity;
+  for (const auto& [chip, why] : found->unhealthy_chips) {
+    (*logger)->error("chip {} is reported unhealthy, so it takes no work until the agent restarts: {}", chip, why);
+  }
+  (*logger)->info("node {} (revision {}, {} chips of which {} unhealthy, driver {})", identity.node_id,
+                  identity.hardware_revision, identity.chips.size(), found->unhealthy_chips.size(),
+                  identity.driver_version);
   return std::unique_ptr<AgentShell>(std::make_unique<Shell>(std::move(config), std::move(*keys),
-                                                             std::move(*coordinator_key), std::move(*driver),
-                                                             std::move(*identity), *logger));
+                                                             std::move(*coordinator_key), std::move(found->identity),
+                                                             *logger));
 }
 
 }  // namespace kiln::agent

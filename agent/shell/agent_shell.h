@@ -4,21 +4,33 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "agent/core/agent_core.h"
 #include "agent/host/agent_config.h"
 #include "common/error.h"
 
-namespace kiln::drivers {
-class Driver;
-}
-
 namespace kiln::agent {
 
+// The serial reported for a chip that could not be read.
+inline constexpr std::string_view kUnknownSerial = "unknown";
+
+struct DiscoveredIdentity {
+  AgentIdentity identity;
+  // Chips reported unhealthy because they could not be read, and why.
+  std::map<std::uint32_t, std::string> unhealthy_chips;
+};
+
 // What this node reports at registration: chips and firmware from the driver, the host
-// from hwloc, the revision from the driver unless the config overrides it.
-Result<AgentIdentity> discover_identity(const AgentConfig& config, drivers::Driver& driver);
+// from hwloc, the revision from the driver unless the config overrides it. Every driver call
+// runs in a kiln-agent-check process under knobs.probe_timeout_ms: a chip that does not
+// answer is reported unhealthy (serial "unknown") and the others serve. Errors when the
+// driver itself cannot be read or no chip gives a revision.
+Result<DiscoveredIdentity> discover_identity(const AgentConfig& config);
 
 class AgentShell {
  public:

@@ -33,12 +33,14 @@ protocol::HealthReport to_health_report(const std::vector<health::CheckResult>& 
   return report;
 }
 
-int run_probe_command(const AgentConfig& config, bool json, std::ostream& out, std::ostream& err) {
+int run_probe_command(const AgentConfig& config, const std::set<std::uint32_t>& unprobed_chips, bool json,
+                      std::ostream& out, std::ostream& err) {
   auto options = health::default_diag_options(config);
   if (!options) {
     err << "kiln-agent probe: " << options.error().message << "\n";
     return 2;
   }
+  options->unprobed_chips = unprobed_chips;
   auto results = health::run_probes(config, *options);
   if (!results) {
     err << "kiln-agent probe: " << results.error().message << "\n";

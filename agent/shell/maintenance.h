@@ -3,7 +3,9 @@
 // kills), as `kiln-agent probe|diag|install`, the same commands ops and lab engineers type.
 #pragma once
 
+#include <cstdint>
 #include <iosfwd>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,9 +17,11 @@ namespace kiln::agent {
 
 protocol::HealthReport to_health_report(const std::vector<health::CheckResult>& results);
 
-// `kiln-agent probe`: the cheap telemetry probes. Prints the report (text, or the protocol's
-// health_report as JSON); exit 0 pass or warn, 1 fail, 2 could not run.
-int run_probe_command(const AgentConfig& config, bool json, std::ostream& out, std::ostream& err);
+// `kiln-agent probe`: the cheap telemetry probes, on every chip but `unprobed_chips`. Prints
+// the report (text, or the protocol's health_report as JSON); exit 0 pass or warn, 1 fail, 2
+// could not run.
+int run_probe_command(const AgentConfig& config, const std::set<std::uint32_t>& unprobed_chips, bool json,
+                      std::ostream& out, std::ostream& err);
 
 // Writes a built-in job's result document where the agent asked for it (KILN_RESULT_FILE).
 bool write_result_file(const std::string& path, const std::string& document, std::ostream& err);

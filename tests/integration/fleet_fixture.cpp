@@ -74,23 +74,16 @@ void ChildProcess::signal(int signo) {
 
 int ChildProcess::wait(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!reaped_) {
-    int status = 0;
-    pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      reaped_ = true;
-      return status;
-    }
+  while (running()) {
     if (std::chrono::steady_clock::now() > deadline) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return 0;
+  return status_;
 }
 
 bool ChildProcess::running() {
   if (reaped_ || pid_ <= 0) return false;
-  int status = 0;
-  if (::waitpid(pid_, &status, WNOHANG) == pid_) reaped_ = true;
+  if (::waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
   return !reaped_;
 }
 
@@ -153,28 +146,27 @@ void Fleet::stop_coordinator(int signo) {
   coordinator_.reset();
 }
 
-void Fleet::add_agent(const AgentSpec& spec) {
+void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_options) {
   add_key(spec.node_id, "agent");
   agents_[spec.node_id] = spec;
-  std::ofstream out(dir_ / (spec.node_id + ".toml"));
+  std::ofstream out(agent_config(spec.node_id));
   out << fmt::format(
       "node_id = \"{0}\"\nwork_dir = \"work-{0}\"\nsecret_key_file = \"{0}.key\"\n\n"
       "[coordinator]\nendpoint = \"tcp://127.0.0.1:{1}\"\npublic_key_file = \"coordinator.pub\"\n\n"
       "[driver]\nlibrary = \"{2}/libkiln_sim_driver.so\"\n"
-      "options = \"state_dir={3}/sim-{0};node_id={0};hardware_revision={4};seed=7\"\n\n"
+      "options = \"state_dir={3}/sim-{0};node_id={0};hardware_revision={4};seed=7{8}\"\n\n"
       "[local_socket]\npath = \"{3}/{0}.sock\"\ngroup = \"root\"\n\n"
       "[knobs]\nheartbeat_interval_ms = {5}\nliveness_missed_beats = {6}\nreconnect_backoff_initial_ms = 100\n"
       "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 1000\nprobe_timeout_ms = 1000\n\n"
       "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n"
       "model = \"{7}/kiln-workload-model\"\nshell = \"/bin/sh\"\n",
       spec.node_id, agent_port_, KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
-      liveness_missed_beats_, KILN_BIN_DIR);
+      liveness_missed_beats_, KILN_BIN_DIR, extra_driver_options.empty() ? "" : ";" + extra_driver_options);
 }
 
 void Fleet::start_agent(const std::string& node_id) {
   agent_processes_[node_id] = std::make_unique<ChildProcess>(
-      std::vector<std::string>{std::string(KILN_BIN_DIR) + "/kiln-agent", "--config",
-                               (dir_ / (node_id + ".toml")).string()},
+      std::vector<std::string>{std::string(KILN_BIN_DIR) + "/kiln-agent", "--config", agent_config(node_id).string()},
       dir_ / (node_id + ".log"));
 }
 

@@ -26,13 +26,15 @@ class ChildProcess {
 
   pid_t pid() const { return pid_; }
   void signal(int signo);
-  // Waits for the process to exit; returns its wait status, or -1 on timeout.
+  // Waits for the process to exit; returns its wait status (also when running() reaped it
+  // first), or -1 on timeout.
   int wait(std::chrono::milliseconds timeout);
   bool running();
 
  private:
   pid_t pid_ = -1;
   bool reaped_ = false;
+  int status_ = 0;  // the wait status, once reaped
 };
 
 struct AgentSpec {
@@ -57,9 +59,11 @@ class Fleet {
 
   void start_coordinator();
   void stop_coordinator(int signo);
-  void add_agent(const AgentSpec& spec);
+  // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05".
+  void add_agent(const AgentSpec& spec, const std::string& extra_driver_options = "");
   void start_agent(const std::string& node_id);
   void stop_agent(const std::string& node_id, int signo);
+  std::filesystem::path agent_config(const std::string& node_id) const { return dir_ / (node_id + ".toml"); }
 
   std::unique_ptr<cli::Client> client(const std::string& key_name, std::uint32_t timeout_ms = 5000);
   // Runs the kiln command with a client config for KEY; returns its exit code and output.

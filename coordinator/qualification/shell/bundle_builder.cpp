@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "agent/host/process_runner.h"
+#include "common/process/process_runner.h"
 
 namespace kiln::qualification::shell {
 namespace {
@@ -69,14 +69,14 @@ class CommandBuilder final : public BundleBuilder {
     }
     const fs::path out = work_dir_ / fmt::format("build-{}", history[index].id);
     auto argv = expand_command(config_, history[index].id, index, out.string());
-    agent::ProcessSpec spec;
+    ProcessSpec spec;
     spec.program = argv.front();
     spec.args.assign(argv.begin() + 1, argv.end());
     spec.env_extra = config_.environment;
     spec.work_dir = out.string();
     spec.timeout_ms = config_.timeout_ms;
     spec.output_limit_bytes = config_.max_output_bytes;
-    auto exit = agent::run_to_completion(spec);
+    auto exit = run_to_completion(spec);
     if (!exit) return tl::unexpected(exit.error());
     if (!exit->succeeded()) {
       return fail(Errc::internal, fmt::format("the bundle builder {} failed for change {}: {}; its output is in {}",

@@ -64,13 +64,16 @@ Welcome welcome(std::vector<std::uint64_t> cancel = {}) {
   return w;
 }
 
-JobStart job(std::uint64_t id) {
+// Each job on its own chip unless the test says otherwise.
+JobStart job(std::uint64_t id, std::vector<std::uint32_t> chips = {}) {
   JobStart s;
   s.job_id = id;
   s.workload = "smoke";
-  s.chip_indices = {0, 1};
+  s.chip_indices = chips.empty() ? std::vector<std::uint32_t>{static_cast<std::uint32_t>(id % 8)} : chips;
   return s;
 }
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 
@@ -201,4 +204,52 @@ TEST_CASE("probes run periodically once registered and their report goes to the 
   h.core.on_tick(60100);
   h.drain();
   CHECK(h.count<action::RunProbe>() == 2);
+}
+
+TEST_CASE("one owner per chip: a job_start for busy chips is refused and names who holds them") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  h.deliver(job(1, {0, 1}), 1);
+  REQUIRE(h.count<action::StartJob>() == 1);
+  h.deliver(job(2, {1, 2}), 2);  // chip 1 is job 1's
+  CHECK(h.count<action::StartJob>() == 1);
+  REQUIRE(h.sent<JobFinished>().size() == 1);
+  const JobFinished refused = h.sent<JobFinished>()[0];
+  CHECK(refused.job_id == 2);
+  CHECK(refused.outcome == JobOutcome::failed_to_start);
+  CHECK(refused.exit_code == -1);
+  CHECK(contains(refused.detail, "chip 1 is held by job 1 attempt 1 (smoke)"));
+  CHECK(h.core.running_jobs() == std::vector<std::uint64_t>{1});
+
+  // The agent's own diagnostics ask the same table.
+  const Status diag = h.core.claim_chips("local-diag-1", "level 2 diagnostics asked on this host's local socket",
+                                         h.core.chip_indices());
+  REQUIRE(!diag.has_value());
+  CHECK(diag.error().code == Errc::unavailable);
+  CHECK(contains(diag.error().message, "chips 0,1 are held by job 1 attempt 1 (smoke)"));
+
+  JobEnded ended;
+  ended.job_id = 1;
+  ended.outcome = JobOutcome::succeeded;
+  h.core.on_job_ended(ended, 3);
+  h.drain();
+  REQUIRE(h.core.claim_chips("local-diag-2", "level 2 diagnostics asked on this host's local socket",
+                             h.core.chip_indices())
+              .has_value());
+  // A second local request and any job wait for the running diagnostics.
+  const Status second = h.core.claim_chips("local-diag-3", "level 1 diagnostics asked on this host's local socket",
+                                           h.core.chip_indices());
+  REQUIRE(!second.has_value());
+  CHECK(contains(second.error().message, "chips 0,1,2,3,4,5,6,7 are held by level 2 diagnostics"));
+  h.deliver(job(3, {5}), 4);
+  CHECK(h.count<action::StartJob>() == 1);
+  REQUIRE(h.sent<JobFinished>().size() == 3);
+  CHECK(h.sent<JobFinished>()[2].job_id == 3);
+  CHECK(contains(h.sent<JobFinished>()[2].detail, "chip 5 is held by level 2 diagnostics asked on this host's local "
+                                                  "socket"));
+
+  h.core.release_chips("local-diag-2");
+  h.deliver(job(4, {5}), 5);
+  CHECK(h.count<action::StartJob>() == 2);
 }

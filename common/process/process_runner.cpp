@@ -1,4 +1,4 @@
-#include "agent/host/process_runner.h"
+#include "common/process/process_runner.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,14 +16,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <optional>
 #include <thread>
 
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 
-namespace kiln::agent {
+namespace kiln {
 namespace {
 
 namespace bp = boost::process;
@@ -61,6 +63,46 @@ std::string signal_name(int signo) {
   const char* description = ::strsignal(signo);
   return "signal " + std::to_string(signo) +
          (description != nullptr ? " (" + std::string(description) + ")" : std::string());
+}
+
+// The fields of /proc/PID/stat that tell one process from another that later got its pid.
+struct ProcStat {
+  std::int64_t process_group = 0;
+  std::uint64_t start_ticks = 0;  // clock ticks after boot
+  char state = '?';               // 'Z': a zombie, already dead
+};
+
+std::optional<ProcStat> read_proc_stat(std::int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  // The command name may hold spaces and parentheses: the fields start after the last ')'.
+  const std::size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream fields(line.substr(paren + 1));
+  ProcStat stat;
+  std::string skip;
+  fields >> stat.state >> skip >> stat.process_group;  // fields 3 to 5
+  for (int field = 6; field < 22; ++field) fields >> skip;
+  fields >> stat.start_ticks;  // field 22
+  if (!fields) return std::nullopt;
+  return stat;
+}
+
+// Live (not zombie) processes by their process group, from /proc.
+std::map<std::int64_t, std::vector<std::pair<std::int64_t, ProcStat>>> live_processes_by_group() {
+  std::map<std::int64_t, std::vector<std::pair<std::int64_t, ProcStat>>> groups;
+  std::error_code ec;
+  // increment(ec), not a range-for: a listing error must not throw out of the runner.
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::int64_t pid = std::stoll(name);
+    if (auto stat = read_proc_stat(pid); stat && stat->state != 'Z') {
+      groups[stat->process_group].emplace_back(pid, *stat);
+    }
+  }
+  return groups;
 }
 
 struct OutputTail {
@@ -101,6 +143,7 @@ struct Child {
   std::size_t output_limit_bytes = 0;
   DurationMs timeout_ms = 0;
   DurationMs kill_grace_ms = 0;
+  std::uint64_t start_ticks = 0;  // from /proc/PID/stat, for the group record
   Clock::time_point started;
   Clock::time_point deadline;
   // What the runner decided: exited until it chose to stop the child.
@@ -197,9 +240,10 @@ struct ProcessRunner::Impl {
   bool stopping = false;
   int wakeup_fd = -1;   // readable while `finished` may be non-empty
   int control_fd = -1;  // wakes the reaper after start, cancel or shutdown
+  std::string record_file;  // empty: no group record
   std::thread reaper;
 
-  Impl() {
+  explicit Impl(std::string group_record_file) : record_file(std::move(group_record_file)) {
     wakeup_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     control_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     KILN_ASSERT(wakeup_fd >= 0 && control_fd >= 0,
@@ -219,8 +263,37 @@ struct ProcessRunner::Impl {
       ::waitpid(child.pid, nullptr, 0);
       if (child.pidfd >= 0) ::close(child.pidfd);
     }
+    if (!record_file.empty()) {
+      std::error_code ignored;
+      fs::remove(record_file, ignored);
+    }
     ::close(wakeup_fd);
     ::close(control_fd);
+  }
+
+  // Under the lock. One line per live child: process group, start ticks, program. Written
+  // to a new file and renamed over the old, so a crash never leaves half a record.
+  Status write_record() const {
+    if (record_file.empty()) return {};
+    const std::string temporary = record_file + ".new";
+    {
+      std::ofstream out(temporary, std::ios::trunc);
+      for (const auto& [id, child] : children) {
+        out << child.pid << ' ' << child.start_ticks << ' ' << child.program << '\n';
+      }
+      out.flush();
+      if (!out) {
+        return fail(Errc::io, "cannot write the process group record " + temporary +
+                                  "; check that its directory is writable");
+      }
+    }
+    std::error_code ec;
+    fs::rename(temporary, record_file, ec);
+    if (ec) {
+      return fail(Errc::io, "cannot replace the process group record " + record_file + ": " +
+                                ec.message());
+    }
+    return {};
   }
 
   void report(std::vector<ProcessExit> exits) {
@@ -241,6 +314,9 @@ struct ProcessRunner::Impl {
         std::lock_guard lock(mutex);
         if (stopping) return;
         collect_exited(reaped);
+        // A stale line is harmless (its group is dead and its pid's start time differs), so
+        // a failed rewrite here only waits for the next one.
+        if (!reaped.empty()) (void)write_record();
         timeout_ms = enforce_deadlines(Clock::now());
         fds.assign(1, pollfd{control_fd, POLLIN, 0});
         for (const auto& [id, child] : children) {
@@ -341,7 +417,8 @@ struct ProcessRunner::Impl {
   }
 };
 
-ProcessRunner::ProcessRunner() : impl_(std::make_unique<Impl>()) {}
+ProcessRunner::ProcessRunner(std::string group_record_file)
+    : impl_(std::make_unique<Impl>(std::move(group_record_file))) {}
 
 ProcessRunner::~ProcessRunner() = default;
 
@@ -443,11 +520,22 @@ Result<ProcessId> ProcessRunner::start(const ProcessSpec& spec) {
   child.output_limit_bytes = spec.output_limit_bytes;
   child.timeout_ms = spec.timeout_ms;
   child.kill_grace_ms = spec.kill_grace_ms;
+  // Not reaped yet (only the reaper reaps, and it does not know the pid), so this is the child.
+  child.start_ticks = read_proc_stat(pid).value_or(ProcStat{}).start_ticks;
   child.started = started;
   child.deadline = started + std::chrono::milliseconds(spec.timeout_ms);
   {
     std::lock_guard lock(impl_->mutex);
-    impl_->children.emplace(id, std::move(child));
+    impl_->children.emplace(id, child);
+    if (Status recorded = impl_->write_record(); !recorded) {
+      // Unrecorded, it could outlive a crash of ours unseen: better not to run it at all.
+      impl_->children.erase(id);
+      (void)impl_->write_record();
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      if (child.pidfd >= 0) ::close(child.pidfd);
+      return fail(Errc::io, recorded.error().message + "; " + spec.program + " was stopped");
+    }
   }
   notify(impl_->control_fd);
   return id;
@@ -497,6 +585,76 @@ std::size_t ProcessRunner::running() const {
   return impl_->children.size() + impl_->being_reported + impl_->finished.size();
 }
 
+Result<std::vector<LeftoverGroup>> kill_recorded_groups(const std::string& group_record_file,
+                                                        DurationMs wait_ms) {
+  std::ifstream in(group_record_file);
+  if (!in) {
+    if (!fs::exists(group_record_file)) return std::vector<LeftoverGroup>{};
+    return fail(Errc::io, "cannot read the process group record " + group_record_file +
+                              "; check its permissions");
+  }
+  struct Recorded {
+    LeftoverGroup group;
+    std::uint64_t start_ticks = 0;
+  };
+  std::vector<Recorded> recorded;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    Recorded one;
+    // Group 0 or 1 would make kill() signal far more than one group.
+    if (!(fields >> one.group.process_group >> one.start_ticks) || one.group.process_group <= 1) {
+      continue;
+    }
+    std::getline(fields >> std::ws, one.group.program);
+    recorded.push_back(std::move(one));
+  }
+  in.close();
+
+  const auto groups = live_processes_by_group();
+  std::vector<std::int64_t> killed;
+  for (Recorded& one : recorded) {
+    const auto it = groups.find(one.group.process_group);
+    if (it == groups.end()) continue;
+    bool ours = true;
+    for (const auto& [pid, stat] : it->second) {
+      const bool recycled_leader = pid == one.group.process_group && stat.start_ticks != one.start_ticks;
+      if (recycled_leader || stat.start_ticks < one.start_ticks) ours = false;
+    }
+    if (!ours) continue;
+    // To the group, not pid by pid, so a member forking right now cannot slip through.
+    ::kill(-static_cast<pid_t>(one.group.process_group), SIGKILL);
+    one.group.processes_killed = it->second.size();
+    killed.push_back(one.group.process_group);
+  }
+  const auto give_up = Clock::now() + std::chrono::milliseconds(wait_ms);
+  for (;;) {
+    const auto now_live = live_processes_by_group();
+    std::vector<std::int64_t> alive;
+    for (std::int64_t group : killed) {
+      if (now_live.count(group) > 0) alive.push_back(group);
+    }
+    if (alive.empty()) break;
+    if (Clock::now() >= give_up) {
+      return fail(Errc::unavailable,
+                  "process group " + std::to_string(alive.front()) + " left by a previous run "
+                  "is still alive " + std::to_string(wait_ms) + " ms after SIGKILL (stuck in the "
+                  "kernel?); find it with ps -eo pid,pgid,stat,args and reboot the host if it "
+                  "cannot be killed");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(kFallbackPollMs));
+  }
+  std::error_code ec;
+  fs::remove(group_record_file, ec);
+  if (ec) {
+    return fail(Errc::io, "cannot remove the process group record " + group_record_file + ": " +
+                              ec.message() + "; check its directory's permissions");
+  }
+  std::vector<LeftoverGroup> out;
+  for (Recorded& one : recorded) out.push_back(std::move(one.group));
+  return out;
+}
+
 Result<ProcessExit> run_to_completion(const ProcessSpec& spec) {
   ProcessRunner runner;
   const Result<ProcessId> id = runner.start(spec);
@@ -512,4 +670,4 @@ Result<ProcessExit> run_to_completion(const ProcessSpec& spec) {
   }
 }
 
-}  // namespace kiln::agent
+}  // namespace kiln

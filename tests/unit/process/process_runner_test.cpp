@@ -2,16 +2,19 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
-#include "agent/host/process_runner.h"
-#include "tests/unit/agent_host/temp_dir.h"
+#include "common/process/process_runner.h"
+#include "tests/support/temp_dir.h"
 
-namespace kiln::agent {
+namespace kiln {
 namespace {
 
 using testing::read_file;
@@ -63,6 +66,9 @@ bool process_dead(const std::string& pid_text, DurationMs wait_ms = 2000) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
+
+// Writes its pid to leader.pid by rename, so a reader never sees a half-written file.
+constexpr const char* kPublishPidThenSleep = "echo $$ > leader.tmp; mv leader.tmp leader.pid; sleep 30";
 
 void wait_for_file(const std::string& path) {
   for (int i = 0; i < 400 && !std::filesystem::exists(path); ++i) {
@@ -165,6 +171,14 @@ TEST_CASE("what a process started dies with it") {
   SUBCASE("when it exits on its own") {
     const ProcessExit exit = run_one(runner, shell(dir, "sleep 30 & echo $! > child.pid"));
     CHECK(exit.succeeded());
+  }
+  SUBCASE("when it is cancelled") {
+    const Result<ProcessId> id =
+        runner.start(shell(dir, "sleep 30 & echo $! > child.pid; sleep 30", 30000));
+    REQUIRE(id.has_value());
+    wait_for_file(dir.file("child.pid"));
+    REQUIRE(runner.cancel(*id).has_value());
+    CHECK(wait_for(runner, 1).at(*id).outcome == ProcessOutcome::cancelled);
   }
   const std::string grandchild = read_file(dir.file("child.pid"));
   REQUIRE(!grandchild.empty());
@@ -314,6 +328,80 @@ TEST_CASE("destroying the runner kills what still runs") {
   CHECK(process_dead(read_file(dir.file("leader.pid"))));
 }
 
+TEST_CASE("the group record lists each live child and is removed with the runner") {
+  TempDir dir;
+  const std::string record = dir.file("groups");
+  {
+    ProcessRunner runner(record);
+    const Result<ProcessId> id = runner.start(shell(dir, kPublishPidThenSleep, 30000));
+    REQUIRE(id.has_value());
+    // Written before start() returned, so nothing the caller does next races it.
+    const std::string listed = read_file(record);
+    wait_for_file(dir.file("leader.pid"));
+    const std::string leader = read_file(dir.file("leader.pid"));
+    CHECK(listed.rfind(leader.substr(0, leader.size() - 1) + " ", 0) == 0);
+    CHECK(listed.find(" /bin/sh\n") != std::string::npos);
+    REQUIRE(runner.cancel(*id).has_value());
+    wait_for(runner, 1);
+    CHECK(read_file(record).empty());
+    REQUIRE(runner.start(shell(dir, "sleep 30", 30000)).has_value());
+    CHECK(!read_file(record).empty());
+  }
+  CHECK(!std::filesystem::exists(record));
+}
+
+TEST_CASE("kill_recorded_groups kills what a crashed runner left, grandchildren included") {
+  TempDir dir;
+  const std::string record = dir.file("groups");
+  // A runner in a process that dies without cleaning up, as an agent does on SIGKILL: the
+  // parent-death signal kills the shell, not the sleep it started.
+  const pid_t owner = ::fork();
+  REQUIRE(owner >= 0);
+  if (owner == 0) {
+    ProcessRunner runner(record);
+    const std::string script = "sleep 60 & echo $! > grandchild.tmp; mv grandchild.tmp grandchild.pid; wait";
+    if (!runner.start(shell(dir, script, 60000))) ::_exit(1);
+    for (int i = 0; i < 400 && !std::filesystem::exists(dir.file("grandchild.pid")); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(owner, &status, 0) == owner);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const std::string grandchild = read_file(dir.file("grandchild.pid"));
+  REQUIRE(!grandchild.empty());
+  REQUIRE(!process_dead(grandchild, 200));  // the leftover this is about
+
+  const auto killed = kill_recorded_groups(record, 2000);
+  REQUIRE_MESSAGE(killed.has_value(), killed.error().describe());
+  REQUIRE(killed->size() == 1);
+  CHECK(killed->front().program == "/bin/sh");
+  CHECK(killed->front().processes_killed >= 1);
+  CHECK(process_dead(grandchild, 0));  // gone when the call returns
+  CHECK(!std::filesystem::exists(record));
+
+  const auto again = kill_recorded_groups(record, 2000);
+  REQUIRE(again.has_value());
+  CHECK(again->empty());
+}
+
+TEST_CASE("a recorded group whose pid now belongs to another process is left alone") {
+  TempDir dir;
+  ProcessRunner runner;
+  REQUIRE(runner.start(shell(dir, kPublishPidThenSleep, 30000)).has_value());
+  wait_for_file(dir.file("leader.pid"));
+  const std::string leader = read_file(dir.file("leader.pid"));
+  // Same group id, another start time: the recorded group ended and its pid was reused.
+  std::ofstream(dir.file("groups")) << std::stol(leader) << " 1 /bin/sh\n";
+  const auto killed = kill_recorded_groups(dir.file("groups"), 2000);
+  REQUIRE(killed.has_value());
+  CHECK(killed->at(0).processes_killed == 0);
+  CHECK(!process_dead(leader, 200));
+  CHECK(!std::filesystem::exists(dir.file("groups")));
+}
+
 TEST_CASE("run_to_completion waits for one process") {
   TempDir dir;
   const Result<ProcessExit> exit = run_to_completion(shell(dir, "echo done; exit 5"));
@@ -326,4 +414,4 @@ TEST_CASE("run_to_completion waits for one process") {
   CHECK(late->outcome == ProcessOutcome::timed_out);
 }
 
-}  // namespace kiln::agent
+}  // namespace kiln

@@ -2,6 +2,10 @@
 // checks. Each child gets a hard deadline, its own process group (so everything it starts
 // dies with it) and its output captured to a file. Boost.Process stays inside
 // process_runner.cpp.
+//
+// The parent-death signal reaches only the direct child, so a runner can also keep a record
+// of its live process groups in a file: after a crash, the next incarnation kills what the
+// record names (kill_recorded_groups) before it touches the chips again.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +19,7 @@
 #include "common/error.h"
 #include "common/time.h"
 
-namespace kiln::agent {
+namespace kiln {
 
 using ProcessId = std::uint64_t;  // the runner's own id, never reused; not the OS pid
 
@@ -60,14 +64,18 @@ struct ProcessExit {
 // enforces deadlines and reaps children even while that loop is busy.
 class ProcessRunner {
  public:
-  ProcessRunner();
-  ~ProcessRunner();  // kills whatever still runs (SIGKILL to each group) and reaps it
+  // group_record_file: when not empty, the runner keeps every live child's process group and
+  // start time in that file (rewritten before start() returns and after each child ends),
+  // for kill_recorded_groups after a crash.
+  explicit ProcessRunner(std::string group_record_file = {});
+  ~ProcessRunner();  // kills whatever still runs (SIGKILL to each group), reaps it, removes the record
   ProcessRunner(const ProcessRunner&) = delete;
   ProcessRunner& operator=(const ProcessRunner&) = delete;
 
   // Errors only for a spec that cannot be run at all (relative program path, no deadline,
-  // unusable work dir). A program that cannot be executed gets an id and is reported by
-  // poll_finished() as failed_to_start, like every other ending.
+  // unusable work dir), or when the group record cannot be written (the child is killed). A
+  // program that cannot be executed gets an id and is reported by poll_finished() as
+  // failed_to_start, like every other ending.
   // Call it from a thread that outlives the child: a child is killed when the thread that
   // started it exits (PR_SET_PDEATHSIG), so no workload outlives the agent that watches it.
   Result<ProcessId> start(const ProcessSpec& spec);
@@ -93,7 +101,22 @@ class ProcessRunner {
   std::unique_ptr<Impl> impl_;
 };
 
+// What kill_recorded_groups found of a previous runner's children.
+struct LeftoverGroup {
+  std::int64_t process_group = 0;
+  std::string program;
+  std::size_t processes_killed = 0;  // 0: the group had already ended
+};
+
+// SIGKILLs every process group recorded in group_record_file that is still alive, waits up to
+// wait_ms for its processes to die, then removes the file. A group is killed only when it is
+// the one recorded: its leader, if alive, has the recorded start time (from /proc/PID/stat),
+// and no member is older than the recorded leader, so a recycled pid is never killed. No file:
+// nothing to do.
+Result<std::vector<LeftoverGroup>> kill_recorded_groups(const std::string& group_record_file,
+                                                        DurationMs wait_ms);
+
 // For standalone tools (`kiln-agent diag` without a running agent): start and wait.
 Result<ProcessExit> run_to_completion(const ProcessSpec& spec);
 
-}  // namespace kiln::agent
+}  // namespace kiln
