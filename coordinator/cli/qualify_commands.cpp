@@ -28,6 +28,8 @@
 #include "coordinator/qualification/shell/run_driver.h"
 #include "coordinator/qualification/ticket.h"
 #include "coordinator/qualification/webhook_sink.h"
+#include "coordinator/qualification/workload_catalog.h"
+#include "sim/workloads/catalog.h"
 
 namespace kiln::cli {
 
@@ -97,6 +99,7 @@ struct QualifyCommands {
   std::string run_bundle;
   std::string smoke_change;
   std::string model_set_path;
+  std::string workload_catalog_path;  // empty: the sim's workloads
   std::string bundle_dir;
   std::string golden_dir;
   std::string tickets_dir;
@@ -126,6 +129,10 @@ namespace {
 void add_run_options(CLI::App* command, QualifyCommands& c) {
   command->add_option("--bundle", c.run_bundle, "the candidate bundle (id or unique prefix; kiln bundles)")->required();
   command->add_option("--model-set", c.model_set_path, "the qualification set (TOML)")->envname("KILN_MODEL_SET");
+  command->add_option("--workload-catalog", c.workload_catalog_path,
+                      "the fleet's workloads and their kernels, as JSON (kiln-workload-model --list --json prints "
+                      "the sim's); the set's workloads and components are checked against it (default: the sim's)")
+      ->envname("KILN_WORKLOAD_CATALOG");
   command->add_option("--bundle-dir", c.bundle_dir, "where the bundles' stack files are (shared with the agents)")
       ->envname("KILN_BUNDLE_DIR");
   command->add_option("--golden-dir", c.golden_dir, "the models' golden references (shared with the agents)")
@@ -216,6 +223,19 @@ QualifyCommands* make(CLI::App& app) {
 Status need(const std::string& value, std::string_view option, std::string_view variable, std::string_view what) {
   if (!value.empty()) return {};
   return fail(Errc::invalid_argument, fmt::format("say where {} is: {} PATH, or set {}", what, option, variable));
+}
+
+// The set, checked against the fleet's workloads: --workload-catalog, else the sim's.
+Result<q::ModelSet> load_checked_model_set(const QualifyCommands& c) {
+  auto set = q::load_model_set_file(c.model_set_path);
+  if (!set) return set;
+  Result<q::WorkloadCatalog> catalog = kiln::sim::workloads::sim_workload_catalog();
+  if (!c.workload_catalog_path.empty()) catalog = q::load_workload_catalog_file(c.workload_catalog_path);
+  if (!catalog) return tl::unexpected(catalog.error());
+  if (auto ok = q::check_workloads(*set, *catalog); !ok) {
+    return fail(ok.error().code, fmt::format("{}: {}", c.model_set_path, ok.error().message));
+  }
+  return set;
 }
 
 // ---- changes and bundles
@@ -458,7 +478,7 @@ int run_in_background(const QualifyCommands& c, const std::string& run_id, int a
 int qualification_command(QualifyCommands& c, Client& client, bool json, int argc, char** argv) {
   const q::Tier tier = c.smoke->parsed() ? q::Tier::smoke : c.nightly->parsed() ? q::Tier::nightly : q::Tier::release;
 
-  auto set = q::load_model_set_file(c.model_set_path);
+  auto set = load_checked_model_set(c);
   if (!set) return report(set.error());
   auto candidate = qs::find_bundle(client, c.run_bundle);
   if (!candidate) return report(candidate.error());
