@@ -320,7 +320,7 @@ std::string team_for(std::string_view workload) {
 
 }  // namespace
 
-ModelSet generate_demo_model_set(const WorkloadCatalog& workloads) {
+ModelSet generate_demo_model_set(const WorkloadCatalog& catalog) {
   // ci-day.toml's [nightly]: 40 small (1 chip, 10 min), 14 medium (8, 20), 6 large (32, 45).
   struct Tier {
     SizeClass size;
@@ -330,7 +330,7 @@ ModelSet generate_demo_model_set(const WorkloadCatalog& workloads) {
     std::vector<std::string> workloads;  // cycled through
   };
   std::vector<std::string> all_workloads;
-  for (const auto& spec : workloads.workloads()) all_workloads.push_back(spec.name);
+  for (const auto& spec : catalog.workloads()) all_workloads.push_back(spec.name);
   // Large models are the language models and the training run, as in a real fleet.
   const std::vector<Tier> tiers = {
       {SizeClass::small, 40, 1, 10, all_workloads},
@@ -344,7 +344,7 @@ ModelSet generate_demo_model_set(const WorkloadCatalog& workloads) {
     std::map<std::string, int> numbered;
     for (int i = 0; i < tier.count; ++i) {
       const std::string& workload = tier.workloads[static_cast<std::size_t>(i) % tier.workloads.size()];
-      const auto* spec = workloads.find(workload);
+      const auto* spec = catalog.find(workload);
       KILN_ASSERT(spec != nullptr, "the demo set names a workload the catalog lacks");
       const int number = ++numbered[workload];
       QualificationModel model;

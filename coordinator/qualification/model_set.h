@@ -94,11 +94,11 @@ std::string to_toml(const ModelSet& set);
 class WorkloadCatalog;
 
 // The demo set: 40 small (1 chip, 10 min), 14 medium (8 chips, 20 min), 6 large (32 chips,
-// 45 min), computed by the sim's workloads (`workloads` is sim_workload_catalog(),
+// 45 min), computed by the sim's workloads (`catalog` is sim_workload_catalog(),
 // sim/workloads/catalog.h; several entries per workload, with their own seeds). Medium and large
 // models declare a small proxy of the same workload; one small model per workload is in the
 // default presubmit set.
-ModelSet generate_demo_model_set(const WorkloadCatalog& workloads);
+ModelSet generate_demo_model_set(const WorkloadCatalog& catalog);
 
 // Where the checked-in demo set lives, relative to the repository root.
 inline constexpr std::string_view kDemoModelSetPath = "coordinator/qualification/data/qualification-set.toml";

@@ -3,6 +3,7 @@
 // how a finished job's result document becomes what the run judges.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
