@@ -29,6 +29,8 @@
 #include "coordinator/qualification/shell/run_driver.h"
 #include "coordinator/qualification/ticket.h"
 #include "coordinator/qualification/webhook_sink.h"
+#include "coordinator/qualification/workload_catalog.h"
+#include "sim/workloads/catalog.h"
 
 namespace kiln::cli {
 
@@ -85,7 +87,7 @@ struct QualifyCommands {
   CLI::App* bundle_show = nullptr;
   std::string build_at;
   std::vector<std::string> build_revisions = {"a", "b"};
-  std::string builder_program;
+  std::string builder_program;  // empty: the sim builder; also the run commands' bisection builds
   std::vector<std::string> builder_args;
   std::string bundle_id;
   std::vector<std::string> accept_revisions;
@@ -98,6 +100,7 @@ struct QualifyCommands {
   std::string run_bundle;
   std::string smoke_change;
   std::string model_set_path;
+  std::string workload_catalog_path;  // empty: the sim's workloads
   std::string bundle_dir;
   std::string golden_dir;
   std::string tickets_dir;
@@ -124,9 +127,22 @@ void QualifyCommandsDeleter::operator()(QualifyCommands* commands) const { delet
 
 namespace {
 
+// The same builder makes `kiln bundle build`'s bundles and a run's bisection bundles.
+void add_builder_options(CLI::App* command, QualifyCommands& c) {
+  command->add_option("--builder", c.builder_program,
+                      "a program that builds the bundle and prints it as JSON (default: the sim builder)")
+      ->envname("KILN_BUILDER");
+  command->add_option("--builder-arg", c.builder_args, "an argument for it; {change}, {index} and {out} are replaced");
+}
+
 void add_run_options(CLI::App* command, QualifyCommands& c) {
   command->add_option("--bundle", c.run_bundle, "the candidate bundle (id or unique prefix; kiln bundles)")->required();
   command->add_option("--model-set", c.model_set_path, "the qualification set (TOML)")->envname("KILN_MODEL_SET");
+  command->add_option("--workload-catalog", c.workload_catalog_path,
+                      "the fleet's workloads and their kernels, as JSON (kiln-workload-model --list --json prints "
+                      "the sim's); the set's workloads and components are checked against it (default: the sim's)")
+      ->envname("KILN_WORKLOAD_CATALOG");
+  add_builder_options(command, c);
   command->add_option("--bundle-dir", c.bundle_dir, "where the bundles' stack files are (shared with the agents)")
       ->envname("KILN_BUNDLE_DIR");
   command->add_option("--golden-dir", c.golden_dir, "the models' golden references (shared with the agents)")
@@ -173,10 +189,7 @@ QualifyCommands* make(CLI::App& app) {
       ->capture_default_str();
   c->bundle_build->add_option("--bundle-dir", c->bundle_dir, "where the sim builder writes the stack file")
       ->envname("KILN_BUNDLE_DIR");
-  c->bundle_build->add_option("--builder", c->builder_program,
-                              "a program that builds the bundle and prints it as JSON (default: the sim builder)");
-  c->bundle_build->add_option("--builder-arg", c->builder_args,
-                              "an argument for it; {change}, {index} and {out} are replaced");
+  add_builder_options(c->bundle_build, *c);
   c->bundle_show = c->bundle->add_subcommand("show", "print one bundle");
   c->bundle_show->add_option("ID", c->bundle_id, "bundle id or unique prefix")->required();
   c->bundle_accept = c->bundle->add_subcommand("accept", "make a bundle the baseline of its revisions");
@@ -217,6 +230,32 @@ QualifyCommands* make(CLI::App& app) {
 Status need(const std::string& value, std::string_view option, std::string_view variable, std::string_view what) {
   if (!value.empty()) return {};
   return fail(Errc::invalid_argument, fmt::format("say where {} is: {} PATH, or set {}", what, option, variable));
+}
+
+// The configured builder (--builder), else the sim builder for these revisions.
+std::unique_ptr<qs::BundleBuilder> configured_builder(const QualifyCommands& c, std::vector<std::string> revisions) {
+  if (c.builder_program.empty()) {
+    q::SimBuilderOptions options;
+    options.hardware_revisions = std::move(revisions);
+    return qs::make_sim_builder(c.bundle_dir, options);
+  }
+  q::CommandBuilderConfig config;
+  config.program = c.builder_program;
+  config.args = c.builder_args;
+  return qs::make_command_builder(config, c.bundle_dir);
+}
+
+// The set, checked against the fleet's workloads: --workload-catalog, else the sim's.
+Result<q::ModelSet> load_checked_model_set(const QualifyCommands& c) {
+  auto set = q::load_model_set_file(c.model_set_path);
+  if (!set) return set;
+  Result<q::WorkloadCatalog> catalog = kiln::sim::workloads::sim_workload_catalog();
+  if (!c.workload_catalog_path.empty()) catalog = q::load_workload_catalog_file(c.workload_catalog_path);
+  if (!catalog) return tl::unexpected(catalog.error());
+  if (auto ok = q::check_workloads(*set, *catalog); !ok) {
+    return fail(ok.error().code, fmt::format("{}: {}", c.model_set_path, ok.error().message));
+  }
+  return set;
 }
 
 // ---- changes and bundles
@@ -294,18 +333,7 @@ int bundle_build_command(QualifyCommands& c, Client& client, bool json) {
     }
     index = static_cast<std::size_t>(it - history->begin());
   }
-  std::unique_ptr<qs::BundleBuilder> builder;
-  if (c.builder_program.empty()) {
-    q::SimBuilderOptions options;
-    options.hardware_revisions = c.build_revisions;
-    builder = qs::make_sim_builder(c.bundle_dir, options);
-  } else {
-    q::CommandBuilderConfig config;
-    config.program = c.builder_program;
-    config.args = c.builder_args;
-    builder = qs::make_command_builder(config, c.bundle_dir);
-  }
-  auto bundle = builder->build(*history, index);
+  auto bundle = configured_builder(c, c.build_revisions)->build(*history, index);
   if (!bundle) return report(bundle.error());
   if (auto ok = qs::record_bundle(client, *bundle); !ok) return report(ok.error());
   if (json) {
@@ -459,7 +487,7 @@ int run_in_background(const QualifyCommands& c, const std::string& run_id, int a
 int qualification_command(QualifyCommands& c, Client& client, bool json, int argc, char** argv) {
   const q::Tier tier = c.smoke->parsed() ? q::Tier::smoke : c.nightly->parsed() ? q::Tier::nightly : q::Tier::release;
 
-  auto set = q::load_model_set_file(c.model_set_path);
+  auto set = load_checked_model_set(c);
   if (!set) return report(set.error());
   auto candidate = qs::find_bundle(client, c.run_bundle);
   if (!candidate) return report(candidate.error());
@@ -528,9 +556,7 @@ int qualification_command(QualifyCommands& c, Client& client, bool json, int arg
   if (!run) return report(run.error());
   auto sink = open_ticket_sink(c);
   if (!sink) return report(sink.error());
-  q::SimBuilderOptions builder_options;
-  builder_options.hardware_revisions = candidate->hardware_revisions;
-  auto builder = qs::make_sim_builder(c.bundle_dir, builder_options);
+  auto builder = configured_builder(c, candidate->hardware_revisions);
 
   qs::DriverOptions options;
   options.bundle_dir = c.bundle_dir;

@@ -3,8 +3,10 @@
 #include <iostream>
 
 #include "coordinator/qualification/model_set.h"
+#include "sim/workloads/catalog.h"
 
 int main() {
-  std::cout << kiln::qualification::to_toml(kiln::qualification::generate_demo_model_set());
+  namespace q = kiln::qualification;
+  std::cout << q::to_toml(q::generate_demo_model_set(kiln::sim::workloads::sim_workload_catalog()));
   return 0;
 }

@@ -11,7 +11,7 @@
 
 #include "coordinator/qualification/toml_text.h"
 #include "coordinator/qualification/toml_where.h"
-#include "sim/workloads/registry.h"
+#include "coordinator/qualification/workload_catalog.h"
 
 namespace kiln::qualification {
 
@@ -87,21 +87,6 @@ Status validate(const ModelSet& set) {
         return fail(Errc::config, fmt::format("model '{}': proxy '{}' is larger than the model; a proxy must be a "
                                               "cheaper config",
                                               name, proxy->name));
-      }
-    }
-    if (model.workload) {
-      const auto* spec = sim::workloads::find_model(*model.workload);
-      if (spec == nullptr) {
-        return fail(Errc::config, fmt::format("model '{}': workload '{}' is not in the sim registry "
-                                              "(kiln-workload-model --list)",
-                                              name, *model.workload));
-      }
-      for (const auto& component : model.components) {
-        if (std::find(spec->components.begin(), spec->components.end(), component) == spec->components.end()) {
-          return fail(Errc::config, fmt::format("model '{}': component '{}' is not used by its workload '{}'; fix the "
-                                                "components list",
-                                                name, component, spec->name));
-        }
       }
     }
   }
@@ -335,7 +320,7 @@ std::string team_for(std::string_view workload) {
 
 }  // namespace
 
-ModelSet generate_demo_model_set() {
+ModelSet generate_demo_model_set(const WorkloadCatalog& catalog) {
   // ci-day.toml's [nightly]: 40 small (1 chip, 10 min), 14 medium (8, 20), 6 large (32, 45).
   struct Tier {
     SizeClass size;
@@ -345,7 +330,7 @@ ModelSet generate_demo_model_set() {
     std::vector<std::string> workloads;  // cycled through
   };
   std::vector<std::string> all_workloads;
-  for (const auto& spec : sim::workloads::model_registry()) all_workloads.push_back(spec.name);
+  for (const auto& spec : catalog.workloads()) all_workloads.push_back(spec.name);
   // Large models are the language models and the training run, as in a real fleet.
   const std::vector<Tier> tiers = {
       {SizeClass::small, 40, 1, 10, all_workloads},
@@ -359,8 +344,8 @@ ModelSet generate_demo_model_set() {
     std::map<std::string, int> numbered;
     for (int i = 0; i < tier.count; ++i) {
       const std::string& workload = tier.workloads[static_cast<std::size_t>(i) % tier.workloads.size()];
-      const auto* spec = sim::workloads::find_model(workload);
-      KILN_ASSERT(spec != nullptr, "the demo set names a workload the registry lacks");
+      const auto* spec = catalog.find(workload);
+      KILN_ASSERT(spec != nullptr, "the demo set names a workload the catalog lacks");
       const int number = ++numbered[workload];
       QualificationModel model;
       model.name = fmt::format("{}-{}-{:02}", workload, to_string(tier.size), number);

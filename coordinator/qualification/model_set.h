@@ -11,7 +11,7 @@
 //   proxy = "llm-small-03"           # optional: a smaller config of the same model
 //   eval_threshold = 0.99            # optional: eval >= this x reference (default 0.99)
 //   owner_team = "llm-models"
-//   workload = "transformer-block-bf16"  # optional: the sim registry model that computes it
+//   workload = "transformer-block-bf16"  # optional: the workload that computes it
 //   seed = 17                        # optional: KILN_SEED of its jobs (default 1)
 //   data_seed = 1                    # optional: weights and inputs (default 1; the goldens' seed)
 //   presubmit_default = true         # optional: in the default smoke set (default false)
@@ -22,7 +22,7 @@
 //   steady_tolerance = 0.03
 //
 // The demo set (60 models sized as ../shared/scenarios/ci-day.toml says) is
-// generate_demo_model_set(); coordinator/qualification/data/qualification-set.toml is its TOML.
+// generate_demo_model_set(sim_workload_catalog()); coordinator/qualification/data/qualification-set.toml is its TOML.
 #pragma once
 
 #include <cstdint>
@@ -61,7 +61,7 @@ struct QualificationModel {
   std::optional<std::string> proxy;
   double eval_threshold = kDefaultEvalThreshold;
   std::string owner_team;
-  std::optional<std::string> workload;  // sim registry model name
+  std::optional<std::string> workload;  // a workload of the fleet's catalog (workload_catalog.h)
   std::uint64_t seed = 1;
   std::uint64_t data_seed = 1;
   bool presubmit_default = false;
@@ -80,8 +80,8 @@ struct ModelSet {
 // Names unique and non-empty; benchmark settings as the agent accepts them (repeats 1 to 1000,
 // warmup_min <= warmup_max <= 1000, steady_window >= 2, steady_tolerance in (0, 1)); size class, chips > 0, minutes > 0, eval_threshold in (0, 1],
 // owner_team and components non-empty; a proxy names another model of the set that is not
-// larger and uses no more chips; a workload must be in the sim registry and every component
-// one that workload uses (a typo would silently deselect the model).
+// larger and uses no more chips. Workloads are checked against the fleet's catalog apart
+// (check_workloads, workload_catalog.h): the set does not know what the fleet runs.
 Status validate(const ModelSet& set);
 
 // `source` names the text in errors ("qualification-set.toml:12:3: ...").
@@ -91,11 +91,14 @@ Result<ModelSet> load_model_set_file(const std::filesystem::path& path);
 // TOML that parse_model_set reads back to the same set.
 std::string to_toml(const ModelSet& set);
 
+class WorkloadCatalog;
+
 // The demo set: 40 small (1 chip, 10 min), 14 medium (8 chips, 20 min), 6 large (32 chips,
-// 45 min), computed by the sim registry's real workload models (several entries per workload,
-// with their own seeds). Medium and large models declare a small proxy of the same workload;
-// one small model per workload is in the default presubmit set.
-ModelSet generate_demo_model_set();
+// 45 min), computed by the sim's workloads (`catalog` is sim_workload_catalog(),
+// sim/workloads/catalog.h; several entries per workload, with their own seeds). Medium and large
+// models declare a small proxy of the same workload; one small model per workload is in the
+// default presubmit set.
+ModelSet generate_demo_model_set(const WorkloadCatalog& catalog);
 
 // Where the checked-in demo set lives, relative to the repository root.
 inline constexpr std::string_view kDemoModelSetPath = "coordinator/qualification/data/qualification-set.toml";

@@ -288,3 +288,46 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
   CHECK(fleet.kiln("ci", {"tickets", "--tickets-dir", (dir / "no-tickets").string()}, &out) == 5);
   CHECK_FALSE(fs::exists(dir / "no-tickets"));
 }
+
+TEST_CASE("a nightly builds its bisection bundles with the configured builder and checks the set against the catalog") {
+  Fleet fleet("qualification-builder");
+  start_two_nodes(fleet);
+  const fs::path dir = fleet.dir();
+  std::string out;
+  REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+                     &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "accept", first_word_after(out, "bundle ")}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k3", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+                     &out) == 0);
+  const std::string candidate = first_word_after(out, "bundle ");
+  write(dir / "fp8.toml", std::string(kModelSet).substr(0, std::string(kModelSet).find("[[model]]\nname = \"mlp-fp8-wide\"")));
+  const std::vector<std::string> run = {"nightly", "--bundle", candidate, "--wait", "--no-accept", "--model-set",
+                                        (dir / "fp8.toml").string(), "--bundle-dir", (dir / "bundles").string(),
+                                        "--golden-dir", (dir / "golden").string(), "--tickets-dir",
+                                        (dir / "tickets").string()};
+
+  // A catalog of the fleet's workloads without the set's: refused before anything runs.
+  write(dir / "catalog.json", R"({"models": [{"name": "llama-70b", "components": ["gemm-bf16"]}]})");
+  std::vector<std::string> with_catalog = run;
+  with_catalog.insert(with_catalog.end(), {"--workload-catalog", (dir / "catalog.json").string()});
+  CHECK(fleet.kiln("ci", with_catalog, &out) != 0);
+  CHECK(out.find("workload 'mlp-bf16' is not in the workload catalog") != std::string::npos);
+
+  // k3 slows mlp-fp8 by 10%; the bisection between k1 and k3 needs the bundle at k2, which the
+  // configured builder (one that records its call and fails) cannot make: the bisection is
+  // ambiguous and tickets nobody. The sim builder would have built it and found k3.
+  const fs::path builder = dir / "builder.sh";
+  write(builder, "#!/bin/sh\necho \"$1\" >> " + (dir / "builder-calls").string() + "\necho 'no compiler here' >&2\nexit 3\n");
+  fs::permissions(builder, fs::perms::owner_all);
+  std::vector<std::string> with_builder = run;
+  with_builder.insert(with_builder.end(), {"--builder", builder.string(), "--builder-arg", "{change}"});
+  const int nightly = fleet.kiln("ci", with_builder, &out, 240s);
+  INFO(out);
+  CHECK(nightly == 1);
+  CHECK(out.find("could not build the bundle at change k2") != std::string::npos);
+  CHECK(read(dir / "builder-calls") == "k2\n");
+  CHECK(out.find("bisection ambiguous, no ticket") != std::string::npos);
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
+  CHECK(nlohmann::json::parse(out).empty());
+}

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "coordinator/qualification/model_set.h"
+#include "coordinator/qualification/workload_catalog.h"
+#include "sim/workloads/catalog.h"
 #include "sim/workloads/registry.h"
 
 namespace q = kiln::qualification;
@@ -35,9 +37,12 @@ seed = 7
 presubmit_default = true
 )";
 
+// Loaded, then checked against the sim's workloads as the kiln client does.
 std::string error_of(std::string_view text) {
   auto set = q::parse_model_set(text, "set.toml");
-  return set ? std::string() : set.error().message;
+  if (!set) return set.error().message;
+  auto checked = q::check_workloads(*set, kiln::sim::workloads::sim_workload_catalog());
+  return checked ? std::string() : checked.error().message;
 }
 
 std::string replace(std::string text, std::string_view from, std::string_view to) {
@@ -122,7 +127,7 @@ TEST_CASE("mistakes in the qualification set are errors that say where and what"
 }
 
 TEST_CASE("the demo set is the ci-day nightly: 40 small, 14 medium, 6 large on the registry's models") {
-  const q::ModelSet set = q::generate_demo_model_set();
+  const q::ModelSet set = q::generate_demo_model_set(kiln::sim::workloads::sim_workload_catalog());
   REQUIRE(q::validate(set).has_value());
   REQUIRE(set.models.size() == 60);
   std::map<q::SizeClass, int> counts;
@@ -163,7 +168,7 @@ TEST_CASE("the checked-in demo set file is the generator's output and loads") {
   REQUIRE_MESSAGE(in.good(), "missing " << path);
   std::ostringstream text;
   text << in.rdbuf();
-  CHECK_MESSAGE(text.str() == q::to_toml(q::generate_demo_model_set()),
+  CHECK_MESSAGE(text.str() == q::to_toml(q::generate_demo_model_set(kiln::sim::workloads::sim_workload_catalog())),
                 "regenerate it: kiln-qualification-demo-set > " << q::kDemoModelSetPath);
   auto loaded = q::load_model_set_file(path);
   REQUIRE_MESSAGE(loaded.has_value(), loaded.error().message);

@@ -4,10 +4,13 @@
 #include <set>
 
 #include "coordinator/qualification/selection.h"
+#include "sim/workloads/catalog.h"
 
 namespace q = kiln::qualification;
 
 namespace {
+
+q::ModelSet demo_set() { return q::generate_demo_model_set(kiln::sim::workloads::sim_workload_catalog()); }
 
 q::Change change(q::Layer layer, std::vector<std::string> components) {
   return {"c1", layer, "team", std::move(components), 0, "", std::nullopt};
@@ -28,7 +31,7 @@ std::size_t count_using(const q::ModelSet& set, const std::string& component) {
 }  // namespace
 
 TEST_CASE("a kernel change selects exactly the models using that kernel") {
-  const auto set = q::generate_demo_model_set();
+  const auto set = demo_set();
   const auto selected = q::select_for_change(change(q::Layer::kernels, {"gemm-fp8"}), set);
   CHECK(selected.size() == count_using(set, "gemm-fp8"));
   for (const auto& s : selected) {
@@ -39,7 +42,7 @@ TEST_CASE("a kernel change selects exactly the models using that kernel") {
 }
 
 TEST_CASE("firmware, driver and runtime changes select every model; model changes only that model") {
-  const auto set = q::generate_demo_model_set();
+  const auto set = demo_set();
   for (q::Layer layer : {q::Layer::firmware, q::Layer::driver, q::Layer::runtime}) {
     const auto selected = q::select_for_change(change(layer, {}), set);
     CHECK(selected.size() == set.models.size());
@@ -54,7 +57,7 @@ TEST_CASE("firmware, driver and runtime changes select every model; model change
 }
 
 TEST_CASE("a change that touches nothing a model declares gets the default set") {
-  const auto set = q::generate_demo_model_set();
+  const auto set = demo_set();
   const auto selected = q::select_for_change(change(q::Layer::compiler, {"conv2d"}), set);
   REQUIRE(selected.size() == 5);
   for (const auto& s : selected) {
@@ -64,7 +67,7 @@ TEST_CASE("a change that touches nothing a model declares gets the default set")
 }
 
 TEST_CASE("presubmit keeps a bounded handful of small models, covering the touched kernels first") {
-  const auto set = q::generate_demo_model_set();
+  const auto set = demo_set();
   q::PresubmitOptions options;
   const auto picks = q::select_presubmit(change(q::Layer::kernels, {"attention", "sgd"}), set, options);
   REQUIRE(picks.size() == 4);
@@ -86,7 +89,7 @@ TEST_CASE("presubmit keeps a bounded handful of small models, covering the touch
 }
 
 TEST_CASE("presubmit prefers the model that failed recently among equals") {
-  const auto set = q::generate_demo_model_set();
+  const auto set = demo_set();
   q::PresubmitOptions options;
   options.max_models = 1;
   const auto plain = q::select_presubmit(change(q::Layer::kernels, {"gemm-fp8"}), set, options);
@@ -99,7 +102,7 @@ TEST_CASE("presubmit prefers the model that failed recently among equals") {
 }
 
 TEST_CASE("a model change to a large model smokes its small proxy") {
-  const auto set = q::generate_demo_model_set();
+  const auto set = demo_set();
   const auto picks = q::select_presubmit(change(q::Layer::model, {"train-tiny-large-01"}), set, {});
   REQUIRE(picks.size() == 1);
   CHECK(picks.front().name == *set.find("train-tiny-large-01")->proxy);

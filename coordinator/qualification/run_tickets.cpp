@@ -1,0 +1,60 @@
+#include "coordinator/qualification/run_tickets.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "coordinator/qualification/run_evidence.h"
+
+namespace kiln::qualification {
+
+using json = nlohmann::json;
+
+Ticket hardware_suspect_ticket(const HardwareSuspect& suspect, TimeMs now_ms) {
+  KILN_ASSERT(suspect.action.quarantine_node.has_value(), "a hardware suspect names the node");
+  const std::string& node = *suspect.action.quarantine_node;
+  const json evidence = {{"run_id", suspect.run_id},     {"model", suspect.model},
+                         {"revision", suspect.revision}, {"bundle", suspect.bundle_id},
+                         {"node", node},                 {"failure", suspect.failure},
+                         {"triage", to_json(suspect.action)}};
+  return make_ticket(TicketKind::hardware_suspect, suspect.action.ticket_team.value_or(suspect.lab_team),
+                     fmt::format("node {} (revision {}) suspect: {} fails there and passes on {}", node,
+                                 suspect.revision, suspect.model, suspect.rerun_node),
+                     "node:" + node, std::nullopt, evidence.dump(), now_ms);
+}
+
+Ticket culprit_ticket(const CulpritFound& found, TimeMs now_ms) {
+  json evidence = {{"run_id", found.run_id},
+                   {"model", found.model},
+                   {"revision", found.revision},
+                   {"probe_model", found.probe_model},
+                   {"candidate_bundle", found.candidate_bundle_id},
+                   {"baseline_bundle", found.baseline_bundle_id},
+                   {"detail", found.detail},
+                   {"bisection", to_json(found.bisection)}};
+  if (found.performance) evidence["performance"] = to_json(*found.performance);
+  if (found.triage) evidence["triage"] = to_json(*found.triage);
+  const Change& culprit = found.culprit;
+  std::string title;
+  if (found.kind == TicketKind::performance_regression) {
+    const double shift = found.performance && found.performance->initial ? found.performance->initial->shift.relative
+                                                                         : 0.0;
+    title = fmt::format("{}: throughput {} on revision {} since change {} ({}, {})", found.model, percent(shift),
+                        found.revision, culprit.id, to_string(culprit.layer), culprit.owner_team);
+  } else {
+    title = fmt::format("{}: outputs incorrect on revision {} since change {} ({}, {})", found.model, found.revision,
+                        culprit.id, to_string(culprit.layer), culprit.owner_team);
+  }
+  return make_culprit_ticket(culprit, found.kind, title, evidence.dump(), now_ms);
+}
+
+std::string RunTickets::file(Ticket ticket) {
+  const std::string key = dedupe_key(ticket);
+  if (auto it = id_by_dedupe_key_.find(key); it != id_by_dedupe_key_.end()) return it->second;
+  id_by_dedupe_key_[key] = ticket.id;
+  report_.tickets.push_back(ticket);
+  const std::string id = ticket.id;
+  book_.push(run_action::FileTicket{std::move(ticket)});
+  return id;
+}
+
+}  // namespace kiln::qualification

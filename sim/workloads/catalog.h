@@ -1,0 +1,13 @@
+// The sim's workload catalog for qualification: the registry's models with the kernels they run,
+// as the catalog `kiln-workload-model --list --json` prints. The kiln client checks a
+// qualification set against it when no --workload-catalog is given; production code gets its
+// catalog as data (coordinator/qualification/workload_catalog.h) and never links this.
+#pragma once
+
+#include "coordinator/qualification/workload_catalog.h"
+
+namespace kiln::sim::workloads {
+
+const qualification::WorkloadCatalog& sim_workload_catalog();
+
+}  // namespace kiln::sim::workloads
