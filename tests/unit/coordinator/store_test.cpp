@@ -109,6 +109,14 @@ void set_schema_version(const std::string& path, int version) {
   sqlite3_close(db);
 }
 
+void save_smoke_job(Store& store, std::uint64_t job_id) {
+  JobRecord job;
+  job.summary.job_id = job_id;
+  job.summary.workload = "smoke";
+  job.timeout_ms = 60000;
+  REQUIRE(store.save_job(job).has_value());
+}
+
 }  // namespace
 
 TEST_CASE("a version 1 database (before leases, records and job attribution) is upgraded; a newer one is refused") {
@@ -118,11 +126,7 @@ TEST_CASE("a version 1 database (before leases, records and job attribution) is 
   {
     auto store = open_sqlite_store(path);
     REQUIRE(store.has_value());
-    JobRecord job;
-    job.summary.job_id = 3;
-    job.summary.workload = "smoke";
-    job.timeout_ms = 60000;
-    REQUIRE((*store)->save_job(job).has_value());
+    save_smoke_job(**store, 3);
   }
   // What a version 1 coordinator wrote: jobs without the bundle attribution.
   {
@@ -261,11 +265,7 @@ TEST_CASE("a new database carries kiln's application id; one from before applica
   {
     auto store = open_sqlite_store(path);
     REQUIRE(store.has_value());
-    JobRecord job;
-    job.summary.job_id = 4;
-    job.summary.workload = "smoke";
-    job.timeout_ms = 60000;
-    REQUIRE((*store)->save_job(job).has_value());
+    save_smoke_job(**store, 4);
   }
   CHECK(application_id_of(path) == 0x4B494C4E);
   CHECK_FALSE(std::filesystem::exists(path + ".new"));
@@ -290,13 +290,7 @@ TEST_CASE("check-store finds damaged records and key columns that disagree with 
   {
     auto store = open_sqlite_store(path);
     REQUIRE(store.has_value());
-    for (std::uint64_t id : {1, 2, 3}) {
-      JobRecord job;
-      job.summary.job_id = id;
-      job.summary.workload = "smoke";
-      job.timeout_ms = 60000;
-      REQUIRE((*store)->save_job(job).has_value());
-    }
+    for (std::uint64_t id : {1, 2, 3}) save_smoke_job(**store, id);
     NodeRecord node;
     node.summary.node_id = "n01";
     node.summary.hardware_revision = "a";
