@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  if (auto keys = kiln::agent::check_agent_keys(*config); !keys) {
+    std::fprintf(stderr, "kiln-agent: %s\n", keys.error().message.c_str());
+    return 1;
+  }
   auto shell = kiln::agent::AgentShell::create(std::move(*config));
   if (!shell) {
     std::fprintf(stderr, "kiln-agent: %s\n", shell.error().message.c_str());

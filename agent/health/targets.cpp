@@ -5,26 +5,22 @@
 #include <sstream>
 #include <vector>
 
-#include <toml++/toml.h>
+#include "common/config/toml_errors.h"
 
 namespace kiln::agent::health {
 namespace {
 
-std::string where(std::string_view origin, const toml::source_region& source) {
-  std::string out(origin);
-  if (source.begin.line > 0) {
-    out += ":" + std::to_string(source.begin.line) + ":" + std::to_string(source.begin.column);
-  }
-  return out;
-}
+using config::where;
 
 // Collects every problem in the file so the user fixes them in one pass.
 struct Problems {
   std::string_view origin;
   std::vector<std::string> lines;
 
-  void add(const toml::node& node, const std::string& what) {
-    lines.push_back(where(origin, node.source()) + ": " + what);
+  void add(const toml::node& node, const std::string& what) { add(node.source(), what); }
+  void add(const toml::key& key, const std::string& what) { add(key.source(), what); }
+  void add(const toml::source_region& region, const std::string& what) {
+    lines.push_back(where(origin, region) + ": " + what);
   }
 };
 
@@ -46,8 +42,8 @@ std::optional<std::uint64_t> read_count(const toml::node& node, const std::strin
   return std::nullopt;
 }
 
-const std::vector<std::string>& revision_keys() {
-  static const std::vector<std::string> keys = {
+const std::vector<std::string_view>& revision_keys() {
+  static const std::vector<std::string_view> keys = {
       "memory_bandwidth_gb_per_s", "interconnect_bandwidth_gb_per_s",
       "compute_tflop_per_s",       "warn_temperature_c",
       "fail_temperature_c",        "max_power_w",
@@ -67,10 +63,8 @@ void apply_revision(const std::string& name, const toml::table& table, bool know
                revision_keys().end()) {
       number = read_number(value, key, problems);
     } else {
-      problems.add(value, "unknown key '" + key + "' in [revision." + name + "]; known keys: " +
-                              "memory_bandwidth_gb_per_s, interconnect_bandwidth_gb_per_s, "
-                              "compute_tflop_per_s, warn_temperature_c, fail_temperature_c, "
-                              "max_power_w, warn_ecc_corrected, fail_ecc_uncorrected");
+      problems.add(key_node, "unknown key '" + key + "' in [revision." + name + "]" +
+                                 config::suggestion(key, revision_keys()));
       continue;
     }
     if (number && *number <= 0) {
@@ -98,7 +92,7 @@ void apply_revision(const std::string& name, const toml::table& table, bool know
     for (const auto& key : revision_keys()) {
       if (key == "fail_ecc_uncorrected") continue;  // defaults to 1 for every revision
       if (!table.contains(key)) {
-        problems.add(table, "[revision." + name + "] is a new revision: give '" + key + "'");
+        problems.add(table, "[revision." + name + "] is a new revision: give '" + std::string(key) + "'");
       }
     }
   }
@@ -143,14 +137,9 @@ HealthTargets default_health_targets() {
 }
 
 Result<HealthTargets> parse_health_targets(std::string_view toml_text, std::string_view origin) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, origin);
-  } catch (const toml::parse_error& error) {
-    return fail(Errc::config, where(origin, error.source()) + ": " +
-                                  std::string(error.description()) +
-                                  "; fix the TOML syntax of the health targets file");
-  }
+  auto parsed = config::parse_toml(toml_text, origin, "fix the TOML syntax of the health targets file");
+  if (!parsed) return tl::unexpected(parsed.error());
+  const toml::table& root = *parsed;
 
   HealthTargets targets = default_health_targets();
   Problems problems{origin, {}};
@@ -190,9 +179,9 @@ Result<HealthTargets> parse_health_targets(std::string_view toml_text, std::stri
         apply_revision(name, *table, known, targets.revisions[name], problems);
       }
     } else {
-      problems.add(value, "unknown key '" + key +
-                              "'; known: expected_chip_count, warn_below_fraction, "
-                              "fail_below_fraction and [revision.X] tables");
+      problems.add(key_node, "unknown key '" + key + "'" +
+                                 config::suggestion(key, {"expected_chip_count", "warn_below_fraction",
+                                                          "fail_below_fraction", "revision"}));
     }
   }
   if (targets.fail_below_fraction >= targets.warn_below_fraction) {

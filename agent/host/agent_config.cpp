@@ -14,7 +14,9 @@
 #include <sstream>
 #include <string_view>
 
-#include <toml++/toml.h>
+#include "common/config/endpoint.h"
+#include "common/keys.h"
+#include "common/config/toml_errors.h"
 
 namespace kiln::agent {
 namespace {
@@ -86,46 +88,6 @@ bool is_plain_name(std::string_view text, std::size_t max_length) {
          std::all_of(text.begin(), text.end(), is_name_char);
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// Parses "tcp://host:port"; returns what is wrong, or nothing.
-std::optional<std::string> endpoint_problem(std::string_view endpoint) {
-  constexpr std::string_view scheme = "tcp://";
-  if (endpoint.substr(0, scheme.size()) != scheme) return "must start with tcp://";
-  const std::string_view rest = endpoint.substr(scheme.size());
-  const std::size_t colon = rest.rfind(':');
-  if (colon == std::string_view::npos) return "must name a port, as in tcp://host:5555";
-  std::string_view host = rest.substr(0, colon);
-  const std::string_view port = rest.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host.empty()) return "must name a host, as in tcp://coordinator.example:5555";
-  for (const char c : host) {
-    if (!is_name_char(c) && c != ':') return "has an invalid character in its host name";
-  }
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return "must end with a numeric port between 1 and 65535";
-  }
-  const int port_number = std::stoi(std::string(port));
-  if (port_number < 1 || port_number > 65535) return "must use a port between 1 and 65535";
-  return std::nullopt;
-}
-
 // Every key of the file by table ("" is the top level); [workloads] takes any name.
 const std::vector<std::pair<std::string, std::vector<std::string_view>>>& known_keys() {
   static const auto keys = [] {
@@ -151,28 +113,12 @@ const std::vector<std::string_view>& keys_of(std::string_view table) {
   return known_keys().front().second;
 }
 
-// The nearest of `candidates` to `key`, if it is a near miss (a typo rather than a new word).
-std::string_view closest(std::string_view key, const std::vector<std::string_view>& candidates) {
-  std::string_view best_candidate;
-  std::size_t best = 4;
-  for (const std::string_view candidate : candidates) {
-    const std::size_t distance = edit_distance(key, candidate);
-    if (distance < best) {
-      best = distance;
-      best_candidate = candidate;
-    }
-  }
-  return best_candidate;
-}
-
 // (table, key) of a known key of another table that `key` is, or nearly is.
 std::optional<std::pair<std::string, std::string>> key_elsewhere(std::string_view key,
                                                                  std::string_view table) {
   for (const auto& [name, keys] : known_keys()) {
     if (name == table) continue;
-    if (const std::string_view match = closest(key, keys); !match.empty()) {
-      return std::pair<std::string, std::string>(name, std::string(match));
-    }
+    if (auto match = config::nearest_name(key, keys)) return std::pair<std::string, std::string>(name, *match);
   }
   return std::nullopt;
 }
@@ -201,10 +147,7 @@ class Loader {
     return out;
   }
 
-  std::string at(const toml::source_region& region) const {
-    return display_path_ + ":" + std::to_string(region.begin.line) + ":" +
-           std::to_string(region.begin.column);
-  }
+  std::string at(const toml::source_region& region) const { return config::where(display_path_, region); }
 
   void error_at(const toml::source_region& region, const std::string& what) {
     errors_.emplace_back(region.begin, at(region) + ": " + what);
@@ -226,8 +169,8 @@ class Loader {
       if (std::find(allowed.begin(), allowed.end(), key.str()) != allowed.end()) continue;
       std::string message = "unknown key \"" + std::string(key.str()) + "\"";
       message += table_name.empty() ? " at the top level" : " in [" + std::string(table_name) + "]";
-      if (const std::string_view here = closest(key.str(), allowed); !here.empty()) {
-        message += "; did you mean \"" + std::string(here) + "\"?";
+      if (const auto here = config::nearest_name(key.str(), allowed)) {
+        message += "; did you mean \"" + *here + "\"?";
       } else if (const auto elsewhere = key_elsewhere(key.str(), table_name)) {
         message += "; did you mean \"" + elsewhere->second + "\" under " +
                    (elsewhere->first.empty() ? "the top level" : "[" + elsewhere->first + "]") +
@@ -401,7 +344,7 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
   if (auto endpoint = loader.string(coordinator, "coordinator", "endpoint",
                                     "the coordinator's address, e.g. endpoint = "
                                     "\"tcp://coordinator.example:5555\" under [coordinator]")) {
-    if (auto problem = endpoint_problem(*endpoint)) {
+    if (auto problem = config::tcp_endpoint_problem(*endpoint, /*binds=*/false)) {
       loader.error_at(loader.last_key_region(),
                       "endpoint \"" + *endpoint + "\" " + *problem);
     } else {
@@ -461,6 +404,12 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
   load_workloads(loader, loader.table(root, "workloads"), out);
 }
 
+// Where `key` was set, or the file for a key left at its default.
+std::string origin_of(const AgentConfig& config, const std::string& key) {
+  const auto it = config.key_origins.find(key);
+  return it != config.key_origins.end() ? it->second : config.config_path;
+}
+
 std::string join_lines(const std::vector<std::string>& lines) {
   std::string out;
   for (const std::string& line : lines) {
@@ -490,16 +439,9 @@ Result<AgentConfig> load_agent_config(const std::string& path) {
   std::ostringstream text;
   text << file.rdbuf();
 
-  toml::table root;
-  try {
-    root = toml::parse(text.str(), path);
-  } catch (const toml::parse_error& error) {
-    const toml::source_position& where = error.source().begin;
-    return fail(Errc::config, path + ":" + std::to_string(where.line) + ":" +
-                                  std::to_string(where.column) + ": TOML syntax error: " +
-                                  std::string(error.description()) +
-                                  "; fix the file and run `kiln-agent check-config` again");
-  }
+  auto parsed = config::parse_toml(text.str(), path, "fix the file and run `kiln-agent check-config` again");
+  if (!parsed) return tl::unexpected(parsed.error());
+  const toml::table& root = *parsed;
 
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec).lexically_normal();
@@ -520,10 +462,7 @@ Result<AgentConfig> load_agent_config(const std::string& path) {
 
 Status check_agent_environment(const AgentConfig& config) {
   std::vector<std::string> problems;
-  const auto where = [&](const std::string& key) {
-    const auto it = config.key_origins.find(key);
-    return it != config.key_origins.end() ? it->second : config.config_path;
-  };
+  const auto where = [&](const std::string& key) { return origin_of(config, key); };
   const auto check_file = [&](const std::string& key, const std::string& path, const char* what,
                               int access_mode, const char* remedy) -> bool {
     struct stat info {};
@@ -592,6 +531,19 @@ Status check_agent_environment(const AgentConfig& config) {
                        config.local_socket_group + ") or name an existing group");
   }
 
+  if (!problems.empty()) return fail(Errc::config, join_lines(problems));
+  return {};
+}
+
+Status check_agent_keys(const AgentConfig& config) {
+  std::vector<std::string> problems;
+  const auto problem = [&](const std::string& key, const Error& error) {
+    problems.push_back(origin_of(config, key) + ": " + key + ": " + error.message);
+  };
+  if (auto keys = load_secret_key_file(config.agent_secret_key_file); !keys) problem("secret_key_file", keys.error());
+  if (auto key = load_public_key_file(config.coordinator_public_key_file); !key) {
+    problem("coordinator.public_key_file", key.error());
+  }
   if (!problems.empty()) return fail(Errc::config, join_lines(problems));
   return {};
 }

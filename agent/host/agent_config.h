@@ -73,6 +73,10 @@ Result<AgentConfig> load_agent_config(const std::string& path);
 // and the local socket's group exists. Each problem is one line naming the config key.
 Status check_agent_environment(const AgentConfig& config);
 
+// Reads the agent's keypair and the coordinator's public key as the agent does when it starts;
+// a problem names the line of agent.toml that points at the file.
+Status check_agent_keys(const AgentConfig& config);
+
 // A readable summary of what was loaded, for `kiln-agent check-config`.
 std::string describe_agent_config(const AgentConfig& config);
 

@@ -4,9 +4,10 @@
 #include <filesystem>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
 #include <zmq.hpp>
 
+#include "common/config/endpoint.h"
+#include "common/config/toml_errors.h"
 #include "common/transport/zmq_transport.h"
 
 namespace kiln::cli {
@@ -78,37 +79,41 @@ std::string resolve(const fs::path& base, const std::string& path) {
 }  // namespace
 
 Result<ClientConfig> load_client_config(const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    if (!fs::exists(path)) {
-      return fail(Errc::config, fmt::format("{}: no such file; pass --config, set KILN_CONFIG, or create "
-                                            "~/.config/kiln/client.toml (see docs/operations.md)", path));
-    }
-    return fail(Errc::config, fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
-                                          e.description()));
+  auto root = config::parse_toml_file(path, "the client config",
+                                      "pass --config, set KILN_CONFIG, or create ~/.config/kiln/client.toml (see "
+                                      "docs/operations.md)",
+                                      "fix the file");
+  if (!root) return fail(Errc::config, root.error().message);
+  if (auto ok = config::check_known_keys(path, *root, "client.toml",
+                                         {"coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms"});
+      !ok) {
+    return tl::unexpected(ok.error());
   }
   const fs::path base = fs::absolute(path).parent_path();
   ClientConfig config;
-  for (const auto& [key, node] : root) {
+  for (const auto& [key, node] : *root) {
     const std::string k(key.str());
-    const auto line = node.source().begin.line;
-    if (k == "coordinator" || k == "coordinator_public_key_file" || k == "secret_key_file") {
-      if (!node.is_string()) return fail(Errc::config, fmt::format("{}:{}: {} must be a string", path, line, k));
-      std::string value = node.as_string()->get();
-      if (k == "coordinator") config.coordinator_endpoint = value;
-      if (k == "coordinator_public_key_file") config.coordinator_public_key_file = resolve(base, value);
-      if (k == "secret_key_file") config.secret_key_file = resolve(base, value);
-    } else if (k == "timeout_ms") {
+    const std::string at = config::where(path, key.source());
+    if (k == "timeout_ms") {
       if (!node.is_integer() || node.as_integer()->get() < 100 || node.as_integer()->get() > 3600000) {
-        return fail(Errc::config, fmt::format("{}:{}: timeout_ms must be an integer from 100 to 3600000", path, line));
+        return fail(Errc::config, fmt::format("{}: timeout_ms must be an integer from 100 to 3600000", at));
       }
       config.timeout_ms = static_cast<std::uint32_t>(node.as_integer()->get());
+      continue;
+    }
+    if (!node.is_string()) return fail(Errc::config, fmt::format("{}: {} must be a string", at, k));
+    const std::string value = node.as_string()->get();
+    if (k == "coordinator") {
+      if (auto problem = config::tcp_endpoint_problem(value, /*binds=*/false)) {
+        return fail(Errc::config, fmt::format("{}: coordinator \"{}\" {}", at, value, *problem));
+      }
+      config.coordinator_endpoint = value;
+    } else if (k == "coordinator_public_key_file") {
+      config.coordinator_public_key_file = resolve(base, value);
+      config.coordinator_public_key_file_origin = at;
     } else {
-      return fail(Errc::config, fmt::format("{}:{}: unknown key '{}'; client.toml takes coordinator, "
-                                            "coordinator_public_key_file, secret_key_file, timeout_ms",
-                                            path, line, k));
+      config.secret_key_file = resolve(base, value);
+      config.secret_key_file_origin = at;
     }
   }
   if (config.coordinator_public_key_file.empty() || config.secret_key_file.empty()) {
@@ -118,10 +123,16 @@ Result<ClientConfig> load_client_config(const std::string& path) {
 }
 
 Result<std::unique_ptr<Client>> Client::connect(const ClientConfig& config) {
+  // A key file that is missing or invalid is a configuration problem, whatever the file system said.
+  const auto key_problem = [](const std::string& origin, const char* key, const Error& error) {
+    return fail(Errc::config, fmt::format("{}{}{}: {}", origin, origin.empty() ? "" : ": ", key, error.message));
+  };
   auto keys = load_secret_key_file(config.secret_key_file);
-  if (!keys) return tl::unexpected(keys.error());
+  if (!keys) return key_problem(config.secret_key_file_origin, "secret_key_file", keys.error());
   auto server_key = load_public_key_file(config.coordinator_public_key_file);
-  if (!server_key) return tl::unexpected(server_key.error());
+  if (!server_key) {
+    return key_problem(config.coordinator_public_key_file_origin, "coordinator_public_key_file", server_key.error());
+  }
   try {
     return std::unique_ptr<Client>(std::make_unique<ZmqClient>(config, std::move(*keys), std::move(*server_key)));
   } catch (const zmq::error_t& e) {

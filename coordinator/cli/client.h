@@ -16,9 +16,14 @@ struct ClientConfig {
   std::string coordinator_public_key_file;
   std::string secret_key_file;
   std::uint32_t timeout_ms = 10000;
+  // "file:line" of the key file settings, so a problem with a key file names where it was set.
+  std::string coordinator_public_key_file_origin;
+  std::string secret_key_file_origin;
 };
 
 // Reads client.toml: coordinator, coordinator_public_key_file, secret_key_file, timeout_ms.
+// A missing, unreadable or invalid key file is found by connect(), as an Errc::config error
+// naming the line of client.toml that points at it.
 Result<ClientConfig> load_client_config(const std::string& path);
 
 class Client {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,8 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <toml++/toml.h>
-
+#include "common/config/toml_errors.h"
 #include "common/stats/rng.h"
 #include "coordinator/cli/client.h"
 #include "coordinator/cli/exit_codes.h"
@@ -130,31 +130,31 @@ namespace {
 // The same builder makes `kiln bundle build`'s bundles and a run's bisection bundles.
 void add_builder_options(CLI::App* command, QualifyCommands& c) {
   command->add_option("--builder", c.builder_program,
-                      "a program that builds the bundle and prints it as JSON (default: the sim builder)")
-      ->envname("KILN_BUILDER");
+                      "a program that builds the bundle and prints it as JSON (default: $KILN_BUILDER, else the "
+                      "sim builder)");
   command->add_option("--builder-arg", c.builder_args, "an argument for it; {change}, {index} and {out} are replaced");
 }
 
 void add_run_options(CLI::App* command, QualifyCommands& c) {
   command->add_option("--bundle", c.run_bundle, "the candidate bundle (id or unique prefix; kiln bundles)")->required();
-  command->add_option("--model-set", c.model_set_path, "the qualification set (TOML)")->envname("KILN_MODEL_SET");
+  command->add_option("--model-set", c.model_set_path, "the qualification set (TOML; default: $KILN_MODEL_SET)");
   command->add_option("--workload-catalog", c.workload_catalog_path,
                       "the fleet's workloads and their kernels, as JSON (kiln-workload-model --list --json prints "
-                      "the sim's); the set's workloads and components are checked against it (default: the sim's)")
-      ->envname("KILN_WORKLOAD_CATALOG");
+                      "the sim's); the set's workloads and components are checked against it (default: "
+                      "$KILN_WORKLOAD_CATALOG, else the sim's)");
   add_builder_options(command, c);
-  command->add_option("--bundle-dir", c.bundle_dir, "where the bundles' stack files are (shared with the agents)")
-      ->envname("KILN_BUNDLE_DIR");
-  command->add_option("--golden-dir", c.golden_dir, "the models' golden references (shared with the agents)")
-      ->envname("KILN_GOLDEN_DIR");
-  command->add_option("--tickets-dir", c.tickets_dir, "the ticket sink: one JSON file per ticket")
-      ->envname("KILN_TICKETS_DIR");
+  command->add_option("--bundle-dir", c.bundle_dir,
+                      "where the bundles' stack files are (shared with the agents; default: $KILN_BUNDLE_DIR)");
+  command->add_option("--golden-dir", c.golden_dir,
+                      "the models' golden references (shared with the agents; default: $KILN_GOLDEN_DIR)");
+  command->add_option("--tickets-dir", c.tickets_dir,
+                      "the ticket sink: one JSON file per ticket (default: $KILN_TICKETS_DIR)");
   command->add_flag("--wait", c.wait, "run in the foreground until the verdict; the exit code is the verdict");
   command->add_option("--junit", c.junit_path, "write the verdict as JUnit XML here");
   command->add_option("--webhook-config", c.webhook_config,
                       "send tickets to an HTTP webhook (TOML: url, headers, bearer_token_file, timeout_ms, "
-                      "max_attempts, retry_backoff_ms); the tickets directory keeps the record")
-      ->envname("KILN_WEBHOOK_CONFIG");
+                      "max_attempts, retry_backoff_ms); the tickets directory keeps the record (default: "
+                      "$KILN_WEBHOOK_CONFIG)");
   command->add_option("--repeats", c.repeats, "timed repeats per side in the first measurement")->capture_default_str();
   command->add_option("--max-jobs", c.max_jobs, "jobs in flight at once")->capture_default_str();
   command->add_option("--run-id", c.run_id, "name of the run (default: tier, time and bundle)");
@@ -187,8 +187,8 @@ QualifyCommands* make(CLI::App& app) {
   c->bundle_build->add_option("--revs", c->build_revisions, "hardware revisions it supports")
       ->delimiter(',')
       ->capture_default_str();
-  c->bundle_build->add_option("--bundle-dir", c->bundle_dir, "where the sim builder writes the stack file")
-      ->envname("KILN_BUNDLE_DIR");
+  c->bundle_build->add_option("--bundle-dir", c->bundle_dir,
+                              "where the sim builder writes the stack file (default: $KILN_BUNDLE_DIR)");
   add_builder_options(c->bundle_build, *c);
   c->bundle_show = c->bundle->add_subcommand("show", "print one bundle");
   c->bundle_show->add_option("ID", c->bundle_id, "bundle id or unique prefix")->required();
@@ -221,8 +221,7 @@ QualifyCommands* make(CLI::App& app) {
   c->run = app.add_subcommand("run", "show one qualification run (progress while it runs)");
   c->run->add_option("ID", c->show_run_id, "run id")->required();
   c->tickets = app.add_subcommand("tickets", "list the tickets in the ticket directory");
-  c->tickets->add_option("--tickets-dir", c->tickets_dir, "the ticket sink's directory")
-      ->envname("KILN_TICKETS_DIR");
+  c->tickets->add_option("--tickets-dir", c->tickets_dir, "the ticket sink's directory (default: $KILN_TICKETS_DIR)");
   return c;
 }
 
@@ -408,39 +407,39 @@ Result<std::unique_ptr<q::TicketSink>> open_ticket_sink(const QualifyCommands& c
     if (!sink) return tl::unexpected(sink.error());
     return std::unique_ptr<q::TicketSink>(std::make_unique<q::DirectoryTicketSink>(std::move(*sink)));
   }
-  toml::table table;
-  try {
-    table = toml::parse_file(c.webhook_config);
-  } catch (const toml::parse_error& error) {
-    return fail(Errc::config, fmt::format("{}:{}:{}: {}; fix the webhook config", c.webhook_config,
-                                          error.source().begin.line, error.source().begin.column, error.description()));
+  auto table = config::parse_toml_file(c.webhook_config, "the webhook config", "check --webhook-config",
+                                       "fix the webhook config");
+  if (!table) return fail(Errc::config, table.error().message);
+  const std::vector<std::string_view> settings = {"url",        "headers",      "bearer_token_file",
+                                                  "timeout_ms", "max_attempts", "retry_backoff_ms"};
+  if (auto ok = config::check_known_keys(c.webhook_config, *table, "the webhook config", settings); !ok) {
+    return tl::unexpected(ok.error());
   }
   q::WebhookSinkConfig config;
-  for (const auto& [key, node] : table) {
+  for (const auto& [key, node] : *table) {
     const std::string_view name = key.str();
-    if (name == "url" && node.is_string()) {
-      config.url = *node.value<std::string>();
-    } else if (name == "bearer_token_file" && node.is_string()) {
-      config.bearer_token_file = *node.value<std::string>();
-    } else if (name == "timeout_ms" && node.is_integer()) {
-      config.timeout_ms = *node.value<std::int64_t>();
-    } else if (name == "max_attempts" && node.is_integer()) {
-      config.max_attempts = static_cast<int>(*node.value<std::int64_t>());
-    } else if (name == "retry_backoff_ms" && node.is_integer()) {
-      config.retry_backoff_ms = *node.value<std::int64_t>();
-    } else if (name == "headers" && node.is_table()) {
+    const auto wrong_type = [&](std::string_view type) {
+      return fail(Errc::config,
+                  fmt::format("{}: {} must be {}", config::where(c.webhook_config, node.source()), name, type));
+    };
+    if (name == "url" || name == "bearer_token_file") {
+      if (!node.is_string()) return wrong_type("a string");
+      (name == "url" ? config.url : config.bearer_token_file) = *node.value<std::string>();
+    } else if (name == "headers") {
+      if (!node.is_table()) return wrong_type("a table of header = \"value\"");
       for (const auto& [header, value] : *node.as_table()) {
         if (!value.is_string()) {
-          return fail(Errc::config, fmt::format("{}: header {} must be a string", c.webhook_config, header.str()));
+          return fail(Errc::config, fmt::format("{}: header {} must be a string",
+                                                config::where(c.webhook_config, value.source()), header.str()));
         }
         config.headers[std::string(header.str())] = *value.value<std::string>();
       }
     } else {
-      return fail(Errc::config, fmt::format("{}:{}:{}: '{}' is not a webhook setting of that type; the settings are "
-                                            "url, headers (a table), bearer_token_file, timeout_ms, max_attempts, "
-                                            "retry_backoff_ms",
-                                            c.webhook_config, node.source().begin.line, node.source().begin.column,
-                                            name));
+      if (!node.is_integer()) return wrong_type("an integer");
+      const std::int64_t value = *node.value<std::int64_t>();
+      if (name == "timeout_ms") config.timeout_ms = value;
+      if (name == "max_attempts") config.max_attempts = static_cast<int>(value);
+      if (name == "retry_backoff_ms") config.retry_backoff_ms = value;
     }
   }
   auto sink = q::WebhookTicketSink::open(config, c.tickets_dir);
@@ -730,8 +729,25 @@ Status check_arguments(const QualifyCommands& c) {
   return {};
 }
 
+// CLI11 (2.1) hands an option's environment variable to every subcommand that declares the option,
+// parsed or not, and their callbacks then overwrite what the command line gave: so the variables
+// are read here, after parsing, and only fill what the command line left empty.
+void apply_environment(QualifyCommands& c) {
+  for (auto [value, variable] : {std::pair<std::string*, const char*>{&c.model_set_path, "KILN_MODEL_SET"},
+                                 {&c.bundle_dir, "KILN_BUNDLE_DIR"},
+                                 {&c.golden_dir, "KILN_GOLDEN_DIR"},
+                                 {&c.tickets_dir, "KILN_TICKETS_DIR"},
+                                 {&c.webhook_config, "KILN_WEBHOOK_CONFIG"},
+                                 {&c.workload_catalog_path, "KILN_WORKLOAD_CATALOG"},
+                                 {&c.builder_program, "KILN_BUILDER"}}) {
+    const char* set = std::getenv(variable);
+    if (value->empty() && set != nullptr) *value = set;
+  }
+}
+
 int run_qualify_command(QualifyCommands& c, const std::function<Result<Client*>()>& connect, bool json, int argc,
                         char** argv) {
+  apply_environment(c);
   if (c.tickets->parsed()) return tickets_command(c, json);
   if (auto ok = check_arguments(c); !ok) return report(ok.error());
   auto connected = connect();

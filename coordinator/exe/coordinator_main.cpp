@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "coordinator/shell/server.h"
+#include "coordinator/store/store.h"
 
 namespace {
 
@@ -12,26 +13,59 @@ std::atomic<bool> g_stop{false};
 
 void request_stop(int) { g_stop.store(true); }
 
+constexpr int kExitProblem = 1;
+constexpr int kExitConfig = 2;
+
+int print_error(const kiln::Error& error, int status) {
+  std::fprintf(stderr, "kiln-coordinator: %s\n", error.message.c_str());
+  return status;
+}
+
+// Reads the database without writing to it and says what to do about what it finds.
+int check_store(const std::string& database) {
+  auto check = kiln::coordinator::check_sqlite_store(database);
+  if (!check) return print_error(check.error(), check.error().code == kiln::Errc::not_found ? kExitConfig : kExitProblem);
+  std::printf("%s\n", check->summary.c_str());
+  if (check->problems.empty()) {
+    std::printf("OK: SQLite's integrity check and kiln's own checks found nothing wrong\n");
+    return 0;
+  }
+  for (const std::string& problem : check->problems) std::printf("  %s\n", problem.c_str());
+  std::printf("%zu problem(s). Stop the coordinator, keep a copy of the file, restore it from your latest backup "
+              "and run check-store on what you restored before starting the coordinator on it.\n",
+              check->problems.size());
+  return kExitProblem;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-coordinator: the kiln fleet coordinator"};
+  app.fallthrough();  // --config may also follow the subcommand
   std::string config_path = "/etc/kiln/coordinator.toml";
-  app.add_option("--config", config_path, "coordinator.toml to use")->capture_default_str();
-  auto* check = app.add_subcommand("check-config", "load the configuration, print what it says, and exit");
+  auto* config_option = app.add_option("--config", config_path, "coordinator.toml to use")->capture_default_str();
+  auto* check = app.add_subcommand("check-config", "load the configuration and the secret key, print what they say, "
+                                                   "and exit");
+  auto* store_check = app.add_subcommand("check-store", "check the database read-only: SQLite's integrity check "
+                                                        "and kiln's own, and say what to do");
+  std::string database;
+  store_check->add_option("--database", database, "the database to check (default: the one coordinator.toml names)")
+      ->excludes(config_option);
   CLI11_PARSE(app, argc, argv);
 
+  if (store_check->parsed() && !database.empty()) return check_store(database);
   auto config = kiln::coordinator::load_coordinator_config(config_path);
-  if (!config) {
-    std::fprintf(stderr, "kiln-coordinator: %s\n", config.error().message.c_str());
-    return 2;
-  }
+  if (!config) return print_error(config.error(), kExitConfig);
+  if (store_check->parsed()) return check_store(config->database);
   if (check->parsed()) {
+    if (auto keys = kiln::coordinator::load_coordinator_keys(*config); !keys) {
+      return print_error(keys.error(), kExitConfig);
+    }
     std::printf("%s: OK\n  agents connect to  %s\n  clients connect to %s\n  database           %s\n"
-                "  authorized keys    %zu\n  heartbeat          %u ms, lost after %u missed\n",
+                "  authorized keys    %zu\n  heartbeat          %u ms, lost after %u missed\n  log level          %s\n",
                 config_path.c_str(), config->agent_endpoint.c_str(), config->client_endpoint.c_str(),
                 config->database.c_str(), config->keys_by_public_key.size(), config->knobs.heartbeat_interval_ms,
-                config->knobs.liveness_missed_beats);
+                config->knobs.liveness_missed_beats, config->log_level.c_str());
     return 0;
   }
 
@@ -41,13 +75,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
 
   auto server = kiln::coordinator::CoordinatorServer::create(std::move(*config));
-  if (!server) {
-    std::fprintf(stderr, "kiln-coordinator: %s\n", server.error().message.c_str());
-    return 1;
-  }
-  if (auto s = (*server)->run(g_stop); !s) {
-    std::fprintf(stderr, "kiln-coordinator: %s\n", s.error().message.c_str());
-    return 1;
-  }
+  if (!server) return print_error(server.error(), kExitProblem);
+  if (auto s = (*server)->run(g_stop); !s) return print_error(s.error(), kExitProblem);
   return 0;
 }

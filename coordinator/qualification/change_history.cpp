@@ -6,7 +6,7 @@
 #include <toml++/toml.h>
 
 #include "coordinator/qualification/change.h"
-#include "coordinator/qualification/toml_where.h"
+#include "common/config/toml_errors.h"
 
 namespace kiln::qualification {
 
@@ -61,7 +61,7 @@ Result<Change> change_from_json(const nlohmann::json& json) {
 
 namespace {
 
-using detail::where;
+using config::where;
 
 Result<std::vector<std::string>> string_array(const toml::table& table, std::string_view key, std::string_view at) {
   std::vector<std::string> out;
@@ -79,19 +79,9 @@ Result<std::vector<std::string>> string_array(const toml::table& table, std::str
   return out;
 }
 
-Status check_keys(const toml::table& table, const std::set<std::string_view>& known, std::string_view what,
-                  std::string_view source) {
-  for (const auto& [key, node] : table) {
-    if (known.count(key.str()) == 0) {
-      return fail(Errc::config, fmt::format("{}: unknown key '{}' in {}; known keys: {}", where(source, node.source()),
-                                            key.str(), what, fmt::join(known, ", ")));
-    }
-  }
-  return {};
-}
-
 Result<SimChangeEffect> parse_sim_effect(const toml::table& table, std::string_view source) {
-  if (auto ok = check_keys(table, {"throughput", "breaks_kernels", "repairs_kernels"}, "[change.sim_effect]", source);
+  if (auto ok = config::check_known_keys(source, table, "[change.sim_effect]",
+                                         {"throughput", "breaks_kernels", "repairs_kernels"});
       !ok) {
     return tl::unexpected(ok.error());
   }
@@ -121,8 +111,9 @@ Result<SimChangeEffect> parse_sim_effect(const toml::table& table, std::string_v
 }
 
 Result<Change> parse_change(const toml::table& table, std::string_view source, TimeMs default_merged_at_ms) {
-  if (auto ok = check_keys(table, {"id", "layer", "owner_team", "components", "merged_at_ms", "summary", "sim_effect"},
-                           "[[change]]", source);
+  if (auto ok = config::check_known_keys(
+          source, table, "[[change]]",
+          {"id", "layer", "owner_team", "components", "merged_at_ms", "summary", "sim_effect"});
       !ok) {
     return tl::unexpected(ok.error());
   }
@@ -163,14 +154,11 @@ Result<Change> parse_change(const toml::table& table, std::string_view source, T
 
 Result<std::vector<Change>> parse_change_history(std::string_view toml_text, std::string_view source,
                                                  TimeMs first_merged_at_ms) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, source);
-  } catch (const toml::parse_error& error) {
-    return fail(Errc::config, fmt::format("{}: not valid TOML: {}; fix the change history file",
-                                          where(source, error.source()), error.description()));
-  }
-  if (auto ok = check_keys(root, {"change"}, "the change history (it holds [[change]] tables)", source); !ok) {
+  auto parsed = config::parse_toml(toml_text, source, "fix the change history file");
+  if (!parsed) return tl::unexpected(parsed.error());
+  const toml::table& root = *parsed;
+  if (auto ok = config::check_known_keys(source, root, "the change history (it holds [[change]] tables)", {"change"});
+      !ok) {
     return tl::unexpected(ok.error());
   }
   const toml::array* entries = root["change"].as_array();

@@ -10,7 +10,7 @@
 #include <toml++/toml.h>
 
 #include "coordinator/qualification/toml_text.h"
-#include "coordinator/qualification/toml_where.h"
+#include "common/config/toml_errors.h"
 #include "coordinator/qualification/workload_catalog.h"
 
 namespace kiln::qualification {
@@ -95,10 +95,10 @@ Status validate(const ModelSet& set) {
 
 namespace {
 
-using detail::where;
+using config::where;
 
-const std::set<std::string>& known_keys() {
-  static const std::set<std::string> keys = {"name",       "size_class", "chips",          "minutes",
+const std::vector<std::string_view>& known_keys() {
+  static const std::vector<std::string_view> keys = {"name",       "size_class", "chips",          "minutes",
                                              "components", "proxy",      "eval_threshold", "owner_team",
                                              "workload",   "seed",       "data_seed",      "presubmit_default",
                                              "repeats",    "warmup_min", "warmup_max",     "steady_window",
@@ -128,14 +128,8 @@ Result<std::uint64_t> optional_seed(const toml::table& table, std::string_view k
 
 Result<QualificationModel> parse_model(const toml::table& table, std::string_view source) {
   const std::string at = where(source, table.source());
-  for (const auto& [key, node] : table) {
-    if (known_keys().count(std::string(key.str())) == 0) {
-      return fail(Errc::config, fmt::format("{}: unknown key '{}' in [[model]]; known keys: name, size_class, chips, "
-                                            "minutes, components, proxy, eval_threshold, owner_team, workload, seed, "
-                                            "data_seed, presubmit_default, repeats, warmup_min, warmup_max, "
-                                            "steady_window, steady_tolerance",
-                                            where(source, node.source()), key.str()));
-    }
+  if (auto ok = config::check_known_keys(source, table, "[[model]]", known_keys()); !ok) {
+    return tl::unexpected(ok.error());
   }
   QualificationModel model;
   auto name = required_string(table, "name", at);
@@ -185,7 +179,7 @@ Result<QualificationModel> parse_model(const toml::table& table, std::string_vie
   }
   if (const toml::node* workload = table.get("workload")) {
     const auto text = workload->value<std::string>();
-    if (!text) return fail(Errc::config, fmt::format("{}: workload must be a sim registry model name", in));
+    if (!text) return fail(Errc::config, fmt::format("{}: workload must be a string naming a workload of the catalog", in));
     model.workload = *text;
   }
   auto seed = optional_seed(table, "seed", in);
@@ -230,18 +224,13 @@ Result<QualificationModel> parse_model(const toml::table& table, std::string_vie
 }  // namespace
 
 Result<ModelSet> parse_model_set(std::string_view toml_text, std::string_view source) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, source);
-  } catch (const toml::parse_error& error) {
-    return fail(Errc::config, fmt::format("{}: not valid TOML: {}; fix the qualification set file",
-                                          where(source, error.source()), error.description()));
-  }
-  for (const auto& [key, node] : root) {
-    if (key.str() != "model") {
-      return fail(Errc::config, fmt::format("{}: unknown top-level key '{}'; the file holds [[model]] tables only",
-                                            where(source, node.source()), key.str()));
-    }
+  auto parsed = config::parse_toml(toml_text, source, "fix the qualification set file");
+  if (!parsed) return tl::unexpected(parsed.error());
+  const toml::table& root = *parsed;
+  if (auto ok = config::check_known_keys(source, root, "the top level (the file holds [[model]] tables only)",
+                                         {"model"});
+      !ok) {
+    return tl::unexpected(ok.error());
   }
   const toml::array* entries = root["model"].as_array();
   if (entries == nullptr) {

@@ -8,7 +8,7 @@
 
 namespace kiln::scheduler {
 
-// `scheduler_table` is the `[scheduler]` table itself.
-Result<SchedulerKnobs> parse_scheduler_knobs(const toml::table& scheduler_table);
+// `scheduler_table` is the `[scheduler]` table itself, read from `source` (errors give its line).
+Result<SchedulerKnobs> parse_scheduler_knobs(const toml::table& scheduler_table, std::string_view source);
 
 }  // namespace kiln::scheduler

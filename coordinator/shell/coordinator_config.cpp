@@ -4,18 +4,22 @@
 #include <set>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+#include <fmt/ranges.h>
 
-#include "common/keys.h"
+#include "common/config/endpoint.h"
+#include "common/config/toml_errors.h"
 #include "coordinator/scheduler/knobs_toml.h"
 
 namespace kiln::coordinator {
 namespace {
 
 namespace fs = std::filesystem;
+using config::where;
 
-std::string where(const std::string& file, const toml::source_region& src) {
-  return fmt::format("{}:{}:{}", file, src.begin.line, src.begin.column);
+// What make_logger accepts.
+const std::vector<std::string_view>& log_levels() {
+  static const std::vector<std::string_view> levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  return levels;
 }
 
 // Reads one table's keys, refusing unknown ones so a misspelt knob never goes unnoticed.
@@ -46,13 +50,14 @@ class TableReader {
   }
 
   Status no_unknown_keys() {
-    for (const auto& [key, node] : table_) {
-      if (!seen_.count(std::string(key.str()))) {
-        return bad(node, fmt::format("unknown key '{}' in [{}]; see docs/operations.md for the keys it takes",
-                                     key.str(), name_));
-      }
-    }
-    return {};
+    const std::vector<std::string_view> known(seen_.begin(), seen_.end());
+    return config::check_known_keys(file_, table_, "[" + name_ + "]", known);
+  }
+
+  // Where `key` is set, for checks on its value; the table's own position if it is not.
+  std::string origin(const char* key) const {
+    const auto it = table_.find(key);
+    return where(file_, it != table_.end() ? it->first.source() : table_.source());
   }
 
   tl::unexpected<Error> bad(const toml::node& node, const std::string& what) const {
@@ -74,25 +79,23 @@ std::string resolve(const fs::path& base, const std::string& path) {
 }  // namespace
 
 Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    if (!fs::exists(path)) {
-      return fail(Errc::config, fmt::format("{}: no such file; pass the coordinator's config with --config", path));
-    }
-    return fail(Errc::config, fmt::format("{}: {}", where(path, e.source()), e.description()));
-  }
+  auto parsed = config::parse_toml_file(path, "the coordinator config", "pass the coordinator's config with --config",
+                                        "fix the file and run `kiln-coordinator check-config` again");
+  if (!parsed) return fail(Errc::config, parsed.error().message);
+  const toml::table& root = *parsed;
   const fs::path base = fs::absolute(path).parent_path();
   CoordinatorConfig config;
   config.source_path = path;
 
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
-    if (k != "coordinator" && k != "knobs" && k != "scheduler" && k != "keys") {
-      return fail(Errc::config, fmt::format("{}: unknown table '{}'; expected [coordinator], [knobs], [scheduler] "
+    static const std::vector<std::string_view> tables = {"coordinator", "knobs", "scheduler", "keys"};
+    if (std::find(tables.begin(), tables.end(), k) == tables.end()) {
+      const auto near = config::nearest_name(k, tables);
+      return fail(Errc::config, fmt::format("{}: unknown table '{}'{}; expected [coordinator], [knobs], [scheduler] "
                                             "and [[keys]]",
-                                            where(path, node.source()), k));
+                                            where(path, key.source()), k,
+                                            near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
     }
   }
 
@@ -105,6 +108,18 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
                    r.integer("max_message_bytes", config.max_message_bytes, 4096, 64 << 20), r.no_unknown_keys()}) {
       if (!s) return tl::unexpected(s.error());
     }
+    for (const auto& [key, endpoint] : {std::pair<const char*, const std::string&>{"agent_endpoint",
+                                                                                   config.agent_endpoint},
+                                        {"client_endpoint", config.client_endpoint}}) {
+      if (auto problem = config::tcp_endpoint_problem(endpoint, /*binds=*/true)) {
+        return fail(Errc::config, fmt::format("{}: {} \"{}\" {}", r.origin(key), key, endpoint, *problem));
+      }
+    }
+    if (std::find(log_levels().begin(), log_levels().end(), config.log_level) == log_levels().end()) {
+      return fail(Errc::config, fmt::format("{}: log_level '{}' is not one of {}", r.origin("log_level"),
+                                            config.log_level, fmt::join(log_levels(), ", ")));
+    }
+    config.secret_key_file_origin = r.origin("secret_key_file");
   } else {
     return fail(Errc::config, fmt::format("{}: missing the [coordinator] table", path));
   }
@@ -137,8 +152,8 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
   if (const toml::node* scheduler = root.get("scheduler")) {
     const toml::table* t = scheduler->as_table();
     if (!t) return fail(Errc::config, fmt::format("{}: scheduler must be a table ([scheduler])", where(path, scheduler->source())));
-    auto knobs = scheduler::parse_scheduler_knobs(*t);
-    if (!knobs) return fail(Errc::config, fmt::format("{}: {}", path, knobs.error().message));
+    auto knobs = scheduler::parse_scheduler_knobs(*t, path);
+    if (!knobs) return tl::unexpected(knobs.error());
     config.knobs.scheduler = std::move(*knobs);
   }
 
@@ -173,7 +188,10 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
       }
       if (!public_key_file.empty()) {
         auto loaded = load_public_key_file(resolve(base, public_key_file));
-        if (!loaded) return tl::unexpected(loaded.error());
+        if (!loaded) {
+          return fail(Errc::config, fmt::format("{}: public_key_file of key '{}': {}", r.origin("public_key_file"),
+                                                key.name, loaded.error().message));
+        }
         key.public_key = *loaded;
       }
       if (!is_z85_key(key.public_key)) {
@@ -186,6 +204,19 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
     }
   }
   return config;
+}
+
+Result<KeyPair> load_coordinator_keys(const CoordinatorConfig& config) {
+  auto keys = load_secret_key_file(config.secret_key_file);
+  if (!keys) {
+    const bool missing = keys.error().code == Errc::io;
+    return fail(Errc::config, fmt::format("{}: secret_key_file: {}{}", config.secret_key_file_origin,
+                                          keys.error().message,
+                                          missing ? "; make the keypair with `kiln keygen --out coordinator` or fix "
+                                                    "the path"
+                                                  : ""));
+  }
+  return keys;
 }
 
 }  // namespace kiln::coordinator

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/keys.h"
 #include "common/protocol/messages.h"
 #include "coordinator/core/knobs.h"
 
@@ -22,6 +23,7 @@ struct CoordinatorConfig {
   std::string agent_endpoint = "tcp://127.0.0.1:7601";
   std::string client_endpoint = "tcp://127.0.0.1:7602";
   std::string secret_key_file;
+  std::string secret_key_file_origin;  // "file:line:column" of the key that names it
   std::string database = "kiln.db";
   std::string log_level = "info";
   std::size_t max_message_bytes = 1 << 20;
@@ -32,5 +34,9 @@ struct CoordinatorConfig {
 // Relative paths resolve against the file's directory. Errors name the file, the line and
 // what to change.
 Result<CoordinatorConfig> load_coordinator_config(const std::string& path);
+
+// The coordinator's keypair from secret_key_file; a problem (missing, unreadable, open
+// permissions) names the file and line of the config that points at it.
+Result<KeyPair> load_coordinator_keys(const CoordinatorConfig& config);
 
 }  // namespace kiln::coordinator

@@ -260,7 +260,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
 Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(CoordinatorConfig config) {
   auto logger = make_logger("coordinator", config.log_level);
   if (!logger) return tl::unexpected(logger.error());
-  auto keys = load_secret_key_file(config.secret_key_file);
+  auto keys = load_coordinator_keys(config);
   if (!keys) return tl::unexpected(keys.error());
   auto store = open_sqlite_store(config.database);
   if (!store) return tl::unexpected(store.error());

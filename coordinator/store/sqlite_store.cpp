@@ -1,6 +1,16 @@
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/protocol/json.h"
 #include "coordinator/store/store.h"
@@ -13,8 +23,32 @@ namespace {
 // coordinator that reads version 1 refuses a version 2 database, so it cannot drop the
 // developers' leases and the qualification records it does not know about.
 constexpr int kSchemaVersion = 2;
+// SQLite's application id (a field of the file header) of a database kiln created: "KILN".
+// Databases from before it was set have kiln's tables only and a schema version; they get it
+// when a coordinator next opens them.
+constexpr std::int32_t kApplicationId = 0x4B494C4E;
 // Ended leases kept for `kiln leases --all` after a restart; the oldest go first.
 constexpr int kEndedLeasesKept = 1000;
+
+constexpr const char* kCreateTables[] = {
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, doc TEXT NOT NULL);",
+    "CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL, node_id TEXT NOT NULL, "
+    "doc TEXT NOT NULL);",
+    "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, "
+    "PRIMARY KEY (kind, key));",
+    "CREATE TABLE IF NOT EXISTS leases (lease_id INTEGER PRIMARY KEY, state TEXT NOT NULL, doc TEXT NOT NULL);",
+};
+
+const std::set<std::string>& kiln_tables() {
+  static const std::set<std::string> tables = {"meta", "nodes", "jobs", "records", "leases"};
+  return tables;
+}
+
+struct CloseDatabase {
+  void operator()(sqlite3* db) const { sqlite3_close(db); }
+};
+using Database = std::unique_ptr<sqlite3, CloseDatabase>;
 
 class Statement {
  public:
@@ -29,51 +63,281 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
+std::string restore_advice(const std::string& path) {
+  return fmt::format("stop the coordinator, keep a copy of the file, restore it from your latest backup, and run "
+                     "`kiln-coordinator check-store --database {}` on what you restored",
+                     path);
+}
+
+const std::string& foreign_remedy() {
+  static const std::string remedy =
+      "kiln writes only to databases it created: set database in coordinator.toml to kiln's own database, or to a "
+      "path that does not exist yet, where the coordinator creates a new one";
+  return remedy;
+}
+
+// What SQLite's last error on `db` means for the user: a damaged or foreign file says what to do.
+std::string sqlite_failure(sqlite3* db, const std::string& path, std::string_view doing) {
+  const char* message = sqlite3_errmsg(db);
+  switch (sqlite3_errcode(db) & 0xff) {
+    case SQLITE_CORRUPT:
+      return fmt::format("database {} is damaged ({}, while trying to {}); {}", path, message, doing,
+                         restore_advice(path));
+    case SQLITE_NOTADB:
+      return fmt::format("{} is not a SQLite database ({}); {}", path, message, foreign_remedy());
+    default: return fmt::format("database {}: cannot {}: {}", path, doing, message);
+  }
+}
+
+Status exec(sqlite3* db, const std::string& path, const std::string& sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+    sqlite3_free(message);
+    return fail(Errc::io, sqlite_failure(db, path, fmt::format("run `{}`", sql)));
+  }
+  return {};
+}
+
+Status exec_all(sqlite3* db, const std::string& path, std::initializer_list<std::string> statements) {
+  for (const std::string& sql : statements) {
+    if (auto s = exec(db, path, sql); !s) return s;
+  }
+  return {};
+}
+
+// Sets kiln's application id and creates or completes its tables, in one transaction, so a
+// database is kiln's only once it holds all of them. `version_found` is 0 for a new database.
+Status write_schema(sqlite3* db, const std::string& path, int version_found) {
+  if (auto s = exec_all(db, path, {"BEGIN IMMEDIATE;", fmt::format("PRAGMA application_id={};", kApplicationId)});
+      !s) {
+    return s;
+  }
+  for (const char* sql : kCreateTables) {
+    if (auto s = exec(db, path, sql); !s) return s;
+  }
+  if (version_found == 1) {
+    // Jobs of version 1 named no bundle; the fields are required in version 2.
+    if (auto s = exec(db, path, "UPDATE jobs SET doc = json_set(doc, '$.summary.bundle_id', '', "
+                                "'$.summary.config_hash', '');");
+        !s) {
+      return s;
+    }
+  }
+  return exec_all(db, path,
+                  {fmt::format("INSERT INTO meta (key, value) VALUES ('schema_version', '{}') "
+                               "ON CONFLICT(key) DO UPDATE SET value=excluded.value;",
+                               kSchemaVersion),
+                   "COMMIT;"});
+}
+
+Result<Database> open_database(const std::string& path, int flags) {
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_FULLMUTEX, nullptr);
+  Database db(raw);
+  if (rc != SQLITE_OK) {
+    return fail(Errc::io, fmt::format("cannot open database {}: {}; check the directory exists and is writable", path,
+                                      raw ? sqlite3_errmsg(raw) : "out of memory"));
+  }
+  return db;
+}
+
+// Whether `path` exists; an existing file that cannot be a database of kiln's is refused here,
+// before SQLite reads it.
+Result<bool> database_file_exists(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    return fail(Errc::io, fmt::format("cannot look at database {}: {}; check the path and its directory's "
+                                      "permissions",
+                                      path, std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return fail(Errc::config, fmt::format("database {} is not a regular file; set database in coordinator.toml to "
+                                          "a file path",
+                                          path));
+  }
+  if (st.st_size == 0) {
+    // An empty file is what a failed copy or a full disk leaves: starting afresh there would
+    // hide the loss of every job and lease it held.
+    return fail(Errc::config, fmt::format("database {} is an empty file (0 bytes), not a kiln database; if it held "
+                                          "kiln's data, restore it from your latest backup; to start a new database "
+                                          "there, delete the empty file and the coordinator creates one",
+                                          path));
+  }
+  return true;
+}
+
+// Creates a new kiln database at `path` complete or not at all: it is built under another
+// name and linked into place, so a crash never leaves a half-made database behind.
+Status create_database(const std::string& path) {
+  const std::string building = path + ".new";
+  const auto remove_building = [&building] {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((building + suffix).c_str());
+  };
+  remove_building();
+  Status built = [&]() -> Status {
+    auto db = open_database(building, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    if (!db) return tl::unexpected(db.error());
+    if (auto s = write_schema(db->get(), building, 0); !s) return s;
+    return exec(db->get(), building, "PRAGMA journal_mode=WAL;");
+  }();
+  const int linked = built ? ::link(building.c_str(), path.c_str()) : -1;
+  const int link_errno = errno;
+  remove_building();
+  if (!built) {
+    return fail(Errc::io, fmt::format("cannot create database {} ({}); check the directory exists and is writable",
+                                      path, built.error().message));
+  }
+  // Another coordinator creating it at the same moment is fine: what it made is looked at next.
+  if (linked != 0 && link_errno != EEXIST) {
+    return fail(Errc::io, fmt::format("cannot create database {}: {}; check the directory exists and is writable",
+                                      path, std::strerror(link_errno)));
+  }
+  return {};
+}
+
+// What an existing database file holds, read without writing to it.
+struct DatabaseContents {
+  std::int32_t application_id = 0;
+  std::vector<std::string> tables;
+  std::optional<int> schema_version;  // from kiln's meta table, if it has one
+};
+
+Result<DatabaseContents> inspect(const std::string& path) {
+  auto db = open_database(path, SQLITE_OPEN_READONLY);
+  if (!db) return tl::unexpected(db.error());
+  DatabaseContents found;
+  {
+    Statement st(db->get(), "PRAGMA application_id;");
+    if (!st || sqlite3_step(st.get()) != SQLITE_ROW) {
+      return fail(Errc::config, sqlite_failure(db->get(), path, "read its header"));
+    }
+    found.application_id = sqlite3_column_int(st.get(), 0);
+  }
+  {
+    Statement st(db->get(), "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
+                            "ORDER BY name;");
+    if (!st) return fail(Errc::config, sqlite_failure(db->get(), path, "list its tables"));
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      found.tables.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0)));
+    }
+    if (rc != SQLITE_DONE) return fail(Errc::config, sqlite_failure(db->get(), path, "list its tables"));
+  }
+  if (std::find(found.tables.begin(), found.tables.end(), "meta") != found.tables.end()) {
+    // Another application's meta table may have other columns: then it holds no version.
+    Statement st(db->get(), "SELECT value FROM meta WHERE key='schema_version';");
+    if (st && sqlite3_step(st.get()) == SQLITE_ROW) {
+      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0));
+      const std::string_view value = text ? text : "";
+      int version = 0;
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), version);
+      if (error == std::errc() && end == value.data() + value.size()) found.schema_version = version;
+    }
+  }
+  return found;
+}
+
+// The schema version of a database kiln may write to; anything else is refused, saying what
+// the file holds.
+Result<int> kiln_schema_version(const DatabaseContents& found, const std::string& path) {
+  if (found.application_id == kApplicationId) {
+    if (!found.schema_version) {
+      return fail(Errc::io, fmt::format("{} is a kiln database without its schema version (its meta table is "
+                                        "missing or damaged); {}",
+                                        path, restore_advice(path)));
+    }
+    if (*found.schema_version < 1 || *found.schema_version > kSchemaVersion) {
+      return fail(Errc::config, fmt::format("{} has schema version {}, this coordinator reads version {}; "
+                                            "use a matching coordinator or a new database",
+                                            path, *found.schema_version, kSchemaVersion));
+    }
+    return *found.schema_version;
+  }
+  if (found.application_id != 0) {
+    return fail(Errc::config, fmt::format("{} belongs to another application (its SQLite application id is "
+                                          "0x{:08x}, kiln's is 0x{:08x}); {}",
+                                          path, static_cast<std::uint32_t>(found.application_id),
+                                          static_cast<std::uint32_t>(kApplicationId), foreign_remedy()));
+  }
+  const bool only_kiln_tables =
+      !found.tables.empty() && std::all_of(found.tables.begin(), found.tables.end(),
+                                           [](const std::string& table) { return kiln_tables().count(table) > 0; });
+  if (only_kiln_tables && found.schema_version && *found.schema_version >= 1 &&
+      *found.schema_version <= kSchemaVersion) {
+    return *found.schema_version;
+  }
+  if (found.tables.empty()) {
+    return fail(Errc::config, fmt::format("{} is a SQLite database with no tables, not one kiln created; {}", path,
+                                          foreign_remedy()));
+  }
+  return fail(Errc::config, fmt::format("{} is a SQLite database that kiln did not create (it holds the tables {}); {}",
+                                        path, fmt::join(found.tables, ", "), foreign_remedy()));
+}
+
+// The schema version of the kiln database at `path`, refusing anything else untouched.
+Result<int> existing_kiln_database(const std::string& path) {
+  auto found = inspect(path);
+  if (!found) return tl::unexpected(found.error());
+  return kiln_schema_version(*found, path);
+}
+
+template <class T>
+Result<T> parse_record(sqlite3_stmt* st, int column, const std::string& path, std::string_view what) {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st, column));
+  auto doc = nlohmann::json::parse(text ? text : "", nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return fail(Errc::io, fmt::format("{} holds a {} record that is not JSON; {}", path, what, restore_advice(path)));
+  }
+  auto record = protocol::from_json<T>(doc);
+  if (!record) {
+    return fail(Errc::io, fmt::format("{} holds an invalid {} record ({}); {}", path, what, record.error().message,
+                                      restore_advice(path)));
+  }
+  return record;
+}
+
+// Reads every row of `sql`, whose last column is a record's JSON document, and hands it to
+// `visit` parsed as a T (or the error saying why it is not one). Fails when SQLite does.
+template <class T, class Visit>
+Status read_records(sqlite3* db, const std::string& path, const char* sql, std::string_view what, Visit&& visit) {
+  Statement st(db, sql);
+  if (!st) return fail(Errc::io, sqlite_failure(db, path, fmt::format("read the {} records", what)));
+  const int doc_column = sqlite3_column_count(st.get()) - 1;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+    if (auto s = visit(st.get(), parse_record<T>(st.get(), doc_column, path, what)); !s) return s;
+  }
+  if (rc != SQLITE_DONE) return fail(Errc::io, sqlite_failure(db, path, fmt::format("read the {} records", what)));
+  return {};
+}
+
 class SqliteStore final : public Store {
  public:
-  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  ~SqliteStore() override { sqlite3_close(db_); }
+  SqliteStore(Database db, std::string path) : db_(std::move(db)), path_(std::move(path)) {}
 
-  Status init() {
+  // `version_found`: the schema version the database holds, 0 for a new (in-memory) one.
+  Status init(int version_found) {
     // WAL keeps readers off the writer's path; FULL makes each commit durable before the
     // coordinator acknowledges anything that depends on it.
-    for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA busy_timeout=5000;",
-                            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
-                            "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, doc TEXT NOT NULL);",
-                            "CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL, "
-                            "node_id TEXT NOT NULL, doc TEXT NOT NULL);",
-                            "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key TEXT NOT NULL, "
-                            "doc TEXT NOT NULL, PRIMARY KEY (kind, key));",
-                            "CREATE TABLE IF NOT EXISTS leases (lease_id INTEGER PRIMARY KEY, state TEXT NOT NULL, "
-                            "doc TEXT NOT NULL);"}) {
-      if (auto s = exec(sql); !s) return s;
+    if (auto s = exec_all(db_.get(), path_,
+                          {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA busy_timeout=5000;"});
+        !s) {
+      return s;
     }
-    Statement get(db_, "SELECT value FROM meta WHERE key='schema_version';");
-    if (!get) return error("read the schema version");
-    if (sqlite3_step(get.get()) == SQLITE_ROW) {
-      int version = sqlite3_column_int(get.get(), 0);
-      if (version == 1) {
-        // Jobs of version 1 named no bundle; the fields are required in version 2.
-        if (auto s = exec("UPDATE jobs SET doc = json_set(doc, '$.summary.bundle_id', '', "
-                          "'$.summary.config_hash', '');");
-            !s) {
-          return s;
-        }
-        return exec(fmt::format("UPDATE meta SET value='{}' WHERE key='schema_version';", kSchemaVersion).c_str());
-      }
-      if (version != kSchemaVersion) {
-        return fail(Errc::config, fmt::format("{} has schema version {}, this coordinator reads version {}; "
-                                              "use a matching coordinator or a new database",
-                                              path_, version, kSchemaVersion));
-      }
-      return {};
+    std::int32_t application_id = 0;
+    {
+      Statement st(db_.get(), "PRAGMA application_id;");
+      if (!st || sqlite3_step(st.get()) != SQLITE_ROW) return error("read the application id");
+      application_id = sqlite3_column_int(st.get(), 0);
     }
-    return exec(fmt::format("INSERT INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion).c_str());
+    if (application_id == kApplicationId && version_found == kSchemaVersion) return {};
+    return write_schema(db_.get(), path_, version_found);
   }
 
   Status save_node(const NodeRecord& node) override {
-    Statement st(db_, "INSERT INTO nodes (node_id, doc) VALUES (?1, ?2) "
-                      "ON CONFLICT(node_id) DO UPDATE SET doc=excluded.doc;");
+    Statement st(db_.get(), "INSERT INTO nodes (node_id, doc) VALUES (?1, ?2) "
+                            "ON CONFLICT(node_id) DO UPDATE SET doc=excluded.doc;");
     if (!st) return error("prepare a node save");
     const std::string doc = protocol::to_json(node).dump();
     sqlite3_bind_text(st.get(), 1, node.summary.node_id.c_str(), -1, SQLITE_TRANSIENT);
@@ -83,9 +347,9 @@ class SqliteStore final : public Store {
   }
 
   Status save_job(const JobRecord& job) override {
-    Statement st(db_, "INSERT INTO jobs (job_id, state, node_id, doc) VALUES (?1, ?2, ?3, ?4) "
-                      "ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, node_id=excluded.node_id, "
-                      "doc=excluded.doc;");
+    Statement st(db_.get(), "INSERT INTO jobs (job_id, state, node_id, doc) VALUES (?1, ?2, ?3, ?4) "
+                            "ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, node_id=excluded.node_id, "
+                            "doc=excluded.doc;");
     if (!st) return error("prepare a job save");
     const std::string doc = protocol::to_json(job).dump();
     const std::string state(protocol::enum_name(job.summary.state));
@@ -98,8 +362,8 @@ class SqliteStore final : public Store {
   }
 
   Status save_record(const protocol::RecordEntry& record) override {
-    Statement st(db_, "INSERT INTO records (kind, key, doc) VALUES (?1, ?2, ?3) "
-                      "ON CONFLICT(kind, key) DO UPDATE SET doc=excluded.doc;");
+    Statement st(db_.get(), "INSERT INTO records (kind, key, doc) VALUES (?1, ?2, ?3) "
+                            "ON CONFLICT(kind, key) DO UPDATE SET doc=excluded.doc;");
     if (!st) return error("prepare a record save");
     const std::string kind(protocol::enum_name(record.kind));
     const std::string doc = protocol::to_json(record).dump();
@@ -111,8 +375,8 @@ class SqliteStore final : public Store {
   }
 
   Status save_lease(const LeaseRecord& lease) override {
-    Statement st(db_, "INSERT INTO leases (lease_id, state, doc) VALUES (?1, ?2, ?3) "
-                      "ON CONFLICT(lease_id) DO UPDATE SET state=excluded.state, doc=excluded.doc;");
+    Statement st(db_.get(), "INSERT INTO leases (lease_id, state, doc) VALUES (?1, ?2, ?3) "
+                            "ON CONFLICT(lease_id) DO UPDATE SET state=excluded.state, doc=excluded.doc;");
     if (!st) return error("prepare a lease save");
     const std::string doc = protocol::to_json(lease).dump();
     const std::string state(protocol::enum_name(lease.summary.state));
@@ -121,102 +385,150 @@ class SqliteStore final : public Store {
     sqlite3_bind_text(st.get(), 3, doc.c_str(), -1, SQLITE_TRANSIENT);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return error(fmt::format("save lease L{}", lease.summary.lease_id));
     if (lease.summary.state != protocol::LeaseState::ended) return {};
-    return exec(fmt::format("DELETE FROM leases WHERE state='ended' AND lease_id NOT IN (SELECT lease_id FROM "
+    return exec(db_.get(), path_,
+                fmt::format("DELETE FROM leases WHERE state='ended' AND lease_id NOT IN (SELECT lease_id FROM "
                             "leases WHERE state='ended' ORDER BY lease_id DESC LIMIT {});",
-                            kEndedLeasesKept)
-                    .c_str());
+                            kEndedLeasesKept));
   }
 
   Result<Snapshot> load() override {
     Snapshot snapshot;
-    {
-      Statement st(db_, "SELECT doc FROM nodes ORDER BY node_id;");
-      if (!st) return tl::unexpected(error("read nodes").error());
-      while (sqlite3_step(st.get()) == SQLITE_ROW) {
-        auto node = parse<NodeRecord>(st.get(), "node");
-        if (!node) return tl::unexpected(node.error());
-        snapshot.nodes.push_back(std::move(*node));
-      }
-    }
-    {
-      Statement st(db_, "SELECT doc FROM jobs ORDER BY job_id;");
-      if (!st) return tl::unexpected(error("read jobs").error());
-      while (sqlite3_step(st.get()) == SQLITE_ROW) {
-        auto job = parse<JobRecord>(st.get(), "job");
-        if (!job) return tl::unexpected(job.error());
-        snapshot.jobs.push_back(std::move(*job));
-      }
-    }
-    {
-      Statement st(db_, "SELECT doc FROM records ORDER BY kind, key;");
-      if (!st) return tl::unexpected(error("read records").error());
-      while (sqlite3_step(st.get()) == SQLITE_ROW) {
-        auto record = parse<protocol::RecordEntry>(st.get(), "qualification");
+    const auto into = [](auto& list) {
+      return [&list](sqlite3_stmt*, auto record) -> Status {
         if (!record) return tl::unexpected(record.error());
-        snapshot.records.push_back(std::move(*record));
-      }
-    }
-    {
-      Statement st(db_, "SELECT doc FROM leases ORDER BY lease_id;");
-      if (!st) return tl::unexpected(error("read leases").error());
-      while (sqlite3_step(st.get()) == SQLITE_ROW) {
-        auto lease = parse<LeaseRecord>(st.get(), "lease");
-        if (!lease) return tl::unexpected(lease.error());
-        snapshot.leases.push_back(std::move(*lease));
-      }
+        list.push_back(std::move(*record));
+        return {};
+      };
+    };
+    for (auto s : {read_records<NodeRecord>(db_.get(), path_, "SELECT doc FROM nodes ORDER BY node_id;", "node",
+                                            into(snapshot.nodes)),
+                   read_records<JobRecord>(db_.get(), path_, "SELECT doc FROM jobs ORDER BY job_id;", "job",
+                                           into(snapshot.jobs)),
+                   read_records<protocol::RecordEntry>(db_.get(), path_, "SELECT doc FROM records ORDER BY kind, key;",
+                                                       "qualification", into(snapshot.records)),
+                   read_records<LeaseRecord>(db_.get(), path_, "SELECT doc FROM leases ORDER BY lease_id;", "lease",
+                                             into(snapshot.leases))}) {
+      if (!s) return tl::unexpected(s.error());
     }
     return snapshot;
   }
 
  private:
-  template <class T>
-  Result<T> parse(sqlite3_stmt* st, std::string_view what) {
-    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
-    auto doc = nlohmann::json::parse(text ? text : "", nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded()) {
-      return fail(Errc::io, fmt::format("{} holds a {} record that is not JSON; restore the database from a backup",
-                                        path_, what));
-    }
-    auto record = protocol::from_json<T>(doc);
-    if (!record) {
-      return fail(Errc::io, fmt::format("{} holds an invalid {} record ({}); restore the database from a backup",
-                                        path_, what, record.error().message));
-    }
-    return record;
-  }
+  Status error(std::string_view what) const { return fail(Errc::io, sqlite_failure(db_.get(), path_, what)); }
 
-  Status exec(const char* sql) {
-    char* message = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-      std::string text = message ? message : "unknown error";
-      sqlite3_free(message);
-      return fail(Errc::io, fmt::format("database {}: {} (while running `{}`)", path_, text, sql));
-    }
-    return {};
-  }
-
-  Status error(const std::string& what) const {
-    return fail(Errc::io, fmt::format("database {}: cannot {}: {}", path_, what, sqlite3_errmsg(db_)));
-  }
-
-  sqlite3* db_;
+  Database db_;
   std::string path_;
 };
+
+// Checks that the key columns of a row (all but its last, the document) are what its record says.
+template <class T, class Keys>
+Status check_table(sqlite3* db, const std::string& path, const char* sql, std::string_view what, Keys&& keys_of,
+                   StoreCheck& check, std::size_t& rows) {
+  return read_records<T>(db, path, sql, what, [&](sqlite3_stmt* st, Result<T> record) -> Status {
+    ++rows;
+    const auto column = [st](int i) {
+      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
+      return std::string(text ? text : "");
+    };
+    if (!record) {
+      check.problems.push_back(fmt::format("{} row {}: {}", what, column(0), record.error().message));
+      return {};
+    }
+    const std::vector<std::string> expected = keys_of(*record);
+    for (int i = 0; i < static_cast<int>(expected.size()); ++i) {
+      if (column(i) != expected[static_cast<std::size_t>(i)]) {
+        check.problems.push_back(fmt::format("{} row {}: column {} is '{}' but its record says '{}'", what, column(0),
+                                             sqlite3_column_name(st, i), column(i),
+                                             expected[static_cast<std::size_t>(i)]));
+      }
+    }
+    return {};
+  });
+}
 
 }  // namespace
 
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                      nullptr) != SQLITE_OK) {
-    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return fail(Errc::io, fmt::format("cannot open database {}: {}; check the directory exists and is writable",
-                                      path, message));
+  int version_found = 0;
+  int flags = SQLITE_OPEN_READWRITE;
+  if (path == ":memory:") {
+    flags |= SQLITE_OPEN_CREATE;
+  } else {
+    auto exists = database_file_exists(path);
+    if (!exists) return tl::unexpected(exists.error());
+    if (!*exists) {
+      if (auto s = create_database(path); !s) return tl::unexpected(s.error());
+    }
+    auto version = existing_kiln_database(path);
+    if (!version) return tl::unexpected(version.error());
+    version_found = *version;
   }
-  auto store = std::make_unique<SqliteStore>(db, path);
-  if (auto s = store->init(); !s) return tl::unexpected(s.error());
+  auto db = open_database(path, flags);
+  if (!db) return tl::unexpected(db.error());
+  auto store = std::make_unique<SqliteStore>(std::move(*db), path);
+  if (auto s = store->init(version_found); !s) return tl::unexpected(s.error());
   return std::unique_ptr<Store>(std::move(store));
+}
+
+Result<StoreCheck> check_sqlite_store(const std::string& path) {
+  auto exists = database_file_exists(path);
+  if (!exists) return tl::unexpected(exists.error());
+  if (!*exists) {
+    return fail(Errc::not_found, fmt::format("database {} does not exist; give the database path of "
+                                             "coordinator.toml (--config FILE or --database PATH)",
+                                             path));
+  }
+  auto found = inspect(path);
+  if (!found) return tl::unexpected(found.error());
+  auto version = kiln_schema_version(*found, path);
+  if (!version) return tl::unexpected(version.error());
+  auto db = open_database(path, SQLITE_OPEN_READONLY);
+  if (!db) return tl::unexpected(db.error());
+
+  StoreCheck check;
+  {
+    Statement st(db->get(), "PRAGMA integrity_check;");
+    if (!st) return fail(Errc::io, sqlite_failure(db->get(), path, "run its integrity check"));
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      const std::string line = reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0));
+      if (line != "ok") check.problems.push_back("SQLite integrity check: " + line);
+    }
+    if (rc != SQLITE_DONE) check.problems.push_back(sqlite_failure(db->get(), path, "run its integrity check"));
+  }
+  std::size_t nodes = 0, jobs = 0, records = 0, leases = 0;
+  const auto name = [](auto value) { return std::string(protocol::enum_name(value)); };
+  for (auto s : {check_table<NodeRecord>(
+                     db->get(), path, "SELECT node_id, doc FROM nodes;", "node",
+                     [](const NodeRecord& r) { return std::vector<std::string>{r.summary.node_id}; }, check, nodes),
+                 check_table<JobRecord>(
+                     db->get(), path, "SELECT job_id, state, node_id, doc FROM jobs;", "job",
+                     [&](const JobRecord& r) {
+                       return std::vector<std::string>{std::to_string(r.summary.job_id), name(r.summary.state),
+                                                       r.summary.node_id};
+                     },
+                     check, jobs),
+                 check_table<protocol::RecordEntry>(
+                     db->get(), path, "SELECT kind, key, doc FROM records;", "qualification",
+                     [&](const protocol::RecordEntry& r) { return std::vector<std::string>{name(r.kind), r.key}; },
+                     check, records),
+                 check_table<LeaseRecord>(
+                     db->get(), path, "SELECT lease_id, state, doc FROM leases;", "lease",
+                     [&](const LeaseRecord& r) {
+                       return std::vector<std::string>{std::to_string(r.summary.lease_id), name(r.summary.state)};
+                     },
+                     check, leases)}) {
+    if (!s) check.problems.push_back(s.error().message);
+  }
+  check.summary = fmt::format("{}: kiln database, schema version {}{}; {} nodes, {} jobs, {} qualification records, "
+                              "{} leases",
+                              path, *version,
+                              found->application_id == kApplicationId
+                                  ? ""
+                                  : " (from before kiln set an application id; the coordinator adds it when it "
+                                    "next opens the database)",
+                              nodes, jobs, records, leases);
+  return check;
 }
 
 }  // namespace kiln::coordinator

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "coordinator/core/records.h"
@@ -22,6 +23,20 @@ class Store {
 };
 
 // SQLite in WAL mode with synchronous=FULL: a save has reached the disk when it returns.
+// A path that does not exist becomes a new kiln database. An existing file is written to only
+// if kiln created it (its SQLite application id is kiln's, or it is a kiln database from before
+// application ids, which is then upgraded); anything else, an empty file included, is refused
+// untouched with an error that says what the file holds.
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path);
+
+// What `kiln-coordinator check-store` found, without writing to the database.
+struct StoreCheck {
+  std::string summary;                // what the database holds
+  std::vector<std::string> problems;  // each says what is wrong and what to do
+};
+
+// Refuses what open_sqlite_store refuses; otherwise runs SQLite's integrity check and kiln's
+// own: every stored record is valid and its key columns match it.
+Result<StoreCheck> check_sqlite_store(const std::string& path);
 
 }  // namespace kiln::coordinator

@@ -12,7 +12,7 @@
 #include <map>
 #include <sstream>
 
-#include <toml++/toml.h>
+#include "common/config/toml_errors.h"
 
 namespace kiln::sim {
 namespace {
@@ -112,11 +112,10 @@ Status apply_option(SimOptions& options, const std::string& key, const std::stri
     }
     options.self_test_time_scale = *scale;
   } else {
-    return fail(Errc::config,
-                "unknown sim option '" + key +
-                    "'; known options: node_id, hardware_revision, chip_count, seed, state_dir, "
-                    "fault_file, firmware_version, thermal_time_constant_ms, "
-                    "self_test_time_scale (and config=PATH inline)");
+    static const std::vector<std::string_view> options_known = {
+        "node_id",          "hardware_revision",        "chip_count",          "seed",  "state_dir", "fault_file",
+        "firmware_version", "thermal_time_constant_ms", "self_test_time_scale", "config"};
+    return fail(Errc::config, "unknown sim option '" + key + "'" + config::suggestion(key, options_known));
   }
   return {};
 }
@@ -140,31 +139,15 @@ Result<std::string> toml_scalar_text(const std::string& key, const toml::node& n
 }
 
 Status apply_toml_file(SimOptions& options, const fs::path& path) {
-  toml::table table;
-  try {
-    table = toml::parse_file(path.string());
-  } catch (const toml::parse_error& e) {
-    std::ostringstream where;
-    where << e.source().begin;
-    return fail(Errc::config, "sim node TOML '" + path.string() + "' is invalid at " +
-                                  where.str() + ": " + std::string(e.description()) +
-                                  "; fix the file");
-  } catch (const std::exception& e) {
-    return fail(Errc::config, "cannot read sim node TOML '" + path.string() + "': " + e.what());
-  }
+  auto table = config::parse_toml_file(path.string(), "sim node TOML", "check the config= path", "fix the file");
+  if (!table) return fail(Errc::config, table.error().message);
   const fs::path base_dir = fs::absolute(path).parent_path();
-  for (const auto& [key, node] : table) {
+  for (const auto& [key, node] : *table) {
     const std::string name(key.str());
     auto text = toml_scalar_text(name, node);
-    if (!text) {
-      auto error = text.error();
-      error.message += " (in " + path.string() + ")";
-      return tl::unexpected(error);
-    }
-    if (auto ok = apply_option(options, name, *text, base_dir); !ok) {
-      auto error = ok.error();
-      error.message += " (in " + path.string() + ")";
-      return tl::unexpected(error);
+    Status applied = text ? apply_option(options, name, *text, base_dir) : Status(tl::unexpected(text.error()));
+    if (!applied) {
+      return fail(applied.error().code, config::where(path.string(), key.source()) + ": " + applied.error().message);
     }
   }
   return {};
@@ -285,22 +268,15 @@ Result<SimOptions> parse_sim_options(std::string_view text) {
 Result<FaultFile> read_fault_file(const fs::path& path, TimeMs now) {
   auto bytes = read_whole_file(path, "sim fault file");
   if (!bytes) return tl::unexpected(bytes.error());
-  toml::table table;
-  try {
-    table = toml::parse(*bytes, path.string());
-  } catch (const toml::parse_error& e) {
-    std::ostringstream where;
-    where << e.source().begin;
-    return fail(Errc::config, "sim fault file '" + path.string() + "' is invalid at " +
-                                  where.str() + ": " + std::string(e.description()));
-  }
+  auto parsed = config::parse_toml(*bytes, path.string(), "fix the sim fault file");
+  if (!parsed) return tl::unexpected(parsed.error());
+  const toml::table& table = *parsed;
   FaultFile out;
   out.digest = digest_of(*bytes);
-  for (const auto& [key, node] : table) {
-    if (key.str() != "fault") {
-      return fail(Errc::config, "sim fault file '" + path.string() + "' has unknown key '" +
-                                    std::string(key.str()) + "'; use [[fault]] tables only");
-    }
+  if (auto ok = config::check_known_keys(path.string(), table, "a sim fault file (use [[fault]] tables only)",
+                                         {"fault"});
+      !ok) {
+    return tl::unexpected(ok.error());
   }
   const toml::array* faults = table["fault"].as_array();
   if (faults == nullptr) {
@@ -317,12 +293,9 @@ Result<FaultFile> read_fault_file(const fs::path& path, TimeMs now) {
         "fault #" + std::to_string(position) + " in sim fault file '" + path.string() + "'";
     const toml::table* entry = element.as_table();
     if (entry == nullptr) return fail(Errc::config, where + " is not a table");
-    for (const auto& [key, node] : *entry) {
-      const auto name = key.str();
-      if (name != "chip" && name != "kind" && name != "factor" && name != "mode") {
-        return fail(Errc::config, where + " has unknown key '" + std::string(name) +
-                                      "'; use chip, kind, factor, mode");
-      }
+    if (auto ok = config::check_known_keys(path.string(), *entry, "[[fault]]", {"chip", "kind", "factor", "mode"});
+        !ok) {
+      return tl::unexpected(ok.error());
     }
     auto chip = (*entry)["chip"].value_exact<std::int64_t>();
     auto kind_text = (*entry)["kind"].value_exact<std::string>();
@@ -352,14 +325,10 @@ Result<NodeState> read_node_state(const fs::path& state_dir) {
   }
   auto bytes = read_whole_file(file, "sim state file");
   if (!bytes) return tl::unexpected(bytes.error());
-  toml::table table;
-  try {
-    table = toml::parse(*bytes, file.string());
-  } catch (const toml::parse_error& e) {
-    return fail(Errc::io, "sim state file '" + file.string() + "' is damaged (" +
-                              std::string(e.description()) +
-                              "); remove the state directory to start a fresh simulated node");
-  }
+  auto parsed = config::parse_toml(*bytes, file.string(),
+                                   "remove the state directory to start a fresh simulated node");
+  if (!parsed) return fail(Errc::io, "sim state file is damaged: " + parsed.error().message);
+  const toml::table& table = *parsed;
   StateReader reader(file);
   if (reader.get<std::int64_t>(table, "format") != kStateFormatVersion) {
     reader.invalid("format (expected " + std::to_string(kStateFormatVersion) + ")");

@@ -1,11 +1,12 @@
 #include "sim/fleet/scenario.h"
 
+#include <algorithm>
 #include <fstream>
-#include <initializer_list>
 #include <sstream>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+
+#include "common/config/toml_errors.h"
 
 namespace kiln::fleet {
 
@@ -16,20 +17,23 @@ class Reader {
  public:
   explicit Reader(std::string_view source) : source_(source) {}
 
-  tl::unexpected<Error> error(std::string_view key, std::string_view what) const {
-    return fail(Errc::config, fmt::format("{}: {}: {}; fix the scenario file (see "
-                                          "shared/scenarios/ci-day.toml for the format)",
-                                          source_, key, what));
+  tl::unexpected<Error> error(std::string_view key, std::string_view what) const { return error_at(source_, key, what); }
+
+  // An unknown key or table, at its position, with the nearest known name.
+  tl::unexpected<Error> unknown(const toml::key& found, std::string_view full, std::string_view what,
+                                const std::vector<std::string_view>& allowed) const {
+    return error_at(config::where(source_, found.source()), full,
+                    std::string(what) + config::suggestion(found.str(), allowed));
   }
 
   Result<const toml::table*> table(const toml::table& parent, std::string_view key,
-                                   std::initializer_list<std::string_view> allowed) const {
+                                   const std::vector<std::string_view>& allowed) const {
     const toml::table* t = parent[key].as_table();
     if (!t) return error(key, "missing table");
     for (const auto& [k, v] : *t) {
-      bool known = false;
-      for (std::string_view a : allowed) known = known || a == k.str();
-      if (!known) return error(fmt::format("{}.{}", key, k.str()), "unknown key");
+      if (std::find(allowed.begin(), allowed.end(), k.str()) == allowed.end()) {
+        return unknown(k, fmt::format("{}.{}", key, k.str()), "unknown key", allowed);
+      }
     }
     return t;
   }
@@ -61,6 +65,12 @@ class Reader {
   }
 
  private:
+  tl::unexpected<Error> error_at(std::string_view where, std::string_view key, std::string_view what) const {
+    return fail(Errc::config, fmt::format("{}: {}: {}; fix the scenario file (see "
+                                          "shared/scenarios/ci-day.toml for the format)",
+                                          where, key, what));
+  }
+
   std::string source_;
 };
 
@@ -84,13 +94,9 @@ Result<TimeMs> parse_clock(std::string_view text) {
 }
 
 Result<Scenario> parse_scenario_toml(std::string_view text, std::string_view source_name) {
-  toml::table doc;
-  try {
-    doc = toml::parse(text);
-  } catch (const toml::parse_error& e) {
-    return fail(Errc::config, fmt::format("{}: not valid TOML: {} (line {}); fix the syntax",
-                                          source_name, e.description(), e.source().begin.line));
-  }
+  auto parsed = config::parse_toml(text, source_name, "fix the syntax");
+  if (!parsed) return tl::unexpected(parsed.error());
+  const toml::table& doc = *parsed;
   Reader r(source_name);
   Scenario s;
 
@@ -163,7 +169,8 @@ Result<Scenario> parse_scenario_toml(std::string_view text, std::string_view sou
       jt.duration_ms = static_cast<DurationMs>(minutes * kMinuteMs);
       s.nightly_tiers.push_back(jt);
     } else {
-      return r.error("nightly." + key, "unknown key");
+      return r.unknown(k, "nightly." + key, "unknown key (nightly takes start, deadline and model tier tables)",
+                       {"start", "deadline"});
     }
   }
   if (s.nightly_tiers.empty()) return r.error("nightly", "no model tiers { count, chips, minutes }");
@@ -217,11 +224,11 @@ Result<Scenario> parse_scenario_toml(std::string_view text, std::string_view sou
   s.bisect_chips_per_step = bis_chips;
   s.bisect_step_ms = static_cast<DurationMs>(bis_minutes * kMinuteMs);
 
+  static const std::vector<std::string_view> tables = {"pool",    "changes",     "presubmit", "nightly",
+                                                       "release", "experiments", "bisect"};
   for (const auto& [k, v] : doc) {
-    std::string_view key = k.str();
-    if (key != "pool" && key != "changes" && key != "presubmit" && key != "nightly" &&
-        key != "release" && key != "experiments" && key != "bisect") {
-      return r.error(key, "unknown table");
+    if (std::find(tables.begin(), tables.end(), k.str()) == tables.end()) {
+      return r.unknown(k, k.str(), "unknown table", tables);
     }
   }
   return s;

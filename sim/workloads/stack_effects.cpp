@@ -7,8 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
-#include <toml++/toml.h>
-
+#include "common/config/toml_errors.h"
 #include "sim/workloads/registry.h"
 
 namespace kiln::sim::workloads {
@@ -26,9 +25,7 @@ std::set<std::string> known_components() {
   return names;
 }
 
-std::string where(std::string_view source, const toml::source_region& region) {
-  return fmt::format("{}:{}:{}", source, region.begin.line, region.begin.column);
-}
+using config::where;
 
 Result<double> factor_value(std::string_view source, const toml::node& node, std::string_view key) {
   const auto value = node.value<double>();
@@ -43,12 +40,14 @@ Result<double> factor_value(std::string_view source, const toml::node& node, std
 }  // namespace
 
 Result<StackEffects> parse_stack_effects(std::string_view toml_text, std::string_view source) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, source);
-  } catch (const toml::parse_error& e) {
-    return fail(Errc::config, fmt::format("{}: not valid TOML: {}; fix the stack-effects file", where(source, e.source()),
-                                          e.description()));
+  auto parsed = config::parse_toml(toml_text, source, "fix the stack-effects file");
+  if (!parsed) return tl::unexpected(parsed.error());
+  const toml::table& root = *parsed;
+  if (auto ok = config::check_known_keys(source, root, "a stack-effects file (it has bundle = \"...\", [throughput] "
+                                                       "and [numerics])",
+                                         {"bundle", "throughput", "numerics"});
+      !ok) {
+    return tl::unexpected(ok.error());
   }
   StackEffects effects;
   effects.source = std::string(source);
@@ -61,9 +60,13 @@ Result<StackEffects> parse_stack_effects(std::string_view toml_text, std::string
         if (model.str() == "default") {
           effects.default_throughput_factor = *factor;
         } else if (find_model(model.str()) == nullptr) {
+          std::vector<std::string_view> names = {"default"};
+          for (const auto& known : model_registry()) names.emplace_back(known.name);
+          const auto near = config::nearest_name(model.str(), names);
           return fail(Errc::config, fmt::format("{}: [throughput] names model '{}' that the simulated workloads do not "
-                                                "have; use one of kiln-workload-model --list, or \"default\"",
-                                                where(source, value.source()), model.str()));
+                                                "have{}; use one of kiln-workload-model --list, or \"default\"",
+                                                where(source, model.source()), model.str(),
+                                                near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
         } else {
           effects.throughput_factors[std::string(model.str())] = *factor;
         }
@@ -72,26 +75,29 @@ Result<StackEffects> parse_stack_effects(std::string_view toml_text, std::string
     }
     if (key == "numerics" && node.is_table()) {
       const auto known = known_components();
+      const std::vector<std::string_view> kernel_names(known.begin(), known.end());
+      if (auto ok = config::check_known_keys(source, *node.as_table(), "[numerics]", {"kernels"}); !ok) {
+        return tl::unexpected(ok.error());
+      }
       for (const auto& [nkey, value] : *node.as_table()) {
-        if (nkey.str() != "kernels" || !value.is_array()) {
+        if (!value.is_array()) {
           return fail(Errc::config, fmt::format("{}: [numerics] takes only kernels = [\"gemm-bf16\", ...]",
                                                 where(source, value.source())));
         }
         for (const auto& kernel : *value.as_array()) {
           const auto name = kernel.value<std::string>();
           if (!name || known.count(*name) == 0) {
-            return fail(Errc::config, fmt::format("{}: [numerics] kernels: '{}' is not a kernel of any model; known: {}",
+            return fail(Errc::config, fmt::format("{}: [numerics] kernels: '{}' is not a kernel of any model{}",
                                                   where(source, kernel.source()), name.value_or("(not a string)"),
-                                                  fmt::join(known, ", ")));
+                                                  config::suggestion(name.value_or(""), kernel_names)));
           }
           effects.faulty_kernels.insert(*name);
         }
       }
       continue;
     }
-    return fail(Errc::config, fmt::format("{}: unknown key '{}'; a stack-effects file has bundle = \"...\", "
-                                          "[throughput] and [numerics]",
-                                          where(source, node.source()), key.str()));
+    return fail(Errc::config, fmt::format("{}: {} must be {}", where(source, node.source()), key.str(),
+                                          key == "bundle" ? "a string" : "a table"));
   }
   return effects;
 }

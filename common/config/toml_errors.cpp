@@ -1,0 +1,86 @@
+#include "common/config/toml_errors.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace kiln::config {
+namespace {
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string where(std::string_view source, const toml::source_region& region) {
+  if (region.begin.line == 0) return std::string(source);  // a node built in code, not read from the file
+  return fmt::format("{}:{}:{}", source, region.begin.line, region.begin.column);
+}
+
+Result<toml::table> parse_toml(std::string_view text, std::string_view source, std::string_view remedy) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& error) {
+    return fail(Errc::config,
+                fmt::format("{}: not valid TOML: {}; {}", where(source, error.source()), error.description(), remedy));
+  }
+}
+
+Result<toml::table> parse_toml_file(const std::string& path, std::string_view what, std::string_view unreadable_remedy,
+                                    std::string_view syntax_remedy) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(Errc::io, fmt::format("cannot read {} {}: {}; {}", what, path, std::strerror(errno), unreadable_remedy));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_toml(text.str(), path, syntax_remedy);
+}
+
+std::optional<std::string> nearest_name(std::string_view name, const std::vector<std::string_view>& known) {
+  // Up to a third of the name may differ (at least one edit, at most three).
+  const std::size_t allowed = std::clamp<std::size_t>(name.size() / 3, 1, 3);
+  std::optional<std::string> best;
+  std::size_t best_distance = allowed + 1;
+  for (const std::string_view candidate : known) {
+    const std::size_t distance = edit_distance(name, candidate);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = std::string(candidate);
+    }
+  }
+  return best;
+}
+
+std::string suggestion(std::string_view name, const std::vector<std::string_view>& known) {
+  if (auto near = nearest_name(name, known)) return fmt::format("; did you mean '{}'?", *near);
+  return fmt::format("; known keys: {}", fmt::join(known, ", "));
+}
+
+Status check_known_keys(std::string_view source, const toml::table& table, std::string_view place,
+                        const std::vector<std::string_view>& known) {
+  for (const auto& [key, node] : table) {
+    if (std::find(known.begin(), known.end(), key.str()) == known.end()) {
+      return fail(Errc::config, fmt::format("{}: unknown key '{}' in {}{}", where(source, key.source()), key.str(),
+                                            place, suggestion(key.str(), known)));
+    }
+  }
+  return {};
+}
+
+}  // namespace kiln::config

@@ -1,0 +1,180 @@
+// The real binaries' answers to bad configuration: kiln-coordinator and kiln-agent check-config
+// and start-up, and kiln, each naming the file and line to fix, with the documented exit status.
+// No coordinator runs: every case fails before one would be needed.
+#include <doctest/doctest.h>
+
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <string>
+
+#include "common/keys.h"
+#include "tests/support/temp_dir.h"
+
+using kiln::testing::TempDir;
+
+namespace {
+
+struct Ran {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs `command` through the shell (so it may start with VAR=value assignments).
+Ran run(const std::string& command) {
+  Ran ran;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) ran.output.append(buffer, n);
+  const int wait_status = ::pclose(pipe);
+  ran.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+  return ran;
+}
+
+std::string bin(const std::string& name) { return std::string(KILN_BIN_DIR) + "/" + name; }
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+void make_keys(const TempDir& dir, const std::string& name) {
+  auto keys = kiln::generate_keypair();
+  REQUIRE(keys.has_value());
+  REQUIRE(kiln::write_keypair(dir.file(name), *keys).has_value());
+}
+
+// Line 2: agent_endpoint, 3: client_endpoint, 4: secret_key_file, 5: log_level.
+std::string coordinator_toml(const std::string& agent_endpoint, const std::string& secret_key_file,
+                             const std::string& log_level) {
+  return "[coordinator]\nagent_endpoint = \"" + agent_endpoint + "\"\nclient_endpoint = \"tcp://127.0.0.1:7602\"\n" +
+         "secret_key_file = \"" + secret_key_file + "\"\nlog_level = \"" + log_level + "\"\ndatabase = \"kiln.db\"\n";
+}
+
+}  // namespace
+
+TEST_CASE("kiln-coordinator check-config refuses what the coordinator could not use, naming file and line") {
+  TempDir dir("kiln-config-coordinator");
+  make_keys(dir, "coordinator");
+  const std::string file = dir.file("coordinator.toml");
+  const auto check = [&](const std::string& text) {
+    dir.write("coordinator.toml", text);
+    return run(bin("kiln-coordinator") + " --config " + file + " check-config");
+  };
+
+  const Ran good = check(coordinator_toml("tcp://0.0.0.0:7601", "coordinator.key", "info"));
+  CHECK(good.status == 0);
+  CHECK(contains(good.output, "OK"));
+
+  const Ran wraps = check(coordinator_toml("tcp://0.0.0.0:70000", "coordinator.key", "info"));
+  CHECK(wraps.status == 2);
+  CHECK(contains(wraps.output, file + ":2:1: agent_endpoint \"tcp://0.0.0.0:70000\" must use a port between 1 and "
+                                      "65535"));
+
+  const Ran no_port = check(coordinator_toml("tcp://0.0.0.0", "coordinator.key", "info"));
+  CHECK(no_port.status == 2);
+  CHECK(contains(no_port.output, file + ":2:1: agent_endpoint \"tcp://0.0.0.0\" must name a port"));
+
+  const Ran level = check(coordinator_toml("tcp://0.0.0.0:7601", "coordinator.key", "loud"));
+  CHECK(level.status == 2);
+  CHECK(contains(level.output, file + ":5:1: log_level 'loud' is not one of trace, debug, info"));
+
+  const Ran no_key = check(coordinator_toml("tcp://0.0.0.0:7601", "missing.key", "info"));
+  CHECK(no_key.status == 2);
+  CHECK(contains(no_key.output, file + ":4:1: secret_key_file: cannot read secret key file " + dir.file("missing.key")));
+  CHECK(contains(no_key.output, "kiln keygen --out coordinator"));
+
+  const Ran typo = check(coordinator_toml("tcp://0.0.0.0:7601", "coordinator.key", "info") + "databse = \"x.db\"\n");
+  CHECK(typo.status == 2);
+  CHECK(contains(typo.output, file + ":7:1: unknown key 'databse' in [coordinator]; did you mean 'database'?"));
+
+  // Starting with a missing key file fails the same way, before anything else happens.
+  dir.write("coordinator.toml", coordinator_toml("tcp://127.0.0.1:7601", "missing.key", "info"));
+  const Ran start = run(bin("kiln-coordinator") + " --config " + file);
+  CHECK(start.status == 1);
+  CHECK(contains(start.output, file + ":4:1: secret_key_file: cannot read secret key file"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("kiln.db")));
+}
+
+TEST_CASE("kiln-coordinator check-store reports a foreign or damaged database and leaves it alone") {
+  TempDir dir("kiln-config-store");
+  const std::string empty = dir.write("empty.db", "");
+  const Ran refused = run(bin("kiln-coordinator") + " check-store --database " + empty);
+  CHECK(refused.status == 1);
+  CHECK(contains(refused.output, empty + " is an empty file (0 bytes)"));
+  CHECK(std::filesystem::file_size(empty) == 0);
+
+  const Ran missing = run(bin("kiln-coordinator") + " check-store --database " + dir.file("none.db"));
+  CHECK(missing.status == 2);
+  CHECK(contains(missing.output, "does not exist"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("none.db")));
+}
+
+TEST_CASE("kiln-agent refuses an endpoint port over 65535 and names the line of a missing key file") {
+  TempDir dir("kiln-config-agent");
+  make_keys(dir, "coordinator");
+  const std::string file = dir.file("agent.toml");
+  const auto agent_toml = [&](const std::string& endpoint) {
+    return "node_id = \"n01\"\nwork_dir = \"work\"\nsecret_key_file = \"missing.key\"\n[coordinator]\nendpoint = \"" +
+           endpoint + "\"\npublic_key_file = \"coordinator.pub\"\n[driver]\nlibrary = \"" + std::string(KILN_LIB_DIR) +
+           "/libkiln_sim_driver.so\"\n";
+  };
+
+  dir.write("agent.toml", agent_toml("tcp://127.0.0.1:70000"));
+  const Ran wraps = run(bin("kiln-agent") + " --config " + file + " check-config");
+  CHECK(wraps.status == 2);
+  CHECK(contains(wraps.output, file + ":5:1: endpoint \"tcp://127.0.0.1:70000\" must use a port between 1 and 65535"));
+
+  dir.write("agent.toml", agent_toml("tcp://127.0.0.1:7601"));
+  const Ran no_key = run(bin("kiln-agent") + " --config " + file + " check-config");
+  CHECK(no_key.status == 2);
+  CHECK(contains(no_key.output, file + ":3:1: secret_key_file: secret key " + dir.file("missing.key")));
+
+  const Ran start = run(bin("kiln-agent") + " --config " + file);
+  CHECK(start.status == 1);
+  CHECK(contains(start.output, file + ":3:1: secret_key_file: cannot read secret key file " + dir.file("missing.key")));
+}
+
+TEST_CASE("kiln: configuration errors exit 2 naming the line, and the command line beats the environment") {
+  TempDir dir("kiln-config-client");
+  make_keys(dir, "coordinator");
+  make_keys(dir, "ci");
+  const std::string file = dir.file("client.toml");
+  const auto client_toml = [&](const std::string& endpoint, const std::string& secret_key_file) {
+    // Line 1: coordinator, 2: coordinator_public_key_file, 3: secret_key_file.
+    dir.write("client.toml", "coordinator = \"" + endpoint + "\"\ncoordinator_public_key_file = \"coordinator.pub\"\n"
+                             "secret_key_file = \"" + secret_key_file + "\"\ntimeout_ms = 500\n");
+  };
+  const std::string kiln = bin("kiln") + " --config " + file;
+
+  client_toml("tcp://127.0.0.1:7602", "missing.key");
+  const Ran no_key = run(kiln + " nodes");
+  CHECK(no_key.status == 2);
+  CHECK(contains(no_key.output, file + ":3:1: secret_key_file: cannot read secret key file " + dir.file("missing.key")));
+
+  client_toml("tcp://127.0.0.1:70000", "ci.key");
+  const Ran wraps = run(kiln + " nodes");
+  CHECK(wraps.status == 2);
+  CHECK(contains(wraps.output, file + ":1:1: coordinator \"tcp://127.0.0.1:70000\" must use a port between 1 and "
+                                      "65535"));
+
+  // Nothing listens on this port: the commands below fail before they would need an answer.
+  client_toml("tcp://127.0.0.1:9", "ci.key");
+  std::filesystem::create_directories(dir.path() / "env-tickets");
+  std::filesystem::create_directories(dir.path() / "cli-tickets");
+  const std::string env = "KILN_TICKETS_DIR=" + dir.file("env-tickets") + " KILN_MODEL_SET=" +
+                          dir.file("env-set.toml") + " KILN_BUNDLE_DIR=" + dir.file("b") + " KILN_GOLDEN_DIR=" +
+                          dir.file("g") + " ";
+  const Ran listed = run(env + kiln + " tickets --tickets-dir " + dir.file("cli-tickets"));
+  CHECK(listed.status == 0);
+  CHECK(contains(listed.output, "no tickets in " + dir.file("cli-tickets")));
+  const Ran from_env = run(env + kiln + " tickets");
+  CHECK(contains(from_env.output, "no tickets in " + dir.file("env-tickets")));
+
+  for (const char* tier : {"smoke", "nightly", "qualify-release"}) {
+    CAPTURE(tier);
+    const Ran qualify = run(env + kiln + " " + tier + " --bundle b1 --model-set " + dir.file("cli-set.toml") +
+                            " --tickets-dir " + dir.file("cli-tickets"));
+    CHECK(contains(qualify.output, dir.file("cli-set.toml")));
+    CHECK_FALSE(contains(qualify.output, "env-set.toml"));
+  }
+}
