@@ -1,0 +1,19 @@
+// The change-history importer (`kiln change import`): TOML history, then the stored JSON form
+// each change is sent as.
+#include <nlohmann/json.hpp>
+
+#include "coordinator/qualification/change.h"
+#include "fuzz/fuzz_support.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace kiln::qualification;
+  constexpr kiln::TimeMs kFirstMergedAtMs = 1796013552000;
+  auto history = parse_change_history(kiln::fuzz::as_text(data, size), "changes.toml", kFirstMergedAtMs);
+  if (!history) return 0;
+  for (const Change& change : *history) {
+    if (!validate(change)) kiln::fuzz::violated("the importer accepted a change that does not validate");
+    auto stored = change_from_json(to_json(change));
+    if (!stored || stored->id != change.id) kiln::fuzz::violated("an imported change does not read back from its record");
+  }
+  return 0;
+}
