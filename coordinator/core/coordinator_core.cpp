@@ -10,12 +10,6 @@
 
 namespace kiln::coordinator {
 
-using protocol::JobState;
-using protocol::LeaseEventKind;
-using protocol::LeaseState;
-using protocol::NodeState;
-using protocol::PriorityClass;
-using protocol::Role;
 using namespace detail;
 
 CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now clock_now)

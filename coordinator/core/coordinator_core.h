@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -270,6 +271,9 @@ class CoordinatorCore {
 
   // ---- developer leases
   DevLease* find_lease(std::uint64_t lease_id);
+  // The caller's lease (or any, for ops and admin); otherwise replies why not and gives nullptr.
+  DevLease* callers_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                          std::uint64_t lease_id, std::string_view otherwise);
   void lease_event(DevLease& lease, protocol::LeaseEventKind kind, std::string message, TimeMs now);
   void end_lease(DevLease& lease, const std::string& why, TimeMs now);
   // Gives back the chips a developer lease holds in the scheduler, except those of its jobs that

@@ -13,13 +13,18 @@
 
 namespace kiln::coordinator::detail {
 
+using protocol::JobState;
+using protocol::LeaseEventKind;
+using protocol::LeaseState;
+using protocol::NodeState;
+using protocol::PriorityClass;
+using protocol::Role;
+
 constexpr TimeMs kDayMs = 24 * kHourMs;
 // Lease events kept per lease for watchers that fall behind.
 constexpr std::size_t kMaxLeaseEvents = 32;
 
-inline bool client_role_may_submit(protocol::Role role, protocol::PriorityClass cls) {
-  using protocol::PriorityClass;
-  using protocol::Role;
+inline bool client_role_may_submit(Role role, PriorityClass cls) {
   switch (role) {
     case Role::admin:
     case Role::ops: return true;
@@ -31,15 +36,14 @@ inline bool client_role_may_submit(protocol::Role role, protocol::PriorityClass 
   return false;
 }
 
-inline bool client_role_may_run_maintenance(protocol::Role role, std::string_view workload) {
-  using protocol::Role;
+inline bool client_role_may_run_maintenance(Role role, std::string_view workload) {
   if (role == Role::admin || role == Role::ops) return true;
   return role == Role::lab && workload == protocol::kDiagWorkload;
 }
 
-inline bool privileged(protocol::Role role) { return role == protocol::Role::ops || role == protocol::Role::admin; }
+inline bool privileged(Role role) { return role == Role::ops || role == Role::admin; }
 
-inline scheduler::RequestClass to_request_class(protocol::PriorityClass cls) {
+inline scheduler::RequestClass to_request_class(PriorityClass cls) {
   auto parsed = scheduler::parse_request_class(protocol::enum_name(cls));
   KILN_ASSERT(parsed.has_value(), "protocol and scheduler name the same classes");
   return *parsed;

@@ -10,12 +10,6 @@
 
 namespace kiln::coordinator {
 
-using protocol::JobState;
-using protocol::LeaseEventKind;
-using protocol::LeaseState;
-using protocol::NodeState;
-using protocol::PriorityClass;
-using protocol::Role;
 using namespace detail;
 
 void CoordinatorCore::handle_request_lease(const std::string& client, const Caller& caller,
@@ -104,18 +98,8 @@ void CoordinatorCore::handle_request_lease(const std::string& client, const Call
 void CoordinatorCore::handle_release_lease(const std::string& client, const Caller& caller,
                                            const protocol::Envelope& m, const protocol::ReleaseLease& release,
                                            TimeMs now) {
-  DevLease* lease = find_lease(release.lease_id);
-  if (!lease) {
-    reply_error(client, m.header.id, Errc::not_found,
-                fmt::format("no lease L{}; `kiln leases` lists the leases", release.lease_id));
-    return;
-  }
-  if (lease->summary.owner != caller.key_name && !privileged(caller.role)) {
-    reply_error(client, m.header.id, Errc::unauthorized,
-                fmt::format("lease L{} belongs to {}; only its owner, ops or admin may release it", release.lease_id,
-                            lease->summary.owner));
-    return;
-  }
+  DevLease* lease = callers_lease(client, caller, m, release.lease_id, "only its owner, ops or admin may release it");
+  if (!lease) return;
   if (lease->summary.state == LeaseState::ended) {
     reply_error(client, m.header.id, Errc::conflict,
                 fmt::format("lease L{} already ended: {}", release.lease_id, lease->summary.detail));
@@ -129,17 +113,8 @@ void CoordinatorCore::handle_release_lease(const std::string& client, const Call
 
 void CoordinatorCore::handle_watch_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                                          const protocol::WatchLease& watch, TimeMs now) {
-  DevLease* lease = find_lease(watch.lease_id);
-  if (!lease) {
-    reply_error(client, m.header.id, Errc::not_found,
-                fmt::format("no lease L{}; `kiln leases` lists the leases", watch.lease_id));
-    return;
-  }
-  if (lease->summary.owner != caller.key_name && !privileged(caller.role)) {
-    reply_error(client, m.header.id, Errc::unauthorized,
-                fmt::format("lease L{} belongs to {}; watch a lease of your own", watch.lease_id, lease->summary.owner));
-    return;
-  }
+  DevLease* lease = callers_lease(client, caller, m, watch.lease_id, "watch a lease of your own");
+  if (!lease) return;
   for (const auto& event : lease->events) {
     if (event.seq > watch.after_seq) {
       actions_.push_back(action::ToClient{client, event, m.header.id});
@@ -151,6 +126,23 @@ void CoordinatorCore::handle_watch_lease(const std::string& client, const Caller
     return;
   }
   watches_.push_back(Watch{client, m.header.id, watch.lease_id, watch.after_seq, now + watch.wait_ms});
+}
+
+CoordinatorCore::DevLease* CoordinatorCore::callers_lease(const std::string& client, const Caller& caller,
+                                                         const protocol::Envelope& m, std::uint64_t lease_id,
+                                                         std::string_view otherwise) {
+  DevLease* lease = find_lease(lease_id);
+  if (!lease) {
+    reply_error(client, m.header.id, Errc::not_found,
+                fmt::format("no lease L{}; `kiln leases` lists the leases", lease_id));
+    return nullptr;
+  }
+  if (lease->summary.owner != caller.key_name && !privileged(caller.role)) {
+    reply_error(client, m.header.id, Errc::unauthorized,
+                fmt::format("lease L{} belongs to {}; {}", lease_id, lease->summary.owner, otherwise));
+    return nullptr;
+  }
+  return lease;
 }
 
 CoordinatorCore::DevLease* CoordinatorCore::find_lease(std::uint64_t lease_id) {

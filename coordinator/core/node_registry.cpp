@@ -11,12 +11,6 @@
 
 namespace kiln::coordinator {
 
-using protocol::JobState;
-using protocol::LeaseEventKind;
-using protocol::LeaseState;
-using protocol::NodeState;
-using protocol::PriorityClass;
-using protocol::Role;
 using namespace detail;
 
 namespace {

@@ -10,12 +10,6 @@
 
 namespace kiln::coordinator {
 
-using protocol::JobState;
-using protocol::LeaseEventKind;
-using protocol::LeaseState;
-using protocol::NodeState;
-using protocol::PriorityClass;
-using protocol::Role;
 using namespace detail;
 
 protocol::QueueExplanation CoordinatorCore::explain(const protocol::QueueWhy& why, TimeMs now) const {
