@@ -433,11 +433,15 @@ struct HealthReport {
   static constexpr std::string_view kType = "health_report";
   HealthStatus verdict = HealthStatus::unknown;
   std::vector<HealthCheck> checks;
+  // When the probes measured, on the agent's wall clock (ms since the epoch); 0: not known.
+  // The coordinator ignores a failing report measured before the node last left quarantine.
+  std::uint64_t measured_at_ms = 0;
 
   template <class V>
   void visit(V& v) {
     v.field("verdict", verdict);
     v.field("checks", checks, Count{0, 512});
+    v.field("measured_at_ms", measured_at_ms, kU64);
   }
 };
 

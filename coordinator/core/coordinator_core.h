@@ -9,12 +9,14 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 #include "common/error.h"
 #include "common/protocol/codec.h"
 #include "common/time.h"
+#include "coordinator/core/job_attempt.h"
 #include "coordinator/core/knobs.h"
 #include "coordinator/core/record_book.h"
 #include "coordinator/core/records.h"
@@ -66,8 +68,21 @@ using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode,
 
 // Scheduler request ids: a job's is its job id; a developer lease's is this base plus its id.
 constexpr scheduler::RequestId kLeaseRequestBase = scheduler::RequestId{1} << 48;
-// ... and the chips of a stopping attempt of job J are held by request kStopHoldBase + J.
+// ... and the chips of a stopping attempt are held by requests from this base on, one per job and
+// node (an attempt may be stopping on two nodes at once).
 constexpr scheduler::RequestId kStopHoldBase = scheduler::RequestId{1} << 56;
+
+// The two clocks the core is given at every input. Deadlines (liveness, job timeouts, lease
+// expiry, preemption grace) run on the monotonic clock, so a step of the system clock neither
+// loses every node nor expires every lease; the wall clock is for display and for the times
+// people set (a lease booked to start at 14:00).
+struct Now {
+  TimeMs monotonic_ms = 0;
+  TimeMs wall_ms = 0;
+  constexpr Now(TimeMs monotonic, TimeMs wall) : monotonic_ms(monotonic), wall_ms(wall) {}
+  // One clock for both, as in simulations and tests, where time never steps.
+  constexpr Now(TimeMs both) : monotonic_ms(both), wall_ms(both) {}  // NOLINT(google-explicit-constructor)
+};
 
 class CoordinatorCore {
  public:
@@ -77,15 +92,16 @@ class CoordinatorCore {
   // when their agent re-registers still running them. Pending developer leases are queued again
   // keeping their age; granted ones hold their chips again at once (until their expiry), and are
   // queued again if a node of theirs does not register within the liveness timeout.
-  CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, TimeMs now);
+  CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now now);
 
   void on_agent_message(const std::string& peer, const Caller& caller,
-                        const protocol::Envelope& message, TimeMs now);
+                        const protocol::Envelope& message, Now now);
   void on_client_message(const std::string& client, const Caller& caller,
-                         const protocol::Envelope& message, TimeMs now);
-  void on_tick(TimeMs now);
+                         const protocol::Envelope& message, Now now);
+  void on_tick(Now now);
 
   std::optional<Action> poll_action();
+  // On the monotonic clock of Now.
   std::optional<TimeMs> next_deadline() const;
 
   // Read-only views, for the invariant checkers of the simulation tests.
@@ -125,6 +141,17 @@ class CoordinatorCore {
   // ---- agents
   void handle_hello(const std::string& peer, const Caller& caller, const protocol::Envelope& m,
                     const protocol::Hello& hello, TimeMs now);
+  // The parts of a hello: admitted (its key, a common version, not a stale copy), the node's
+  // inventory taken, the jobs it reports reconciled, those it no longer runs failed over, the
+  // chips of those it is told to stop held.
+  std::optional<std::uint32_t> admit_hello(const std::string& peer, const Caller& caller, const protocol::Envelope& m,
+                                           const protocol::Hello& hello);
+  void take_inventory(NodeRecord& node, const protocol::Hello& hello, TimeMs now);
+  // Returns the jobs whose chips could not be given back (to be failed over).
+  std::vector<std::uint64_t> reconcile_reported_jobs(const protocol::Hello& hello, protocol::Welcome& welcome,
+                                                     TimeMs now);
+  std::size_t fail_vanished_jobs(const protocol::Hello& hello, TimeMs now);
+  void hold_chips_told_to_stop(const NodeRecord& node, const std::vector<std::uint64_t>& cancelled, TimeMs now);
   void handle_job_started(const std::string& node_id, const protocol::JobStarted& started, TimeMs now);
   void handle_job_finished(const std::string& peer, const std::string& node_id,
                            const protocol::Envelope& m, const protocol::JobFinished& finished,
@@ -135,13 +162,21 @@ class CoordinatorCore {
   void quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now);
   // The diagnostics level that returns a quarantined node: higher for a flapping one.
   std::uint32_t release_diag_level(const NodeRecord& node) const;
+  // CI jobs that failed on a quarantined node, before its quarantine or after, run again once on
+  // a healthy node of its revision.
+  bool may_rerun(const JobRecord& job, const NodeRecord& node, TimeMs now) const;
   void rerun_failures_of(const NodeRecord& node, TimeMs now);
+  void rerun(std::uint64_t job_id, const NodeRecord& node, TimeMs now);
   void handle_heartbeat(const std::string& peer, const std::string& node_id,
                         const protocol::Envelope& m, const protocol::Heartbeat& beat, TimeMs now);
 
   // ---- clients
   void handle_submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                      const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now);
+  // Why a submission is refused, if it is: the caller's role, the lease, the node, the queue.
+  std::optional<Error> refuse_submit(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id);
+  std::optional<Error> refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
+                                              std::uint64_t lease_id);
   void handle_cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                      const protocol::CancelJob& cancel, TimeMs now);
   void handle_drain(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -169,6 +204,11 @@ class CoordinatorCore {
   // The old attempt of a revoked job has stopped (or can no longer be waited for): a new attempt
   // waiting for it starts.
   void attempt_stopped(std::uint64_t job_id, TimeMs now);
+  // An attempt told to stop that does not report its end is waited for no longer than a silent
+  // node would be.
+  TimeMs stopping_given_up_at(const StoppingAttempt& stopping) const {
+    return stopping.since_ms + knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms();
+  }
   void send_job_start(const JobRecord& job);
   // Revokes, before the scheduler's own timer would, the jobs whose grace has ended: their
   // chips stay held until the attempt has stopped, the job is queued again keeping its age.
@@ -180,8 +220,19 @@ class CoordinatorCore {
   // Starts deferred on a node until the jobs it stops without held chips are gone: go now if
   // they are.
   void start_deferred_on(const std::string& node_id, TimeMs now);
-  scheduler::Request stop_hold_request(std::uint64_t job_id, const std::string& node_id, std::size_t chips) const;
+  // A new hold request (its id allocated) for chips of a stopping attempt on a node.
+  scheduler::Request stop_hold_request(const std::string& node_id, std::size_t chips, TimeMs now);
+  std::optional<scheduler::RequestId> stop_hold_of(std::uint64_t job_id, const std::string& node_id) const;
+  // The chips a job holds as a scheduler lease of its own pass to a hold in one step: its attempt
+  // is being stopped, and nothing new starts on them until it is gone.
+  Status hold_chips_of_stopping_job(const JobRecord& job, TimeMs now);
+  // Why a hello must be dropped, if it must: a copy of one already taken, or from a connection
+  // a later hello of the node replaced. Otherwise remembers it.
+  std::optional<std::string> stale_hello(const std::string& node_id, const std::string& peer, std::uint64_t hello_id);
   bool node_has_session(const std::string& node_id) const;
+  // When a node that stays silent is lost: a recovered node that has not registered since the
+  // start-up has until the registration deadline.
+  TimeMs liveness_deadline(const NodeRecord& node) const;
   void refresh_chip_counts();
 
   // ---- the scheduler
@@ -194,6 +245,11 @@ class CoordinatorCore {
   void sync_node_states(TimeMs now);
   void set_scheduler_node_state(const std::string& node_id, scheduler::NodeState state, std::string reason,
                                 std::string owner, TimeMs now);
+  void set_scheduler_node_states(TimeMs now);
+  scheduler::NodeInfo scheduler_node_info(const NodeRecord& node) const;
+  // Whether the scheduler's chips of the node differ from these (or it does not know the node).
+  bool scheduler_knows_other_chips(const scheduler::NodeInfo& info) const;
+  bool node_holds_leases(const std::string& node_id) const;
   void upsert_scheduler_node(const NodeRecord& node, TimeMs now);
   // Carries out what the scheduler decided, until it has nothing more to say.
   void pump_scheduler(TimeMs now);
@@ -204,12 +260,20 @@ class CoordinatorCore {
   void on_lease_lost(const scheduler::LeaseLost& lost, TimeMs now);
   void on_lease_expired(const scheduler::LeaseExpired& expired, TimeMs now);
   JobRecord* job_holding(scheduler::RequestId request, scheduler::LeaseId lease);
-  TimeMs to_scheduler_time(TimeMs wall) const { return wall - clock_origin_ms_; }
+  // The core's clock: the wall clock at start-up, advanced by the monotonic clock. Every time
+  // the core keeps or stores is on it; it reads as the wall clock until the system clock steps.
+  TimeMs clock(const Now& now);
+  // "HH:MM UTC" of a time on the core's clock, as the wall clock reads it now.
+  std::string clock_text(TimeMs core_ms) const;
+  TimeMs to_scheduler_time(TimeMs core_ms) const { return core_ms - clock_origin_ms_; }
   TimeMs to_wall_time(TimeMs scheduled) const { return scheduled + clock_origin_ms_; }
   std::string explanation_text(const scheduler::Explanation& explanation, TimeMs now) const;
 
   // ---- developer leases
   DevLease* find_lease(std::uint64_t lease_id);
+  // The caller's lease (or any, for ops and admin); otherwise replies why not and gives nullptr.
+  DevLease* callers_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                          std::uint64_t lease_id, std::string_view otherwise);
   void lease_event(DevLease& lease, protocol::LeaseEventKind kind, std::string message, TimeMs now);
   void end_lease(DevLease& lease, const std::string& why, TimeMs now);
   // Gives back the chips a developer lease holds in the scheduler, except those of its jobs that
@@ -240,38 +304,53 @@ class CoordinatorCore {
   void save(const DevLease& lease);
 
   CoordinatorKnobs knobs_;
+  TimeMs mono_origin_ms_ = 0;  // the monotonic clock at start-up
+  TimeMs core_origin_ms_ = 0;  // the wall clock at start-up: where the core's clock starts
+  TimeMs wall_offset_ms_ = 0;  // the wall clock minus the core's, at the latest input
   std::map<std::string, NodeRecord> nodes_;
+  // Recovered nodes that have not registered since the start-up, and until when they may.
+  std::set<std::string> awaiting_registration_;
+  TimeMs registration_deadline_ms_ = 0;
+  // When the diagnostics that last released each node from quarantine started, on the wall
+  // clock (the one health reports are stamped with). Kept in memory only.
+  std::map<std::string, TimeMs> diagnosed_from_wall_ms_;
   std::map<std::uint64_t, JobRecord> jobs_;
   std::set<std::uint64_t> active_jobs_;  // queued, assigned or running
   std::map<std::string, Session> sessions_;  // by peer
   std::map<std::string, std::string> peer_by_node_;
+  // Each node's most recent connections, oldest first, with the id of the last hello taken.
+  struct HelloConnection {
+    std::string peer;
+    std::uint64_t last_hello_id = 0;
+  };
+  std::map<std::string, std::deque<HelloConnection>> hello_connections_;
   std::uint64_t next_job_id_ = 1;
   std::deque<Action> actions_;
 
   scheduler::Scheduler scheduler_;
-  // The scheduler's clock starts at midnight (UTC on the wall clock) of the day the core
-  // started, so the times in its explanations read as the time of day.
+  // The scheduler's clock starts at midnight (on the core's clock) of the day the core started,
+  // so the times in its explanations read as the time of day.
   TimeMs clock_origin_ms_ = 0;
   std::map<std::string, scheduler::NodeState> scheduler_node_state_;
-  std::map<std::uint64_t, scheduler::LeaseId> job_lease_;  // jobs holding a lease of their own
-  std::map<std::uint64_t, TimeMs> jobs_under_notice_;  // job -> end of its grace (wall clock)
+  // Nodes whose latest hello's chips the scheduler has not taken yet, with why (empty: not
+  // tried yet). They take no new work until it has.
+  std::map<std::string, std::string> inventory_pending_;
+  // The phase of each job's current attempt, the chips it holds as a lease of its own, and an
+  // earlier attempt still stopping (job_attempt.h). A new attempt granted on the node where an
+  // earlier one is still being stopped starts only once it has (the agent knows a job by its id
+  // and would take the start for a duplicate); until then the job holds its chips as `assigned`.
+  AttemptBook attempts_;
   // Chips of an attempt that is being stopped (revoked at the end of its grace, or cancelled
   // when its node came back from a partition) stay held under a request of their own until the
-  // attempt is gone, so nothing new starts on them meanwhile: job -> node.
-  std::map<std::uint64_t, std::string> stop_holds_;
+  // attempt is gone, so nothing new starts on them meanwhile: by hold request.
+  struct StopHold {
+    std::uint64_t job_id = 0;
+    std::string node_id;
+  };
+  std::map<scheduler::RequestId, StopHold> stop_holds_;
+  scheduler::RequestId next_stop_hold_ = kStopHoldBase;
   // Where each job's latest attempt ran, to hold its chips while it is being stopped.
   std::map<std::uint64_t, std::map<std::string, std::vector<std::uint32_t>>> last_placement_;
-  std::set<std::uint64_t> jobs_revoked_;  // cancelled at the end of their grace, not yet requeued
-  // A revoked job's old attempt is still being stopped. A new attempt granted on the same node
-  // starts only once it has (the agent knows a job by its id and would take the start for a
-  // duplicate); until then the job holds its chips as `assigned`.
-  struct StoppingAttempt {
-    std::string node_id;
-    std::uint32_t attempt = 0;
-    TimeMs since_ms = 0;
-  };
-  std::map<std::uint64_t, StoppingAttempt> stopping_attempts_;
-  std::set<std::uint64_t> deferred_starts_;
   // Jobs a node was told to stop because they are no longer its (after a partition, say), by
   // node, with when: the node takes no new work until they are gone from its heartbeats, so
   // nothing new starts on chips a stopping workload still uses.

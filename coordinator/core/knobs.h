@@ -13,6 +13,10 @@ struct CoordinatorKnobs {
   std::uint32_t heartbeat_interval_ms = 1000;
   // Paranoid Pirate: a node silent this many heartbeat intervals is lost.
   std::uint32_t liveness_missed_beats = 4;
+  // After a coordinator start, nodes recovered from the store have this long to register
+  // before they are lost and their jobs failed over: their agents may be in reconnect backoff
+  // (the agent's reconnect_backoff_max_ms, 30 s by default, after its liveness timeout).
+  std::int64_t restart_grace_ms = 40000;
   std::size_t max_queued_jobs = 10000;
   std::size_t max_jobs_listed = 1000;
   // An attempt still running this long after its own timeout (which the agent enforces) is

@@ -135,6 +135,7 @@ Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
     auto& k = config.knobs;
     for (auto s : {r.integer("heartbeat_interval_ms", k.heartbeat_interval_ms, 50, 60000),
                    r.integer("liveness_missed_beats", k.liveness_missed_beats, 2, 100),
+                   r.integer("restart_grace_ms", k.restart_grace_ms, 0, 3600000),
                    r.integer("max_queued_jobs", k.max_queued_jobs, 1, 1000000),
                    r.integer("max_jobs_listed", k.max_jobs_listed, 1, 1000),
                    r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000),

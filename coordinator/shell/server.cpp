@@ -22,9 +22,17 @@ constexpr const char* kClientDomain = "clients";
 constexpr int kMaxPollWaitMs = 200;  // also how quickly a stop request is noticed
 constexpr int kMaxMessagesPerTurn = 1000;
 
-TimeMs wall_clock_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+TimeMs monotonic_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// The core's deadlines run on the monotonic clock; the wall clock is only for what people read.
+Now clocks_now() {
+  const TimeMs wall_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  return Now{monotonic_ms(), wall_ms};
 }
 
 class Server final : public CoordinatorServer, private CoordinatorIo {
@@ -35,7 +43,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         keys_(std::move(keys)),
         store_(std::move(store)),
         logger_(std::move(logger)),
-        core_(config_.knobs, std::move(snapshot), wall_clock_ms()),
+        core_(config_.knobs, std::move(snapshot), clocks_now()),
         zap_(context_, zmq::socket_type::rep),
         agents_(context_, zmq::socket_type::router),
         clients_(context_, zmq::socket_type::router) {
@@ -67,7 +75,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   Status run(const std::atomic<bool>& stop) override {
     if (auto s = carry_out_actions(); !s) return s;
     while (!stop.load()) {
-      const TimeMs now = wall_clock_ms();
+      const TimeMs now = monotonic_ms();
       int wait_ms = kMaxPollWaitMs;
       if (auto deadline = core_.next_deadline()) {
         wait_ms = static_cast<int>(std::clamp<TimeMs>(*deadline - now, 0, kMaxPollWaitMs));
@@ -88,7 +96,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       if (items[2].revents & ZMQ_POLLIN) {
         if (auto s = receive_all(clients_, false); !s) return s;
       }
-      core_.on_tick(wall_clock_ms());
+      core_.on_tick(clocks_now());
       if (auto s = carry_out_actions(); !s) return s;
     }
     logger_->info("stopping");
@@ -180,9 +188,9 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     // only catches a bug; the message is dropped with an error reply and the loop goes on.
     try {
       if (from_agents) {
-        core_.on_agent_message(r.routing_id, caller, *envelope, wall_clock_ms());
+        core_.on_agent_message(r.routing_id, caller, *envelope, clocks_now());
       } else {
-        core_.on_client_message(r.routing_id, caller, *envelope, wall_clock_ms());
+        core_.on_client_message(r.routing_id, caller, *envelope, clocks_now());
       }
     } catch (const std::exception& e) {
       logger_->error("internal error handling {} from {}: {}; the message was dropped (please report this with "

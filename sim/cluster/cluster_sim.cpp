@@ -112,9 +112,12 @@ struct NodeFault {
   std::size_t node = 0;
   DurationMs duration_ms = 0;
 };
+// The probe reads the chips when it starts and reports when it ends, up to seconds later.
 struct ProbeDone {
   std::size_t node = 0;
   std::uint64_t incarnation = 0;
+  bool faulty = false;
+  TimeMs measured_at_wall_ms = 0;
 };
 struct ClientRequestLease {
   std::size_t client = 0;
@@ -692,7 +695,7 @@ struct Simulation::World {
                      [&](agent::action::CancelJob& act) { cancel_process(node, act.job_id); },
                      [&](agent::action::NotifyPreemption& act) { notify_preemption(node, act.job_id, act.grace_ms); },
                      [&](agent::action::RunProbe&) {
-                       schedule(between(process_rng, 200, 3000), ev::ProbeDone{node, a.incarnation});
+                       schedule(between(process_rng, 200, 3000), ev::ProbeDone{node, a.incarnation, faulty(node), wall()});
                      },
                      [&](agent::action::Log& act) { log(a.identity.node_id, act.text); },
                  },
@@ -1057,11 +1060,12 @@ struct Simulation::World {
     protocol::HealthCheck check;
     check.check = "chip_health";
     check.chip = 0;
-    check.status = faulty(e.node) ? protocol::HealthStatus::fail : protocol::HealthStatus::pass;
-    check.reason_code = faulty(e.node) ? "sim.chip_fault" : "";
+    check.status = e.faulty ? protocol::HealthStatus::fail : protocol::HealthStatus::pass;
+    check.reason_code = e.faulty ? "sim.chip_fault" : "";
     check.category = "hardware";
     report.checks.push_back(check);
     report.verdict = check.status;
+    report.measured_at_ms = static_cast<std::uint64_t>(e.measured_at_wall_ms);
     a.core->on_probe_result(report, wall());
     drain_agent(e.node);
   }
@@ -1295,8 +1299,10 @@ struct Simulation::World {
       }
       auto agent = agent_by_node_id.find(s.node_id);
       if (agent != agent_by_node_id.end()) {
+        // After a start the recovered nodes have the restart grace to register.
         const TimeMs heard = std::max(agents[agent->second].last_heard_by_coordinator, coordinator_started_at);
-        if (now > heard + liveness_ms + allowance_ms) {
+        const TimeMs registered_by = coordinator_started_at + std::max<TimeMs>(knobs.restart_grace_ms, liveness_ms);
+        if (now > std::max(heard + liveness_ms, registered_by) + allowance_ms) {
           return fail(fmt::format("job {} is still {} on node {}, which the coordinator has not heard from for "
                                   "{} ms (liveness timeout {} ms)",
                                   id, protocol::enum_name(s.state), s.node_id, now - heard, liveness_ms));

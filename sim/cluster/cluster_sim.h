@@ -106,7 +106,7 @@ struct SimOptions {
   // shell's poll loop.
   DurationMs tick_allowance_ms = 200;
   // Also check the agents' side: no chip runs two simulated processes at once.
-  bool check_physical_chips = false;
+  bool check_physical_chips = true;
   bool record_log = false;
   // Also log every message delivered (large; for following one seed by hand).
   bool log_messages = false;

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   std::optional<std::uint64_t> seed;
   std::optional<std::uint64_t> verbose_seed;
   bool log_messages = false;
-  bool physical_chips = false;
+  bool physical_chips = true;
   bool quiet = false;
   app.add_option("--seeds", seeds, "how many seeds to run")->check(CLI::PositiveNumber);
   app.add_option("--first-seed", first_seed, "the first seed of the sweep");
@@ -26,8 +26,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "run this one seed and print its summary (same as --first-seed S --seeds 1)");
   app.add_option("--verbose-seed", verbose_seed, "run this one seed and print its whole log");
   app.add_flag("--log-messages", log_messages, "with --verbose-seed: also log every message delivered");
-  app.add_flag("--physical-chips", physical_chips,
-               "also fail a seed when an agent starts a process on a chip another of its processes holds");
+  app.add_flag("--physical-chips,!--no-physical-chips", physical_chips,
+               "fail a seed when an agent starts a process on a chip another of its processes holds (the "
+               "default; --no-physical-chips checks only the coordinator's view)");
   app.add_flag("--quiet", quiet, "print only failing seeds and the total");
   // Scripts pass defaults first; a later occurrence of an option wins.
   for (CLI::Option* option : app.get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

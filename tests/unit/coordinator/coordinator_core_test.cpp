@@ -370,3 +370,93 @@ TEST_CASE("a release window booked ahead holds its node; only work that ends bef
   h.client("ci", Role::ci, window, 10);
   CHECK(std::get<ErrorReply>(h.last_client_reply()).code == "invalid_argument");
 }
+
+TEST_CASE("a CI job failing on a node that is quarantined while it runs is rerun, as one that failed before is") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  auto presubmit = smoke(1, "a");
+  presubmit.priority_class = PriorityClass::presubmit;
+  const auto id = h.submit("ci", Role::ci, presubmit, 1);
+  REQUIRE(h.job(id).summary.node_id == "n01");
+  h.agent("p2", "n02", hello("n02", "a"), 2);
+  JobFinished fin;
+  fin.job_id = id;
+  fin.attempt = 1;
+  fin.outcome = JobOutcome::failed;
+  fin.exit_code = 1;
+  SUBCASE("the job fails first, then the node is quarantined") {
+    h.agent("p1", "n01", fin, 3);
+    h.agent("p1", "n01", failing_probe(), 4);
+  }
+  SUBCASE("the node is quarantined first, then the job fails") {
+    h.agent("p1", "n01", failing_probe(), 3);
+    REQUIRE(h.job(id).summary.state == JobState::assigned);
+    h.agent("p1", "n01", fin, 4);
+  }
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  CHECK(h.job(id).summary.state == JobState::failed);
+  REQUIRE(h.job(id).rerun_job_id != 0);
+  const auto& rerun = h.job(h.job(id).rerun_job_id);
+  CHECK(rerun.rerun_of == id);
+  CHECK(rerun.summary.node_id == "n02");
+  // Rerun once: the rerun failing too on a quarantined node is not rerun again.
+  std::size_t reruns = 0;
+  for (const auto& [job_id, job] : h.core.jobs()) reruns += job.rerun_of == id ? 1 : 0;
+  CHECK(reruns == 1);
+}
+
+TEST_CASE("a failing probe measured before the diagnostics that released a node neither quarantines it nor makes "
+          "it flap") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  HealthReport measured_early = failing_probe();
+  measured_early.measured_at_ms = 1000;
+  h.agent("p1", "n01", measured_early, 1000);
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.node_id = "n01";
+  const auto diag_job = h.submit("lab1", Role::lab, diag, 2000);  // starts at 2000, after the repair
+  HealthReport stale = failing_probe();
+  stale.measured_at_ms = 1500;  // during the fault, before the diagnostics began
+  SUBCASE("the stale report arrives after the diagnostics passed") {
+    h.agent("p1", "n01", diag_result(diag_job, 2), 3000);
+    h.agent("p1", "n01", stale, 3100);
+  }
+  SUBCASE("the stale report arrives before the diagnostics passed") {
+    h.agent("p1", "n01", stale, 2900);
+    h.agent("p1", "n01", diag_result(diag_job, 2), 3000);
+  }
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
+  CHECK(h.core.nodes().at("n01").recent_quarantines == 1);
+  // A failure measured after the diagnostics began is the node's again.
+  HealthReport fresh = failing_probe();
+  fresh.measured_at_ms = 4000;
+  h.agent("p1", "n01", fresh, 4000);
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+}
+
+TEST_CASE("only chips of a node's latest hello are dispatched, also after it re-registers with fewer while busy") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto running = h.submit("dev", Role::developer, smoke(2, "a"), 10);
+  REQUIRE(h.job(running).summary.chip_indices == std::vector<std::uint32_t>{0, 1});
+  // The agent restarts with chips 4 to 7 gone from its inventory, still running the job.
+  Hello fewer = hello("n01", "a", {running});
+  fewer.chips.resize(4);
+  h.agent("p2", "n01", fewer, 20);
+  CHECK(h.job(running).summary.state == JobState::running);
+  CHECK(h.core.nodes().at("n01").summary.chips_total == 4);
+  const auto second = h.submit("dev", Role::developer, smoke(4, "a"), 30);
+  const auto too_big = h.submit("dev", Role::developer, smoke(8, "a"), 31);
+  JobFinished fin;
+  fin.job_id = running;
+  fin.attempt = 1;
+  fin.outcome = JobOutcome::succeeded;
+  h.agent("p2", "n01", fin, 40);
+  CHECK(h.job(second).summary.state == JobState::assigned);
+  CHECK(h.job(too_big).summary.state == JobState::queued);
+  for (const auto& start : h.agent_bodies<JobStart>("p2")) {
+    for (std::uint32_t chip : start.chip_indices) CHECK(chip < 4);
+  }
+}

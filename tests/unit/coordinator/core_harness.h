@@ -27,7 +27,7 @@ struct Harness : CoordinatorIo {
   std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> stored_records;
   std::uint64_t next_id = 1;
 
-  explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, TimeMs now = 0)
+  explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, Now now = 0)
       : core(knobs, std::move(snapshot), now) {
     drain();
   }
@@ -69,20 +69,20 @@ struct Harness : CoordinatorIo {
     for (const auto& [key, record] : stored_records) snapshot.records.push_back(record);
     return snapshot;
   }
-  void agent(const std::string& peer, const std::string& key, protocol::Body body, TimeMs now) {
+  void agent(const std::string& peer, const std::string& key, protocol::Body body, Now now) {
     core.on_agent_message(peer, Caller{key, protocol::Role::agent}, protocol::make_envelope(std::move(body), next_id++),
                           now);
     drain();
   }
   // Every client request gets exactly one reply; this returns it.
-  protocol::Body client(const std::string& key, protocol::Role role, protocol::Body body, TimeMs now) {
+  protocol::Body client(const std::string& key, protocol::Role role, protocol::Body body, Now now) {
     const std::size_t before = to_clients.size();
     core.on_client_message("c-" + key, Caller{key, role}, protocol::make_envelope(std::move(body), next_id++), now);
     drain();
     REQUIRE(to_clients.size() > before);
     return to_clients[before].body;
   }
-  void tick(TimeMs now) {
+  void tick(Now now) {
     core.on_tick(now);
     drain();
   }
@@ -106,7 +106,7 @@ struct Harness : CoordinatorIo {
     }
     return out;
   }
-  std::uint64_t submit(const std::string& key, protocol::Role role, protocol::SubmitJob job, TimeMs now) {
+  std::uint64_t submit(const std::string& key, protocol::Role role, protocol::SubmitJob job, Now now) {
     protocol::Body reply = client(key, role, std::move(job), now);
     REQUIRE_MESSAGE(std::holds_alternative<protocol::JobAccepted>(reply),
                     (std::holds_alternative<protocol::ErrorReply>(reply) ? std::get<protocol::ErrorReply>(reply).message

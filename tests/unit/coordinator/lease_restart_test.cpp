@@ -20,7 +20,8 @@ constexpr TimeMs kRestartMs = 100000;
 CoordinatorKnobs knobs() {
   CoordinatorKnobs k;
   k.heartbeat_interval_ms = 1000;
-  k.liveness_missed_beats = 10;  // a node has 10 s to register after the restart
+  k.liveness_missed_beats = 10;
+  k.restart_grace_ms = 10000;  // a node has 10 s to register after the restart
   return k;
 }
 
@@ -161,7 +162,7 @@ TEST_CASE("jobs inside a lease survive a restart: the running one keeps running,
   CHECK(lease_of(h, 1).state == LeaseState::granted);
 }
 
-TEST_CASE("a granted lease whose node does not return within the liveness timeout is queued again") {
+TEST_CASE("a granted lease whose node does not return within the restart grace is queued again") {
   Snapshot store;
   {
     Harness h(knobs());
@@ -179,7 +180,7 @@ TEST_CASE("a granted lease whose node does not return within the liveness timeou
   h.agent("p2", "n02", hello("n02", "a"), kRestartMs + 500);
   CHECK(std::holds_alternative<Ok>(h.client("bob", Role::developer, ReleaseLease{2}, kRestartMs + 600)));
   CHECK(lease_of(h, 1).state == LeaseState::granted);  // n01 still has time to register
-  const TimeMs lost_at = kRestartMs + knobs().liveness_timeout_ms() + 1;
+  const TimeMs lost_at = kRestartMs + knobs().restart_grace_ms + 1;
   h.agent("p2", "n02", Heartbeat{}, lost_at);
   h.tick(lost_at);
   CHECK(h.core.nodes().at("n01").summary.state == NodeState::lost);

@@ -48,6 +48,17 @@ JobFinished finished(std::uint64_t id, std::uint32_t attempt, JobOutcome outcome
   return fin;
 }
 
+// Whether chips of the node are held for an attempt being stopped there.
+bool holds_stopping_chips(const Harness& h, const std::string& node) {
+  for (const auto& lease : h.core.scheduler().leases()) {
+    if (lease.request < kStopHoldBase) continue;
+    for (const auto& p : lease.placement) {
+      if (p.node == node) return true;
+    }
+  }
+  return false;
+}
+
 RequestLease lease_request(std::uint32_t chips, std::string rev = "", std::uint64_t duration_ms = 2 * 3600000) {
   RequestLease r;
   r.chips = chips;
@@ -522,13 +533,13 @@ TEST_CASE("a resent result of an earlier attempt does not free the chips of a la
   REQUIRE(h.agent_bodies<Welcome>("p3").at(0).cancel_jobs == std::vector<std::uint64_t>{job});
   const auto next = h.submit("ci", Role::ci, sleep_job(8, PriorityClass::presubmit), 13100);
   h.agent("p3", "n01", finished(job, 1, JobOutcome::cancelled), 13200);
-  CHECK(h.core.scheduler().lease_of(kStopHoldBase + job).has_value());
+  CHECK(holds_stopping_chips(h, "n01"));
   CHECK(h.agent_bodies<JobStart>("p3").empty());
   CHECK(h.job(next).summary.state == JobState::queued);
 
   // Attempt 2 itself ends: now its chips are free.
   h.agent("p3", "n01", finished(job, 2, JobOutcome::cancelled), 13300);
-  CHECK_FALSE(h.core.scheduler().lease_of(kStopHoldBase + job).has_value());
+  CHECK_FALSE(holds_stopping_chips(h, "n01"));
   CHECK(h.agent_bodies<JobStart>("p3").size() == 1);
   CHECK(h.core.scheduler().check_invariants().has_value());
 }
@@ -563,5 +574,72 @@ TEST_CASE("work placed on a node stopping jobs whose chips are not held starts o
   REQUIRE(h.agent_bodies<JobStart>("p1").size() == 1);
   CHECK(h.agent_bodies<JobStart>("p1")[0].job_id == diag_id);
   CHECK(h.job(diag_id).summary.state == JobState::assigned);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
+TEST_CASE("diagnostics wait for every developer lease on the node's chips, as for its jobs") {
+  Harness h(knobs_with_fast_preemption());
+  h.agent("p1", "n03", hello("n03", "a"), 0);
+  const LeaseSummary lease = std::get<LeaseGranted>(h.client("dev", Role::developer, lease_request(8), 10)).lease;
+  const auto inner = std::get<JobAccepted>(
+      h.client("dev", Role::developer, SubmitInLease{lease.lease_id, sleep_job(8, PriorityClass::experiment)}, 20)).job_id;
+  REQUIRE(h.job(inner).summary.state == JobState::assigned);
+  SubmitJob diag;
+  diag.workload = std::string(kDiagWorkload);
+  diag.node_id = "n03";
+  diag.args = {"--level", "2"};
+  const auto diag_job = h.submit("lab1", Role::lab, diag, 30);
+  for (TimeMs t = 1000; t <= 30 * kMinuteMs; t += kMinuteMs) {
+    h.agent("p1", "n03", Heartbeat{{inner}}, t);
+    h.tick(t);
+  }
+  CHECK(h.job(diag_job).summary.state == JobState::queued);
+  CHECK(h.core.leases().at(0).state == LeaseState::granted);
+  const auto dispatched_diag = [&] {
+    for (const auto& start : h.agent_bodies<JobStart>("p1")) {
+      if (start.job_id == diag_job) return true;
+    }
+    return false;
+  };
+  CHECK_FALSE(dispatched_diag());
+  // Released: the job in it is cancelled, and its chips stay held until it has stopped.
+  h.client("dev", Role::developer, ReleaseLease{lease.lease_id}, 31 * kMinuteMs);
+  CHECK_FALSE(dispatched_diag());
+  h.agent("p1", "n03", finished(inner, 1, JobOutcome::cancelled), 31 * kMinuteMs + 10);
+  CHECK(h.job(diag_job).summary.state == JobState::assigned);
+  CHECK(dispatched_diag());
+}
+
+TEST_CASE("a job stopping on two nodes at once keeps its chips held on both (sweep seeds 900152, 900684)") {
+  // Holds were kept by job: the second stopping attempt of a job found one held elsewhere and
+  // held nothing, nor drained its node, and new work started on chips it still used.
+  CoordinatorKnobs knobs = knobs_with_fast_preemption();
+  knobs.liveness_missed_beats = 4;
+  Harness h(knobs);
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  SubmitJob three = sleep_job(8, PriorityClass::presubmit);
+  three.max_attempts = 3;
+  const auto job = h.submit("ci", Role::ci, three, 10);
+  REQUIRE(h.job(job).summary.node_id == "n01");
+  h.agent("p2", "n02", hello("n02", "a"), 100);
+  for (TimeMs t = 1000; t <= 4000; t += 1000) h.agent("p2", "n02", Heartbeat{}, t);
+  h.tick(4500);  // n01 is silent: attempt 1 lost, attempt 2 goes to n02
+  REQUIRE(h.job(job).summary.node_id == "n02");
+  REQUIRE(h.job(job).summary.attempt == 2);
+  // n02's agent registers again without attempt 2, which may still reach it: its chips are held.
+  h.agent("p3", "n02", hello("n02", "a"), 5000);
+  REQUIRE(holds_stopping_chips(h, "n02"));
+  // n01 is back, still running attempt 1: told to stop it, and its chips are held too.
+  h.agent("p4", "n01", hello("n01", "a", {job}), 5500);
+  REQUIRE(h.agent_bodies<Welcome>("p4").at(0).cancel_jobs == std::vector<std::uint64_t>{job});
+  CHECK(holds_stopping_chips(h, "n01"));
+  CHECK(holds_stopping_chips(h, "n02"));
+  const auto other = h.submit("ci", Role::ci, sleep_job(8, PriorityClass::presubmit), 5600);
+  CHECK(h.job(other).summary.state == JobState::queued);
+  CHECK(h.agent_bodies<JobStart>("p4").empty());
+  // Attempt 1 is gone from n01's heartbeats: n01's chips are free again.
+  h.agent("p4", "n01", Heartbeat{}, 6000);
+  CHECK_FALSE(holds_stopping_chips(h, "n01"));
+  CHECK(h.agent_bodies<JobStart>("p4").size() == 1);
   CHECK(h.core.scheduler().check_invariants().has_value());
 }

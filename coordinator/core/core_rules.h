@@ -1,0 +1,76 @@
+// Rules and wording shared by the parts of the coordinator core (coordinator_core.cpp,
+// node_registry.cpp, job_attempts.cpp, dev_leases.cpp, scheduler_bridge.cpp). Internal: only
+// those files include it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "coordinator/core/coordinator_core.h"
+
+namespace kiln::coordinator::detail {
+
+using protocol::JobState;
+using protocol::LeaseEventKind;
+using protocol::LeaseState;
+using protocol::NodeState;
+using protocol::PriorityClass;
+using protocol::Role;
+
+constexpr TimeMs kDayMs = 24 * kHourMs;
+// Lease events kept per lease for watchers that fall behind.
+constexpr std::size_t kMaxLeaseEvents = 32;
+
+inline bool client_role_may_submit(Role role, PriorityClass cls) {
+  switch (role) {
+    case Role::admin:
+    case Role::ops: return true;
+    case Role::ci: return cls != PriorityClass::experiment;
+    case Role::developer:
+    case Role::lab: return cls == PriorityClass::experiment;
+    case Role::agent: return false;
+  }
+  return false;
+}
+
+inline bool client_role_may_run_maintenance(Role role, std::string_view workload) {
+  if (role == Role::admin || role == Role::ops) return true;
+  return role == Role::lab && workload == protocol::kDiagWorkload;
+}
+
+inline bool privileged(Role role) { return role == Role::ops || role == Role::admin; }
+
+inline scheduler::RequestClass to_request_class(PriorityClass cls) {
+  auto parsed = scheduler::parse_request_class(protocol::enum_name(cls));
+  KILN_ASSERT(parsed.has_value(), "protocol and scheduler name the same classes");
+  return *parsed;
+}
+
+inline bool is_hold_request(scheduler::RequestId id) { return id >= kStopHoldBase; }
+inline bool is_lease_request(scheduler::RequestId id) { return id >= kLeaseRequestBase && !is_hold_request(id); }
+
+// The scheduler leases 1, 2, 4 or 8 chips on one node; a job asking for 3 gets a lease of 4
+// and uses 3 of them.
+inline std::uint32_t lease_chips_for(std::uint32_t chips) {
+  std::uint32_t size = 1;
+  while (size < chips) size *= 2;
+  return size;
+}
+
+inline std::string human_duration(TimeMs ms) {
+  if (ms < 0) ms = 0;
+  if (ms < kMinuteMs) return fmt::format("{}s", (ms + 999) / 1000);
+  if (ms < kHourMs) return fmt::format("{}m", (ms + kMinuteMs - 1) / kMinuteMs);
+  return fmt::format("{}h{:02}m", ms / kHourMs, (ms % kHourMs) / kMinuteMs);
+}
+
+// "HH:MM UTC" of a wall-clock time (milliseconds since the epoch).
+inline std::string wall_clock_text(TimeMs wall) {
+  TimeMs in_day = ((wall % kDayMs) + kDayMs) % kDayMs;
+  return fmt::format("{:02}:{:02} UTC", in_day / kHourMs, (in_day % kHourMs) / kMinuteMs);
+}
+
+}  // namespace kiln::coordinator::detail
