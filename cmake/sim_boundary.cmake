@@ -1,4 +1,4 @@
-# Production code never links the simulator: a target outside sim/ and tests/ that links a target
+# Production code never links the simulator: a target outside sim/, tests/ and fuzz/ that links a target
 # defined under sim/, directly or through any other target, stops the configure. A target that
 # must (a demo tool, the kiln client's default workload catalog) says why in its
 # KILN_MAY_LINK_SIM property.
@@ -54,7 +54,7 @@ function(kiln_check_sim_boundary)
     file(RELATIVE_PATH relative ${CMAKE_SOURCE_DIR} ${directory})
     if(relative MATCHES "^sim(/|$)")
       list(APPEND sim_targets ${target})
-    elseif(NOT relative MATCHES "^tests(/|$)")
+    elseif(NOT relative MATCHES "^(tests|fuzz)(/|$)")
       list(APPEND production_targets ${target})
     endif()
   endforeach()
