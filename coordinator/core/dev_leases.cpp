@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
 
 namespace kiln::coordinator {
@@ -85,7 +86,7 @@ void CoordinatorCore::handle_request_lease(const std::string& client, const Call
   }
   auto explanation = scheduler_.explain(req.id, to_scheduler_time(now));
   protocol::LeasePending pending;
-  pending.explanation = explanation_text(explanation, now).substr(0, protocol::kMessageText.max_len);
+  pending.explanation = text::utf8_head(explanation_text(explanation, now), protocol::kMessageText.max_len);
   if (explanation.expected_start_ms) {
     pending.expected_start_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, to_wall_time(*explanation.expected_start_ms)));
   }
@@ -185,14 +186,14 @@ protocol::LeaseEvent CoordinatorCore::status_event(const DevLease& lease, TimeMs
       break;
     case LeaseState::ended: event.message = "ended: " + lease.summary.detail; break;
   }
-  event.message = event.message.substr(0, protocol::kMessageText.max_len);
-  event.lease.detail = event.lease.detail.substr(0, protocol::kMessageText.max_len);
+  event.message = text::utf8_head(event.message, protocol::kMessageText.max_len);
+  event.lease.detail = text::utf8_head(event.lease.detail, protocol::kMessageText.max_len);
   return event;
 }
 
 void CoordinatorCore::lease_event(DevLease& lease, LeaseEventKind kind, std::string message, TimeMs now) {
   lease.summary.job_ids = jobs_in_lease(lease.summary.lease_id);
-  lease.summary.detail = message.substr(0, protocol::kMessageText.max_len);
+  lease.summary.detail = text::utf8_head(message, protocol::kMessageText.max_len);
   protocol::LeaseEvent event;
   // Numbered from the lease's summary, which the store keeps: a watcher's after_seq stays
   // meaningful across a coordinator restart.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
 
 namespace kiln::coordinator {
@@ -333,7 +334,7 @@ void CoordinatorCore::handle_health_report(const std::string& node_id, const pro
   }
   const bool changed = node.summary.health != report.verdict;
   node.summary.health = report.verdict;
-  node.summary.health_detail = fmt::format("{}", fmt::join(problems, "; ")).substr(0, protocol::kMessageText.max_len);
+  node.summary.health_detail = text::utf8_head(fmt::format("{}", fmt::join(problems, "; ")), protocol::kMessageText.max_len);
   if (report.verdict == protocol::HealthStatus::fail && node.summary.state != NodeState::quarantined) {
     quarantine(node, "health probe failed: " + node.summary.health_detail, "lab", now);
   } else if (changed) {
@@ -376,10 +377,14 @@ void CoordinatorCore::apply_install_result(const std::string& node_id, const Job
   // The install report says whether the node may take work (docs/health.md); a node whose
   // stack may be half-installed never does, whatever the job's exit code says.
   auto doc = nlohmann::json::parse(job.result, nullptr, /*allow_exceptions=*/false);
-  const bool fit = doc.is_object() && doc.value("fit_for_work", false);
+  // The report comes from the node: a member of the wrong type is no report, never a throw.
+  const auto fit_member = doc.is_object() ? doc.find("fit_for_work") : doc.end();
+  const bool fit = fit_member != doc.end() && fit_member->is_boolean() && fit_member->get<bool>();
   if (!fit && it->second.summary.state != NodeState::quarantined) {
-    const std::string reason = doc.is_object() ? doc.value("reason", std::string("no install report"))
-                                               : std::string("no install report");
+    const auto reason_member = doc.is_object() ? doc.find("reason") : doc.end();
+    const std::string reason = reason_member != doc.end() && reason_member->is_string()
+                                   ? reason_member->get<std::string>()
+                                   : std::string("no install report");
     quarantine(it->second, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason),
                "ops", now);
   }
@@ -402,7 +407,7 @@ void CoordinatorCore::quarantine(NodeRecord& node, const std::string& reason, co
                              knobs_.flap_window_ms / 3600000)
                : reason;
   // A non-empty reason is what marks the quarantine across a lost node's return (handle_hello).
-  node.summary.quarantine_reason = why.empty() ? "quarantined" : why.substr(0, protocol::kMessageText.max_len);
+  node.summary.quarantine_reason = why.empty() ? "quarantined" : text::utf8_head(why, protocol::kMessageText.max_len);
   node.summary.quarantine_owner = owner;
   save(node);
   log(action::Severity::warn, fmt::format("node {} quarantined (owner {}): {}; it returns after passing level {} "

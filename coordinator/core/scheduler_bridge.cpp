@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
 
 namespace kiln::coordinator {
@@ -64,8 +65,8 @@ protocol::QueueExplanation CoordinatorCore::explain(const protocol::QueueWhy& wh
       from_scheduler(s.job_id, fmt::format("job {} is pending: ", s.job_id));
     }
   }
-  out.text = out.text.substr(0, protocol::kMessageText.max_len);
-  for (auto& r : out.reasons) r = r.substr(0, protocol::kMessageText.max_len);
+  out.text = text::utf8_head(out.text, protocol::kMessageText.max_len);
+  for (auto& r : out.reasons) r = text::utf8_head(r, protocol::kMessageText.max_len);
   if (out.reasons.size() > 64) out.reasons.resize(64);
   return out;
 }

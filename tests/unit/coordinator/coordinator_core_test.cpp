@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "coordinator/core/coordinator_core.h"
+#include "common/text/utf8.h"
 #include "tests/unit/coordinator/core_harness.h"
 
 using namespace kiln;
@@ -263,6 +264,37 @@ TEST_CASE("an install that leaves the node unfit for work quarantines it") {
   CHECK(node.summary.state == NodeState::quarantined);
   CHECK(node.summary.quarantine_owner == "ops");
   CHECK(node.summary.quarantine_reason.find("chip 2 did not roll back") != std::string::npos);
+}
+
+TEST_CASE("an install report with members of the wrong type is no report; long multi-byte reasons stay valid UTF-8") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  SubmitJob install;
+  install.workload = std::string(kInstallWorkload);
+  install.node_id = "n01";
+  h.client("ops1", Role::ops, install, 1);
+  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  JobFinished fin;
+  fin.job_id = id;
+  fin.outcome = JobOutcome::succeeded;
+  fin.result = R"({"fit_for_work": "yes", "reason": 7})";  // a node's report, not to be trusted
+  h.agent("p1", "n01", fin, 2);
+  const auto& node = h.core.nodes().at("n01");
+  CHECK(node.summary.state == NodeState::quarantined);
+  CHECK(node.summary.quarantine_reason.find("no install report") != std::string::npos);
+
+  h.agent("p2", "n02", hello("n02", "a"), 3);
+  HealthReport report;
+  report.verdict = HealthStatus::fail;
+  std::string wide;
+  while (wide.size() < protocol::kMessageText.max_len) wide += "\xC3\xA9";  // two bytes a character
+  report.checks.push_back(HealthCheck{"ecc", 1, HealthStatus::fail, "ecc_uncorrected", "memory", wide, "drain"});
+  h.agent("p2", "n02", report, 4);
+  const auto& reported = h.core.nodes().at("n02").summary;
+  CHECK(reported.state == NodeState::quarantined);
+  CHECK(reported.quarantine_reason.size() <= protocol::kMessageText.max_len);
+  CHECK(text::is_valid_utf8(reported.quarantine_reason));
+  CHECK(text::is_valid_utf8(reported.health_detail));
 }
 
 namespace {
