@@ -59,6 +59,10 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
       if (auto s = scheduler_.checkpoint_ack(*held, to_scheduler_time(now)); !s) {
         log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, s.error().message));
       }
+      // The requeue is saved before the acknowledgement below: acknowledged first, a crash in
+      // between would leave the store holding the attempt as running, and a restart would count
+      // it lost although its agent has forgotten it.
+      pump_scheduler(now);
     } else if (current) {
       job.output_tail = fin.output_tail;
       job.result = fin.result;
