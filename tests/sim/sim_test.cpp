@@ -542,8 +542,7 @@ TEST_CASE("sweep seeds 900152 and 900684 at --minutes=10 hold every invariant, c
 // crashed between the two, so the store still held the attempt as running.
 TEST_CASE("sweep seed 1003553 at --minutes=10: a checkpointed attempt's requeue is stored before its result is "
           "acknowledged") {
-  SimOptions options = options_from_seed(1003553, 10 * kMinuteMs);
-  Simulation simulation(options);
+  Simulation simulation(options_from_seed(1003553, 10 * kMinuteMs));
   const RunSummary summary = simulation.run();
   INFO(summary.describe());
   CHECK_FALSE(summary.violation.has_value());

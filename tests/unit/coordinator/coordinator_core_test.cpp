@@ -246,16 +246,24 @@ TEST_CASE("a node with diagnostics queued drains first: it takes no new regular 
   CHECK(starts[1].workload == "kiln.diag");
 }
 
-TEST_CASE("an install that leaves the node unfit for work quarantines it") {
-  Harness h;
+namespace {
+
+// n01 registers and an operator installs on it: the install job's id.
+std::uint64_t install_on_n01(Harness& h) {
   h.agent("p1", "n01", hello("n01", "a"), 0);
   SubmitJob install;
   install.workload = std::string(kInstallWorkload);
   install.node_id = "n01";
   h.client("ops1", Role::ops, install, 1);
-  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  return std::get<JobAccepted>(h.last_client_reply()).job_id;
+}
+
+}  // namespace
+
+TEST_CASE("an install that leaves the node unfit for work quarantines it") {
+  Harness h;
   JobFinished fin;
-  fin.job_id = id;
+  fin.job_id = install_on_n01(h);
   fin.outcome = JobOutcome::failed;
   fin.exit_code = 2;
   fin.result = R"({"outcome": "rollback_failed", "fit_for_work": false, "reason": "chip 2 did not roll back"})";
@@ -268,14 +276,8 @@ TEST_CASE("an install that leaves the node unfit for work quarantines it") {
 
 TEST_CASE("an install report with members of the wrong type is no report; long multi-byte reasons stay valid UTF-8") {
   Harness h;
-  h.agent("p1", "n01", hello("n01", "a"), 0);
-  SubmitJob install;
-  install.workload = std::string(kInstallWorkload);
-  install.node_id = "n01";
-  h.client("ops1", Role::ops, install, 1);
-  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
   JobFinished fin;
-  fin.job_id = id;
+  fin.job_id = install_on_n01(h);
   fin.outcome = JobOutcome::succeeded;
   fin.result = R"({"fit_for_work": "yes", "reason": 7})";  // a node's report, not to be trusted
   h.agent("p1", "n01", fin, 2);
