@@ -11,6 +11,8 @@
 
 #include <tl/expected.hpp>
 
+#include "common/enum_names.h"
+
 namespace kiln {
 
 enum class Errc {
@@ -32,9 +34,30 @@ enum class Errc {
   integrity,            // digest mismatch, tampered data
   internal,             // a dependency failed in a way we cannot classify
 };
+constexpr EnumTable<Errc, 17> enum_names(Errc) {
+  return {{
+      {Errc::invalid_argument, "invalid_argument"},
+      {Errc::bad_message, "bad_message"},
+      {Errc::unsupported_version, "unsupported_version"},
+      {Errc::too_large, "too_large"},
+      {Errc::not_found, "not_found"},
+      {Errc::already_exists, "already_exists"},
+      {Errc::unauthorized, "unauthorized"},
+      {Errc::unauthenticated, "unauthenticated"},
+      {Errc::config, "config"},
+      {Errc::io, "io"},
+      {Errc::timeout, "timeout"},
+      {Errc::device, "device"},
+      {Errc::unavailable, "unavailable"},
+      {Errc::not_registered, "not_registered"},
+      {Errc::conflict, "conflict"},
+      {Errc::integrity, "integrity"},
+      {Errc::internal, "internal"},
+  }};
+}
 
-std::string_view to_string(Errc code);
-std::optional<Errc> errc_from_string(std::string_view name);
+inline std::string_view to_string(Errc value) { return enum_name(value); }
+inline std::optional<Errc> errc_from_string(std::string_view name) { return enum_from_name<Errc>(name); }
 
 struct Error {
   Errc code;

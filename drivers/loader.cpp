@@ -77,15 +77,6 @@ bool table_complete(const kiln_driver_api& api) {
 
 std::string_view to_string(FirmwareSlot slot) { return slot == FirmwareSlot::a ? "a" : "b"; }
 
-std::string_view to_string(SelfTestKind kind) {
-  switch (kind) {
-    case SelfTestKind::memory: return "memory";
-    case SelfTestKind::interconnect: return "interconnect";
-    case SelfTestKind::compute: return "compute";
-  }
-  return "unknown";
-}
-
 FirmwareSlot FirmwareSlots::standby() const {
   return active == FirmwareSlot::a ? FirmwareSlot::b : FirmwareSlot::a;
 }

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 
 struct kiln_driver_api;
@@ -55,8 +56,15 @@ struct FirmwareSlots {
 };
 
 enum class SelfTestKind { memory = 1, interconnect = 2, compute = 3 };
+constexpr EnumTable<SelfTestKind, 3> enum_names(SelfTestKind) {
+  return {{
+      {SelfTestKind::memory, "memory"},
+      {SelfTestKind::interconnect, "interconnect"},
+      {SelfTestKind::compute, "compute"},
+  }};
+}
 
-std::string_view to_string(SelfTestKind kind);
+inline std::string_view to_string(SelfTestKind value) { return enum_name(value); }
 
 struct SelfTestResult {
   SelfTestKind kind = SelfTestKind::memory;

@@ -182,18 +182,6 @@ Result<DType> parse_dtype(std::string_view name) {
                   "'; use one of fp64, fp32, fp16, bf16, fp8_e4m3 (e4m3), fp8_e5m2 (e5m2)");
 }
 
-std::string_view to_string(DType dtype) {
-  switch (dtype) {
-    case DType::f64: return "fp64";
-    case DType::f32: return "fp32";
-    case DType::f16: return "fp16";
-    case DType::bf16: return "bf16";
-    case DType::f8_e4m3: return "fp8_e4m3";
-    case DType::f8_e5m2: return "fp8_e5m2";
-  }
-  return "fp32";
-}
-
 int size_in_bytes(DType dtype) {
   const Spec s = spec_of(dtype);
   return (1 + s.exponent_bits + s.mantissa_bits) / 8;

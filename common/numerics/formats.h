@@ -14,11 +14,22 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 
 namespace kiln::numerics {
 
 enum class DType { f64, f32, f16, bf16, f8_e4m3, f8_e5m2 };
+constexpr EnumTable<DType, 6> enum_names(DType) {
+  return {{
+      {DType::f64, "fp64"},
+      {DType::f32, "fp32"},
+      {DType::f16, "fp16"},
+      {DType::bf16, "bf16"},
+      {DType::f8_e4m3, "fp8_e4m3"},
+      {DType::f8_e5m2, "fp8_e5m2"},
+  }};
+}
 
 enum class Saturation { non_saturating, saturating };
 
@@ -27,7 +38,7 @@ enum class Saturation { non_saturating, saturating };
 Result<DType> parse_dtype(std::string_view name);
 
 // Canonical name: "fp64", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2".
-std::string_view to_string(DType dtype);
+inline std::string_view to_string(DType value) { return enum_name(value); }
 
 // Bytes one element occupies in a tensor file.
 int size_in_bytes(DType dtype);

@@ -206,7 +206,7 @@ class Decoder {
       return;
     }
     std::string allowed;
-    for (const auto& [v, n] : EnumNames<E>::values) {
+    for (const auto& [v, n] : enum_names(E{})) {
       if (!allowed.empty()) allowed += ", ";
       allowed += n;
     }

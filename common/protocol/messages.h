@@ -31,9 +31,8 @@ constexpr Range kChipIndex{0, 63};
 constexpr Range kTimeoutMs{1000, 7LL * 24 * 3600 * 1000};
 
 enum class Role { agent, ci, developer, ops, lab, admin };
-template <>
-struct EnumNames<Role> {
-  static constexpr std::array<std::pair<Role, std::string_view>, 6> values{{
+constexpr EnumTable<Role, 6> enum_names(Role) {
+  return {{
       {Role::agent, "agent"},
       {Role::ci, "ci"},
       {Role::developer, "developer"},
@@ -41,25 +40,23 @@ struct EnumNames<Role> {
       {Role::lab, "lab"},
       {Role::admin, "admin"},
   }};
-};
+}
 
 // Highest priority first.
 enum class PriorityClass { release, presubmit, bisect, nightly, experiment };
-template <>
-struct EnumNames<PriorityClass> {
-  static constexpr std::array<std::pair<PriorityClass, std::string_view>, 5> values{{
+constexpr EnumTable<PriorityClass, 5> enum_names(PriorityClass) {
+  return {{
       {PriorityClass::release, "release"},
       {PriorityClass::presubmit, "presubmit"},
       {PriorityClass::bisect, "bisect"},
       {PriorityClass::nightly, "nightly"},
       {PriorityClass::experiment, "experiment"},
   }};
-};
+}
 
 enum class JobState { queued, assigned, running, succeeded, failed, timed_out, cancelled, lost };
-template <>
-struct EnumNames<JobState> {
-  static constexpr std::array<std::pair<JobState, std::string_view>, 8> values{{
+constexpr EnumTable<JobState, 8> enum_names(JobState) {
+  return {{
       {JobState::queued, "queued"},
       {JobState::assigned, "assigned"},
       {JobState::running, "running"},
@@ -69,7 +66,7 @@ struct EnumNames<JobState> {
       {JobState::cancelled, "cancelled"},
       {JobState::lost, "lost"},
   }};
-};
+}
 
 constexpr bool is_terminal(JobState s) {
   return s != JobState::queued && s != JobState::assigned && s != JobState::running;
@@ -77,41 +74,38 @@ constexpr bool is_terminal(JobState s) {
 
 // How one attempt of a job ended, as the agent saw it.
 enum class JobOutcome { succeeded, failed, timed_out, cancelled, failed_to_start };
-template <>
-struct EnumNames<JobOutcome> {
-  static constexpr std::array<std::pair<JobOutcome, std::string_view>, 5> values{{
+constexpr EnumTable<JobOutcome, 5> enum_names(JobOutcome) {
+  return {{
       {JobOutcome::succeeded, "succeeded"},
       {JobOutcome::failed, "failed"},
       {JobOutcome::timed_out, "timed_out"},
       {JobOutcome::cancelled, "cancelled"},
       {JobOutcome::failed_to_start, "failed_to_start"},
   }};
-};
+}
 
 // draining: finishes what it runs, takes nothing new. quarantined: failed a health check;
 // takes nothing new but diagnostics, and returns to up only by passing them.
 enum class NodeState { up, draining, quarantined, lost };
-template <>
-struct EnumNames<NodeState> {
-  static constexpr std::array<std::pair<NodeState, std::string_view>, 4> values{{
+constexpr EnumTable<NodeState, 4> enum_names(NodeState) {
+  return {{
       {NodeState::up, "up"},
       {NodeState::draining, "draining"},
       {NodeState::quarantined, "quarantined"},
       {NodeState::lost, "lost"},
   }};
-};
+}
 
 enum class HealthStatus { unknown, pass, warn, fail, skip };
-template <>
-struct EnumNames<HealthStatus> {
-  static constexpr std::array<std::pair<HealthStatus, std::string_view>, 5> values{{
+constexpr EnumTable<HealthStatus, 5> enum_names(HealthStatus) {
+  return {{
       {HealthStatus::unknown, "unknown"},
       {HealthStatus::pass, "pass"},
       {HealthStatus::warn, "warn"},
       {HealthStatus::fail, "fail"},
       {HealthStatus::skip, "skip"},
   }};
-};
+}
 
 // Workloads every agent provides itself; only some roles may run them (docs/protocol.md).
 constexpr std::string_view kDiagWorkload = "kiln.diag";
@@ -628,28 +622,26 @@ struct ErrorReply {
 // pending: queued in the scheduler. granted: holds its chips. preempting: under a preemption
 // notice until grace_deadline_ms, then revoked and queued again keeping its age. ended: gone.
 enum class LeaseState { pending, granted, preempting, ended };
-template <>
-struct EnumNames<LeaseState> {
-  static constexpr std::array<std::pair<LeaseState, std::string_view>, 4> values{{
+constexpr EnumTable<LeaseState, 4> enum_names(LeaseState) {
+  return {{
       {LeaseState::pending, "pending"},
       {LeaseState::granted, "granted"},
       {LeaseState::preempting, "preempting"},
       {LeaseState::ended, "ended"},
   }};
-};
+}
 
 // status: nothing new before the watch's wait ran out (progress while pending).
 enum class LeaseEventKind { status, granted, preempt_notice, requeued, ended };
-template <>
-struct EnumNames<LeaseEventKind> {
-  static constexpr std::array<std::pair<LeaseEventKind, std::string_view>, 5> values{{
+constexpr EnumTable<LeaseEventKind, 5> enum_names(LeaseEventKind) {
+  return {{
       {LeaseEventKind::status, "status"},
       {LeaseEventKind::granted, "granted"},
       {LeaseEventKind::preempt_notice, "preempt_notice"},
       {LeaseEventKind::requeued, "requeued"},
       {LeaseEventKind::ended, "ended"},
   }};
-};
+}
 
 struct LeasePlacement {
   std::string node_id;
@@ -865,15 +857,14 @@ struct QueueExplanation {
 // bundles (key = content hash), the accepted baseline bundle per hardware revision (key = the
 // revision) and qualification run reports (key = run id). Changes and bundles are immutable.
 enum class RecordKind { change, bundle, baseline, qualification_run };
-template <>
-struct EnumNames<RecordKind> {
-  static constexpr std::array<std::pair<RecordKind, std::string_view>, 4> values{{
+constexpr EnumTable<RecordKind, 4> enum_names(RecordKind) {
+  return {{
       {RecordKind::change, "change"},
       {RecordKind::bundle, "bundle"},
       {RecordKind::baseline, "baseline"},
       {RecordKind::qualification_run, "qualification_run"},
   }};
-};
+}
 
 constexpr Str kRecordKey{1, 128};
 constexpr Str kRecordDocument{2, 786432};  // a JSON object; below the 1 MiB message limit

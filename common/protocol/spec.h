@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/enum_names.h"
+
 namespace kiln::protocol {
 
 // String length bounds in bytes.
@@ -44,24 +46,9 @@ struct ProbeVisitor {
 template <class T>
 concept Record = requires(T& t, ProbeVisitor& p) { t.visit(p); };
 
-// Each enum carried on the wire lists its names in an EnumNames specialization.
-template <class E>
-struct EnumNames;
-
-template <class E>
-constexpr std::string_view enum_name(E value) {
-  for (const auto& [v, name] : EnumNames<E>::values) {
-    if (v == value) return name;
-  }
-  return "?";
-}
-
-template <class E>
-constexpr std::optional<E> enum_from_name(std::string_view name) {
-  for (const auto& [v, n] : EnumNames<E>::values) {
-    if (n == name) return v;
-  }
-  return std::nullopt;
-}
+// Wire enums name their values through common/enum_names.h, as every enum of kiln does.
+using kiln::enum_from_name;
+using kiln::enum_name;
+using kiln::enum_values;
 
 }  // namespace kiln::protocol

@@ -46,14 +46,6 @@ Status check_sample(std::span<const double> sample, std::string_view side) {
 
 }  // namespace
 
-std::string_view to_string(MannWhitneyMethod method) {
-  switch (method) {
-    case MannWhitneyMethod::exact: return "exact";
-    case MannWhitneyMethod::normal_approximation: return "normal approximation";
-  }
-  return "unknown";
-}
-
 const std::vector<double>& exact_mann_whitney_cdf(std::size_t n1, std::size_t n2) {
   KILN_ASSERT(n1 >= 1 && n2 >= 1, "exact Mann-Whitney needs non-empty samples");
   KILN_ASSERT(n1 <= kExactMannWhitneyMaxSampleSize && n2 <= kExactMannWhitneyMaxSampleSize,

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 
 namespace kiln::stats {
@@ -15,7 +16,13 @@ namespace kiln::stats {
 inline constexpr std::size_t kExactMannWhitneyMaxSampleSize = 50;
 
 enum class MannWhitneyMethod { exact, normal_approximation };
-std::string_view to_string(MannWhitneyMethod method);
+constexpr EnumTable<MannWhitneyMethod, 2> enum_names(MannWhitneyMethod) {
+  return {{
+      {MannWhitneyMethod::exact, "exact"},
+      {MannWhitneyMethod::normal_approximation, "normal approximation"},
+  }};
+}
+inline std::string_view to_string(MannWhitneyMethod value) { return enum_name(value); }
 
 struct MannWhitneyResult {
   // Pairs (baseline, candidate) with candidate > baseline, ties counting one half.

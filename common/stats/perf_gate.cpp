@@ -9,33 +9,6 @@
 
 namespace kiln::stats {
 
-std::string_view to_string(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::regression: return "regression";
-    case Verdict::improvement: return "improvement";
-    case Verdict::no_change: return "no_change";
-    case Verdict::inconclusive: return "inconclusive";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(IntervalMethod method) {
-  switch (method) {
-    case IntervalMethod::rank_based: return "rank-based";
-    case IntervalMethod::bootstrap: return "percentile bootstrap";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(NextStep step) {
-  switch (step) {
-    case NextStep::add_repeats: return "add_repeats";
-    case NextStep::confirm_with_rerun: return "confirm_with_rerun";
-    case NextStep::report: return "report";
-  }
-  return "unknown";
-}
-
 Status validate(const PerfGateOptions& options) {
   auto open_unit = [](double v) { return v > 0 && v < 1; };
   if (!open_unit(options.alpha)) {

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/stats/mann_whitney.h"
 #include "common/stats/shift.h"
@@ -34,13 +35,27 @@
 namespace kiln::stats {
 
 enum class Verdict { regression, improvement, no_change, inconclusive };
-std::string_view to_string(Verdict verdict);
+constexpr EnumTable<Verdict, 4> enum_names(Verdict) {
+  return {{
+      {Verdict::regression, "regression"},
+      {Verdict::improvement, "improvement"},
+      {Verdict::no_change, "no_change"},
+      {Verdict::inconclusive, "inconclusive"},
+  }};
+}
+inline std::string_view to_string(Verdict value) { return enum_name(value); }
 
 // Which interval the rule uses. The rank interval has its stated coverage at every sample size;
 // the percentile bootstrap covers less than stated at 5 to 20 samples a side (see
 // docs/qualification.md), which turns true min_effect drops into no_change more often.
 enum class IntervalMethod { rank_based, bootstrap };
-std::string_view to_string(IntervalMethod method);
+constexpr EnumTable<IntervalMethod, 2> enum_names(IntervalMethod) {
+  return {{
+      {IntervalMethod::rank_based, "rank-based"},
+      {IntervalMethod::bootstrap, "percentile bootstrap"},
+  }};
+}
+inline std::string_view to_string(IntervalMethod value) { return enum_name(value); }
 
 struct PerfGateOptions {
   double alpha = 0.01;                     // significance of one comparison (compare, rerun)
@@ -84,7 +99,14 @@ Verdict decide(const Comparison& comparison, double p_value, double significance
 double smallest_exact_p_value(std::size_t n1, std::size_t n2);
 
 enum class NextStep { add_repeats, confirm_with_rerun, report };
-std::string_view to_string(NextStep step);
+constexpr EnumTable<NextStep, 3> enum_names(NextStep) {
+  return {{
+      {NextStep::add_repeats, "add_repeats"},
+      {NextStep::confirm_with_rerun, "confirm_with_rerun"},
+      {NextStep::report, "report"},
+  }};
+}
+inline std::string_view to_string(NextStep value) { return enum_name(value); }
 
 struct GateProgress {
   bool confirming = false;    // this comparison is the confirmation rerun

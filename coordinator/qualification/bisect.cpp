@@ -8,15 +8,6 @@
 
 namespace kiln::qualification {
 
-std::string_view to_string(ProbeVerdict verdict) {
-  switch (verdict) {
-    case ProbeVerdict::good: return "good";
-    case ProbeVerdict::bad: return "bad";
-    case ProbeVerdict::inconclusive: return "inconclusive";
-  }
-  return "unknown";
-}
-
 ProbeVerdict probe_verdict_from(stats::Verdict verdict) {
   switch (verdict) {
     case stats::Verdict::regression: return ProbeVerdict::bad;

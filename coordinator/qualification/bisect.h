@@ -26,13 +26,21 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/stats/perf_gate.h"
 
 namespace kiln::qualification {
 
 enum class ProbeVerdict { good, bad, inconclusive };
-std::string_view to_string(ProbeVerdict verdict);
+constexpr EnumTable<ProbeVerdict, 3> enum_names(ProbeVerdict) {
+  return {{
+      {ProbeVerdict::good, "good"},
+      {ProbeVerdict::bad, "bad"},
+      {ProbeVerdict::inconclusive, "inconclusive"},
+  }};
+}
+inline std::string_view to_string(ProbeVerdict value) { return enum_name(value); }
 
 // A probe judged by the performance gate (kiln::stats::compare and decide against the good
 // bundle's samples, one targeted test at alpha, after the gate's extra rounds): regression is

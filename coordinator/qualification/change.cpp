@@ -13,26 +13,6 @@
 
 namespace kiln::qualification {
 
-std::string_view to_string(Layer layer) {
-  switch (layer) {
-    case Layer::model: return "model";
-    case Layer::framework: return "framework";
-    case Layer::compiler: return "compiler";
-    case Layer::kernels: return "kernels";
-    case Layer::runtime: return "runtime";
-    case Layer::driver: return "driver";
-    case Layer::firmware: return "firmware";
-  }
-  return "unknown";
-}
-
-std::optional<Layer> layer_from_string(std::string_view name) {
-  for (Layer layer : kAllLayers) {
-    if (to_string(layer) == name) return layer;
-  }
-  return std::nullopt;
-}
-
 bool is_hardware_path(Layer layer) {
   return layer != Layer::model && layer != Layer::framework;
 }

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 
@@ -25,10 +26,20 @@ namespace kiln::qualification {
 
 // The layers of the stack, from the model down to the chip's firmware.
 enum class Layer { model, framework, compiler, kernels, runtime, driver, firmware };
-inline constexpr Layer kAllLayers[] = {Layer::model,   Layer::framework, Layer::compiler, Layer::kernels,
-                                       Layer::runtime, Layer::driver,    Layer::firmware};
-std::string_view to_string(Layer layer);
-std::optional<Layer> layer_from_string(std::string_view name);
+constexpr EnumTable<Layer, 7> enum_names(Layer) {
+  return {{
+      {Layer::model, "model"},
+      {Layer::framework, "framework"},
+      {Layer::compiler, "compiler"},
+      {Layer::kernels, "kernels"},
+      {Layer::runtime, "runtime"},
+      {Layer::driver, "driver"},
+      {Layer::firmware, "firmware"},
+  }};
+}
+inline constexpr auto kAllLayers = enum_values<Layer>();
+inline std::string_view to_string(Layer value) { return enum_name(value); }
+inline std::optional<Layer> layer_from_string(std::string_view name) { return enum_from_name<Layer>(name); }
 
 // Layers whose changes run on the accelerator (they get a presubmit smoke on every revision).
 bool is_hardware_path(Layer layer);

@@ -50,15 +50,6 @@ nlohmann::json failures_to_json(const std::vector<LossPointFailure>& failures) {
 
 }  // namespace
 
-std::string_view to_string(PointProblem problem) {
-  switch (problem) {
-    case PointProblem::outside_band: return "outside_band";
-    case PointProblem::not_finite: return "not_finite";
-    case PointProblem::missing: return "missing";
-  }
-  return "unknown";
-}
-
 Status validate(const LossCurveGateOptions& options) {
   if (!(options.pointwise_band_relative > 0.0) || !(options.moving_average_band_relative > 0.0)) {
     return fail(Errc::invalid_argument, "the loss-curve bands must be positive, e.g. 0.05 for 5%");

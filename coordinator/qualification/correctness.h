@@ -12,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "coordinator/qualification/model_set.h"
 
@@ -43,7 +44,14 @@ enum class PointProblem {
   not_finite,    // NaN or infinity: always fails the gate
   missing,       // the reference has a point at this step, the run does not
 };
-std::string_view to_string(PointProblem problem);
+constexpr EnumTable<PointProblem, 3> enum_names(PointProblem) {
+  return {{
+      {PointProblem::outside_band, "outside_band"},
+      {PointProblem::not_finite, "not_finite"},
+      {PointProblem::missing, "missing"},
+  }};
+}
+inline std::string_view to_string(PointProblem value) { return enum_name(value); }
 
 struct LossPointFailure {
   std::size_t index = 0;  // into the reference curve (for a moving average: its last point)

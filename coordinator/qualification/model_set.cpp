@@ -15,22 +15,6 @@
 
 namespace kiln::qualification {
 
-std::string_view to_string(SizeClass size) {
-  switch (size) {
-    case SizeClass::small: return "small";
-    case SizeClass::medium: return "medium";
-    case SizeClass::large: return "large";
-  }
-  return "unknown";
-}
-
-std::optional<SizeClass> size_class_from_string(std::string_view name) {
-  for (SizeClass size : {SizeClass::small, SizeClass::medium, SizeClass::large}) {
-    if (to_string(size) == name) return size;
-  }
-  return std::nullopt;
-}
-
 const QualificationModel* ModelSet::find(std::string_view name) const {
   auto it = std::find_if(models.begin(), models.end(), [&](const QualificationModel& m) { return m.name == name; });
   return it == models.end() ? nullptr : &*it;

@@ -32,13 +32,21 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 
 namespace kiln::qualification {
 
 enum class SizeClass { small, medium, large };
-std::string_view to_string(SizeClass size);
-std::optional<SizeClass> size_class_from_string(std::string_view name);
+constexpr EnumTable<SizeClass, 3> enum_names(SizeClass) {
+  return {{
+      {SizeClass::small, "small"},
+      {SizeClass::medium, "medium"},
+      {SizeClass::large, "large"},
+  }};
+}
+inline std::string_view to_string(SizeClass value) { return enum_name(value); }
+inline std::optional<SizeClass> size_class_from_string(std::string_view name) { return enum_from_name<SizeClass>(name); }
 
 inline constexpr double kDefaultEvalThreshold = 0.99;
 

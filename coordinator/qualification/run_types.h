@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/stats/perf_gate.h"
 #include "common/time.h"
 #include "coordinator/qualification/bisect.h"
@@ -23,8 +24,15 @@
 namespace kiln::qualification {
 
 enum class Tier { smoke, nightly, release };
-std::string_view to_string(Tier tier);
-std::optional<Tier> tier_from_string(std::string_view name);
+constexpr EnumTable<Tier, 3> enum_names(Tier) {
+  return {{
+      {Tier::smoke, "smoke"},
+      {Tier::nightly, "nightly"},
+      {Tier::release, "release"},
+  }};
+}
+inline std::string_view to_string(Tier value) { return enum_name(value); }
+inline std::optional<Tier> tier_from_string(std::string_view name) { return enum_from_name<Tier>(name); }
 
 struct RunSettings {
   Tier tier = Tier::nightly;
@@ -60,7 +68,17 @@ struct RunInput {
 };
 
 enum class JobPurpose { measure, extra_repeats, confirmation, triage_rerun, origin_rerun, bisect_probe };
-std::string_view to_string(JobPurpose purpose);
+constexpr EnumTable<JobPurpose, 6> enum_names(JobPurpose) {
+  return {{
+      {JobPurpose::measure, "measure"},
+      {JobPurpose::extra_repeats, "extra_repeats"},
+      {JobPurpose::confirmation, "confirmation"},
+      {JobPurpose::triage_rerun, "triage_rerun"},
+      {JobPurpose::origin_rerun, "origin_rerun"},
+      {JobPurpose::bisect_probe, "bisect_probe"},
+  }};
+}
+inline std::string_view to_string(JobPurpose value) { return enum_name(value); }
 
 // A job the shell must start. Results come back with its tag.
 struct JobRequest {
@@ -131,7 +149,21 @@ enum class ModelVerdict {
   skipped,                 // did not fit one node, or its revision has no node
   error,                   // its jobs could not run
 };
-std::string_view to_string(ModelVerdict verdict);
+constexpr EnumTable<ModelVerdict, 10> enum_names(ModelVerdict) {
+  return {{
+      {ModelVerdict::pending, "pending"},
+      {ModelVerdict::passed, "passed"},
+      {ModelVerdict::improved, "improved"},
+      {ModelVerdict::performance_regression, "performance_regression"},
+      {ModelVerdict::correctness_regression, "correctness_regression"},
+      {ModelVerdict::hardware_suspect, "hardware_suspect"},
+      {ModelVerdict::flaky, "flaky"},
+      {ModelVerdict::inconclusive, "inconclusive"},
+      {ModelVerdict::skipped, "skipped"},
+      {ModelVerdict::error, "error"},
+  }};
+}
+inline std::string_view to_string(ModelVerdict value) { return enum_name(value); }
 // passed, improved, flaky, inconclusive and skipped do not fail a run: a skipped model was not
 // qualified and says why (a JUnit <skipped/>); an inconclusive one is within a few percent
 // either way after every extra round and is listed for a person to look at, not a regression.

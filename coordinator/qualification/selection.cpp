@@ -6,16 +6,6 @@
 
 namespace kiln::qualification {
 
-std::string_view to_string(SelectionReason reason) {
-  switch (reason) {
-    case SelectionReason::components: return "components";
-    case SelectionReason::hardware_path: return "hardware_path";
-    case SelectionReason::model_change: return "model_change";
-    case SelectionReason::default_set: return "default_set";
-  }
-  return "unknown";
-}
-
 namespace {
 
 bool touches_everything(Layer layer) {

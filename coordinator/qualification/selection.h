@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/model_set.h"
 
@@ -21,7 +22,15 @@ enum class SelectionReason {
   model_change,   // the change is to this model itself
   default_set,    // nothing matched: the default smoke set
 };
-std::string_view to_string(SelectionReason reason);
+constexpr EnumTable<SelectionReason, 4> enum_names(SelectionReason) {
+  return {{
+      {SelectionReason::components, "components"},
+      {SelectionReason::hardware_path, "hardware_path"},
+      {SelectionReason::model_change, "model_change"},
+      {SelectionReason::default_set, "default_set"},
+  }};
+}
+inline std::string_view to_string(SelectionReason value) { return enum_name(value); }
 
 struct SelectedModel {
   std::string name;

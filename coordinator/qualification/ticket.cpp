@@ -14,24 +14,6 @@
 
 namespace kiln::qualification {
 
-std::string_view to_string(TicketKind kind) {
-  switch (kind) {
-    case TicketKind::performance_regression: return "performance_regression";
-    case TicketKind::correctness_regression: return "correctness_regression";
-    case TicketKind::hardware_suspect: return "hardware_suspect";
-    case TicketKind::flake_budget: return "flake_budget";
-  }
-  return "unknown";
-}
-
-std::optional<TicketKind> ticket_kind_from_string(std::string_view name) {
-  for (TicketKind kind : {TicketKind::performance_regression, TicketKind::correctness_regression,
-                          TicketKind::hardware_suspect, TicketKind::flake_budget}) {
-    if (to_string(kind) == name) return kind;
-  }
-  return std::nullopt;
-}
-
 std::string_view to_string(FileResult result) { return result == FileResult::filed ? "filed" : "duplicate"; }
 
 std::string dedupe_key(TicketKind kind, std::string_view culprit) {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 #include "coordinator/qualification/change.h"
@@ -21,8 +22,16 @@
 namespace kiln::qualification {
 
 enum class TicketKind { performance_regression, correctness_regression, hardware_suspect, flake_budget };
-std::string_view to_string(TicketKind kind);
-std::optional<TicketKind> ticket_kind_from_string(std::string_view name);
+constexpr EnumTable<TicketKind, 4> enum_names(TicketKind) {
+  return {{
+      {TicketKind::performance_regression, "performance_regression"},
+      {TicketKind::correctness_regression, "correctness_regression"},
+      {TicketKind::hardware_suspect, "hardware_suspect"},
+      {TicketKind::flake_budget, "flake_budget"},
+  }};
+}
+inline std::string_view to_string(TicketKind value) { return enum_name(value); }
+inline std::optional<TicketKind> ticket_kind_from_string(std::string_view name) { return enum_from_name<TicketKind>(name); }
 
 struct Ticket {
   std::string id;  // "kiln-" + 16 hex digits of the dedupe key's SHA-256: one id per culprit and kind

@@ -6,15 +6,6 @@
 
 namespace kiln::qualification {
 
-std::string_view to_string(TriageDecision decision) {
-  switch (decision) {
-    case TriageDecision::hardware_suspect: return "hardware_suspect";
-    case TriageDecision::software_regression: return "software_regression";
-    case TriageDecision::flaky: return "flaky";
-  }
-  return "unknown";
-}
-
 namespace {
 
 std::size_t count(const std::vector<RunOutcome>& outcomes, RunOutcome which) {

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 
@@ -45,7 +46,14 @@ struct RerunReport {
 };
 
 enum class TriageDecision { hardware_suspect, software_regression, flaky };
-std::string_view to_string(TriageDecision decision);
+constexpr EnumTable<TriageDecision, 3> enum_names(TriageDecision) {
+  return {{
+      {TriageDecision::hardware_suspect, "hardware_suspect"},
+      {TriageDecision::software_regression, "software_regression"},
+      {TriageDecision::flaky, "flaky"},
+  }};
+}
+inline std::string_view to_string(TriageDecision value) { return enum_name(value); }
 
 struct TriageOptions {
   std::string lab_team = "lab";  // who gets hardware tickets

@@ -66,19 +66,6 @@ const RevisionProfile& profile(Revision revision) {
   return revision == Revision::a ? kRevisionA : kRevisionB;
 }
 
-std::string_view to_string(FaultKind kind) {
-  switch (kind) {
-    case FaultKind::ecc_storm: return "ecc_storm";
-    case FaultKind::thermal_throttle: return "thermal_throttle";
-    case FaultKind::hang: return "hang";
-    case FaultKind::link_down: return "link_down";
-    case FaultKind::slow: return "slow";
-    case FaultKind::sdc: return "sdc";
-    case FaultKind::flash_fail: return "flash_fail";
-  }
-  return "unknown";
-}
-
 Result<FaultKind> parse_fault_kind(std::string_view text) {
   for (auto kind : {FaultKind::ecc_storm, FaultKind::thermal_throttle, FaultKind::hang,
                     FaultKind::link_down, FaultKind::slow, FaultKind::sdc, FaultKind::flash_fail}) {
@@ -116,15 +103,6 @@ Result<Fault> make_fault(FaultKind kind, double factor, FlashFailMode mode, Time
 }
 
 std::string_view to_string(Slot slot) { return slot == Slot::a ? "a" : "b"; }
-
-std::string_view to_string(SelfTestKind kind) {
-  switch (kind) {
-    case SelfTestKind::memory: return "memory";
-    case SelfTestKind::interconnect: return "interconnect";
-    case SelfTestKind::compute: return "compute";
-  }
-  return "unknown";
-}
 
 const Fault* ChipState::fault(FaultKind kind) const {
   for (const auto& f : faults) {

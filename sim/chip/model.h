@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 
@@ -46,7 +47,18 @@ inline constexpr std::uint64_t kIdleMemoryUsedBytes = 512ull << 20;
 inline constexpr double kLoadedMemoryFraction = 0.75;
 
 enum class FaultKind { ecc_storm, thermal_throttle, hang, link_down, slow, sdc, flash_fail };
-std::string_view to_string(FaultKind kind);
+constexpr EnumTable<FaultKind, 7> enum_names(FaultKind) {
+  return {{
+      {FaultKind::ecc_storm, "ecc_storm"},
+      {FaultKind::thermal_throttle, "thermal_throttle"},
+      {FaultKind::hang, "hang"},
+      {FaultKind::link_down, "link_down"},
+      {FaultKind::slow, "slow"},
+      {FaultKind::sdc, "sdc"},
+      {FaultKind::flash_fail, "flash_fail"},
+  }};
+}
+inline std::string_view to_string(FaultKind value) { return enum_name(value); }
 Result<FaultKind> parse_fault_kind(std::string_view text);
 
 // flash: writing the standby slot fails and leaves it invalid.
@@ -158,7 +170,14 @@ Status rollback_firmware(ChipState& chip, TimeMs now);
 void reset_chip(ChipState& chip, TimeMs now);
 
 enum class SelfTestKind { memory = 1, interconnect = 2, compute = 3 };
-std::string_view to_string(SelfTestKind kind);
+constexpr EnumTable<SelfTestKind, 3> enum_names(SelfTestKind) {
+  return {{
+      {SelfTestKind::memory, "memory"},
+      {SelfTestKind::interconnect, "interconnect"},
+      {SelfTestKind::compute, "compute"},
+  }};
+}
+inline std::string_view to_string(SelfTestKind value) { return enum_name(value); }
 
 struct SelfTest {
   SelfTestKind kind = SelfTestKind::memory;

@@ -62,7 +62,7 @@ class SampleFiller {
   template <class E>
     requires std::is_enum_v<E>
   void fill(const std::string&, E& value) {
-    const auto& names = protocol::EnumNames<E>::values;
+    constexpr auto names = enum_names(E{});
     value = names[(*next_)++ % names.size()].first;
   }
   template <protocol::Record T>

@@ -1,7 +1,6 @@
 #include <doctest/doctest.h>
 
 #include <sqlite3.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,9 +13,8 @@ using namespace kiln;
 using namespace kiln::coordinator;
 
 TEST_CASE("the SQLite store keeps nodes and jobs across reopening") {
-  auto dir = std::filesystem::temp_directory_path() / ("kiln-store-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "kiln.db").string();
+  kiln::testing::TempDir dir("kiln-store");
+  const std::string path = dir.file("kiln.db");
   {
     auto store = open_sqlite_store(path);
     REQUIRE(store.has_value());
@@ -45,13 +43,11 @@ TEST_CASE("the SQLite store keeps nodes and jobs across reopening") {
   CHECK(snapshot->jobs[0].summary.state == protocol::JobState::succeeded);
   CHECK(snapshot->jobs[0].summary.args == std::vector<std::string>{"--steps", "10"});
   CHECK(snapshot->jobs[0].result == R"({"tokens_per_s": 1234.5})");
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("the SQLite store keeps developer leases across reopening") {
-  auto dir = std::filesystem::temp_directory_path() / ("kiln-store-leases-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "kiln.db").string();
+  kiln::testing::TempDir dir("kiln-store-leases");
+  const std::string path = dir.file("kiln.db");
   {
     auto store = open_sqlite_store(path);
     REQUIRE(store.has_value());
@@ -96,7 +92,6 @@ TEST_CASE("the SQLite store keeps developer leases across reopening") {
   CHECK(lease.start_at_ms == 5000);
   CHECK(snapshot->leases[1].summary.state == protocol::LeaseState::ended);
   CHECK(snapshot->leases[1].summary.detail == "released by bob");
-  std::filesystem::remove_all(dir);
 }
 
 namespace {
@@ -120,9 +115,8 @@ void save_smoke_job(Store& store, std::uint64_t job_id) {
 }  // namespace
 
 TEST_CASE("a version 1 database (before leases, records and job attribution) is upgraded; a newer one is refused") {
-  auto dir = std::filesystem::temp_directory_path() / ("kiln-store-version-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "kiln.db").string();
+  kiln::testing::TempDir dir("kiln-store-version");
+  const std::string path = dir.file("kiln.db");
   {
     auto store = open_sqlite_store(path);
     REQUIRE(store.has_value());
@@ -158,7 +152,6 @@ TEST_CASE("a version 1 database (before leases, records and job attribution) is 
   REQUIRE_FALSE(refused.has_value());
   CHECK(refused.error().message.find("schema version 99") != std::string::npos);
   CHECK(refused.error().message.find("use a matching coordinator") != std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("an unwritable database path is refused with a clear error") {
