@@ -41,7 +41,7 @@ int check_config(const kiln::agent::AgentConfig& config) {
     std::cout << "driver: " << found.error().message << "\n";
     ++problems;
   }
-  if (auto containment = kiln::agent::choose_containment(config)) {
+  if (auto containment = kiln::agent::check_containment(config)) {
     std::cout << kiln::agent::describe_containment(*containment) << "\n";
   } else {
     std::cout << containment.error().message << "\n";

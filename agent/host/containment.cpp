@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "common/process/cgroup.h"
 
 namespace kiln::agent {
@@ -23,7 +25,7 @@ std::string path_hash(const std::string& path) {
   return text;
 }
 
-Result<std::string> agent_cgroup_dir(const AgentConfig& config) {
+Result<std::string> agent_cgroup_path(const AgentConfig& config) {
   std::string parent;
   if (config.cgroup_root) {
     parent = *config.cgroup_root;
@@ -32,10 +34,14 @@ Result<std::string> agent_cgroup_dir(const AgentConfig& config) {
     if (!own) return tl::unexpected(own.error());
     parent = *own;
   }
-  const std::string dir =
-      (fs::path(parent) / "kiln-jobs" / (config.node_id + "-" + path_hash(fs::absolute(config.work_dir).string())))
-          .string();
-  if (Status ready = prepare_cgroup_root(dir); !ready) return tl::unexpected(ready.error());
+  return (fs::path(parent) / "kiln-jobs" / (config.node_id + "-" + path_hash(fs::absolute(config.work_dir).string())))
+      .string();
+}
+
+Result<std::string> usable_cgroup_dir(const AgentConfig& config) {
+  auto dir = agent_cgroup_path(config);
+  if (!dir) return dir;
+  if (Status ready = prepare_cgroup_root(*dir); !ready) return tl::unexpected(ready.error());
   return dir;
 }
 
@@ -44,7 +50,7 @@ Result<std::string> agent_cgroup_dir(const AgentConfig& config) {
 Result<ContainmentChoice> choose_containment(const AgentConfig& config) {
   ContainmentChoice choice;
   if (config.job_containment == JobContainment::process_group) return choice;
-  auto dir = agent_cgroup_dir(config);
+  auto dir = usable_cgroup_dir(config);
   if (dir) {
     choice.cgroup = true;
     choice.cgroup_dir = *dir;
@@ -56,6 +62,16 @@ Result<ContainmentChoice> choose_containment(const AgentConfig& config) {
                                   "\"process-group\"");
   }
   choice.why_not_cgroup = dir.error().message;
+  return choice;
+}
+
+Result<ContainmentChoice> check_containment(const AgentConfig& config) {
+  auto dir = agent_cgroup_path(config);
+  std::error_code ec;
+  const bool existed = dir && fs::exists(*dir, ec);
+  auto choice = choose_containment(config);
+  // An agent that is running keeps its directory; one made only to check is not left behind.
+  if (choice && choice->cgroup && !existed) ::rmdir(choice->cgroup_dir.c_str());
   return choice;
 }
 

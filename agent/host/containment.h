@@ -22,6 +22,10 @@ struct ContainmentChoice {
 // cgroup v2 cannot be used, "auto" falls back to process groups and says why.
 Result<ContainmentChoice> choose_containment(const AgentConfig& config);
 
+// What choose_containment would choose, for check-config: a directory it had to make for
+// that is removed again.
+Result<ContainmentChoice> check_containment(const AgentConfig& config);
+
 // One line for logs and check-config.
 std::string describe_containment(const ContainmentChoice& choice);
 
