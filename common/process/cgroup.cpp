@@ -44,26 +44,16 @@ std::string unescape_octal(std::string_view field) {
   return out;
 }
 
-std::vector<std::string_view> split_spaces(std::string_view line) {
-  std::vector<std::string_view> fields;
-  std::size_t at = 0;
-  while (at < line.size()) {
-    const std::size_t end = std::min(line.find(' ', at), line.size());
-    if (end > at) fields.push_back(line.substr(at, end - at));
-    at = end + 1;
-  }
-  return fields;
-}
-
-std::vector<std::string_view> lines_of(std::string_view text) {
-  std::vector<std::string_view> lines;
+// The non-empty pieces of text between separators.
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> pieces;
   std::size_t at = 0;
   while (at < text.size()) {
-    const std::size_t end = std::min(text.find('\n', at), text.size());
-    lines.push_back(text.substr(at, end - at));
+    const std::size_t end = std::min(text.find(separator, at), text.size());
+    if (end > at) pieces.push_back(text.substr(at, end - at));
     at = end + 1;
   }
-  return lines;
+  return pieces;
 }
 
 bool populated(const std::string& dir) {
@@ -109,12 +99,12 @@ bool remove_tree(const fs::path& dir) {
 }  // namespace
 
 std::optional<Cgroup2Mount> cgroup2_mount_from_mountinfo(std::string_view mountinfo) {
-  for (std::string_view line : lines_of(mountinfo)) {
+  for (std::string_view line : split(mountinfo, '\n')) {
     // "ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS"
     const std::size_t separator = line.find(" - ");
     if (separator == std::string_view::npos) continue;
-    const auto before = split_spaces(line.substr(0, separator));
-    const auto after = split_spaces(line.substr(separator + 3));
+    const auto before = split(line.substr(0, separator), ' ');
+    const auto after = split(line.substr(separator + 3), ' ');
     if (before.size() < 5 || after.empty() || after[0] != "cgroup2") continue;
     return Cgroup2Mount{unescape_octal(before[4]), unescape_octal(before[3])};
   }
@@ -122,7 +112,7 @@ std::optional<Cgroup2Mount> cgroup2_mount_from_mountinfo(std::string_view mounti
 }
 
 std::optional<std::string> cgroup2_path_from_proc_cgroup(std::string_view proc_cgroup) {
-  for (std::string_view line : lines_of(proc_cgroup)) {
+  for (std::string_view line : split(proc_cgroup, '\n')) {
     if (line.substr(0, 3) == "0::") return std::string(line.substr(3));
   }
   return std::nullopt;

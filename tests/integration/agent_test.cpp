@@ -48,16 +48,22 @@ std::string pid_in(const std::filesystem::path& file) {
   return text.substr(0, text.find('\n'));
 }
 
-}  // namespace
-
-TEST_CASE("an agent killed with SIGKILL: its next start kills the old attempt's grandchild before registering") {
-  Fleet fleet("leftovers");
+// A coordinator and agent n01, up; returns a client with the developer key "dev".
+std::unique_ptr<cli::Client> start_one_node(Fleet& fleet) {
   fleet.add_key("dev", "developer");
   fleet.add_agent({"n01", "a"});
   fleet.start_coordinator();
   fleet.start_agent("n01");
   auto dev = fleet.client("dev");
   REQUIRE(Fleet::eventually([&] { return node_state_is(*dev, "n01", NodeState::up); }, 15s));
+  return dev;
+}
+
+}  // namespace
+
+TEST_CASE("an agent killed with SIGKILL: its next start kills the old attempt's grandchild before registering") {
+  Fleet fleet("leftovers");
+  auto dev = start_one_node(fleet);
 
   // The workload's own child sleeps in the workload's process group; the parent-death signal
   // reaches only the workload.
@@ -97,12 +103,7 @@ TEST_CASE("an agent killed with SIGKILL: its next start kills the old attempt's 
 TEST_CASE("an agent killed with SIGKILL: a grandchild that left its group with setsid() is dead before the next "
           "attempt starts") {
   Fleet fleet("escapee");
-  fleet.add_key("dev", "developer");
-  fleet.add_agent({"n01", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  auto dev = fleet.client("dev");
-  REQUIRE(Fleet::eventually([&] { return node_state_is(*dev, "n01", NodeState::up); }, 15s));
+  auto dev = start_one_node(fleet);
   if (!contains(fleet.log_of("n01"), "job containment: a cgroup v2 directory per child")) {
     MESSAGE("skipped: cgroup v2 is not writable here, so the agent contains jobs by process group only and a "
             "setsid() escapes it; the agent said: "

@@ -2,8 +2,6 @@
 // coordinator core: one measured before a repair never quarantines the repaired node again.
 #include <doctest/doctest.h>
 
-#include <fmt/format.h>
-
 #include "agent/core/agent_core.h"
 #include "tests/unit/coordinator/core_harness.h"
 
@@ -36,11 +34,7 @@ struct ProbingAgent {
 
   // The report the agent sends for a failing probe that began at measured_at_wall_ms.
   HealthReport failing_probe(TimeMs measured_at_wall_ms, TimeMs now) {
-    HealthReport report;
-    report.verdict = HealthStatus::fail;
-    report.checks.push_back(HealthCheck{"link", 0, HealthStatus::fail, "link_down", "interconnect", "link down",
-                                        "reseat the cable"});
-    core.on_probe_result(report, measured_at_wall_ms, now);
+    core.on_probe_result(coordinator::testing::failing_probe(), measured_at_wall_ms, now);
     std::optional<HealthReport> sent;
     while (auto action = core.poll_action()) {
       if (auto* send = std::get_if<agent::action::Send>(&*action)) {
@@ -51,14 +45,6 @@ struct ProbingAgent {
     return *sent;
   }
 };
-
-JobFinished passed_diagnostics(std::uint64_t job_id, int level) {
-  JobFinished fin;
-  fin.job_id = job_id;
-  fin.outcome = JobOutcome::succeeded;
-  fin.result = fmt::format(R"({{"level": {}, "verdict": "pass"}})", level);
-  return fin;
-}
 
 }  // namespace
 
@@ -81,7 +67,7 @@ TEST_CASE("a probe the agent measured before a repair, arriving after the releas
   diag.workload = std::string(kDiagWorkload);
   diag.node_id = "n01";
   const auto diag_job = coordinator.submit("lab1", Role::lab, diag, 2000);
-  coordinator.agent("p1", "n01", passed_diagnostics(diag_job, 2), 3000);
+  coordinator.agent("p1", "n01", coordinator::testing::diag_result(diag_job, 2), 3000);
   REQUIRE(coordinator.core.nodes().at("n01").summary.state == NodeState::up);
   coordinator.agent("p1", "n01", stale, 3100);
   CHECK(coordinator.core.nodes().at("n01").summary.state == NodeState::up);
