@@ -98,7 +98,8 @@ void AgentCore::on_tick(TimeMs now) {
   }
 }
 
-void AgentCore::on_probe_result(const protocol::HealthReport& report, TimeMs now) {
+void AgentCore::on_probe_result(protocol::HealthReport report, TimeMs measured_at_wall_ms, TimeMs now) {
+  report.measured_at_ms = static_cast<std::uint64_t>(measured_at_wall_ms);
   probe_running_ = false;
   next_probe_at_ = now + knobs_.probe_interval_ms;
   if (report.verdict == protocol::HealthStatus::fail) {

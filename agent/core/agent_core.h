@@ -49,7 +49,8 @@ struct CancelJob {
   std::uint64_t job_id = 0;
   std::string reason;
 };
-// Run the health probes once (in a child process); report with on_probe_result.
+// Run the health probes once (in a child process); report with on_probe_result, with the
+// wall time the probe began.
 struct RunProbe {};
 // Tell the workload it is being preempted (SIGUSR1): it should checkpoint and exit.
 struct NotifyPreemption {
@@ -86,7 +87,9 @@ class AgentCore {
   void on_start(TimeMs now);
   void on_message(const protocol::Envelope& message, TimeMs now);
   void on_job_ended(const JobEnded& ended, TimeMs now);
-  void on_probe_result(const protocol::HealthReport& report, TimeMs now);
+  // measured_at_wall_ms: when the probe began, on the wall clock (ms since the epoch); the
+  // report carries it, so the coordinator can ignore one measured before a repair.
+  void on_probe_result(protocol::HealthReport report, TimeMs measured_at_wall_ms, TimeMs now);
   void on_tick(TimeMs now);
 
   std::optional<Action> poll_action();

@@ -10,6 +10,7 @@
 
 #include "agent/health/diagnostics.h"
 #include "agent/host/agent_config.h"
+#include "agent/host/containment.h"
 #include "agent/host/topology.h"
 #include "agent/install/install.h"
 #include "agent/shell/agent_shell.h"
@@ -38,6 +39,12 @@ int check_config(const kiln::agent::AgentConfig& config) {
     }
   } else {
     std::cout << "driver: " << found.error().message << "\n";
+    ++problems;
+  }
+  if (auto containment = kiln::agent::check_containment(config)) {
+    std::cout << kiln::agent::describe_containment(*containment) << "\n";
+  } else {
+    std::cout << containment.error().message << "\n";
     ++problems;
   }
   if (auto topology = kiln::agent::discover_topology()) {

@@ -92,8 +92,8 @@ bool is_plain_name(std::string_view text, std::size_t max_length) {
 const std::vector<std::pair<std::string, std::vector<std::string_view>>>& known_keys() {
   static const auto keys = [] {
     std::vector<std::pair<std::string, std::vector<std::string_view>>> out = {
-        {"", {"node_id", "work_dir", "secret_key_file", "hardware_revision", "coordinator",
-              "driver", "local_socket", "knobs", "workloads"}},
+        {"", {"node_id", "work_dir", "secret_key_file", "hardware_revision", "job_containment",
+              "cgroup_root", "coordinator", "driver", "local_socket", "knobs", "workloads"}},
         {"coordinator", {"endpoint", "public_key_file"}},
         {"driver", {"library", "options"}},
         {"local_socket", {"path", "group"}},
@@ -338,6 +338,20 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
     }
   }
 
+  if (auto containment = loader.string(&root, "", "job_containment", nullptr)) {
+    if (*containment == "auto") {
+      out.job_containment = JobContainment::automatic;
+    } else if (*containment == "cgroup") {
+      out.job_containment = JobContainment::cgroup;
+    } else if (*containment == "process-group") {
+      out.job_containment = JobContainment::process_group;
+    } else {
+      loader.error_at(loader.last_key_region(), "job_containment must be \"auto\", \"cgroup\" or "
+                                                "\"process-group\" (got \"" + *containment + "\")");
+    }
+  }
+  if (auto cgroup_root = loader.path(&root, "", "cgroup_root", nullptr)) out.cgroup_root = *cgroup_root;
+
   const toml::table* coordinator = loader.table(root, "coordinator");
   if (coordinator != nullptr) loader.reject_unknown(*coordinator, "coordinator",
                                                     keys_of("coordinator"));
@@ -548,6 +562,15 @@ Status check_agent_keys(const AgentConfig& config) {
   return {};
 }
 
+std::string_view to_string(JobContainment containment) {
+  switch (containment) {
+    case JobContainment::automatic: return "auto";
+    case JobContainment::cgroup: return "cgroup";
+    case JobContainment::process_group: return "process-group";
+  }
+  return "auto";
+}
+
 std::string describe_agent_config(const AgentConfig& config) {
   std::ostringstream out;
   const auto origin = [&](const std::string& key) {
@@ -568,6 +591,9 @@ std::string describe_agent_config(const AgentConfig& config) {
        config.hardware_revision_override ? *config.hardware_revision_override
                                          : std::string("reported by the driver"),
        config.hardware_revision_override ? "hardware_revision" : "");
+  line("job_containment", std::string(to_string(config.job_containment)), "job_containment");
+  line("cgroup_root", config.cgroup_root ? *config.cgroup_root : std::string("this process's own cgroup"),
+       config.cgroup_root ? "cgroup_root" : "");
   line("coordinator.endpoint", config.coordinator_endpoint, "coordinator.endpoint");
   line("coordinator.public_key_file", config.coordinator_public_key_file,
        "coordinator.public_key_file");

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -40,6 +41,13 @@ struct AgentKnobs {
   std::int64_t max_concurrent_jobs = 8;
 };
 
+// How the agent keeps a job's processes from outliving it (docs/operations.md).
+enum class JobContainment {
+  automatic,      // "auto": a cgroup v2 directory when one is writable, else process groups
+  cgroup,         // "cgroup": cgroup v2 or refuse to start
+  process_group,  // "process-group": process groups only; a setsid() escapes them
+};
+
 struct AgentConfig {
   std::string config_path;  // absolute path of the file this was loaded from
 
@@ -53,6 +61,10 @@ struct AgentConfig {
   std::string local_socket_path;            // for `kiln-agent diag` on the host
   std::string local_socket_group = "kiln";  // the only group that may open the local socket
   std::optional<std::string> hardware_revision_override;  // normally reported by the driver
+  JobContainment job_containment = JobContainment::automatic;
+  // Replaces the agent's own cgroup v2 directory as the parent of kiln-jobs/; normally found
+  // from /proc/self/mountinfo and /proc/self/cgroup.
+  std::optional<std::string> cgroup_root;
   // Workload name -> absolute program path. The agent runs only these, by argv, never
   // through a shell.
   std::map<std::string, std::string> workloads;
@@ -76,6 +88,9 @@ Status check_agent_environment(const AgentConfig& config);
 // Reads the agent's keypair and the coordinator's public key as the agent does when it starts;
 // a problem names the line of agent.toml that points at the file.
 Status check_agent_keys(const AgentConfig& config);
+
+// The job_containment value as written in agent.toml.
+std::string_view to_string(JobContainment containment);
 
 // A readable summary of what was loaded, for `kiln-agent check-config`.
 std::string describe_agent_config(const AgentConfig& config);

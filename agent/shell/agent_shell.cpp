@@ -1,6 +1,7 @@
 #include "agent/shell/agent_shell.h"
 
 #include <poll.h>
+#include <unistd.h>
 
 #include <csignal>
 
@@ -16,10 +17,12 @@
 #include "agent/bench/bench.h"
 #include "agent/core/agent_core.h"
 #include "agent/health/diagnostics.h"
+#include "agent/host/containment.h"
 #include "agent/host/topology.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/telemetry_sampler.h"
 #include "common/logging.h"
+#include "common/process/cgroup.h"
 #include "common/process/process_runner.h"
 #include "common/protocol/json.h"
 #include "common/protocol/repair.h"
@@ -76,20 +79,30 @@ std::set<std::uint32_t> unhealthy_chips_of(const AgentIdentity& identity) {
   return chips;
 }
 
+// Removes the agent's own cgroup directory once the runner (destroyed first) has removed
+// its children's: a clean stop leaves nothing under kiln-jobs.
+struct OwnedCgroupDir {
+  std::string dir;
+  ~OwnedCgroupDir() {
+    if (!dir.empty()) ::rmdir(dir.c_str());
+  }
+};
+
 class Shell final : public AgentShell {
  public:
   Shell(AgentConfig config, KeyPair keys, std::string coordinator_key, AgentIdentity identity,
-        std::shared_ptr<spdlog::logger> logger)
+        std::shared_ptr<spdlog::logger> logger, const ContainmentChoice& containment)
       : config_(std::move(config)),
         keys_(std::move(keys)),
         coordinator_key_(std::move(coordinator_key)),
         logger_(std::move(logger)),
         unanswered_chips_(unhealthy_chips_of(identity)),
+        cgroup_dir_{containment.cgroup_dir},
         core_(std::move(identity), SessionKnobs{config_.knobs.heartbeat_interval_ms, config_.knobs.liveness_missed_beats,
                                                 config_.knobs.reconnect_backoff_initial_ms,
                                                 config_.knobs.reconnect_backoff_max_ms,
                                                 config_.knobs.max_concurrent_jobs, config_.knobs.probe_interval_ms}),
-        runner_(group_record_path(config_)),
+        runner_(group_record_path(config_), containment.cgroup_dir),
         self_(self_executable()),
         telemetry_(config_.driver_library_path, config_.driver_options, kTelemetryIntervalMs) {
     auto local = LocalSocketServer::listen(config_.local_socket_path, config_.local_socket_group);
@@ -208,10 +221,11 @@ class Shell final : public AgentShell {
     spec.kill_grace_ms = config_.knobs.kill_grace_ms;
     auto id = runner_.start(spec);
     if (!id) {
-      core_.on_probe_result(probe_failure("probe_not_started", id.error().message), steady_ms());
+      core_.on_probe_result(probe_failure("probe_not_started", id.error().message), wall_ms(), steady_ms());
       return;
     }
     own_processes_[*id] = OwnProcess{OwnWork::probe, -1, {}};
+    probe_started_wall_ms_ = wall_ms();
   }
 
   static protocol::HealthReport probe_failure(const std::string& reason, const std::string& message) {
@@ -242,7 +256,7 @@ class Shell final : public AgentShell {
     } else {
       report = *parsed;
     }
-    core_.on_probe_result(report, steady_ms());
+    core_.on_probe_result(report, probe_started_wall_ms_, steady_ms());
   }
 
   void receive_all() {
@@ -368,6 +382,7 @@ class Shell final : public AgentShell {
     spec.timeout_ms = start.timeout_ms;
     spec.output_limit_bytes = config_.knobs.job_output_limit_bytes;
     spec.kill_grace_ms = config_.knobs.kill_grace_ms;
+    spec.cgroup_name = fmt::format("job-{}-{}", start.job_id, start.attempt);
     spec.env_extra = {
         {"KILN_JOB_ID", std::to_string(start.job_id)},
         {"KILN_ATTEMPT", std::to_string(start.attempt)},
@@ -470,6 +485,7 @@ class Shell final : public AgentShell {
   std::string coordinator_key_;
   std::shared_ptr<spdlog::logger> logger_;
   std::set<std::uint32_t> unanswered_chips_;  // reported unhealthy at start-up; never probed
+  OwnedCgroupDir cgroup_dir_;                 // declared before runner_, so it goes after it
   AgentCore core_;
   ProcessRunner runner_;
   protocol::CodecLimits limits_;
@@ -483,6 +499,7 @@ class Shell final : public AgentShell {
   std::map<ProcessId, RunningJob> jobs_by_process_;
   std::map<ProcessId, OwnProcess> own_processes_;
   std::uint64_t local_requests_ = 0;
+  TimeMs probe_started_wall_ms_ = 0;  // of the probe running now, or of the last one
   std::string self_;
   TelemetrySampler telemetry_;
   std::unique_ptr<LocalSocketServer> local_;
@@ -544,6 +561,23 @@ Result<std::unique_ptr<AgentShell>> AgentShell::create(AgentConfig config) {
   }
   // Before anything touches the chips or the coordinator hears of us: an old attempt must
   // never run beside the new one.
+  auto containment = choose_containment(config);
+  if (!containment) return tl::unexpected(containment.error());
+  if (containment->cgroup) {
+    (*logger)->info("{}", describe_containment(*containment));
+  } else {
+    (*logger)->warn("{}", describe_containment(*containment));
+  }
+  if (containment->cgroup) {
+    auto cgroups = kill_leftover_cgroups(containment->cgroup_dir, kLeftoverKillWaitMs);
+    if (!cgroups) return tl::unexpected(cgroups.error());
+    for (const LeftoverCgroup& cgroup : *cgroups) {
+      if (cgroup.processes_killed > 0) {
+        (*logger)->warn("killed {} processes of cgroup {} left by a previous run of the agent",
+                        cgroup.processes_killed, cgroup.name);
+      }
+    }
+  }
   auto leftovers = kill_recorded_groups(group_record_path(config), kLeftoverKillWaitMs);
   if (!leftovers) return tl::unexpected(leftovers.error());
   for (const LeftoverGroup& group : *leftovers) {
@@ -563,7 +597,7 @@ Result<std::unique_ptr<AgentShell>> AgentShell::create(AgentConfig config) {
                   identity.driver_version);
   return std::unique_ptr<AgentShell>(std::make_unique<Shell>(std::move(config), std::move(*keys),
                                                              std::move(*coordinator_key), std::move(found->identity),
-                                                             *logger));
+                                                             *logger, *containment));
 }
 
 }  // namespace kiln::agent

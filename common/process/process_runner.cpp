@@ -25,6 +25,8 @@
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 
+#include "common/process/cgroup.h"
+
 namespace kiln {
 namespace {
 
@@ -34,6 +36,9 @@ using Clock = std::chrono::steady_clock;
 
 // Polling interval of the reaper when the kernel cannot give a pidfd for a child.
 constexpr DurationMs kFallbackPollMs = 20;
+// How long the reaper waits for a killed cgroup to empty before it leaves the directory to
+// the next start-up's clean-up.
+constexpr DurationMs kCgroupEmptyWaitMs = 2000;
 
 DurationMs elapsed_ms(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
@@ -144,6 +149,7 @@ struct Child {
   DurationMs timeout_ms = 0;
   DurationMs kill_grace_ms = 0;
   std::uint64_t start_ticks = 0;  // from /proc/PID/stat, for the group record
+  std::string cgroup_dir;         // empty: the runner has no cgroup root
   Clock::time_point started;
   Clock::time_point deadline;
   // What the runner decided: exited until it chose to stop the child.
@@ -156,7 +162,14 @@ struct Reaped {
   Child child;
   std::optional<int> wait_status;  // nullopt: someone else collected it
   Clock::time_point ended;
+  std::string cgroup_problem;  // why its cgroup could not be removed, if it could not
 };
+
+// SIGKILL to everything the child started: its group, and its cgroup when it has one.
+void kill_everything_of(const Child& child) {
+  ::kill(-child.pid, SIGKILL);
+  if (!child.cgroup_dir.empty()) (void)kill_cgroup(child.cgroup_dir);
+}
 
 ProcessExit make_exit(const Reaped& reaped) {
   const Child& child = reaped.child;
@@ -199,11 +212,34 @@ ProcessExit make_exit(const Reaped& reaped) {
     case ProcessOutcome::failed_to_start:
       break;
   }
+  if (!reaped.cgroup_problem.empty()) out.detail += " (" + reaped.cgroup_problem + ")";
   return out;
 }
 
+// Makes the child's cgroup (killing and replacing one of that name a crash left) and opens
+// its cgroup.procs for the child to write itself into.
+Result<int> make_child_cgroup(const std::string& dir) {
+  if (fs::exists(dir)) {
+    (void)kill_cgroup(dir);
+    if (Status removed = remove_cgroup(dir, kCgroupEmptyWaitMs); !removed) return tl::unexpected(removed.error());
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    return fail(Errc::io, "cannot create the cgroup " + dir + ": " + std::strerror(errno));
+  }
+  const int fd = ::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int open_errno = errno;
+    ::rmdir(dir.c_str());
+    return fail(Errc::io, "cannot open " + dir + "/cgroup.procs: " + std::strerror(open_errno));
+  }
+  return fd;
+}
+
 // Runs in the child between fork and exec, so only async-signal-safe calls.
-void prepare_child(pid_t agent_pid) {
+// cgroup_procs_fd: the child's cgroup.procs, opened by the parent; -1 for none.
+void prepare_child(pid_t agent_pid, int cgroup_procs_fd) {
+  // Into its cgroup before it can fork: then nothing it starts is ever outside.
+  if (cgroup_procs_fd >= 0 && ::write(cgroup_procs_fd, "0", 1) != 1) ::_exit(126);
   // Its own process group: stopping the group stops everything the child started.
   ::setpgid(0, 0);
   // A child must not inherit the agent's blocked or ignored signals (a blocked SIGTERM would
@@ -241,9 +277,11 @@ struct ProcessRunner::Impl {
   int wakeup_fd = -1;   // readable while `finished` may be non-empty
   int control_fd = -1;  // wakes the reaper after start, cancel or shutdown
   std::string record_file;  // empty: no group record
+  std::string cgroup_root;  // empty: children get no cgroup
   std::thread reaper;
 
-  explicit Impl(std::string group_record_file) : record_file(std::move(group_record_file)) {
+  Impl(std::string group_record_file, std::string cgroup_root_dir)
+      : record_file(std::move(group_record_file)), cgroup_root(std::move(cgroup_root_dir)) {
     wakeup_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     control_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     KILN_ASSERT(wakeup_fd >= 0 && control_fd >= 0,
@@ -255,13 +293,15 @@ struct ProcessRunner::Impl {
     {
       std::lock_guard lock(mutex);
       stopping = true;
-      for (const auto& [id, child] : children) ::kill(-child.pid, SIGKILL);
+      for (const auto& [id, child] : children) kill_everything_of(child);
     }
     notify(control_fd);
     reaper.join();
     for (const auto& [id, child] : children) {
       ::waitpid(child.pid, nullptr, 0);
       if (child.pidfd >= 0) ::close(child.pidfd);
+      // One left behind is killed and removed by the next start-up.
+      if (!child.cgroup_dir.empty()) (void)remove_cgroup(child.cgroup_dir, kCgroupEmptyWaitMs);
     }
     if (!record_file.empty()) {
       std::error_code ignored;
@@ -327,8 +367,13 @@ struct ProcessRunner::Impl {
       }
       if (!reaped.empty()) {
         std::vector<ProcessExit> exits;
-        for (const Reaped& one : reaped) {
+        for (Reaped& one : reaped) {
           if (one.child.pidfd >= 0) ::close(one.child.pidfd);
+          if (!one.child.cgroup_dir.empty()) {
+            if (Status removed = remove_cgroup(one.child.cgroup_dir, kCgroupEmptyWaitMs); !removed) {
+              one.cgroup_problem = removed.error().message;
+            }
+          }
           exits.push_back(make_exit(one));
         }
         report(std::move(exits));
@@ -354,8 +399,8 @@ struct ProcessRunner::Impl {
         ++it;
         continue;
       }
-      Reaped one{child, std::nullopt, Clock::now()};
-      ::kill(-child.pid, SIGKILL);  // whatever it left behind in its group goes with it
+      Reaped one{child, std::nullopt, Clock::now(), {}};
+      kill_everything_of(child);  // whatever it left behind goes with it
       int status = 0;
       if (!gone && ::waitpid(child.pid, &status, 0) == child.pid) one.wait_status = status;
       reaped.push_back(std::move(one));
@@ -375,7 +420,7 @@ struct ProcessRunner::Impl {
         stop(child, ProcessOutcome::timed_out, now);
       }
       if (child.intent != ProcessOutcome::exited && !child.kill_sent && now >= child.kill_at) {
-        ::kill(-child.pid, SIGKILL);
+        kill_everything_of(child);
         child.kill_sent = true;
       }
       if (child.intent == ProcessOutcome::exited) consider(child.deadline);
@@ -390,6 +435,7 @@ struct ProcessRunner::Impl {
     child.intent = why;
     child.kill_at = now + std::chrono::milliseconds(child.kill_grace_ms);
     ::kill(-child.pid, SIGTERM);
+    if (!child.cgroup_dir.empty()) signal_cgroup(child.cgroup_dir, SIGTERM);
   }
 
   void fail_to_start(ProcessId id, const std::string& detail, Clock::time_point started) {
@@ -417,8 +463,8 @@ struct ProcessRunner::Impl {
   }
 };
 
-ProcessRunner::ProcessRunner(std::string group_record_file)
-    : impl_(std::make_unique<Impl>(std::move(group_record_file))) {}
+ProcessRunner::ProcessRunner(std::string group_record_file, std::string cgroup_root)
+    : impl_(std::make_unique<Impl>(std::move(group_record_file), std::move(cgroup_root))) {}
 
 ProcessRunner::~ProcessRunner() = default;
 
@@ -475,6 +521,23 @@ Result<ProcessId> ProcessRunner::start(const ProcessSpec& spec) {
     return id;
   }
 
+  std::string cgroup_dir;
+  int cgroup_procs_fd = -1;
+  if (!impl_->cgroup_root.empty()) {
+    cgroup_dir = (fs::path(impl_->cgroup_root) /
+                  (spec.cgroup_name.empty() ? "process-" + std::to_string(id) : spec.cgroup_name))
+                     .string();
+    auto entered = make_child_cgroup(cgroup_dir);
+    if (!entered) {
+      std::fclose(output);
+      impl_->fail_to_start(id, "cannot contain " + spec.program + ": " + entered.error().message +
+                                   "; check job_containment and cgroup_root in the agent's config",
+                           started);
+      return id;
+    }
+    cgroup_procs_fd = *entered;
+  }
+
   pid_t pid = -1;
   std::string spawn_error;
   try {
@@ -486,7 +549,9 @@ Result<ProcessId> ProcessRunner::start(const ProcessSpec& spec) {
     bp::child child(
         bp::exe = spec.program, bp::args = spec.args, bp::start_dir = spec.work_dir, env,
         bp::std_in < bp::null, (bp::std_out & bp::std_err) > output,
-        bp::extend::on_exec_setup = [agent_pid](auto&) { prepare_child(agent_pid); },
+        bp::extend::on_exec_setup = [agent_pid, cgroup_procs_fd](auto&) {
+          prepare_child(agent_pid, cgroup_procs_fd);
+        },
         bp::extend::on_error = [&failed_pid](auto& exec, const std::error_code&) {
           failed_pid = exec.pid;
         },
@@ -503,8 +568,10 @@ Result<ProcessId> ProcessRunner::start(const ProcessSpec& spec) {
     spawn_error = error.what();
   }
   std::fclose(output);
+  if (cgroup_procs_fd >= 0) ::close(cgroup_procs_fd);
 
   if (pid <= 0) {
+    if (!cgroup_dir.empty()) (void)remove_cgroup(cgroup_dir, kCgroupEmptyWaitMs);
     impl_->fail_to_start(id, "cannot run " + spec.program + ": " + spawn_error +
                                  "; check that it is a valid executable for this host",
                          started);
@@ -522,6 +589,7 @@ Result<ProcessId> ProcessRunner::start(const ProcessSpec& spec) {
   child.kill_grace_ms = spec.kill_grace_ms;
   // Not reaped yet (only the reaper reaps, and it does not know the pid), so this is the child.
   child.start_ticks = read_proc_stat(pid).value_or(ProcStat{}).start_ticks;
+  child.cgroup_dir = cgroup_dir;
   child.started = started;
   child.deadline = started + std::chrono::milliseconds(spec.timeout_ms);
   {
@@ -531,9 +599,10 @@ Result<ProcessId> ProcessRunner::start(const ProcessSpec& spec) {
       // Unrecorded, it could outlive a crash of ours unseen: better not to run it at all.
       impl_->children.erase(id);
       (void)impl_->write_record();
-      ::kill(-pid, SIGKILL);
+      kill_everything_of(child);
       ::waitpid(pid, nullptr, 0);
       if (child.pidfd >= 0) ::close(child.pidfd);
+      if (!cgroup_dir.empty()) (void)remove_cgroup(cgroup_dir, kCgroupEmptyWaitMs);
       return fail(Errc::io, recorded.error().message + "; " + spec.program + " was stopped");
     }
   }

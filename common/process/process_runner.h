@@ -5,7 +5,11 @@
 //
 // The parent-death signal reaches only the direct child, so a runner can also keep a record
 // of its live process groups in a file: after a crash, the next incarnation kills what the
-// record names (kill_recorded_groups) before it touches the chips again.
+// record names (kill_recorded_groups) before it touches the chips again. A process that
+// calls setsid() leaves its group, though; given a cgroup root (common/process/cgroup.h),
+// the runner also puts each child in a cgroup of its own before it execs, which nothing it
+// starts can leave, and the next incarnation kills what is left there
+// (kill_leftover_cgroups).
 #pragma once
 
 #include <cstddef>
@@ -33,6 +37,9 @@ struct ProcessSpec {
   DurationMs kill_grace_ms = 5000;                // SIGTERM to the group, then SIGKILL after this
   // File in work_dir that receives stdout and stderr; empty means a unique name.
   std::string output_file;
+  // The child's cgroup under the runner's cgroup root (unused without one); empty means
+  // "process-<id>". A directory of that name left by a crash is killed and made anew.
+  std::string cgroup_name;
 };
 
 enum class ProcessOutcome {
@@ -67,20 +74,26 @@ class ProcessRunner {
   // group_record_file: when not empty, the runner keeps every live child's process group and
   // start time in that file (rewritten before start() returns and after each child ends),
   // for kill_recorded_groups after a crash.
-  explicit ProcessRunner(std::string group_record_file = {});
-  ~ProcessRunner();  // kills whatever still runs (SIGKILL to each group), reaps it, removes the record
+  // cgroup_root: when not empty, a cgroup v2 directory this process may start children in
+  // (prepare_cgroup_root); each child runs in its own cgroup below it, killed as a whole
+  // (cgroup.kill) when the child ends or is stopped, and then removed.
+  explicit ProcessRunner(std::string group_record_file = {}, std::string cgroup_root = {});
+  // Kills whatever still runs (SIGKILL to each group and cgroup), reaps it, removes the record.
+  ~ProcessRunner();
   ProcessRunner(const ProcessRunner&) = delete;
   ProcessRunner& operator=(const ProcessRunner&) = delete;
 
   // Errors only for a spec that cannot be run at all (relative program path, no deadline,
   // unusable work dir), or when the group record cannot be written (the child is killed). A
+  // child whose cgroup cannot be made or entered never runs: failed_to_start. A
   // program that cannot be executed gets an id and is reported by poll_finished() as
   // failed_to_start, like every other ending.
   // Call it from a thread that outlives the child: a child is killed when the thread that
   // started it exits (PR_SET_PDEATHSIG), so no workload outlives the agent that watches it.
   Result<ProcessId> start(const ProcessSpec& spec);
 
-  // SIGTERM to the process group, SIGKILL after the grace; reported as cancelled.
+  // SIGTERM to the process group (and every process of its cgroup), SIGKILL to both after the
+  // grace; reported as cancelled.
   Status cancel(ProcessId id);
 
   // Sends signo to the program started (not its whole group), e.g. SIGUSR1 as a preemption

@@ -1065,8 +1065,7 @@ struct Simulation::World {
     check.category = "hardware";
     report.checks.push_back(check);
     report.verdict = check.status;
-    report.measured_at_ms = static_cast<std::uint64_t>(e.measured_at_wall_ms);
-    a.core->on_probe_result(report, wall());
+    a.core->on_probe_result(report, e.measured_at_wall_ms, wall());
     drain_agent(e.node);
   }
 

@@ -109,7 +109,8 @@ TEST_CASE("kiln-coordinator check-store reports a foreign or damaged database an
   CHECK_FALSE(std::filesystem::exists(dir.file("none.db")));
 }
 
-TEST_CASE("kiln-agent refuses an endpoint port over 65535 and names the line of a missing key file") {
+TEST_CASE("kiln-agent refuses an endpoint port over 65535, names the line of a missing key file and an unusable "
+          "job containment") {
   TempDir dir("kiln-config-agent");
   make_keys(dir, "coordinator");
   const std::string file = dir.file("agent.toml");
@@ -128,10 +129,18 @@ TEST_CASE("kiln-agent refuses an endpoint port over 65535 and names the line of 
   const Ran no_key = run(bin("kiln-agent") + " --config " + file + " check-config");
   CHECK(no_key.status == 2);
   CHECK(contains(no_key.output, file + ":3:1: secret_key_file: secret key " + dir.file("missing.key")));
+  CHECK(contains(no_key.output, "job containment: "));
 
   const Ran start = run(bin("kiln-agent") + " --config " + file);
   CHECK(start.status == 1);
   CHECK(contains(start.output, file + ":3:1: secret_key_file: cannot read secret key file " + dir.file("missing.key")));
+
+  // A containment that cannot be had is a problem check-config names.
+  dir.write("agent.toml", "job_containment = \"cgroup\"\ncgroup_root = \"" + dir.file("plain") + "\"\n" +
+                              agent_toml("tcp://127.0.0.1:7601"));
+  const Ran no_cgroup = run(bin("kiln-agent") + " --config " + file + " check-config");
+  CHECK(no_cgroup.status == 2);
+  CHECK(contains(no_cgroup.output, file + ": job_containment = \"cgroup\" but cgroup v2 cannot be used: "));
 }
 
 TEST_CASE("kiln: configuration errors exit 2 naming the line, and the command line beats the environment") {

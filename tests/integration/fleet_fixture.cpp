@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/keys.h"
+#include "common/process/cgroup.h"
 
 namespace kiln::testing {
 namespace fs = std::filesystem;
@@ -103,6 +104,16 @@ Fleet::Fleet(std::string name, int heartbeat_interval_ms, int liveness_missed_be
 
 Fleet::~Fleet() {
   agent_processes_.clear();
+  // An agent killed for a test and never restarted leaves its cgroups (empty: their processes
+  // died with it) under kiln-jobs; it logged where they are.
+  const std::string marker = "a cgroup v2 directory per child under ";
+  for (const auto& [node_id, spec] : agents_) {
+    const std::string log = log_of(node_id);
+    if (const std::size_t at = log.find(marker); at != std::string::npos) {
+      const std::size_t start = at + marker.size();
+      (void)remove_cgroup(log.substr(start, log.find('\n', start) - start), 0);
+    }
+  }
   coordinator_.reset();
   if (!std::getenv("KILN_KEEP_TEST_DIRS")) fs::remove_all(dir_);
 }

@@ -1,6 +1,7 @@
 // Leases and preemption with the real binaries on loopback: `kiln lease`, `kiln leases`,
 // `kiln release-lease`, `kiln queue --why`, and an experiment preempted by presubmit work (the
-// agent forwards the notice to the workload as SIGUSR1; the experiment is requeued).
+// agent forwards the notice to the workload as SIGUSR1; the experiment is requeued), and
+// `kiln diag` waiting for a lease on the node's chips.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -8,6 +9,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/protocol/messages.h"
 #include "tests/integration/fleet_fixture.h"
@@ -208,4 +210,56 @@ TEST_CASE("a lease and the job running in it survive a coordinator restart; leas
   CHECK(fleet.kiln("dev", {"lease", "--chips", "1", "--hours", "1", "--no-wait"}, &out) == 0);
   CHECK(out.find("L2") != std::string::npos);
   CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
+}
+
+TEST_CASE("kiln diag on a node whose 8 chips a developer leases waits for the lease, then runs") {
+  Fleet fleet("diaglease");
+  fleet.add_key("dev", "developer");
+  fleet.add_key("lab1", "lab");
+  fleet.add_agent({"n03", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n03");
+  auto lab = fleet.client("lab1");
+  auto dev = fleet.client("dev");  // also writes the client config kiln_in_background uses
+  REQUIRE(Fleet::eventually([&] { return node_up(*lab, "n03"); }, 15s));
+
+  auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "8", "--rev", "a", "--hours", "1"}, "lease.out");
+  REQUIRE(Fleet::eventually([&] { return read_text(fleet.dir() / "lease.out").find("granted") != std::string::npos; },
+                            15s));
+  REQUIRE(read_text(fleet.dir() / "lease.out").find("lease L1 granted") != std::string::npos);
+
+  auto diag = kiln_in_background(fleet, "lab1", {"diag", "--node", "n03", "--level", "2"}, "diag.out");
+  std::uint64_t diag_job = 0;
+  REQUIRE(Fleet::eventually(
+      [&] {
+        auto reply = lab->request(ListJobs{50, true});
+        if (!reply) return false;
+        for (const JobSummary& j : std::get<JobList>(*reply).jobs) {
+          if (j.workload == kDiagWorkload) diag_job = j.job_id;
+        }
+        return diag_job != 0;
+      },
+      15s));
+  // docs/health.md: maintenance waits for every lease on the node's chips; it revokes none.
+  std::this_thread::sleep_for(2s);
+  CHECK(job_state_is(*lab, diag_job, JobState::queued));
+  CHECK(diag->running());
+  CHECK(lease->running());
+  std::string out;
+  REQUIRE(fleet.kiln("dev", {"leases"}, &out) == 0);
+  CHECK_MESSAGE(out.find("granted") != std::string::npos, out);
+  REQUIRE(fleet.kiln("lab1", {"queue", "--why", std::to_string(diag_job)}, &out) == 0);
+  // It waits for the whole node, which the lease holds until its expiry in an hour at the latest.
+  CHECK_MESSAGE(out.find("node n03 needs 1 whole free nodes") != std::string::npos, out);
+  CHECK_MESSAGE(out.find("expected to start at") != std::string::npos, out);
+  CHECK(read_text(fleet.dir() / "lease.out").find("ended") == std::string::npos);
+
+  // Released by its holder: the diagnostics run on the node and pass.
+  REQUIRE(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
+  const int diag_status = diag->wait(90s);
+  REQUIRE(diag_status >= 0);
+  CHECK(WIFEXITED(diag_status));
+  CHECK_MESSAGE(WEXITSTATUS(diag_status) == 0, read_text(fleet.dir() / "diag.out"));
+  CHECK(job_state_is(*lab, diag_job, JobState::succeeded));
+  CHECK(read_text(fleet.dir() / "lease.out").find("lease L1 ended: released by dev") != std::string::npos);
 }

@@ -194,7 +194,7 @@ TEST_CASE("probes run periodically once registered and their report goes to the 
   CHECK(h.count<action::RunProbe>() == 1);  // one at a time
   HealthReport report;
   report.verdict = HealthStatus::fail;
-  h.core.on_probe_result(report, 100);
+  h.core.on_probe_result(report, 1'700'000'000'000, 100);
   h.drain();
   CHECK(h.sent<HealthReport>().size() == 1);
   h.deliver(Heartbeat{}, 60000);  // the coordinator is alive throughout

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "agent/host/agent_config.h"
+#include "agent/host/containment.h"
 #include "tests/unit/agent_host/temp_dir.h"
 
 namespace kiln::agent {
@@ -338,6 +339,44 @@ TEST_CASE("check_agent_environment finds missing files, open secret keys and unk
   CHECK(contains(message, path + ":14:1: workloads.smoke: workload program " + program +
                               " is not executable"));
   CHECK(contains(message, "group \"kiln-no-such-group\" does not exist"));
+}
+
+}  // namespace kiln::agent
+
+namespace kiln::agent {
+
+TEST_CASE("job_containment: its three values, a bad one with its position, and what each chooses") {
+  TempDir dir;
+  const std::string file = dir.file("agent.toml");
+  const auto load = [&](const std::string& extra) {
+    Result<AgentConfig> config = load_agent_config(dir.write("agent.toml", extra + kMinimal));
+    REQUIRE_MESSAGE(config.has_value(), config.error().describe());
+    return *config;
+  };
+  CHECK(load("").job_containment == JobContainment::automatic);
+  CHECK(load("job_containment = \"cgroup\"\n").job_containment == JobContainment::cgroup);
+  CHECK(load("job_containment = \"process-group\"\n").job_containment == JobContainment::process_group);
+  CHECK(contains(load_error(dir, "job_containment = \"systemd\"\n" + kMinimal),
+                 file + ":1:1: job_containment must be \"auto\", \"cgroup\" or \"process-group\" (got \"systemd\")"));
+
+  const Result<ContainmentChoice> groups = choose_containment(load("job_containment = \"process-group\"\n"));
+  REQUIRE(groups.has_value());
+  CHECK_FALSE(groups->cgroup);
+  CHECK(contains(describe_containment(*groups), "process groups (job_containment = \"process-group\")"));
+
+  // A root that is no cgroup v2 directory: "cgroup" refuses, "auto" falls back and says why.
+  const std::string not_cgroup = "cgroup_root = \"" + dir.file("plain") + "\"\n";
+  const Result<ContainmentChoice> forced = choose_containment(load("job_containment = \"cgroup\"\n" + not_cgroup));
+  REQUIRE_FALSE(forced.has_value());
+  CHECK(contains(forced.error().message, file + ": job_containment = \"cgroup\" but cgroup v2 cannot be used: "));
+  CHECK(contains(forced.error().message, "is not a cgroup v2 directory"));
+  CHECK(contains(forced.error().message, "set job_containment = \"auto\" or \"process-group\""));
+  const Result<ContainmentChoice> fallback = choose_containment(load(not_cgroup));
+  REQUIRE(fallback.has_value());
+  CHECK_FALSE(fallback->cgroup);
+  CHECK(contains(describe_containment(*fallback), "process groups only, because cgroup v2 cannot be used: "));
+  // One directory per agent: the node and its work dir name it.
+  CHECK(contains(fallback->why_not_cgroup, dir.file("plain") + "/kiln-jobs/n07-"));
 }
 
 }  // namespace kiln::agent

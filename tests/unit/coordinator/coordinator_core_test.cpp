@@ -1,7 +1,5 @@
 #include <doctest/doctest.h>
 
-#include <fmt/format.h>
-
 #include "coordinator/core/coordinator_core.h"
 #include "common/text/utf8.h"
 #include "tests/unit/coordinator/core_harness.h"
@@ -298,26 +296,6 @@ TEST_CASE("an install report with members of the wrong type is no report; long m
   CHECK(text::is_valid_utf8(reported.quarantine_reason));
   CHECK(text::is_valid_utf8(reported.health_detail));
 }
-
-namespace {
-
-HealthReport failing_probe() {
-  HealthReport report;
-  report.verdict = HealthStatus::fail;
-  report.checks.push_back(HealthCheck{"link", 0, HealthStatus::fail, "link_down", "interconnect", "link down",
-                                      "reseat the cable"});
-  return report;
-}
-
-JobFinished diag_result(std::uint64_t job_id, int level) {
-  JobFinished fin;
-  fin.job_id = job_id;
-  fin.outcome = JobOutcome::succeeded;
-  fin.result = fmt::format(R"({{"level": {}, "verdict": "pass"}})", level);
-  return fin;
-}
-
-}  // namespace
 
 TEST_CASE("CI jobs that failed on a node before its quarantine are rerun on a healthy node of its revision") {
   Harness h;

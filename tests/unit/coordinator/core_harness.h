@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "coordinator/core/coordinator_core.h"
 #include "coordinator/shell/action_interpreter.h"
 
@@ -130,6 +132,24 @@ inline protocol::Hello hello(const std::string& node, const std::string& rev,
   }
   h.running_jobs = std::move(running);
   return h;
+}
+
+// A probe report failing on chip 0's link.
+inline protocol::HealthReport failing_probe() {
+  protocol::HealthReport report;
+  report.verdict = protocol::HealthStatus::fail;
+  report.checks.push_back(protocol::HealthCheck{"link", 0, protocol::HealthStatus::fail, "link_down", "interconnect",
+                                                "link down", "reseat the cable"});
+  return report;
+}
+
+// A kiln.diag job's result: diagnostics of `level` passed.
+inline protocol::JobFinished diag_result(std::uint64_t job_id, int level) {
+  protocol::JobFinished fin;
+  fin.job_id = job_id;
+  fin.outcome = protocol::JobOutcome::succeeded;
+  fin.result = fmt::format(R"({{"level": {}, "verdict": "pass"}})", level);
+  return fin;
 }
 
 }  // namespace kiln::coordinator::testing
