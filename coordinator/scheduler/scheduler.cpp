@@ -121,22 +121,22 @@ void Scheduler::Impl::drop_claims_on(std::size_t node) {
 Status Scheduler::Impl::validate(const Request& q) const {
   if (requests.count(q.id)) {
     return fail(Errc::already_exists,
-                fmt::format("request {} is already queued or running; use a new id", q.id));
+                fmt::format("{} is already queued or running; use a new id", name_of(q)));
   }
   if (q.nodes < 0 || (q.nodes == 0 && q.chips != 1 && q.chips != 2 && q.chips != 4 &&
                       q.chips != 8)) {
     return fail(Errc::invalid_argument,
-                fmt::format("request {} asks for {} chips; ask for 1, 2, 4 or 8 chips on one "
+                fmt::format("{} asks for {} chips; ask for 1, 2, 4 or 8 chips on one "
                             "node, or for whole nodes",
-                            q.id, q.chips));
+                            name_of(q), q.chips));
   }
   if (q.expected_duration_ms <= 0) {
     return fail(Errc::invalid_argument,
-                fmt::format("request {} has no expected duration; give one in milliseconds", q.id));
+                fmt::format("{} has no expected duration; give one in milliseconds", name_of(q)));
   }
   if (q.lease_ms && (*q.lease_ms <= 0 || *q.lease_ms > knobs.max_lease_ms)) {
     return fail(Errc::invalid_argument,
-                fmt::format("request {} asks for a lease of {} ms; the limit is {} ms", q.id,
+                fmt::format("{} asks for a lease of {} ms; the limit is {} ms", name_of(q),
                             *q.lease_ms, knobs.max_lease_ms));
   }
   std::size_t pending = 0;
@@ -253,14 +253,14 @@ Result<std::vector<LeaseId>> Scheduler::transfer_lease(LeaseId lease, const std:
     for (const Placement& pl : h.placement) {
       for (int chip : pl.chips) {
         if (!held.count({pl.node, chip})) {
-          return fail(Errc::invalid_argument, fmt::format("request {} cannot take chip {} on {}: lease {} does not "
+          return fail(Errc::invalid_argument, fmt::format("{} cannot take chip {} on {}: lease {} does not "
                                                           "hold it",
-                                                          h.request.id, chip, pl.node, lease));
+                                                          Impl::name_of(h.request), chip, pl.node, lease));
         }
       }
     }
   }
-  const RequestId owner = it->second.request;
+  const std::string owner = s.name_of(it->second.request);  // before its request ends
   s.finish_request(lease);
   std::vector<LeaseId> out;
   Status failed;
@@ -274,7 +274,7 @@ Result<std::vector<LeaseId>> Scheduler::transfer_lease(LeaseId lease, const std:
   }
   s.schedule(now);
   if (!failed) {
-    return fail(failed.error().code, fmt::format("request {} ended, but not all of its chips could be handed "
+    return fail(failed.error().code, fmt::format("{} ended, but not all of its chips could be handed "
                                                  "over: {}",
                                                  owner, failed.error().message));
   }
@@ -289,30 +289,30 @@ Result<LeaseId> Scheduler::Impl::hold(const Request& request, const std::vector<
   for (const Placement& pl : placement) {
     auto it = s.node_index.find(pl.node);
     if (it == s.node_index.end()) {
-      return fail(Errc::not_found, fmt::format("cannot restore request {}: node '{}' is unknown; it "
+      return fail(Errc::not_found, fmt::format("cannot restore {}: node '{}' is unknown; it "
                                                "has to register first",
-                                               request.id, pl.node));
+                                               name_of(request), pl.node));
     }
     const NodeRec& rec = s.nodes[it->second];
     for (int index : pl.chips) {
       auto pos = std::find_if(rec.info.chips.begin(), rec.info.chips.end(),
                               [&](const ChipInfo& c) { return c.index == index; });
       if (pos == rec.info.chips.end()) {
-        return fail(Errc::not_found, fmt::format("cannot restore request {}: node {} has no chip {}",
-                                                 request.id, pl.node, index));
+        return fail(Errc::not_found, fmt::format("cannot restore {}: node {} has no chip {}",
+                                                 name_of(request), pl.node, index));
       }
       ChipRef ref{it->second, static_cast<std::size_t>(pos - rec.info.chips.begin())};
       if (rec.chip_lease[ref.pos] != 0 || std::find(chips.begin(), chips.end(), ref) != chips.end()) {
-        return fail(Errc::conflict, fmt::format("cannot restore request {}: chip {} on {} is already "
+        return fail(Errc::conflict, fmt::format("cannot restore {}: chip {} on {} is already "
                                                 "leased",
-                                                request.id, index, pl.node));
+                                                name_of(request), index, pl.node));
       }
       chips.push_back(ref);
     }
   }
   if (chips.empty()) {
     return fail(Errc::invalid_argument,
-                fmt::format("cannot restore request {}: it names no chips", request.id));
+                fmt::format("cannot restore {}: it names no chips", name_of(request)));
   }
   RequestRec rec;
   rec.req = request;

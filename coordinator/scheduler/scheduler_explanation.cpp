@@ -112,22 +112,21 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
   for (const auto& [owner, info] : blocking) {
     std::string names;
     for (const std::string& name : info.nodes) names += (names.empty() ? "" : ",") + name;
-    out.push_back(fmt::format("reservation for request {} holds {} from {} until {}", owner,
+    out.push_back(fmt::format("reservation for {} holds {} from {} until {}", name_of(owner),
                               names, format_clock(info.start), format_clock(info.end)));
   }
   for (const auto& [owner, names] : claims) {
     std::string joined;
     for (const std::string& name : names) joined += (joined.empty() ? "" : ",") + name;
-    out.push_back(fmt::format("free chips on {} are held for request {} (preemption under way)",
-                              joined, owner));
+    out.push_back(fmt::format("free chips on {} are held for {} (preemption under way)",
+                              joined, name_of(owner)));
   }
   if (r.claim) {
     std::string victims;
     for (LeaseId v : r.claim->victims) {
       auto it = leases.find(v);
       if (it == leases.end()) continue;
-      victims += fmt::format("{}lease {} (request {})", victims.empty() ? "" : ", ", v,
-                             it->second.request);
+      victims += fmt::format("{}the lease of {}", victims.empty() ? "" : ", ", name_of(it->second.request));
     }
     if (!victims.empty()) {
       out.push_back(fmt::format("preempting {} for it; grace ends at {}", victims,

@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "coordinator/scheduler/scheduler.h"
 
 namespace kiln::scheduler {
@@ -125,6 +127,12 @@ struct Scheduler::Impl {
   TimeMs wake = kNever;
 
   // --- helpers --------------------------------------------------------------------------------
+
+  static std::string name_of(const Request& q) { return q.name.empty() ? fmt::format("request {}", q.id) : q.name; }
+  std::string name_of(RequestId id) const {
+    auto it = requests.find(id);
+    return it == requests.end() ? fmt::format("request {}", id) : name_of(it->second.req);
+  }
 
   bool eligible(const NodeRec& node, const Request& req) const {
     if (req.node && node.info.id != *req.node) return false;

@@ -81,8 +81,10 @@ void Simulation::World::check_coordinator() {
   const TimeMs scheduler_now = wall() - started_wall / kDayMs * kDayMs;
   for (const auto& lease : coordinator->scheduler().leases()) {
     if (lease.expires_at_ms > 0 && scheduler_now > lease.expires_at_ms + liveness_ms + allowance_ms) {
-      return fail(fmt::format("scheduler lease {} (request {}) is still held {} ms after it expired", lease.lease,
-                              lease.request, scheduler_now - lease.expires_at_ms));
+      const auto owner = coordinator->request_owner(lease.request);
+      return fail(fmt::format("scheduler lease {} (of {}) is still held {} ms after it expired", lease.lease,
+                              owner ? coordinator::describe(*owner) : std::string("a request the core never made"),
+                              scheduler_now - lease.expires_at_ms));
     }
   }
   for (const auto& [id, job] : coordinator->jobs()) {
