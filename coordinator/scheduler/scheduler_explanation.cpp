@@ -126,7 +126,7 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
     for (LeaseId v : r.claim->victims) {
       auto it = leases.find(v);
       if (it == leases.end()) continue;
-      victims += fmt::format("{}the lease of {}", victims.empty() ? "" : ", ", name_of(it->second.request));
+      victims += fmt::format("{}lease {} ({})", victims.empty() ? "" : ", ", v, name_of(it->second.request));
     }
     if (!victims.empty()) {
       out.push_back(fmt::format("preempting {} for it; grace ends at {}", victims,
