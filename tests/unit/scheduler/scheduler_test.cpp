@@ -309,12 +309,17 @@ TEST_CASE("experiments never preempt, and CI never preempts CI") {
   CHECK(only<PreemptNotice>(drain(t)).empty());
 }
 
-TEST_CASE("reservations hold nodes for a multi-node request and only shorter work backfills") {
-  Scheduler s{SchedulerKnobs{}};
+// Two nodes of revision a, each running one single-chip request (1 until 01:00, 2 until 00:30).
+void run_two_short_requests(Scheduler& s) {
   REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
   REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
   REQUIRE(s.submit(make_request(1, RequestClass::experiment, 1, kHourMs), 0));
   REQUIRE(s.submit(make_request(2, RequestClass::experiment, 1, 30 * kMinuteMs), 0));
+}
+
+TEST_CASE("reservations hold nodes for a multi-node request and only shorter work backfills") {
+  Scheduler s{SchedulerKnobs{}};
+  run_two_short_requests(s);
   auto actions = drain(s);
   REQUIRE(granted(actions, 1));
   REQUIRE(granted(actions, 2));
@@ -337,10 +342,7 @@ TEST_CASE("reservations hold nodes for a multi-node request and only shorter wor
 
 TEST_CASE("explanations name a request by the name its owner gave it, not by its id") {
   Scheduler s{SchedulerKnobs{}};
-  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
-  REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
-  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 1, kHourMs), 0));
-  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 1, 30 * kMinuteMs), 0));
+  run_two_short_requests(s);
   drain(s);
   Request big = make_request(7, RequestClass::experiment, 0, 2 * kHourMs, kMinuteMs);
   big.nodes = 2;
