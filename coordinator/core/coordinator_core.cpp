@@ -16,24 +16,18 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
     : knobs_(knobs),
       mono_origin_ms_(clock_now.monotonic_ms),
       core_origin_ms_(clock_now.wall_ms),
-      scheduler_(knobs.scheduler),
+      registry_(knobs.liveness_timeout_ms(),
+                clock_now.wall_ms + std::max<TimeMs>(knobs.restart_grace_ms, knobs.liveness_timeout_ms())),
+      bridge_(knobs.scheduler, clock_now.wall_ms, sink_),
+      dev_leases_(sink_, knobs.max_ended_leases_kept, knobs.max_lease_watches),
       records_(std::move(recovered.records)) {
   const TimeMs now = clock(clock_now);
-  clock_origin_ms_ = now >= 0 ? now / kDayMs * kDayMs : 0;
-  registration_deadline_ms_ = now + std::max<TimeMs>(knobs_.restart_grace_ms, knobs_.liveness_timeout_ms());
-  for (auto& node : recovered.nodes) {
-    // A recovered node has no session yet: its agent may be in reconnect backoff, so it has
-    // until the registration deadline to say hello before liveness counts.
-    node.last_seen_ms = now;
-    std::string id = node.summary.node_id;
-    awaiting_registration_.insert(id);
-    nodes_.emplace(id, std::move(node));
-  }
+  for (auto& node : recovered.nodes) registry_.recover(std::move(node), now);
   // The scheduler learns the recovered nodes as lost: nothing new goes to them before their
   // agents say hello, and the chips of jobs still running there can be given back first.
-  for (auto& [id, node] : nodes_) {
+  for (auto& [id, node] : registry_.nodes()) {
     upsert_scheduler_node(node, now);
-    set_scheduler_node_state(id, scheduler::NodeState::lost, "waiting for its agent to register", "", now);
+    bridge_.set_node_state(id, scheduler::NodeState::lost, "waiting for its agent to register", "", now);
   }
   for (auto& job : recovered.jobs) {
     next_job_id_ = std::max(next_job_id_, job.summary.job_id + 1);
@@ -49,14 +43,14 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
   // scheduler: a granted lease's chips are held again before anything else is placed.
   const std::size_t leases_recovered = recovered.leases.size();
   for (auto& lease : recovered.leases) recover_lease(std::move(lease), now);
-  prune_ended_leases();
+  dev_leases_.prune_ended();
   std::size_t resubmitted = 0;
   for (std::uint64_t id : std::vector<std::uint64_t>(active_jobs_.begin(), active_jobs_.end())) {
     JobRecord& job = jobs_.at(id);
     if (job.lease_id != 0) {
       // A job inside a lease waits for the lease's chips, or runs on them (or, its lease ended
       // or requeued while it ran, on chips of its own given back when its agent registers).
-      const DevLease* lease = find_lease(job.lease_id);
+      const DevLease* lease = dev_leases_.find(job.lease_id);
       if (job.summary.state == JobState::queued && (!lease || lease->summary.state == LeaseState::ended)) {
         finish(job, JobState::cancelled,
                fmt::format("its lease L{} had ended when the coordinator restarted", job.lease_id), now);
@@ -72,30 +66,24 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
   }
   refresh_chip_counts();
   if (!recovered.nodes.empty() || !recovered.jobs.empty() || leases_recovered != 0) {
-    std::size_t leases_active = 0;
-    for (const auto& [id, lease] : leases_) leases_active += lease.summary.state == LeaseState::ended ? 0 : 1;
+    const std::size_t leases_active = dev_leases_.active();
     log(action::Severity::info,
         fmt::format("recovered {} nodes, {} jobs ({} active, {} queued again) and {} developer leases ({} active) "
                     "from the store",
-                    nodes_.size(), jobs_.size(), active_jobs_.size(), resubmitted, leases_recovered, leases_active));
+                    registry_.nodes().size(), jobs_.size(), active_jobs_.size(), resubmitted, leases_recovered, leases_active));
   }
   pump_scheduler(now);
 }
 
-std::optional<Action> CoordinatorCore::poll_action() {
-  if (actions_.empty()) return std::nullopt;
-  Action a = std::move(actions_.front());
-  actions_.pop_front();
-  return a;
-}
+std::optional<Action> CoordinatorCore::poll_action() { return sink_.poll(); }
 
 std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   std::optional<TimeMs> next;
   auto consider = [&](TimeMs t) {
     if (!next || t < *next) next = t;
   };
-  for (const auto& [id, node] : nodes_) {
-    if (node.summary.state != NodeState::lost) consider(liveness_deadline(node) + 1);
+  for (const auto& [id, node] : registry_.nodes()) {
+    if (node.summary.state != NodeState::lost) consider(registry_.liveness_deadline(node) + 1);
   }
   for (std::uint64_t id : active_jobs_) {
     const JobRecord& job = jobs_.at(id);
@@ -103,11 +91,8 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
       consider(job.started_at_ms + job.timeout_ms + knobs_.job_timeout_slack_ms + 1);
     }
   }
-  if (auto t = scheduler_.next_deadline()) consider(to_wall_time(*t));
-  for (const Watch& w : watches_) consider(w.deadline_ms);
-  for (const auto& [id, lease] : leases_) {
-    if (lease.recovered_under_notice) consider(static_cast<TimeMs>(lease.summary.grace_deadline_ms));
-  }
+  if (auto t = bridge_.scheduler().next_deadline()) consider(to_wall_time(*t));
+  if (auto t = dev_leases_.next_deadline()) consider(*t);
   for (const auto& [id, attempt] : attempts_.all()) {
     if (attempt.phase == AttemptPhase::under_notice) consider(attempt.grace_deadline_ms);
     if (attempt.earlier_stopping) consider(stopping_given_up_at(*attempt.earlier_stopping));
@@ -117,12 +102,6 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   }
   if (next) *next += mono_origin_ms_ - core_origin_ms_;  // the shell waits on its monotonic clock
   return next;
-}
-
-std::optional<std::string> CoordinatorCore::peer_of(const std::string& node_id) const {
-  auto it = peer_by_node_.find(node_id);
-  if (it == peer_by_node_.end()) return std::nullopt;
-  return it->second;
 }
 
 std::string CoordinatorCore::clock_text(TimeMs core_ms) const { return wall_clock_text(core_ms + wall_offset_ms_); }
@@ -142,8 +121,8 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
     pump_scheduler(now);
     return;
   }
-  auto session = sessions_.find(peer);
-  if (session == sessions_.end()) {
+  const NodeRegistry::Session* session = registry_.session(peer);
+  if (!session) {
     to_agent(peer,
              protocol::ErrorReply{std::string(to_string(Errc::not_registered)),
                                   "this connection has no session (the coordinator may have restarted); "
@@ -152,9 +131,9 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
              m.header.id);
     return;
   }
-  const std::string node_id = session->second.node_id;
-  auto node = nodes_.find(node_id);
-  KILN_ASSERT(node != nodes_.end(), "a session always belongs to a registered node");
+  const std::string node_id = session->node_id;
+  auto node = registry_.nodes().find(node_id);
+  KILN_ASSERT(node != registry_.nodes().end(), "a session always belongs to a registered node");
   node->second.last_seen_ms = now;
 
   std::visit(
@@ -188,14 +167,14 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
   const TimeMs now = clock(clock_now);
   KILN_ASSERT(caller.role != Role::agent, "the shell refuses agent keys on the client socket");
   const std::uint64_t corr = m.header.id;
-  auto reply = [&](protocol::Body body) { actions_.push_back(action::ToClient{client, std::move(body), corr}); };
+  auto reply = [&](protocol::Body body) { sink_.push(action::ToClient{client, std::move(body), corr}); };
   std::visit(
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, protocol::Whoami>) {
           reply(protocol::WhoamiReply{caller.key_name, caller.role, protocol::kProtocolVersion, KILN_VERSION});
         } else if constexpr (std::is_same_v<T, protocol::ListNodes>) {
-          reply(node_list(now));
+          reply(registry_.list(now));
         } else if constexpr (std::is_same_v<T, protocol::ListJobs>) {
           reply(job_list(body));
         } else if constexpr (std::is_same_v<T, protocol::GetJob>) {
@@ -220,7 +199,7 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
           handle_release_lease(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::ListLeases>) {
           protocol::LeaseList list;
-          for (const auto& [id, lease] : leases_) {
+          for (const auto& [id, lease] : dev_leases_.all()) {
             if (!body.include_ended && lease.summary.state == LeaseState::ended) continue;
             if (list.leases.size() >= 1000) break;
             list.leases.push_back(lease.summary);
@@ -229,12 +208,12 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
         } else if constexpr (std::is_same_v<T, protocol::WatchLease>) {
           handle_watch_lease(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::QuarantineNode>) {
-          auto node = nodes_.find(body.node_id);
+          auto node = registry_.nodes().find(body.node_id);
           if (caller.role != Role::ci && caller.role != Role::lab && !privileged(caller.role)) {
             reply_error(client, corr, Errc::unauthorized,
                         fmt::format("role {} may not quarantine nodes; CI, lab, ops and admin keys may",
                                     protocol::enum_name(caller.role)));
-          } else if (node == nodes_.end()) {
+          } else if (node == registry_.nodes().end()) {
             reply_error(client, corr, Errc::not_found,
                         fmt::format("node {} is not registered; `kiln nodes` lists the nodes", body.node_id));
           } else {
@@ -267,7 +246,7 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
           } else if (body.job_id != 0 && !jobs_.count(body.job_id)) {
             reply_error(client, corr, Errc::not_found,
                         fmt::format("no job {}; `kiln jobs` lists the known jobs", body.job_id));
-          } else if (body.lease_id != 0 && !leases_.count(body.lease_id)) {
+          } else if (body.lease_id != 0 && !dev_leases_.all().count(body.lease_id)) {
             reply_error(client, corr, Errc::not_found,
                         fmt::format("no lease L{}; `kiln leases` lists the leases", body.lease_id));
           } else {
@@ -296,14 +275,14 @@ void CoordinatorCore::handle_put_record(const std::string& client, const Caller&
     reply_error(client, m.header.id, record.error().code, record.error().message);
     return;
   }
-  actions_.push_back(action::SaveRecord{*record});
-  actions_.push_back(action::ToClient{client, protocol::Ok{}, m.header.id});
+  sink_.push(action::SaveRecord{*record});
+  sink_.push(action::ToClient{client, protocol::Ok{}, m.header.id});
 }
 
 void CoordinatorCore::on_tick(Now clock_now) {
   const TimeMs now = clock(clock_now);
-  for (auto& [id, node] : nodes_) {
-    if (node.summary.state != NodeState::lost && now > liveness_deadline(node)) mark_node_lost(node, now);
+  for (auto& [id, node] : registry_.nodes()) {
+    if (node.summary.state != NodeState::lost && now > registry_.liveness_deadline(node)) mark_node_lost(node, now);
   }
   std::vector<std::uint64_t> overdue;
   for (std::uint64_t id : active_jobs_) {
@@ -339,32 +318,25 @@ void CoordinatorCore::on_tick(Now clock_now) {
   }
   end_due_leases(now);
   revoke_due_jobs(now);
-  if (auto deadline = scheduler_.next_deadline(); deadline && to_scheduler_time(now) >= *deadline) {
-    scheduler_.on_tick(to_scheduler_time(now));
+  if (auto deadline = bridge_.scheduler().next_deadline(); deadline && to_scheduler_time(now) >= *deadline) {
+    bridge_.scheduler().on_tick(to_scheduler_time(now));
   }
   answer_watches(now);
   pump_scheduler(now);
 }
 
 void CoordinatorCore::reply_error(const std::string& client, std::uint64_t corr, Errc code, std::string message) {
-  actions_.push_back(
-      action::ToClient{client, protocol::ErrorReply{std::string(to_string(code)), std::move(message), {}}, corr});
+  sink_.reply_error(client, corr, code, std::move(message));
 }
 
 void CoordinatorCore::to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr) {
-  actions_.push_back(action::ToAgent{peer, std::move(body), corr});
+  sink_.to_agent(peer, std::move(body), corr);
 }
 
-void CoordinatorCore::log(action::Severity severity, std::string text) {
-  actions_.push_back(action::Log{severity, std::move(text)});
-}
+void CoordinatorCore::log(action::Severity severity, std::string text) { sink_.log(severity, std::move(text)); }
 
-void CoordinatorCore::save(const JobRecord& job) { actions_.push_back(action::SaveJob{job}); }
+void CoordinatorCore::save(const JobRecord& job) { sink_.save(job); }
 
-void CoordinatorCore::save(const NodeRecord& node) { actions_.push_back(action::SaveNode{node}); }
-
-void CoordinatorCore::save(const DevLease& lease) {
-  actions_.push_back(action::SaveLease{LeaseRecord{lease.summary, lease.requested_at_ms, lease.start_at_ms}});
-}
+void CoordinatorCore::save(const NodeRecord& node) { sink_.save(node); }
 
 }  // namespace kiln::coordinator

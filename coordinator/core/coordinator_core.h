@@ -16,61 +16,17 @@
 #include "common/error.h"
 #include "common/protocol/codec.h"
 #include "common/time.h"
+#include "coordinator/core/actions.h"
+#include "coordinator/core/dev_leases.h"
 #include "coordinator/core/job_attempt.h"
 #include "coordinator/core/knobs.h"
+#include "coordinator/core/node_registry.h"
 #include "coordinator/core/record_book.h"
 #include "coordinator/core/records.h"
+#include "coordinator/core/scheduler_bridge.h"
 #include "coordinator/scheduler/scheduler.h"
 
 namespace kiln::coordinator {
-
-// Who sent a message, as the shell's authentication established it.
-struct Caller {
-  std::string key_name;
-  protocol::Role role = protocol::Role::developer;
-};
-
-namespace action {
-struct ToAgent {
-  std::string peer;  // the agent connection's routing id
-  protocol::Body body;
-  std::uint64_t corr = 0;
-};
-struct ToClient {
-  std::string client;  // the client connection's routing id
-  protocol::Body body;
-  std::uint64_t corr = 0;
-};
-// Made durable before any later action is carried out: replies that follow a save are only
-// sent once the save succeeded.
-struct SaveNode {
-  NodeRecord node;
-};
-struct SaveJob {
-  JobRecord job;
-};
-struct SaveRecord {
-  protocol::RecordEntry record;
-};
-// Saved when a developer lease is accepted, granted, changes state or ends.
-struct SaveLease {
-  LeaseRecord lease;
-};
-enum class Severity { debug, info, warn, error };
-struct Log {
-  Severity severity = Severity::info;
-  std::string text;
-};
-}  // namespace action
-
-using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
-                            action::SaveRecord, action::SaveLease, action::Log>;
-
-// Scheduler request ids: a job's is its job id; a developer lease's is this base plus its id.
-constexpr scheduler::RequestId kLeaseRequestBase = scheduler::RequestId{1} << 48;
-// ... and the chips of a stopping attempt are held by requests from this base on, one per job and
-// node (an attempt may be stopping on two nodes at once).
-constexpr scheduler::RequestId kStopHoldBase = scheduler::RequestId{1} << 56;
 
 // The two clocks the core is given at every input. Deadlines (liveness, job timeouts, lease
 // expiry, preemption grace) run on the monotonic clock, so a step of the system clock neither
@@ -106,38 +62,17 @@ class CoordinatorCore {
 
   // Read-only views, for the invariant checkers of the simulation tests.
   const std::map<std::uint64_t, JobRecord>& jobs() const { return jobs_; }
-  const std::map<std::string, NodeRecord>& nodes() const { return nodes_; }
-  std::optional<std::string> peer_of(const std::string& node_id) const;
-  const scheduler::Scheduler& scheduler() const { return scheduler_; }
-  std::vector<protocol::LeaseSummary> leases() const;
+  const std::map<std::string, NodeRecord>& nodes() const { return registry_.nodes(); }
+  std::optional<std::string> peer_of(const std::string& node_id) const { return registry_.peer_of(node_id); }
+  const scheduler::Scheduler& scheduler() const { return bridge_.scheduler(); }
+  // Whom a scheduler request is for, and a job's request (if it ever had one).
+  std::optional<RequestOwner> request_owner(scheduler::RequestId request) const { return bridge_.owner_of(request); }
+  std::optional<scheduler::RequestId> request_of_job(std::uint64_t job_id) const {
+    return bridge_.find_request(request_owner::Job{job_id});
+  }
+  std::vector<protocol::LeaseSummary> leases() const { return dev_leases_.summaries(); }
 
  private:
-  struct Session {
-    std::string node_id;
-    std::uint32_t protocol_version = protocol::kProtocolVersion;
-  };
-
-  // A developer's lease: chips held without a workload until released, expired or revoked.
-  struct DevLease {
-    protocol::LeaseSummary summary;
-    std::optional<scheduler::LeaseId> scheduler_lease;
-    std::deque<protocol::LeaseEvent> events;  // the most recent ones, for watchers
-    TimeMs requested_at_ms = 0;               // its age in the queue, kept when requeued
-    std::uint64_t start_at_ms = 0;            // a window booked ahead: not granted before
-    // Under notice when the coordinator restarted: the core revokes it at its grace deadline,
-    // as the scheduler (which no longer knows of the notice) would have.
-    bool recovered_under_notice = false;
-  };
-
-  // A parked watch_lease: answered at the lease's next event or at `deadline_ms`.
-  struct Watch {
-    std::string client;
-    std::uint64_t corr = 0;
-    std::uint64_t lease_id = 0;
-    std::uint64_t after_seq = 0;
-    TimeMs deadline_ms = 0;
-  };
-
   // ---- agents
   void handle_hello(const std::string& peer, const Caller& caller, const protocol::Envelope& m,
                     const protocol::Hello& hello, TimeMs now);
@@ -190,7 +125,6 @@ class CoordinatorCore {
   void handle_watch_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                           const protocol::WatchLease& watch, TimeMs now);
   protocol::QueueExplanation explain(const protocol::QueueWhy& why, TimeMs now) const;
-  protocol::NodeList node_list(TimeMs now) const;
   protocol::JobList job_list(const protocol::ListJobs& request) const;
 
   // ---- jobs
@@ -221,56 +155,49 @@ class CoordinatorCore {
   // they are.
   void start_deferred_on(const std::string& node_id, TimeMs now);
   // A new hold request (its id allocated) for chips of a stopping attempt on a node.
-  scheduler::Request stop_hold_request(const std::string& node_id, std::size_t chips, TimeMs now);
-  std::optional<scheduler::RequestId> stop_hold_of(std::uint64_t job_id, const std::string& node_id) const;
+  scheduler::Request stop_hold_request(std::uint64_t job_id, const std::string& node_id, std::size_t chips, TimeMs now);
   // The chips a job holds as a scheduler lease of its own pass to a hold in one step: its attempt
   // is being stopped, and nothing new starts on them until it is gone.
   Status hold_chips_of_stopping_job(const JobRecord& job, TimeMs now);
-  // Why a hello must be dropped, if it must: a copy of one already taken, or from a connection
-  // a later hello of the node replaced. Otherwise remembers it.
-  std::optional<std::string> stale_hello(const std::string& node_id, const std::string& peer, std::uint64_t hello_id);
-  bool node_has_session(const std::string& node_id) const;
-  // When a node that stays silent is lost: a recovered node that has not registered since the
-  // start-up has until the registration deadline.
-  TimeMs liveness_deadline(const NodeRecord& node) const;
   void refresh_chip_counts();
 
   // ---- the scheduler
-  scheduler::Request job_request(const JobRecord& job) const;
+  scheduler::Request job_request(const JobRecord& job);
   Status submit_to_scheduler(const JobRecord& job, TimeMs now);
   // Ends whatever the scheduler holds for a job of its own (pending request or lease).
   void forget_request(JobRecord& job, TimeMs now);
   // Tells the scheduler what each node can take now: up, draining (asked to, or waiting for
   // maintenance), quarantined, or lost (no session).
   void sync_node_states(TimeMs now);
-  void set_scheduler_node_state(const std::string& node_id, scheduler::NodeState state, std::string reason,
-                                std::string owner, TimeMs now);
   void set_scheduler_node_states(TimeMs now);
   scheduler::NodeInfo scheduler_node_info(const NodeRecord& node) const;
-  // Whether the scheduler's chips of the node differ from these (or it does not know the node).
-  bool scheduler_knows_other_chips(const scheduler::NodeInfo& info) const;
-  bool node_holds_leases(const std::string& node_id) const;
-  void upsert_scheduler_node(const NodeRecord& node, TimeMs now);
+  // Only the chips of the latest hello are dispatched: until the scheduler has taken them the
+  // node takes no new work (sync_node_states).
+  void upsert_scheduler_node(const NodeRecord& node, TimeMs now) { bridge_.upsert_node(scheduler_node_info(node), now); }
   // Carries out what the scheduler decided, until it has nothing more to say.
   void pump_scheduler(TimeMs now);
-  void on_granted(const scheduler::LeaseGranted& granted, TimeMs now);
-  void on_preempt_notice(const scheduler::PreemptNotice& notice, TimeMs now);
-  void on_revoke(const scheduler::Revoke& revoke, TimeMs now);
-  void on_requeued(const scheduler::Requeued& requeued, TimeMs now);
-  void on_lease_lost(const scheduler::LeaseLost& lost, TimeMs now);
-  void on_lease_expired(const scheduler::LeaseExpired& expired, TimeMs now);
-  JobRecord* job_holding(scheduler::RequestId request, scheduler::LeaseId lease);
+  void on_granted(const scheduler::LeaseGranted& granted, const RequestOwner& owner, TimeMs now);
+  void on_preempt_notice(const scheduler::PreemptNotice& notice, const RequestOwner& owner, TimeMs now);
+  void on_revoke(const scheduler::Revoke& revoke, const RequestOwner& owner, TimeMs now);
+  void on_requeued(const scheduler::Requeued& requeued, const RequestOwner& owner, TimeMs now);
+  void on_lease_lost(const scheduler::LeaseLost& lost, const RequestOwner& owner, TimeMs now);
+  void on_lease_expired(const scheduler::LeaseExpired& expired, const RequestOwner& owner, TimeMs now);
+  // The developer lease a decision is about, if it is about one and the lease still holds `lease`.
+  DevLease* lease_holding(const RequestOwner& owner, std::optional<scheduler::LeaseId> lease);
+  // The active job a decision is about, if it is about one and the job still holds `lease`.
+  JobRecord* job_holding(const RequestOwner& owner, scheduler::LeaseId lease);
+  // Why a preemption notice was given, in words: for whom.
+  std::string preempted_for_text(scheduler::RequestId demand) const;
   // The core's clock: the wall clock at start-up, advanced by the monotonic clock. Every time
   // the core keeps or stores is on it; it reads as the wall clock until the system clock steps.
   TimeMs clock(const Now& now);
   // "HH:MM UTC" of a time on the core's clock, as the wall clock reads it now.
   std::string clock_text(TimeMs core_ms) const;
-  TimeMs to_scheduler_time(TimeMs core_ms) const { return core_ms - clock_origin_ms_; }
-  TimeMs to_wall_time(TimeMs scheduled) const { return scheduled + clock_origin_ms_; }
+  TimeMs to_scheduler_time(TimeMs core_ms) const { return bridge_.to_scheduler_time(core_ms); }
+  TimeMs to_wall_time(TimeMs scheduled) const { return bridge_.to_core_time(scheduled); }
   std::string explanation_text(const scheduler::Explanation& explanation, TimeMs now) const;
 
   // ---- developer leases
-  DevLease* find_lease(std::uint64_t lease_id);
   // The caller's lease (or any, for ops and admin); otherwise replies why not and gives nullptr.
   DevLease* callers_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                           std::uint64_t lease_id, std::string_view otherwise);
@@ -282,7 +209,7 @@ class CoordinatorCore {
   // Expiry, and revocation at the end of the grace, of developer leases whose jobs still run:
   // done here, before the scheduler's own timers would free those jobs' chips.
   void end_due_leases(TimeMs now);
-  scheduler::Request lease_request(const DevLease& lease) const;
+  scheduler::Request lease_request(const DevLease& lease);
   Status resubmit_lease(DevLease& lease, TimeMs now);
   void answer_watches(TimeMs now);
   protocol::LeaseEvent status_event(const DevLease& lease, TimeMs now) const;
@@ -294,70 +221,35 @@ class CoordinatorCore {
   void recover_lease(LeaseRecord record, TimeMs now);
   // A node of a granted lease was lost: the lease is queued again keeping its age.
   void lease_node_lost(DevLease& lease, const std::string& node_id, TimeMs now);
-  void prune_ended_leases();
 
   void reply_error(const std::string& client, std::uint64_t corr, Errc code, std::string message);
   void to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr = 0);
   void log(action::Severity severity, std::string text);
   void save(const JobRecord& job);
   void save(const NodeRecord& node);
-  void save(const DevLease& lease);
 
   CoordinatorKnobs knobs_;
   TimeMs mono_origin_ms_ = 0;  // the monotonic clock at start-up
   TimeMs core_origin_ms_ = 0;  // the wall clock at start-up: where the core's clock starts
   TimeMs wall_offset_ms_ = 0;  // the wall clock minus the core's, at the latest input
-  std::map<std::string, NodeRecord> nodes_;
-  // Recovered nodes that have not registered since the start-up, and until when they may.
-  std::set<std::string> awaiting_registration_;
-  TimeMs registration_deadline_ms_ = 0;
-  // When the diagnostics that last released each node from quarantine started, on the wall
-  // clock (the one health reports are stamped with). Kept in memory only.
-  std::map<std::string, TimeMs> diagnosed_from_wall_ms_;
+  NodeRegistry registry_;
   std::map<std::uint64_t, JobRecord> jobs_;
   std::set<std::uint64_t> active_jobs_;  // queued, assigned or running
-  std::map<std::string, Session> sessions_;  // by peer
-  std::map<std::string, std::string> peer_by_node_;
-  // Each node's most recent connections, oldest first, with the id of the last hello taken.
-  struct HelloConnection {
-    std::string peer;
-    std::uint64_t last_hello_id = 0;
-  };
-  std::map<std::string, std::deque<HelloConnection>> hello_connections_;
   std::uint64_t next_job_id_ = 1;
-  std::deque<Action> actions_;
-
-  scheduler::Scheduler scheduler_;
-  // The scheduler's clock starts at midnight (on the core's clock) of the day the core started,
-  // so the times in its explanations read as the time of day.
-  TimeMs clock_origin_ms_ = 0;
-  std::map<std::string, scheduler::NodeState> scheduler_node_state_;
-  // Nodes whose latest hello's chips the scheduler has not taken yet, with why (empty: not
-  // tried yet). They take no new work until it has.
-  std::map<std::string, std::string> inventory_pending_;
+  ActionSink sink_;  // every part of the core puts its actions here, in order
+  SchedulerBridge bridge_;
   // The phase of each job's current attempt, the chips it holds as a lease of its own, and an
   // earlier attempt still stopping (job_attempt.h). A new attempt granted on the node where an
   // earlier one is still being stopped starts only once it has (the agent knows a job by its id
   // and would take the start for a duplicate); until then the job holds its chips as `assigned`.
   AttemptBook attempts_;
-  // Chips of an attempt that is being stopped (revoked at the end of its grace, or cancelled
-  // when its node came back from a partition) stay held under a request of their own until the
-  // attempt is gone, so nothing new starts on them meanwhile: by hold request.
-  struct StopHold {
-    std::uint64_t job_id = 0;
-    std::string node_id;
-  };
-  std::map<scheduler::RequestId, StopHold> stop_holds_;
-  scheduler::RequestId next_stop_hold_ = kStopHoldBase;
   // Where each job's latest attempt ran, to hold its chips while it is being stopped.
   std::map<std::uint64_t, std::map<std::string, std::vector<std::uint32_t>>> last_placement_;
   // Jobs a node was told to stop because they are no longer its (after a partition, say), by
   // node, with when: the node takes no new work until they are gone from its heartbeats, so
   // nothing new starts on chips a stopping workload still uses.
   std::map<std::string, std::map<std::uint64_t, TimeMs>> stopping_on_node_;
-  std::map<std::uint64_t, DevLease> leases_;
-  std::uint64_t next_lease_id_ = 1;
-  std::vector<Watch> watches_;
+  DevLeases dev_leases_;
   RecordBook records_;
 };
 

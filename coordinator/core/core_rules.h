@@ -1,5 +1,5 @@
 // Rules and wording shared by the parts of the coordinator core (coordinator_core.cpp,
-// node_registry.cpp, job_attempts.cpp, dev_leases.cpp, scheduler_bridge.cpp). Internal: only
+// agent_messages.cpp, job_attempts.cpp, lease_lifecycle.cpp, scheduler_decisions.cpp). Internal: only
 // those files include it.
 #pragma once
 
@@ -21,8 +21,6 @@ using protocol::PriorityClass;
 using protocol::Role;
 
 constexpr TimeMs kDayMs = 24 * kHourMs;
-// Lease events kept per lease for watchers that fall behind.
-constexpr std::size_t kMaxLeaseEvents = 32;
 
 inline bool client_role_may_submit(Role role, PriorityClass cls) {
   switch (role) {
@@ -48,9 +46,6 @@ inline scheduler::RequestClass to_request_class(PriorityClass cls) {
   KILN_ASSERT(parsed.has_value(), "protocol and scheduler name the same classes");
   return *parsed;
 }
-
-inline bool is_hold_request(scheduler::RequestId id) { return id >= kStopHoldBase; }
-inline bool is_lease_request(scheduler::RequestId id) { return id >= kLeaseRequestBase && !is_hold_request(id); }
 
 // The scheduler leases 1, 2, 4 or 8 chips on one node; a job asking for 3 gets a lease of 4
 // and uses 3 of them.

@@ -1,341 +1,50 @@
-// Developer leases (kiln lease): requests, grants, watches, expiry, revocation, and the jobs that
-// run on their chips.
-#include "coordinator/core/coordinator_core.h"
+#include "coordinator/core/dev_leases.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
 #include "common/text/utf8.h"
-#include "coordinator/core/core_rules.h"
 
 namespace kiln::coordinator {
 
-using namespace detail;
+namespace {
+// Lease events kept per lease for watchers that fall behind.
+constexpr std::size_t kMaxLeaseEvents = 32;
+}  // namespace
 
-void CoordinatorCore::handle_request_lease(const std::string& client, const Caller& caller,
-                                           const protocol::Envelope& m, const protocol::RequestLease& request,
-                                           TimeMs now) {
-  if (!client_role_may_submit(caller.role, request.priority_class)) {
-    reply_error(client, m.header.id, Errc::unauthorized,
-                fmt::format("role {} may not lease chips as {}; developers and lab engineers lease as experiment, "
-                            "which CI work may preempt with notice",
-                            protocol::enum_name(caller.role), protocol::enum_name(request.priority_class)));
-    return;
-  }
-  if ((request.chips == 0) == (request.nodes == 0)) {
-    reply_error(client, m.header.id, Errc::invalid_argument,
-                "ask for chips on one node (--chips 1, 2, 4 or 8) or for whole nodes (--nodes N), not both");
-    return;
-  }
-  std::size_t active = 0;
-  for (const auto& [id, lease] : leases_) active += lease.summary.state == LeaseState::ended ? 0 : 1;
-  if (active >= knobs_.max_active_leases) {
-    reply_error(client, m.header.id, Errc::unavailable,
-                fmt::format("{} leases are already pending or granted (max_active_leases); release one or retry later",
-                            active));
-    return;
-  }
-  constexpr TimeMs kMaxBookingAheadMs = 30LL * 24 * 3600 * 1000;
-  // The window is set on the wall clock: it opens when the wall clock reads start_at_ms.
-  const TimeMs start_at = static_cast<TimeMs>(request.start_at_ms) - wall_offset_ms_;
-  if (request.start_at_ms != 0 && (start_at < now || start_at > now + kMaxBookingAheadMs)) {
-    reply_error(client, m.header.id, Errc::invalid_argument,
-                "start_at_ms must be in the next 30 days (or 0 for as soon as possible)");
-    return;
-  }
-  const std::uint64_t lease_id = next_lease_id_;
-  scheduler::Request req;
-  if (request.start_at_ms != 0) req.not_before_ms = to_scheduler_time(start_at);
-  req.id = kLeaseRequestBase + lease_id;
-  req.cls = to_request_class(request.priority_class);
-  req.chips = request.nodes > 0 ? 1 : static_cast<int>(request.chips);
-  req.nodes = static_cast<int>(request.nodes);
-  if (!request.hardware_revision.empty()) req.revision = request.hardware_revision;
-  req.expected_duration_ms = static_cast<DurationMs>(request.duration_ms);
-  req.lease_ms = static_cast<DurationMs>(request.duration_ms);
-  req.submit_ms = to_scheduler_time(now);
-  if (auto s = scheduler_.submit(req, to_scheduler_time(now)); !s) {
-    reply_error(client, m.header.id, s.error().code, s.error().message);
-    return;
-  }
-  ++next_lease_id_;
-  DevLease& lease = leases_[lease_id];
-  lease.requested_at_ms = now;
-  lease.start_at_ms = request.start_at_ms;
-  lease.summary.lease_id = lease_id;
-  lease.summary.state = LeaseState::pending;
-  lease.summary.priority_class = request.priority_class;
-  lease.summary.owner = caller.key_name;
-  lease.summary.chips = request.chips;
-  lease.summary.nodes = request.nodes;
-  lease.summary.hardware_revision = request.hardware_revision;
-  lease.summary.duration_ms = request.duration_ms;
-  lease.summary.requested_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, now));
-  log(action::Severity::info,
-      fmt::format("lease L{} requested by {}: {} for {} ({}{})", lease_id, caller.key_name,
-                  request.nodes > 0 ? fmt::format("{} whole nodes", request.nodes) : fmt::format("{} chips", request.chips),
-                  human_duration(static_cast<TimeMs>(request.duration_ms)), protocol::enum_name(request.priority_class),
-                  request.hardware_revision.empty() ? "" : ", revision " + request.hardware_revision));
-  // The grant, if there is one now, is among the scheduler's actions.
-  pump_scheduler(now);
-  DevLease& now_lease = leases_.at(lease_id);
-  if (now_lease.summary.state == LeaseState::granted) {
-    actions_.push_back(action::ToClient{client, protocol::LeaseGranted{now_lease.summary}, m.header.id});
-    return;
-  }
-  auto explanation = scheduler_.explain(req.id, to_scheduler_time(now));
-  protocol::LeasePending pending;
-  pending.explanation = text::utf8_head(explanation_text(explanation, now), protocol::kMessageText.max_len);
-  if (explanation.expected_start_ms) {
-    pending.expected_start_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, to_wall_time(*explanation.expected_start_ms)));
-  }
-  now_lease.summary.detail = pending.explanation;
-  pending.lease = now_lease.summary;
-  save(now_lease);
-  actions_.push_back(action::ToClient{client, std::move(pending), m.header.id});
-}
-
-void CoordinatorCore::handle_release_lease(const std::string& client, const Caller& caller,
-                                           const protocol::Envelope& m, const protocol::ReleaseLease& release,
-                                           TimeMs now) {
-  DevLease* lease = callers_lease(client, caller, m, release.lease_id, "only its owner, ops or admin may release it");
-  if (!lease) return;
-  if (lease->summary.state == LeaseState::ended) {
-    reply_error(client, m.header.id, Errc::conflict,
-                fmt::format("lease L{} already ended: {}", release.lease_id, lease->summary.detail));
-    return;
-  }
-  release_lease_chips(*lease, now);
-  end_lease(*lease, fmt::format("released by {}", caller.key_name), now);
-  actions_.push_back(action::ToClient{client, protocol::Ok{fmt::format("lease L{} released", release.lease_id)},
-                                      m.header.id});
-}
-
-void CoordinatorCore::handle_watch_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                                         const protocol::WatchLease& watch, TimeMs now) {
-  DevLease* lease = callers_lease(client, caller, m, watch.lease_id, "watch a lease of your own");
-  if (!lease) return;
-  for (const auto& event : lease->events) {
-    if (event.seq > watch.after_seq) {
-      actions_.push_back(action::ToClient{client, event, m.header.id});
-      return;
-    }
-  }
-  if (watch.wait_ms == 0 || lease->summary.state == LeaseState::ended || watches_.size() >= knobs_.max_lease_watches) {
-    actions_.push_back(action::ToClient{client, status_event(*lease, now), m.header.id});
-    return;
-  }
-  watches_.push_back(Watch{client, m.header.id, watch.lease_id, watch.after_seq, now + watch.wait_ms});
-}
-
-CoordinatorCore::DevLease* CoordinatorCore::callers_lease(const std::string& client, const Caller& caller,
-                                                         const protocol::Envelope& m, std::uint64_t lease_id,
-                                                         std::string_view otherwise) {
-  DevLease* lease = find_lease(lease_id);
-  if (!lease) {
-    reply_error(client, m.header.id, Errc::not_found,
-                fmt::format("no lease L{}; `kiln leases` lists the leases", lease_id));
-    return nullptr;
-  }
-  if (lease->summary.owner != caller.key_name && !privileged(caller.role)) {
-    reply_error(client, m.header.id, Errc::unauthorized,
-                fmt::format("lease L{} belongs to {}; {}", lease_id, lease->summary.owner, otherwise));
-    return nullptr;
-  }
-  return lease;
-}
-
-CoordinatorCore::DevLease* CoordinatorCore::find_lease(std::uint64_t lease_id) {
+DevLease* DevLeases::find(std::uint64_t lease_id) {
   auto it = leases_.find(lease_id);
   return it == leases_.end() ? nullptr : &it->second;
 }
 
-std::vector<protocol::LeaseSummary> CoordinatorCore::leases() const {
+const DevLease* DevLeases::find(std::uint64_t lease_id) const {
+  auto it = leases_.find(lease_id);
+  return it == leases_.end() ? nullptr : &it->second;
+}
+
+std::vector<protocol::LeaseSummary> DevLeases::summaries() const {
   std::vector<protocol::LeaseSummary> out;
   for (const auto& [id, lease] : leases_) out.push_back(lease.summary);
   return out;
 }
 
-std::vector<std::uint64_t> CoordinatorCore::jobs_in_lease(std::uint64_t lease_id) const {
-  std::vector<std::uint64_t> out;
-  for (std::uint64_t id : active_jobs_) {
-    if (jobs_.at(id).lease_id == lease_id) out.push_back(id);
-  }
-  return out;
+std::size_t DevLeases::active() const {
+  std::size_t active = 0;
+  for (const auto& [id, lease] : leases_) active += lease.summary.state == protocol::LeaseState::ended ? 0 : 1;
+  return active;
 }
 
-protocol::LeaseEvent CoordinatorCore::status_event(const DevLease& lease, TimeMs now) const {
-  protocol::LeaseEvent event;
-  event.seq = lease.summary.event_seq;
-  event.kind = LeaseEventKind::status;
-  event.lease = lease.summary;
-  switch (lease.summary.state) {
-    case LeaseState::pending:
-      event.message = explanation_text(scheduler_.explain(kLeaseRequestBase + lease.summary.lease_id,
-                                                          to_scheduler_time(now)),
-                                       now);
-      break;
-    case LeaseState::granted:
-      event.message = fmt::format("granted; expires in {}",
-                                  human_duration(static_cast<TimeMs>(lease.summary.expires_at_ms) - now));
-      break;
-    case LeaseState::preempting:
-      event.message = fmt::format("under preemption notice; revoked in {}",
-                                  human_duration(static_cast<TimeMs>(lease.summary.grace_deadline_ms) - now));
-      break;
-    case LeaseState::ended: event.message = "ended: " + lease.summary.detail; break;
-  }
-  event.message = text::utf8_head(event.message, protocol::kMessageText.max_len);
-  event.lease.detail = text::utf8_head(event.lease.detail, protocol::kMessageText.max_len);
-  return event;
+DevLease& DevLeases::add(DevLease lease) {
+  const std::uint64_t id = lease.summary.lease_id;
+  next_id_ = std::max(next_id_, id + 1);
+  return leases_[id] = std::move(lease);
 }
 
-void CoordinatorCore::lease_event(DevLease& lease, LeaseEventKind kind, std::string message, TimeMs now) {
-  lease.summary.job_ids = jobs_in_lease(lease.summary.lease_id);
-  lease.summary.detail = text::utf8_head(message, protocol::kMessageText.max_len);
-  protocol::LeaseEvent event;
-  // Numbered from the lease's summary, which the store keeps: a watcher's after_seq stays
-  // meaningful across a coordinator restart.
-  event.seq = lease.summary.event_seq + 1;
-  lease.summary.event_seq = event.seq;
-  event.kind = kind;
-  event.message = lease.summary.detail;
-  event.lease = lease.summary;
-  lease.events.push_back(event);
-  while (lease.events.size() > kMaxLeaseEvents) lease.events.pop_front();
-  save(lease);
-  log(action::Severity::info, fmt::format("lease L{} ({}): {}", lease.summary.lease_id, lease.summary.owner, message));
-  // Every parked watch of this lease is behind the new event: answer it now.
-  std::vector<Watch> keep;
-  for (Watch& w : watches_) {
-    if (w.lease_id == lease.summary.lease_id && w.after_seq < event.seq) {
-      actions_.push_back(action::ToClient{w.client, event, w.corr});
-    } else {
-      keep.push_back(std::move(w));
-    }
-  }
-  watches_ = std::move(keep);
-  (void)now;
-}
-
-void CoordinatorCore::end_lease(DevLease& lease, const std::string& why, TimeMs now) {
-  lease.summary.state = LeaseState::ended;
-  lease.summary.placement.clear();
-  lease.summary.grace_deadline_ms = 0;
-  lease.scheduler_lease.reset();
-  for (std::uint64_t id : jobs_in_lease(lease.summary.lease_id)) {
-    JobRecord& job = jobs_.at(id);
-    if (job.summary.state == JobState::queued) {
-      finish(job, JobState::cancelled, fmt::format("its lease L{} ended: {}", lease.summary.lease_id, why), now);
-    } else if (!job.cancel_requested) {
-      job.cancel_requested = true;
-      save(job);
-      if (auto peer = peer_of(job.summary.node_id)) {
-        to_agent(*peer, protocol::JobCancel{id, fmt::format("its lease L{} ended: {}", lease.summary.lease_id, why)});
-      }
-    }
-  }
-  lease_event(lease, LeaseEventKind::ended, why, now);
-  prune_ended_leases();
-}
-
-void CoordinatorCore::release_lease_chips(DevLease& lease, TimeMs now) {
-  const scheduler::RequestId request = kLeaseRequestBase + lease.summary.lease_id;
-  const TimeMs t = to_scheduler_time(now);
-  auto held = scheduler_.lease_of(request);
-  if (!held) {
-    if (scheduler_.is_pending(request)) (void)scheduler_.cancel(request, t);
-    return;
-  }
-  std::vector<scheduler::Scheduler::Handover> handovers;
-  std::vector<std::uint64_t> handed;
-  for (std::uint64_t id : jobs_in_lease(lease.summary.lease_id)) {
-    const JobRecord& job = jobs_.at(id);
-    if (job.summary.state == JobState::queued || attempts_.own_lease(id)) continue;
-    scheduler::Placement placement{job.summary.node_id, {}};
-    for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
-    handovers.push_back({job_request(job), {placement}, to_scheduler_time(job.started_at_ms)});
-    handed.push_back(id);
-  }
-  if (handovers.empty()) {
-    (void)scheduler_.release(*held, t);
-    return;
-  }
-  auto leases = scheduler_.transfer_lease(*held, handovers, t);
-  if (!leases) {
-    log(action::Severity::warn, fmt::format("lease L{}: {}", lease.summary.lease_id, leases.error().message));
-    return;
-  }
-  for (std::size_t i = 0; i < handed.size() && i < leases->size(); ++i) attempts_.of(handed[i]).own_lease = (*leases)[i];
-}
-
-scheduler::Request CoordinatorCore::lease_request(const DevLease& lease) const {
-  scheduler::Request req;
-  req.id = kLeaseRequestBase + lease.summary.lease_id;
-  req.cls = to_request_class(lease.summary.priority_class);
-  req.chips = lease.summary.nodes > 0 ? 1 : static_cast<int>(lease.summary.chips);
-  req.nodes = static_cast<int>(lease.summary.nodes);
-  if (!lease.summary.hardware_revision.empty()) req.revision = lease.summary.hardware_revision;
-  req.expected_duration_ms = static_cast<DurationMs>(lease.summary.duration_ms);
-  req.lease_ms = req.expected_duration_ms;
-  req.submit_ms = to_scheduler_time(lease.requested_at_ms);
-  return req;
-}
-
-Status CoordinatorCore::resubmit_lease(DevLease& lease, TimeMs now) {
-  scheduler::Request req = lease_request(lease);
-  if (const TimeMs start_at = static_cast<TimeMs>(lease.start_at_ms) - wall_offset_ms_;
-      lease.start_at_ms != 0 && start_at > now) {
-    req.not_before_ms = to_scheduler_time(start_at);
-  }
-  lease.scheduler_lease.reset();
-  lease.recovered_under_notice = false;
-  lease.summary.state = LeaseState::pending;
-  lease.summary.placement.clear();
-  lease.summary.grace_deadline_ms = 0;
-  lease.summary.expires_at_ms = 0;
-  return scheduler_.submit(req, to_scheduler_time(now));
-}
-
-void CoordinatorCore::end_due_leases(TimeMs now) {
-  for (auto& [id, lease] : leases_) {
-    const auto state = lease.summary.state;
-    if (state != LeaseState::granted && state != LeaseState::preempting) continue;
-    if (lease.summary.expires_at_ms > 0 && now >= static_cast<TimeMs>(lease.summary.expires_at_ms)) {
-      release_lease_chips(lease, now);
-      end_lease(lease, "expired", now);
-      continue;
-    }
-    if (state != LeaseState::preempting || now < static_cast<TimeMs>(lease.summary.grace_deadline_ms)) continue;
-    bool jobs_running = false;
-    for (std::uint64_t job_id : jobs_in_lease(id)) jobs_running |= jobs_.at(job_id).summary.state != JobState::queued;
-    // Without running jobs the scheduler's own revocation at this deadline does the same,
-    // unless the notice predates a coordinator restart and the scheduler does not know of it.
-    if (!jobs_running && !lease.recovered_under_notice) continue;
-    for (std::uint64_t job_id : jobs_in_lease(id)) {
-      JobRecord& job = jobs_.at(job_id);
-      if (job.summary.state == JobState::queued || job.cancel_requested) continue;
-      job.cancel_requested = true;
-      save(job);
-      if (auto peer = peer_of(job.summary.node_id)) {
-        to_agent(*peer, protocol::JobCancel{job_id, fmt::format("lease L{} revoked: its preemption grace ended", id)});
-      }
-    }
-    release_lease_chips(lease, now);
-    if (auto s = resubmit_lease(lease, now); !s) {
-      end_lease(lease, "revoked after its preemption grace and cannot be queued again: " + s.error().message, now);
-      continue;
-    }
-    lease_event(lease, LeaseEventKind::requeued, "revoked at the end of its grace; queued again keeping its age", now);
-  }
-}
-
-void CoordinatorCore::prune_ended_leases() {
-  std::size_t ended = 0;
-  for (const auto& [id, lease] : leases_) ended += lease.summary.state == LeaseState::ended ? 1 : 0;
-  for (auto it = leases_.begin(); it != leases_.end() && ended > knobs_.max_ended_leases_kept;) {
-    if (it->second.summary.state == LeaseState::ended) {
+void DevLeases::prune_ended() {
+  std::size_t ended = leases_.size() - active();
+  for (auto it = leases_.begin(); it != leases_.end() && ended > max_ended_kept_;) {
+    if (it->second.summary.state == protocol::LeaseState::ended) {
       it = leases_.erase(it);
       --ended;
     } else {
@@ -344,92 +53,29 @@ void CoordinatorCore::prune_ended_leases() {
   }
 }
 
-void CoordinatorCore::lease_node_lost(DevLease& lease, const std::string& node_id, TimeMs now) {
-  // The scheduler forgot the request with the node: ask again with the original age.
-  if (auto s = resubmit_lease(lease, now); !s) {
-    end_lease(lease, fmt::format("node {} was lost and the lease cannot be queued again: {}", node_id,
-                                 s.error().message),
-              now);
-    return;
-  }
-  lease_event(lease, LeaseEventKind::requeued, fmt::format("node {} was lost; queued again keeping its age", node_id),
-              now);
+void DevLeases::save(const DevLease& lease) {
+  sink_.save(LeaseRecord{lease.summary, lease.requested_at_ms, lease.start_at_ms});
 }
 
-bool CoordinatorCore::runs_on_lease_chips(const JobRecord& job) const {
-  auto it = leases_.find(job.lease_id);
-  if (it == leases_.end()) return false;
-  const DevLease& lease = it->second;
-  if (lease.summary.state != LeaseState::granted && lease.summary.state != LeaseState::preempting) return false;
-  for (const auto& p : lease.summary.placement) {
-    if (p.node_id != job.summary.node_id) continue;
-    return std::all_of(job.summary.chip_indices.begin(), job.summary.chip_indices.end(), [&](std::uint32_t chip) {
-      return std::find(p.chip_indices.begin(), p.chip_indices.end(), chip) != p.chip_indices.end();
-    });
-  }
-  return false;
-}
-
-void CoordinatorCore::recover_lease(LeaseRecord record, TimeMs now) {
-  const std::uint64_t id = record.summary.lease_id;
-  next_lease_id_ = std::max(next_lease_id_, id + 1);
-  DevLease& lease = leases_[id];
-  lease.summary = std::move(record.summary);
-  lease.requested_at_ms = record.requested_at_ms;
-  lease.start_at_ms = record.start_at_ms;
-  lease.summary.job_ids = jobs_in_lease(id);
-  const LeaseState state = lease.summary.state;
-  if (state == LeaseState::ended) return;
-  auto requeue = [&](const std::string& why) {
-    if (auto s = resubmit_lease(lease, now); !s) {
-      end_lease(lease, fmt::format("{}; it cannot be queued again: {}", why, s.error().message), now);
-      return;
-    }
-    lease_event(lease, LeaseEventKind::requeued, why + "; queued again keeping its age", now);
-  };
-  if (state == LeaseState::pending) {
-    if (auto s = resubmit_lease(lease, now); !s) {
-      end_lease(lease, "cannot be queued again after the coordinator restarted: " + s.error().message, now);
-    }
-    return;
-  }
-  if (static_cast<TimeMs>(lease.summary.expires_at_ms) <= now) {
-    end_lease(lease, "expired while the coordinator was down", now);
-    return;
-  }
-  // Granted, or under notice: the same chips are held again, from when they were granted, so
-  // the expiry stays; the nodes have until the liveness timeout to register (mark_node_lost).
-  std::vector<scheduler::Placement> placement;
-  for (const auto& p : lease.summary.placement) {
-    auto node = nodes_.find(p.node_id);
-    if (node == nodes_.end() || node->second.summary.state == NodeState::lost) {
-      requeue(fmt::format("its node {} was lost when the coordinator restarted", p.node_id));
-      return;
-    }
-    scheduler::Placement held{p.node_id, {}};
-    for (std::uint32_t chip : p.chip_indices) held.chips.push_back(static_cast<int>(chip));
-    placement.push_back(std::move(held));
-  }
-  const scheduler::Request req = lease_request(lease);
-  auto held = scheduler_.restore_lease(req, placement, to_scheduler_time(static_cast<TimeMs>(lease.summary.granted_at_ms)),
-                                       to_scheduler_time(now));
-  if (!held) {
-    requeue("its chips could not be held again after the coordinator restarted (" + held.error().message + ")");
-    return;
-  }
-  lease.scheduler_lease = *held;
-  lease.recovered_under_notice = state == LeaseState::preempting;
-  log(action::Severity::info, fmt::format("lease L{} ({}) holds its chips again until {}", id, lease.summary.owner,
-                                          clock_text(static_cast<TimeMs>(lease.summary.expires_at_ms))));
-}
-
-void CoordinatorCore::answer_watches(TimeMs now) {
-  std::vector<Watch> keep;
-  for (Watch& w : watches_) {
-    auto it = leases_.find(w.lease_id);
-    if (it == leases_.end()) continue;  // pruned: the watcher asks again and learns it is gone
-    if (now >= w.deadline_ms) {
-      actions_.push_back(action::ToClient{w.client, status_event(it->second, now), w.corr});
+void DevLeases::record_event(DevLease& lease, protocol::LeaseEventKind kind, std::string message,
+                             std::vector<std::uint64_t> job_ids) {
+  lease.summary.job_ids = std::move(job_ids);
+  lease.summary.detail = text::utf8_head(message, protocol::kMessageText.max_len);
+  protocol::LeaseEvent event;
+  event.seq = lease.summary.event_seq + 1;
+  lease.summary.event_seq = event.seq;
+  event.kind = kind;
+  event.message = lease.summary.detail;
+  event.lease = lease.summary;
+  lease.events.push_back(event);
+  while (lease.events.size() > kMaxLeaseEvents) lease.events.pop_front();
+  save(lease);
+  sink_.log(action::Severity::info,
+            fmt::format("lease L{} ({}): {}", lease.summary.lease_id, lease.summary.owner, message));
+  std::vector<LeaseWatch> keep;
+  for (LeaseWatch& w : watches_) {
+    if (w.lease_id == lease.summary.lease_id && w.after_seq < event.seq) {
+      sink_.to_client(w.client, event, w.corr);
     } else {
       keep.push_back(std::move(w));
     }
@@ -437,41 +83,33 @@ void CoordinatorCore::answer_watches(TimeMs now) {
   watches_ = std::move(keep);
 }
 
-// Jobs inside a developer lease run on its chips, first come first served.
-void CoordinatorCore::dispatch_lease_jobs(TimeMs now) {
-  for (auto& [lease_id, lease] : leases_) {
-    if (lease.summary.state != LeaseState::granted) continue;
-    std::vector<std::uint64_t> ids = jobs_in_lease(lease_id);
-    std::map<std::string, std::set<std::uint32_t>> busy;
-    for (std::uint64_t id : ids) {
-      const JobRecord& job = jobs_.at(id);
-      if (job.summary.state == JobState::queued) continue;
-      busy[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
-    }
-    for (std::uint64_t id : ids) {
-      JobRecord& job = jobs_.at(id);
-      if (job.summary.state != JobState::queued) continue;
-      for (const auto& p : lease.summary.placement) {
-        if (!node_has_session(p.node_id)) continue;
-        // Only chips the node reported healthy in its latest hello.
-        std::set<std::uint32_t> reported;
-        for (const auto& chip : nodes_.at(p.node_id).summary.chips) {
-          if (chip.healthy) reported.insert(chip.index);
-        }
-        std::vector<std::uint32_t> free;
-        for (std::uint32_t chip : p.chip_indices) {
-          if (reported.count(chip) && !busy[p.node_id].count(chip) && free.size() < job.summary.chips) {
-            free.push_back(chip);
-          }
-        }
-        if (free.size() < job.summary.chips) continue;
-        busy[p.node_id].insert(free.begin(), free.end());
-        start_attempt(job, p.node_id, std::move(free), now);
-        break;
-      }
-    }
-    lease.summary.job_ids = jobs_in_lease(lease_id);
+bool DevLeases::park(LeaseWatch watch) {
+  if (watches_.size() >= max_watches_) return false;
+  watches_.push_back(std::move(watch));
+  return true;
+}
+
+std::vector<LeaseWatch> DevLeases::take_due_watches(TimeMs now) {
+  std::vector<LeaseWatch> due;
+  std::vector<LeaseWatch> keep;
+  for (LeaseWatch& w : watches_) {
+    if (!leases_.count(w.lease_id)) continue;
+    (now >= w.deadline_ms ? due : keep).push_back(std::move(w));
   }
+  watches_ = std::move(keep);
+  return due;
+}
+
+std::optional<TimeMs> DevLeases::next_deadline() const {
+  std::optional<TimeMs> next;
+  auto consider = [&](TimeMs t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const LeaseWatch& w : watches_) consider(w.deadline_ms);
+  for (const auto& [id, lease] : leases_) {
+    if (lease.recovered_under_notice) consider(static_cast<TimeMs>(lease.summary.grace_deadline_ms));
+  }
+  return next;
 }
 
 }  // namespace kiln::coordinator

@@ -56,7 +56,7 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
       log(action::Severity::info, fmt::format("job {} attempt {} let go of its chips after the preemption notice "
                                               "({})",
                                               job.summary.job_id, fin.attempt, protocol::enum_name(fin.outcome)));
-      if (auto s = scheduler_.checkpoint_ack(*held, to_scheduler_time(now)); !s) {
+      if (auto s = bridge_.scheduler().checkpoint_ack(*held, to_scheduler_time(now)); !s) {
         log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, s.error().message));
       }
       // The requeue is saved before the acknowledgement below: acknowledged first, a crash in
@@ -94,7 +94,7 @@ void CoordinatorCore::handle_job_finished(const std::string& peer, const std::st
       // waits for the heartbeats.
       const bool latest_attempt = fin.attempt >= job.summary.attempt;
       if (stopping_attempt ||
-          (latest_attempt && (stop_hold_of(fin.job_id, node_id) || stopping_on_node_[node_id].count(fin.job_id)))) {
+          (latest_attempt && (bridge_.stop_hold_of(fin.job_id, node_id) || stopping_on_node_[node_id].count(fin.job_id)))) {
         old_attempt_gone(fin.job_id, node_id, now);
       }
     }
@@ -110,7 +110,7 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
     return;
   }
   const bool maintenance = protocol::is_maintenance_workload(submit.workload);
-  const DevLease* lease = lease_id != 0 ? find_lease(lease_id) : nullptr;
+  const DevLease* lease = lease_id != 0 ? dev_leases_.find(lease_id) : nullptr;
   JobRecord job;
   job.summary.job_id = next_job_id_;
   job.summary.state = JobState::queued;
@@ -129,7 +129,7 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
   job.summary.config_hash = submit.config_hash;
   job.lease_id = lease_id;
   // Maintenance takes the whole node: nothing else may share its chips while it runs.
-  if (maintenance) job.summary.chips = nodes_.at(submit.node_id).summary.chips_total;
+  if (maintenance) job.summary.chips = registry_.nodes().at(submit.node_id).summary.chips_total;
   job.submitted_at_ms = now;
   if (lease_id != 0) {
     job.summary.detail = fmt::format("runs inside lease L{}", lease_id);
@@ -141,7 +141,7 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
   active_jobs_.insert(id);
   auto& stored = jobs_[id] = std::move(job);
   save(stored);
-  actions_.push_back(action::ToClient{client, protocol::JobAccepted{id}, m.header.id});
+  sink_.push(action::ToClient{client, protocol::JobAccepted{id}, m.header.id});
   log(action::Severity::info, fmt::format("job {} ({} on {} chips, {}{}) submitted by {}", id, submit.workload,
                                           submit.chips, protocol::enum_name(stored.summary.priority_class),
                                           lease_id ? fmt::format(", in lease L{}", lease_id) : "", caller.key_name));
@@ -178,7 +178,7 @@ std::optional<Error> CoordinatorCore::refuse_submit(const Caller& caller, const 
     return Error{Errc::invalid_argument,
                  fmt::format("a job runs on one node and may ask for 1 to 8 chips, not {}", submit.chips)};
   }
-  if (!submit.node_id.empty() && nodes_.count(submit.node_id) == 0) {
+  if (!submit.node_id.empty() && registry_.nodes().count(submit.node_id) == 0) {
     return Error{Errc::not_found,
                  fmt::format("node {} is not registered; `kiln nodes` lists the nodes", submit.node_id)};
   }
@@ -193,7 +193,7 @@ std::optional<Error> CoordinatorCore::refuse_submit(const Caller& caller, const 
 
 std::optional<Error> CoordinatorCore::refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
                                                              std::uint64_t lease_id) {
-  const DevLease* lease = find_lease(lease_id);
+  const DevLease* lease = dev_leases_.find(lease_id);
   if (!lease || lease->summary.state == LeaseState::ended) {
     return Error{Errc::not_found,
                  fmt::format("lease L{} is not active; `kiln leases` lists the active leases", lease_id)};
@@ -256,7 +256,7 @@ void CoordinatorCore::handle_cancel(const std::string& client, const Caller& cal
       to_agent(*peer, protocol::JobCancel{job.summary.job_id, fmt::format("cancelled by {}", caller.key_name)});
     }
   }
-  actions_.push_back(action::ToClient{client, protocol::Ok{"cancel requested"}, m.header.id});
+  sink_.push(action::ToClient{client, protocol::Ok{"cancel requested"}, m.header.id});
 }
 
 protocol::JobList CoordinatorCore::job_list(const protocol::ListJobs& request) const {
@@ -271,7 +271,7 @@ protocol::JobList CoordinatorCore::job_list(const protocol::ListJobs& request) c
 
 void CoordinatorCore::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) {
   forget_request(job, now);
-  const DevLease* lease = job.lease_id != 0 ? find_lease(job.lease_id) : nullptr;
+  const DevLease* lease = job.lease_id != 0 ? dev_leases_.find(job.lease_id) : nullptr;
   if (job.cancel_requested) {
     finish(job, JobState::cancelled, fmt::format("cancelled; attempt {} ended: {}", job.summary.attempt, why), now);
   } else if (job.lease_id != 0 && (!lease || lease->summary.state == LeaseState::ended)) {
@@ -317,8 +317,8 @@ void CoordinatorCore::finish(JobRecord& job, JobState state, std::string detail,
       fmt::format("job {} {}: {}", job.summary.job_id, protocol::enum_name(state), job.summary.detail));
   // A job that fails on a node already quarantined is rerun as one that failed just before
   // the quarantine is (rerun_failures_of): the order of the two does not change the outcome.
-  if (auto node = nodes_.find(job.summary.node_id);
-      node != nodes_.end() && node->second.summary.state == NodeState::quarantined && may_rerun(job, node->second, now)) {
+  if (auto node = registry_.nodes().find(job.summary.node_id);
+      node != registry_.nodes().end() && node->second.summary.state == NodeState::quarantined && may_rerun(job, node->second, now)) {
     rerun(job.summary.job_id, node->second, now);
   }
 }
@@ -374,14 +374,16 @@ void CoordinatorCore::send_job_start(const JobRecord& job) {
   start.timeout_ms = job.timeout_ms;
   start.seed = job.seed;
   start.benchmark = job.benchmark;
-  to_agent(peer_by_node_.at(job.summary.node_id), start);
+  to_agent(*registry_.peer_of(job.summary.node_id), start);
   log(action::Severity::info, fmt::format("job {} attempt {} dispatched to {} chips [{}]", job.summary.job_id,
                                           job.summary.attempt, job.summary.node_id, fmt::join(start.chip_indices, ",")));
 }
 
-scheduler::Request CoordinatorCore::stop_hold_request(const std::string& node_id, std::size_t chips, TimeMs now) {
+scheduler::Request CoordinatorCore::stop_hold_request(std::uint64_t job_id, const std::string& node_id,
+                                                     std::size_t chips, TimeMs now) {
   scheduler::Request req;
-  req.id = next_stop_hold_++;
+  req.id = bridge_.new_stop_hold(job_id, node_id);
+  req.name = describe(request_owner::StopHold{job_id, node_id});
   req.cls = scheduler::RequestClass::release;
   req.chips = static_cast<int>(lease_chips_for(static_cast<std::uint32_t>(std::max<std::size_t>(chips, 1))));
   if (req.chips > 8) {
@@ -397,14 +399,6 @@ scheduler::Request CoordinatorCore::stop_hold_request(const std::string& node_id
   return req;
 }
 
-std::optional<scheduler::RequestId> CoordinatorCore::stop_hold_of(std::uint64_t job_id,
-                                                                 const std::string& node_id) const {
-  for (const auto& [request, hold] : stop_holds_) {
-    if (hold.job_id == job_id && hold.node_id == node_id) return request;
-  }
-  return std::nullopt;
-}
-
 Status CoordinatorCore::hold_chips_of_stopping_job(const JobRecord& job, TimeMs now) {
   const std::uint64_t id = job.summary.job_id;
   const auto lease = attempts_.own_lease(id);
@@ -414,38 +408,35 @@ Status CoordinatorCore::hold_chips_of_stopping_job(const JobRecord& job, TimeMs 
   const std::string node_id = job.summary.node_id;
   scheduler::Placement placement{node_id, {}};
   for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
-  const scheduler::Request hold = stop_hold_request(node_id, job.summary.chip_indices.size(), now);
+  const scheduler::Request hold = stop_hold_request(id, node_id, job.summary.chip_indices.size(), now);
   // The job's lease ends and its chips pass to the hold in one step, before anything else
   // can be placed on them.
-  auto handed = scheduler_.transfer_lease(*lease, {{hold, {placement}, to_scheduler_time(now)}},
+  auto handed = bridge_.scheduler().transfer_lease(*lease, {{hold, {placement}, to_scheduler_time(now)}},
                                           to_scheduler_time(now));
-  if (!handed) return tl::unexpected(handed.error());
-  stop_holds_[hold.id] = StopHold{id, node_id};
+  if (!handed) {
+    bridge_.drop_stop_hold(hold.id);
+    return tl::unexpected(handed.error());
+  }
   attempts_.of(id).own_lease.reset();
   return {};
 }
 
 void CoordinatorCore::hold_stopping_chips(std::uint64_t job_id, const std::string& node_id,
                                           const std::vector<std::uint32_t>& chips, TimeMs now) {
-  if (chips.empty() || stop_hold_of(job_id, node_id)) return;
+  if (chips.empty() || bridge_.stop_hold_of(job_id, node_id)) return;
   scheduler::Placement placement{node_id, {}};
   for (std::uint32_t chip : chips) placement.chips.push_back(static_cast<int>(chip));
-  const scheduler::Request req = stop_hold_request(node_id, chips.size(), now);
-  if (auto held = scheduler_.restore_lease(req, {placement}, to_scheduler_time(now), to_scheduler_time(now)); held) {
-    stop_holds_[req.id] = StopHold{job_id, node_id};
-  } else {
+  const scheduler::Request req = stop_hold_request(job_id, node_id, chips.size(), now);
+  if (auto held = bridge_.scheduler().restore_lease(req, {placement}, to_scheduler_time(now), to_scheduler_time(now));
+      !held) {
+    bridge_.drop_stop_hold(req.id);
     log(action::Severity::debug, fmt::format("job {}: chips of its stopping attempt on {} not held: {}", job_id, node_id,
                                              held.error().message));
   }
 }
 
 void CoordinatorCore::old_attempt_gone(std::uint64_t job_id, const std::string& node_id, TimeMs now) {
-  if (auto request = stop_hold_of(job_id, node_id)) {
-    stop_holds_.erase(*request);
-    if (scheduler_.lease_of(*request) || scheduler_.is_pending(*request)) {
-      (void)scheduler_.cancel(*request, to_scheduler_time(now));
-    }
-  }
+  if (auto request = bridge_.stop_hold_of(job_id, node_id)) bridge_.end_stop_hold(*request, now);
   auto& stopping = stopping_on_node_[node_id];
   stopping.erase(job_id);
   if (const auto& earlier = attempts_.earlier_stopping(job_id); earlier && earlier->node_id == node_id) {
@@ -498,7 +489,7 @@ void CoordinatorCore::attempt_stopped(std::uint64_t job_id, TimeMs now) {
   if (unheld != stopping_on_node_.end() && !unheld->second.empty()) return;
   // Without a session the start cannot go; the node's return fails the attempt over.
   attempts_.to(job_id, AttemptPhase::dispatched);
-  if (!node_has_session(job.summary.node_id)) return;
+  if (!registry_.has_session(job.summary.node_id)) return;
   job.started_at_ms = now;
   save(job);
   send_job_start(job);
@@ -516,9 +507,9 @@ void CoordinatorCore::start_deferred_on(const std::string& node_id, TimeMs now) 
 
 void CoordinatorCore::refresh_chip_counts() {
   std::map<std::string, std::set<std::uint32_t>> used;
-  for (const auto& lease : scheduler_.leases()) {
+  for (const auto& lease : bridge_.scheduler().leases()) {
     // Chips held while a cancelled attempt stops belong to no active job: not shown as used.
-    if (is_hold_request(lease.request)) continue;
+    if (bridge_.is_stop_hold(lease.request)) continue;
     for (const auto& p : lease.placement) {
       for (int chip : p.chips) used[p.node].insert(static_cast<std::uint32_t>(chip));
     }
@@ -528,7 +519,7 @@ void CoordinatorCore::refresh_chip_counts() {
     if (job.summary.state == JobState::queued) continue;
     used[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
   }
-  for (auto& [id, node] : nodes_) {
+  for (auto& [id, node] : registry_.nodes()) {
     auto it = used.find(id);
     node.summary.chips_used = it == used.end() ? 0 : static_cast<std::uint32_t>(it->second.size());
   }

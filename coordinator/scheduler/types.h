@@ -46,6 +46,9 @@ struct NodeInfo {
 
 struct Request {
   RequestId id = 0;
+  // How explanations and errors name it ("job 12", "lease L3"); its owner knows it by that name,
+  // not by the id. Empty: "request <id>".
+  std::string name;
   RequestClass cls = RequestClass::experiment;
   // Either `chips` (1, 2, 4 or 8) on one node, or `nodes` > 0 whole nodes, all or nothing.
   int chips = 1;

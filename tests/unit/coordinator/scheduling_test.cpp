@@ -51,7 +51,8 @@ JobFinished finished(std::uint64_t id, std::uint32_t attempt, JobOutcome outcome
 // Whether chips of the node are held for an attempt being stopped there.
 bool holds_stopping_chips(const Harness& h, const std::string& node) {
   for (const auto& lease : h.core.scheduler().leases()) {
-    if (lease.request < kStopHoldBase) continue;
+    const auto owner = h.core.request_owner(lease.request);
+    if (!owner || !std::holds_alternative<kiln::coordinator::request_owner::StopHold>(*owner)) continue;
     for (const auto& p : lease.placement) {
       if (p.node == node) return true;
     }
@@ -381,11 +382,13 @@ TEST_CASE("after a restart, queued jobs keep their age and running jobs keep the
     snapshot.nodes.push_back(before.core.nodes().at("n01"));
   }
   Harness h(knobs_with_fast_preemption(), snapshot, 100000);
-  CHECK(h.core.scheduler().is_pending(2));
+  REQUIRE(h.core.request_of_job(2).has_value());
+  CHECK(h.core.scheduler().is_pending(*h.core.request_of_job(2)));
   // A new 4-chip job must not be placed on the chips job 1 still holds.
   h.agent("p9", "n01", hello("n01", "a", {1}), 100500);
   CHECK(h.job(1).summary.state == JobState::running);
-  CHECK(h.core.scheduler().lease_of(1).has_value());
+  REQUIRE(h.core.request_of_job(1).has_value());
+  CHECK(h.core.scheduler().lease_of(*h.core.request_of_job(1)).has_value());
   const auto fresh = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 100600);
   // Job 2 (older, 8 chips) holds a reservation; the new one may not jump it onto the free half.
   CHECK(h.job(fresh).summary.state == JobState::queued);
@@ -474,7 +477,8 @@ TEST_CASE("a released or expired lease keeps the chips of its running jobs until
   REQUIRE(h.agent_bodies<JobCancel>("p1").size() == 1);
   const auto waiting = h.submit("ci", Role::ci, sleep_job(8, PriorityClass::nightly), 600001);
   CHECK(h.job(waiting).summary.state == JobState::queued);
-  CHECK(h.core.scheduler().lease_of(inner).has_value());
+  REQUIRE(h.core.request_of_job(inner).has_value());
+  CHECK(h.core.scheduler().lease_of(*h.core.request_of_job(inner)).has_value());
   h.agent("p1", "n01", finished(inner, 1, JobOutcome::cancelled), 600002);
   CHECK(h.job(waiting).summary.state == JobState::assigned);
   CHECK(h.core.scheduler().check_invariants().has_value());

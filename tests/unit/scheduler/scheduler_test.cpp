@@ -309,12 +309,17 @@ TEST_CASE("experiments never preempt, and CI never preempts CI") {
   CHECK(only<PreemptNotice>(drain(t)).empty());
 }
 
-TEST_CASE("reservations hold nodes for a multi-node request and only shorter work backfills") {
-  Scheduler s{SchedulerKnobs{}};
+// Two nodes of revision a, each running one single-chip request (1 until 01:00, 2 until 00:30).
+void run_two_short_requests(Scheduler& s) {
   REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
   REQUIRE(s.upsert_node(make_node("n02", "a"), 0));
   REQUIRE(s.submit(make_request(1, RequestClass::experiment, 1, kHourMs), 0));
   REQUIRE(s.submit(make_request(2, RequestClass::experiment, 1, 30 * kMinuteMs), 0));
+}
+
+TEST_CASE("reservations hold nodes for a multi-node request and only shorter work backfills") {
+  Scheduler s{SchedulerKnobs{}};
+  run_two_short_requests(s);
   auto actions = drain(s);
   REQUIRE(granted(actions, 1));
   REQUIRE(granted(actions, 2));
@@ -333,6 +338,20 @@ TEST_CASE("reservations hold nodes for a multi-node request and only shorter wor
   CHECK(!granted(drain(s), 5));  // would delay the reservation
   std::string text = s.explain(5, 3 * kMinuteMs).text();
   CHECK(text.find("reservation for request 3 holds n01,n02 from 01:00") != std::string::npos);
+}
+
+TEST_CASE("explanations name a request by the name its owner gave it, not by its id") {
+  Scheduler s{SchedulerKnobs{}};
+  run_two_short_requests(s);
+  drain(s);
+  Request big = make_request(7, RequestClass::experiment, 0, 2 * kHourMs, kMinuteMs);
+  big.nodes = 2;
+  big.name = "job 12";
+  REQUIRE(s.submit(big, kMinuteMs));
+  REQUIRE(s.submit(make_request(8, RequestClass::experiment, 4, 2 * kHourMs, 3 * kMinuteMs), 3 * kMinuteMs));
+  const std::string text = s.explain(8, 3 * kMinuteMs).text();
+  CHECK(text.find("reservation for job 12 holds n01,n02 from 01:00") != std::string::npos);
+  CHECK(text.find("request 7") == std::string::npos);
 }
 
 TEST_CASE("a multi-node request is not starved by a stream of small ones") {

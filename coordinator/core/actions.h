@@ -1,0 +1,88 @@
+// What the coordinator core asks its shell to do, and the one queue every part of the core puts
+// those actions on, in the order they must be carried out.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "common/error.h"
+#include "common/protocol/messages.h"
+#include "coordinator/core/records.h"
+
+namespace kiln::coordinator {
+
+// Who sent a message, as the shell's authentication established it.
+struct Caller {
+  std::string key_name;
+  protocol::Role role = protocol::Role::developer;
+};
+
+namespace action {
+struct ToAgent {
+  std::string peer;  // the agent connection's routing id
+  protocol::Body body;
+  std::uint64_t corr = 0;
+};
+struct ToClient {
+  std::string client;  // the client connection's routing id
+  protocol::Body body;
+  std::uint64_t corr = 0;
+};
+// Made durable before any later action is carried out: replies that follow a save are only
+// sent once the save succeeded.
+struct SaveNode {
+  NodeRecord node;
+};
+struct SaveJob {
+  JobRecord job;
+};
+struct SaveRecord {
+  protocol::RecordEntry record;
+};
+// Saved when a developer lease is accepted, granted, changes state or ends.
+struct SaveLease {
+  LeaseRecord lease;
+};
+enum class Severity { debug, info, warn, error };
+struct Log {
+  Severity severity = Severity::info;
+  std::string text;
+};
+}  // namespace action
+
+using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
+                            action::SaveRecord, action::SaveLease, action::Log>;
+
+class ActionSink {
+ public:
+  void push(Action action) { actions_.push_back(std::move(action)); }
+  void to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr = 0) {
+    push(action::ToAgent{peer, std::move(body), corr});
+  }
+  void to_client(const std::string& client, protocol::Body body, std::uint64_t corr) {
+    push(action::ToClient{client, std::move(body), corr});
+  }
+  void reply_error(const std::string& client, std::uint64_t corr, Errc code, std::string message) {
+    to_client(client, protocol::ErrorReply{std::string(to_string(code)), std::move(message), {}}, corr);
+  }
+  void log(action::Severity severity, std::string text) { push(action::Log{severity, std::move(text)}); }
+  void save(const JobRecord& job) { push(action::SaveJob{job}); }
+  void save(const NodeRecord& node) { push(action::SaveNode{node}); }
+  void save(const LeaseRecord& lease) { push(action::SaveLease{lease}); }
+
+  std::optional<Action> poll() {
+    if (actions_.empty()) return std::nullopt;
+    Action a = std::move(actions_.front());
+    actions_.pop_front();
+    return a;
+  }
+
+ private:
+  std::deque<Action> actions_;
+};
+
+}  // namespace kiln::coordinator

@@ -1,0 +1,80 @@
+// The nodes the coordinator knows, and their agents' sessions: who is registered on which
+// connection, which hellos were already taken, until when a silent node counts as alive, and
+// when the diagnostics that last released each node from quarantine began.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "common/protocol/messages.h"
+#include "common/time.h"
+#include "coordinator/core/records.h"
+
+namespace kiln::coordinator {
+
+class NodeRegistry {
+ public:
+  struct Session {
+    std::string node_id;
+    std::uint32_t protocol_version = protocol::kProtocolVersion;
+  };
+
+  // Recovered nodes (recover) have until `registration_deadline_ms` to say hello before
+  // liveness counts: their agents may be in reconnect backoff.
+  NodeRegistry(DurationMs liveness_timeout_ms, TimeMs registration_deadline_ms)
+      : liveness_timeout_ms_(liveness_timeout_ms), registration_deadline_ms_(registration_deadline_ms) {}
+
+  // A node from the store: no session yet.
+  void recover(NodeRecord node, TimeMs now);
+
+  std::map<std::string, NodeRecord>& nodes() { return nodes_; }
+  const std::map<std::string, NodeRecord>& nodes() const { return nodes_; }
+  NodeRecord* find(const std::string& node_id);
+
+  // The node's agent registered on `peer`: a session on an older connection ends.
+  void open_session(const std::string& peer, const std::string& node_id, std::uint32_t protocol_version);
+  // The node was lost: its session ends, and it no longer waits to register.
+  void close_session(const std::string& node_id);
+  const Session* session(const std::string& peer) const;
+  std::optional<std::string> peer_of(const std::string& node_id) const;
+  bool has_session(const std::string& node_id) const { return peer_by_node_.count(node_id) != 0; }
+
+  // Why a hello must be dropped, if it must: a copy of one already taken, or from a connection
+  // a later hello of the node replaced. Otherwise remembers it.
+  std::optional<std::string> stale_hello(const std::string& node_id, const std::string& peer, std::uint64_t hello_id);
+
+  // When a node that stays silent is lost: a recovered node that has not registered since the
+  // start-up has until the registration deadline.
+  TimeMs liveness_deadline(const NodeRecord& node) const;
+
+  // When the diagnostics that released the node from quarantine started, on the wall clock
+  // (the one health reports are stamped with). Kept in memory only.
+  void released_from_quarantine(const std::string& node_id, TimeMs diagnostics_started_wall_ms) {
+    released_wall_ms_[node_id] = diagnostics_started_wall_ms;
+  }
+  std::optional<TimeMs> released_from_quarantine_at(const std::string& node_id) const;
+
+  protocol::NodeList list(TimeMs now) const;
+
+ private:
+  DurationMs liveness_timeout_ms_ = 0;
+  std::map<std::string, NodeRecord> nodes_;
+  // Recovered nodes that have not registered since the start-up, and until when they may.
+  std::set<std::string> awaiting_registration_;
+  TimeMs registration_deadline_ms_ = 0;
+  std::map<std::string, TimeMs> released_wall_ms_;
+  std::map<std::string, Session> sessions_;  // by peer
+  std::map<std::string, std::string> peer_by_node_;
+  // Each node's most recent connections, oldest first, with the id of the last hello taken.
+  struct HelloConnection {
+    std::string peer;
+    std::uint64_t last_hello_id = 0;
+  };
+  std::map<std::string, std::deque<HelloConnection>> hello_connections_;
+};
+
+}  // namespace kiln::coordinator

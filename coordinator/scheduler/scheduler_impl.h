@@ -1,0 +1,310 @@
+// The scheduler's state and the planning pass, shared by the files of the scheduler core:
+// scheduler.cpp (the public surface and applying decisions), scheduler_placement.cpp (where a
+// request fits now or later), scheduler_preemption.cpp (whose notice lets it start),
+// scheduler_explanation.cpp (why it waits). Internal: only those files include it.
+#pragma once
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "coordinator/scheduler/scheduler.h"
+
+namespace kiln::scheduler {
+
+inline constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
+// An overrunning lease is assumed to end a little later, never "now": its chips are not free.
+inline constexpr DurationMs kOverrunStepMs = kMinuteMs;
+// Victim search enumerates subsets of the preemptible leases on one node; nodes hold at most a
+// handful, this bounds the work if one ever holds more.
+inline constexpr std::size_t kMaxVictimCandidates = 12;
+// Marks a chip granted earlier in the same planning pass.
+inline constexpr LeaseId kPlannedLease = std::numeric_limits<LeaseId>::max();
+
+struct ChipRef {
+  std::size_t node = 0;
+  std::size_t pos = 0;  // position in NodeInfo::chips
+  auto operator<=>(const ChipRef&) const = default;
+};
+
+struct NodeRec {
+  NodeInfo info;
+  NodeState state = NodeState::up;
+  std::string reason;
+  std::string owner;
+  TimeMs since_ms = 0;
+  std::vector<LeaseId> chip_lease;  // 0 = free
+};
+
+struct LeaseRec {
+  LeaseId id = 0;
+  RequestId request = 0;
+  RequestClass cls = RequestClass::experiment;
+  std::string revision;
+  std::vector<ChipRef> chips;
+  TimeMs start_ms = 0;
+  TimeMs expected_end_ms = 0;
+  TimeMs expiry_ms = 0;
+  DurationMs work_ms = 0;  // the request's remaining work when this lease started
+  bool borrowed = false;
+  std::optional<TimeMs> grace_deadline_ms;
+  RequestId preempted_for = 0;
+  TimeMs last_ack_ms = 0;
+  DurationMs checkpoint_interval_ms = 0;
+};
+
+// Chips a preempting request holds on to while its victims wind down.
+struct Claim {
+  std::vector<ChipRef> chips;
+  std::vector<LeaseId> victims;
+  TimeMs ready_ms = 0;
+  std::int64_t lost_chip_ms = 0;  // work the notices will destroy
+};
+
+struct RequestRec {
+  Request req;
+  DurationMs remaining_ms = 0;
+  std::optional<LeaseId> lease;
+  std::set<RequestId> preempted_by;  // demands that already preempted it: never again
+  std::optional<Claim> claim;
+};
+
+// Per-pass picture of one chip.
+struct ChipPlan {
+  LeaseId lease = 0;
+  TimeMs busy_until = 0;
+  RequestId claimed_by = 0;
+  TimeMs resv_start = kNever;  // earliest reservation on the chip: backfill must end by then
+  TimeMs resv_end = 0;         // latest reservation end: a new reservation queues after it
+  RequestId resv_owner = 0;
+};
+
+struct Grant {
+  RequestId request = 0;
+  std::vector<ChipRef> chips;
+  bool borrowed = false;
+};
+
+struct Preemption {
+  RequestId request = 0;
+  Claim claim;
+};
+
+struct PendingInfo {
+  std::optional<TimeMs> expected_start;
+  std::vector<std::string> reasons;
+};
+
+struct Plan {
+  std::vector<Grant> grants;
+  std::vector<Preemption> preemptions;
+  std::map<RequestId, PendingInfo> pending;
+  TimeMs wake = kNever;
+};
+
+struct ReservationInfo {
+  std::set<std::string> nodes;
+  TimeMs start = kNever;
+  TimeMs end = 0;
+};
+
+
+struct Scheduler::Impl {
+  SchedulerKnobs knobs;
+  std::vector<NodeRec> nodes;
+  std::map<std::string, std::size_t, std::less<>> node_index;
+  std::map<RequestId, RequestRec> requests;
+  std::map<LeaseId, LeaseRec> leases;
+  std::deque<Action> actions;
+  LeaseId next_lease = 1;
+  TimeMs wake = kNever;
+
+  // --- helpers --------------------------------------------------------------------------------
+
+  static std::string name_of(const Request& q) { return q.name.empty() ? fmt::format("request {}", q.id) : q.name; }
+  std::string name_of(RequestId id) const {
+    auto it = requests.find(id);
+    return it == requests.end() ? fmt::format("request {}", id) : name_of(it->second.req);
+  }
+
+  bool eligible(const NodeRec& node, const Request& req) const {
+    if (req.node && node.info.id != *req.node) return false;
+    const bool maintenance_may_enter = req.maintenance && req.node &&
+                                       (node.state == NodeState::draining ||
+                                        node.state == NodeState::quarantined);
+    if (node.state != NodeState::up && !maintenance_may_enter) return false;
+    if (req.revision && node.info.revision != *req.revision) return false;
+    if (req.nodes == 0 && static_cast<int>(node.info.chips.size()) < req.chips) return false;
+    return true;
+  }
+
+  bool kiln_policy() const { return knobs.policy == Policy::kiln; }
+
+  auto order_key(const RequestRec& r) const {
+    const Request& q = r.req;
+    if (knobs.policy == Policy::fifo) {
+      return std::make_tuple(0, std::max(q.submit_ms, q.not_before_ms.value_or(q.submit_ms)), q.id);
+    }
+    return std::make_tuple(rank(q.cls), q.submit_ms, q.id);
+  }
+
+  std::vector<RequestId> pending_order() const;
+
+  std::map<std::pair<RequestClass, std::string>, int> usage() const {
+    std::map<std::pair<RequestClass, std::string>, int> used;
+    for (const auto& [id, l] : leases) used[{l.cls, l.revision}] += static_cast<int>(l.chips.size());
+    return used;
+  }
+
+  TimeMs last_checkpoint(const LeaseRec& l, TimeMs at) const {
+    TimeMs periodic = l.start_ms;
+    if (l.checkpoint_interval_ms > 0 && at > l.start_ms) {
+      periodic = l.start_ms + (at - l.start_ms) / l.checkpoint_interval_ms * l.checkpoint_interval_ms;
+    }
+    return std::max(periodic, l.last_ack_ms);
+  }
+
+  // Chip-milliseconds a preemption notice sent now would destroy: the work since the last
+  // checkpoint when the grace ends, or nothing if a checkpoint falls inside the grace.
+  std::int64_t lost_work(const LeaseRec& l, TimeMs now) const {
+    TimeMs deadline = now + knobs.grace_ms;
+    TimeMs last = last_checkpoint(l, now);
+    if (l.checkpoint_interval_ms > 0 && last + l.checkpoint_interval_ms <= deadline) return 0;
+    TimeMs end = std::min(deadline, l.expected_end_ms);
+    return static_cast<std::int64_t>(l.chips.size()) * std::max<TimeMs>(0, end - last);
+  }
+
+  // The next moment a notice to some checkpointing experiment would lose nothing: its next
+  // checkpoint falls inside the grace.
+  TimeMs next_free_notice(TimeMs now) const {
+    TimeMs t = kNever;
+    for (const auto& [id, l] : leases) {
+      if (l.cls != RequestClass::experiment || l.grace_deadline_ms || l.checkpoint_interval_ms <= 0) {
+        continue;
+      }
+      TimeMs window = last_checkpoint(l, now) + l.checkpoint_interval_ms - knobs.grace_ms;
+      if (window > now) t = std::min(t, window);
+    }
+    return t;
+  }
+
+  std::optional<TimeMs> target_time(const RequestRec& r) const {
+    const Request& q = r.req;
+    std::optional<TimeMs> target;
+    std::optional<DurationMs> latency =
+        q.target_start_latency_ms ? q.target_start_latency_ms
+                                  : knobs.target_start_latency_ms[rank(q.cls)];
+    if (latency) target = q.not_before_ms.value_or(q.submit_ms) + *latency;
+    if (q.deadline_ms) {
+      TimeMs latest = *q.deadline_ms - r.remaining_ms;
+      target = target ? std::min(*target, latest) : latest;
+    }
+    return target;
+  }
+
+  bool may_preempt(const RequestRec& r) const {
+    return kiln_policy() && !r.req.maintenance && rank(r.req.cls) < rank(RequestClass::experiment) &&
+           target_time(r).has_value();
+  }
+
+  static bool preemptible(RequestClass victim, RequestClass demand) {
+    // Only experiments are preemptible, and never by another experiment.
+    return victim == RequestClass::experiment && rank(demand) < rank(victim);
+  }
+
+  std::string node_names(const std::set<std::size_t>& idx) const {
+    std::string out;
+    for (std::size_t n : idx) {
+      if (!out.empty()) out += ",";
+      out += nodes[n].info.id;
+    }
+    return out;
+  }
+
+  // --- the planning pass -----------------------------------------------------------------------
+
+  std::vector<std::vector<ChipPlan>> initial_view(TimeMs now) const;
+
+  // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
+  // else one switch group, else spread. Returns (penalty, chips).
+  std::pair<int, std::vector<std::size_t>> choose_chips(std::size_t n,
+                                                        const std::vector<std::size_t>& usable,
+                                                        int k) const;
+
+  struct QuotaCheck {
+    bool allowed = true;
+    bool borrowed = false;
+  };
+
+  QuotaCheck check_quota(const RequestRec& r, const std::string& revision, int chips,
+                         const std::map<std::pair<RequestClass, std::string>, int>& used) const;
+
+  bool chip_usable_now(const ChipPlan& c, RequestId id, TimeMs end) const {
+    return c.lease == 0 && (c.claimed_by == 0 || c.claimed_by == id) && end <= c.resv_start;
+  }
+
+  std::optional<Grant> place_now(const RequestRec& r, TimeMs now,
+                                 const std::vector<std::vector<ChipPlan>>& view,
+                                 const std::map<std::pair<RequestClass, std::string>, int>& used)
+      const;
+
+  struct Reservation {
+    TimeMs start = kNever;
+    std::vector<ChipRef> chips;
+  };
+
+  // Earliest time the request could start from expected lease ends and earlier reservations.
+  Reservation reserve(const RequestRec& r, TimeMs now,
+                      const std::vector<std::vector<ChipPlan>>& view) const;
+
+  static void mark_reserved(std::vector<std::vector<ChipPlan>>& view, const std::vector<ChipRef>& chips,
+                            TimeMs start, TimeMs end, RequestId owner);
+
+  // Finds the experiment leases whose notice lets `r` start at the end of the grace, losing
+  // the least work. nullopt when no such set exists or none is needed.
+  std::optional<Claim> find_victims(const RequestRec& r, TimeMs now,
+                                    const std::vector<std::vector<ChipPlan>>& view,
+                                    const std::map<std::pair<RequestClass, std::string>, int>& used)
+      const;
+
+  // Why a request cannot start now, in words for `kiln queue --why`.
+  std::vector<std::string> reasons_for(const RequestRec& r, TimeMs now,
+                                       const std::vector<std::vector<ChipPlan>>& view,
+                                       const std::map<std::pair<RequestClass, std::string>, int>& used,
+                                       std::size_t ahead) const;
+
+  Plan plan(TimeMs now, bool with_reasons) const;
+
+  // --- applying decisions ----------------------------------------------------------------------
+
+  void end_lease(LeaseId id);
+
+  // Ends a preempted lease and puts its request back in the queue, keeping its age.
+  void requeue(LeaseId id, TimeMs at_checkpoint);
+
+  void finish_request(LeaseId id) {
+    RequestId request = leases.at(id).request;
+    end_lease(id);
+    requests.erase(request);
+  }
+
+  void apply(Plan& p, TimeMs now);
+
+  void schedule(TimeMs now);
+
+  void drop_claims_on(std::size_t node);
+
+  // A lease on exactly these chips for a request that already runs (restore, handover).
+  Result<LeaseId> hold(const Request& request, const std::vector<Placement>& placement, TimeMs start_ms);
+
+  Status validate(const Request& q) const;
+};
+
+}  // namespace kiln::scheduler

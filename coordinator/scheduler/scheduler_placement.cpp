@@ -1,0 +1,288 @@
+// Where a request fits: the chips it can take now, the reservation it holds for later, and the
+// planning pass that decides both for every pending request.
+#include "coordinator/scheduler/scheduler_impl.h"
+
+#include <fmt/format.h>
+
+namespace kiln::scheduler {
+
+std::vector<std::vector<ChipPlan>> Scheduler::Impl::initial_view(TimeMs now) const {
+  std::vector<std::vector<ChipPlan>> view(nodes.size());
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    view[n].resize(nodes[n].info.chips.size());
+    for (std::size_t p = 0; p < view[n].size(); ++p) {
+      ChipPlan& c = view[n][p];
+      c.lease = nodes[n].chip_lease[p];
+      c.busy_until = now;
+      if (c.lease != 0) {
+        const LeaseRec& l = leases.at(c.lease);
+        c.busy_until = l.grace_deadline_ms          ? *l.grace_deadline_ms
+                       : l.expected_end_ms >= now ? l.expected_end_ms
+                                                 : now + kOverrunStepMs;
+      }
+    }
+  }
+  for (const auto& [id, r] : requests) {
+    if (!r.claim) continue;
+    for (const ChipRef& c : r.claim->chips) view[c.node][c.pos].claimed_by = id;
+  }
+  return view;
+}
+
+// Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
+// else one switch group, else spread. Returns (penalty, chips).
+std::pair<int, std::vector<std::size_t>> Scheduler::Impl::choose_chips(std::size_t n,
+                                                                     const std::vector<std::size_t>& usable,
+                                                                     int k) const {
+  const auto& chips = nodes[n].info.chips;
+  for (int level = 0; level < 2; ++level) {
+    std::map<int, std::vector<std::size_t>> groups;
+    for (std::size_t p : usable) {
+      groups[level == 0 ? chips[p].numa_node : chips[p].switch_group].push_back(p);
+    }
+    const std::vector<std::size_t>* best = nullptr;
+    for (const auto& [g, members] : groups) {
+      if (static_cast<int>(members.size()) < k) continue;
+      // Best fit inside the node too: use the tightest group, keep whole groups free.
+      if (!best || members.size() < best->size()) best = &members;
+    }
+    if (best) return {level, std::vector<std::size_t>(best->begin(), best->begin() + k)};
+  }
+  std::map<int, std::vector<std::size_t>> groups;
+  for (std::size_t p : usable) groups[chips[p].numa_node].push_back(p);
+  std::vector<std::vector<std::size_t>> ordered;
+  for (auto& [g, members] : groups) ordered.push_back(members);
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  std::vector<std::size_t> out;
+  for (const auto& members : ordered) {
+    for (std::size_t p : members) {
+      if (static_cast<int>(out.size()) < k) out.push_back(p);
+    }
+  }
+  return {2, out};
+}
+
+Scheduler::Impl::QuotaCheck Scheduler::Impl::check_quota(const RequestRec& r, const std::string& revision, int chips,
+                                                         const std::map<std::pair<RequestClass, std::string>, int>& used) const {
+  if (!kiln_policy() || r.req.maintenance) return {};
+  auto quota = knobs.quota(r.req.cls, revision);
+  if (!quota) return {};
+  auto it = used.find({r.req.cls, revision});
+  int in_use = it == used.end() ? 0 : it->second;
+  if (in_use + chips <= *quota) return {};
+  if (knobs.may_borrow[rank(r.req.cls)]) return {true, true};
+  return {false, false};
+}
+
+std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
+                                              const std::vector<std::vector<ChipPlan>>& view,
+                                              const std::map<std::pair<RequestClass, std::string>, int>& used) const {
+  const Request& q = r.req;
+  const TimeMs end = now + r.remaining_ms;
+  std::set<std::size_t> claim_nodes;
+  if (r.claim) {
+    for (const ChipRef& c : r.claim->chips) claim_nodes.insert(c.node);
+  }
+  if (q.nodes == 0) {
+    std::optional<std::tuple<int, int, std::size_t, std::size_t>> best_score;
+    Grant best;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      if (!eligible(nodes[n], q)) continue;
+      std::vector<std::size_t> usable;
+      for (std::size_t p = 0; p < view[n].size(); ++p) {
+        if (chip_usable_now(view[n][p], q.id, end)) usable.push_back(p);
+      }
+      if (static_cast<int>(usable.size()) < q.chips) continue;
+      QuotaCheck quota = check_quota(r, nodes[n].info.revision, q.chips, used);
+      if (!quota.allowed) continue;
+      auto [penalty, chosen] = choose_chips(n, usable, q.chips);
+      // Claimed node first, then topology, then best fit (fewest chips left over), so whole
+      // nodes stay free for large requests.
+      auto score = std::make_tuple(claim_nodes.count(n) ? 0 : 1, penalty,
+                                   usable.size() - static_cast<std::size_t>(q.chips), n);
+      if (!best_score || score < *best_score) {
+        best_score = score;
+        best.request = q.id;
+        best.borrowed = quota.borrowed;
+        best.chips.clear();
+        for (std::size_t p : chosen) best.chips.push_back({n, p});
+      }
+    }
+    if (best_score) return best;
+    return std::nullopt;
+  }
+  std::map<std::string, std::vector<std::size_t>> by_rev;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    if (!eligible(nodes[n], q)) continue;
+    bool whole = std::all_of(view[n].begin(), view[n].end(), [&](const ChipPlan& c) {
+      return chip_usable_now(c, q.id, end);
+    });
+    if (whole) by_rev[nodes[n].info.revision].push_back(n);
+  }
+  for (auto& [rev, list] : by_rev) {
+    if (static_cast<int>(list.size()) < q.nodes) continue;
+    std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) {
+      return claim_nodes.count(a) > claim_nodes.count(b);
+    });
+    Grant g;
+    g.request = q.id;
+    int chips = 0;
+    for (int i = 0; i < q.nodes; ++i) {
+      for (std::size_t p = 0; p < view[list[i]].size(); ++p) g.chips.push_back({list[i], p});
+      chips += static_cast<int>(view[list[i]].size());
+    }
+    QuotaCheck quota = check_quota(r, rev, chips, used);
+    if (!quota.allowed) continue;
+    g.borrowed = quota.borrowed;
+    return g;
+  }
+  return std::nullopt;
+}
+
+// Earliest time the request could start from expected lease ends and earlier reservations.
+Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeMs now,
+                                                      const std::vector<std::vector<ChipPlan>>& view) const {
+  const Request& q = r.req;
+  auto avail = [&](const ChipPlan& c) {
+    TimeMs t = c.lease != 0 ? c.busy_until : now;
+    return std::max(t, c.resv_end);
+  };
+  Reservation best;
+  if (q.nodes == 0) {
+    std::optional<std::tuple<TimeMs, std::size_t, std::size_t>> best_score;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      if (!eligible(nodes[n], q)) continue;
+      std::vector<std::pair<TimeMs, std::size_t>> times;
+      std::size_t free_now = 0;
+      for (std::size_t p = 0; p < view[n].size(); ++p) {
+        times.push_back({avail(view[n][p]), p});
+        if (view[n][p].lease == 0) ++free_now;
+      }
+      std::sort(times.begin(), times.end());
+      TimeMs start = times[q.chips - 1].first;
+      auto score = std::make_tuple(start, free_now, n);
+      if (!best_score || score < *best_score) {
+        best_score = score;
+        best.start = start;
+        best.chips.clear();
+        for (int i = 0; i < q.chips; ++i) best.chips.push_back({n, times[i].second});
+      }
+    }
+  } else {
+    std::map<std::string, std::vector<std::pair<TimeMs, std::size_t>>> by_rev;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      if (!eligible(nodes[n], q)) continue;
+      TimeMs t = now;
+      for (const ChipPlan& c : view[n]) t = std::max(t, avail(c));
+      by_rev[nodes[n].info.revision].push_back({t, n});
+    }
+    for (auto& [rev, list] : by_rev) {
+      if (static_cast<int>(list.size()) < q.nodes) continue;
+      std::sort(list.begin(), list.end());
+      TimeMs start = list[q.nodes - 1].first;
+      if (start < best.start) {
+        best.start = start;
+        best.chips.clear();
+        for (int i = 0; i < q.nodes; ++i) {
+          for (std::size_t p = 0; p < view[list[i].second].size(); ++p) {
+            best.chips.push_back({list[i].second, p});
+          }
+        }
+      }
+    }
+  }
+  if (best.start != kNever && q.not_before_ms) best.start = std::max(best.start, *q.not_before_ms);
+  return best;
+}
+
+void Scheduler::Impl::mark_reserved(std::vector<std::vector<ChipPlan>>& view, const std::vector<ChipRef>& chips,
+                                     TimeMs start, TimeMs end, RequestId owner) {
+  for (const ChipRef& ref : chips) {
+    ChipPlan& c = view[ref.node][ref.pos];
+    if (start < c.resv_start) {
+      c.resv_start = start;
+      c.resv_owner = owner;
+    }
+    c.resv_end = std::max(c.resv_end, end);
+  }
+}
+
+Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
+  Plan out;
+  auto view = initial_view(now);
+  auto used = usage();
+  std::vector<RequestId> order = pending_order();
+  bool fifo_blocked = false;
+  std::size_t reservations = 0;
+  std::size_t position = 0;
+  for (RequestId id : order) {
+    const RequestRec& r = requests.at(id);
+    const Request& q = r.req;
+    ++position;
+    bool window_open = !q.not_before_ms || *q.not_before_ms <= now;
+    if (!window_open) out.wake = std::min(out.wake, *q.not_before_ms);
+    if (window_open && !fifo_blocked) {
+      if (auto grant = place_now(r, now, view, used)) {
+        for (const ChipRef& c : grant->chips) {
+          view[c.node][c.pos].lease = kPlannedLease;
+          view[c.node][c.pos].busy_until = now + r.remaining_ms;
+          view[c.node][c.pos].claimed_by = 0;
+        }
+        used[{q.cls, nodes[grant->chips.front().node].info.revision}] +=
+            static_cast<int>(grant->chips.size());
+        out.grants.push_back(std::move(*grant));
+        continue;
+      }
+    }
+    if (knobs.policy == Policy::fifo && window_open) fifo_blocked = true;
+
+    PendingInfo info;
+    if (kiln_policy()) {
+      bool claimed = false;
+      if (r.claim) {
+        claimed = true;
+        info.expected_start = std::max(r.claim->ready_ms, now);
+        mark_reserved(view, r.claim->chips, *info.expected_start,
+                      *info.expected_start + r.remaining_ms, id);
+      } else {
+        Reservation resv = reserve(r, now, view);
+        std::optional<TimeMs> target = may_preempt(r) ? target_time(r) : std::nullopt;
+        bool late = resv.start == kNever || (target && resv.start > *target);
+        if (target && late) {
+          // Preempt once the target can no longer be met otherwise; before that only if the
+          // victims lose nothing (a checkpoint falls inside their grace), so the wait for
+          // the target does not end on an expensive victim.
+          const bool due = now + knobs.grace_ms >= *target;
+          if (!due) {
+            out.wake = std::min({out.wake, *target - knobs.grace_ms, next_free_notice(now)});
+          }
+          if (auto claim = find_victims(r, now, view, used);
+              claim && (due || (window_open && claim->lost_chip_ms == 0))) {
+            claimed = true;
+            info.expected_start = claim->ready_ms;
+            mark_reserved(view, claim->chips, claim->ready_ms, claim->ready_ms + r.remaining_ms,
+                          id);
+            for (const ChipRef& c : claim->chips) view[c.node][c.pos].claimed_by = id;
+            out.preemptions.push_back({id, std::move(*claim)});
+          }
+        }
+        if (!claimed && resv.start != kNever) {
+          info.expected_start = resv.start;
+          // Windows booked ahead (release) always hold their nodes; otherwise only the first
+          // blocked requests do, so the queue's head is never starved and younger work still
+          // backfills around the rest.
+          if (q.not_before_ms || reservations < knobs.max_reservations) {
+            if (!q.not_before_ms) ++reservations;
+            mark_reserved(view, resv.chips, resv.start, resv.start + r.remaining_ms, id);
+          }
+        }
+      }
+    }
+    if (with_reasons) info.reasons = reasons_for(r, now, view, used, position - 1);
+    out.pending[id] = std::move(info);
+  }
+  return out;
+}
+
+}  // namespace kiln::scheduler

@@ -1,0 +1,152 @@
+// Preemption with notice: which experiment leases to notify so that an overdue request starts at
+// the end of their grace, losing the least work.
+#include "coordinator/scheduler/scheduler_impl.h"
+
+#include <fmt/format.h>
+
+namespace kiln::scheduler {
+
+// Finds the experiment leases whose notice lets `r` start at the end of the grace, losing
+// the least work. nullopt when no such set exists or none is needed.
+std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs now,
+                                                 const std::vector<std::vector<ChipPlan>>& view,
+                                                 const std::map<std::pair<RequestClass, std::string>, int>& used) const {
+  const Request& q = r.req;
+  const TimeMs ready = now + knobs.grace_ms;
+  const TimeMs end = ready + r.remaining_ms;
+  // A chip can serve the demand at `ready` if it is free, already winding down under notice,
+  // and no earlier reservation needs it before the demand would end.
+  auto soon_free = [&](const ChipPlan& c) {
+    if (c.claimed_by != 0 && c.claimed_by != q.id) return false;
+    if (end > c.resv_start) return false;
+    if (c.lease == 0) return true;
+    auto it = leases.find(c.lease);
+    return it != leases.end() && it->second.grace_deadline_ms.has_value();
+  };
+  auto candidate = [&](LeaseId id) {
+    auto found = leases.find(id);
+    if (found == leases.end()) return false;
+    const LeaseRec& l = found->second;
+    if (l.grace_deadline_ms || !preemptible(l.cls, q.cls)) return false;
+    const RequestRec& holder = requests.at(l.request);
+    if (holder.req.maintenance || holder.preempted_by.count(q.id)) return false;
+    for (const ChipRef& c : l.chips) {
+      const ChipPlan& plan = view[c.node][c.pos];
+      if ((plan.claimed_by != 0 && plan.claimed_by != q.id) || end > plan.resv_start) return false;
+    }
+    return true;
+  };
+  // Cost order: borrowed leases first (they run on capacity lent to them, reclaimed first),
+  // then least lost work, then fewest chips disturbed.
+  using Cost = std::tuple<int, std::int64_t, int>;
+  std::optional<Cost> best_cost;
+  Claim best;
+
+  auto within_quota = [&](const std::string& rev, int chips) {
+    if (!kiln_policy()) return false;
+    auto quota = knobs.quota(q.cls, rev);
+    if (!quota) return true;
+    auto it = used.find({q.cls, rev});
+    return (it == used.end() ? 0 : it->second) + chips <= *quota;
+  };
+
+  if (q.nodes == 0) {
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      if (!eligible(nodes[n], q) || !within_quota(nodes[n].info.revision, q.chips)) continue;
+      int have = 0;
+      std::set<LeaseId> cands;
+      for (std::size_t p = 0; p < view[n].size(); ++p) {
+        const ChipPlan& c = view[n][p];
+        if (soon_free(c)) {
+          ++have;
+        } else if (c.lease != 0 && candidate(c.lease)) {
+          cands.insert(c.lease);
+        }
+      }
+      int need = q.chips - have;
+      if (need <= 0) return std::nullopt;  // it only has to wait for notices already sent
+      std::vector<LeaseId> list(cands.begin(), cands.end());
+      if (list.size() > kMaxVictimCandidates) list.resize(kMaxVictimCandidates);
+      for (std::uint32_t mask = 1; mask < (1u << list.size()); ++mask) {
+        int freed = 0;
+        Cost cost{0, 0, 0};
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          if (!(mask & (1u << i))) continue;
+          const LeaseRec& l = leases.at(list[i]);
+          for (const ChipRef& c : l.chips) freed += c.node == n ? 1 : 0;
+          std::get<0>(cost) += l.borrowed ? 0 : 1;
+          std::get<1>(cost) += lost_work(l, now);
+          std::get<2>(cost) += static_cast<int>(l.chips.size());
+        }
+        if (freed < need) continue;
+        if (!best_cost || cost < *best_cost) {
+          best_cost = cost;
+          best.victims.clear();
+          best.chips.clear();
+          for (std::size_t i = 0; i < list.size(); ++i) {
+            if (mask & (1u << i)) best.victims.push_back(list[i]);
+          }
+          for (std::size_t p = 0; p < view[n].size(); ++p) {
+            const ChipPlan& c = view[n][p];
+            bool victim_chip = c.lease != 0 && std::find(best.victims.begin(), best.victims.end(),
+                                                         c.lease) != best.victims.end();
+            if (soon_free(c) || victim_chip) best.chips.push_back({n, p});
+          }
+        }
+      }
+    }
+  } else {
+    std::map<std::string, std::vector<std::tuple<Cost, std::size_t, std::vector<LeaseId>>>> by_rev;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      if (!eligible(nodes[n], q)) continue;
+      std::set<LeaseId> victims;
+      bool ok = true;
+      for (const ChipPlan& c : view[n]) {
+        if (soon_free(c)) continue;
+        if (c.lease != 0 && candidate(c.lease)) {
+          victims.insert(c.lease);
+        } else {
+          ok = false;
+        }
+      }
+      if (!ok) continue;
+      Cost cost{0, 0, 0};
+      for (LeaseId v : victims) {
+        const LeaseRec& l = leases.at(v);
+        std::get<0>(cost) += l.borrowed ? 0 : 1;
+        std::get<1>(cost) += lost_work(l, now);
+        std::get<2>(cost) += static_cast<int>(l.chips.size());
+      }
+      by_rev[nodes[n].info.revision].push_back(
+          {cost, n, std::vector<LeaseId>(victims.begin(), victims.end())});
+    }
+    for (auto& [rev, list] : by_rev) {
+      if (static_cast<int>(list.size()) < q.nodes) continue;
+      std::sort(list.begin(), list.end());
+      Cost total{0, 0, 0};
+      std::set<LeaseId> victims;
+      std::vector<ChipRef> chips;
+      for (int i = 0; i < q.nodes; ++i) {
+        const auto& [cost, n, vs] = list[i];
+        std::get<0>(total) += std::get<0>(cost);
+        std::get<1>(total) += std::get<1>(cost);
+        std::get<2>(total) += std::get<2>(cost);
+        victims.insert(vs.begin(), vs.end());
+        for (std::size_t p = 0; p < view[n].size(); ++p) chips.push_back({n, p});
+      }
+      if (!within_quota(rev, static_cast<int>(chips.size()))) continue;
+      if (!best_cost || total < *best_cost) {
+        best_cost = total;
+        best.victims.assign(victims.begin(), victims.end());
+        best.chips = chips;
+      }
+    }
+    if (best_cost && best.victims.empty()) return std::nullopt;
+  }
+  if (!best_cost) return std::nullopt;
+  best.ready_ms = ready;
+  best.lost_chip_ms = std::get<1>(*best_cost);
+  return best;
+}
+
+}  // namespace kiln::scheduler

@@ -1,0 +1,303 @@
+// The clients and the faults: what they send, when, and the events that drive the world.
+#include "sim/cluster/world.h"
+
+namespace kiln::sim::cluster {
+
+void Simulation::World::client_send(std::size_t client, protocol::Body body) {
+  if (!coordinator) {
+    ++counters.messages_sent;
+    ++counters.messages_dropped;
+    return;
+  }
+  send(Endpoint{Endpoint::Kind::client, client, 0}, coordinator_endpoint(), std::move(body),
+       clients[client].next_message_id++, 0);
+}
+
+protocol::SubmitJob Simulation::World::draw_job(std::size_t client) {
+  const WorkloadOptions& w = options.workload;
+  protocol::SubmitJob s;
+  static const std::vector<std::string> kWorkloads = {"smoke", "resnet50", "bert-large", "llama-7b", "diag-l1"};
+  static const std::vector<std::uint32_t> kChips = {1, 1, 1, 1, 2, 2, 2, 4, 4, 8};
+  s.workload = pick(workload_rng, kWorkloads);
+  s.chips = pick(workload_rng, kChips);
+  if (workload_rng.bernoulli(0.5)) s.hardware_revision = pick(workload_rng, options.shape.revisions);
+  switch (clients[client].role) {
+    case protocol::Role::developer: s.priority_class = protocol::PriorityClass::experiment; break;
+    case protocol::Role::ci:
+      s.priority_class = static_cast<protocol::PriorityClass>(workload_rng.below(4));  // release .. nightly
+      break;
+    default: s.priority_class = static_cast<protocol::PriorityClass>(workload_rng.below(5)); break;
+  }
+  s.max_attempts = static_cast<std::uint32_t>(1 + workload_rng.below(w.max_attempts_max));
+  const DurationMs duration = between(workload_rng, w.job_duration_min_ms, w.job_duration_max_ms);
+  DurationMs timeout = std::max<DurationMs>(10000, 2 * duration);
+  if (workload_rng.bernoulli(w.job_overrun_probability)) timeout = std::max<DurationMs>(1000, duration / 2);
+  s.timeout_ms = static_cast<std::uint32_t>(timeout);
+  s.args = {fmt::format("sim.duration_ms={}", duration)};
+  s.seed = workload_rng.next_u64() >> 1;
+  return s;
+}
+
+void Simulation::World::deliver_to_client(std::size_t client, const protocol::Envelope& m) {
+  if (const auto* acc = std::get_if<protocol::JobAccepted>(&m.body)) {
+    if (!quiet && client != lab_client && workload_rng.bernoulli(options.workload.cancel_probability)) {
+      schedule(between(workload_rng, 0, 60000), ev::ClientCancel{client, acc->job_id});
+    }
+  } else if (const auto* granted = std::get_if<protocol::LeaseGranted>(&m.body)) {
+    lease_reply(client, granted->lease);
+  } else if (const auto* pending = std::get_if<protocol::LeasePending>(&m.body)) {
+    lease_reply(client, pending->lease);
+  }
+}
+
+// A developer with a lease runs a job in it now and then, and releases it early or lets
+// it expire.
+void Simulation::World::lease_reply(std::size_t client, const protocol::LeaseSummary& lease) {
+  if (quiet || options.workload.lease_requests_per_minute <= 0) return;  // scenarios script their own
+  if (lease.state == protocol::LeaseState::granted && workload_rng.bernoulli(0.5)) {
+    schedule(between(workload_rng, 100, 5000), ev::ClientSubmitInLease{client, lease.lease_id, lease.chips});
+  }
+  if (workload_rng.bernoulli(0.5)) {
+    schedule(between(workload_rng, 5000, static_cast<DurationMs>(lease.duration_ms)),
+             ev::ClientReleaseLease{client, lease.lease_id});
+  }
+}
+
+void Simulation::World::schedule_next_fault() {
+  const FaultOptions& f = options.faults;
+  const double total = f.agent_crashes_per_minute + f.coordinator_crashes_per_minute + f.partitions_per_minute +
+                       f.node_faults_per_minute;
+  if (total <= 0 || quiet) return;
+  schedule(exponential_ms(fault_rng, total), ev::NextFault{});
+}
+
+void Simulation::World::inject_fault() {
+  const FaultOptions& f = options.faults;
+  const double total = f.agent_crashes_per_minute + f.coordinator_crashes_per_minute + f.partitions_per_minute +
+                       f.node_faults_per_minute;
+  const double x = fault_rng.uniform(0, total);
+  if (x < f.agent_crashes_per_minute) {
+    const std::size_t node = fault_rng.below(agents.size());
+    crash_agent_now(node, between(fault_rng, f.agent_down_min_ms, f.agent_down_max_ms));
+  } else if (x < f.agent_crashes_per_minute + f.coordinator_crashes_per_minute) {
+    const DurationMs down = between(fault_rng, f.coordinator_down_min_ms, f.coordinator_down_max_ms);
+    if (fault_rng.bernoulli(f.coordinator_crash_mid_step_probability)) {
+      crash_after_actions = 1 + fault_rng.below(6);
+      pending_crash_down_ms = down;
+    } else {
+      crash_coordinator_now(down);
+    }
+  } else if (x < f.agent_crashes_per_minute + f.coordinator_crashes_per_minute + f.partitions_per_minute) {
+    const std::size_t node = fault_rng.below(agents.size());
+    start_partition(node, between(fault_rng, f.partition_min_ms, f.partition_max_ms));
+  } else {
+    const std::size_t node = fault_rng.below(agents.size());
+    start_node_fault(node, between(fault_rng, f.node_fault_min_ms, f.node_fault_max_ms));
+  }
+}
+
+void Simulation::World::start_node_fault(std::size_t node, DurationMs duration_ms) {
+  SimAgent& a = agents[node];
+  a.faulty_until = std::max(a.faulty_until, now + duration_ms);
+  ++counters.node_faults;
+  log("sim", fmt::format("node {} develops a chip fault for {} ms", a.identity.node_id, duration_ms));
+}
+
+void Simulation::World::start_partition(std::size_t node, DurationMs duration_ms) {
+  SimAgent& a = agents[node];
+  a.partitioned_until = std::max(a.partitioned_until, now + duration_ms);
+  ++counters.partitions;
+  log("sim", fmt::format("node {} cut off from the coordinator for {} ms", a.identity.node_id, duration_ms));
+}
+
+void Simulation::World::handle(ev::Deliver& e) {
+  Packet& p = e.packet;
+  if (partitioned(p.from, p.to)) {
+    ++counters.messages_dropped;
+    return;
+  }
+  if (p.to.kind == Endpoint::Kind::coordinator && (!coordinator || p.to.connection != coordinator_incarnation)) {
+    ++counters.messages_dropped;
+    return;
+  }
+  auto envelope = open(p);
+  if (!envelope) return;
+  if (options.log_messages) {
+    log("net", fmt::format("{} -> {}: {} id {} corr {}", endpoint_name(p.from), endpoint_name(p.to), p.type,
+                           envelope->header.id, envelope->header.corr));
+  }
+  switch (p.to.kind) {
+    case Endpoint::Kind::coordinator: {
+      const auto [peer, sender] = coordinator_peer(p.from);
+      if (p.from.kind == Endpoint::Kind::agent) {
+        agents[p.from.index].last_heard_by_coordinator = now;
+        coordinator->on_agent_message(peer, coordinator::Caller{sender, protocol::Role::agent}, *envelope, wall());
+      } else {
+        coordinator->on_client_message(peer, coordinator::Caller{sender, clients[p.from.index].role}, *envelope,
+                                       wall());
+      }
+      drain_coordinator();
+      if (coordinator) coordinator->on_tick(wall());  // the real shell ticks after every message
+      drain_coordinator();
+      return;
+    }
+    case Endpoint::Kind::agent: {
+      SimAgent& a = agents[p.to.index];
+      if (!a.core || p.to.connection != a.connection) {
+        ++counters.messages_dropped;  // the agent died, or that connection was closed
+        return;
+      }
+      a.core->on_message(*envelope, wall());
+      a.core->on_tick(wall());
+      drain_agent(p.to.index);
+      return;
+    }
+    case Endpoint::Kind::client: deliver_to_client(p.to.index, *envelope); return;
+  }
+}
+
+void Simulation::World::handle(ev::CoordinatorTick&) {
+  if (!coordinator || coordinator_tick_at != now) return;  // superseded, or its coordinator died
+  coordinator_tick_at.reset();
+  coordinator->on_tick(wall());
+  drain_coordinator();
+}
+
+void Simulation::World::handle(ev::AgentTick& e) {
+  SimAgent& a = agents[e.node];
+  if (!a.core || a.tick_at != now) return;
+  a.tick_at.reset();
+  a.core->on_tick(wall());
+  drain_agent(e.node);
+}
+
+void Simulation::World::handle(ev::CoordinatorCrash& e) {
+  if (!coordinator) return;
+  if (e.mid_step) {
+    crash_after_actions = 1;
+    pending_crash_down_ms = e.down_ms;
+  } else {
+    crash_coordinator_now(e.down_ms);
+  }
+}
+
+void Simulation::World::handle(ev::AgentRestart& e) {
+  if (agents[e.node].core) return;
+  log("sim", fmt::format("agent {} restarts", agents[e.node].identity.node_id));
+  start_agent(e.node);
+}
+
+void Simulation::World::handle(ev::ClientSubmit& e) {
+  log(clients[e.client].key_name, fmt::format("submits {} on {} chips (rev '{}', {} attempts)", e.job.workload,
+                                              e.job.chips, e.job.hardware_revision, e.job.max_attempts));
+  client_send(e.client, e.job);
+}
+
+void Simulation::World::handle(ev::ClientCancel& e) {
+  log(clients[e.client].key_name, fmt::format("cancels job {}", e.job_id));
+  client_send(e.client, protocol::CancelJob{e.job_id});
+}
+
+void Simulation::World::handle(ev::ProbeDone& e) {
+  SimAgent& a = agents[e.node];
+  if (!a.core || a.incarnation != e.incarnation) return;  // the probe died with its agent
+  protocol::HealthReport report;
+  protocol::HealthCheck check;
+  check.check = "chip_health";
+  check.chip = 0;
+  check.status = e.faulty ? protocol::HealthStatus::fail : protocol::HealthStatus::pass;
+  check.reason_code = e.faulty ? "sim.chip_fault" : "";
+  check.category = "hardware";
+  report.checks.push_back(check);
+  report.verdict = check.status;
+  a.core->on_probe_result(report, e.measured_at_wall_ms, wall());
+  drain_agent(e.node);
+}
+
+void Simulation::World::handle(ev::ClientRequestLease& e) {
+  protocol::RequestLease r;
+  static const std::vector<std::uint32_t> kChips = {1, 2, 4, 8};
+  r.chips = pick(workload_rng, kChips);
+  if (workload_rng.bernoulli(0.3)) r.hardware_revision = pick(workload_rng, options.shape.revisions);
+  r.duration_ms = static_cast<std::uint64_t>(between(workload_rng, 60000, 180000));
+  r.priority_class = protocol::PriorityClass::experiment;
+  ++counters.leases_requested;
+  log(clients[e.client].key_name, fmt::format("requests a lease of {} chips for {} ms", r.chips, r.duration_ms));
+  client_send(e.client, r);
+}
+
+void Simulation::World::handle(ev::ClientReleaseLease& e) {
+  log(clients[e.client].key_name, fmt::format("releases lease L{}", e.lease_id));
+  client_send(e.client, protocol::ReleaseLease{e.lease_id});
+}
+
+void Simulation::World::handle(ev::ClientSubmitInLease& e) {
+  protocol::SubmitInLease s;
+  s.lease_id = e.lease_id;
+  s.job = draw_job(e.client);
+  s.job.chips = std::min(s.job.chips, e.chips);
+  s.job.hardware_revision.clear();
+  log(clients[e.client].key_name, fmt::format("submits {} on {} chips in lease L{}", s.job.workload, s.job.chips,
+                                              e.lease_id));
+  client_send(e.client, s);
+}
+
+void Simulation::World::handle(ev::ClientSend& e) {
+  log(clients[e.client].key_name, fmt::format("sends {}", protocol::type_name(e.body)));
+  client_send(e.client, std::move(e.body));
+}
+
+void Simulation::World::handle(ev::NextLeaseRequest&) {
+  if (quiet) return;
+  ev::ClientRequestLease request{*developer_client()};
+  handle(request);
+  schedule(exponential_ms(workload_rng, options.workload.lease_requests_per_minute), ev::NextLeaseRequest{});
+}
+
+// The lab engineer looks at `kiln nodes`: a quarantined node whose fault is repaired gets
+// the diagnostics that return it (again, if a previous run got lost).
+void Simulation::World::handle(ev::LabRound&) {
+  schedule(options.workload.lab_round_ms, ev::LabRound{});
+  if (!coordinator) return;
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    SimAgent& a = agents[i];
+    auto node = coordinator->nodes().find(a.identity.node_id);
+    if (node == coordinator->nodes().end() || node->second.summary.state != protocol::NodeState::quarantined ||
+        faulty(i)) {
+      continue;
+    }
+    if (a.diagnostics_submitted_at >= 0 && now - a.diagnostics_submitted_at < 5 * kMinuteMs) continue;
+    a.diagnostics_submitted_at = now;
+    // The level that brings it back: 3 for a flapping node (its quarantine reason says so),
+    // otherwise the coordinator's configured minimum.
+    const std::uint32_t level = node->second.recent_quarantines >= 2
+                                    ? 3u
+                                    : std::max(2u, options.coordinator_knobs.quarantine_release_min_diag_level);
+    protocol::SubmitJob diag;
+    diag.workload = std::string(protocol::kDiagWorkload);
+    diag.args = {"--level", std::to_string(level)};
+    diag.node_id = a.identity.node_id;
+    diag.chips = options.shape.chips_per_node;
+    diag.priority_class = protocol::PriorityClass::experiment;
+    diag.max_attempts = 1;
+    diag.timeout_ms = 600000;
+    log("lab", fmt::format("runs level {} diagnostics on repaired node {}", level, a.identity.node_id));
+    client_send(lab_client, diag);
+  }
+}
+
+void Simulation::World::handle(ev::NextSubmission&) {
+  if (quiet) return;
+  const std::size_t client = workload_rng.below(lab_client);  // the lab only runs diagnostics
+  ev::ClientSubmit submit{client, draw_job(client)};
+  handle(submit);
+  schedule(exponential_ms(workload_rng, options.workload.submits_per_minute), ev::NextSubmission{});
+}
+
+void Simulation::World::handle(ev::NextFault&) {
+  if (quiet) return;
+  inject_fault();
+  schedule_next_fault();
+}
+
+}  // namespace kiln::sim::cluster
