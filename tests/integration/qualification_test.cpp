@@ -149,15 +149,15 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   std::string out;
   REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
   CHECK(out.find("recorded 6 changes") != std::string::npos);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string baseline = first_word_after(out, "bundle ");
   REQUIRE(baseline.size() == 64);
   REQUIRE(fleet.kiln("ci", {"bundle", "accept", baseline.substr(0, 10)}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string presubmit = first_word_after(out, "bundle ");
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--revs", "a", "--bundle-dir", (dir / "bundles").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--rev", "a", "--bundle-dir", (dir / "bundles").string()}, &out) == 0);
   const std::string candidate = first_word_after(out, "bundle ");
   REQUIRE(candidate.size() == 64);
 
@@ -246,7 +246,7 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
     REQUIRE(fleet.sim_chip("n01", {"inject", "--chip", std::to_string(chip), "--fault", "sdc", "--factor", "0.05"}) == 0);
   }
   REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string bundle = first_word_after(out, "bundle ");
   // n02 is busy for a few seconds, so the smoke's measure jobs start on n01; they fail there, and
@@ -295,10 +295,10 @@ TEST_CASE("a nightly builds its bisection bundles with the configured builder an
   const fs::path dir = fleet.dir();
   std::string out;
   REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   REQUIRE(fleet.kiln("ci", {"bundle", "accept", first_word_after(out, "bundle ")}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k3", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k3", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string candidate = first_word_after(out, "bundle ");
   write(dir / "fp8.toml", std::string(kModelSet).substr(0, std::string(kModelSet).find("[[model]]\nname = \"mlp-fp8-wide\"")));
