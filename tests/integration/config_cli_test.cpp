@@ -12,6 +12,7 @@
 #include "tests/integration/run_command.h"
 #include "tests/support/temp_dir.h"
 
+using kiln::testing::Ran;
 using kiln::testing::TempDir;
 using kiln::testing::bin;
 using kiln::testing::contains;
