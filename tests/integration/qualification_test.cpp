@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/qualification_samples.h"
 
 using namespace kiln::testing;
 using namespace std::chrono_literals;
@@ -27,82 +28,6 @@ std::string read(const fs::path& path) {
   text << in.rdbuf();
   return text.str();
 }
-
-constexpr const char* kModelSet = R"(
-[[model]]
-name = "mlp-bf16-it"
-size_class = "small"
-chips = 1
-minutes = 1
-components = ["gemm-bf16", "gelu"]
-owner_team = "recsys-models"
-workload = "mlp-bf16"
-seed = 3
-presubmit_default = true
-
-[[model]]
-name = "mlp-fp8-it"
-size_class = "small"
-chips = 1
-minutes = 1
-components = ["gemm-fp8", "quantize-fp8", "gelu"]
-owner_team = "recsys-models"
-workload = "mlp-fp8"
-seed = 4
-
-[[model]]
-name = "mlp-fp8-wide"
-size_class = "medium"
-chips = 16
-minutes = 1
-components = ["gemm-fp8", "quantize-fp8", "gelu"]
-owner_team = "recsys-models"
-workload = "mlp-fp8"
-seed = 5
-proxy = "mlp-fp8-it"
-)";
-
-constexpr const char* kHistory = R"(
-[[change]]
-id = "k1"
-layer = "runtime"
-owner_team = "runtime-team"
-components = []
-
-[[change]]
-id = "k2"
-layer = "kernels"
-owner_team = "kernels-team"
-components = ["gelu"]
-
-[[change]]
-id = "k3"
-layer = "compiler"
-owner_team = "compiler-team"
-components = ["gemm-fp8"]
-[change.sim_effect]
-throughput = { "mlp-fp8" = 0.9 }
-
-[[change]]
-id = "k4"
-layer = "driver"
-owner_team = "driver-team"
-components = []
-
-[[change]]
-id = "k5"
-layer = "kernels"
-owner_team = "kernels-team"
-components = ["gemm-bf16"]
-[change.sim_effect]
-breaks_kernels = ["gemm-bf16"]
-
-[[change]]
-id = "k6"
-layer = "framework"
-owner_team = "framework-team"
-components = []
-)";
 
 std::string first_word_after(const std::string& text, const std::string& prefix) {
   auto at = text.find(prefix);

@@ -8,37 +8,12 @@
 #include <fstream>
 
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/qualification_samples.h"
+#include "tests/integration/run_command.h"
 
 using namespace kiln::testing;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-namespace {
-
-constexpr const char* kOneModel = R"(
-[[model]]
-name = "mlp-bf16-it"
-size_class = "small"
-chips = 1
-minutes = 1
-components = ["gemm-bf16", "gelu"]
-owner_team = "recsys-models"
-workload = "mlp-bf16"
-seed = 3
-presubmit_default = true
-)";
-
-constexpr const char* kOneChange = R"(
-[[change]]
-id = "k1"
-layer = "kernels"
-owner_team = "kernels-team"
-components = ["gelu"]
-)";
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-}  // namespace
 
 TEST_CASE("a run that cannot be carried out exits 2 or 3 before submitting a job") {
   Fleet fleet("run-checks");
@@ -48,8 +23,8 @@ TEST_CASE("a run that cannot be carried out exits 2 or 3 before submitting a job
   fleet.start_coordinator();
   fleet.start_agent("n01");
   const fs::path dir = fleet.dir();
-  std::ofstream(dir / "models.toml") << kOneModel;
-  std::ofstream(dir / "history.toml") << kOneChange;
+  std::ofstream(dir / "models.toml") << kModelSet;
+  std::ofstream(dir / "history.toml") << kHistory;
   fs::create_directories(dir / "golden");
   std::ofstream(dir / "golden" / "mlp-bf16.npy") << "not read before the run";
   fs::create_directories(dir / "empty-golden");
