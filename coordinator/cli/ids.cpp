@@ -37,4 +37,10 @@ Result<JobOrLease> parse_job_or_lease_id(const std::string& text) {
   return fail(Errc::invalid_argument, fmt::format("'{}' is neither a job id (42, J42) nor a lease id (L3)", text));
 }
 
+Result<protocol::PriorityClass> parse_priority_class(const std::string& name) {
+  if (auto cls = protocol::enum_from_name<protocol::PriorityClass>(name)) return *cls;
+  return fail(Errc::invalid_argument,
+              fmt::format("--class {} is not one of release, presubmit, bisect, nightly, experiment", name));
+}
+
 }  // namespace kiln::cli

@@ -17,12 +17,6 @@ namespace kiln::cli {
 
 namespace {
 
-Result<protocol::PriorityClass> priority_class(const std::string& name) {
-  if (auto cls = protocol::enum_from_name<protocol::PriorityClass>(name)) return *cls;
-  return fail(Errc::invalid_argument,
-              fmt::format("--class {} is not one of release, presubmit, bisect, nightly, experiment", name));
-}
-
 void add_benchmark_options(CLI::App& command, protocol::BenchmarkSpec& bench) {
   // A benchmark: warmup until steady, then timed repeats (docs/workloads.md).
   command.add_option("--repeats", bench.repeats, "run as a benchmark with this many timed repeats")->group("Benchmark");
@@ -64,7 +58,7 @@ class SubmitCommand : public RemoteCommand {
     command.add_option("args", request_.args, "arguments for the workload (after --)");
   }
   Status check_arguments() override {
-    auto cls = priority_class(class_);
+    auto cls = parse_priority_class(class_);
     if (!cls) return tl::unexpected(cls.error());
     request_.priority_class = *cls;
     auto timeout_ms = parse_duration_ms(timeout_, "--timeout");
@@ -172,11 +166,7 @@ class CancelCommand : public JobIdCommand {
   std::string name() const override { return "cancel"; }
   std::string help() const override { return "cancel a job (yours, or any as ops/admin)"; }
   int run_with(Client& client, CommandContext& context) override {
-    auto r = expect_reply<protocol::Ok>(client.request(protocol::CancelJob{job_id_}));
-    if (!r) return report(r.error());
-    if (context.json()) std::cout << protocol::to_json(*r).dump() << "\n";
-    else std::cout << r->detail << "\n";
-    return kExitOk;
+    return request_ok(client, protocol::CancelJob{job_id_}, context.json());
   }
 };
 

@@ -70,4 +70,12 @@ int show_job(Client& client, std::uint64_t job_id, bool wait, bool json) {
   return detail->job.state == protocol::JobState::succeeded ? kExitOk : kExitFailed;
 }
 
+int request_ok(Client& client, protocol::Body request, bool json) {
+  auto r = expect_reply<protocol::Ok>(client.request(std::move(request)));
+  if (!r) return report(r.error());
+  if (json) std::cout << protocol::to_json(*r).dump() << "\n";
+  else std::cout << r->detail << "\n";
+  return kExitOk;
+}
+
 }  // namespace kiln::cli

@@ -1,4 +1,5 @@
-// Following and showing one job: shared by submit --wait, result and diag.
+// Following and showing one job (shared by submit --wait, result and diag), and the plain "ok"
+// answers of cancel, drain, undrain and release-lease.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +16,8 @@ Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, b
 // The job (waited for, or as it is now), printed as text or JSON; exit 1 for a job that ended
 // other than succeeded.
 int show_job(Client& client, std::uint64_t job_id, bool wait, bool json);
+
+// Sends a request answered by Ok and prints the coordinator's words (or, with --json, the reply).
+int request_ok(Client& client, protocol::Body request, bool json);
 
 }  // namespace kiln::cli

@@ -8,6 +8,7 @@
 #include "common/protocol/json.h"
 #include "coordinator/cli/cli_options.h"
 #include "coordinator/cli/commands/all.h"
+#include "coordinator/cli/commands/job_view.h"
 #include "coordinator/cli/duration.h"
 #include "coordinator/cli/exit_codes.h"
 #include "coordinator/cli/ids.h"
@@ -134,11 +135,8 @@ class LeaseCommand : public RemoteCommand {
 };
 
 Status LeaseCommand::check_arguments() {
-  auto cls = protocol::enum_from_name<protocol::PriorityClass>(class_);
-  if (!cls) {
-    return fail(Errc::invalid_argument,
-                fmt::format("--class {} is not one of release, presubmit, bisect, nightly, experiment", class_));
-  }
+  auto cls = parse_priority_class(class_);
+  if (!cls) return tl::unexpected(cls.error());
   request_.priority_class = *cls;
   if (request_.nodes > 0 && chips_option_->count() == 0) request_.chips = 0;
   if (duration_.empty()) return fail(Errc::invalid_argument, "say how long to hold the chips: --duration 2h");
@@ -225,11 +223,7 @@ class ReleaseLeaseCommand : public RemoteCommand {
     return {};
   }
   int run_with(Client& client, CommandContext& context) override {
-    auto r = expect_reply<protocol::Ok>(client.request(protocol::ReleaseLease{lease_id_}));
-    if (!r) return report(r.error());
-    if (context.json()) std::cout << protocol::to_json(*r).dump() << "\n";
-    else std::cout << r->detail << "\n";
-    return kExitOk;
+    return request_ok(client, protocol::ReleaseLease{lease_id_}, context.json());
   }
 
  private:

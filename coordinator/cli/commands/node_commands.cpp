@@ -6,6 +6,7 @@
 
 #include "common/protocol/json.h"
 #include "coordinator/cli/commands/all.h"
+#include "coordinator/cli/commands/job_view.h"
 #include "coordinator/cli/duration.h"
 #include "coordinator/cli/exit_codes.h"
 
@@ -56,11 +57,7 @@ class DrainCommand : public RemoteCommand {
   }
   int run_with(Client& client, CommandContext& context) override {
     request_.drain = drain_;
-    auto r = expect_reply<protocol::Ok>(client.request(request_));
-    if (!r) return report(r.error());
-    if (context.json()) std::cout << protocol::to_json(*r).dump() << "\n";
-    else std::cout << r->detail << "\n";
-    return kExitOk;
+    return request_ok(client, request_, context.json());
   }
 
  private:
