@@ -18,7 +18,8 @@ const std::string kNoConfig = " --config /nonexistent/client.toml ";
 }  // namespace
 
 TEST_CASE("every binary answers --version with kiln's version and the protocol version") {
-  for (const char* binary : {"kiln", "kiln-coordinator", "kiln-agent"}) {
+  for (const char* binary : {"kiln", "kiln-coordinator", "kiln-agent", "kiln-sim-chip", "kiln-workload-model",
+                             "kiln-sim-sweep", "kiln-fleet-sim", "kiln-bench-detection"}) {
     CAPTURE(binary);
     const auto ran = run(bin(binary) + " --version");
     CHECK(ran.status == 0);
