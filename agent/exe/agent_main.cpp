@@ -16,6 +16,7 @@
 #include "agent/shell/agent_shell.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/maintenance.h"
+#include "common/version.h"
 
 namespace {
 
@@ -69,6 +70,7 @@ int run_as_job(const std::function<int(std::ostream&)>& command) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-agent: owns this host's chips for kiln"};
+  app.set_version_flag("--version", kiln::version_text("kiln-agent"));
   std::string config_path = "/etc/kiln/agent.toml";
   app.add_option("--config", config_path, "agent.toml to use")->capture_default_str();
   app.fallthrough();  // --config may also follow the subcommand

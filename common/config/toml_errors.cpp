@@ -9,26 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/text/edit_distance.h"
+
 namespace kiln::config {
-namespace {
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
-
 std::string where(std::string_view source, const toml::source_region& region) {
   if (region.begin.line == 0) return std::string(source);  // a node built in code, not read from the file
   return fmt::format("{}:{}:{}", source, region.begin.line, region.begin.column);
@@ -58,7 +41,7 @@ std::optional<std::string> nearest_name(std::string_view name, const std::vector
   std::optional<std::string> best;
   std::size_t best_distance = allowed + 1;
   for (const std::string_view candidate : known) {
-    const std::size_t distance = edit_distance(name, candidate);
+    const std::size_t distance = text::edit_distance(name, candidate);
     if (distance < best_distance) {
       best_distance = distance;
       best = std::string(candidate);

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/protocol/roles.h"
 #include "coordinator/core/coordinator_core.h"
 
 namespace kiln::coordinator::detail {
@@ -22,17 +23,7 @@ using protocol::Role;
 
 constexpr TimeMs kDayMs = 24 * kHourMs;
 
-inline bool client_role_may_submit(Role role, PriorityClass cls) {
-  switch (role) {
-    case Role::admin:
-    case Role::ops: return true;
-    case Role::ci: return cls != PriorityClass::experiment;
-    case Role::developer:
-    case Role::lab: return cls == PriorityClass::experiment;
-    case Role::agent: return false;
-  }
-  return false;
-}
+inline bool client_role_may_submit(Role role, PriorityClass cls) { return protocol::role_may_submit(role, cls); }
 
 inline bool client_role_may_run_maintenance(Role role, std::string_view workload) {
   if (role == Role::admin || role == Role::ops) return true;

@@ -6,6 +6,7 @@
 
 #include "coordinator/shell/server.h"
 #include "coordinator/store/store.h"
+#include "common/version.h"
 
 namespace {
 
@@ -41,6 +42,7 @@ int check_store(const std::string& database) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-coordinator: the kiln fleet coordinator"};
+  app.set_version_flag("--version", kiln::version_text("kiln-coordinator"));
   app.fallthrough();  // --config may also follow the subcommand
   std::string config_path = "/etc/kiln/coordinator.toml";
   auto* config_option = app.add_option("--config", config_path, "coordinator.toml to use")->capture_default_str();

@@ -106,11 +106,14 @@ std::string to_junit_xml(const RunReport& report) {
   }
   const std::string classname = fmt::format("kiln.{}", to_string(report.tier));
   std::size_t all_failures = 0;
+  std::size_t all_errors = 0;
   std::size_t all_skipped = 0;
+  DurationMs all_ms = 0;  // the suites' times add up to the whole's, as the counts do
   std::string suites;
   for (const auto& revision : revisions) {
     std::size_t tests = 0;
     std::size_t failures = 0;
+    std::size_t errors = 0;
     std::size_t skipped = 0;
     DurationMs total_ms = 0;
     std::string cases;
@@ -123,6 +126,12 @@ std::string to_junit_xml(const RunReport& report) {
       if (m.verdict == ModelVerdict::skipped) {
         ++skipped;
         cases += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(m.detail));
+      } else if (m.verdict == ModelVerdict::error) {
+        // Not measured: an <error>, which CI shows apart from a model that failed.
+        ++errors;
+        const std::string message = fmt::format("could not be measured: {}", m.detail);
+        cases += fmt::format("      <error message=\"{}\" type=\"error\">{}</error>\n", xml_escape(message),
+                             xml_escape(message));
       } else if (fails_run(m.verdict)) {
         ++failures;
         const std::string message = fmt::format("{}: {}", to_string(m.verdict), m.detail);
@@ -136,16 +145,19 @@ std::string to_junit_xml(const RunReport& report) {
       cases += "    </testcase>\n";
     }
     all_failures += failures;
+    all_errors += errors;
     all_skipped += skipped;
-    suites += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" "
+    all_ms += total_ms;
+    suites += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
                           "time=\"{}\">\n{}  </testsuite>\n",
-                          xml_escape(fmt::format("{} revision {}", classname, revision)), tests, failures, skipped,
+                          xml_escape(fmt::format("{} revision {}", classname, revision)), tests, failures, errors,
+                          skipped,
                           seconds(total_ms), cases);
   }
   return fmt::format("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"{}\" tests=\"{}\" "
-                     "failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{}\">\n{}</testsuites>\n",
+                     "failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{}\">\n{}</testsuites>\n",
                      xml_escape(fmt::format("{} {}", classname, report.run_id)), report.models.size(), all_failures,
-                     all_skipped, seconds(report.finished ? report.finished_at_ms - report.started_at_ms : 0), suites);
+                     all_errors, all_skipped, seconds(all_ms), suites);
 }
 
 }  // namespace kiln::qualification

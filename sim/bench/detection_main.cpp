@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/bench/detection.h"
+#include "common/version.h"
 
 namespace {
 
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"Monte Carlo of the nightly performance gate on the sim noise model: detection "
                "probability of a sustained drop and false alarms per model-night"};
+  app.set_version_flag("--version", kiln::version_text("kiln-bench-detection"));
   app.add_option("--seed", options.seed, "seed of the whole run (printed; reruns reproduce it)");
   app.add_option("--trials", options.nights, "simulated nights per repeat count")->check(CLI::Range(1, 10'000'000));
   app.add_option("--repeats", repeats, "repeats per side to evaluate")->check(CLI::Range(2, 1000));

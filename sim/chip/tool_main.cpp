@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "sim/chip/sim_node.h"
+#include "common/version.h"
 
 namespace {
 
@@ -66,6 +67,7 @@ kiln::Status show(const SimNode& node) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Inject, clear and show faults of simulated kiln chips"};
+  app.set_version_flag("--version", kiln::version_text("kiln-sim-chip"));
   app.require_subcommand(1);
   std::string state_dir;
   std::optional<std::uint32_t> chip;

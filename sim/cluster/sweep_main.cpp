@@ -7,10 +7,12 @@
 #include <fmt/format.h>
 
 #include "sim/cluster/cluster_sim.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   using namespace kiln::sim::cluster;
   CLI::App app{"Deterministic simulation sweep: the real coordinator and agent cores under faults, one seed per run"};
+  app.set_version_flag("--version", kiln::version_text("kiln-sim-sweep"));
   std::uint64_t seeds = 100;
   std::uint64_t first_seed = 1;
   double minutes = 3.0;

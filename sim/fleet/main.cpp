@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 
 #include "sim/fleet/fleet_sim.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-fleet-sim: a simulated working day of the accelerator pool"};
+  app.set_version_flag("--version", kiln::version_text("kiln-fleet-sim"));
   std::string scenario_path = KILN_DEFAULT_SCENARIO;
   std::string knobs_path;
   std::uint64_t seed = 1;

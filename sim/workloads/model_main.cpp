@@ -40,6 +40,7 @@
 #include "sim/workloads/models.h"
 #include "sim/workloads/registry.h"
 #include "sim/workloads/stack_effects.h"
+#include "common/version.h"
 
 namespace {
 
@@ -365,6 +366,7 @@ int run_job(const JobArgs& args) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-workload-model: small real models on the simulated chip (docs/workloads.md)"};
+  app.set_version_flag("--version", kiln::version_text("kiln-workload-model"));
   std::string model;
   bool list = false;
   bool json = false;

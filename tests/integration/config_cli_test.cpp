@@ -9,33 +9,16 @@
 #include <string>
 
 #include "common/keys.h"
+#include "tests/integration/run_command.h"
 #include "tests/support/temp_dir.h"
 
+using kiln::testing::Ran;
 using kiln::testing::TempDir;
+using kiln::testing::bin;
+using kiln::testing::contains;
+using kiln::testing::run;
 
 namespace {
-
-struct Ran {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-// Runs `command` through the shell (so it may start with VAR=value assignments).
-Ran run(const std::string& command) {
-  Ran ran;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) ran.output.append(buffer, n);
-  const int wait_status = ::pclose(pipe);
-  ran.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
-  return ran;
-}
-
-std::string bin(const std::string& name) { return std::string(KILN_BIN_DIR) + "/" + name; }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 void make_keys(const TempDir& dir, const std::string& name) {
   auto keys = kiln::generate_keypair();

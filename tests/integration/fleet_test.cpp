@@ -68,7 +68,7 @@ TEST_CASE("agents register and heartbeat; a smoke job runs and its result is sto
   CHECK(out.find("succeeded") != std::string::npos);
   CHECK(fleet.kiln("dev", {"nodes"}, &out) == 0);
   CHECK(out.find("n01") != std::string::npos);
-  CHECK(fleet.kiln("dev", {"submit", "--workload", "sleep", "--wait", "--timeout-ms", "1000", "--", "5"}, &out) == 1);
+  CHECK(fleet.kiln("dev", {"submit", "--workload", "sleep", "--wait", "--timeout", "1s", "--", "5"}, &out) == 1);
   CHECK(out.find("timed_out") != std::string::npos);
 }
 

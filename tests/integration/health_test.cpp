@@ -52,13 +52,13 @@ TEST_CASE("an injected fault fails the health probe, the node is quarantined, an
   // The lab clears the fault (a repair) and runs level 2 diagnostics through the coordinator.
   REQUIRE(fleet.sim_chip("n01", {"clear"}) == 0);
   std::string out;
-  REQUIRE(fleet.kiln("lab1", {"--json", "diag", "--node", "n01", "--level", "2"}, &out) == 0);
+  REQUIRE(fleet.kiln("lab1", {"--json", "diag", "n01", "--level", "2"}, &out) == 0);
   auto report = nlohmann::json::parse(out);
   CHECK(report["level"] == 2);
   CHECK(report["verdict"] != "fail");
   CHECK(report["results"].size() > 8);
   // A developer may not run diagnostics.
-  CHECK(fleet.kiln("dev", {"diag", "--node", "n01", "--level", "1"}, &out) == 3);
+  CHECK(fleet.kiln("dev", {"diag", "n01", "--level", "1"}, &out) == 3);
   REQUIRE(Fleet::eventually([&] { return node(*dev, "n01")->state == NodeState::up; }, 10s));
   REQUIRE(Fleet::eventually([&] { return job(*dev, waiting)->job.state == JobState::succeeded; }, 20s));
 }

@@ -93,7 +93,7 @@ TEST_CASE("kiln lease waits, prints what it got, shows in kiln leases, and ends 
   auto client = fleet.client("dev");
   REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
 
-  auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "4", "--rev", "a", "--hours", "1"}, "lease.out");
+  auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "4", "--rev", "a", "--duration", "1h"}, "lease.out");
   REQUIRE(Fleet::eventually([&] { return read_text(fleet.dir() / "lease.out").find("granted") != std::string::npos; },
                             10s));
   const std::string granted = read_text(fleet.dir() / "lease.out");
@@ -139,17 +139,17 @@ TEST_CASE("an experiment is preempted by presubmit work: notice to the workload,
 
   // A developer lease and another experiment wait behind it, and say why.
   std::string out;
-  CHECK(fleet.kiln("dev", {"lease", "--chips", "8", "--minutes", "30", "--no-wait"}, &out) == 0);
+  CHECK(fleet.kiln("dev", {"lease", "--chips", "8", "--duration", "30m", "--no-wait"}, &out) == 0);
   CHECK(out.find("lease L1 pending") != std::string::npos);
-  CHECK(fleet.kiln("dev", {"queue", "--why", "L1"}, &out) == 0);
+  CHECK(fleet.kiln("dev", {"queue", "L1"}, &out) == 0);
   CHECK(out.find("lease L1 is pending") != std::string::npos);
   CHECK(out.find("expected to start at") != std::string::npos);
   CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
   const auto waiting = submit(*dev, "1", 1, PriorityClass::experiment);
-  CHECK(fleet.kiln("dev", {"queue", "--why", std::to_string(waiting)}, &out) == 0);
+  CHECK(fleet.kiln("dev", {"queue", std::to_string(waiting)}, &out) == 0);
   CHECK(out.find("is pending") != std::string::npos);
   CHECK(out.find("free chips") != std::string::npos);
-  CHECK(fleet.kiln("dev", {"queue", "--why", std::to_string(experiment)}, &out) == 0);
+  CHECK(fleet.kiln("dev", {"queue", std::to_string(experiment)}, &out) == 0);
   CHECK(out.find("not pending") != std::string::npos);
 
   // Presubmit cannot start: the experiment gets notice, its workload is signalled and exits,
@@ -178,7 +178,7 @@ TEST_CASE("a lease and the job running in it survive a coordinator restart; leas
     auto client = fleet.client("dev");
     REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
     std::string out;
-    REQUIRE(fleet.kiln("dev", {"lease", "--chips", "4", "--hours", "1", "--detach"}, &out) == 0);
+    REQUIRE(fleet.kiln("dev", {"lease", "--chips", "4", "--duration", "1h", "--detach"}, &out) == 0);
     CHECK(out.find("lease L1 granted") != std::string::npos);
     SubmitInLease in_lease;
     in_lease.lease_id = 1;
@@ -207,7 +207,7 @@ TEST_CASE("a lease and the job running in it survive a coordinator restart; leas
   REQUIRE(Fleet::eventually([&] { return job_state_is(*client, job_id, JobState::succeeded); }, 15s));
   CHECK(job(*client, job_id).value().attempt == 1);
   std::string out;
-  CHECK(fleet.kiln("dev", {"lease", "--chips", "1", "--hours", "1", "--no-wait"}, &out) == 0);
+  CHECK(fleet.kiln("dev", {"lease", "--chips", "1", "--duration", "1h", "--no-wait"}, &out) == 0);
   CHECK(out.find("L2") != std::string::npos);
   CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
 }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/qualification_samples.h"
 
 using namespace kiln::testing;
 using namespace std::chrono_literals;
@@ -27,82 +28,6 @@ std::string read(const fs::path& path) {
   text << in.rdbuf();
   return text.str();
 }
-
-constexpr const char* kModelSet = R"(
-[[model]]
-name = "mlp-bf16-it"
-size_class = "small"
-chips = 1
-minutes = 1
-components = ["gemm-bf16", "gelu"]
-owner_team = "recsys-models"
-workload = "mlp-bf16"
-seed = 3
-presubmit_default = true
-
-[[model]]
-name = "mlp-fp8-it"
-size_class = "small"
-chips = 1
-minutes = 1
-components = ["gemm-fp8", "quantize-fp8", "gelu"]
-owner_team = "recsys-models"
-workload = "mlp-fp8"
-seed = 4
-
-[[model]]
-name = "mlp-fp8-wide"
-size_class = "medium"
-chips = 16
-minutes = 1
-components = ["gemm-fp8", "quantize-fp8", "gelu"]
-owner_team = "recsys-models"
-workload = "mlp-fp8"
-seed = 5
-proxy = "mlp-fp8-it"
-)";
-
-constexpr const char* kHistory = R"(
-[[change]]
-id = "k1"
-layer = "runtime"
-owner_team = "runtime-team"
-components = []
-
-[[change]]
-id = "k2"
-layer = "kernels"
-owner_team = "kernels-team"
-components = ["gelu"]
-
-[[change]]
-id = "k3"
-layer = "compiler"
-owner_team = "compiler-team"
-components = ["gemm-fp8"]
-[change.sim_effect]
-throughput = { "mlp-fp8" = 0.9 }
-
-[[change]]
-id = "k4"
-layer = "driver"
-owner_team = "driver-team"
-components = []
-
-[[change]]
-id = "k5"
-layer = "kernels"
-owner_team = "kernels-team"
-components = ["gemm-bf16"]
-[change.sim_effect]
-breaks_kernels = ["gemm-bf16"]
-
-[[change]]
-id = "k6"
-layer = "framework"
-owner_team = "framework-team"
-components = []
-)";
 
 std::string first_word_after(const std::string& text, const std::string& prefix) {
   auto at = text.find(prefix);
@@ -149,15 +74,15 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   std::string out;
   REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
   CHECK(out.find("recorded 6 changes") != std::string::npos);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string baseline = first_word_after(out, "bundle ");
   REQUIRE(baseline.size() == 64);
   REQUIRE(fleet.kiln("ci", {"bundle", "accept", baseline.substr(0, 10)}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string presubmit = first_word_after(out, "bundle ");
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--revs", "a", "--bundle-dir", (dir / "bundles").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--rev", "a", "--bundle-dir", (dir / "bundles").string()}, &out) == 0);
   const std::string candidate = first_word_after(out, "bundle ");
   REQUIRE(candidate.size() == 64);
 
@@ -246,7 +171,7 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
     REQUIRE(fleet.sim_chip("n01", {"inject", "--chip", std::to_string(chip), "--fault", "sdc", "--factor", "0.05"}) == 0);
   }
   REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k2", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string bundle = first_word_after(out, "bundle ");
   // n02 is busy for a few seconds, so the smoke's measure jobs start on n01; they fail there, and
@@ -295,10 +220,10 @@ TEST_CASE("a nightly builds its bisection bundles with the configured builder an
   const fs::path dir = fleet.dir();
   std::string out;
   REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   REQUIRE(fleet.kiln("ci", {"bundle", "accept", first_word_after(out, "bundle ")}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k3", "--revs", "a", "--bundle-dir", (dir / "bundles").string()},
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k3", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string candidate = first_word_after(out, "bundle ");
   write(dir / "fp8.toml", std::string(kModelSet).substr(0, std::string(kModelSet).find("[[model]]\nname = \"mlp-fp8-wide\"")));

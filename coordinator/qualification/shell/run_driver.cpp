@@ -23,15 +23,6 @@ TimeMs wall_now_ms() {
       .count();
 }
 
-protocol::PriorityClass class_for(JobPurpose purpose, Tier tier) {
-  if (purpose == JobPurpose::bisect_probe) return protocol::PriorityClass::bisect;
-  switch (tier) {
-    case Tier::smoke: return protocol::PriorityClass::presubmit;
-    case Tier::nightly: return protocol::PriorityClass::nightly;
-    case Tier::release: return protocol::PriorityClass::release;
-  }
-  return protocol::PriorityClass::nightly;
-}
 
 // A model run on several whole nodes: a lease of those nodes, then one job per node in it.
 struct Gang {
@@ -457,6 +448,16 @@ class Driver {
 };
 
 }  // namespace
+
+protocol::PriorityClass class_for(JobPurpose purpose, Tier tier) {
+  if (purpose == JobPurpose::bisect_probe) return protocol::PriorityClass::bisect;
+  switch (tier) {
+    case Tier::smoke: return protocol::PriorityClass::presubmit;
+    case Tier::nightly: return protocol::PriorityClass::nightly;
+    case Tier::release: return protocol::PriorityClass::release;
+  }
+  return protocol::PriorityClass::nightly;
+}
 
 Result<protocol::SubmitJob> job_for(const JobRequest& request, const std::string& run_id, Tier tier,
                                     const ModelSet& set, const DriverOptions& options) {

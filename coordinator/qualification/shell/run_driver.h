@@ -27,6 +27,9 @@ struct DriverOptions {
   const std::atomic<bool>* stop = nullptr;  // set (by a signal): cancel the run's jobs and return
 };
 
+// The priority class of a run's jobs of this purpose: the tier's class, bisect for bisection probes.
+protocol::PriorityClass class_for(JobPurpose purpose, Tier tier);
+
 // The job a request becomes: workload, arguments, chips, class, benchmark, bundle and config
 // hash. The hash covers the run id too, so it names this run's job for this request and no
 // other run's. Fails for a model the set does not have or one without a workload.

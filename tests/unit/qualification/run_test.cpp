@@ -545,6 +545,10 @@ TEST_CASE("a lost job is started again; one lost on every attempt ends as an err
   const auto fp8_jobs = std::count_if(out.started.begin(), out.started.end(),
                                       [](const q::JobRequest& r) { return r.model == "fp8-small"; });
   CHECK(fp8_jobs == 4);  // two attempts on each revision
+  // Not measured is a JUnit <error>, apart from the models that failed, and counted as one.
+  CHECK(count_of(out.junit, "<error ") == 2);
+  CHECK(count_of(out.junit, "<failure ") == 0);
+  CHECK(out.junit.find("errors=\"2\"") != std::string::npos);
   // The retry keeps its seed: the same measurement again.
   std::vector<std::uint64_t> seeds;
   for (const auto& r : out.started) {
@@ -625,6 +629,39 @@ TEST_CASE("a job result for an unknown tag or answered twice is a conflict") {
   result.node_id = "a0";
   CHECK(run->on_job_result(result, 1).has_value());
   CHECK(run->on_job_result(result, 2).error().code == kiln::Errc::conflict);
+}
+
+TEST_CASE("JUnit counts errors apart from failures, and its times add up like its counts") {
+  q::RunReport report;
+  report.run_id = "nightly-7";
+  report.tier = q::Tier::nightly;
+  report.finished = true;
+  report.started_at_ms = 0;
+  report.finished_at_ms = 999'000;  // the wall time of a run is not the sum of its tests
+  q::ModelReport unmeasured;
+  unmeasured.model = "lost";
+  unmeasured.revision = "a";
+  unmeasured.verdict = q::ModelVerdict::error;
+  unmeasured.detail = "lost with its node after 2 attempts";
+  unmeasured.duration_ms = 1'500;
+  q::ModelReport failed = unmeasured;
+  failed.model = "broken";
+  failed.verdict = q::ModelVerdict::correctness_regression;
+  failed.duration_ms = 2'250;
+  q::ModelReport other = failed;
+  other.revision = "b";
+  other.verdict = q::ModelVerdict::passed;
+  other.duration_ms = 250;
+  report.models = {unmeasured, failed, other};
+  const std::string xml = q::to_junit_xml(report);
+  CHECK(xml.find("<error message=\"could not be measured: lost with its node after 2 attempts\" type=\"error\">") !=
+        std::string::npos);
+  CHECK(count_of(xml, "<failure ") == 1);
+  CHECK(xml.find("name=\"kiln.nightly revision a\" tests=\"2\" failures=\"1\" errors=\"1\" skipped=\"0\" "
+                 "time=\"3.750\"") != std::string::npos);
+  CHECK(xml.find("name=\"kiln.nightly revision b\" tests=\"1\" failures=\"0\" errors=\"0\" skipped=\"0\" "
+                 "time=\"0.250\"") != std::string::npos);
+  CHECK(xml.find("tests=\"3\" failures=\"1\" errors=\"1\" skipped=\"0\" time=\"4.000\">") != std::string::npos);
 }
 
 TEST_CASE("JUnit XML escapes what people wrote and counts per revision") {

@@ -1,0 +1,21 @@
+// Which priority classes each client role may submit: the coordinator enforces it, and the
+// kiln client checks it before a qualification run submits its first job.
+#pragma once
+
+#include "common/protocol/messages.h"
+
+namespace kiln::protocol {
+
+inline bool role_may_submit(Role role, PriorityClass cls) {
+  switch (role) {
+    case Role::admin:
+    case Role::ops: return true;
+    case Role::ci: return cls != PriorityClass::experiment;
+    case Role::developer:
+    case Role::lab: return cls == PriorityClass::experiment;
+    case Role::agent: return false;
+  }
+  return false;
+}
+
+}  // namespace kiln::protocol

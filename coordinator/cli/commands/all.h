@@ -1,0 +1,30 @@
+// Every kiln command, in the order `kiln --help` lists them. Each family's file adds its own.
+#pragma once
+
+#include "coordinator/cli/command.h"
+
+namespace kiln::cli {
+
+void add_account_commands(CommandList& commands);        // keygen, whoami
+void add_node_commands(CommandList& commands);           // nodes, drain, undrain
+void add_diag_command(CommandList& commands);            // diag
+void add_job_commands(CommandList& commands);            // submit, jobs, result, cancel
+void add_lease_commands(CommandList& commands);          // lease, leases, release-lease
+void add_queue_command(CommandList& commands);           // queue
+void add_compare_commands(CommandList& commands);        // compare-tensors, compare
+void add_change_commands(CommandList& commands);         // change add|import, changes
+void add_bundle_commands(CommandList& commands);         // bundle build|show|accept, bundles
+void add_qualification_commands(CommandList& commands);  // smoke, nightly, qualify-release
+void add_record_commands(CommandList& commands);         // runs, run, tickets
+
+inline CommandList all_commands() {
+  CommandList commands;
+  for (auto add : {add_account_commands, add_node_commands, add_diag_command, add_job_commands, add_lease_commands,
+                   add_queue_command, add_compare_commands, add_change_commands, add_bundle_commands,
+                   add_qualification_commands, add_record_commands}) {
+    add(commands);
+  }
+  return commands;
+}
+
+}  // namespace kiln::cli

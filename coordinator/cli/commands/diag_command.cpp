@@ -1,0 +1,77 @@
+// kiln diag NODE [--level N]: diagnostics through the coordinator, which drains the node first.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/protocol/json.h"
+#include "coordinator/cli/cli_options.h"
+#include "coordinator/cli/commands/all.h"
+#include "coordinator/cli/commands/job_view.h"
+#include "coordinator/cli/exit_codes.h"
+
+namespace kiln::cli {
+
+namespace {
+
+class DiagCommand : public RemoteCommand {
+ public:
+  std::string name() const override { return "diag"; }
+  std::string help() const override {
+    return "run diagnostics on a node through the coordinator, which drains it first (lab, ops, admin); exit 0 "
+           "pass or warn, 1 fail";
+  }
+  void add_options(CLI::App& command) override {
+    command.add_option("NODE", node_, "node id");
+    add_deprecated_option(command, "--node", "kiln diag NODE", [this](const std::string& v) { node_ = v; });
+    command.add_option("--level", level_, "1: seconds; 2: adds memory and interconnect; 3: adds compute stress")
+        ->check(CLI::Range(1, 3))
+        ->capture_default_str();
+    command.add_flag("--no-wait", no_wait_, "print the job id and return at once");
+  }
+  Status check_arguments() override {
+    if (!node_.empty()) return {};
+    return fail(Errc::invalid_argument, "say which node to diagnose: kiln diag NODE (kiln nodes lists them)");
+  }
+  int run_with(Client& client, CommandContext& context) override {
+    protocol::SubmitJob request;
+    request.workload = std::string(protocol::kDiagWorkload);
+    request.node_id = node_;
+    request.args = {"--level", std::to_string(level_)};
+    request.priority_class = protocol::PriorityClass::release;
+    request.max_attempts = 1;
+    // Level 3 runs the long compute stress (about 15 minutes on hardware).
+    request.timeout_ms = level_ >= 3 ? 3600000 : 900000;
+    auto accepted = expect_reply<protocol::JobAccepted>(client.request(request));
+    if (!accepted) return report(accepted.error());
+    if (no_wait_) {
+      if (context.json()) std::cout << nlohmann::json{{"job_id", accepted->job_id}}.dump() << "\n";
+      else std::cout << fmt::format("diagnostics queued as job {}; kiln result {} --wait\n", accepted->job_id,
+                                    accepted->job_id);
+      return kExitOk;
+    }
+    auto detail = wait_for_job(client, accepted->job_id, context.json());
+    if (!detail) return report(detail.error());
+    if (context.json()) {
+      std::cout << (detail->result.empty() ? protocol::to_json(*detail).dump(2) : detail->result) << "\n";
+    } else {
+      // The agent's readable report is the job's output; the JSON report is its result.
+      std::cout << detail->output_tail;
+      std::cout << fmt::format("diagnostics on {}: job {} {}\n", node_, accepted->job_id,
+                               protocol::enum_name(detail->job.state));
+    }
+    return detail->job.state == protocol::JobState::succeeded ? kExitOk : kExitFailed;
+  }
+
+ private:
+  std::string node_;
+  int level_ = 1;
+  bool no_wait_ = false;
+};
+
+}  // namespace
+
+void add_diag_command(CommandList& commands) { commands.push_back(std::make_unique<DiagCommand>()); }
+
+}  // namespace kiln::cli

@@ -1,0 +1,81 @@
+#include "coordinator/cli/commands/job_view.h"
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/protocol/json.h"
+#include "coordinator/cli/duration.h"
+#include "coordinator/cli/exit_codes.h"
+
+namespace kiln::cli {
+
+namespace {
+
+void print_output_tail(const std::string& tail) {
+  std::cout << "  output (tail)\n";
+  std::size_t start = 0;
+  while (start < tail.size()) {
+    auto end = tail.find('\n', start);
+    if (end == std::string::npos) end = tail.size();
+    std::cout << "    " << tail.substr(start, end - start) << "\n";
+    start = end + 1;
+  }
+}
+
+void print_job_detail(const protocol::JobDetail& d) {
+  const auto& j = d.job;
+  std::cout << fmt::format("job {}: {}\n", j.job_id, protocol::enum_name(j.state));
+  std::cout << fmt::format("  workload   {} {}\n", j.workload, fmt::join(j.args, " "));
+  std::cout << fmt::format("  class      {}, submitted by {}\n", protocol::enum_name(j.priority_class), j.submitted_by);
+  std::cout << fmt::format("  placement  {} chips{}{}\n", j.chips, j.node_id.empty() ? "" : " on " + j.node_id,
+                           j.chip_indices.empty() ? "" : fmt::format(" [{}]", fmt::join(j.chip_indices, ",")));
+  std::cout << fmt::format("  attempt    {} of {}\n", j.attempt, j.max_attempts);
+  if (protocol::is_terminal(j.state)) {
+    std::cout << fmt::format("  exit code  {} after {}\n", j.exit_code, duration_text(j.duration_ms));
+  }
+  if (!j.detail.empty()) std::cout << fmt::format("  detail     {}\n", j.detail);
+  if (!d.result.empty()) std::cout << "  result\n    " << d.result << "\n";
+  if (!d.output_tail.empty()) print_output_tail(d.output_tail);
+}
+
+}  // namespace
+
+Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet) {
+  protocol::JobState last = protocol::JobState::queued;
+  bool first = true;
+  while (true) {
+    auto detail = expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id}));
+    if (!detail) return detail;
+    if (!quiet && (first || detail->job.state != last)) {
+      std::cerr << fmt::format("job {}: {}{}\n", job_id, protocol::enum_name(detail->job.state),
+                               detail->job.node_id.empty() ? "" : " on " + detail->job.node_id);
+    }
+    first = false;
+    last = detail->job.state;
+    if (protocol::is_terminal(detail->job.state)) return detail;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+int show_job(Client& client, std::uint64_t job_id, bool wait, bool json) {
+  auto detail = wait ? wait_for_job(client, job_id, json)
+                     : expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id}));
+  if (!detail) return report(detail.error());
+  if (json) std::cout << protocol::to_json(*detail).dump(2) << "\n";
+  else print_job_detail(*detail);
+  if (!protocol::is_terminal(detail->job.state)) return kExitOk;
+  return detail->job.state == protocol::JobState::succeeded ? kExitOk : kExitFailed;
+}
+
+int request_ok(Client& client, protocol::Body request, bool json) {
+  auto r = expect_reply<protocol::Ok>(client.request(std::move(request)));
+  if (!r) return report(r.error());
+  if (json) std::cout << protocol::to_json(*r).dump() << "\n";
+  else std::cout << r->detail << "\n";
+  return kExitOk;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,43 @@
+#include "coordinator/cli/commands/qualification_options.h"
+
+#include <cstdlib>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+namespace kiln::cli {
+
+namespace q = kiln::qualification;
+namespace qs = kiln::qualification::shell;
+
+void add_builder_options(CLI::App& command, BuilderOptions& options) {
+  command.add_option("--builder", options.program,
+                     "a program that builds the bundle and prints it as JSON (default: $KILN_BUILDER, else the sim "
+                     "builder)");
+  command.add_option("--builder-arg", options.args, "an argument for it; {change}, {index} and {out} are replaced");
+}
+
+std::unique_ptr<qs::BundleBuilder> configured_builder(const BuilderOptions& options,
+                                                      std::vector<std::string> revisions) {
+  if (options.program.empty()) {
+    q::SimBuilderOptions sim;
+    sim.hardware_revisions = std::move(revisions);
+    return qs::make_sim_builder(options.bundle_dir, sim);
+  }
+  q::CommandBuilderConfig config;
+  config.program = options.program;
+  config.args = options.args;
+  return qs::make_command_builder(config, options.bundle_dir);
+}
+
+void fill_from_environment(std::string& value, const char* variable) {
+  const char* set = std::getenv(variable);
+  if (value.empty() && set != nullptr) value = set;
+}
+
+Status need(const std::string& value, std::string_view option, std::string_view variable, std::string_view what) {
+  if (!value.empty()) return {};
+  return fail(Errc::invalid_argument, fmt::format("say where {} is: {} PATH, or set {}", what, option, variable));
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,67 @@
+#include "coordinator/cli/commands/ticket_sinks.h"
+
+#include <fmt/format.h>
+
+#include "common/config/toml_errors.h"
+#include "coordinator/qualification/webhook_sink.h"
+
+namespace kiln::cli {
+
+namespace q = kiln::qualification;
+
+namespace {
+
+Result<q::WebhookSinkConfig> load_webhook_config(const std::string& path) {
+  auto table = config::parse_toml_file(path, "the webhook config", "check --webhook-config", "fix the webhook config");
+  if (!table) return fail(Errc::config, table.error().message);
+  const std::vector<std::string_view> settings = {"url",        "headers",      "bearer_token_file",
+                                                  "timeout_ms", "max_attempts", "retry_backoff_ms"};
+  if (auto ok = config::check_known_keys(path, *table, "the webhook config", settings); !ok) {
+    return tl::unexpected(ok.error());
+  }
+  q::WebhookSinkConfig config;
+  for (const auto& [key, node] : *table) {
+    const std::string_view name = key.str();
+    const auto wrong_type = [&](std::string_view type) {
+      return fail(Errc::config, fmt::format("{}: {} must be {}", config::where(path, node.source()), name, type));
+    };
+    if (name == "url" || name == "bearer_token_file") {
+      if (!node.is_string()) return wrong_type("a string");
+      (name == "url" ? config.url : config.bearer_token_file) = *node.value<std::string>();
+    } else if (name == "headers") {
+      if (!node.is_table()) return wrong_type("a table of header = \"value\"");
+      for (const auto& [header, value] : *node.as_table()) {
+        if (!value.is_string()) {
+          return fail(Errc::config, fmt::format("{}: header {} must be a string",
+                                                config::where(path, value.source()), header.str()));
+        }
+        config.headers[std::string(header.str())] = *value.value<std::string>();
+      }
+    } else {
+      if (!node.is_integer()) return wrong_type("an integer");
+      const std::int64_t value = *node.value<std::int64_t>();
+      if (name == "timeout_ms") config.timeout_ms = value;
+      if (name == "max_attempts") config.max_attempts = static_cast<int>(value);
+      if (name == "retry_backoff_ms") config.retry_backoff_ms = value;
+    }
+  }
+  return config;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<q::TicketSink>> open_ticket_sink(const std::string& tickets_dir,
+                                                        const std::string& webhook_config) {
+  if (webhook_config.empty()) {
+    auto sink = q::DirectoryTicketSink::open(tickets_dir);
+    if (!sink) return tl::unexpected(sink.error());
+    return std::unique_ptr<q::TicketSink>(std::make_unique<q::DirectoryTicketSink>(std::move(*sink)));
+  }
+  auto config = load_webhook_config(webhook_config);
+  if (!config) return tl::unexpected(config.error());
+  auto sink = q::WebhookTicketSink::open(*config, tickets_dir);
+  if (!sink) return tl::unexpected(sink.error());
+  return std::unique_ptr<q::TicketSink>(std::make_unique<q::WebhookTicketSink>(std::move(*sink)));
+}
+
+}  // namespace kiln::cli

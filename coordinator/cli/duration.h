@@ -1,0 +1,20 @@
+// Durations on the command line: `90s`, `30m`, `2h`, `1h30m`, `1.5h`, `500ms`, one parser for
+// every option that takes one, and the same units when kiln prints a duration.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace kiln::cli {
+
+// Milliseconds of a duration: one or more NUMBER UNIT parts (units ms, s, m, h, d), e.g. `1h30m`.
+// Fails, saying what a duration looks like, for anything else, a zero or a bare number.
+Result<std::uint64_t> parse_duration_ms(std::string_view text, std::string_view option);
+
+// "850ms", "4.2s", "3m07s", "2h05m".
+std::string duration_text(std::uint64_t ms);
+
+}  // namespace kiln::cli
