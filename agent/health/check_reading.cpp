@@ -55,19 +55,6 @@ drivers::FirmwareSlot parse_slot(const std::string& text) {
 
 }  // namespace
 
-std::string_view to_string(CheckKind kind) {
-  switch (kind) {
-    case CheckKind::driver: return "driver";
-    case CheckKind::chip_firmware: return "chip_firmware";
-    case CheckKind::telemetry: return "telemetry";
-    case CheckKind::memory: return "memory";
-    case CheckKind::interconnect: return "interconnect";
-    case CheckKind::compute: return "compute";
-  }
-  KILN_ASSERT(false, "every CheckKind is named above");
-  return "";
-}
-
 Result<CheckKind> parse_check_kind(std::string_view text) {
   for (CheckKind kind : kAllKinds) {
     if (text == to_string(kind)) return kind;

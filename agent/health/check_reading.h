@@ -11,6 +11,8 @@
 #include "common/error.h"
 #include "drivers/loader.h"
 
+#include "common/enum_names.h"
+
 namespace kiln::agent::health {
 
 // driver: loads the backend (ABI check), reports its version and chip count.
@@ -18,8 +20,18 @@ namespace kiln::agent::health {
 // telemetry: identity and telemetry of one chip (the cheap probe).
 // memory, interconnect, compute: identity and one self-test of one chip.
 enum class CheckKind { driver, chip_firmware, telemetry, memory, interconnect, compute };
+constexpr EnumTable<CheckKind, 6> enum_names(CheckKind) {
+  return {{
+      {CheckKind::driver, "driver"},
+      {CheckKind::chip_firmware, "chip_firmware"},
+      {CheckKind::telemetry, "telemetry"},
+      {CheckKind::memory, "memory"},
+      {CheckKind::interconnect, "interconnect"},
+      {CheckKind::compute, "compute"},
+  }};
+}
 
-std::string_view to_string(CheckKind kind);
+inline std::string_view to_string(CheckKind value) { return enum_name(value); }
 Result<CheckKind> parse_check_kind(std::string_view text);
 // The category a result of this check falls in when the check itself went wrong (timed out,
 // crashed): a chip that stops answering management calls is a firmware matter, a self-test

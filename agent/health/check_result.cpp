@@ -4,22 +4,8 @@
 
 namespace kiln::agent::health {
 
-std::string_view to_string(CheckStatus status) {
-  switch (status) {
-    case CheckStatus::pass: return "pass";
-    case CheckStatus::warn: return "warn";
-    case CheckStatus::fail: return "fail";
-    case CheckStatus::skip: return "skip";
-  }
-  KILN_ASSERT(false, "every CheckStatus is named above");
-  return "";
-}
-
 Result<CheckStatus> parse_check_status(std::string_view text) {
-  for (CheckStatus status :
-       {CheckStatus::pass, CheckStatus::warn, CheckStatus::fail, CheckStatus::skip}) {
-    if (text == to_string(status)) return status;
-  }
+  if (auto status = enum_from_name<CheckStatus>(text)) return *status;
   return fail(Errc::invalid_argument,
               "unknown check status '" + std::string(text) + "'; use pass, warn, fail or skip");
 }

@@ -11,13 +11,23 @@
 
 #include "common/error.h"
 
+#include "common/enum_names.h"
+
 namespace kiln::agent::health {
 
 // skip: the check did not run (the chip is busy, an earlier check on it timed out, no target
 // to compare with); it never hides a failure on its own.
 enum class CheckStatus { pass, warn, fail, skip };
+constexpr EnumTable<CheckStatus, 4> enum_names(CheckStatus) {
+  return {{
+      {CheckStatus::pass, "pass"},
+      {CheckStatus::warn, "warn"},
+      {CheckStatus::fail, "fail"},
+      {CheckStatus::skip, "skip"},
+  }};
+}
 
-std::string_view to_string(CheckStatus status);
+inline std::string_view to_string(CheckStatus value) { return enum_name(value); }
 Result<CheckStatus> parse_check_status(std::string_view text);
 
 // The part of the node a result is about. Lab engineers sort findings by it.

@@ -562,15 +562,6 @@ Status check_agent_keys(const AgentConfig& config) {
   return {};
 }
 
-std::string_view to_string(JobContainment containment) {
-  switch (containment) {
-    case JobContainment::automatic: return "auto";
-    case JobContainment::cgroup: return "cgroup";
-    case JobContainment::process_group: return "process-group";
-  }
-  return "auto";
-}
-
 std::string describe_agent_config(const AgentConfig& config) {
   std::ostringstream out;
   const auto origin = [&](const std::string& key) {

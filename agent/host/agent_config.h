@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 
@@ -47,6 +48,13 @@ enum class JobContainment {
   cgroup,         // "cgroup": cgroup v2 or refuse to start
   process_group,  // "process-group": process groups only; a setsid() escapes them
 };
+constexpr EnumTable<JobContainment, 3> enum_names(JobContainment) {
+  return {{
+      {JobContainment::automatic, "auto"},
+      {JobContainment::cgroup, "cgroup"},
+      {JobContainment::process_group, "process-group"},
+  }};
+}
 
 struct AgentConfig {
   std::string config_path;  // absolute path of the file this was loaded from
@@ -90,7 +98,7 @@ Status check_agent_environment(const AgentConfig& config);
 Status check_agent_keys(const AgentConfig& config);
 
 // The job_containment value as written in agent.toml.
-std::string_view to_string(JobContainment containment);
+inline std::string_view to_string(JobContainment value) { return enum_name(value); }
 
 // A readable summary of what was loaded, for `kiln-agent check-config`.
 std::string describe_agent_config(const AgentConfig& config);

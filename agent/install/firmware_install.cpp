@@ -15,31 +15,6 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 
 }  // namespace
 
-std::string_view to_string(StepStatus status) {
-  switch (status) {
-    case StepStatus::ok: return "ok";
-    case StepStatus::failed: return "failed";
-    case StepStatus::skipped: return "skipped";
-  }
-  return "";
-}
-
-std::string_view to_string(FirmwarePhase phase) {
-  switch (phase) {
-    case FirmwarePhase::verifying: return "verifying";
-    case FirmwarePhase::reading_slots: return "reading_slots";
-    case FirmwarePhase::flashing: return "flashing";
-    case FirmwarePhase::activating: return "activating";
-    case FirmwarePhase::health_check: return "health_check";
-    case FirmwarePhase::rolling_back: return "rolling_back";
-    case FirmwarePhase::kept: return "kept";
-    case FirmwarePhase::unchanged: return "unchanged";
-    case FirmwarePhase::rolled_back: return "rolled_back";
-    case FirmwarePhase::quarantined: return "quarantined";
-  }
-  return "";
-}
-
 bool is_final(FirmwarePhase phase) {
   return phase == FirmwarePhase::kept || phase == FirmwarePhase::unchanged ||
          phase == FirmwarePhase::rolled_back || phase == FirmwarePhase::quarantined;

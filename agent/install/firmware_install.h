@@ -13,13 +13,21 @@
 #include <vector>
 
 #include "agent/health/check_result.h"
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 
 namespace kiln::agent::install {
 
 enum class StepStatus { ok, failed, skipped };
-std::string_view to_string(StepStatus status);
+constexpr EnumTable<StepStatus, 3> enum_names(StepStatus) {
+  return {{
+      {StepStatus::ok, "ok"},
+      {StepStatus::failed, "failed"},
+      {StepStatus::skipped, "skipped"},
+  }};
+}
+inline std::string_view to_string(StepStatus value) { return enum_name(value); }
 
 struct InstallStep {
   std::string step;  // verify, read_slots, flash, activate, health_check, rollback, run_installer
@@ -42,7 +50,21 @@ enum class FirmwarePhase {
   rolled_back,  // the new firmware was refused and every chip runs its previous image again
   quarantined,  // a rollback failed: chips may run mixed or broken firmware
 };
-std::string_view to_string(FirmwarePhase phase);
+constexpr EnumTable<FirmwarePhase, 10> enum_names(FirmwarePhase) {
+  return {{
+      {FirmwarePhase::verifying, "verifying"},
+      {FirmwarePhase::reading_slots, "reading_slots"},
+      {FirmwarePhase::flashing, "flashing"},
+      {FirmwarePhase::activating, "activating"},
+      {FirmwarePhase::health_check, "health_check"},
+      {FirmwarePhase::rolling_back, "rolling_back"},
+      {FirmwarePhase::kept, "kept"},
+      {FirmwarePhase::unchanged, "unchanged"},
+      {FirmwarePhase::rolled_back, "rolled_back"},
+      {FirmwarePhase::quarantined, "quarantined"},
+  }};
+}
+inline std::string_view to_string(FirmwarePhase value) { return enum_name(value); }
 bool is_final(FirmwarePhase phase);
 // Only kept, unchanged and rolled_back: the node runs one known firmware everywhere.
 bool fit_for_work(FirmwarePhase phase);

@@ -104,18 +104,6 @@ json step_json(const InstallStep& step) {
 
 }  // namespace
 
-std::string_view to_string(InstallOutcome outcome) {
-  switch (outcome) {
-    case InstallOutcome::installed: return "installed";
-    case InstallOutcome::already_installed: return "already_installed";
-    case InstallOutcome::refused: return "refused";
-    case InstallOutcome::not_installed: return "not_installed";
-    case InstallOutcome::rolled_back: return "rolled_back";
-    case InstallOutcome::quarantined: return "quarantined";
-  }
-  return "";
-}
-
 InstallReport install_firmware(drivers::Driver& driver, const PackageEntry& entry,
                                const InstallOptions& options, const HealthCheck& health_check) {
   KILN_ASSERT(entry.kind == PackageKind::firmware, "install_firmware takes firmware packages");

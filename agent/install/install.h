@@ -16,6 +16,7 @@
 #include "agent/host/agent_config.h"
 #include "agent/install/firmware_install.h"
 #include "agent/install/package.h"
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 #include "drivers/loader.h"
@@ -45,7 +46,17 @@ enum class InstallOutcome {
   rolled_back,        // the new firmware failed and every chip runs its previous image again
   quarantined,        // the node may run a half-installed stack: it must not take work
 };
-std::string_view to_string(InstallOutcome outcome);
+constexpr EnumTable<InstallOutcome, 6> enum_names(InstallOutcome) {
+  return {{
+      {InstallOutcome::installed, "installed"},
+      {InstallOutcome::already_installed, "already_installed"},
+      {InstallOutcome::refused, "refused"},
+      {InstallOutcome::not_installed, "not_installed"},
+      {InstallOutcome::rolled_back, "rolled_back"},
+      {InstallOutcome::quarantined, "quarantined"},
+  }};
+}
+inline std::string_view to_string(InstallOutcome value) { return enum_name(value); }
 
 struct InstallReport {
   PackageKind kind = PackageKind::firmware;

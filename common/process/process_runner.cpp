@@ -257,16 +257,6 @@ void prepare_child(pid_t agent_pid, int cgroup_procs_fd) {
 
 }  // namespace
 
-std::string_view to_string(ProcessOutcome outcome) {
-  switch (outcome) {
-    case ProcessOutcome::exited: return "exited";
-    case ProcessOutcome::timed_out: return "timed_out";
-    case ProcessOutcome::cancelled: return "cancelled";
-    case ProcessOutcome::failed_to_start: return "failed_to_start";
-  }
-  return "failed_to_start";
-}
-
 struct ProcessRunner::Impl {
   mutable std::mutex mutex;
   std::map<ProcessId, Child> children;  // started and not yet reaped

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 
@@ -48,8 +49,16 @@ enum class ProcessOutcome {
   cancelled,        // stopped by cancel()
   failed_to_start,  // never ran; detail says why
 };
+constexpr EnumTable<ProcessOutcome, 4> enum_names(ProcessOutcome) {
+  return {{
+      {ProcessOutcome::exited, "exited"},
+      {ProcessOutcome::timed_out, "timed_out"},
+      {ProcessOutcome::cancelled, "cancelled"},
+      {ProcessOutcome::failed_to_start, "failed_to_start"},
+  }};
+}
 
-std::string_view to_string(ProcessOutcome outcome);
+inline std::string_view to_string(ProcessOutcome value) { return enum_name(value); }
 
 struct ProcessExit {
   ProcessId id = 0;

@@ -6,17 +6,6 @@
 
 namespace kiln::coordinator {
 
-std::string_view to_string(AttemptPhase phase) {
-  switch (phase) {
-    case AttemptPhase::waiting: return "waiting";
-    case AttemptPhase::start_deferred: return "start_deferred";
-    case AttemptPhase::dispatched: return "dispatched";
-    case AttemptPhase::under_notice: return "under_notice";
-    case AttemptPhase::revoked: return "revoked";
-  }
-  return "?";
-}
-
 bool attempt_transition_allowed(AttemptPhase from, AttemptPhase to) {
   using P = AttemptPhase;
   switch (from) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/enum_names.h"
 #include "common/time.h"
 #include "coordinator/scheduler/types.h"
 
@@ -22,8 +23,17 @@ enum class AttemptPhase {
   under_notice,    // dispatched and told to checkpoint and exit before its grace deadline
   revoked,         // the grace ended and the scheduler revoked it; it is queued again next
 };
+constexpr EnumTable<AttemptPhase, 5> enum_names(AttemptPhase) {
+  return {{
+      {AttemptPhase::waiting, "waiting"},
+      {AttemptPhase::start_deferred, "start_deferred"},
+      {AttemptPhase::dispatched, "dispatched"},
+      {AttemptPhase::under_notice, "under_notice"},
+      {AttemptPhase::revoked, "revoked"},
+  }};
+}
 
-std::string_view to_string(AttemptPhase phase);
+inline std::string_view to_string(AttemptPhase value) { return enum_name(value); }
 
 // An attempt told to stop (revoked, failed over, or left behind by a restarted agent) that may
 // still run on its node: the next attempt starts there only once it is gone.

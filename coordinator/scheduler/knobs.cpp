@@ -8,22 +8,6 @@
 
 namespace kiln::scheduler {
 
-std::string_view to_string(Policy policy) {
-  switch (policy) {
-    case Policy::kiln: return "kiln";
-    case Policy::fifo: return "fifo";
-    case Policy::strict_priority: return "strict_priority";
-  }
-  return "kiln";
-}
-
-std::optional<Policy> parse_policy(std::string_view name) {
-  for (Policy p : {Policy::kiln, Policy::fifo, Policy::strict_priority}) {
-    if (to_string(p) == name) return p;
-  }
-  return std::nullopt;
-}
-
 std::optional<int> SchedulerKnobs::quota(RequestClass cls, const std::string& revision) const {
   auto it = quota_chips.find({cls, revision});
   if (it == quota_chips.end()) return std::nullopt;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
 #include "coordinator/scheduler/types.h"
@@ -22,8 +23,15 @@ namespace kiln::scheduler {
 // fifo: one queue in arrival order, the head blocks everything behind it, no preemption.
 // strict_priority: class then age, whatever fits starts, no reservations, quotas or preemption.
 enum class Policy { kiln, fifo, strict_priority };
-std::string_view to_string(Policy policy);
-std::optional<Policy> parse_policy(std::string_view name);
+constexpr EnumTable<Policy, 3> enum_names(Policy) {
+  return {{
+      {Policy::kiln, "kiln"},
+      {Policy::fifo, "fifo"},
+      {Policy::strict_priority, "strict_priority"},
+  }};
+}
+inline std::string_view to_string(Policy value) { return enum_name(value); }
+inline std::optional<Policy> parse_policy(std::string_view name) { return enum_from_name<Policy>(name); }
 
 struct SchedulerKnobs {
   Policy policy = Policy::kiln;

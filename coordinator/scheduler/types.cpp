@@ -4,34 +4,6 @@
 
 namespace kiln::scheduler {
 
-std::string_view to_string(RequestClass cls) {
-  switch (cls) {
-    case RequestClass::release: return "release";
-    case RequestClass::presubmit: return "presubmit";
-    case RequestClass::bisect: return "bisect";
-    case RequestClass::nightly: return "nightly";
-    case RequestClass::experiment: return "experiment";
-  }
-  return "experiment";
-}
-
-std::optional<RequestClass> parse_request_class(std::string_view name) {
-  for (RequestClass cls : kAllClasses) {
-    if (to_string(cls) == name) return cls;
-  }
-  return std::nullopt;
-}
-
-std::string_view to_string(NodeState state) {
-  switch (state) {
-    case NodeState::up: return "up";
-    case NodeState::draining: return "draining";
-    case NodeState::quarantined: return "quarantined";
-    case NodeState::lost: return "lost";
-  }
-  return "lost";
-}
-
 std::string format_clock(TimeMs t) {
   const TimeMs day_ms = 24 * kHourMs;
   TimeMs day = t >= 0 ? t / day_ms : -1 - (-t - 1) / day_ms;

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/time.h"
 
 namespace kiln::scheduler {
@@ -19,17 +20,34 @@ using LeaseId = std::uint64_t;
 
 // Highest priority first; the numeric value is the rank (smaller wins).
 enum class RequestClass : int { release = 0, presubmit = 1, bisect = 2, nightly = 3, experiment = 4 };
-constexpr int kClassCount = 5;
-constexpr std::array<RequestClass, kClassCount> kAllClasses = {
-    RequestClass::release, RequestClass::presubmit, RequestClass::bisect, RequestClass::nightly,
-    RequestClass::experiment};
+constexpr EnumTable<RequestClass, 5> enum_names(RequestClass) {
+  return {{
+      {RequestClass::release, "release"},
+      {RequestClass::presubmit, "presubmit"},
+      {RequestClass::bisect, "bisect"},
+      {RequestClass::nightly, "nightly"},
+      {RequestClass::experiment, "experiment"},
+  }};
+}
+constexpr auto kAllClasses = enum_values<RequestClass>();
+constexpr int kClassCount = static_cast<int>(kAllClasses.size());
 
-std::string_view to_string(RequestClass cls);
-std::optional<RequestClass> parse_request_class(std::string_view name);
+inline std::string_view to_string(RequestClass value) { return enum_name(value); }
+inline std::optional<RequestClass> parse_request_class(std::string_view name) {
+  return enum_from_name<RequestClass>(name);
+}
 constexpr int rank(RequestClass cls) { return static_cast<int>(cls); }
 
 enum class NodeState { up, draining, quarantined, lost };
-std::string_view to_string(NodeState state);
+constexpr EnumTable<NodeState, 4> enum_names(NodeState) {
+  return {{
+      {NodeState::up, "up"},
+      {NodeState::draining, "draining"},
+      {NodeState::quarantined, "quarantined"},
+      {NodeState::lost, "lost"},
+  }};
+}
+inline std::string_view to_string(NodeState value) { return enum_name(value); }
 
 // One chip as the agent reports it (hwloc): its index on the node and where it sits.
 struct ChipInfo {
