@@ -1,9 +1,8 @@
-// agent.toml. The loader takes a path, so each input is written to a scratch file.
+// agent.toml, from memory: the text and the name its errors give as the file.
 #include "agent/host/agent_config.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string path = kiln::fuzz::ScratchDir::get().write("agent.toml", kiln::fuzz::as_text(data, size));
-  (void)kiln::agent::load_agent_config(path);
+  (void)kiln::agent::agent_config_from_text(kiln::fuzz::as_text(data, size), "/etc/kiln/agent.toml");
   return 0;
 }

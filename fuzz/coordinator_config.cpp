@@ -1,9 +1,8 @@
-// coordinator.toml. The loader takes a path, so each input is written to a scratch file.
+// coordinator.toml, from memory: the text and the name its errors give as the file.
 #include "coordinator/shell/coordinator_config.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string path = kiln::fuzz::ScratchDir::get().write("coordinator.toml", kiln::fuzz::as_text(data, size));
-  (void)kiln::coordinator::load_coordinator_config(path);
+  (void)kiln::coordinator::coordinator_config_from_text(kiln::fuzz::as_text(data, size), "/etc/kiln/coordinator.toml");
   return 0;
 }

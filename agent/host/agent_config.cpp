@@ -452,8 +452,11 @@ Result<AgentConfig> load_agent_config(const std::string& path) {
   }
   std::ostringstream text;
   text << file.rdbuf();
+  return agent_config_from_text(text.str(), path);
+}
 
-  auto parsed = config::parse_toml(text.str(), path, "fix the file and run `kiln-agent check-config` again");
+Result<AgentConfig> agent_config_from_text(std::string_view text, const std::string& path) {
+  auto parsed = config::parse_toml(text, path, "fix the file and run `kiln-agent check-config` again");
   if (!parsed) return tl::unexpected(parsed.error());
   const toml::table& root = *parsed;
 

@@ -87,6 +87,8 @@ struct AgentConfig {
 // "file:line:column: what is wrong", unknown keys included. Relative paths resolve against
 // the directory of the config file.
 Result<AgentConfig> load_agent_config(const std::string& path);
+// The same from the file's text; `path` names the file in errors and is the base of relative paths.
+Result<AgentConfig> agent_config_from_text(std::string_view text, const std::string& path);
 
 // Checks what the file alone cannot tell: the key files, driver library and workload
 // programs exist (the secret key not readable by group or others), the work dir is usable

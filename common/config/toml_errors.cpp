@@ -26,13 +26,19 @@ Result<toml::table> parse_toml(std::string_view text, std::string_view source, s
   }
 }
 
-Result<toml::table> parse_toml_file(const std::string& path, std::string_view what, std::string_view unreadable_remedy,
-                                    std::string_view syntax_remedy) {
+Result<std::string> read_text_file(const std::string& path, std::string_view what, std::string_view unreadable_remedy) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail(Errc::io, fmt::format("cannot read {} {}: {}; {}", what, path, std::strerror(errno), unreadable_remedy));
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_toml(text.str(), path, syntax_remedy);
+  return text.str();
+}
+
+Result<toml::table> parse_toml_file(const std::string& path, std::string_view what, std::string_view unreadable_remedy,
+                                    std::string_view syntax_remedy) {
+  auto text = read_text_file(path, what, unreadable_remedy);
+  if (!text) return tl::unexpected(text.error());
+  return parse_toml(*text, path, syntax_remedy);
 }
 
 std::optional<std::string> nearest_name(std::string_view name, const std::vector<std::string_view>& known) {

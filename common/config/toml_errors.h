@@ -21,8 +21,11 @@ std::string where(std::string_view source, const toml::source_region& region);
 // Parses TOML text. A syntax error is "source:line:column: not valid TOML: what; remedy".
 Result<toml::table> parse_toml(std::string_view text, std::string_view source, std::string_view remedy);
 
-// Reads and parses a file. One that cannot be read is an Errc::io "cannot read WHAT PATH:
-// reason; unreadable_remedy"; a syntax error is as in parse_toml.
+// The whole file. One that cannot be read is an Errc::io "cannot read WHAT PATH: reason;
+// unreadable_remedy".
+Result<std::string> read_text_file(const std::string& path, std::string_view what, std::string_view unreadable_remedy);
+
+// Reads and parses a file: read_text_file, then parse_toml with the path as the source.
 Result<toml::table> parse_toml_file(const std::string& path, std::string_view what, std::string_view unreadable_remedy,
                                     std::string_view syntax_remedy);
 

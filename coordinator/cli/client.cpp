@@ -79,10 +79,15 @@ std::string resolve(const fs::path& base, const std::string& path) {
 }  // namespace
 
 Result<ClientConfig> load_client_config(const std::string& path) {
-  auto root = config::parse_toml_file(path, "the client config",
-                                      "pass --config, set KILN_CONFIG, or create ~/.config/kiln/client.toml (see "
-                                      "docs/operations.md)",
-                                      "fix the file");
+  auto text = config::read_text_file(path, "the client config",
+                                     "pass --config, set KILN_CONFIG, or create ~/.config/kiln/client.toml (see "
+                                     "docs/operations.md)");
+  if (!text) return fail(Errc::config, text.error().message);
+  return client_config_from_text(*text, path);
+}
+
+Result<ClientConfig> client_config_from_text(std::string_view text, const std::string& path) {
+  auto root = config::parse_toml(text, path, "fix the file");
   if (!root) return fail(Errc::config, root.error().message);
   if (auto ok = config::check_known_keys(path, *root, "client.toml",
                                          {"coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms"});

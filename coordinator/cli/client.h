@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/keys.h"
@@ -25,6 +26,8 @@ struct ClientConfig {
 // A missing, unreadable or invalid key file is found by connect(), as an Errc::config error
 // naming the line of client.toml that points at it.
 Result<ClientConfig> load_client_config(const std::string& path);
+// The same from the file's text; `path` names the file in errors and is the base of relative paths.
+Result<ClientConfig> client_config_from_text(std::string_view text, const std::string& path);
 
 class Client {
  public:

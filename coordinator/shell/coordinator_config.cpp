@@ -79,8 +79,13 @@ std::string resolve(const fs::path& base, const std::string& path) {
 }  // namespace
 
 Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
-  auto parsed = config::parse_toml_file(path, "the coordinator config", "pass the coordinator's config with --config",
-                                        "fix the file and run `kiln-coordinator check-config` again");
+  auto text = config::read_text_file(path, "the coordinator config", "pass the coordinator's config with --config");
+  if (!text) return fail(Errc::config, text.error().message);
+  return coordinator_config_from_text(*text, path);
+}
+
+Result<CoordinatorConfig> coordinator_config_from_text(std::string_view text, const std::string& path) {
+  auto parsed = config::parse_toml(text, path, "fix the file and run `kiln-coordinator check-config` again");
   if (!parsed) return fail(Errc::config, parsed.error().message);
   const toml::table& root = *parsed;
   const fs::path base = fs::absolute(path).parent_path();

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/keys.h"
@@ -34,6 +35,8 @@ struct CoordinatorConfig {
 // Relative paths resolve against the file's directory. Errors name the file, the line and
 // what to change.
 Result<CoordinatorConfig> load_coordinator_config(const std::string& path);
+// The same from the file's text; `path` names the file in errors and is the base of relative paths.
+Result<CoordinatorConfig> coordinator_config_from_text(std::string_view text, const std::string& path);
 
 // The coordinator's keypair from secret_key_file; a problem (missing, unreadable, open
 // permissions) names the file and line of the config that points at it.

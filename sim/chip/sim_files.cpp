@@ -138,8 +138,8 @@ Result<std::string> toml_scalar_text(const std::string& key, const toml::node& n
               "sim option " + key + " must be a string or a number in the sim node TOML");
 }
 
-Status apply_toml_file(SimOptions& options, const fs::path& path) {
-  auto table = config::parse_toml_file(path.string(), "sim node TOML", "check the config= path", "fix the file");
+Status apply_toml_text(SimOptions& options, std::string_view text, const fs::path& path) {
+  auto table = config::parse_toml(text, path.string(), "fix the file");
   if (!table) return fail(Errc::config, table.error().message);
   const fs::path base_dir = fs::absolute(path).parent_path();
   for (const auto& [key, node] : *table) {
@@ -153,7 +153,22 @@ Status apply_toml_file(SimOptions& options, const fs::path& path) {
   return {};
 }
 
-std::string digest_of(const std::string& bytes) {
+Status apply_toml_file(SimOptions& options, const fs::path& path) {
+  auto text = config::read_text_file(path.string(), "sim node TOML", "check the config= path");
+  if (!text) return fail(Errc::config, text.error().message);
+  return apply_toml_text(options, *text, path);
+}
+
+Result<SimOptions> finish_options(SimOptions options) {
+  if (options.state_dir.empty()) {
+    return fail(Errc::config, "sim driver options lack state_dir; give the folder that keeps "
+                              "the simulated chips' state (firmware slots, bindings, faults)");
+  }
+  options.state_dir = fs::absolute(options.state_dir);
+  return options;
+}
+
+std::string digest_of(std::string_view bytes) {
   std::uint64_t h = 0xCBF29CE484222325ull;
   for (unsigned char c : bytes) h = (h ^ c) * 0x100000001B3ull;
   char out[17];
@@ -257,22 +272,27 @@ Result<SimOptions> parse_sim_options(std::string_view text) {
       if (auto ok = apply_option(out, key, value, cwd); !ok) return tl::unexpected(ok.error());
     }
   }
-  if (out.state_dir.empty()) {
-    return fail(Errc::config, "sim driver options lack state_dir; give the folder that keeps "
-                              "the simulated chips' state (firmware slots, bindings, faults)");
-  }
-  out.state_dir = fs::absolute(out.state_dir);
-  return out;
+  return finish_options(std::move(out));
+}
+
+Result<SimOptions> parse_sim_options_toml(std::string_view text, const fs::path& path) {
+  SimOptions out;
+  if (auto ok = apply_toml_text(out, text, path); !ok) return tl::unexpected(ok.error());
+  return finish_options(std::move(out));
 }
 
 Result<FaultFile> read_fault_file(const fs::path& path, TimeMs now) {
   auto bytes = read_whole_file(path, "sim fault file");
   if (!bytes) return tl::unexpected(bytes.error());
-  auto parsed = config::parse_toml(*bytes, path.string(), "fix the sim fault file");
+  return parse_fault_file(*bytes, path, now);
+}
+
+Result<FaultFile> parse_fault_file(std::string_view bytes, const fs::path& path, TimeMs now) {
+  auto parsed = config::parse_toml(bytes, path.string(), "fix the sim fault file");
   if (!parsed) return tl::unexpected(parsed.error());
   const toml::table& table = *parsed;
   FaultFile out;
-  out.digest = digest_of(*bytes);
+  out.digest = digest_of(bytes);
   if (auto ok = config::check_known_keys(path.string(), table, "a sim fault file (use [[fault]] tables only)",
                                          {"fault"});
       !ok) {
@@ -325,7 +345,11 @@ Result<NodeState> read_node_state(const fs::path& state_dir) {
   }
   auto bytes = read_whole_file(file, "sim state file");
   if (!bytes) return tl::unexpected(bytes.error());
-  auto parsed = config::parse_toml(*bytes, file.string(),
+  return parse_node_state(*bytes, file);
+}
+
+Result<NodeState> parse_node_state(std::string_view bytes, const fs::path& file) {
+  auto parsed = config::parse_toml(bytes, file.string(),
                                    "remove the state directory to start a fresh simulated node");
   if (!parsed) return fail(Errc::io, "sim state file is damaged: " + parsed.error().message);
   const toml::table& table = *parsed;

@@ -34,6 +34,9 @@ inline constexpr std::uint32_t kMaxChipCount = 64;
 // a TOML with config=PATH; the inline keys then override it. Relative paths inside a TOML are
 // resolved from the TOML's folder.
 Result<SimOptions> parse_sim_options(std::string_view options);
+// The TOML form from the file's text; `path` names the file in errors and is the base of
+// relative paths.
+Result<SimOptions> parse_sim_options_toml(std::string_view text, const std::filesystem::path& path);
 
 struct FileFault {
   std::uint32_t chip = 0;
@@ -47,9 +50,13 @@ struct FaultFile {
 
 // [[fault]] tables with chip, kind, and optional factor and mode.
 Result<FaultFile> read_fault_file(const std::filesystem::path& path, TimeMs now);
+// The same from the file's bytes; `path` names the file in errors.
+Result<FaultFile> parse_fault_file(std::string_view bytes, const std::filesystem::path& path, TimeMs now);
 
 // not_found when the directory holds no node yet.
 Result<NodeState> read_node_state(const std::filesystem::path& state_dir);
+// The state file's text; `file` names it in errors.
+Result<NodeState> parse_node_state(std::string_view bytes, const std::filesystem::path& file);
 Status write_node_state(const std::filesystem::path& state_dir, const NodeState& state);
 
 // An exclusive advisory lock on the state directory for read-modify-write.

@@ -1,0 +1,77 @@
+// The in-memory entry points of the loaders that read a file (the fuzz targets use them) say
+// exactly what the path-based ones say about the same text, file and line included.
+#include <doctest/doctest.h>
+
+#include "agent/host/agent_config.h"
+#include "coordinator/cli/client.h"
+#include "coordinator/shell/coordinator_config.h"
+#include "sim/chip/sim_files.h"
+#include "tests/support/temp_dir.h"
+
+namespace {
+
+template <class T>
+void check_same_error(const kiln::Result<T>& from_file, const kiln::Result<T>& from_text, const std::string& where) {
+  REQUIRE_FALSE(from_file);
+  REQUIRE_FALSE(from_text);
+  CHECK(from_text.error().code == from_file.error().code);
+  CHECK(from_text.error().message == from_file.error().message);
+  CHECK(from_text.error().message.find(where) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("coordinator, client and agent configs from text report what the file loaders report") {
+  kiln::testing::TempDir dir("kiln-from-text");
+  const std::string bad = "# config\n\n[coordinator]\nlog_levl = \"info\"\n";
+  const std::string coordinator = dir.write("coordinator.toml", bad);
+  check_same_error(kiln::coordinator::load_coordinator_config(coordinator),
+                   kiln::coordinator::coordinator_config_from_text(bad, coordinator), coordinator + ":4");
+
+  const std::string client_text = "coordinator = \"tcp://127.0.0.1:7602\"\ntimeout_ms = 5\n";
+  const std::string client = dir.write("client.toml", client_text);
+  check_same_error(kiln::cli::load_client_config(client), kiln::cli::client_config_from_text(client_text, client),
+                   client + ":2");
+
+  const std::string agent_text = "[agent]\nnode_id = \"n01\"\n\n[knobs]\nno_such_knob = 1\n";
+  const std::string agent = dir.write("agent.toml", agent_text);
+  check_same_error(kiln::agent::load_agent_config(agent), kiln::agent::agent_config_from_text(agent_text, agent),
+                   agent + ":5");
+}
+
+TEST_CASE("client config from text resolves relative key files against the named file's folder") {
+  kiln::testing::TempDir dir("kiln-from-text");
+  const std::string text =
+      "coordinator = \"tcp://127.0.0.1:7602\"\ncoordinator_public_key_file = \"keys/coordinator.pub\"\n"
+      "secret_key_file = \"keys/me.secret\"\n";
+  const std::string path = dir.write("etc/client.toml", text);
+  auto from_file = kiln::cli::load_client_config(path);
+  auto from_text = kiln::cli::client_config_from_text(text, path);
+  REQUIRE(from_file);
+  REQUIRE(from_text);
+  CHECK(from_text->secret_key_file == (dir.path() / "etc/keys/me.secret").string());
+  CHECK(from_text->coordinator_public_key_file == from_file->coordinator_public_key_file);
+  CHECK(from_text->secret_key_file_origin == from_file->secret_key_file_origin);
+}
+
+TEST_CASE("sim node options, fault file and node state from text report what the file readers report") {
+  kiln::testing::TempDir dir("kiln-from-text");
+  const std::string options_text = "state_dir = \"state\"\nfirmware_version = 7\nno_such_option = 1\n";
+  const std::string options = dir.write("node.toml", options_text);
+  check_same_error(kiln::sim::parse_sim_options(options), kiln::sim::parse_sim_options_toml(options_text, options),
+                   options + ":3");
+  const std::string good_options = "state_dir = \"state\"\n";
+  auto resolved = kiln::sim::parse_sim_options_toml(good_options, dir.write("good.toml", good_options));
+  REQUIRE(resolved);
+  CHECK(resolved->state_dir == dir.path() / "state");
+
+  const std::string faults_text = "[[fault]]\nchip = 0\nkind = \"thermal\"\ncolour = 1\n";
+  const std::string faults = dir.write("faults.toml", faults_text);
+  check_same_error(kiln::sim::read_fault_file(faults, 1000), kiln::sim::parse_fault_file(faults_text, faults, 1000),
+                   faults + ":4");
+
+  const std::string state_text = "format = 1\nnode_id = [\n";
+  const std::string state = dir.write("state/state.toml", state_text);
+  check_same_error(kiln::sim::read_node_state(dir.path() / "state"), kiln::sim::parse_node_state(state_text, state),
+                   state + ":2");
+}
