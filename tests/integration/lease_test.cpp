@@ -223,12 +223,12 @@ TEST_CASE("kiln diag on a node whose 8 chips a developer leases waits for the le
   auto dev = fleet.client("dev");  // also writes the client config kiln_in_background uses
   REQUIRE(Fleet::eventually([&] { return node_up(*lab, "n03"); }, 15s));
 
-  auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "8", "--rev", "a", "--hours", "1"}, "lease.out");
+  auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "8", "--rev", "a", "--duration", "1h"}, "lease.out");
   REQUIRE(Fleet::eventually([&] { return read_text(fleet.dir() / "lease.out").find("granted") != std::string::npos; },
                             15s));
   REQUIRE(read_text(fleet.dir() / "lease.out").find("lease L1 granted") != std::string::npos);
 
-  auto diag = kiln_in_background(fleet, "lab1", {"diag", "--node", "n03", "--level", "2"}, "diag.out");
+  auto diag = kiln_in_background(fleet, "lab1", {"diag", "n03", "--level", "2"}, "diag.out");
   std::uint64_t diag_job = 0;
   REQUIRE(Fleet::eventually(
       [&] {
@@ -248,7 +248,7 @@ TEST_CASE("kiln diag on a node whose 8 chips a developer leases waits for the le
   std::string out;
   REQUIRE(fleet.kiln("dev", {"leases"}, &out) == 0);
   CHECK_MESSAGE(out.find("granted") != std::string::npos, out);
-  REQUIRE(fleet.kiln("lab1", {"queue", "--why", std::to_string(diag_job)}, &out) == 0);
+  REQUIRE(fleet.kiln("lab1", {"queue", std::to_string(diag_job)}, &out) == 0);
   // It waits for the whole node, which the lease holds until its expiry in an hour at the latest.
   CHECK_MESSAGE(out.find("node n03 needs 1 whole free nodes") != std::string::npos, out);
   CHECK_MESSAGE(out.find("expected to start at") != std::string::npos, out);
