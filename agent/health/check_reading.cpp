@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/health/check_result.h"
+#include "common/health/check_result.h"
 
 namespace kiln::agent::health {
 namespace {

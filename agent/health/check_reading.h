@@ -9,11 +9,15 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/health/check_result.h"
 #include "drivers/loader.h"
 
 #include "common/enum_names.h"
 
 namespace kiln::agent::health {
+
+// Results and reports are common/health's, where the kiln client reads them too.
+using namespace kiln::health;
 
 // driver: loads the backend (ABI check), reports its version and chip count.
 // chip_firmware: identity and firmware slots of one chip.

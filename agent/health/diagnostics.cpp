@@ -262,39 +262,7 @@ void append(std::vector<CheckResult>& to, std::vector<CheckResult> from) {
   for (auto& result : from) to.push_back(std::move(result));
 }
 
-json result_json(const CheckResult& r) {
-  json out = {{"check", r.check},
-              {"chip", nullptr},
-              {"status", std::string(to_string(r.status))},
-              {"reason_code", r.reason_code},
-              {"category", r.category},
-              {"message", r.message},
-              {"recommended_action", r.recommended_action},
-              {"duration_s", r.duration_s},
-              {"measured", r.measured},
-              {"attributes", r.attributes}};
-  if (r.chip) out["chip"] = *r.chip;
-  return out;
-}
-
-std::string upper(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
-
 }  // namespace
-
-std::string format_timestamp_utc(TimeMs at_ms) {
-  const std::time_t seconds = static_cast<std::time_t>(at_ms / 1000);
-  std::tm utc{};
-  ::gmtime_r(&seconds, &utc);
-  char text[40];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-  char millis[8];
-  std::snprintf(millis, sizeof millis, ".%03dZ", static_cast<int>(at_ms % 1000));
-  return std::string(text) + millis;
-}
 
 Result<DiagOptions> default_diag_options(const AgentConfig& config) {
   DiagOptions options;
@@ -435,72 +403,6 @@ Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
     append(*results, std::move(*probes));
   }
   return results;
-}
-
-std::string check_result_to_json(const CheckResult& result) {
-  return result_json(result).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-Result<CheckResult> parse_check_result_json(std::string_view text) {
-  try {
-    const json in = json::parse(text);
-    CheckResult r;
-    r.check = in.at("check").get<std::string>();
-    if (!in.at("chip").is_null()) r.chip = in.at("chip").get<std::uint32_t>();
-    auto status = parse_check_status(in.at("status").get<std::string>());
-    if (!status) return tl::unexpected(status.error());
-    r.status = *status;
-    r.reason_code = in.at("reason_code").get<std::string>();
-    r.category = in.at("category").get<std::string>();
-    r.message = in.at("message").get<std::string>();
-    r.recommended_action = in.at("recommended_action").get<std::string>();
-    r.duration_s = in.at("duration_s").get<double>();
-    r.measured = in.at("measured").get<std::map<std::string, double>>();
-    r.attributes = in.at("attributes").get<std::map<std::string, std::string>>();
-    return r;
-  } catch (const json::exception& error) {
-    return fail(Errc::bad_message,
-                std::string("unreadable check result JSON (") + error.what() +
-                    "); it must hold check, chip, status, reason_code, category, message, "
-                    "recommended_action, duration_s, measured and attributes");
-  }
-}
-
-std::string format_diag_json(const DiagReport& report) {
-  json results = json::array();
-  for (const auto& result : report.results) results.push_back(result_json(result));
-  json out = {{"level", report.level},
-              {"node", report.node},
-              {"revision", report.revision},
-              {"verdict", std::string(to_string(report.verdict))},
-              {"summary", summarize(report.results)},
-              {"started_at", format_timestamp_utc(report.started_at_ms)},
-              {"finished_at", format_timestamp_utc(report.finished_at_ms)},
-              {"duration_s", static_cast<double>(report.finished_at_ms - report.started_at_ms) / 1000.0},
-              {"results", std::move(results)}};
-  return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-}
-
-std::string format_diag_text(const DiagReport& report) {
-  std::string out = "kiln diagnostics level " + std::to_string(report.level) + " on node " +
-                    (report.node.empty() ? "(unnamed)" : report.node) + ", revision " +
-                    (report.revision.empty() ? "unknown" : report.revision) + ": " +
-                    upper(to_string(report.verdict)) + "\n";
-  char took[32];
-  std::snprintf(took, sizeof took, "%.1f",
-                static_cast<double>(report.finished_at_ms - report.started_at_ms) / 1000.0);
-  out += "started " + format_timestamp_utc(report.started_at_ms) + ", took " + took + " s\n\n";
-  for (const auto& r : report.results) {
-    std::string subject = r.check + (r.chip ? " [chip " + std::to_string(*r.chip) + "]" : "");
-    subject.resize(std::max<std::size_t>(subject.size(), 28), ' ');
-    out += "  " + upper(to_string(r.status)) + "  " + subject + " " + r.message + "\n";
-    if (r.status != CheckStatus::pass) {
-      out += "        reason " + r.reason_code + ", category " + r.category + "\n";
-      if (!r.recommended_action.empty()) out += "        action: " + r.recommended_action + "\n";
-    }
-  }
-  out += "\n" + summarize(report.results) + "\n";
-  return out;
 }
 
 int run_diag_command(const AgentConfig& config, int level, bool json_output, std::ostream& out,

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "agent/health/check_reading.h"
-#include "agent/health/check_result.h"
 #include "agent/health/targets.h"
 #include "agent/host/agent_config.h"
+#include "common/health/diag_report.h"
 #include "common/error.h"
 #include "common/time.h"
 
@@ -48,16 +48,6 @@ struct DiagOptions {
 // Targets from `health-targets.toml` beside agent.toml when that file exists (else the
 // defaults), quick deadlines from knobs.probe_timeout_ms, helper output under work_dir.
 Result<DiagOptions> default_diag_options(const AgentConfig& config);
-
-struct DiagReport {
-  int level = 1;
-  std::string node;
-  std::string revision;  // "" when no chip answered and no override is set
-  std::vector<CheckResult> results;
-  CheckStatus verdict = CheckStatus::skip;
-  TimeMs started_at_ms = 0;   // wall clock, milliseconds since the epoch
-  TimeMs finished_at_ms = 0;
-};
 
 // One planned helper run.
 struct PlannedCheck {
@@ -98,14 +88,6 @@ Result<NodeIdentityReading> read_node_identity(const AgentConfig& config,
 // the unprobed_chips (a skip result each).
 Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
                                             const DiagOptions& options);
-
-// "2026-11-30T04:53:51.963Z" for milliseconds since the epoch, as reports show times.
-std::string format_timestamp_utc(TimeMs at_ms);
-
-std::string format_diag_text(const DiagReport& report);
-std::string format_diag_json(const DiagReport& report);
-std::string check_result_to_json(const CheckResult& result);
-Result<CheckResult> parse_check_result_json(std::string_view json);
 
 // `kiln-agent diag --level N [--json]`. Exit code: 0 pass or warn (warnings printed),
 // 1 fail, 2 diagnostics could not run (message on err) or every check was skipped.

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "agent/health/check_reading.h"
-#include "agent/health/check_result.h"
+#include "common/health/check_result.h"
 #include "agent/health/targets.h"
 #include "common/time.h"
 #include "drivers/loader.h"

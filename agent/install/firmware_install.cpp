@@ -145,12 +145,12 @@ void FirmwareInstall::on_activated(std::uint32_t chip, const Status& result,
   start_rollback(why);
 }
 
-void FirmwareInstall::on_health_checked(health::CheckStatus verdict, const std::string& summary,
+void FirmwareInstall::on_health_checked(kiln::health::CheckStatus verdict, const std::string& summary,
                                         TimeMs now_ms) {
   KILN_ASSERT(phase_ == FirmwarePhase::health_check, "the health check runs after activation");
-  if (verdict == health::CheckStatus::pass || verdict == health::CheckStatus::warn) {
+  if (verdict == kiln::health::CheckStatus::pass || verdict == kiln::health::CheckStatus::warn) {
     step("health_check", std::nullopt, StepStatus::ok, summary, now_ms);
-    reason_ = verdict == health::CheckStatus::warn
+    reason_ = verdict == kiln::health::CheckStatus::warn
                   ? "kept firmware " + version_ + " with health warnings: " + summary
                   : "";
     phase_ = FirmwarePhase::kept;
@@ -159,7 +159,7 @@ void FirmwareInstall::on_health_checked(health::CheckStatus verdict, const std::
   step("health_check", std::nullopt, StepStatus::failed, summary, now_ms);
   // A check that could not judge the chips (skip) cannot vouch for the new image either.
   start_rollback("the post-install health check " +
-                     std::string(verdict == health::CheckStatus::fail ? "failed" : "could not run") +
+                     std::string(verdict == kiln::health::CheckStatus::fail ? "failed" : "could not run") +
                      ": " + summary);
 }
 

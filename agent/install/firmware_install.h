@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/health/check_result.h"
+#include "common/health/check_result.h"
 #include "common/enum_names.h"
 #include "common/error.h"
 #include "common/time.h"
@@ -104,7 +104,7 @@ class FirmwareInstall {
   // reads its slots), so it is rolled back with the others.
   void on_activated(std::uint32_t chip, const Status& result, bool running_new_image,
                     TimeMs now_ms);
-  void on_health_checked(health::CheckStatus verdict, const std::string& summary, TimeMs now_ms);
+  void on_health_checked(kiln::health::CheckStatus verdict, const std::string& summary, TimeMs now_ms);
   void on_rolled_back(std::uint32_t chip, const Status& result, TimeMs now_ms);
 
  private:

@@ -51,12 +51,12 @@ void add_step(InstallReport& report, std::string step, std::optional<std::uint32
 }
 
 // "fail (20 pass, 0 warn, 4 fail, 0 skip): link [chip 1] link_down, ..."
-std::string health_summary(const health::DiagReport& diag) {
-  std::string out = std::string(health::to_string(diag.verdict)) + " (" +
-                    health::summarize(diag.results) + ")";
+std::string health_summary(const kiln::health::DiagReport& diag) {
+  std::string out = std::string(kiln::health::to_string(diag.verdict)) + " (" +
+                    kiln::health::summarize(diag.results) + ")";
   std::size_t named = 0;
   for (const auto& result : diag.results) {
-    if (result.status != health::CheckStatus::fail || named == kFailuresNamed) continue;
+    if (result.status != kiln::health::CheckStatus::fail || named == kFailuresNamed) continue;
     out += (named++ == 0 ? ": " : ", ") + result.check +
            (result.chip ? " [chip " + std::to_string(*result.chip) + "]" : "") + " " +
            result.reason_code;
@@ -65,13 +65,13 @@ std::string health_summary(const health::DiagReport& diag) {
 }
 
 struct HealthOutcome {
-  health::CheckStatus verdict = health::CheckStatus::skip;
+  kiln::health::CheckStatus verdict = kiln::health::CheckStatus::skip;
   std::string summary;
 };
 
 HealthOutcome check_health(const HealthCheck& health_check, InstallReport& report) {
   auto diag = health_check();
-  if (!diag) return {health::CheckStatus::skip, "could not run: " + diag.error().describe()};
+  if (!diag) return {kiln::health::CheckStatus::skip, "could not run: " + diag.error().describe()};
   report.health_results = diag->results;
   return {diag->verdict, health_summary(*diag)};
 }
@@ -97,7 +97,7 @@ json step_json(const InstallStep& step) {
               {"chip", nullptr},
               {"status", std::string(to_string(step.status))},
               {"message", step.message},
-              {"at", health::format_timestamp_utc(step.at_ms)}};
+              {"at", kiln::health::format_timestamp_utc(step.at_ms)}};
   if (step.chip) out["chip"] = *step.chip;
   return out;
 }
@@ -240,10 +240,10 @@ InstallReport install_driver(const PackageEntry& entry, const InstallOptions& op
   add_step(report, "run_installer", std::nullopt, StepStatus::ok, exit->detail);
 
   const HealthOutcome health = check_health(health_check, report);
-  if (health.verdict == health::CheckStatus::pass || health.verdict == health::CheckStatus::warn) {
+  if (health.verdict == kiln::health::CheckStatus::pass || health.verdict == kiln::health::CheckStatus::warn) {
     add_step(report, "health_check", std::nullopt, StepStatus::ok, health.summary);
     report.outcome = InstallOutcome::installed;
-    if (health.verdict == health::CheckStatus::warn) {
+    if (health.verdict == kiln::health::CheckStatus::warn) {
       report.reason = "installed driver " + entry.version + " with health warnings: " +
                       health.summary;
     }
@@ -310,7 +310,7 @@ std::string format_install_json(const InstallReport& report) {
   for (const auto& step : report.steps) steps.push_back(step_json(step));
   json health_results = json::array();
   for (const auto& result : report.health_results) {
-    health_results.push_back(json::parse(health::check_result_to_json(result)));
+    health_results.push_back(json::parse(kiln::health::check_result_to_json(result)));
   }
   json out = {{"kind", std::string(to_string(report.kind))},
               {"version", report.version},
@@ -325,8 +325,8 @@ std::string format_install_json(const InstallReport& report) {
               {"installer_output", report.installer_output},
               {"steps", std::move(steps)},
               {"health_results", std::move(health_results)},
-              {"started_at", health::format_timestamp_utc(report.started_at_ms)},
-              {"finished_at", health::format_timestamp_utc(report.finished_at_ms)}};
+              {"started_at", kiln::health::format_timestamp_utc(report.started_at_ms)},
+              {"finished_at", kiln::health::format_timestamp_utc(report.finished_at_ms)}};
   if (report.installer_exit_code) out["installer_exit_code"] = *report.installer_exit_code;
   return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -341,7 +341,7 @@ std::string format_install_text(const InstallReport& report) {
   for (const auto& step : report.steps) {
     std::string subject = step.step + (step.chip ? " [chip " + std::to_string(*step.chip) + "]" : "");
     subject.resize(std::max<std::size_t>(subject.size(), 20), ' ');
-    out += "  " + health::format_timestamp_utc(step.at_ms) + "  " + subject + " " +
+    out += "  " + kiln::health::format_timestamp_utc(step.at_ms) + "  " + subject + " " +
            std::string(to_string(step.status)) + "  " + step.message + "\n";
   }
   if (report.installer_exit_code) {

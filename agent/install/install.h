@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/health/check_result.h"
+#include "common/health/check_result.h"
 #include "agent/health/diagnostics.h"
 #include "agent/host/agent_config.h"
 #include "agent/install/firmware_install.h"
@@ -72,13 +72,13 @@ struct InstallReport {
   std::vector<std::string> previous_versions;  // firmware: what each chip ran before
   std::optional<int> installer_exit_code;      // driver: the installer's exit code
   std::string installer_output;                // driver: the tail of its stdout and stderr
-  std::vector<health::CheckResult> health_results;  // the post-install check's results
+  std::vector<kiln::health::CheckResult> health_results;  // the post-install check's results
   TimeMs started_at_ms = 0;  // wall clock, milliseconds since the epoch
   TimeMs finished_at_ms = 0;
 };
 
 // Runs the post-install health check; run_install uses run_diagnostics at level 1.
-using HealthCheck = std::function<Result<health::DiagReport>()>;
+using HealthCheck = std::function<Result<kiln::health::DiagReport>()>;
 
 // verify -> read slots -> flash standby on every chip -> activate -> health check -> keep or
 // roll back, driving FirmwareInstall with the driver. The package file is the image.

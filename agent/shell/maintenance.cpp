@@ -10,19 +10,19 @@
 
 namespace kiln::agent {
 
-protocol::HealthReport to_health_report(const std::vector<health::CheckResult>& results) {
-  auto status_of = [](health::CheckStatus s) {
+protocol::HealthReport to_health_report(const std::vector<kiln::health::CheckResult>& results) {
+  auto status_of = [](kiln::health::CheckStatus s) {
     switch (s) {
-      case health::CheckStatus::pass: return protocol::HealthStatus::pass;
-      case health::CheckStatus::warn: return protocol::HealthStatus::warn;
-      case health::CheckStatus::fail: return protocol::HealthStatus::fail;
-      case health::CheckStatus::skip: return protocol::HealthStatus::skip;
+      case kiln::health::CheckStatus::pass: return protocol::HealthStatus::pass;
+      case kiln::health::CheckStatus::warn: return protocol::HealthStatus::warn;
+      case kiln::health::CheckStatus::fail: return protocol::HealthStatus::fail;
+      case kiln::health::CheckStatus::skip: return protocol::HealthStatus::skip;
     }
     return protocol::HealthStatus::unknown;
   };
   auto clip = [](const std::string& text, std::size_t limit) { return text.substr(0, limit); };
   protocol::HealthReport report;
-  report.verdict = status_of(health::verdict(results));
+  report.verdict = status_of(kiln::health::verdict(results));
   for (const auto& r : results) {
     if (report.checks.size() >= 512) break;
     report.checks.push_back(protocol::HealthCheck{clip(r.check, 64), r.chip ? static_cast<std::int32_t>(*r.chip) : -1,
@@ -50,7 +50,7 @@ int run_probe_command(const AgentConfig& config, const std::set<std::uint32_t>& 
   if (json) {
     out << protocol::to_json(report).dump() << "\n";
   } else {
-    out << fmt::format("probe: {} ({})\n", protocol::enum_name(report.verdict), health::summarize(*results));
+    out << fmt::format("probe: {} ({})\n", protocol::enum_name(report.verdict), kiln::health::summarize(*results));
     for (const auto& c : report.checks) {
       if (c.status == protocol::HealthStatus::pass) continue;
       out << fmt::format("  {:<5} {:<12} {} {}: {}{}\n", protocol::enum_name(c.status), c.check,

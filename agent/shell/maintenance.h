@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "agent/health/check_result.h"
+#include "common/health/check_result.h"
 #include "agent/host/agent_config.h"
 #include "common/protocol/messages.h"
 
 namespace kiln::agent {
 
-protocol::HealthReport to_health_report(const std::vector<health::CheckResult>& results);
+protocol::HealthReport to_health_report(const std::vector<kiln::health::CheckResult>& results);
 
 // `kiln-agent probe`: the cheap telemetry probes, on every chip but `unprobed_chips`. Prints
 // the report (text, or the protocol's health_report as JSON); exit 0 pass or warn, 1 fail, 2

@@ -44,12 +44,12 @@ std::string read_file(const fs::path& path) {
 
 }  // namespace
 
-ChildProcess::ChildProcess(std::vector<std::string> argv, const fs::path& log_file) {
+ChildProcess::ChildProcess(std::vector<std::string> argv, const fs::path& log_file, const fs::path& error_file) {
   pid_ = ::fork();
   if (pid_ == 0) {
     int fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ::dup2(fd, 1);
-    ::dup2(fd, 2);
+    ::dup2(error_file.empty() ? fd : ::open(error_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644), 2);
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
@@ -208,13 +208,21 @@ std::unique_ptr<cli::Client> Fleet::client(const std::string& key_name, std::uin
 
 int Fleet::kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output,
                std::chrono::seconds timeout) {
+  return kiln_split(key_name, args, output, nullptr, timeout);
+}
+
+int Fleet::kiln_split(const std::string& key_name, const std::vector<std::string>& args, std::string* out,
+                      std::string* err, std::chrono::seconds timeout) {
   const fs::path out_file = dir_ / "kiln-command.out";
+  const fs::path err_file = err ? dir_ / "kiln-command.err" : fs::path();
   std::vector<std::string> argv{std::string(KILN_BIN_DIR) + "/kiln", "--config", client_config(key_name, 3000)};
   argv.insert(argv.end(), args.begin(), args.end());
   fs::remove(out_file);
-  ChildProcess command(argv, out_file);
+  if (err) fs::remove(err_file);
+  ChildProcess command(argv, out_file, err_file);
   int status = command.wait(timeout);
-  if (output) *output = read_file(out_file);
+  if (out) *out = read_file(out_file);
+  if (err) *err = read_file(err_file);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

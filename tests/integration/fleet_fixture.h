@@ -19,7 +19,9 @@ namespace kiln::testing {
 
 class ChildProcess {
  public:
-  ChildProcess(std::vector<std::string> argv, const std::filesystem::path& log_file);
+  // stdout and stderr go to log_file, or stderr to error_file when one is given.
+  ChildProcess(std::vector<std::string> argv, const std::filesystem::path& log_file,
+               const std::filesystem::path& error_file = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -69,6 +71,9 @@ class Fleet {
   // Runs the kiln command with a client config for KEY; returns its exit code and output.
   int kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output = nullptr,
            std::chrono::seconds timeout = std::chrono::seconds(60));
+  // The same with stdout and stderr apart, as a script reading --json sees them.
+  int kiln_split(const std::string& key_name, const std::vector<std::string>& args, std::string* out,
+                 std::string* err, std::chrono::seconds timeout = std::chrono::seconds(60));
 
   // Runs kiln-sim-chip on a node's simulated chips (inject, clear, show); returns its exit code.
   int sim_chip(const std::string& node_id, const std::vector<std::string>& args);

@@ -49,10 +49,23 @@ TEST_CASE("an injected fault fails the health probe, the node is quarantined, an
   std::this_thread::sleep_for(1s);
   CHECK(job(*dev, waiting)->job.state == JobState::queued);
 
+  // Remote diagnostics read as the agent's own report: the verdict, a chip x check table, each
+  // result that did not pass expanded with its reason and what to do; exit 1 for a failure.
+  std::string text;
+  CHECK(fleet.kiln("lab1", {"diag", "n01"}, &text) == 1);
+  CHECK_MESSAGE(text.find("kiln diagnostics level 1 on node n01, revision a: FAIL") != std::string::npos, text);
+  CHECK(text.find("  chip") != std::string::npos);
+  CHECK(text.find("  ecc  ") != std::string::npos);
+  CHECK(text.find("FAIL  ecc [chip 3]") != std::string::npos);
+  CHECK(text.find("reason ecc_uncorrected, category memory") != std::string::npos);
+  CHECK(text.find("action: ") != std::string::npos);
+
   // The lab clears the fault (a repair) and runs level 2 diagnostics through the coordinator.
   REQUIRE(fleet.sim_chip("n01", {"clear"}) == 0);
   std::string out;
-  REQUIRE(fleet.kiln("lab1", {"--json", "diag", "n01", "--level", "2"}, &out) == 0);
+  std::string progress;
+  REQUIRE(fleet.kiln_split("lab1", {"--json", "diag", "n01", "--level", "2"}, &out, &progress) == 0);
+  CHECK(progress.find("job ") != std::string::npos);  // progress on stderr, the report alone on stdout
   auto report = nlohmann::json::parse(out);
   CHECK(report["level"] == 2);
   CHECK(report["verdict"] != "fail");

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/health/diag_report.h"
 #include "common/protocol/json.h"
 #include "coordinator/cli/cli_options.h"
 #include "coordinator/cli/commands/all.h"
@@ -51,17 +52,22 @@ class DiagCommand : public RemoteCommand {
                                     accepted->job_id);
       return kExitOk;
     }
-    auto detail = wait_for_job(client, accepted->job_id, context.json());
+    // Progress goes to stderr, so stdout holds nothing but the report.
+    auto detail = wait_for_job(client, accepted->job_id, false);
     if (!detail) return report(detail.error());
-    if (context.json()) {
-      std::cout << (detail->result.empty() ? protocol::to_json(*detail).dump(2) : detail->result) << "\n";
-    } else {
-      // The agent's readable report is the job's output; the JSON report is its result.
-      std::cout << detail->output_tail;
-      std::cout << fmt::format("diagnostics on {}: job {} {}\n", node_, accepted->job_id,
-                               protocol::enum_name(detail->job.state));
+    // The job's result is the agent's JSON report; shown here as the agent shows it locally.
+    auto diag = health::parse_diag_json(detail->result);
+    if (!diag) {
+      std::cerr << fmt::format("kiln: diagnostics on {} (job {}) {} without a report: {}\n", node_, accepted->job_id,
+                               protocol::enum_name(detail->job.state), detail->job.detail);
+      if (context.json()) std::cout << protocol::to_json(*detail).dump(2) << "\n";
+      else std::cout << detail->output_tail;
+      return kExitFailed;
     }
-    return detail->job.state == protocol::JobState::succeeded ? kExitOk : kExitFailed;
+    if (context.json()) std::cout << health::format_diag_json(*diag);
+    else std::cout << health::format_diag_text(*diag);
+    return diag->verdict == health::CheckStatus::pass || diag->verdict == health::CheckStatus::warn ? kExitOk
+                                                                                                   : kExitFailed;
   }
 
  private:

@@ -42,7 +42,7 @@ TEST_CASE("a clean install asks for each step in order and keeps the new firmwar
   machine.on_activated(1, {}, true, 16);
   CHECK(machine.next_action().kind == Kind::health_check);
   CHECK_FALSE(machine.fit_for_work());
-  machine.on_health_checked(health::CheckStatus::pass, "pass", 17);
+  machine.on_health_checked(kiln::health::CheckStatus::pass, "pass", 17);
   CHECK(machine.phase() == FirmwarePhase::kept);
   CHECK(machine.fit_for_work());
   CHECK(machine.next_action().kind == Kind::done);
@@ -123,7 +123,7 @@ TEST_CASE("a failed activation of the first chip needs no rollback") {
 }
 
 TEST_CASE("a failed or impossible health check rolls every chip back") {
-  for (auto verdict : {health::CheckStatus::fail, health::CheckStatus::skip}) {
+  for (auto verdict : {kiln::health::CheckStatus::fail, kiln::health::CheckStatus::skip}) {
     auto machine = activated_machine(2);
     machine.on_health_checked(verdict, "link [chip 1] link_down", 5);
     CHECK(machine.phase() == FirmwarePhase::rolling_back);
@@ -139,14 +139,14 @@ TEST_CASE("a failed or impossible health check rolls every chip back") {
 
 TEST_CASE("warnings keep the new firmware and say so") {
   auto machine = activated_machine(2);
-  machine.on_health_checked(health::CheckStatus::warn, "warn: ecc", 5);
+  machine.on_health_checked(kiln::health::CheckStatus::warn, "warn: ecc", 5);
   CHECK(machine.phase() == FirmwarePhase::kept);
   CHECK(machine.reason().find("warnings") != std::string::npos);
 }
 
 TEST_CASE("a failed rollback quarantines the node, after trying every chip") {
   auto machine = activated_machine(3);
-  machine.on_health_checked(health::CheckStatus::fail, "fail", 5);
+  machine.on_health_checked(kiln::health::CheckStatus::fail, "fail", 5);
   machine.on_rolled_back(0, {}, 6);
   machine.on_rolled_back(1, failure("KILN_DRIVER_E_STATE: no previous slot"), 7);
   CHECK(machine.next_action().kind == Kind::rollback);  // chip 2 still gets its rollback

@@ -151,7 +151,7 @@ TEST_CASE("a tampered firmware package is refused before any chip is touched") {
   const auto options = options_for(node);
   const auto report = install_firmware(node.driver(), entry, options, [&]() {
     health_ran = true;
-    return Result<health::DiagReport>(health::DiagReport{});
+    return Result<kiln::health::DiagReport>(kiln::health::DiagReport{});
   });
   CHECK(report.outcome == InstallOutcome::refused);
   CHECK(report.fit_for_work);

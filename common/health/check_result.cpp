@@ -1,8 +1,8 @@
-#include "agent/health/check_result.h"
+#include "common/health/check_result.h"
 
 #include <array>
 
-namespace kiln::agent::health {
+namespace kiln::health {
 
 Result<CheckStatus> parse_check_status(std::string_view text) {
   if (auto status = enum_from_name<CheckStatus>(text)) return *status;
@@ -29,4 +29,4 @@ std::string summarize(const std::vector<CheckResult>& results) {
          std::to_string(counts[2]) + " fail, " + std::to_string(counts[3]) + " skip";
 }
 
-}  // namespace kiln::agent::health
+}  // namespace kiln::health

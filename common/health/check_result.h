@@ -1,5 +1,5 @@
-// What one health check found, and the verdict over many. Pure data: the probes, the
-// diagnostics, the install flow and the coordinator all speak in CheckResults.
+// What one health check found, and the verdict over many. Pure data: the agent's probes,
+// diagnostics and install flow, and the kiln client showing a report, all speak in CheckResults.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include "common/enum_names.h"
 
-namespace kiln::agent::health {
+namespace kiln::health {
 
 // skip: the check did not run (the chip is busy, an earlier check on it timed out, no target
 // to compare with); it never hides a failure on its own.
@@ -61,4 +61,4 @@ CheckStatus verdict(const std::vector<CheckResult>& results);
 // Counts per status, e.g. "30 pass, 1 warn, 2 fail, 0 skip".
 std::string summarize(const std::vector<CheckResult>& results);
 
-}  // namespace kiln::agent::health
+}  // namespace kiln::health
