@@ -851,6 +851,63 @@ struct QueueExplanation {
   }
 };
 
+// The queue as the scheduler would start it (kiln queue): every queued job and pending lease,
+// in priority order, each with why it waits and when it is expected to start.
+struct ListQueue {
+  static constexpr std::string_view kType = "list_queue";
+  std::uint32_t limit = 200;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("limit", limit, Range{1, 1000});
+  }
+};
+
+// One waiting job or lease (exactly one of the two ids is non-zero).
+struct QueueEntry {
+  std::uint64_t job_id = 0;
+  std::uint64_t lease_id = 0;
+  PriorityClass priority_class = PriorityClass::experiment;
+  std::string owner;     // who submitted the job or requested the lease
+  std::string workload;  // the job's workload; empty for a lease
+  std::uint32_t chips = 0;  // chips on one node (0 when nodes > 0)
+  std::uint32_t nodes = 0;  // whole nodes (0: chips on one node)
+  std::string hardware_revision;  // empty: any
+  std::string node_id;            // the node it is pinned to; empty: any
+  std::uint64_t queued_at_ms = 0;  // when it joined the queue (its age)
+  std::vector<std::string> reasons;
+  std::uint64_t expected_start_ms = 0;  // 0: no eligible capacity in sight
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, kU64);
+    v.field("lease_id", lease_id, kU64);
+    v.field("priority_class", priority_class);
+    v.field("owner", owner, Str{0, 64});
+    v.field("workload", workload, Str{0, 64});
+    v.field("chips", chips, Range{0, 64});
+    v.field("nodes", nodes, Range{0, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("node_id", node_id, Str{0, 64});
+    v.field("queued_at_ms", queued_at_ms, kU64);
+    v.field("reasons", reasons, Count{0, 64}, kMessageText);
+    v.field("expected_start_ms", expected_start_ms, kU64);
+  }
+};
+
+// `more`: the queue is longer than the limit asked for.
+struct QueueList {
+  static constexpr std::string_view kType = "queue_list";
+  std::vector<QueueEntry> entries;
+  bool more = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("entries", entries, Count{0, 1000});
+    v.field("more", more);
+  }
+};
+
 // ---- qualification records ---------------------------------------------------------------
 
 // What the coordinator keeps for qualification (docs/qualification.md): merged changes, built
@@ -966,7 +1023,7 @@ using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFi
                           DrainNode, Ok, ErrorReply, RequestLease, LeaseGranted, LeasePending,
                           ReleaseLease, ListLeases, LeaseList, WatchLease, LeaseEvent, SubmitInLease,
                           QueueWhy, QueueExplanation, PutRecord, GetRecord, ListRecords, RecordEntry, RecordList,
-                          QuarantineNode>;
+                          QuarantineNode, ListQueue, QueueList>;
 
 std::string_view type_name(const Body& body);
 

@@ -104,7 +104,9 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   return next;
 }
 
-std::string CoordinatorCore::clock_text(TimeMs core_ms) const { return wall_clock_text(core_ms + wall_offset_ms_); }
+std::string CoordinatorCore::clock_text(TimeMs core_ms, bool with_seconds) const {
+  return wall_clock_text(core_ms + wall_offset_ms_, with_seconds);
+}
 
 TimeMs CoordinatorCore::clock(const Now& now) {
   const TimeMs core_ms = core_origin_ms_ + (now.monotonic_ms - mono_origin_ms_);
@@ -238,6 +240,8 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
           }
         } else if constexpr (std::is_same_v<T, protocol::ListRecords>) {
           reply(records_.list(body));
+        } else if constexpr (std::is_same_v<T, protocol::ListQueue>) {
+          reply(queue_list(body, now));
         } else if constexpr (std::is_same_v<T, protocol::QueueWhy>) {
           if ((body.job_id == 0) == (body.lease_id == 0)) {
             reply_error(client, corr, Errc::invalid_argument,

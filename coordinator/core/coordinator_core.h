@@ -125,6 +125,8 @@ class CoordinatorCore {
   void handle_watch_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                           const protocol::WatchLease& watch, TimeMs now);
   protocol::QueueExplanation explain(const protocol::QueueWhy& why, TimeMs now) const;
+  // The queue in scheduling order (queue_listing.cpp).
+  protocol::QueueList queue_list(const protocol::ListQueue& request, TimeMs now) const;
   protocol::JobList job_list(const protocol::ListJobs& request) const;
 
   // ---- jobs
@@ -191,8 +193,9 @@ class CoordinatorCore {
   // The core's clock: the wall clock at start-up, advanced by the monotonic clock. Every time
   // the core keeps or stores is on it; it reads as the wall clock until the system clock steps.
   TimeMs clock(const Now& now);
-  // "HH:MM UTC" of a time on the core's clock, as the wall clock reads it now.
-  std::string clock_text(TimeMs core_ms) const;
+  // "HH:MM UTC" of a time on the core's clock, as the wall clock reads it now (with seconds:
+  // "HH:MM:SS UTC").
+  std::string clock_text(TimeMs core_ms, bool with_seconds = false) const;
   TimeMs to_scheduler_time(TimeMs core_ms) const { return bridge_.to_scheduler_time(core_ms); }
   TimeMs to_wall_time(TimeMs scheduled) const { return bridge_.to_core_time(scheduled); }
   std::string explanation_text(const scheduler::Explanation& explanation, TimeMs now) const;

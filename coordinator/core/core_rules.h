@@ -46,16 +46,16 @@ inline std::uint32_t lease_chips_for(std::uint32_t chips) {
   return size;
 }
 
-inline std::string human_duration(TimeMs ms) {
-  if (ms < 0) ms = 0;
-  if (ms < kMinuteMs) return fmt::format("{}s", (ms + 999) / 1000);
-  if (ms < kHourMs) return fmt::format("{}m", (ms + kMinuteMs - 1) / kMinuteMs);
-  return fmt::format("{}h{:02}m", ms / kHourMs, (ms % kHourMs) / kMinuteMs);
-}
+using scheduler::human_duration;
 
-// "HH:MM UTC" of a wall-clock time (milliseconds since the epoch).
-inline std::string wall_clock_text(TimeMs wall) {
+// "HH:MM UTC" of a wall-clock time (milliseconds since the epoch); "HH:MM:SS UTC" with seconds,
+// for a deadline that is seconds away.
+inline std::string wall_clock_text(TimeMs wall, bool with_seconds = false) {
   TimeMs in_day = ((wall % kDayMs) + kDayMs) % kDayMs;
+  if (with_seconds) {
+    return fmt::format("{:02}:{:02}:{:02} UTC", in_day / kHourMs, (in_day % kHourMs) / kMinuteMs,
+                       (in_day % kMinuteMs) / kSecondMs);
+  }
   return fmt::format("{:02}:{:02} UTC", in_day / kHourMs, (in_day % kHourMs) / kMinuteMs);
 }
 

@@ -328,9 +328,9 @@ void CoordinatorCore::on_preempt_notice(const scheduler::PreemptNotice& notice, 
       if (job.summary.state != JobState::queued) notify(job);
     }
     lease_event(*lease, LeaseEventKind::preempt_notice,
-                fmt::format("{}: release the lease within {} (by {}); it is then revoked and queued again keeping "
+                fmt::format("{}: release the lease in {} (at {}); it is then revoked and queued again keeping "
                             "its age",
-                            reason, human_duration(grace_ms), clock_text(now + grace_ms)),
+                            reason, human_duration(grace_ms), clock_text(now + grace_ms, grace_ms < kHourMs)),
                 now);
     return;
   }

@@ -420,21 +420,40 @@ std::optional<TimeMs> Scheduler::next_deadline() const {
   return t;
 }
 
-Explanation Scheduler::explain(RequestId request, TimeMs now) const {
+namespace {
+
+// A pending request's explanation from a plan that has it among its pending ones or its grants.
+Explanation explanation_in(const Plan& plan, RequestId request, TimeMs now) {
   Explanation out;
   out.request = request;
-  auto it = impl_->requests.find(request);
-  if (it == impl_->requests.end() || it->second.lease) return out;
-  Plan p = impl_->plan(now, true);
   out.pending = true;
-  auto info = p.pending.find(request);
-  if (info == p.pending.end()) {
+  auto info = plan.pending.find(request);
+  if (info == plan.pending.end()) {
     out.reasons.push_back("it can start now; it is granted on the next scheduling step");
     out.expected_start_ms = now;
     return out;
   }
   out.reasons = info->second.reasons;
   out.expected_start_ms = info->second.expected_start;
+  return out;
+}
+
+}  // namespace
+
+Explanation Scheduler::explain(RequestId request, TimeMs now) const {
+  auto it = impl_->requests.find(request);
+  if (it == impl_->requests.end() || it->second.lease) {
+    Explanation out;
+    out.request = request;
+    return out;
+  }
+  return explanation_in(impl_->plan(now, true), request, now);
+}
+
+std::vector<Explanation> Scheduler::explain_queue(TimeMs now) const {
+  const Plan plan = impl_->plan(now, true);
+  std::vector<Explanation> out;
+  for (RequestId request : impl_->pending_order()) out.push_back(explanation_in(plan, request, now));
   return out;
 }
 

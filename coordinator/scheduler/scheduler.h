@@ -66,6 +66,8 @@ class Scheduler {
 
   // Why a request is pending and when it is expected to start; pure, changes nothing.
   Explanation explain(RequestId request, TimeMs now) const;
+  // The same for every pending request at once, in scheduling order; pure, changes nothing.
+  std::vector<Explanation> explain_queue(TimeMs now) const;
 
   // --- views ----------------------------------------------------------------------------------
   const SchedulerKnobs& knobs() const;

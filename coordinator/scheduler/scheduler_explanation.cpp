@@ -126,11 +126,11 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
     for (LeaseId v : r.claim->victims) {
       auto it = leases.find(v);
       if (it == leases.end()) continue;
-      victims += fmt::format("{}lease {} ({})", victims.empty() ? "" : ", ", v, name_of(it->second.request));
+      victims += fmt::format("{}{}", victims.empty() ? "" : ", ", name_of(it->second.request));
     }
     if (!victims.empty()) {
-      out.push_back(fmt::format("preempting {} for it; grace ends at {}", victims,
-                                format_clock(r.claim->ready_ms)));
+      out.push_back(fmt::format("preempting {} for it; the grace ends in {}", victims,
+                                human_duration(r.claim->ready_ms - now)));
     }
   }
   if (ahead > 0) {

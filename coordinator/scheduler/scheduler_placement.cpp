@@ -257,18 +257,21 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
           if (!due) {
             out.wake = std::min({out.wake, *target - knobs.grace_ms, next_free_notice(now)});
           }
-          if (auto claim = find_victims(r, now, view, used);
-              claim && (due || (window_open && claim->lost_chip_ms == 0))) {
+          auto claim = find_victims(r, now, view, used);
+          if (claim && (due || (window_open && claim->lost_chip_ms == 0))) {
             claimed = true;
             info.expected_start = claim->ready_ms;
             mark_reserved(view, claim->chips, claim->ready_ms, claim->ready_ms + r.remaining_ms,
                           id);
             for (const ChipRef& c : claim->chips) view[c.node][c.pos].claimed_by = id;
             out.preemptions.push_back({id, std::move(*claim)});
+          } else if (claim) {
+            // Victims are there: it preempts them when its target comes, at the latest.
+            info.expected_start = std::max(*target, claim->ready_ms);
           }
         }
         if (!claimed && resv.start != kNever) {
-          info.expected_start = resv.start;
+          info.expected_start = std::min(resv.start, info.expected_start.value_or(kNever));
           // Windows booked ahead (release) always hold their nodes; otherwise only the first
           // blocked requests do, so the queue's head is never starved and younger work still
           // backfills around the rest.

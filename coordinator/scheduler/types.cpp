@@ -4,6 +4,13 @@
 
 namespace kiln::scheduler {
 
+std::string human_duration(DurationMs ms) {
+  if (ms < 0) ms = 0;
+  if (ms < kMinuteMs) return fmt::format("{}s", (ms + 999) / 1000);
+  if (ms < kHourMs) return fmt::format("{}m", (ms + kMinuteMs - 1) / kMinuteMs);
+  return fmt::format("{}h{:02}m", ms / kHourMs, (ms % kHourMs) / kMinuteMs);
+}
+
 std::string format_clock(TimeMs t) {
   const TimeMs day_ms = 24 * kHourMs;
   TimeMs day = t >= 0 ? t / day_ms : -1 - (-t - 1) / day_ms;

@@ -169,6 +169,9 @@ struct NodeView {
   TimeMs state_since_ms = 0;
 };
 
+// "15s", "4m", "2h05m": a wait or a grace as people read it (rounded up below an hour).
+std::string human_duration(DurationMs ms);
+
 // "HH:MM" on the core's clock counted from midnight of day 0 ("d1 03:00" on later days).
 std::string format_clock(TimeMs t);
 

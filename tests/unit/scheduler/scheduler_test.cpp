@@ -190,7 +190,8 @@ TEST_CASE("preemption gives notice, revokes at the grace deadline and requeues w
   CHECK(notices[0].lease == grant->lease);
   CHECK(notices[0].grace_deadline_ms == t + 5 * kMinuteMs);
   CHECK(s.next_deadline() == t + 5 * kMinuteMs);
-  CHECK(s.explain(2, t).text().find("preempting lease") != std::string::npos);
+  // The victim by its request's name, and the grace as a wait, not as a clock time.
+  CHECK(s.explain(2, t).text().find("preempting request 1 for it; the grace ends in 5m") != std::string::npos);
 
   s.on_tick(t + 5 * kMinuteMs);
   auto actions = drain(s);
