@@ -90,7 +90,8 @@ HandshakeMonitor::HandshakeMonitor(zmq::context_t& context, zmq::socket_t& watch
     : pair_(context, zmq::socket_type::pair) {
   const std::string endpoint = "inproc://kiln-monitor-" + name;
   const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+                     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                     ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
   zmq_socket_monitor(watched.handle(), endpoint.c_str(), events);
   pair_.connect(endpoint);
 }
@@ -109,6 +110,8 @@ Status HandshakeMonitor::poll() {
     if (event.more()) (void)pair_.recv(address, zmq::recv_flags::none);
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       succeeded_ = true;
+    } else if (id == ZMQ_EVENT_DISCONNECTED || id == ZMQ_EVENT_CONNECT_RETRIED) {
+      connection_lost_ = true;
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       failure_ = Error{Errc::unauthenticated,
                        fmt::format("the coordinator at {} refused this key (ZAP status {}); ask an admin to "

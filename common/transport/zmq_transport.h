@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <zmq.hpp>
 
@@ -47,11 +48,15 @@ class HandshakeMonitor {
   HandshakeMonitor(zmq::context_t& context, zmq::socket_t& watched, const std::string& name);
   Status poll();
   bool succeeded() const { return succeeded_; }
+  // Whether the connection dropped, or a connection attempt was refused, since the last call:
+  // a reply to what was sent before cannot come any more.
+  bool take_connection_lost() { return std::exchange(connection_lost_, false); }
   zmq::socket_t& socket() { return pair_; }
 
  private:
   zmq::socket_t pair_;
   bool succeeded_ = false;
+  bool connection_lost_ = false;
   std::optional<Error> failure_;
 };
 

@@ -2,6 +2,7 @@
 // CURVE, request/reply matched by corr. Used by the kiln command, the demo and the tests.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,9 +30,24 @@ Result<ClientConfig> load_client_config(const std::string& path);
 // The same from the file's text; `path` names the file in errors and is the base of relative paths.
 Result<ClientConfig> client_config_from_text(std::string_view text, const std::string& path);
 
+// How a client keeps following what it watches across a coordinator restart (docs/protocol.md
+// §5.6). Once the coordinator has answered, a request that may be asked twice (a read or a
+// watch) whose connection drops, or that gets no answer within timeout_ms, is asked again on a
+// new connection after a backoff that doubles from initial_ms up to max_ms; after give_up_ms
+// without an answer it fails as `unavailable`. Other requests (submit, cancel, a lease) are
+// never sent twice.
+struct Reconnect {
+  bool enabled = false;
+  std::uint32_t initial_ms = 500;
+  std::uint32_t max_ms = 8000;
+  std::uint32_t give_up_ms = 600000;
+  // Told before each new attempt, in words for people (kiln prints it on stderr).
+  std::function<void(const std::string&)> notice;
+};
+
 class Client {
  public:
-  static Result<std::unique_ptr<Client>> connect(const ClientConfig& config);
+  static Result<std::unique_ptr<Client>> connect(const ClientConfig& config, Reconnect reconnect = {});
   virtual ~Client() = default;
 
   // Sends one request and waits for its reply. An ErrorReply from the coordinator comes back

@@ -23,7 +23,11 @@ Result<Client*> CommandContext::client() {
   auto config = load_client_config(config_path_);
   if (!config) return tl::unexpected(config.error());
   config_ = *config;
-  auto made = Client::connect(config_);
+  // Watchers (kiln lease, --wait) keep following across a coordinator restart.
+  Reconnect reconnect;
+  reconnect.enabled = true;
+  reconnect.notice = [](const std::string& text) { std::cerr << "kiln: " << text << "\n"; };
+  auto made = Client::connect(config_, std::move(reconnect));
   if (!made) return tl::unexpected(made.error());
   client_ = std::move(*made);
   return client_.get();

@@ -123,7 +123,10 @@ void CoordinatorCore::handle_watch_lease(const std::string& client, const Caller
       return;
     }
   }
-  if (watch.wait_ms == 0 || lease->summary.state == LeaseState::ended ||
+  // Events the watcher has not seen are no longer kept (they were before a restart, or it fell
+  // behind): the lease as it is now tells it what they did, at once.
+  const bool missed = watch.after_seq < lease->summary.event_seq;
+  if (missed || watch.wait_ms == 0 || lease->summary.state == LeaseState::ended ||
       !dev_leases_.park(LeaseWatch{client, m.header.id, watch.lease_id, watch.after_seq, now + watch.wait_ms})) {
     sink_.push(action::ToClient{client, status_event(*lease, now), m.header.id});
   }

@@ -1,6 +1,7 @@
 // Leases and preemption with the real binaries on loopback: `kiln lease`, `kiln leases`,
-// `kiln release-lease`, `kiln queue --why`, and an experiment preempted by presubmit work (the
-// agent forwards the notice to the workload as SIGUSR1; the experiment is requeued), and
+// `kiln release-lease`, `kiln queue` and `kiln queue ID`, an experiment preempted by presubmit work
+// (the agent forwards the notice to the workload as SIGUSR1; the experiment is requeued),
+// watchers that follow a lease across a coordinator restart (`kiln lease watch`), and
 // `kiln diag` waiting for a lease on the node's chips.
 #include <doctest/doctest.h>
 
@@ -11,13 +12,18 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "common/protocol/messages.h"
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/run_command.h"
 
 using namespace kiln;
 using namespace kiln::protocol;
 using kiln::testing::ChildProcess;
 using kiln::testing::Fleet;
+using kiln::testing::contains;
 using namespace std::chrono_literals;
 
 namespace {
@@ -262,4 +268,131 @@ TEST_CASE("kiln diag on a node whose 8 chips a developer leases waits for the le
   CHECK_MESSAGE(WEXITSTATUS(diag_status) == 0, read_text(fleet.dir() / "diag.out"));
   CHECK(job_state_is(*lab, diag_job, JobState::succeeded));
   CHECK(read_text(fleet.dir() / "lease.out").find("lease L1 ended: released by dev") != std::string::npos);
+}
+
+TEST_CASE("kiln lease and kiln lease watch follow a lease across a coordinator restart and see a later notice") {
+  Fleet fleet("lease-watch");
+  fleet.add_key("dev", "developer");
+  fleet.add_key("other", "developer");
+  fleet.add_key("ops1", "ops");
+  fleet.add_key("ci", "ci");
+  fleet.add_agent({"n01", "a"});
+  auto coordinator = start_coordinator_with_fast_preemption(fleet);
+  fleet.start_agent("n01");
+  auto client = fleet.client("dev");
+  for (const char* key : {"other", "ops1", "ci"}) (void)fleet.client(key);  // their client configs
+  REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
+
+  auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "8", "--duration", "1h"}, "lease.out");
+  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "lease.out"), "lease L1 granted"); }, 10s));
+  // From other terminals: the owner with `lease watch`, ops with the `--attach` alias; another
+  // developer may not follow it, and a lease that does not exist is not found.
+  auto watch = kiln_in_background(fleet, "dev", {"lease", "watch", "L1"}, "watch.out");
+  auto attach = kiln_in_background(fleet, "ops1", {"lease", "--attach", "L1"}, "attach.out");
+  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "watch.out"), "lease L1 granted"); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "attach.out"), "lease L1 granted"); }, 10s));
+  std::string out;
+  CHECK(fleet.kiln("other", {"lease", "watch", "L1"}, &out) == 3);
+  CHECK(contains(out, "lease L1 belongs to dev"));
+  CHECK(fleet.kiln("dev", {"lease", "watch", "L9"}, &out) == 5);
+  CHECK(contains(out, "no lease L9"));
+
+  // The coordinator dies and comes back; the watchers reconnect and keep their lease.
+  coordinator->signal(SIGKILL);
+  REQUIRE(coordinator->wait(10s) >= 0);
+  coordinator = start_coordinator_with_fast_preemption(fleet);
+  REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 20s));
+  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "lease.out"), "reconnecting"); }, 10s));
+  CHECK(lease->running());
+  CHECK(watch->running());
+  CHECK(attach->running());
+
+  // Presubmit work needs the chips: the notice, given after the restart, reaches every watcher.
+  auto ci = fleet.client("ci");
+  const auto presubmit = submit(*ci, "1", 8, PriorityClass::presubmit);
+  for (const char* file : {"lease.out", "watch.out", "attach.out"}) {
+    REQUIRE_MESSAGE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / file), "PREEMPTION NOTICE for lease L1"); },
+                                      20s),
+                    read_text(fleet.dir() / file));
+  }
+  const std::string notice = read_text(fleet.dir() / "watch.out");
+  CHECK_MESSAGE(contains(notice, "release the lease in 2s (at "), notice);  // the grace, to the second
+  CHECK_FALSE(contains(notice, "281474976710"));
+  // At the end of the grace it is queued again; once the presubmit job is done it is granted again.
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*ci, presubmit, JobState::succeeded); }, 30s));
+  REQUIRE(Fleet::eventually(
+      [&] {
+        const std::string text = read_text(fleet.dir() / "watch.out");
+        return text.find("lease L1 granted") != text.rfind("lease L1 granted");
+      },
+      20s));
+  CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
+  for (auto* watcher : {lease.get(), watch.get(), attach.get()}) {
+    const int status = watcher->wait(15s);
+    REQUIRE(status >= 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  for (const char* file : {"lease.out", "watch.out", "attach.out"}) {
+    const std::string text = read_text(fleet.dir() / file);
+    CHECK_MESSAGE(contains(text, "queued again keeping its age"), text);
+    CHECK_MESSAGE(contains(text, "lease L1 ended: released by dev"), text);
+  }
+  // Attaching to a lease that ended says so and exits 0.
+  CHECK(fleet.kiln("dev", {"lease", "--attach", "L1"}, &out) == 0);
+  CHECK(contains(out, "lease L1 ended: released by dev"));
+}
+
+TEST_CASE("kiln queue lists what waits in priority order, with reasons and expected starts, as text and JSON") {
+  Fleet fleet("queue-list");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto dev = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_up(*dev, "n01"); }, 10s));
+  std::string out;
+  std::string err;
+  CHECK(fleet.kiln("dev", {"queue"}, &out) == 0);
+  CHECK_MESSAGE(contains(out, "the queue is empty"), out);
+
+  const auto running = submit(*dev, "60", 8, PriorityClass::experiment);
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*dev, running, JobState::running); }, 10s));
+  REQUIRE(fleet.kiln("dev", {"lease", "--chips", "8", "--duration", "30m", "--no-wait"}, &out) == 0);
+  const auto waiting = submit(*dev, "1", 2, PriorityClass::experiment);
+
+  CHECK(fleet.kiln("dev", {"queue"}, &out) == 0);
+  CHECK_MESSAGE(contains(out, "WAITING"), out);
+  CHECK(contains(out, "EXPECTED START"));
+  // The older request first; each with what it waits for, in words.
+  const auto lease_at = out.find("  1  L1 ");
+  const auto job_at = out.find(fmt::format("  2  job {} ", waiting));
+  CHECK_MESSAGE(lease_at != std::string::npos, out);
+  CHECK_MESSAGE(job_at != std::string::npos, out);
+  CHECK(lease_at < job_at);
+  CHECK(contains(out, "       - "));
+  CHECK(contains(out, "(in "));
+  CHECK_FALSE(contains(out, "request "));  // no internal numbers
+
+  CHECK(fleet.kiln_split("dev", {"--json", "queue"}, &out, &err) == 0);
+  auto list = nlohmann::json::parse(out);  // stdout is one JSON document
+  REQUIRE(list["entries"].size() == 2);
+  CHECK(list["entries"][0]["lease_id"] == 1);
+  CHECK(list["entries"][0]["job_id"] == 0);
+  CHECK(list["entries"][1]["job_id"] == waiting);
+  CHECK(list["entries"][1]["workload"] == "sleep");
+  CHECK(list["entries"][1]["chips"] == 2);
+  CHECK(list["entries"][1]["owner"] == "dev");
+  CHECK(list["entries"][1]["priority_class"] == "experiment");
+  CHECK(list["entries"][1]["expected_start_ms"].get<std::uint64_t>() > 0);
+  CHECK_FALSE(list["entries"][1]["reasons"].empty());
+  CHECK(list["more"] == false);
+
+  CHECK(fleet.kiln("dev", {"queue", "--limit", "1"}, &out) == 0);
+  CHECK(contains(out, "  1  L1 "));
+  CHECK_FALSE(contains(out, fmt::format("job {} ", waiting)));
+  CHECK(contains(out, "--limit shows more"));
+  CHECK(fleet.kiln("dev", {"queue", "--limit", "0"}, &out) == 2);
+  CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
+  CHECK(fleet.kiln("dev", {"cancel", std::to_string(running)}, &out) == 0);
 }

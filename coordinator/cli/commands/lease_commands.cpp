@@ -42,57 +42,153 @@ void print_granted(const protocol::LeaseSummary& l) {
             << std::flush;
 }
 
+std::string notice_text(std::uint64_t lease_id, const std::string& message) {
+  return fmt::format("PREEMPTION NOTICE for lease L{}: {}", lease_id, message);
+}
+
 struct LeaseWatchOptions {
   bool detach = false;  // return once granted
   bool json = false;
   std::uint32_t wait_ms = 5000;
 };
 
-// Prints one event for people; true when the watch is over.
-bool show_lease_event(const protocol::LeaseEvent& event, const LeaseWatchOptions& options, std::string& last_status) {
-  const std::uint64_t id = event.lease.lease_id;
-  const auto say = [&](const std::string& line) {
-    if (!options.json) std::cout << line << "\n" << std::flush;
-  };
-  switch (event.kind) {
-    case protocol::LeaseEventKind::status:
-      if (event.lease.state == protocol::LeaseState::pending && event.message != last_status) {
-        std::cerr << fmt::format("lease L{} waiting: {}\n", id, event.message);
-        last_status = event.message;
-      }
-      if (event.lease.state != protocol::LeaseState::ended) return false;
-      say(fmt::format("lease L{} ended: {}", id, event.lease.detail));
-      return true;
-    case protocol::LeaseEventKind::granted:
-      last_status.clear();
-      if (!options.json) print_granted(event.lease);
-      return options.detach;
-    case protocol::LeaseEventKind::preempt_notice:
-      say(fmt::format("PREEMPTION NOTICE for lease L{}: {}", id, event.message));
-      return false;
-    case protocol::LeaseEventKind::requeued: say(fmt::format("lease L{} {}", id, event.message)); return false;
-    case protocol::LeaseEventKind::ended: say(fmt::format("lease L{} ended: {}", id, event.message)); return true;
-  }
-  return false;
-}
+// Follows one lease's events and tells people what changed. The lease's state in each event is
+// what counts: an event the watcher did not get (the coordinator restarted meanwhile, or it fell
+// behind) still shows as the state it left, in the `status` event that answers the next watch.
+class LeaseFollower {
+ public:
+  LeaseFollower(std::uint64_t lease_id, const LeaseWatchOptions& options, protocol::LeaseState shown)
+      : lease_id_(lease_id), options_(options), shown_(shown) {}
 
-// Follows a lease until it ends (or, detached, until it is granted), printing what happens:
-// progress while pending, the grant, preemption notices.
-int follow_lease(Client& client, const protocol::LeaseSummary& start, const LeaseWatchOptions& options) {
-  std::uint64_t seq = start.event_seq;  // what the request's reply already showed
-  std::string last_status;
+  // True when the watch is over.
+  bool show(const protocol::LeaseEvent& event) {
+    const bool changed = event.lease.state != shown_;
+    if (options_.json && (event.kind != protocol::LeaseEventKind::status || changed)) {
+      std::cout << protocol::to_json(event).dump() << "\n" << std::flush;
+    }
+    shown_ = event.lease.state;
+    switch (event.kind) {
+      case protocol::LeaseEventKind::status: return show_status(event, changed);
+      case protocol::LeaseEventKind::granted:
+        last_status_.clear();
+        if (!options_.json) print_granted(event.lease);
+        return options_.detach;
+      case protocol::LeaseEventKind::preempt_notice: say(notice_text(lease_id_, event.message)); return false;
+      case protocol::LeaseEventKind::requeued: say(fmt::format("lease L{} {}", lease_id_, event.message)); return false;
+      case protocol::LeaseEventKind::ended: say(fmt::format("lease L{} ended: {}", lease_id_, event.message)); return true;
+    }
+    return false;
+  }
+
+ private:
+  bool show_status(const protocol::LeaseEvent& event, bool changed) {
+    switch (event.lease.state) {
+      case protocol::LeaseState::pending:
+        if (changed) say(fmt::format("lease L{} is queued again: {}", lease_id_, event.lease.detail));
+        if (event.message != last_status_) {
+          std::cerr << fmt::format("lease L{} waiting: {}\n", lease_id_, event.message);
+          last_status_ = event.message;
+        }
+        return false;
+      case protocol::LeaseState::granted:
+        if (!changed) return false;
+        if (!options_.json) print_granted(event.lease);
+        return options_.detach;
+      case protocol::LeaseState::preempting:
+        if (changed) say(notice_text(lease_id_, event.lease.detail));
+        return false;
+      case protocol::LeaseState::ended: say(fmt::format("lease L{} ended: {}", lease_id_, event.lease.detail)); return true;
+    }
+    return false;
+  }
+
+  void say(const std::string& line) const {
+    if (!options_.json) std::cout << line << "\n" << std::flush;
+  }
+
+  std::uint64_t lease_id_;
+  LeaseWatchOptions options_;
+  protocol::LeaseState shown_;
+  std::string last_status_;
+};
+
+// Follows a lease until it ends (or, detached, until it is granted), from the event `seq` on,
+// printing what happens: progress while pending, the grant, preemption notices. The client asks
+// again across a coordinator restart (Reconnect), and the lease's events keep their numbers.
+int follow_lease(Client& client, std::uint64_t lease_id, std::uint64_t seq, protocol::LeaseState shown,
+                 const LeaseWatchOptions& options) {
+  LeaseFollower follower(lease_id, options, shown);
   while (true) {
-    auto event =
-        expect_reply<protocol::LeaseEvent>(client.request(protocol::WatchLease{start.lease_id, seq, options.wait_ms}));
+    auto event = expect_reply<protocol::LeaseEvent>(client.request(protocol::WatchLease{lease_id, seq, options.wait_ms}));
     if (!event) return report(event.error());
     seq = std::max(seq, event->seq);
-    if (options.json && event->kind != protocol::LeaseEventKind::status) {
-      std::cout << protocol::to_json(*event).dump() << "\n" << std::flush;
-    }
-    event->lease.lease_id = start.lease_id;
-    if (show_lease_event(*event, options, last_status)) return kExitOk;
+    event->lease.lease_id = lease_id;
+    if (follower.show(*event)) return kExitOk;
   }
 }
+
+LeaseWatchOptions watch_options(CommandContext& context) {
+  LeaseWatchOptions options;
+  options.json = context.json();
+  // Parked watches are answered within half the reply timeout, so silence means a lost coordinator.
+  options.wait_ms = std::clamp<std::uint32_t>(context.client_config().timeout_ms / 2, 100, 30000);
+  return options;
+}
+
+// Follows an existing lease from another terminal: what it is now, then what happens to it.
+int attach_to_lease(Client& client, std::uint64_t lease_id, CommandContext& context) {
+  constexpr std::uint64_t kAfterEveryEvent = INT64_MAX;
+  auto now = expect_reply<protocol::LeaseEvent>(client.request(protocol::WatchLease{lease_id, kAfterEveryEvent, 0}));
+  if (!now) return report(now.error());
+  const protocol::LeaseSummary& lease = now->lease;
+  if (context.json()) {
+    std::cout << protocol::to_json(*now).dump() << "\n" << std::flush;
+  } else {
+    switch (lease.state) {
+      case protocol::LeaseState::pending:
+        std::cout << fmt::format("lease L{} pending: {}\n", lease_id, now->message) << std::flush;
+        break;
+      case protocol::LeaseState::granted: print_granted(lease); break;
+      case protocol::LeaseState::preempting:
+        print_granted(lease);
+        std::cout << notice_text(lease_id, lease.detail) << "\n" << std::flush;
+        break;
+      case protocol::LeaseState::ended:
+        std::cout << fmt::format("lease L{} ended: {}\n", lease_id, lease.detail);
+        break;
+    }
+  }
+  if (lease.state == protocol::LeaseState::ended) return kExitOk;
+  return follow_lease(client, lease_id, now->seq, lease.state, watch_options(context));
+}
+
+// A command on one lease, given positionally (`L3`): watch, release-lease.
+class LeaseIdCommand : public RemoteCommand {
+ public:
+  void add_options(CLI::App& command) override {
+    command.add_option("LEASE", id_text_, "lease id, e.g. L3")->required();
+  }
+  Status check_arguments() override {
+    auto id = parse_lease_id(id_text_);
+    if (!id) return tl::unexpected(id.error());
+    lease_id_ = *id;
+    return {};
+  }
+
+ protected:
+  std::string id_text_;
+  std::uint64_t lease_id_ = 0;
+};
+
+// kiln lease watch L7: the same as kiln lease --attach L7.
+class LeaseWatchCommand : public LeaseIdCommand {
+ public:
+  std::string name() const override { return "watch"; }
+  std::string help() const override {
+    return "follow an existing lease (yours, or any as ops/admin): its grant, preemption notices, its end";
+  }
+  int run_with(Client& client, CommandContext& context) override { return attach_to_lease(client, lease_id_, context); }
+};
 
 class LeaseCommand : public RemoteCommand {
  public:
@@ -118,7 +214,9 @@ class LeaseCommand : public RemoteCommand {
     command.add_flag("--detach", detach_, "exit once granted instead of watching for notices");
     command.add_flag("--no-wait", no_wait_, "exit at once with the lease id, granted or pending");
     command.add_flag("--wait-notice", wait_notice_, "keep watching after the grant for a preemption notice (default)");
+    command.add_option("--attach", attach_, "follow an existing lease instead of asking for one (as `kiln lease watch`)");
   }
+  const CommandList& subcommands() const override { return subcommands_; }
   Status check_arguments() override;
   int run_with(Client& client, CommandContext& context) override;
 
@@ -132,9 +230,22 @@ class LeaseCommand : public RemoteCommand {
   bool detach_ = false;
   bool no_wait_ = false;
   bool wait_notice_ = false;
+  std::string attach_;
+  std::uint64_t attach_lease_id_ = 0;
+  CommandList subcommands_ = [] {
+    CommandList watch;
+    watch.push_back(std::make_unique<LeaseWatchCommand>());
+    return watch;
+  }();
 };
 
 Status LeaseCommand::check_arguments() {
+  if (!attach_.empty()) {
+    auto id = parse_lease_id(attach_);
+    if (!id) return tl::unexpected(id.error());
+    attach_lease_id_ = *id;
+    return {};
+  }
   auto cls = parse_priority_class(class_);
   if (!cls) return tl::unexpected(cls.error());
   request_.priority_class = *cls;
@@ -151,6 +262,7 @@ Status LeaseCommand::check_arguments() {
 }
 
 int LeaseCommand::run_with(Client& client, CommandContext& context) {
+  if (attach_lease_id_ != 0) return attach_to_lease(client, attach_lease_id_, context);
   Result<protocol::Body> reply = client.request(request_);
   if (!reply) return report(reply.error());
   protocol::LeaseSummary summary;
@@ -168,11 +280,10 @@ int LeaseCommand::run_with(Client& client, CommandContext& context) {
     return report(Error{Errc::bad_message, fmt::format("the coordinator answered request_lease with '{}'",
                                                        protocol::type_name(*reply))});
   }
-  LeaseWatchOptions options;
+  LeaseWatchOptions options = watch_options(context);
   options.detach = detach_ && !wait_notice_;
-  options.json = context.json();
-  options.wait_ms = std::clamp<std::uint32_t>(context.client_config().timeout_ms / 2, 100, 30000);
-  return follow_lease(client, summary, options);
+  // What the reply already showed: the watch goes on from its event.
+  return follow_lease(client, summary.lease_id, summary.event_seq, summary.state, options);
 }
 
 void print_leases(const protocol::LeaseList& list) {
@@ -209,26 +320,13 @@ class LeasesCommand : public RemoteCommand {
   bool all_ = false;
 };
 
-class ReleaseLeaseCommand : public RemoteCommand {
+class ReleaseLeaseCommand : public LeaseIdCommand {
  public:
   std::string name() const override { return "release-lease"; }
   std::string help() const override { return "release a lease (yours, or any as ops/admin)"; }
-  void add_options(CLI::App& command) override {
-    command.add_option("ID", id_text_, "lease id, e.g. L3")->required();
-  }
-  Status check_arguments() override {
-    auto id = parse_lease_id(id_text_);
-    if (!id) return tl::unexpected(id.error());
-    lease_id_ = *id;
-    return {};
-  }
   int run_with(Client& client, CommandContext& context) override {
     return request_ok(client, protocol::ReleaseLease{lease_id_}, context.json());
   }
-
- private:
-  std::string id_text_;
-  std::uint64_t lease_id_ = 0;
 };
 
 }  // namespace
