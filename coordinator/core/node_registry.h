@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "common/protocol/messages.h"
 #include "common/time.h"
@@ -59,6 +60,13 @@ class NodeRegistry {
   std::optional<TimeMs> released_from_quarantine_at(const std::string& node_id) const;
 
   protocol::NodeList list(TimeMs now) const;
+
+  // Why a request for `nodes` whole nodes (0: one node) with `chips` chips each, of `revision`
+  // (empty: any) and on `node_id` (empty: any), can never be placed on the nodes known, in
+  // words that list what the fleet has; nothing if it can, or if no node has registered yet.
+  // Nodes that are down or quarantined count: they may come back.
+  std::optional<std::string> never_placeable(std::string_view revision, std::uint32_t nodes, std::uint32_t chips,
+                                             std::string_view node_id) const;
 
  private:
   DurationMs liveness_timeout_ms_ = 0;
