@@ -75,9 +75,9 @@ TimeMs NodeRegistry::liveness_deadline(const NodeRecord& node) const {
 }
 
 std::optional<TimeMs> NodeRegistry::released_from_quarantine_at(const std::string& node_id) const {
-  auto it = released_wall_ms_.find(node_id);
-  if (it == released_wall_ms_.end()) return std::nullopt;
-  return it->second;
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || it->second.released_from_quarantine_wall_ms == 0) return std::nullopt;
+  return it->second.released_from_quarantine_wall_ms;
 }
 
 protocol::NodeList NodeRegistry::list(TimeMs now) const {

@@ -3,6 +3,7 @@
 // when the diagnostics that last released each node from quarantine began.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -53,9 +54,9 @@ class NodeRegistry {
   TimeMs liveness_deadline(const NodeRecord& node) const;
 
   // When the diagnostics that released the node from quarantine started, on the wall clock
-  // (the one health reports are stamped with). Kept in memory only.
+  // (the one health reports are stamped with); kept in the node's record, so it is stored.
   void released_from_quarantine(const std::string& node_id, TimeMs diagnostics_started_wall_ms) {
-    released_wall_ms_[node_id] = diagnostics_started_wall_ms;
+    nodes_.at(node_id).released_from_quarantine_wall_ms = std::max<TimeMs>(0, diagnostics_started_wall_ms);
   }
   std::optional<TimeMs> released_from_quarantine_at(const std::string& node_id) const;
 
@@ -74,7 +75,6 @@ class NodeRegistry {
   // Recovered nodes that have not registered since the start-up, and until when they may.
   std::set<std::string> awaiting_registration_;
   TimeMs registration_deadline_ms_ = 0;
-  std::map<std::string, TimeMs> released_wall_ms_;
   std::map<std::string, Session> sessions_;  // by peer
   std::map<std::string, std::string> peer_by_node_;
   // Each node's most recent connections, oldest first, with the id of the last hello taken.

@@ -485,6 +485,31 @@ TEST_CASE("a failing probe measured before the diagnostics that released a node 
   CHECK(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
 }
 
+TEST_CASE("a failing probe measured before the repair stays stale after a coordinator restart") {
+  Snapshot stored;
+  {
+    Harness h;
+    h.agent("p1", "n01", hello("n01", "a"), 0);
+    HealthReport measured_early = failing_probe();
+    measured_early.measured_at_ms = 1000;
+    h.agent("p1", "n01", measured_early, 1000);
+    SubmitJob diag;
+    diag.workload = std::string(kDiagWorkload);
+    diag.node_id = "n01";
+    const auto diag_job = h.submit("lab1", Role::lab, diag, 2000);
+    h.agent("p1", "n01", diag_result(diag_job, 2), 3000);
+    REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::up);
+    stored = h.store();
+  }
+  Harness restarted({}, stored, 5000);
+  restarted.agent("p2", "n01", hello("n01", "a"), 5100);
+  HealthReport stale = failing_probe();
+  stale.measured_at_ms = 1500;  // sent before the restart, delivered after it
+  restarted.agent("p2", "n01", stale, 5200);
+  CHECK(restarted.core.nodes().at("n01").summary.state == NodeState::up);
+  CHECK(restarted.core.nodes().at("n01").recent_quarantines == 1);
+}
+
 TEST_CASE("only chips of a node's latest hello are dispatched, also after it re-registers with fewer while busy") {
   Harness h;
   h.agent("p1", "n01", hello("n01", "a"), 0);
