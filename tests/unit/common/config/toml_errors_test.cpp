@@ -1,3 +1,5 @@
+#include <string>
+
 #include <doctest/doctest.h>
 
 #include "common/config/endpoint.h"
@@ -33,6 +35,10 @@ TEST_CASE("a near miss is a typo; a different word of similar length is not") {
   CHECK(config::nearest_name("heartbeat_interval", {"heartbeat_interval_ms"}) == "heartbeat_interval_ms");
   CHECK_FALSE(config::nearest_name("mode", {"path", "group"}).has_value());
   CHECK_FALSE(config::nearest_name("name", {"role"}).has_value());
+  // Three edits apart at most, whatever the lengths: a key much longer than any known one is no typo.
+  CHECK(config::nearest_name("log_lvl", {"log_level", "log"}) == "log_level");
+  CHECK_FALSE(config::nearest_name(std::string(4000, 'x') + "node_id", {"node_id"}).has_value());
+  CHECK_FALSE(config::nearest_name("n", {"node_id"}).has_value());
 }
 
 TEST_CASE("TOML syntax errors and unreadable files are values naming the file and position") {

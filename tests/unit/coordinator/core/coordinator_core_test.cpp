@@ -58,12 +58,49 @@ TEST_CASE("an agent registers, gets a job that fits, and its result is stored an
 }
 
 TEST_CASE("a job waits for a node of its revision") {
-  Harness h;
+  // n02 (revision b) is known from the store but its agent has not said hello yet.
+  Snapshot stored;
+  NodeRecord n02;
+  n02.summary.node_id = "n02";
+  n02.summary.hardware_revision = "b";
+  n02.summary.chips_total = 8;
+  stored.nodes.push_back(n02);
+  Harness h({}, stored);
   h.agent("p1", "n01", hello("n01", "a"), 0);
-  h.client("dev", Role::developer, smoke(1, "b"), 10);
+  h.submit("dev", Role::developer, smoke(1, "b"), 10);
   CHECK(h.agent_bodies<JobStart>("p1").empty());
   h.agent("p2", "n02", hello("n02", "b"), 20);
   CHECK(h.agent_bodies<JobStart>("p2").size() == 1);
+}
+
+TEST_CASE("a job or lease that no node known could ever take is refused at submit, naming what the fleet has") {
+  Harness h;
+  // Before any node has registered, nothing is known to compare with: the request waits.
+  h.submit("dev", Role::developer, smoke(1, "c"), 0);
+  h.agent("p1", "n01", hello("n01", "a"), 10);
+  h.agent("p2", "n02", hello("n02", "a"), 10);
+  h.agent("p3", "n03", hello("n03", "b"), 10);
+  const auto refused = [&](Body body) {
+    Body reply = h.client("dev", Role::developer, std::move(body), 20);
+    REQUIRE(std::holds_alternative<ErrorReply>(reply));
+    CHECK(std::get<ErrorReply>(reply).code == "invalid_argument");
+    return std::get<ErrorReply>(reply).message;
+  };
+  CHECK(refused(smoke(1, "c")) ==
+        "this job could never start: no node has hardware revision 'c'; the fleet has revisions a (2 nodes), b (1 node)");
+  SubmitJob pinned = smoke(2, "b");
+  pinned.node_id = "n01";
+  CHECK(refused(pinned) == "this job could never start: node n01 has hardware revision a, not b; drop --node or --rev");
+  CHECK(refused(RequestLease{0, 2, "b", 3600000, PriorityClass::experiment}) ==
+        "this lease could never be granted: 2 whole nodes asked for, but the fleet has 1 node of revision b; the "
+        "fleet has revisions a (2 nodes), b (1 node)");
+  CHECK(refused(RequestLease{0, 4, "", 3600000, PriorityClass::experiment}).find("4 whole nodes asked for, but the "
+                                                                                 "fleet has 3 nodes;") !=
+        std::string::npos);
+  // What fits the fleet is taken, even when it has to wait: nodes that are down may come back.
+  h.submit("dev", Role::developer, smoke(8, "b"), 30);
+  const Body lease = h.client("dev", Role::developer, RequestLease{0, 2, "a", 3600000, PriorityClass::experiment}, 30);
+  CHECK_FALSE(std::holds_alternative<ErrorReply>(lease));
 }
 
 TEST_CASE("a silent node is lost and its jobs fail over; with no attempts left the job is lost") {
@@ -131,7 +168,7 @@ TEST_CASE("a coordinator restarted from its store keeps jobs and waits for agent
     Harness h;
     h.agent("p1", "n01", hello("n01", "a"), 0);
     h.client("dev", Role::developer, smoke(2), 10);
-    h.client("dev", Role::developer, smoke(8, "b"), 20);
+    h.client("dev", Role::developer, smoke(8, "a"), 20);  // does not fit beside the first: queued
     std::map<std::uint64_t, JobRecord> latest;
     for (auto& j : h.saved_jobs) latest[j.summary.job_id] = j;
     for (auto& [id, j] : latest) snapshot.jobs.push_back(j);
@@ -448,6 +485,31 @@ TEST_CASE("a failing probe measured before the diagnostics that released a node 
   CHECK(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
 }
 
+TEST_CASE("a failing probe measured before the repair stays stale after a coordinator restart") {
+  Snapshot stored;
+  {
+    Harness h;
+    h.agent("p1", "n01", hello("n01", "a"), 0);
+    HealthReport measured_early = failing_probe();
+    measured_early.measured_at_ms = 1000;
+    h.agent("p1", "n01", measured_early, 1000);
+    SubmitJob diag;
+    diag.workload = std::string(kDiagWorkload);
+    diag.node_id = "n01";
+    const auto diag_job = h.submit("lab1", Role::lab, diag, 2000);
+    h.agent("p1", "n01", diag_result(diag_job, 2), 3000);
+    REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::up);
+    stored = h.store();
+  }
+  Harness restarted({}, stored, 5000);
+  restarted.agent("p2", "n01", hello("n01", "a"), 5100);
+  HealthReport stale = failing_probe();
+  stale.measured_at_ms = 1500;  // sent before the restart, delivered after it
+  restarted.agent("p2", "n01", stale, 5200);
+  CHECK(restarted.core.nodes().at("n01").summary.state == NodeState::up);
+  CHECK(restarted.core.nodes().at("n01").recent_quarantines == 1);
+}
+
 TEST_CASE("only chips of a node's latest hello are dispatched, also after it re-registers with fewer while busy") {
   Harness h;
   h.agent("p1", "n01", hello("n01", "a"), 0);
@@ -460,14 +522,17 @@ TEST_CASE("only chips of a node's latest hello are dispatched, also after it re-
   CHECK(h.job(running).summary.state == JobState::running);
   CHECK(h.core.nodes().at("n01").summary.chips_total == 4);
   const auto second = h.submit("dev", Role::developer, smoke(4, "a"), 30);
-  const auto too_big = h.submit("dev", Role::developer, smoke(8, "a"), 31);
+  // The node now has 4 chips: an 8-chip job could never start, and is refused.
+  const Body too_big = h.client("dev", Role::developer, smoke(8, "a"), 31);
+  REQUIRE(std::holds_alternative<ErrorReply>(too_big));
+  CHECK(std::get<ErrorReply>(too_big).message ==
+        "this job could never start: 8 chips on one node asked for, but the largest node of revision a has 4 chips");
   JobFinished fin;
   fin.job_id = running;
   fin.attempt = 1;
   fin.outcome = JobOutcome::succeeded;
   h.agent("p2", "n01", fin, 40);
   CHECK(h.job(second).summary.state == JobState::assigned);
-  CHECK(h.job(too_big).summary.state == JobState::queued);
   for (const auto& start : h.agent_bodies<JobStart>("p2")) {
     for (std::uint32_t chip : start.chip_indices) CHECK(chip < 4);
   }

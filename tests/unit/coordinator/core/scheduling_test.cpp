@@ -82,14 +82,15 @@ TEST_CASE("the scheduler places jobs: topology first, CI ahead of experiments, r
   CHECK(starts[0].chip_indices[0] / 4 == starts[0].chip_indices[1] / 4);
   CHECK(h.job(first).summary.state == JobState::assigned);
 
-  // A job for a revision no node has waits; a 3-chip job gets a 4-chip lease and uses 3.
+  // A job for a revision no node has is refused; a 3-chip job gets a 4-chip lease and uses 3.
   const auto on_b = h.submit("dev", Role::developer, sleep_job(1, PriorityClass::experiment), 20);
   CHECK(h.agent_bodies<JobStart>("p1").size() == 2);
   (void)on_b;
   SubmitJob for_b = sleep_job(1, PriorityClass::experiment);
   for_b.hardware_revision = "b";
-  const auto waits = h.submit("dev", Role::developer, for_b, 30);
-  CHECK(h.job(waits).summary.state == JobState::queued);
+  const Body refused = h.client("dev", Role::developer, for_b, 30);
+  REQUIRE(std::holds_alternative<ErrorReply>(refused));
+  CHECK(std::get<ErrorReply>(refused).message.find("no node has hardware revision 'b'") != std::string::npos);
   const auto three = h.submit("dev", Role::developer, sleep_job(3, PriorityClass::experiment), 40);
   CHECK(h.job(three).summary.chip_indices.size() == 3);
   CHECK(h.core.nodes().at("n01").summary.chips_used >= 6);

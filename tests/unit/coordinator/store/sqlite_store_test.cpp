@@ -154,6 +154,36 @@ TEST_CASE("a version 1 database (before leases, records and job attribution) is 
   CHECK(refused.error().message.find("use a matching coordinator") != std::string::npos);
 }
 
+TEST_CASE("a version 2 database is upgraded: its nodes read back, never released from quarantine") {
+  kiln::testing::TempDir dir("kiln-store-version-2");
+  const std::string path = dir.file("kiln.db");
+  {
+    auto store = open_sqlite_store(path);
+    REQUIRE(store.has_value());
+    NodeRecord node;
+    node.summary.node_id = "n01";
+    node.summary.hardware_revision = "a";
+    node.released_from_quarantine_wall_ms = 1234;
+    REQUIRE((*store)->save_node(node).has_value());
+  }
+  // What a version 2 coordinator wrote: nodes without the release time.
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "UPDATE nodes SET doc = json_remove(doc, '$.released_from_quarantine_wall_ms');", nullptr,
+                       nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  set_schema_version(path, 2);
+  auto store = open_sqlite_store(path);
+  REQUIRE_MESSAGE(store.has_value(), store.error().message);
+  auto snapshot = (*store)->load();
+  REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+  REQUIRE(snapshot->nodes.size() == 1);
+  CHECK(snapshot->nodes[0].summary.node_id == "n01");
+  CHECK(snapshot->nodes[0].released_from_quarantine_wall_ms == 0);
+}
+
 TEST_CASE("an unwritable database path is refused with a clear error") {
   auto store = open_sqlite_store("/nonexistent-dir/kiln.db");
   REQUIRE_FALSE(store.has_value());
