@@ -247,3 +247,47 @@ TEST_CASE("a lease under preemption notice keeps its grace deadline across a res
   CHECK(lease_of(h, 1).requested_at_ms == 10);
   CHECK(h.job(ci_job).summary.state == JobState::assigned);
 }
+
+TEST_CASE("a watcher that missed an event before a restart is told at once, and events keep their numbers") {
+  Snapshot store;
+  std::uint64_t seen = 0;
+  {
+    Harness h(knobs());
+    h.agent("p1", "n01", hello("n01", "a"), 0);
+    REQUIRE(std::holds_alternative<LeaseGranted>(h.client("alice", Role::developer, lease_request(8), 10)));
+    Body pending = h.client("bob", Role::developer, lease_request(8), 20);
+    REQUIRE(std::holds_alternative<LeasePending>(pending));
+    seen = std::get<LeasePending>(pending).lease.event_seq;  // what bob's watcher knows
+    // L1 is released and L2 granted: an event bob's watcher never got.
+    REQUIRE(std::holds_alternative<Ok>(h.client("alice", Role::developer, ReleaseLease{1}, 30)));
+    REQUIRE(lease_of(h, 2).state == LeaseState::granted);
+    REQUIRE(lease_of(h, 2).event_seq == seen + 1);
+    store = h.store();
+  }
+  Harness h(knobs(), store, kRestartMs);
+  h.agent("p9", "n01", hello("n01", "a"), kRestartMs + 500);
+  // Asked again with what it had seen, the watch is answered at once with the lease as it is.
+  Body answer = h.client("bob", Role::developer, WatchLease{2, seen, 5000}, kRestartMs + 600);
+  REQUIRE(std::holds_alternative<LeaseEvent>(answer));
+  const LeaseEvent& now = std::get<LeaseEvent>(answer);
+  CHECK(now.kind == LeaseEventKind::status);
+  CHECK(now.seq == seen + 1);
+  CHECK(now.lease.state == LeaseState::granted);
+  // From there it waits, and the first event after the restart carries the next number.
+  const std::size_t replies = h.to_clients.size();
+  h.core.on_client_message("c-bob", Caller{"bob", Role::developer}, make_envelope(WatchLease{2, now.seq, 60000}, 99),
+                           kRestartMs + 700);
+  h.drain();
+  CHECK(h.to_clients.size() == replies);  // parked
+  (void)h.client("bob", Role::developer, ReleaseLease{2}, kRestartMs + 800);  // the watch is answered first
+  CHECK(std::holds_alternative<Ok>(h.to_clients.back().body));
+  bool told = false;
+  for (std::size_t i = replies; i < h.to_clients.size(); ++i) {
+    if (h.to_clients[i].corr != 99) continue;
+    const auto& next = std::get<LeaseEvent>(h.to_clients[i].body);
+    CHECK(next.seq == seen + 2);
+    CHECK(next.kind == LeaseEventKind::ended);
+    told = true;
+  }
+  CHECK(told);
+}

@@ -535,3 +535,30 @@ TEST_CASE("before its target a request preempts only a victim that loses nothing
   REQUIRE(notices.size() == 1);
   CHECK(notices[0].lease == grant->lease);
 }
+
+TEST_CASE("the queue's explanations come in scheduling order, and an expected start counts preemption") {
+  SchedulerKnobs k = knobs_with_grace(5 * kMinuteMs);
+  k.target_start_latency_ms[rank(RequestClass::presubmit)] = kHourMs;
+  Scheduler s{k};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 4 * kHourMs), 0));
+  REQUIRE(granted(drain(s), 1));
+  const TimeMs t = 10 * kMinuteMs;
+  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 8, kHourMs, t), t));
+  REQUIRE(s.submit(make_request(3, RequestClass::presubmit, 8, 10 * kMinuteMs, t), t));
+  CHECK(only<PreemptNotice>(drain(s)).empty());  // its target is an hour away: no preemption yet
+
+  const std::vector<Explanation> queue = s.explain_queue(t);
+  REQUIRE(queue.size() == 2);
+  CHECK(queue[0].request == 3);  // presubmit before the older experiment
+  CHECK(queue[1].request == 2);
+  // Presubmit preempts the experiment at its target at the latest, not when its 4 h lease ends.
+  REQUIRE(queue[0].expected_start_ms.has_value());
+  CHECK(*queue[0].expected_start_ms == t + kHourMs);
+  // The same as explaining each request alone.
+  for (const Explanation& e : queue) {
+    const Explanation alone = s.explain(e.request, t);
+    CHECK(alone.reasons == e.reasons);
+    CHECK(alone.expected_start_ms == e.expected_start_ms);
+  }
+}
