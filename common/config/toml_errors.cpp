@@ -47,6 +47,11 @@ std::optional<std::string> nearest_name(std::string_view name, const std::vector
   std::optional<std::string> best;
   std::size_t best_distance = allowed + 1;
   for (const std::string_view candidate : known) {
+    // Lengths further apart than the allowed edits cannot be near; skipping them keeps a long
+    // mistyped key from costing an edit-distance table per known key.
+    const std::size_t length_gap = name.size() > candidate.size() ? name.size() - candidate.size()
+                                                                   : candidate.size() - name.size();
+    if (length_gap > allowed) continue;
     const std::size_t distance = text::edit_distance(name, candidate);
     if (distance < best_distance) {
       best_distance = distance;

@@ -182,6 +182,11 @@ std::optional<Error> CoordinatorCore::refuse_submit(const Caller& caller, const 
     return Error{Errc::not_found,
                  fmt::format("node {} is not registered; `kiln nodes` lists the nodes", submit.node_id)};
   }
+  if (!maintenance && lease_id == 0) {
+    if (auto never = registry_.never_placeable(submit.hardware_revision, 0, submit.chips, submit.node_id)) {
+      return Error{Errc::invalid_argument, fmt::format("this job could never start: {}", *never)};
+    }
+  }
   std::size_t queued = 0;
   for (std::uint64_t id : active_jobs_) queued += jobs_.at(id).summary.state == JobState::queued ? 1 : 0;
   if (queued >= knobs_.max_queued_jobs) {

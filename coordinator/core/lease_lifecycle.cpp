@@ -28,6 +28,11 @@ void CoordinatorCore::handle_request_lease(const std::string& client, const Call
                 "ask for chips on one node (--chips 1, 2, 4 or 8) or for whole nodes (--nodes N), not both");
     return;
   }
+  if (auto never = registry_.never_placeable(request.hardware_revision, request.nodes,
+                                             request.nodes > 0 ? 0 : request.chips, "")) {
+    reply_error(client, m.header.id, Errc::invalid_argument, fmt::format("this lease could never be granted: {}", *never));
+    return;
+  }
   const std::size_t active = dev_leases_.active();
   if (active >= knobs_.max_active_leases) {
     reply_error(client, m.header.id, Errc::unavailable,

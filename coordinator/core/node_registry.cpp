@@ -1,6 +1,7 @@
 #include "coordinator/core/node_registry.h"
 
 #include <algorithm>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -74,9 +75,9 @@ TimeMs NodeRegistry::liveness_deadline(const NodeRecord& node) const {
 }
 
 std::optional<TimeMs> NodeRegistry::released_from_quarantine_at(const std::string& node_id) const {
-  auto it = released_wall_ms_.find(node_id);
-  if (it == released_wall_ms_.end()) return std::nullopt;
-  return it->second;
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || it->second.released_from_quarantine_wall_ms == 0) return std::nullopt;
+  return it->second.released_from_quarantine_wall_ms;
 }
 
 protocol::NodeList NodeRegistry::list(TimeMs now) const {
@@ -87,6 +88,58 @@ protocol::NodeList NodeRegistry::list(TimeMs now) const {
     list.nodes.push_back(std::move(s));
   }
   return list;
+}
+
+namespace {
+
+std::string count_text(std::size_t n, std::string_view one) {
+  return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+std::optional<std::string> NodeRegistry::never_placeable(std::string_view revision, std::uint32_t nodes,
+                                                         std::uint32_t chips, std::string_view node_id) const {
+  if (nodes_.empty()) return std::nullopt;
+  std::map<std::string, std::size_t> nodes_by_revision;
+  for (const auto& [id, node] : nodes_) ++nodes_by_revision[node.summary.hardware_revision];
+  std::vector<std::string> fleet;
+  for (const auto& [rev, n] : nodes_by_revision) fleet.push_back(fmt::format("{} ({})", rev, count_text(n, "node")));
+  const std::string has = fmt::format("the fleet has revision{} {}", fleet.size() == 1 ? "" : "s", fmt::join(fleet, ", "));
+  if (!revision.empty() && nodes_by_revision.count(std::string(revision)) == 0) {
+    return fmt::format("no node has hardware revision '{}'; {}", revision, has);
+  }
+  const std::string of_revision = revision.empty() ? std::string() : fmt::format(" of revision {}", revision);
+  if (!node_id.empty()) {
+    auto it = nodes_.find(std::string(node_id));
+    if (it == nodes_.end()) return std::nullopt;  // refused as unregistered elsewhere
+    const protocol::NodeSummary& node = it->second.summary;
+    if (!revision.empty() && node.hardware_revision != revision) {
+      return fmt::format("node {} has hardware revision {}, not {}; drop --node or --rev", node_id,
+                         node.hardware_revision, revision);
+    }
+    if (chips > node.chips_total) {
+      return fmt::format("node {} has {}, fewer than the {} asked for", node_id, count_text(node.chips_total, "chip"),
+                         chips);
+    }
+    return std::nullopt;
+  }
+  std::size_t matching = 0;
+  std::uint32_t largest = 0;
+  for (const auto& [id, node] : nodes_) {
+    if (!revision.empty() && node.summary.hardware_revision != revision) continue;
+    ++matching;
+    largest = std::max(largest, node.summary.chips_total);
+  }
+  if (nodes > matching) {
+    return fmt::format("{} asked for, but the fleet has {}{}; {}", count_text(nodes, "whole node"),
+                       count_text(matching, "node"), of_revision, has);
+  }
+  if (chips > largest) {
+    return fmt::format("{} on one node asked for, but the largest node{} has {}", count_text(chips, "chip"),
+                       of_revision, count_text(largest, "chip"));
+  }
+  return std::nullopt;
 }
 
 }  // namespace kiln::coordinator

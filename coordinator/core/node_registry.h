@@ -3,12 +3,14 @@
 // when the diagnostics that last released each node from quarantine began.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "common/protocol/messages.h"
 #include "common/time.h"
@@ -52,13 +54,20 @@ class NodeRegistry {
   TimeMs liveness_deadline(const NodeRecord& node) const;
 
   // When the diagnostics that released the node from quarantine started, on the wall clock
-  // (the one health reports are stamped with). Kept in memory only.
+  // (the one health reports are stamped with); kept in the node's record, so it is stored.
   void released_from_quarantine(const std::string& node_id, TimeMs diagnostics_started_wall_ms) {
-    released_wall_ms_[node_id] = diagnostics_started_wall_ms;
+    nodes_.at(node_id).released_from_quarantine_wall_ms = std::max<TimeMs>(0, diagnostics_started_wall_ms);
   }
   std::optional<TimeMs> released_from_quarantine_at(const std::string& node_id) const;
 
   protocol::NodeList list(TimeMs now) const;
+
+  // Why a request for `nodes` whole nodes (0: one node) with `chips` chips each, of `revision`
+  // (empty: any) and on `node_id` (empty: any), can never be placed on the nodes known, in
+  // words that list what the fleet has; nothing if it can, or if no node has registered yet.
+  // Nodes that are down or quarantined count: they may come back.
+  std::optional<std::string> never_placeable(std::string_view revision, std::uint32_t nodes, std::uint32_t chips,
+                                             std::string_view node_id) const;
 
  private:
   DurationMs liveness_timeout_ms_ = 0;
@@ -66,7 +75,6 @@ class NodeRegistry {
   // Recovered nodes that have not registered since the start-up, and until when they may.
   std::set<std::string> awaiting_registration_;
   TimeMs registration_deadline_ms_ = 0;
-  std::map<std::string, TimeMs> released_wall_ms_;
   std::map<std::string, Session> sessions_;  // by peer
   std::map<std::string, std::string> peer_by_node_;
   // Each node's most recent connections, oldest first, with the id of the last hello taken.

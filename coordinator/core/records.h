@@ -20,6 +20,10 @@ struct NodeRecord {
   // Flapping: quarantines since flap_window_start_ms (a window of knobs.flap_window_ms).
   std::uint32_t recent_quarantines = 0;
   std::int64_t flap_window_start_ms = 0;
+  // When the diagnostics that last released the node from quarantine started, on the wall clock
+  // health reports are stamped with (0: never released): a failing probe measured before it is
+  // stale, also after a coordinator restart.
+  std::int64_t released_from_quarantine_wall_ms = 0;
 
   template <class V>
   void visit(V& v) {
@@ -29,6 +33,7 @@ struct NodeRecord {
     v.field("last_seen_ms", last_seen_ms, protocol::Range{0, INT64_MAX});
     v.field("recent_quarantines", recent_quarantines, protocol::Range{0, 1000000});
     v.field("flap_window_start_ms", flap_window_start_ms, protocol::Range{0, INT64_MAX});
+    v.field("released_from_quarantine_wall_ms", released_from_quarantine_wall_ms, protocol::Range{0, INT64_MAX});
   }
 };
 

@@ -18,11 +18,12 @@
 namespace kiln::coordinator {
 namespace {
 
-// Version 2 added the leases and records tables and each job's bundle_id and config_hash. A
-// version 1 database is upgraded in place (it gains the tables, its jobs empty attributions); a
-// coordinator that reads version 1 refuses a version 2 database, so it cannot drop the
-// developers' leases and the qualification records it does not know about.
-constexpr int kSchemaVersion = 2;
+// Version 2 added the leases and records tables and each job's bundle_id and config_hash;
+// version 3 each node's released_from_quarantine_wall_ms. Older databases are upgraded in place
+// (version 1 gains the tables and its jobs empty attributions, nodes of 1 and 2 a release time
+// of 0: never released); a coordinator refuses a database of a newer version than its own, so
+// it cannot drop what it does not know about.
+constexpr int kSchemaVersion = 3;
 // SQLite's application id (a field of the file header) of a database kiln created: "KILN".
 // Databases from before it was set have kiln's tables only and a schema version; they get it
 // when a coordinator next opens them.
@@ -120,6 +121,11 @@ Status write_schema(sqlite3* db, const std::string& path, int version_found) {
     if (auto s = exec(db, path, "UPDATE jobs SET doc = json_set(doc, '$.summary.bundle_id', '', "
                                 "'$.summary.config_hash', '');");
         !s) {
+      return s;
+    }
+  }
+  if (version_found == 1 || version_found == 2) {
+    if (auto s = exec(db, path, "UPDATE nodes SET doc = json_set(doc, '$.released_from_quarantine_wall_ms', 0);"); !s) {
       return s;
     }
   }

@@ -263,3 +263,32 @@ TEST_CASE("kiln diag on a node whose 8 chips a developer leases waits for the le
   CHECK(job_state_is(*lab, diag_job, JobState::succeeded));
   CHECK(read_text(fleet.dir() / "lease.out").find("lease L1 ended: released by dev") != std::string::npos);
 }
+
+TEST_CASE("a job or lease no node could ever take is refused at submit, exit 2, listing the fleet's revisions") {
+  Fleet fleet("never");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  fleet.add_agent({"n02", "b"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  fleet.start_agent("n02");
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01") && node_up(*client, "n02"); }, 10s));
+
+  std::string out;
+  CHECK(fleet.kiln("dev", {"submit", "--workload", "sleep", "--rev", "c"}, &out) == 2);
+  CHECK_MESSAGE(out.find("this job could never start: no node has hardware revision 'c'; the fleet has revisions a "
+                         "(1 node), b (1 node)") != std::string::npos,
+                out);
+  CHECK(fleet.kiln("dev", {"lease", "--nodes", "3", "--duration", "1h", "--no-wait"}, &out) == 2);
+  CHECK_MESSAGE(out.find("this lease could never be granted: 3 whole nodes asked for, but the fleet has 2 nodes")
+                    != std::string::npos,
+                out);
+  CHECK(fleet.kiln("dev", {"submit", "--workload", "sleep", "--rev", "b", "--node", "n01"}, &out) == 2);
+  CHECK_MESSAGE(out.find("node n01 has hardware revision a, not b") != std::string::npos, out);
+  // Nothing was queued by the refusals.
+  CHECK(fleet.kiln("dev", {"jobs"}, &out) == 0);
+  CHECK_MESSAGE(out.find("sleep") == std::string::npos, out);
+  CHECK(fleet.kiln("dev", {"leases"}, &out) == 0);
+  CHECK_MESSAGE(out.find("L1") == std::string::npos, out);
+}

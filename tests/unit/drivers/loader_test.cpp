@@ -4,7 +4,7 @@
 
 #include <doctest/doctest.h>
 
-#include "tests/unit/drivers/test_support.h"
+#include "tests/support/driver_support.h"
 
 namespace kiln::drivers {
 namespace {

@@ -1,0 +1,218 @@
+// Qualification records on the coordinator: what CI records (changes, bundles, baselines, run
+// reports) is validated, immutable where it must be, saved, and back after a restart; jobs
+// carry their bundle; CI can quarantine a node it suspects.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/protocol/codec.h"
+#include "common/protocol/json.h"
+#include "coordinator/qualification/change.h"
+#include "coordinator/store/store.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/core_harness.h"
+
+using namespace kiln;
+using namespace kiln::coordinator;
+using namespace kiln::coordinator::testing;
+using protocol::RecordKind;
+using protocol::Role;
+namespace q = kiln::qualification;
+
+namespace {
+
+std::vector<q::Change> history() {
+  std::vector<q::Change> changes;
+  for (int i = 0; i < 3; ++i) {
+    q::Change c;
+    c.id = "c" + std::to_string(i);
+    c.layer = i == 1 ? q::Layer::runtime : q::Layer::kernels;
+    c.owner_team = i == 1 ? "runtime-team" : "kernels-team";
+    c.components = {"gemm-bf16"};
+    c.merged_at_ms = 1000 + i;
+    changes.push_back(c);
+  }
+  changes[2].sim_effect = q::SimChangeEffect{{{"mlp-bf16", 0.97}}, {}, {}};
+  return changes;
+}
+
+protocol::PutRecord put_change(const q::Change& change) {
+  return {RecordKind::change, change.id, q::to_json(change).dump()};
+}
+
+protocol::PutRecord put_bundle(const q::Bundle& bundle) {
+  return {RecordKind::bundle, bundle.id, q::to_json(bundle).dump()};
+}
+
+std::string error_of(const protocol::Body& reply) {
+  auto* error = std::get_if<protocol::ErrorReply>(&reply);
+  return error ? error->code + ": " + error->message : "";
+}
+
+}  // namespace
+
+TEST_CASE("CI records changes and bundles; they are immutable and saved before the reply") {
+  Harness h;
+  const auto changes = history();
+  auto reply = h.client("ci", Role::ci, put_change(changes[0]), 10);
+  REQUIRE_MESSAGE(std::holds_alternative<protocol::Ok>(reply), error_of(reply));
+  REQUIRE(h.saved_records.size() == 1);
+  CHECK(h.saved_records[0].kind == RecordKind::change);
+  CHECK(h.saved_records[0].written_by == "ci");
+
+  // The same content again is fine; other content under the same id is a conflict.
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_change(changes[0]), 11)));
+  q::Change edited = changes[0];
+  edited.owner_team = "someone-else";
+  CHECK(error_of(h.client("ci", Role::ci, put_change(edited), 12)).starts_with("conflict"));
+
+  // Developers read but do not write.
+  CHECK(error_of(h.client("dev", Role::developer, put_change(changes[1]), 13)).starts_with("unauthorized"));
+
+  // A bundle whose changes are not all recorded is refused.
+  auto bundle = q::build_bundle_at(changes, 2);
+  REQUIRE(bundle.has_value());
+  CHECK(error_of(h.client("ci", Role::ci, put_bundle(*bundle), 14)).starts_with("not_found"));
+  h.client("ci", Role::ci, put_change(changes[1]), 15);
+  h.client("ci", Role::ci, put_change(changes[2]), 16);
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_bundle(*bundle), 17)));
+
+  // A bundle whose id is not the hash of its content is refused.
+  q::Bundle tampered = *bundle;
+  tampered.change_ids.pop_back();
+  CHECK(error_of(h.client("ci", Role::ci, put_bundle(tampered), 18)).starts_with("integrity"));
+
+  // A change's key must be its id.
+  CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::change, "other", q::to_json(changes[0]).dump()},
+                          19))
+            .starts_with("invalid_argument"));
+
+  auto list = h.client("dev", Role::developer, protocol::ListRecords{RecordKind::change, 2, 0}, 20);
+  REQUIRE(std::holds_alternative<protocol::RecordList>(list));
+  const auto& page = std::get<protocol::RecordList>(list);
+  REQUIRE(page.records.size() == 2);
+  CHECK(page.more);
+  CHECK(page.records[0].key == "c0");
+  auto rest = std::get<protocol::RecordList>(
+      h.client("dev", Role::developer, protocol::ListRecords{RecordKind::change, 10, page.records[1].seq}, 21));
+  REQUIRE(rest.records.size() == 1);
+  CHECK(rest.records[0].key == "c2");
+  CHECK_FALSE(rest.more);
+  auto back = q::change_from_json(nlohmann::json::parse(rest.records[0].document));
+  REQUIRE(back.has_value());
+  CHECK(back->sim_effect->throughput_factors.at("mlp-bf16") == doctest::Approx(0.97));
+}
+
+TEST_CASE("a baseline names a recorded bundle of its revision, and everything is back after a restart") {
+  Harness h;
+  const auto changes = history();
+  for (const auto& change : changes) h.client("ci", Role::ci, put_change(change), 1);
+  q::SimBuilderOptions only_a;
+  only_a.hardware_revisions = {"a"};
+  auto bundle = q::build_bundle_at(changes, 1, only_a);
+  REQUIRE(bundle.has_value());
+  const std::string doc = nlohmann::json{{"bundle_id", bundle->id}}.dump();
+  CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::baseline, "a", doc}, 2)).starts_with("not_found"));
+  h.client("ci", Role::ci, put_bundle(*bundle), 3);
+  CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::baseline, "b", doc}, 4))
+            .starts_with("invalid_argument"));
+  CHECK(std::holds_alternative<protocol::Ok>(
+      h.client("ci", Role::ci, protocol::PutRecord{RecordKind::baseline, "a", doc}, 5)));
+  const std::string run = nlohmann::json{{"run_id", "nightly-1"}, {"finished", false}}.dump();
+  CHECK(std::holds_alternative<protocol::Ok>(
+      h.client("ci", Role::ci, protocol::PutRecord{RecordKind::qualification_run, "nightly-1", run}, 6)));
+  const std::string done = nlohmann::json{{"run_id", "nightly-1"}, {"finished", true}}.dump();
+  CHECK(std::holds_alternative<protocol::Ok>(
+      h.client("ci", Role::ci, protocol::PutRecord{RecordKind::qualification_run, "nightly-1", done}, 7)));
+
+  const Snapshot snapshot = h.store();
+  Harness restarted({}, snapshot, 100);
+  auto got = restarted.client("dev", Role::developer, protocol::GetRecord{RecordKind::qualification_run, "nightly-1"}, 101);
+  REQUIRE(std::holds_alternative<protocol::RecordEntry>(got));
+  CHECK(nlohmann::json::parse(std::get<protocol::RecordEntry>(got).document).at("finished") == true);
+  auto baseline = restarted.client("dev", Role::developer, protocol::GetRecord{RecordKind::baseline, "a"}, 102);
+  REQUIRE(std::holds_alternative<protocol::RecordEntry>(baseline));
+  // New records keep counting after the recovered ones.
+  q::Change more = changes[2];
+  more.id = "c3";
+  more.merged_at_ms = 2000;
+  restarted.client("ci", Role::ci, put_change(more), 103);
+  std::uint64_t highest_before = 0;
+  for (const auto& record : snapshot.records) highest_before = std::max(highest_before, record.seq);
+  REQUIRE(restarted.saved_records.size() == 1);
+  CHECK(restarted.saved_records[0].seq > highest_before);
+}
+
+TEST_CASE("a job records the bundle and config hash it was submitted with") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  protocol::SubmitJob job;
+  job.workload = "model";
+  job.priority_class = protocol::PriorityClass::nightly;
+  job.bundle_id = std::string(64, 'a');
+  job.config_hash = std::string(64, 'b');
+  const auto id = h.submit("ci", Role::ci, job, 1);
+  CHECK(h.job(id).summary.bundle_id == job.bundle_id);
+  CHECK(h.job(id).summary.config_hash == job.config_hash);
+  auto detail = std::get<protocol::JobDetail>(h.client("ci", Role::ci, protocol::GetJob{id}, 2));
+  CHECK(detail.job.bundle_id == job.bundle_id);
+}
+
+TEST_CASE("CI quarantines a node it suspects; it returns only through diagnostics") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const protocol::QuarantineNode quarantine{"n01", "failed mlp-bf16-small-01, passed on n02", "lab"};
+  CHECK(error_of(h.client("dev", Role::developer, quarantine, 1)).starts_with("unauthorized"));
+  CHECK(error_of(h.client("ci", Role::ci, protocol::QuarantineNode{"n99", "x", "lab"}, 2)).starts_with("not_found"));
+  auto reply = h.client("ci", Role::ci, quarantine, 3);
+  REQUIRE_MESSAGE(std::holds_alternative<protocol::Ok>(reply), error_of(reply));
+  const auto& node = h.core.nodes().at("n01");
+  CHECK(node.summary.state == protocol::NodeState::quarantined);
+  CHECK(node.summary.quarantine_owner == "lab");
+  CHECK(node.summary.quarantine_reason.find("passed on n02") != std::string::npos);
+  // No new work lands there.
+  protocol::SubmitJob job;
+  job.workload = "model";
+  job.priority_class = protocol::PriorityClass::nightly;
+  const auto id = h.submit("ci", Role::ci, job, 4);
+  CHECK(h.job(id).summary.state == protocol::JobState::queued);
+}
+
+TEST_CASE("record messages round-trip through the codec") {
+  auto round_trip = [](const protocol::Body& body) {
+    auto frames = protocol::encode(protocol::make_envelope(body, 1));
+    REQUIRE_MESSAGE(frames.has_value(), frames.error().message);
+    auto decoded = protocol::decode(frames->header, frames->body);
+    REQUIRE_MESSAGE(decoded.has_value(), decoded.error().message);
+    return decoded->body;
+  };
+  const protocol::RecordEntry entry{RecordKind::bundle, "abc", "{\"x\":1}", 4, 99, "ci"};
+  const auto list = std::get<protocol::RecordList>(round_trip(protocol::RecordList{{entry, entry}, true}));
+  CHECK(list.more);
+  CHECK(protocol::to_json(list.records[1]) == protocol::to_json(entry));
+  CHECK(std::get<protocol::PutRecord>(round_trip(protocol::PutRecord{RecordKind::baseline, "a", "{}"})).key == "a");
+  CHECK(std::get<protocol::QuarantineNode>(round_trip(protocol::QuarantineNode{"n01", "why", "lab"})).owner == "lab");
+  // An empty key is refused, naming the field.
+  auto bad = protocol::encode(protocol::make_envelope(protocol::GetRecord{RecordKind::change, ""}, 1));
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().message.find("key") != std::string::npos);
+}
+
+TEST_CASE("the SQLite store keeps qualification records") {
+  kiln::testing::TempDir dir("kiln-records");
+  const std::string path = (dir.path() / "kiln.db").string();
+  {
+    auto store = open_sqlite_store(path);
+    REQUIRE(store.has_value());
+    REQUIRE((*store)->save_record({RecordKind::change, "c1", "{\"v\":1}", 1, 5, "ci"}).has_value());
+    REQUIRE((*store)->save_record({RecordKind::change, "c1", "{\"v\":1}", 1, 5, "ci"}).has_value());
+    REQUIRE((*store)->save_record({RecordKind::qualification_run, "r1", "{\"v\":2}", 2, 6, "ci"}).has_value());
+  }
+  auto store = open_sqlite_store(path);
+  REQUIRE(store.has_value());
+  auto snapshot = (*store)->load();
+  REQUIRE(snapshot.has_value());
+  REQUIRE(snapshot->records.size() == 2);
+  CHECK(snapshot->records[0].key == "c1");
+  CHECK(snapshot->records[1].document == "{\"v\":2}");
+}
