@@ -34,12 +34,7 @@ void write_bytes(const fs::path& file, std::size_t bytes) {
 
 TEST_CASE("kiln-agent status shows the coordinator connection, each chip's owner and the running jobs") {
   Fleet fleet("status");
-  fleet.add_key("dev", "developer");
-  fleet.add_agent({"n01", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  auto dev = fleet.client("dev");
-  REQUIRE(Fleet::eventually([&] { return node_state_is(*dev, "n01", NodeState::up); }, 15s));
+  auto dev = start_one_node(fleet);
 
   SubmitJob sleeper;
   sleeper.workload = "sleep";

@@ -74,17 +74,11 @@ nlohmann::json json_of(Fleet& fleet, const std::vector<std::string>& args) {
 
 TEST_CASE("the JSON fields docs/cli.md lists are the ones the commands print") {
   Fleet fleet("docs-output");
-  fleet.add_key("ops", "ops");
-  fleet.add_agent({"n01", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  auto ops = fleet.client("ops");
-  REQUIRE(Fleet::eventually([&] { return node_state_is(*ops, "n01", NodeState::up); }, 15s));
+  auto ops = start_one_node(fleet, "ops", "ops");
   SubmitJob smoke;
   smoke.workload = "smoke";
   const std::uint64_t id = submit(*ops, smoke);
-  REQUIRE(Fleet::eventually([&] { return job(*ops, id) && job(*ops, id)->job.state == JobState::succeeded; },
-                            30s));
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*ops, id, JobState::succeeded); }, 30s));
   std::string leased;
   REQUIRE(fleet.kiln("ops", {"lease", "--chips", "1", "--duration", "30m", "--detach"}, &leased) == 0);
 
