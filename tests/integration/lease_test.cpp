@@ -343,6 +343,27 @@ TEST_CASE("kiln lease and kiln lease watch follow a lease across a coordinator r
   CHECK(contains(out, "lease L1 ended: released by dev"));
 }
 
+TEST_CASE("kiln submit --wait follows its job across a coordinator restart and exits with its outcome") {
+  Fleet fleet("wait-restart");
+  fleet.add_key("dev", "developer");
+  fleet.add_agent({"n01", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
+  auto waiting = kiln_in_background(fleet, "dev", {"submit", "--workload", "sleep", "--wait", "--", "4"}, "wait.out");
+  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "wait.out"), "job 1: running"); }, 10s));
+  fleet.stop_coordinator(SIGKILL);
+  fleet.start_coordinator();
+  const int status = waiting->wait(60s);
+  REQUIRE(status >= 0);
+  CHECK(WIFEXITED(status));
+  const std::string out = read_text(fleet.dir() / "wait.out");
+  // (It reconnects when a poll was in flight; one sent between polls reaches the new coordinator.)
+  CHECK_MESSAGE(WEXITSTATUS(status) == 0, out);
+  CHECK(contains(out, "job 1: succeeded"));
+}
+
 TEST_CASE("kiln queue lists what waits in priority order, with reasons and expected starts, as text and JSON") {
   Fleet fleet("queue-list");
   fleet.add_key("dev", "developer");
