@@ -21,6 +21,7 @@
 #include "agent/host/topology.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/telemetry_sampler.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/process/cgroup.h"
 #include "common/process/process_runner.h"
@@ -45,11 +46,6 @@ std::string group_record_path(const AgentConfig& config) {
   return (fs::path(config.work_dir) / "process-groups").string();
 }
 
-TimeMs wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string self_executable() {
   std::error_code ec;
   auto path = fs::read_symlink("/proc/self/exe", ec);
@@ -64,11 +60,6 @@ bench::BenchmarkSettings bench_settings(const protocol::BenchmarkSpec& spec) {
   s.steady_tolerance = spec.steady_tolerance_ppm / 1e6;
   s.repeats = spec.repeats;
   return s;
-}
-
-TimeMs steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 std::set<std::uint32_t> unhealthy_chips_of(const AgentIdentity& identity) {
@@ -115,10 +106,10 @@ class Shell final : public AgentShell {
 
   Status run(const std::atomic<bool>& stop) override {
     if (stop.load()) return {};  // asked to stop while it was still starting
-    core_.on_start(steady_ms());
+    core_.on_start(monotonic_clock_ms());
     carry_out_actions();
     while (!stop.load()) {
-      const TimeMs now = steady_ms();
+      const TimeMs now = monotonic_clock_ms();
       int wait_ms = kMaxPollWaitMs;
       if (auto deadline = core_.next_deadline()) {
         wait_ms = static_cast<int>(std::clamp<TimeMs>(*deadline - now, 0, kMaxPollWaitMs));
@@ -151,7 +142,7 @@ class Shell final : public AgentShell {
         }
         if (items[socket_index].revents & ZMQ_POLLIN) receive_all();
       }
-      core_.on_tick(steady_ms());
+      core_.on_tick(monotonic_clock_ms());
       carry_out_actions();
     }
     logger_->info("stopping: cancelling {} running jobs", runner_.running());
@@ -221,11 +212,12 @@ class Shell final : public AgentShell {
     spec.kill_grace_ms = config_.knobs.kill_grace_ms;
     auto id = runner_.start(spec);
     if (!id) {
-      core_.on_probe_result(probe_failure("probe_not_started", id.error().message), wall_ms(), steady_ms());
+      core_.on_probe_result(probe_failure("probe_not_started", id.error().message), wall_clock_ms(),
+                            monotonic_clock_ms());
       return;
     }
     own_processes_[*id] = OwnProcess{OwnWork::probe, -1, {}};
-    probe_started_wall_ms_ = wall_ms();
+    probe_started_wall_ms_ = wall_clock_ms();
   }
 
   static protocol::HealthReport probe_failure(const std::string& reason, const std::string& message) {
@@ -256,7 +248,7 @@ class Shell final : public AgentShell {
     } else {
       report = *parsed;
     }
-    core_.on_probe_result(report, probe_started_wall_ms_, steady_ms());
+    core_.on_probe_result(report, probe_started_wall_ms_, monotonic_clock_ms());
   }
 
   void receive_all() {
@@ -275,7 +267,7 @@ class Shell final : public AgentShell {
         send(protocol::ErrorReply{std::string(to_string(envelope.error().code)), envelope.error().message, {}}, corr);
         continue;
       }
-      core_.on_message(*envelope, steady_ms());
+      core_.on_message(*envelope, monotonic_clock_ms());
       carry_out_actions();
     }
   }
@@ -294,7 +286,7 @@ class Shell final : public AgentShell {
       jobs_by_process_.erase(it);
       process_by_job_.erase(job.job_id);
       update_telemetry_watch();
-      core_.on_job_ended(ended_from(job, exit), steady_ms());
+      core_.on_job_ended(ended_from(job, exit), monotonic_clock_ms());
     }
     carry_out_actions();
   }
@@ -335,7 +327,7 @@ class Shell final : public AgentShell {
         ended.detail = "the workload's benchmark result breaks the contract of docs/workloads.md: " +
                        result.error().message;
       } else {
-        const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_ms());
+        const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_clock_ms());
         ended.result = bench::to_json(bench::make_report(*result, job.chips, readings)).dump();
         if (ended.result.size() > protocol::kResultDocument.max_len) {
           ended.outcome = protocol::JobOutcome::failed;
@@ -355,7 +347,7 @@ class Shell final : public AgentShell {
       ended.outcome = protocol::JobOutcome::failed_to_start;
       ended.exit_code = -1;
       ended.detail = why;
-      core_.on_job_ended(ended, steady_ms());
+      core_.on_job_ended(ended, monotonic_clock_ms());
     };
     std::string program;
     std::vector<std::string> args = start.args;
@@ -374,7 +366,7 @@ class Shell final : public AgentShell {
       return;
     }
     const fs::path dir = fs::path(config_.work_dir) / fmt::format("job-{}-{}", start.job_id, start.attempt);
-    RunningJob job{start.job_id, (dir / "result.json").string(), start.chip_indices, std::nullopt, wall_ms()};
+    RunningJob job{start.job_id, (dir / "result.json").string(), start.chip_indices, std::nullopt, wall_clock_ms()};
     ProcessSpec spec;
     spec.program = program;
     spec.args = args;
