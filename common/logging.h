@@ -3,6 +3,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -10,7 +12,10 @@
 
 namespace kiln {
 
-// `level` is trace, debug, info, warn, error or off.
+// The levels a config's log_level may name: trace, debug, info, warn, error, critical, off.
+const std::vector<std::string_view>& log_level_names();
+
+// `level` is one of log_level_names().
 Result<std::shared_ptr<spdlog::logger>> make_logger(const std::string& component, const std::string& level);
 
 // The spdlog level of a pure core's Log action. Each core names its own severities (debug,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/core/chip_owners.h"
+#include "common/enum_names.h"
 #include "common/protocol/codec.h"
 #include "common/time.h"
 
@@ -81,6 +82,13 @@ struct JobEnded {
 class AgentCore {
  public:
   enum class SessionState { disconnected, registering, registered };
+  friend constexpr EnumTable<SessionState, 3> enum_names(SessionState) {
+    return {{
+        {SessionState::disconnected, "disconnected"},
+        {SessionState::registering, "registering"},
+        {SessionState::registered, "registered"},
+    }};
+  }
 
   AgentCore(AgentIdentity identity, SessionKnobs knobs);
 

@@ -1,4 +1,5 @@
 // kiln-agent: the privileged per-node agent. See docs/operations.md.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <functional>
@@ -14,6 +15,7 @@
 #include "agent/host/topology.h"
 #include "agent/install/install.h"
 #include "agent/shell/agent_shell.h"
+#include "agent/shell/agent_status.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/maintenance.h"
 #include "common/version.h"
@@ -24,12 +26,32 @@ std::atomic<bool> g_stop{false};
 
 void request_stop(int) { g_stop.store(true); }
 
-int check_config(const kiln::agent::AgentConfig& config) {
-  std::cout << kiln::agent::describe_agent_config(config);
-  int problems = 0;
-  if (auto env = kiln::agent::check_agent_environment(config); !env) {
-    std::cout << env.error().message << "\n";
-    ++problems;
+constexpr int kExitProblem = 1;
+constexpr int kExitConfig = 2;  // a restart cannot fix it: systemd's RestartPreventExitStatus=2
+
+std::size_t count_lines(const std::string& text) {
+  return text.empty() ? 0 : static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+}
+
+// Every problem in one run: the file's, then those of the files it names; the driver and the
+// job containment are read only from a file without problems.
+int check_config(const std::string& config_path) {
+  const kiln::agent::AgentConfigReading reading = kiln::agent::read_agent_config(config_path);
+  const kiln::agent::AgentConfig& config = reading.config;
+  std::size_t problems = reading.problems.size();
+  for (const std::string& problem : reading.problems) std::cout << problem << "\n";
+  if (reading.problems.empty()) std::cout << kiln::agent::describe_agent_config(config);
+  // A file that could not be read or parsed names nothing to check.
+  if (!config.config_path.empty()) {
+    if (auto env = kiln::agent::check_agent_environment(config, kiln::agent::KeyContents::read); !env) {
+      std::cout << env.error().message << "\n";
+      problems += count_lines(env.error().message);
+    }
+  }
+  if (!reading.problems.empty()) {
+    std::cout << problems << " problem(s) in " << config_path
+              << "; fix them and run `kiln-agent check-config` again (the driver is read once the file has none)\n";
+    return kExitConfig;
   }
   if (auto found = kiln::agent::discover_identity(config)) {
     std::cout << "driver: " << found->identity.driver_version << ", " << found->identity.chips.size()
@@ -52,7 +74,36 @@ int check_config(const kiln::agent::AgentConfig& config) {
     std::cout << kiln::agent::describe_topology(*topology);
   }
   std::cout << (problems == 0 ? "configuration OK\n" : "configuration has problems (see above)\n");
-  return problems == 0 ? 0 : 2;
+  return problems == 0 ? 0 : kExitConfig;
+}
+
+// Asks the running agent what it is doing: 0 it answered, 1 no agent runs here, 2 it could not
+// be asked.
+int status(const kiln::agent::AgentConfig& config, bool json) {
+  constexpr int kStatusReplyTimeoutMs = 10000;
+  auto reply = kiln::agent::ask_running_agent(config.local_socket_path, "status", 0, kStatusReplyTimeoutMs);
+  if (!reply) {
+    std::fprintf(stderr, "kiln-agent status: no agent is running on this host (nothing listens on %s, the "
+                         "local_socket.path of %s); start it, e.g. systemctl start kiln-agent\n",
+                 config.local_socket_path.c_str(), config.config_path.c_str());
+    return kExitProblem;
+  }
+  if (!*reply) {
+    std::fprintf(stderr, "kiln-agent status: %s\n", reply->error().message.c_str());
+    return kExitConfig;
+  }
+  if (json) {
+    std::cout << (*reply)->output << "\n";
+    return 0;
+  }
+  auto text = kiln::agent::status_text((*reply)->output);
+  if (!text) {
+    std::fprintf(stderr, "kiln-agent status: the agent's answer was not a status document; is it the same version "
+                         "as this command (kiln-agent --version)?\n");
+    return kExitConfig;
+  }
+  std::cout << *text;
+  return 0;
 }
 
 // As a built-in job the agent asks for the JSON report in KILN_RESULT_FILE; the same text
@@ -90,6 +141,11 @@ int main(int argc, char** argv) {
   diag->add_flag("--standalone", standalone, "run here even when an agent is running");
   diag->add_flag("--job", as_job, "run as the agent's built-in kiln.diag job")->group("");
 
+  auto* status_command = app.add_subcommand("status", "what the running agent is doing now: its coordinator "
+                                                     "connection, each chip's owner, running jobs and installs, the "
+                                                     "last probe");
+  status_command->add_flag("--json", json, "print the status as JSON");
+
   auto* probe = app.add_subcommand("probe", "run the cheap health probes once; exit 0 pass or warn, 1 fail");
   probe->add_flag("--json", json, "print the health report as JSON");
   std::vector<std::uint32_t> unprobed_chips;
@@ -105,14 +161,19 @@ int main(int argc, char** argv) {
   install->add_option("--sha256", sha256, "the package's digest from its bundle")->required();
   install->add_flag("--json", json, "print the report as JSON");
   install->add_flag("--job", as_job, "run as the agent's built-in kiln.install job")->group("");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitConfig;  // --help and --version exit 0
+  }
 
+  if (check->parsed()) return check_config(config_path);
   auto config = kiln::agent::load_agent_config(config_path);
   if (!config) {
     std::fprintf(stderr, "kiln-agent: %s\n", config.error().message.c_str());
-    return 2;
+    return kExitConfig;
   }
-  if (check->parsed()) return check_config(*config);
+  if (status_command->parsed()) return status(*config, json);
   if (probe->parsed()) {
     return kiln::agent::run_probe_command(*config, {unprobed_chips.begin(), unprobed_chips.end()}, json, std::cout,
                                           std::cerr);
@@ -154,16 +215,16 @@ int main(int argc, char** argv) {
 
   if (auto keys = kiln::agent::check_agent_keys(*config); !keys) {
     std::fprintf(stderr, "kiln-agent: %s\n", keys.error().message.c_str());
-    return 1;
+    return kExitConfig;
   }
   auto shell = kiln::agent::AgentShell::create(std::move(*config));
   if (!shell) {
     std::fprintf(stderr, "kiln-agent: %s\n", shell.error().message.c_str());
-    return 1;
+    return shell.error().code == kiln::Errc::config ? kExitConfig : kExitProblem;
   }
   if (auto s = (*shell)->run(g_stop); !s) {
     std::fprintf(stderr, "kiln-agent: %s\n", s.error().message.c_str());
-    return 1;
+    return kExitProblem;
   }
   return 0;
 }

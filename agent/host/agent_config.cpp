@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string_view>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "common/config/endpoint.h"
+#include "common/logging.h"
 #include "common/keys.h"
 #include "common/config/toml_errors.h"
 
@@ -56,6 +59,12 @@ const std::vector<KnobField>& knob_fields() {
       KILN_KNOB(probe_timeout_ms, 30000, 100, 600000,
                 "hard deadline of one health probe (at most probe_interval_ms)"),
       KILN_KNOB(max_concurrent_jobs, 8, 1, 64, "jobs the agent runs at the same time"),
+      KILN_KNOB(job_dir_max_age_ms, 604800000, 60000, 31536000000,
+                "a finished job's directory older than this is removed"),
+      KILN_KNOB(job_dirs_max_bytes, 10737418240, 1048576, 17592186044416,
+                "finished jobs' directories are removed, oldest first, while all take more"),
+      KILN_KNOB(job_dir_cleanup_interval_ms, 600000, 1000, 86400000,
+                "how often the job directory retention runs (and at start-up)"),
   };
   return fields;
 }
@@ -93,7 +102,7 @@ const std::vector<std::pair<std::string, std::vector<std::string_view>>>& known_
   static const auto keys = [] {
     std::vector<std::pair<std::string, std::vector<std::string_view>>> out = {
         {"", {"node_id", "work_dir", "secret_key_file", "hardware_revision", "job_containment",
-              "cgroup_root", "coordinator", "driver", "local_socket", "knobs", "workloads"}},
+              "cgroup_root", "log_level", "coordinator", "driver", "local_socket", "knobs", "workloads"}},
         {"coordinator", {"endpoint", "public_key_file"}},
         {"driver", {"library", "options"}},
         {"local_socket", {"path", "group"}},
@@ -128,34 +137,16 @@ std::optional<std::pair<std::string, std::string>> key_elsewhere(std::string_vie
 class Loader {
  public:
   Loader(std::string display_path, fs::path base_dir)
-      : display_path_(std::move(display_path)), base_dir_(std::move(base_dir)) {}
+      : problems(std::move(display_path)), base_dir_(std::move(base_dir)) {}
 
+  config::Problems problems;
   std::map<std::string, std::string> origins;
 
-  // Problems in the order of the file; those without a position (missing keys) last.
-  std::vector<std::string> sorted_errors() const {
-    std::vector<std::pair<toml::source_position, std::string>> sorted = errors_;
-    std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-      const auto key = [](const toml::source_position& p) {
-        return p.line == 0 ? std::pair<std::uint32_t, std::uint32_t>(UINT32_MAX, 0)
-                           : std::pair<std::uint32_t, std::uint32_t>(p.line, p.column);
-      };
-      return key(a.first) < key(b.first);
-    });
-    std::vector<std::string> out;
-    for (auto& [position, text] : sorted) out.push_back(std::move(text));
-    return out;
-  }
+  std::string at(const toml::source_region& region) const { return config::where(problems.source(), region); }
 
-  std::string at(const toml::source_region& region) const { return config::where(display_path_, region); }
+  void error_at(const toml::source_region& region, const std::string& what) { problems.at(region, what); }
 
-  void error_at(const toml::source_region& region, const std::string& what) {
-    errors_.emplace_back(region.begin, at(region) + ": " + what);
-  }
-
-  void error(const std::string& what) {
-    errors_.emplace_back(toml::source_position{}, display_path_ + ": " + what);
-  }
+  void error(const std::string& what) { problems.add(what); }
 
   static std::string dotted(std::string_view table, std::string_view key) {
     return table.empty() ? std::string(key) : std::string(table) + "." + std::string(key);
@@ -263,8 +254,6 @@ class Loader {
   const toml::source_region& last_key_region() const { return key_region_; }
 
  private:
-  std::vector<std::pair<toml::source_position, std::string>> errors_;
-  std::string display_path_;
   fs::path base_dir_;
   toml::source_region key_region_;
 };
@@ -351,6 +340,15 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
     }
   }
   if (auto cgroup_root = loader.path(&root, "", "cgroup_root", nullptr)) out.cgroup_root = *cgroup_root;
+  if (auto level = loader.string(&root, "", "log_level", nullptr)) {
+    const auto& levels = log_level_names();
+    if (std::find(levels.begin(), levels.end(), *level) != levels.end()) {
+      out.log_level = *level;
+    } else {
+      loader.error_at(loader.last_key_region(), "log_level \"" + *level + "\" is not one of " +
+                                                    fmt::format("{}", fmt::join(levels, ", ")));
+    }
+  }
 
   const toml::table* coordinator = loader.table(root, "coordinator");
   if (coordinator != nullptr) loader.reject_unknown(*coordinator, "coordinator",
@@ -433,6 +431,15 @@ std::string join_lines(const std::vector<std::string>& lines) {
   return out;
 }
 
+Result<std::string> read_config_file(const std::string& path) {
+  return config::read_text_file(path, "the agent config", "pass the right file with --config PATH");
+}
+
+Result<AgentConfig> loaded(AgentConfigReading reading) {
+  if (!reading.problems.empty()) return fail(Errc::config, join_lines(reading.problems));
+  return std::move(reading.config);
+}
+
 }  // namespace
 
 const std::vector<KnobSpec>& agent_knob_specs() {
@@ -444,44 +451,45 @@ const std::vector<KnobSpec>& agent_knob_specs() {
   return specs;
 }
 
+AgentConfigReading read_agent_config(const std::string& path) {
+  auto text = read_config_file(path);
+  if (!text) return {{}, {text.error().message}};
+  return read_agent_config_text(*text, path);
+}
+
+AgentConfigReading read_agent_config_text(std::string_view text, const std::string& path) {
+  auto parsed = config::parse_toml(text, path, "fix the file and run `kiln-agent check-config` again");
+  if (!parsed) return {{}, {parsed.error().message}};
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec).lexically_normal();
+  if (ec) return {{}, {"cannot resolve the path of " + path + ": " + ec.message()}};
+
+  AgentConfigReading reading;
+  reading.config.config_path = absolute.string();
+  Loader loader(path, absolute.parent_path());
+  load_document(loader, *parsed, reading.config);
+  reading.problems = loader.problems.sorted();
+  reading.config.key_origins = std::move(loader.origins);
+  return reading;
+}
+
 Result<AgentConfig> load_agent_config(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return fail(Errc::io, "cannot read the agent config " + path + ": " + std::strerror(errno) +
-                              "; pass the right file with --config PATH");
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
-  return agent_config_from_text(text.str(), path);
+  auto text = read_config_file(path);
+  if (!text) return tl::unexpected(text.error());
+  return agent_config_from_text(*text, path);
 }
 
 Result<AgentConfig> agent_config_from_text(std::string_view text, const std::string& path) {
-  auto parsed = config::parse_toml(text, path, "fix the file and run `kiln-agent check-config` again");
-  if (!parsed) return tl::unexpected(parsed.error());
-  const toml::table& root = *parsed;
-
-  std::error_code ec;
-  const fs::path absolute = fs::absolute(path, ec).lexically_normal();
-  if (ec) {
-    return fail(Errc::io, "cannot resolve the path of " + path + ": " + ec.message());
-  }
-
-  AgentConfig config;
-  config.config_path = absolute.string();
-  Loader loader(path, absolute.parent_path());
-  load_document(loader, root, config);
-  if (std::vector<std::string> errors = loader.sorted_errors(); !errors.empty()) {
-    return fail(Errc::config, join_lines(errors));
-  }
-  config.key_origins = std::move(loader.origins);
-  return config;
+  return loaded(read_agent_config_text(text, path));
 }
 
-Status check_agent_environment(const AgentConfig& config) {
+Status check_agent_environment(const AgentConfig& config, KeyContents keys) {
   std::vector<std::string> problems;
   const auto where = [&](const std::string& key) { return origin_of(config, key); };
+  // An empty path is one the file did not give, a problem reported with the file's.
   const auto check_file = [&](const std::string& key, const std::string& path, const char* what,
                               int access_mode, const char* remedy) -> bool {
+    if (path.empty()) return false;
     struct stat info {};
     if (::stat(path.c_str(), &info) != 0) {
       problems.push_back(where(key) + ": " + key + ": " + what + " " + path + ": " +
@@ -500,10 +508,15 @@ Status check_agent_environment(const AgentConfig& config) {
     }
     return true;
   };
+  const auto check_key = [&](const std::string& key, const Status& read) {
+    if (keys == KeyContents::read && !read) problems.push_back(where(key) + ": " + key + ": " + read.error().message);
+  };
 
-  check_file("coordinator.public_key_file", config.coordinator_public_key_file,
-             "coordinator public key", R_OK,
-             "copy the coordinator's public key there or fix the path");
+  if (check_file("coordinator.public_key_file", config.coordinator_public_key_file,
+                 "coordinator public key", R_OK, "copy the coordinator's public key there or fix the path")) {
+    check_key("coordinator.public_key_file",
+              load_public_key_file(config.coordinator_public_key_file).map([](auto&&) {}));
+  }
   if (check_file("secret_key_file", config.agent_secret_key_file, "secret key", R_OK,
                  "write a keypair with `kiln keygen` or fix the path")) {
     struct stat info {};
@@ -511,6 +524,8 @@ Status check_agent_environment(const AgentConfig& config) {
       problems.push_back(where("secret_key_file") + ": secret_key_file: " +
                          config.agent_secret_key_file +
                          " may be read by group or others; run chmod 600 on it");
+    } else {
+      check_key("secret_key_file", load_secret_key_file(config.agent_secret_key_file).map([](auto&&) {}));
     }
   }
   check_file("driver.library", config.driver_library_path, "driver library", R_OK,
@@ -520,24 +535,26 @@ Status check_agent_environment(const AgentConfig& config) {
                "install the workload or remove it from [workloads]");
   }
 
-  // The agent creates the work dir if missing, so its nearest existing ancestor must be a
-  // writable directory.
-  fs::path existing(config.work_dir);
-  std::error_code ec;
-  while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.parent_path()) {
-    existing = existing.parent_path();
-  }
-  if (!fs::is_directory(existing, ec)) {
-    problems.push_back(where("work_dir") + ": work_dir: " + existing.string() +
-                       " is not a directory");
-  } else if (::access(existing.c_str(), W_OK | X_OK) != 0) {
-    problems.push_back(where("work_dir") + ": work_dir: " + existing.string() +
-                       " is not writable by this user");
+  if (!config.work_dir.empty()) {
+    // The agent creates the work dir if missing, so its nearest existing ancestor must be a
+    // writable directory.
+    fs::path existing(config.work_dir);
+    std::error_code ec;
+    while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.parent_path()) {
+      existing = existing.parent_path();
+    }
+    if (!fs::is_directory(existing, ec)) {
+      problems.push_back(where("work_dir") + ": work_dir: " + existing.string() + " is not a directory");
+    } else if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+      problems.push_back(where("work_dir") + ": work_dir: " + existing.string() + " is not writable by this user");
+    }
   }
 
   // The default socket lives in the work dir, which the agent creates.
+  std::error_code ec;
   const fs::path socket_dir = fs::path(config.local_socket_path).parent_path();
-  if (socket_dir != fs::path(config.work_dir) && !fs::is_directory(socket_dir, ec)) {
+  if (!config.local_socket_path.empty() && socket_dir != fs::path(config.work_dir) &&
+      !fs::is_directory(socket_dir, ec)) {
     problems.push_back(where("local_socket.path") + ": local_socket.path: the directory " +
                        socket_dir.string() + " does not exist; create it or choose another path");
   }

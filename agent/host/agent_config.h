@@ -40,6 +40,11 @@ struct AgentKnobs {
   DurationMs probe_interval_ms = kMinuteMs;
   DurationMs probe_timeout_ms = 30 * kSecondMs;
   std::int64_t max_concurrent_jobs = 8;
+  // Job directory retention: finished jobs' directories older than the age go, then the oldest
+  // while all of them take more than the bytes; never a running job's.
+  DurationMs job_dir_max_age_ms = 7 * 24 * kHourMs;
+  std::uint64_t job_dirs_max_bytes = 10ULL << 30;
+  DurationMs job_dir_cleanup_interval_ms = 10 * kMinuteMs;
 };
 
 // How the agent keeps a job's processes from outliving it (docs/operations.md).
@@ -70,6 +75,7 @@ struct AgentConfig {
   std::string local_socket_group = "kiln";  // the only group that may open the local socket
   std::optional<std::string> hardware_revision_override;  // normally reported by the driver
   JobContainment job_containment = JobContainment::automatic;
+  std::string log_level = "info";  // of the agent's log on stderr
   // Replaces the agent's own cgroup v2 directory as the parent of kiln-jobs/; normally found
   // from /proc/self/mountinfo and /proc/self/cgroup.
   std::optional<std::string> cgroup_root;
@@ -83,6 +89,15 @@ struct AgentConfig {
   std::map<std::string, std::string> key_origins;
 };
 
+// agent.toml as far as it can be read, and every problem of the file in its order ("file:line:column:
+// what is wrong"), for check-config, which then checks the files named by what was read.
+struct AgentConfigReading {
+  AgentConfig config;
+  std::vector<std::string> problems;
+};
+AgentConfigReading read_agent_config(const std::string& path);
+AgentConfigReading read_agent_config_text(std::string_view text, const std::string& path);
+
 // Reads and validates agent.toml. Every problem found is reported (one per line) as
 // "file:line:column: what is wrong", unknown keys included. Relative paths resolve against
 // the directory of the config file.
@@ -92,8 +107,11 @@ Result<AgentConfig> agent_config_from_text(std::string_view text, const std::str
 
 // Checks what the file alone cannot tell: the key files, driver library and workload
 // programs exist (the secret key not readable by group or others), the work dir is usable
-// and the local socket's group exists. Each problem is one line naming the config key.
-Status check_agent_environment(const AgentConfig& config);
+// and the local socket's group exists; with KeyContents::read, also that the key files hold
+// keys. Each problem is one line naming the config key. Paths left empty (the file did not
+// give them) are not checked.
+enum class KeyContents { unread, read };
+Status check_agent_environment(const AgentConfig& config, KeyContents keys = KeyContents::unread);
 
 // Reads the agent's keypair and the coordinator's public key as the agent does when it starts;
 // a problem names the line of agent.toml that points at the file.

@@ -18,7 +18,9 @@
 #include "agent/core/agent_core.h"
 #include "agent/health/diagnostics.h"
 #include "agent/host/containment.h"
+#include "agent/host/job_dirs.h"
 #include "agent/host/topology.h"
+#include "agent/shell/agent_status.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/telemetry_sampler.h"
 #include "common/clock.h"
@@ -60,6 +62,29 @@ bench::BenchmarkSettings bench_settings(const protocol::BenchmarkSpec& spec) {
   s.steady_tolerance = spec.steady_tolerance_ppm / 1e6;
   s.repeats = spec.repeats;
   return s;
+}
+
+JobDirLimits job_dir_limits(const AgentKnobs& knobs) {
+  return {knobs.job_dir_max_age_ms, knobs.job_dirs_max_bytes};
+}
+
+std::string mebibytes(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+// Applies the job directory retention and logs what it did; `running` names the running jobs'
+// directories, which stay whatever their size.
+void clean_job_dirs_logged(const AgentConfig& config, const std::set<std::string>& running, spdlog::logger& logger) {
+  const JobDirCleanup cleanup =
+      clean_job_dirs(config.work_dir, running, job_dir_limits(config.knobs), wall_clock_ms());
+  if (!cleanup.removed.empty()) {
+    logger.info("job directories: removed {} finished ones ({}, oldest first: {}); {} kept", cleanup.removed.size(),
+                mebibytes(cleanup.removed_bytes), fmt::join(cleanup.removed, " "), mebibytes(cleanup.kept_bytes));
+  }
+  if (cleanup.running_bytes > config.knobs.job_dirs_max_bytes) {
+    logger.warn("job directories: running jobs alone take {}, over job_dirs_max_bytes ({}); they are kept until "
+                "their jobs end",
+                mebibytes(cleanup.running_bytes), mebibytes(config.knobs.job_dirs_max_bytes));
+  }
+  for (const std::string& problem : cleanup.problems) logger.warn("job directories: cannot clean {}", problem);
 }
 
 std::set<std::uint32_t> unhealthy_chips_of(const AgentIdentity& identity) {
@@ -144,6 +169,7 @@ class Shell final : public AgentShell {
       }
       core_.on_tick(monotonic_clock_ms());
       carry_out_actions();
+      clean_job_dirs_if_due();
     }
     logger_->info("stopping: cancelling {} running jobs", runner_.running());
     return {};
@@ -155,7 +181,10 @@ class Shell final : public AgentShell {
     std::string result_file;
     std::vector<std::uint32_t> chips;
     std::optional<bench::BenchmarkSettings> benchmark;
-    TimeMs started_at_ms = 0;
+    TimeMs started_at_ms = 0;  // wall clock
+    std::uint32_t attempt = 0;
+    std::string workload;
+    std::string dir_name;  // in work_dir
   };
 
   // Work the agent runs for itself rather than for a job.
@@ -168,13 +197,17 @@ class Shell final : public AgentShell {
 
   void serve_local_requests() {
     for (const LocalRequest& request : local_->poll()) {
+      if (request.command == "status") {
+        local_->reply(request.connection, 0, status_to_json(status()));
+        continue;
+      }
       const std::string owner = fmt::format("local-diag-{}", ++local_requests_);
       const std::string description =
           fmt::format("level {} diagnostics asked on this host's local socket", request.level);
       if (auto claimed = core_.claim_chips(owner, description, core_.chip_indices()); !claimed) {
         local_->reply(request.connection, 2,
                       fmt::format("node {} cannot run level {} diagnostics now: {}; wait for them to end, or "
-                                  "drain the node (kiln drain {}) and ask the coordinator: kiln diag --node {} "
+                                  "drain the node (kiln drain {}) and ask the coordinator: kiln diag {} "
                                   "--level {}\n",
                                   config_.node_id, request.level, claimed.error().message, config_.node_id,
                                   config_.node_id, request.level));
@@ -196,6 +229,49 @@ class Shell final : public AgentShell {
       own_processes_[*id] = OwnProcess{OwnWork::local_diag, request.connection, owner};
       logger_->info("running level {} diagnostics for a local request", request.level);
     }
+  }
+
+  AgentStatus status() const {
+    AgentStatus out;
+    out.node_id = config_.node_id;
+    out.coordinator_endpoint = config_.coordinator_endpoint;
+    out.session = std::string(enum_name(core_.session_state()));
+    if (last_heard_steady_ms_) out.coordinator_last_heard_ms_ago = monotonic_clock_ms() - *last_heard_steady_ms_;
+    bool probe_running = false;
+    for (const auto& [id, own] : own_processes_) {
+      probe_running = probe_running || own.kind == OwnWork::probe;
+      out.local_diagnostics = out.local_diagnostics || own.kind == OwnWork::local_diag;
+    }
+    for (std::uint32_t index : core_.chip_indices()) {
+      StatusChip chip{index, unanswered_chips_.count(index) == 0, probe_running ? "probe" : "idle", ""};
+      if (out.local_diagnostics) chip = {index, chip.healthy, "diagnostics", "diagnostics asked on this host"};
+      out.chips.push_back(chip);
+    }
+    const TimeMs now = wall_clock_ms();
+    for (const auto& [id, job] : jobs_by_process_) {
+      const StatusJob entry{job.job_id, job.attempt, job.workload, job.chips, now - job.started_at_ms};
+      const bool install = job.workload == protocol::kInstallWorkload;
+      (install ? out.installs : out.jobs).push_back(entry);
+      const char* owner = install ? "install" : job.workload == protocol::kDiagWorkload ? "diagnostics" : "job";
+      for (std::uint32_t index : job.chips) {
+        if (index >= out.chips.size()) continue;
+        out.chips[index].owner = owner;
+        out.chips[index].held_by = fmt::format("job {} attempt {} ({})", job.job_id, job.attempt, job.workload);
+      }
+    }
+    out.probe.running = probe_running;
+    if (probe_started_wall_ms_ > 0) out.probe.last_started_ms_ago = now - probe_started_wall_ms_;
+    out.probe.last_verdict = last_probe_verdict_;
+    return out;
+  }
+
+  void clean_job_dirs_if_due() {
+    const TimeMs now = monotonic_clock_ms();
+    if (now < next_job_dir_cleanup_ms_) return;
+    next_job_dir_cleanup_ms_ = now + config_.knobs.job_dir_cleanup_interval_ms;
+    std::set<std::string> running;
+    for (const auto& [id, job] : jobs_by_process_) running.insert(job.dir_name);
+    clean_job_dirs_logged(config_, running, *logger_);
   }
 
   void start_probe() {
@@ -248,6 +324,7 @@ class Shell final : public AgentShell {
     } else {
       report = *parsed;
     }
+    last_probe_verdict_ = std::string(protocol::enum_name(report.verdict));
     core_.on_probe_result(report, probe_started_wall_ms_, monotonic_clock_ms());
   }
 
@@ -267,6 +344,7 @@ class Shell final : public AgentShell {
         send(protocol::ErrorReply{std::string(to_string(envelope.error().code)), envelope.error().message, {}}, corr);
         continue;
       }
+      last_heard_steady_ms_ = monotonic_clock_ms();
       core_.on_message(*envelope, monotonic_clock_ms());
       carry_out_actions();
     }
@@ -366,7 +444,14 @@ class Shell final : public AgentShell {
       return;
     }
     const fs::path dir = fs::path(config_.work_dir) / fmt::format("job-{}-{}", start.job_id, start.attempt);
-    RunningJob job{start.job_id, (dir / "result.json").string(), start.chip_indices, std::nullopt, wall_clock_ms()};
+    RunningJob job{.job_id = start.job_id,
+                   .result_file = (dir / "result.json").string(),
+                   .chips = start.chip_indices,
+                   .benchmark = std::nullopt,
+                   .started_at_ms = wall_clock_ms(),
+                   .attempt = start.attempt,
+                   .workload = start.workload,
+                   .dir_name = dir.filename().string()};
     ProcessSpec spec;
     spec.program = program;
     spec.args = args;
@@ -492,6 +577,10 @@ class Shell final : public AgentShell {
   std::map<ProcessId, OwnProcess> own_processes_;
   std::uint64_t local_requests_ = 0;
   TimeMs probe_started_wall_ms_ = 0;  // of the probe running now, or of the last one
+  std::string last_probe_verdict_;     // of the last probe that ended
+  std::optional<TimeMs> last_heard_steady_ms_;  // the coordinator's last message
+  // Start-up cleaned the job directories; the next pass is an interval later.
+  TimeMs next_job_dir_cleanup_ms_ = monotonic_clock_ms() + config_.knobs.job_dir_cleanup_interval_ms;
   std::string self_;
   TelemetrySampler telemetry_;
   std::unique_ptr<LocalSocketServer> local_;
@@ -539,7 +628,7 @@ Result<DiscoveredIdentity> discover_identity(const AgentConfig& config) {
 }
 
 Result<std::unique_ptr<AgentShell>> AgentShell::create(AgentConfig config) {
-  auto logger = make_logger("agent:" + config.node_id, "info");
+  auto logger = make_logger("agent:" + config.node_id, config.log_level);
   if (!logger) return tl::unexpected(logger.error());
   auto keys = load_secret_key_file(config.agent_secret_key_file);
   if (!keys) return tl::unexpected(keys.error());
@@ -578,6 +667,7 @@ Result<std::unique_ptr<AgentShell>> AgentShell::create(AgentConfig config) {
                       group.processes_killed, group.process_group, group.program);
     }
   }
+  clean_job_dirs_logged(config, {}, **logger);
   auto found = discover_identity(config);
   if (!found) return tl::unexpected(found.error());
   const AgentIdentity& identity = found->identity;

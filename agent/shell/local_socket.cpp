@@ -116,6 +116,9 @@ std::vector<LocalRequest> LocalSocketServer::poll() {
       request.command = "diag";
       request.level = doc["level"].get<int>();
       ready.push_back(request);
+    } else if (doc.is_object() && doc.value("command", "") == "status") {
+      request.command = "status";
+      ready.push_back(request);
     } else {
       ready.push_back(LocalRequest{fd, "invalid", 0});
     }
@@ -125,7 +128,8 @@ std::vector<LocalRequest> LocalSocketServer::poll() {
   std::vector<LocalRequest> accepted;
   for (const auto& r : ready) {
     if (r.command == "invalid") {
-      reply(r.connection, 2, "the request must be one JSON line: {\"command\": \"diag\", \"level\": N}\n");
+      reply(r.connection, 2,
+            "the request must be one JSON line: {\"command\": \"diag\", \"level\": N} or {\"command\": \"status\"}\n");
     } else {
       pending_[r.connection] = "";  // stays open until replied
       accepted.push_back(r);

@@ -1,7 +1,8 @@
 // The agent's local socket: a Unix stream socket that only the host's kiln group may open
 // (mode 0660, group from agent.toml). `kiln-agent diag` on the host asks the running agent
-// through it, so diagnostics never race the agent's own jobs for the chips. One JSON line
-// in ({"command": "diag", "level": N}), one JSON document out ({"exit_code", "output"}).
+// through it, so diagnostics never race the agent's own jobs for the chips, and `kiln-agent
+// status` asks what it is doing. One JSON line in ({"command": "diag", "level": N} or
+// {"command": "status"}), one JSON document out ({"exit_code", "output"}).
 #pragma once
 
 #include <map>

@@ -77,4 +77,48 @@ Status check_known_keys(std::string_view source, const toml::table& table, std::
   return {};
 }
 
+void Problems::at(const toml::source_region& region, std::string_view what) {
+  problems_.emplace_back(region.begin, fmt::format("{}: {}", where(source_, region), what));
+}
+
+void Problems::add(std::string_view what) {
+  problems_.emplace_back(toml::source_position{}, fmt::format("{}: {}", source_, what));
+}
+
+void Problems::add_located(const toml::source_position& position, std::string_view message) {
+  std::size_t start = 0;
+  while (start < message.size()) {
+    const std::size_t end = std::min(message.find('\n', start), message.size());
+    if (end > start) problems_.emplace_back(position, std::string(message.substr(start, end - start)));
+    start = end + 1;
+  }
+}
+
+void Problems::unknown_keys(const toml::table& table, std::string_view place,
+                            const std::vector<std::string_view>& known) {
+  for (const auto& [key, node] : table) {
+    if (std::find(known.begin(), known.end(), key.str()) == known.end()) {
+      at(key.source(), fmt::format("unknown key '{}' in {}{}", key.str(), place, suggestion(key.str(), known)));
+    }
+  }
+}
+
+std::vector<std::string> Problems::sorted() const {
+  auto order = problems_;
+  const auto rank = [](const toml::source_position& p) {
+    return p.line == 0 ? std::pair<std::uint32_t, std::uint32_t>(UINT32_MAX, 0)
+                       : std::pair<std::uint32_t, std::uint32_t>(p.line, p.column);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+  std::vector<std::string> lines;
+  for (auto& [position, text] : order) lines.push_back(std::move(text));
+  return lines;
+}
+
+Status Problems::status() const {
+  if (problems_.empty()) return {};
+  return fail(Errc::config, fmt::format("{}", fmt::join(sorted(), "\n")));
+}
+
 }  // namespace kiln::config

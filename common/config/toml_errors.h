@@ -40,4 +40,35 @@ std::string suggestion(std::string_view name, const std::vector<std::string_view
 Status check_known_keys(std::string_view source, const toml::table& table, std::string_view place,
                         const std::vector<std::string_view>& known);
 
+// Every problem of one file, so that one run reports all that needs fixing: each
+// "source:line:column: what", in the order of the file; those with no position (a missing key)
+// come last.
+class Problems {
+ public:
+  explicit Problems(std::string source) : source_(std::move(source)) {}
+
+  const std::string& source() const { return source_; }
+  bool empty() const { return problems_.empty(); }
+  std::size_t size() const { return problems_.size(); }
+
+  // "source:line:column: what".
+  void at(const toml::source_region& region, std::string_view what);
+  // "source: what", for a problem of no one place.
+  void add(std::string_view what);
+  // A message that names its place already (another loader's error), kept in the file's order
+  // as if it stood at `position`; a message of several lines is several problems.
+  void add_located(const toml::source_position& position, std::string_view message);
+  // The unknown keys of `table` (not in `known`), each with the nearest known one.
+  void unknown_keys(const toml::table& table, std::string_view place, const std::vector<std::string_view>& known);
+
+  // The problems in the order of the file.
+  std::vector<std::string> sorted() const;
+  // Errc::config with one problem a line, or success.
+  Status status() const;
+
+ private:
+  std::string source_;
+  std::vector<std::pair<toml::source_position, std::string>> problems_;
+};
+
 }  // namespace kiln::config

@@ -1,6 +1,8 @@
 #include "coordinator/cli/kiln_cli.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <iostream>
 #include <set>
 
@@ -69,8 +71,8 @@ void register_commands(CLI::App& parent, const CommandList& commands, std::vecto
   }
 }
 
-// The first word that is not a global option: the command the user meant.
-std::string first_command_word(int argc, char** argv) {
+// Where the first word that is not a global option is: the command the user meant (argc: none).
+int first_command_index(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
     if (word == "--config") {
@@ -78,31 +80,57 @@ std::string first_command_word(int argc, char** argv) {
       continue;
     }
     if (word.empty() || word[0] == '-') continue;
-    return word;
+    return i;
   }
-  return "";
+  return argc;
 }
 
-// `kiln nods` (or `kiln nods --help`) says it is not a command and names the near ones.
-int unknown_command(const std::string& word, const CommandList& commands) {
+std::vector<std::string> names_of(const CommandList& commands) {
   std::vector<std::string> names;
   for (const auto& command : commands) names.push_back(command->name());
-  const auto near = near_names(word, names);
-  std::cerr << fmt::format("kiln: '{}' is not a kiln command.", word);
+  return names;
+}
+
+// `kiln nods` or `kiln bundle nope` (also with --help) says it is not a command and names the
+// near ones.
+int unknown_command(const std::string& word, const std::string& path, const CommandList& commands) {
+  const auto near = near_names(word, names_of(commands));
+  std::cerr << (path == "kiln" ? fmt::format("kiln: '{}' is not a kiln command.", word)
+                               : fmt::format("kiln: '{}' is not a `{}` command.", word, path));
   if (!near.empty()) std::cerr << fmt::format(" Did you mean: {}?", fmt::join(near, ", "));
-  std::cerr << " `kiln --help` lists them all.\n";
+  std::cerr << fmt::format(" `{} --help` lists them all.\n", path);
   return kExitUsage;
+}
+
+// The command words as given: each group (`kiln bundle`) must be followed by one of its
+// commands. A usage error if not; nothing when CLI11 should parse the line.
+std::optional<int> check_command_words(int argc, char** argv, const CommandList& top) {
+  const CommandList* level = &top;
+  std::string path = "kiln";
+  int i = first_command_index(argc, argv);
+  if (i == argc) return std::nullopt;  // a bare `kiln`: CLI11's usage
+  for (bool needs_command = true; needs_command; ++i) {
+    if (i == argc) {
+      std::cerr << fmt::format("kiln: `{}` needs a command: {}. `{} --help` says more.\n", path,
+                               fmt::join(names_of(*level), ", "), path);
+      return kExitUsage;
+    }
+    const std::string word = argv[i];
+    if (word.starts_with("-")) return std::nullopt;  // --help and the like
+    auto named = std::find_if(level->begin(), level->end(), [&](const auto& c) { return c->name() == word; });
+    if (named == level->end()) return unknown_command(word, path, *level);
+    path += " " + word;
+    level = &(*named)->subcommands();
+    needs_command = dynamic_cast<const CommandGroup*>(named->get()) != nullptr;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
 
 int run_kiln(int argc, char** argv) {
   CommandList commands = all_commands();
-  const std::string word = first_command_word(argc, argv);
-  if (!word.empty()) {
-    const bool known = std::any_of(commands.begin(), commands.end(), [&](const auto& c) { return c->name() == word; });
-    if (!known) return unknown_command(word, commands);
-  }
+  if (auto refused = check_command_words(argc, argv, commands)) return *refused;
 
   CLI::App app{"kiln: model CI on your accelerators. Talks to kiln-coordinator. docs/cli.md describes every command."};
   app.set_version_flag("--version", version_text("kiln"));

@@ -1,4 +1,5 @@
 // kiln-coordinator: leases nodes, dispatches jobs, keeps results. See docs/operations.md.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 
@@ -15,11 +16,22 @@ std::atomic<bool> g_stop{false};
 void request_stop(int) { g_stop.store(true); }
 
 constexpr int kExitProblem = 1;
-constexpr int kExitConfig = 2;
+constexpr int kExitConfig = 2;  // a restart cannot fix it: systemd's RestartPreventExitStatus=2
 
 int print_error(const kiln::Error& error, int status) {
   std::fprintf(stderr, "kiln-coordinator: %s\n", error.message.c_str());
   return status;
+}
+
+// Every problem of the configuration, one a line, and what to do.
+int print_config_problems(const std::string& config_path, const kiln::Error& error) {
+  const std::string& problems = error.message;
+  std::fprintf(stderr, "%s\n", problems.c_str());
+  const auto count = std::count(problems.begin(), problems.end(), '\n') + 1;
+  std::fprintf(stderr, "kiln-coordinator: %ld problem(s) in %s; fix them and run `kiln-coordinator --config %s "
+                       "check-config` again\n",
+               static_cast<long>(count), config_path.c_str(), config_path.c_str());
+  return kExitConfig;
 }
 
 // Reads the database without writing to it and says what to do about what it finds.
@@ -53,16 +65,22 @@ int main(int argc, char** argv) {
   std::string database;
   store_check->add_option("--database", database, "the database to check (default: the one coordinator.toml names)")
       ->excludes(config_option);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitConfig;  // --help and --version exit 0
+  }
 
   if (store_check->parsed() && !database.empty()) return check_store(database);
-  auto config = kiln::coordinator::load_coordinator_config(config_path);
-  if (!config) return print_error(config.error(), kExitConfig);
-  if (store_check->parsed()) return check_store(config->database);
+  if (store_check->parsed()) {
+    auto config = kiln::coordinator::load_coordinator_config(config_path);
+    if (!config) return print_config_problems(config_path, config.error());
+    return check_store(config->database);
+  }
+  // What the coordinator would refuse at start, check-config refuses too, and both with status 2.
+  auto config = kiln::coordinator::load_coordinator_config_to_start(config_path);
+  if (!config) return print_config_problems(config_path, config.error());
   if (check->parsed()) {
-    if (auto keys = kiln::coordinator::load_coordinator_keys(*config); !keys) {
-      return print_error(keys.error(), kExitConfig);
-    }
     std::printf("%s: OK\n  agents connect to  %s\n  clients connect to %s\n  database           %s\n"
                 "  authorized keys    %zu\n  heartbeat          %u ms, lost after %u missed\n  log level          %s\n",
                 config_path.c_str(), config->agent_endpoint.c_str(), config->client_endpoint.c_str(),

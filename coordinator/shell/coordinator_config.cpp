@@ -1,5 +1,7 @@
 #include "coordinator/shell/coordinator_config.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <set>
 
@@ -8,6 +10,7 @@
 
 #include "common/config/endpoint.h"
 #include "common/config/toml_errors.h"
+#include "common/logging.h"
 #include "coordinator/scheduler/knobs_toml.h"
 
 namespace kiln::coordinator {
@@ -16,56 +19,49 @@ namespace {
 namespace fs = std::filesystem;
 using config::where;
 
-// What make_logger accepts.
-const std::vector<std::string_view>& log_levels() {
-  static const std::vector<std::string_view> levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
-  return levels;
-}
-
-// Reads one table's keys, refusing unknown ones so a misspelt knob never goes unnoticed.
+// Reads one table's keys into the config, recording every problem rather than stopping at the
+// first; unknown keys are problems too, so a misspelt knob never goes unnoticed.
 class TableReader {
  public:
-  TableReader(const std::string& file, const toml::table& table, std::string name)
-      : file_(file), table_(table), name_(std::move(name)) {}
+  TableReader(config::Problems& problems, const toml::table& table, std::string name)
+      : problems_(problems), table_(table), name_(std::move(name)) {}
 
-  Status string(const char* key, std::string& out) {
+  void string(const char* key, std::string& out) {
     seen_.insert(key);
     const toml::node* node = table_.get(key);
-    if (!node) return {};
+    if (!node) return;
     if (!node->is_string()) return bad(*node, fmt::format("{} must be a string", key));
     out = node->as_string()->get();
-    return {};
   }
 
   template <class I>
-  Status integer(const char* key, I& out, std::int64_t min, std::int64_t max) {
+  void integer(const char* key, I& out, std::int64_t min, std::int64_t max) {
     seen_.insert(key);
     const toml::node* node = table_.get(key);
-    if (!node) return {};
+    if (!node) return;
     if (!node->is_integer()) return bad(*node, fmt::format("{} must be an integer", key));
     std::int64_t v = node->as_integer()->get();
     if (v < min || v > max) return bad(*node, fmt::format("{} must be between {} and {} (got {})", key, min, max, v));
     out = static_cast<I>(v);
-    return {};
   }
 
-  Status no_unknown_keys() {
+  void no_unknown_keys() {
     const std::vector<std::string_view> known(seen_.begin(), seen_.end());
-    return config::check_known_keys(file_, table_, "[" + name_ + "]", known);
+    problems_.unknown_keys(table_, "[" + name_ + "]", known);
   }
 
   // Where `key` is set, for checks on its value; the table's own position if it is not.
-  std::string origin(const char* key) const {
+  const toml::source_region& region(const char* key) const {
     const auto it = table_.find(key);
-    return where(file_, it != table_.end() ? it->first.source() : table_.source());
+    return it != table_.end() ? it->first.source() : table_.source();
   }
+  std::string origin(const char* key) const { return where(problems_.source(), region(key)); }
 
-  tl::unexpected<Error> bad(const toml::node& node, const std::string& what) const {
-    return fail(Errc::config, fmt::format("{}: {}", where(file_, node.source()), what));
-  }
+  void bad(const toml::node& node, std::string_view what) { problems_.at(node.source(), what); }
+  void bad_at(const char* key, std::string_view what) { problems_.at(region(key), what); }
 
  private:
-  const std::string& file_;
+  config::Problems& problems_;
   const toml::table& table_;
   std::string name_;
   std::set<std::string> seen_;
@@ -76,140 +72,210 @@ std::string resolve(const fs::path& base, const std::string& path) {
   return (base / path).lexically_normal().string();
 }
 
-}  // namespace
-
-Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
-  auto text = config::read_text_file(path, "the coordinator config", "pass the coordinator's config with --config");
-  if (!text) return fail(Errc::config, text.error().message);
-  return coordinator_config_from_text(*text, path);
+void read_coordinator_table(config::Problems& problems, const toml::table& root, const fs::path& base,
+                            bool check_files, CoordinatorConfig& config) {
+  const toml::table* t = root["coordinator"].as_table();
+  if (!t) {
+    problems.add("missing the [coordinator] table; it needs at least secret_key_file (docs/operations.md)");
+    return;
+  }
+  TableReader r(problems, *t, "coordinator");
+  r.string("agent_endpoint", config.agent_endpoint);
+  r.string("client_endpoint", config.client_endpoint);
+  r.string("secret_key_file", config.secret_key_file);
+  r.string("database", config.database);
+  r.string("log_level", config.log_level);
+  r.integer("max_message_bytes", config.max_message_bytes, 4096, 64 << 20);
+  r.no_unknown_keys();
+  for (const char* key : {"agent_endpoint", "client_endpoint"}) {
+    const std::string& endpoint = key == std::string_view("agent_endpoint") ? config.agent_endpoint
+                                                                            : config.client_endpoint;
+    if (auto problem = config::tcp_endpoint_problem(endpoint, /*binds=*/true)) {
+      r.bad_at(key, fmt::format("{} \"{}\" {}", key, endpoint, *problem));
+    }
+  }
+  if (std::find(log_level_names().begin(), log_level_names().end(), config.log_level) == log_level_names().end()) {
+    r.bad_at("log_level", fmt::format("log_level '{}' is not one of {}", config.log_level, fmt::join(log_level_names(), ", ")));
+  }
+  config.secret_key_file_origin = r.origin("secret_key_file");
+  if (config.secret_key_file.empty()) {
+    r.bad_at("secret_key_file", "[coordinator] needs secret_key_file; make one with `kiln keygen --out coordinator`");
+  } else {
+    config.secret_key_file = resolve(base, config.secret_key_file);
+    if (check_files) {
+      if (auto keys = load_coordinator_keys(config); !keys) problems.add_located(r.region("secret_key_file").begin,
+                                                                                 keys.error().message);
+    }
+  }
+  if (config.database != ":memory:") {
+    config.database = resolve(base, config.database);
+    const fs::path dir = fs::path(config.database).parent_path();
+    std::error_code ec;
+    if (check_files && !fs::is_directory(dir, ec)) {
+      r.bad_at("database", fmt::format("database {}: the directory {} does not exist; create it (the coordinator "
+                                       "makes the database file, not its directory) or fix the path",
+                                       config.database, dir.string()));
+    } else if (check_files && ::access(dir.c_str(), W_OK | X_OK) != 0) {
+      r.bad_at("database", fmt::format("database {}: the directory {} is not writable by this user; the coordinator "
+                                       "writes the database and its journal there",
+                                       config.database, dir.string()));
+    }
+  }
 }
 
-Result<CoordinatorConfig> coordinator_config_from_text(std::string_view text, const std::string& path) {
-  auto parsed = config::parse_toml(text, path, "fix the file and run `kiln-coordinator check-config` again");
-  if (!parsed) return fail(Errc::config, parsed.error().message);
-  const toml::table& root = *parsed;
-  const fs::path base = fs::absolute(path).parent_path();
-  CoordinatorConfig config;
-  config.source_path = path;
+void read_knobs_table(config::Problems& problems, const toml::table& root, CoordinatorKnobs& k) {
+  const toml::table* t = root["knobs"].as_table();
+  if (!t) return;
+  TableReader r(problems, *t, "knobs");
+  r.integer("heartbeat_interval_ms", k.heartbeat_interval_ms, 50, 60000);
+  r.integer("liveness_missed_beats", k.liveness_missed_beats, 2, 100);
+  r.integer("restart_grace_ms", k.restart_grace_ms, 0, 3600000);
+  r.integer("max_queued_jobs", k.max_queued_jobs, 1, 1000000);
+  r.integer("max_jobs_listed", k.max_jobs_listed, 1, 1000);
+  r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000);
+  r.integer("quarantine_release_min_diag_level", k.quarantine_release_min_diag_level, 1, 3);
+  r.integer("flap_window_ms", k.flap_window_ms, 0, 30LL * 24 * 3600 * 1000);
+  r.integer("quarantine_rerun_window_ms", k.quarantine_rerun_window_ms, 0, 7LL * 24 * 3600 * 1000);
+  r.integer("max_active_leases", k.max_active_leases, 1, 100000);
+  r.integer("max_ended_leases_kept", k.max_ended_leases_kept, 0, 100000);
+  r.integer("max_lease_watches", k.max_lease_watches, 1, 100000);
+  r.no_unknown_keys();
+}
 
-  for (const auto& [key, node] : root) {
-    const std::string k(key.str());
-    static const std::vector<std::string_view> tables = {"coordinator", "knobs", "scheduler", "keys"};
-    if (std::find(tables.begin(), tables.end(), k) == tables.end()) {
-      const auto near = config::nearest_name(k, tables);
-      return fail(Errc::config, fmt::format("{}: unknown table '{}'{}; expected [coordinator], [knobs], [scheduler] "
-                                            "and [[keys]]",
-                                            where(path, key.source()), k,
-                                            near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
-    }
+// The scheduler's loader stops at its first problem. To report them all, a table it refuses is
+// read again one entry at a time (one class of a per-class table at a time): each alone says
+// what is wrong with it. The entries are moved out, which keeps their positions.
+void read_scheduler_table(config::Problems& problems, toml::table& scheduler, scheduler::SchedulerKnobs& out) {
+  auto knobs = scheduler::parse_scheduler_knobs(scheduler, problems.source());
+  if (knobs) {
+    out = std::move(*knobs);
+    return;
   }
-
-  if (const toml::table* t = root["coordinator"].as_table()) {
-    TableReader r(path, *t, "coordinator");
-    for (auto s : {r.string("agent_endpoint", config.agent_endpoint),
-                   r.string("client_endpoint", config.client_endpoint),
-                   r.string("secret_key_file", config.secret_key_file), r.string("database", config.database),
-                   r.string("log_level", config.log_level),
-                   r.integer("max_message_bytes", config.max_message_bytes, 4096, 64 << 20), r.no_unknown_keys()}) {
-      if (!s) return tl::unexpected(s.error());
+  for (auto&& [key, node] : scheduler) {
+    std::vector<toml::table> singles;
+    const auto single = [&](const toml::key& name, toml::node& value) {
+      toml::table one;
+      value.visit([&](auto& v) { one.insert(name, std::move(v)); });
+      return one;
+    };
+    if (toml::table* per_class = node.as_table(); per_class && !per_class->empty()) {
+      for (auto&& [sub_key, sub_node] : *per_class) {
+        toml::table outer;
+        outer.insert(key, single(sub_key, sub_node));
+        singles.push_back(std::move(outer));
+      }
+    } else {
+      singles.push_back(single(key, node));
     }
-    for (const auto& [key, endpoint] : {std::pair<const char*, const std::string&>{"agent_endpoint",
-                                                                                   config.agent_endpoint},
-                                        {"client_endpoint", config.client_endpoint}}) {
-      if (auto problem = config::tcp_endpoint_problem(endpoint, /*binds=*/true)) {
-        return fail(Errc::config, fmt::format("{}: {} \"{}\" {}", r.origin(key), key, endpoint, *problem));
+    for (const toml::table& one : singles) {
+      if (auto alone = scheduler::parse_scheduler_knobs(one, problems.source()); !alone) {
+        problems.add_located(key.source().begin, alone.error().message);
       }
     }
-    if (std::find(log_levels().begin(), log_levels().end(), config.log_level) == log_levels().end()) {
-      return fail(Errc::config, fmt::format("{}: log_level '{}' is not one of {}", r.origin("log_level"),
-                                            config.log_level, fmt::join(log_levels(), ", ")));
-    }
-    config.secret_key_file_origin = r.origin("secret_key_file");
-  } else {
-    return fail(Errc::config, fmt::format("{}: missing the [coordinator] table", path));
   }
-  if (config.secret_key_file.empty()) {
-    return fail(Errc::config, fmt::format("{}: [coordinator] needs secret_key_file; make one with "
-                                          "`kiln keygen --out coordinator`", path));
-  }
-  config.secret_key_file = resolve(base, config.secret_key_file);
-  if (config.database != ":memory:") config.database = resolve(base, config.database);
+}
 
-  if (const toml::table* t = root["knobs"].as_table()) {
-    TableReader r(path, *t, "knobs");
-    auto& k = config.knobs;
-    for (auto s : {r.integer("heartbeat_interval_ms", k.heartbeat_interval_ms, 50, 60000),
-                   r.integer("liveness_missed_beats", k.liveness_missed_beats, 2, 100),
-                   r.integer("restart_grace_ms", k.restart_grace_ms, 0, 3600000),
-                   r.integer("max_queued_jobs", k.max_queued_jobs, 1, 1000000),
-                   r.integer("max_jobs_listed", k.max_jobs_listed, 1, 1000),
-                   r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000),
-                   r.integer("quarantine_release_min_diag_level", k.quarantine_release_min_diag_level, 1, 3),
-                   r.integer("flap_window_ms", k.flap_window_ms, 0, 30LL * 24 * 3600 * 1000),
-                   r.integer("quarantine_rerun_window_ms", k.quarantine_rerun_window_ms, 0, 7LL * 24 * 3600 * 1000),
-                   r.integer("max_active_leases", k.max_active_leases, 1, 100000),
-                   r.integer("max_ended_leases_kept", k.max_ended_leases_kept, 0, 100000),
-                   r.integer("max_lease_watches", k.max_lease_watches, 1, 100000),
-                   r.no_unknown_keys()}) {
-      if (!s) return tl::unexpected(s.error());
+void read_keys(config::Problems& problems, const toml::table& root, const fs::path& base, CoordinatorConfig& config) {
+  const toml::node* keys = root.get("keys");
+  if (!keys) return;
+  const toml::array* list = keys->as_array();
+  if (!list) return problems.at(keys->source(), "keys must be an array of tables ([[keys]])");
+  for (const toml::node& entry : *list) {
+    const toml::table* t = entry.as_table();
+    if (!t) {
+      problems.at(entry.source(), "each [[keys]] entry must be a table");
+      continue;
     }
-  }
-
-  if (const toml::node* scheduler = root.get("scheduler")) {
-    const toml::table* t = scheduler->as_table();
-    if (!t) return fail(Errc::config, fmt::format("{}: scheduler must be a table ([scheduler])", where(path, scheduler->source())));
-    auto knobs = scheduler::parse_scheduler_knobs(*t, path);
-    if (!knobs) return tl::unexpected(knobs.error());
-    config.knobs.scheduler = std::move(*knobs);
-  }
-
-  if (const toml::node* keys = root.get("keys")) {
-    const toml::array* list = keys->as_array();
-    if (!list) {
-      return fail(Errc::config, fmt::format("{}: keys must be an array of tables ([[keys]])",
-                                            where(path, keys->source())));
-    }
-    for (const toml::node& entry : *list) {
-      const toml::table* t = entry.as_table();
-      if (!t) return fail(Errc::config, fmt::format("{}: each [[keys]] entry must be a table", where(path, entry.source())));
-      TableReader r(path, *t, "keys");
-      AuthorizedKey key;
-      std::string role;
-      std::string public_key_file;
-      for (auto s : {r.string("name", key.name), r.string("role", role), r.string("public_key", key.public_key),
-                     r.string("public_key_file", public_key_file), r.no_unknown_keys()}) {
-        if (!s) return tl::unexpected(s.error());
-      }
-      if (key.name.empty() || key.name.size() > 64) {
-        return r.bad(entry, "each [[keys]] entry needs a name of 1 to 64 characters");
-      }
-      auto parsed_role = protocol::enum_from_name<protocol::Role>(role);
-      if (!parsed_role) {
-        return r.bad(entry, fmt::format("key '{}' has role '{}'; use one of agent, ci, developer, ops, lab, admin",
-                                        key.name, role));
-      }
+    TableReader r(problems, *t, "keys");
+    AuthorizedKey key;
+    std::string role;
+    std::string public_key_file;
+    r.string("name", key.name);
+    r.string("role", role);
+    r.string("public_key", key.public_key);
+    r.string("public_key_file", public_key_file);
+    r.no_unknown_keys();
+    const std::size_t before = problems.size();
+    if (key.name.empty() || key.name.size() > 64) r.bad(entry, "each [[keys]] entry needs a name of 1 to 64 characters");
+    auto parsed_role = protocol::enum_from_name<protocol::Role>(role);
+    if (parsed_role) {
       key.role = *parsed_role;
-      if (key.public_key.empty() == public_key_file.empty()) {
-        return r.bad(entry, fmt::format("key '{}' needs exactly one of public_key or public_key_file", key.name));
+    } else {
+      r.bad(entry, fmt::format("key '{}' has role '{}'; use one of agent, ci, developer, ops, lab, admin", key.name,
+                               role));
+    }
+    if (key.public_key.empty() == public_key_file.empty()) {
+      r.bad(entry, fmt::format("key '{}' needs exactly one of public_key or public_key_file", key.name));
+      continue;
+    }
+    if (!public_key_file.empty()) {
+      auto loaded = load_public_key_file(resolve(base, public_key_file));
+      if (!loaded) {
+        r.bad_at("public_key_file", fmt::format("public_key_file of key '{}': {}", key.name, loaded.error().message));
+        continue;
       }
-      if (!public_key_file.empty()) {
-        auto loaded = load_public_key_file(resolve(base, public_key_file));
-        if (!loaded) {
-          return fail(Errc::config, fmt::format("{}: public_key_file of key '{}': {}", r.origin("public_key_file"),
-                                                key.name, loaded.error().message));
-        }
-        key.public_key = *loaded;
-      }
-      if (!is_z85_key(key.public_key)) {
-        return r.bad(entry, fmt::format("key '{}' is not a 40-character Z85 CURVE public key", key.name));
-      }
-      if (config.keys_by_public_key.count(key.public_key)) {
-        return r.bad(entry, fmt::format("key '{}' repeats a public key listed earlier; one key, one role", key.name));
-      }
+      key.public_key = *loaded;
+    }
+    if (!is_z85_key(key.public_key)) {
+      r.bad(entry, fmt::format("key '{}' is not a 40-character Z85 CURVE public key", key.name));
+    } else if (config.keys_by_public_key.count(key.public_key)) {
+      r.bad(entry, fmt::format("key '{}' repeats a public key listed earlier; one key, one role", key.name));
+    } else if (problems.size() == before) {
       config.keys_by_public_key.emplace(key.public_key, key);
     }
   }
+}
+
+Result<CoordinatorConfig> read_coordinator_config(std::string_view text, const std::string& path, bool check_files) {
+  auto parsed = config::parse_toml(text, path, "fix the file and run `kiln-coordinator check-config` again");
+  if (!parsed) return fail(Errc::config, parsed.error().message);
+  toml::table& root = *parsed;
+  const fs::path base = fs::absolute(path).parent_path();
+  CoordinatorConfig config;
+  config.source_path = path;
+  config::Problems problems(path);
+
+  static const std::vector<std::string_view> tables = {"coordinator", "knobs", "scheduler", "keys"};
+  for (const auto& [key, node] : root) {
+    if (std::find(tables.begin(), tables.end(), key.str()) == tables.end()) {
+      const auto near = config::nearest_name(key.str(), tables);
+      problems.at(key.source(), fmt::format("unknown table '{}'{}; expected [coordinator], [knobs], [scheduler] and "
+                                            "[[keys]]",
+                                            key.str(), near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
+    }
+  }
+  read_coordinator_table(problems, root, base, check_files, config);
+  read_knobs_table(problems, root, config.knobs);
+  if (toml::node* scheduler = root.get("scheduler")) {
+    if (toml::table* t = scheduler->as_table()) {
+      read_scheduler_table(problems, *t, config.knobs.scheduler);
+    } else {
+      problems.at(scheduler->source(), "scheduler must be a table ([scheduler])");
+    }
+  }
+  read_keys(problems, root, base, config);
+  if (auto s = problems.status(); !s) return tl::unexpected(s.error());
   return config;
+}
+
+Result<CoordinatorConfig> read_coordinator_file(const std::string& path, bool check_files) {
+  auto text = config::read_text_file(path, "the coordinator config", "pass the coordinator's config with --config");
+  if (!text) return fail(Errc::config, text.error().message);
+  return read_coordinator_config(*text, path, check_files);
+}
+
+}  // namespace
+
+Result<CoordinatorConfig> load_coordinator_config(const std::string& path) {
+  return read_coordinator_file(path, /*check_files=*/false);
+}
+
+Result<CoordinatorConfig> coordinator_config_from_text(std::string_view text, const std::string& path) {
+  return read_coordinator_config(text, path, /*check_files=*/false);
+}
+
+Result<CoordinatorConfig> load_coordinator_config_to_start(const std::string& path) {
+  return read_coordinator_file(path, /*check_files=*/true);
 }
 
 Result<KeyPair> load_coordinator_keys(const CoordinatorConfig& config) {

@@ -32,11 +32,16 @@ struct CoordinatorConfig {
   std::map<std::string, AuthorizedKey> keys_by_public_key;
 };
 
-// Relative paths resolve against the file's directory. Errors name the file, the line and
-// what to change.
+// Relative paths resolve against the file's directory. The error lists every problem of the
+// file, one a line, each naming the file, the line and what to change.
 Result<CoordinatorConfig> load_coordinator_config(const std::string& path);
 // The same from the file's text; `path` names the file in errors and is the base of relative paths.
 Result<CoordinatorConfig> coordinator_config_from_text(std::string_view text, const std::string& path);
+// What kiln-coordinator and its check-config load: the file as above and, among its problems in
+// the order of the file, those of the files it names that would stop the coordinator at start
+// (the secret key missing, unreadable or open to others; the database's directory missing or
+// not writable). Every one of them is a configuration error (exit status 2).
+Result<CoordinatorConfig> load_coordinator_config_to_start(const std::string& path);
 
 // The coordinator's keypair from secret_key_file; a problem (missing, unreadable, open
 // permissions) names the file and line of the config that points at it.

@@ -48,17 +48,6 @@ std::string pid_in(const std::filesystem::path& file) {
   return text.substr(0, text.find('\n'));
 }
 
-// A coordinator and agent n01, up; returns a client with the developer key "dev".
-std::unique_ptr<cli::Client> start_one_node(Fleet& fleet) {
-  fleet.add_key("dev", "developer");
-  fleet.add_agent({"n01", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  auto dev = fleet.client("dev");
-  REQUIRE(Fleet::eventually([&] { return node_state_is(*dev, "n01", NodeState::up); }, 15s));
-  return dev;
-}
-
 }  // namespace
 
 TEST_CASE("an agent killed with SIGKILL: its next start kills the old attempt's grandchild before registering") {

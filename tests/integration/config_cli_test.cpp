@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <sys/wait.h>
 
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/keys.h"
 #include "tests/integration/run_command.h"
@@ -70,12 +72,126 @@ TEST_CASE("kiln-coordinator check-config refuses what the coordinator could not 
   CHECK(typo.status == 2);
   CHECK(contains(typo.output, file + ":7:1: unknown key 'databse' in [coordinator]; did you mean 'database'?"));
 
-  // Starting with a missing key file fails the same way, before anything else happens.
+  // Starting with a missing key file fails the same way, before anything else happens, and is a
+  // configuration error: a restart cannot fix it.
   dir.write("coordinator.toml", coordinator_toml("tcp://127.0.0.1:7601", "missing.key", "info"));
   const Ran start = run(bin("kiln-coordinator") + " --config " + file);
-  CHECK(start.status == 1);
+  CHECK(start.status == 2);
   CHECK(contains(start.output, file + ":4:1: secret_key_file: cannot read secret key file"));
   CHECK_FALSE(std::filesystem::exists(dir.file("kiln.db")));
+}
+
+// The lines of `output` that name a place in `file`.
+std::vector<std::string> problem_lines(const std::string& output, const std::string& file) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(file + ":", 0) == 0) lines.push_back(line);
+  }
+  return lines;
+}
+
+// One run of `command` names every expected problem of `file`, in order, and exits 2.
+void check_every_problem(const std::string& command, const std::string& file, const std::vector<std::string>& expected) {
+  CAPTURE(command);
+  const Ran ran = run(command);
+  CHECK(ran.status == 2);
+  const std::vector<std::string> lines = problem_lines(ran.output, file);
+  REQUIRE(lines.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) CHECK(contains(lines[i], expected[i]));
+  CHECK(contains(ran.output, std::to_string(expected.size()) + " problem(s) in " + file));
+}
+
+TEST_CASE("kiln-coordinator check-config reports every problem in one run, and the coordinator refuses the same") {
+  TempDir dir("kiln-config-all");
+  const std::string file = dir.file("coordinator.toml");
+  dir.write("coordinator.toml",
+            "[coordinator]\n"
+            "agent_endpoint = \"tcp://0.0.0.0\"\n"              // 2: no port
+            "client_endpoint = \"tcp://127.0.0.1:70000\"\n"     // 3: port over 65535
+            "secret_key_file = \"missing.key\"\n"               // 4: no such file
+            "log_level = \"loud\"\n"                            // 5: not a level
+            "database = \"no-such-dir/kiln.db\"\n"              // 6: its directory is missing
+            "databse = \"x.db\"\n"                              // 7: a typo
+            "\n[scheduler]\n"
+            "gace_ms = 2000\n");                                 // 10: a typo of a scheduler key
+  const std::vector<std::string> expected = {
+      file + ":2:1: agent_endpoint \"tcp://0.0.0.0\" must name a port",
+      file + ":3:1: client_endpoint \"tcp://127.0.0.1:70000\" must use a port between 1 and 65535",
+      file + ":4:1: secret_key_file: cannot read secret key file " + dir.file("missing.key"),
+      file + ":5:1: log_level 'loud' is not one of trace, debug, info, warn, error, critical, off",
+      file + ":6:1: database " + dir.file("no-such-dir/kiln.db") + ": the directory " + dir.file("no-such-dir") +
+          " does not exist",
+      file + ":7:1: unknown key 'databse' in [coordinator]; did you mean 'database'?",
+      file + ":10:11: [scheduler] gace_ms: unknown key; did you mean 'grace_ms'?",
+  };
+  for (const std::string& command : {" --config " + file + " check-config", " check-config --config " + file,
+                                     " --config " + file}) {
+    check_every_problem(bin("kiln-coordinator") + command, file, expected);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.file("no-such-dir")));
+
+  // Several problems in one [scheduler] table are each reported, with their lines.
+  make_keys(dir, "coordinator");
+  dir.write("coordinator.toml", "[coordinator]\nsecret_key_file = \"coordinator.key\"\n\n[scheduler]\n"
+                                "grace_ms = -1\npolicy = \"lifo\"\n[scheduler.target_start_latency_ms]\n"
+                                "presubmit = 0\nweekly = 5\n");
+  const Ran scheduler = run(bin("kiln-coordinator") + " --config " + file + " check-config");
+  CHECK(scheduler.status == 2);
+  const std::vector<std::string> lines = problem_lines(scheduler.output, file);
+  REQUIRE(lines.size() == 3);
+  CHECK(contains(lines[0], file + ":5:12: [scheduler] grace_ms: must be at least 0"));
+  CHECK(contains(lines[1], file + ":6:10: [scheduler] policy: expected"));
+  CHECK(contains(lines[2], file + ":9:10: [scheduler] target_start_latency_ms.weekly: unknown class 'weekly'"));
+}
+
+TEST_CASE("kiln-agent check-config reports every problem in one run, file and named files alike") {
+  TempDir dir("kiln-config-agent-all");
+  make_keys(dir, "coordinator");
+  const std::string file = dir.file("agent.toml");
+  dir.write("agent.toml",
+            "node_id = \"n 07\"\n"                        // 1: not a name
+            "work_dir = \"work\"\n"
+            "secret_key_file = \"missing.key\"\n"         // 3: no such file
+            "log_level = \"loud\"\n"                      // 4: not a level
+            "[coordinator]\n"
+            "endpoint = \"tcp://coord\"\n"                // 6: no port
+            "public_key_file = \"coordinator.pub\"\n"
+            "[driver]\n"
+            "library = \"no-such-driver.so\"\n"           // 9: no such file
+            "[knobs]\n"
+            "heartbeat_interval_ms = 0\n"                 // 11: out of range
+            "kill_grace = 100\n"                          // 12: a typo
+            "[local_socket]\n"
+            "group = \"root\"\n");
+  const std::vector<std::string> expected = {
+      file + ":1:1: node_id must be 1 to 64 letters",
+      file + ":4:1: log_level \"loud\" is not one of trace, debug, info, warn, error, critical, off",
+      file + ":6:1: endpoint \"tcp://coord\" must name a port",
+      file + ":11:1: heartbeat_interval_ms must be between 50 and 60000 (got 0)",
+      file + ":12:1: unknown key \"kill_grace\" in [knobs]; did you mean \"kill_grace_ms\"?",
+      file + ":3:1: secret_key_file: secret key " + dir.file("missing.key"),
+      file + ":9:1: driver.library: driver library " + dir.file("no-such-driver.so"),
+  };
+  for (const std::string& command : {" --config " + file + " check-config", " check-config --config " + file}) {
+    check_every_problem(bin("kiln-agent") + command, file, expected);
+  }
+}
+
+TEST_CASE("both daemons take --config before or after the subcommand, and a usage error exits 2") {
+  for (const char* daemon : {"kiln-coordinator", "kiln-agent"}) {
+    CAPTURE(daemon);
+    const Ran unknown = run(bin(daemon) + " --no-such-option");
+    CHECK(unknown.status == 2);
+    CHECK(contains(unknown.output, "--no-such-option"));
+    const Ran before = run(bin(daemon) + " --config /nonexistent/kiln.toml check-config");
+    const Ran after = run(bin(daemon) + " check-config --config /nonexistent/kiln.toml");
+    CHECK(before.status == 2);
+    CHECK(after.status == 2);
+    CHECK(contains(before.output, "/nonexistent/kiln.toml"));
+    CHECK(before.output == after.output);
+    CHECK(run(bin(daemon) + " --help").status == 0);
+  }
 }
 
 TEST_CASE("kiln-coordinator check-store reports a foreign or damaged database and leaves it alone") {
@@ -115,7 +231,7 @@ TEST_CASE("kiln-agent refuses an endpoint port over 65535, names the line of a m
   CHECK(contains(no_key.output, "job containment: "));
 
   const Ran start = run(bin("kiln-agent") + " --config " + file);
-  CHECK(start.status == 1);
+  CHECK(start.status == 2);
   CHECK(contains(start.output, file + ":3:1: secret_key_file: cannot read secret key file " + dir.file("missing.key")));
 
   // A containment that cannot be had is a problem check-config names.

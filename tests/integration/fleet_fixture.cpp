@@ -157,7 +157,8 @@ void Fleet::stop_coordinator(int signo) {
   coordinator_.reset();
 }
 
-void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_options) {
+void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_options,
+                      const std::string& extra_knobs) {
   add_key(spec.node_id, "agent");
   agents_[spec.node_id] = spec;
   std::ofstream out(agent_config(spec.node_id));
@@ -168,11 +169,12 @@ void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_opt
       "options = \"state_dir={3}/sim-{0};node_id={0};hardware_revision={4};seed=7{8}\"\n\n"
       "[local_socket]\npath = \"{3}/{0}.sock\"\ngroup = \"root\"\n\n"
       "[knobs]\nheartbeat_interval_ms = {5}\nliveness_missed_beats = {6}\nreconnect_backoff_initial_ms = 100\n"
-      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 1000\nprobe_timeout_ms = 1000\n\n"
+      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 1000\nprobe_timeout_ms = 1000\n{9}\n"
       "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n"
       "model = \"{7}/kiln-workload-model\"\nshell = \"/bin/sh\"\n",
       spec.node_id, agent_port_, KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
-      liveness_missed_beats_, KILN_BIN_DIR, extra_driver_options.empty() ? "" : ";" + extra_driver_options);
+      liveness_missed_beats_, KILN_BIN_DIR, extra_driver_options.empty() ? "" : ";" + extra_driver_options,
+      extra_knobs);
 }
 
 void Fleet::start_agent(const std::string& node_id) {

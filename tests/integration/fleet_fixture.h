@@ -59,8 +59,10 @@ class Fleet {
 
   void start_coordinator();
   void stop_coordinator(int signo);
-  // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05".
-  void add_agent(const AgentSpec& spec, const std::string& extra_driver_options = "");
+  // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05";
+  // extra_knobs: more lines of its [knobs], e.g. "job_dirs_max_bytes = 1048576\n".
+  void add_agent(const AgentSpec& spec, const std::string& extra_driver_options = "",
+                 const std::string& extra_knobs = "");
   void start_agent(const std::string& node_id);
   void stop_agent(const std::string& node_id, int signo);
   std::filesystem::path agent_config(const std::string& node_id) const { return dir_ / (node_id + ".toml"); }

@@ -1,7 +1,9 @@
 // What integration tests ask the coordinator, through a real client.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -9,6 +11,7 @@
 
 #include "common/protocol/messages.h"
 #include "coordinator/cli/client.h"
+#include "tests/integration/fleet_fixture.h"
 
 namespace kiln::testing {
 
@@ -46,6 +49,19 @@ inline bool job_state_is(cli::Client& client, std::uint64_t id, protocol::JobSta
 inline bool job_ended(cli::Client& client, std::uint64_t id) {
   auto j = job(client, id);
   return j && protocol::is_terminal(j->job.state);
+}
+
+// A coordinator and agent n01 (revision a), up; returns a client with KEY_NAME, authorized as ROLE.
+inline std::unique_ptr<cli::Client> start_one_node(Fleet& fleet, const std::string& key_name = "dev",
+                                                   const std::string& role = "developer") {
+  fleet.add_key(key_name, role);
+  fleet.add_agent({"n01", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto client = fleet.client(key_name);
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", protocol::NodeState::up); },
+                            std::chrono::seconds(15)));
+  return client;
 }
 
 }  // namespace kiln::testing

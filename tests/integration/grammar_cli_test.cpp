@@ -43,6 +43,19 @@ TEST_CASE("an unknown command says so, names the near ones and exits 2, with or 
   CHECK(run(bin("kiln") + " nodes --help").status == 0);
 }
 
+TEST_CASE("a command group needs one of its commands: a mistyped or missing one is a usage error naming them") {
+  for (const std::string tail : {"", " --help"}) {
+    const auto ran = run(bin("kiln") + kNoConfig + "change ad" + tail);
+    CHECK(ran.status == 2);
+    CHECK(contains(ran.output, "kiln: 'ad' is not a `kiln change` command. Did you mean: add? `kiln change --help` "
+                               "lists them all."));
+  }
+  const auto bare = run(bin("kiln") + kNoConfig + "bundle");
+  CHECK(bare.status == 2);
+  CHECK(contains(bare.output, "kiln: `kiln bundle` needs a command: build, show, accept."));
+  CHECK(run(bin("kiln") + " bundle --help").status == 0);
+}
+
 TEST_CASE("durations are 30m, 2h or 1h30m, and a bad one is a usage error naming the option") {
   const auto bad = run(bin("kiln") + kNoConfig + "lease --chips 1 --duration 2hours");
   CHECK(bad.status == 2);
