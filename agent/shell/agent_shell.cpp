@@ -23,6 +23,7 @@
 #include "agent/shell/agent_status.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/telemetry_sampler.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/process/cgroup.h"
 #include "common/process/process_runner.h"
@@ -47,11 +48,6 @@ std::string group_record_path(const AgentConfig& config) {
   return (fs::path(config.work_dir) / "process-groups").string();
 }
 
-TimeMs wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string self_executable() {
   std::error_code ec;
   auto path = fs::read_symlink("/proc/self/exe", ec);
@@ -68,11 +64,6 @@ bench::BenchmarkSettings bench_settings(const protocol::BenchmarkSpec& spec) {
   return s;
 }
 
-TimeMs steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 JobDirLimits job_dir_limits(const AgentKnobs& knobs) {
   return {knobs.job_dir_max_age_ms, knobs.job_dirs_max_bytes};
 }
@@ -82,7 +73,8 @@ std::string mebibytes(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", st
 // Applies the job directory retention and logs what it did; `running` names the running jobs'
 // directories, which stay whatever their size.
 void clean_job_dirs_logged(const AgentConfig& config, const std::set<std::string>& running, spdlog::logger& logger) {
-  const JobDirCleanup cleanup = clean_job_dirs(config.work_dir, running, job_dir_limits(config.knobs), wall_ms());
+  const JobDirCleanup cleanup =
+      clean_job_dirs(config.work_dir, running, job_dir_limits(config.knobs), wall_clock_ms());
   if (!cleanup.removed.empty()) {
     logger.info("job directories: removed {} finished ones ({}, oldest first: {}); {} kept", cleanup.removed.size(),
                 mebibytes(cleanup.removed_bytes), fmt::join(cleanup.removed, " "), mebibytes(cleanup.kept_bytes));
@@ -139,10 +131,10 @@ class Shell final : public AgentShell {
 
   Status run(const std::atomic<bool>& stop) override {
     if (stop.load()) return {};  // asked to stop while it was still starting
-    core_.on_start(steady_ms());
+    core_.on_start(monotonic_clock_ms());
     carry_out_actions();
     while (!stop.load()) {
-      const TimeMs now = steady_ms();
+      const TimeMs now = monotonic_clock_ms();
       int wait_ms = kMaxPollWaitMs;
       if (auto deadline = core_.next_deadline()) {
         wait_ms = static_cast<int>(std::clamp<TimeMs>(*deadline - now, 0, kMaxPollWaitMs));
@@ -175,7 +167,7 @@ class Shell final : public AgentShell {
         }
         if (items[socket_index].revents & ZMQ_POLLIN) receive_all();
       }
-      core_.on_tick(steady_ms());
+      core_.on_tick(monotonic_clock_ms());
       carry_out_actions();
       clean_job_dirs_if_due();
     }
@@ -244,7 +236,7 @@ class Shell final : public AgentShell {
     out.node_id = config_.node_id;
     out.coordinator_endpoint = config_.coordinator_endpoint;
     out.session = std::string(enum_name(core_.session_state()));
-    if (last_heard_steady_ms_) out.coordinator_last_heard_ms_ago = steady_ms() - *last_heard_steady_ms_;
+    if (last_heard_steady_ms_) out.coordinator_last_heard_ms_ago = monotonic_clock_ms() - *last_heard_steady_ms_;
     bool probe_running = false;
     for (const auto& [id, own] : own_processes_) {
       probe_running = probe_running || own.kind == OwnWork::probe;
@@ -255,7 +247,7 @@ class Shell final : public AgentShell {
       if (out.local_diagnostics) chip = {index, chip.healthy, "diagnostics", "diagnostics asked on this host"};
       out.chips.push_back(chip);
     }
-    const TimeMs now = wall_ms();
+    const TimeMs now = wall_clock_ms();
     for (const auto& [id, job] : jobs_by_process_) {
       const StatusJob entry{job.job_id, job.attempt, job.workload, job.chips, now - job.started_at_ms};
       const bool install = job.workload == protocol::kInstallWorkload;
@@ -274,7 +266,7 @@ class Shell final : public AgentShell {
   }
 
   void clean_job_dirs_if_due() {
-    const TimeMs now = steady_ms();
+    const TimeMs now = monotonic_clock_ms();
     if (now < next_job_dir_cleanup_ms_) return;
     next_job_dir_cleanup_ms_ = now + config_.knobs.job_dir_cleanup_interval_ms;
     std::set<std::string> running;
@@ -296,11 +288,12 @@ class Shell final : public AgentShell {
     spec.kill_grace_ms = config_.knobs.kill_grace_ms;
     auto id = runner_.start(spec);
     if (!id) {
-      core_.on_probe_result(probe_failure("probe_not_started", id.error().message), wall_ms(), steady_ms());
+      core_.on_probe_result(probe_failure("probe_not_started", id.error().message), wall_clock_ms(),
+                            monotonic_clock_ms());
       return;
     }
     own_processes_[*id] = OwnProcess{OwnWork::probe, -1, {}};
-    probe_started_wall_ms_ = wall_ms();
+    probe_started_wall_ms_ = wall_clock_ms();
   }
 
   static protocol::HealthReport probe_failure(const std::string& reason, const std::string& message) {
@@ -332,7 +325,7 @@ class Shell final : public AgentShell {
       report = *parsed;
     }
     last_probe_verdict_ = std::string(protocol::enum_name(report.verdict));
-    core_.on_probe_result(report, probe_started_wall_ms_, steady_ms());
+    core_.on_probe_result(report, probe_started_wall_ms_, monotonic_clock_ms());
   }
 
   void receive_all() {
@@ -351,8 +344,8 @@ class Shell final : public AgentShell {
         send(protocol::ErrorReply{std::string(to_string(envelope.error().code)), envelope.error().message, {}}, corr);
         continue;
       }
-      last_heard_steady_ms_ = steady_ms();
-      core_.on_message(*envelope, steady_ms());
+      last_heard_steady_ms_ = monotonic_clock_ms();
+      core_.on_message(*envelope, monotonic_clock_ms());
       carry_out_actions();
     }
   }
@@ -371,7 +364,7 @@ class Shell final : public AgentShell {
       jobs_by_process_.erase(it);
       process_by_job_.erase(job.job_id);
       update_telemetry_watch();
-      core_.on_job_ended(ended_from(job, exit), steady_ms());
+      core_.on_job_ended(ended_from(job, exit), monotonic_clock_ms());
     }
     carry_out_actions();
   }
@@ -412,7 +405,7 @@ class Shell final : public AgentShell {
         ended.detail = "the workload's benchmark result breaks the contract of docs/workloads.md: " +
                        result.error().message;
       } else {
-        const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_ms());
+        const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_clock_ms());
         ended.result = bench::to_json(bench::make_report(*result, job.chips, readings)).dump();
         if (ended.result.size() > protocol::kResultDocument.max_len) {
           ended.outcome = protocol::JobOutcome::failed;
@@ -432,7 +425,7 @@ class Shell final : public AgentShell {
       ended.outcome = protocol::JobOutcome::failed_to_start;
       ended.exit_code = -1;
       ended.detail = why;
-      core_.on_job_ended(ended, steady_ms());
+      core_.on_job_ended(ended, monotonic_clock_ms());
     };
     std::string program;
     std::vector<std::string> args = start.args;
@@ -455,7 +448,7 @@ class Shell final : public AgentShell {
                    .result_file = (dir / "result.json").string(),
                    .chips = start.chip_indices,
                    .benchmark = std::nullopt,
-                   .started_at_ms = wall_ms(),
+                   .started_at_ms = wall_clock_ms(),
                    .attempt = start.attempt,
                    .workload = start.workload,
                    .dir_name = dir.filename().string()};
@@ -587,7 +580,7 @@ class Shell final : public AgentShell {
   std::string last_probe_verdict_;     // of the last probe that ended
   std::optional<TimeMs> last_heard_steady_ms_;  // the coordinator's last message
   // Start-up cleaned the job directories; the next pass is an interval later.
-  TimeMs next_job_dir_cleanup_ms_ = steady_ms() + config_.knobs.job_dir_cleanup_interval_ms;
+  TimeMs next_job_dir_cleanup_ms_ = monotonic_clock_ms() + config_.knobs.job_dir_cleanup_interval_ms;
   std::string self_;
   TelemetrySampler telemetry_;
   std::unique_ptr<LocalSocketServer> local_;

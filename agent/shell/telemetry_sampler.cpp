@@ -3,17 +3,13 @@
 #include <chrono>
 #include <thread>
 
+#include "common/clock.h"
 #include "drivers/loader.h"
 
 namespace kiln::agent {
 namespace {
 
 constexpr std::size_t kMaxReadings = 200000;  // about an hour of 8 chips at 200 ms
-
-TimeMs wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -55,7 +51,7 @@ void TelemetrySampler::run(std::shared_ptr<State> state, std::string driver_libr
       if (!t) continue;
       std::lock_guard lock(state->mutex);
       state->readings.push_back(
-          bench::TelemetrySample{wall_ms(), chip, t->throttled, t->temperature_c, t->power_w, t->clock_mhz});
+          bench::TelemetrySample{wall_clock_ms(), chip, t->throttled, t->temperature_c, t->power_w, t->clock_mhz});
       if (state->readings.size() > kMaxReadings) state->readings.pop_front();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));

@@ -14,14 +14,6 @@ namespace {
 
 constexpr double infinity = std::numeric_limits<double>::infinity();
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 std::vector<int64_t> multi_index(size_t flat_index, const std::vector<int64_t>& shape) {
   std::vector<int64_t> index(shape.size(), 0);
   uint64_t rest = flat_index;

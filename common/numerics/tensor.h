@@ -1,7 +1,9 @@
 // A tensor read from a file, its elements decoded exactly to double whatever the stored format.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/numerics/formats.h"
@@ -21,6 +23,15 @@ inline int64_t element_count(const std::vector<int64_t>& shape) {
     count *= dim;
   }
   return count;
+}
+
+// "[2, 3]": a shape as error messages show it.
+inline std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return out + "]";
 }
 
 }  // namespace kiln::numerics

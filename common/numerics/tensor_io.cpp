@@ -30,14 +30,6 @@ void append_le(std::string& out, uint64_t value, int width) {
   }
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 // Element count of a shape whose dimensions were already checked to be in [0, max_dimension].
 Result<int64_t> checked_count(const std::vector<int64_t>& shape, std::string_view what) {
   int64_t count = 1;

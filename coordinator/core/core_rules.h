@@ -1,6 +1,6 @@
 // Rules and wording shared by the parts of the coordinator core (coordinator_core.cpp,
-// agent_messages.cpp, job_attempts.cpp, lease_lifecycle.cpp, scheduler_decisions.cpp). Internal: only
-// those files include it.
+// agent_messages.cpp, job_attempts.cpp, lease_lifecycle.cpp, scheduler_decisions.cpp,
+// scheduler_bridge.cpp). Internal: only those files include it.
 #pragma once
 
 #include <cstdint>

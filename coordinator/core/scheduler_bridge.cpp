@@ -3,12 +3,9 @@
 #include <fmt/format.h>
 
 #include "common/exhaustive.h"
+#include "coordinator/core/core_rules.h"
 
 namespace kiln::coordinator {
-
-namespace {
-constexpr TimeMs kDayMs = 24 * kHourMs;
-}  // namespace
 
 std::string describe(const RequestOwner& owner) {
   return std::visit(Exhaustive{
@@ -22,7 +19,7 @@ std::string describe(const RequestOwner& owner) {
 }
 
 SchedulerBridge::SchedulerBridge(const scheduler::SchedulerKnobs& knobs, TimeMs now, ActionSink& sink)
-    : sink_(sink), scheduler_(knobs), clock_origin_ms_(now >= 0 ? now / kDayMs * kDayMs : 0) {}
+    : sink_(sink), scheduler_(knobs), clock_origin_ms_(now >= 0 ? now / detail::kDayMs * detail::kDayMs : 0) {}
 
 scheduler::RequestId SchedulerBridge::request_of(const request_owner::Job& job) {
   auto [it, added] = job_requests_.try_emplace(job.job_id, next_request_);
