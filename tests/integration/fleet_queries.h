@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -51,17 +52,30 @@ inline bool job_ended(cli::Client& client, std::uint64_t id) {
   return j && protocol::is_terminal(j->job.state);
 }
 
+// A coordinator and the agents, all up; returns a client with KEY_NAME, authorized as ROLE.
+inline std::unique_ptr<cli::Client> start_nodes(Fleet& fleet, const std::vector<AgentSpec>& agents,
+                                                const std::string& key_name = "dev",
+                                                const std::string& role = "developer") {
+  fleet.add_key(key_name, role);
+  for (const auto& agent : agents) fleet.add_agent(agent);
+  fleet.start_coordinator();
+  for (const auto& agent : agents) fleet.start_agent(agent.node_id);
+  auto client = fleet.client(key_name);
+  REQUIRE(Fleet::eventually(
+      [&] {
+        for (const auto& agent : agents) {
+          if (!node_state_is(*client, agent.node_id, protocol::NodeState::up)) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(15)));
+  return client;
+}
+
 // A coordinator and agent n01 (revision a), up; returns a client with KEY_NAME, authorized as ROLE.
 inline std::unique_ptr<cli::Client> start_one_node(Fleet& fleet, const std::string& key_name = "dev",
                                                    const std::string& role = "developer") {
-  fleet.add_key(key_name, role);
-  fleet.add_agent({"n01", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  auto client = fleet.client(key_name);
-  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", protocol::NodeState::up); },
-                            std::chrono::seconds(15)));
-  return client;
+  return start_nodes(fleet, {{"n01", "a"}}, key_name, role);
 }
 
 }  // namespace kiln::testing

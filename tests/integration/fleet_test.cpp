@@ -30,15 +30,7 @@ SubmitJob sleep_job(const std::string& seconds, std::uint32_t max_attempts) {
 
 TEST_CASE("agents register and heartbeat; a smoke job runs and its result is stored") {
   Fleet fleet("register");
-  fleet.add_key("dev", "developer");
-  fleet.add_agent({"n01", "a"});
-  fleet.add_agent({"n02", "b"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  fleet.start_agent("n02");
-  auto client = fleet.client("dev");
-  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up) &&
-                                         node_state_is(*client, "n02", NodeState::up); }, 10s));
+  auto client = kiln::testing::start_nodes(fleet, {{"n01", "a"}, {"n02", "b"}});
   auto n02 = node(*client, "n02");
   CHECK(n02->hardware_revision == "b");
   CHECK(n02->chips_total == 8);

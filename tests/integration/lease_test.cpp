@@ -17,6 +17,7 @@
 
 #include "common/protocol/messages.h"
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/fleet_queries.h"
 #include "tests/integration/run_command.h"
 
 using namespace kiln;
@@ -420,14 +421,7 @@ TEST_CASE("kiln queue lists what waits in priority order, with reasons and expec
 
 TEST_CASE("a job or lease no node could ever take is refused at submit, exit 2, listing the fleet's revisions") {
   Fleet fleet("never");
-  fleet.add_key("dev", "developer");
-  fleet.add_agent({"n01", "a"});
-  fleet.add_agent({"n02", "b"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  fleet.start_agent("n02");
-  auto client = fleet.client("dev");
-  REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01") && node_up(*client, "n02"); }, 10s));
+  auto client = kiln::testing::start_nodes(fleet, {{"n01", "a"}, {"n02", "b"}});
 
   std::string out;
   CHECK(fleet.kiln("dev", {"submit", "--workload", "sleep", "--rev", "c"}, &out) == 2);
