@@ -96,12 +96,15 @@ TEST_CASE("the SQLite store keeps developer leases across reopening") {
 
 namespace {
 
-void set_schema_version(const std::string& path, int version) {
+void run_sql(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  const std::string sql = "UPDATE meta SET value='" + std::to_string(version) + "' WHERE key='schema_version';";
   CHECK(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
+}
+
+void set_schema_version(const std::string& path, int version) {
+  run_sql(path, "UPDATE meta SET value='" + std::to_string(version) + "' WHERE key='schema_version';");
 }
 
 void save_smoke_job(Store& store, std::uint64_t job_id) {
@@ -123,20 +126,9 @@ TEST_CASE("a version 1 database (before leases, records and job attribution) is 
     save_smoke_job(**store, 3);
   }
   // What a version 1 coordinator wrote: jobs without the bundle attribution.
-  {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "UPDATE jobs SET doc = json_remove(doc, '$.summary.bundle_id', '$.summary.config_hash');",
-                       nullptr, nullptr, nullptr) == SQLITE_OK);
-    sqlite3_close(db);
-  }
+  run_sql(path, "UPDATE jobs SET doc = json_remove(doc, '$.summary.bundle_id', '$.summary.config_hash');");
   set_schema_version(path, 1);
-  {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "PRAGMA application_id=0;", nullptr, nullptr, nullptr) == SQLITE_OK);
-    sqlite3_close(db);
-  }
+  run_sql(path, "PRAGMA application_id=0;");
   {
     auto store = open_sqlite_store(path);
     REQUIRE(store.has_value());
@@ -167,13 +159,7 @@ TEST_CASE("a version 2 database is upgraded: its nodes read back, never released
     REQUIRE((*store)->save_node(node).has_value());
   }
   // What a version 2 coordinator wrote: nodes without the release time.
-  {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "UPDATE nodes SET doc = json_remove(doc, '$.released_from_quarantine_wall_ms');", nullptr,
-                       nullptr, nullptr) == SQLITE_OK);
-    sqlite3_close(db);
-  }
+  run_sql(path, "UPDATE nodes SET doc = json_remove(doc, '$.released_from_quarantine_wall_ms');");
   set_schema_version(path, 2);
   auto store = open_sqlite_store(path);
   REQUIRE_MESSAGE(store.has_value(), store.error().message);
@@ -198,13 +184,6 @@ std::string slurp(const std::string& path) {
 }
 
 // Runs SQL on a database as another program would, outside kiln.
-void run_sql(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  CHECK(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
-  sqlite3_close(db);
-}
-
 int application_id_of(const std::string& path) {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
