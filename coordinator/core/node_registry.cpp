@@ -124,16 +124,20 @@ std::optional<std::string> NodeRegistry::never_placeable(std::string_view revisi
     }
     return std::nullopt;
   }
-  std::size_t matching = 0;
   std::uint32_t largest = 0;
   for (const auto& [id, node] : nodes_) {
     if (!revision.empty() && node.summary.hardware_revision != revision) continue;
-    ++matching;
     largest = std::max(largest, node.summary.chips_total);
   }
-  if (nodes > matching) {
-    return fmt::format("{} asked for, but the fleet has {}{}; {}", count_text(nodes, "whole node"),
-                       count_text(matching, "node"), of_revision, has);
+  // Whole nodes of one lease are all of one revision (the scheduler places them so).
+  std::size_t most_of_one_revision = 0;
+  for (const auto& [rev, n] : nodes_by_revision) {
+    if (revision.empty() || rev == revision) most_of_one_revision = std::max(most_of_one_revision, n);
+  }
+  if (nodes > most_of_one_revision) {
+    return fmt::format("{} of one revision asked for, but the fleet has {}{}; {}", count_text(nodes, "whole node"),
+                       count_text(most_of_one_revision, "node"), revision.empty() ? " of any one revision" : of_revision,
+                       has);
   }
   if (chips > largest) {
     return fmt::format("{} on one node asked for, but the largest node{} has {}", count_text(chips, "chip"),

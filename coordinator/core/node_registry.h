@@ -62,7 +62,7 @@ class NodeRegistry {
 
   protocol::NodeList list(TimeMs now) const;
 
-  // Why a request for `nodes` whole nodes (0: one node) with `chips` chips each, of `revision`
+  // Why a request for `nodes` whole nodes of one revision (0: one node) with `chips` chips each, of `revision`
   // (empty: any) and on `node_id` (empty: any), can never be placed on the nodes known, in
   // words that list what the fleet has; nothing if it can, or if no node has registered yet.
   // Nodes that are down or quarantined count: they may come back.

@@ -429,9 +429,11 @@ TEST_CASE("a job or lease no node could ever take is refused at submit, exit 2, 
                          "(1 node), b (1 node)") != std::string::npos,
                 out);
   CHECK(fleet.kiln("dev", {"lease", "--nodes", "3", "--duration", "1h", "--no-wait"}, &out) == 2);
-  CHECK_MESSAGE(out.find("this lease could never be granted: 3 whole nodes asked for, but the fleet has 2 nodes")
-                    != std::string::npos,
+  CHECK_MESSAGE(out.find("this lease could never be granted: 3 whole nodes of one revision asked for, but the fleet "
+                         "has 1 node of any one revision") != std::string::npos,
                 out);
+  // Two nodes in all, one of each revision: two whole nodes of one revision never come.
+  CHECK(fleet.kiln("dev", {"lease", "--nodes", "2", "--duration", "1h", "--no-wait"}, &out) == 2);
   CHECK(fleet.kiln("dev", {"submit", "--workload", "sleep", "--rev", "b", "--node", "n01"}, &out) == 2);
   CHECK_MESSAGE(out.find("node n01 has hardware revision a, not b") != std::string::npos, out);
   // Nothing was queued by the refusals.
