@@ -22,6 +22,13 @@ std::vector<pid_t> pids_in(const std::string& file) {
   return pids;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // Alive and not a zombie: a stopped daemon may wait for a reaper that never comes in a container.
 bool running(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -61,4 +68,17 @@ TEST_CASE("scripts/demo --serve leaves the fleet up with a config per role, and 
   CHECK(contains(stopped.output, "stopped the fleet of " + dir));
   for (const pid_t pid : pids) CHECK_FALSE(running(pid));
   CHECK(run(demo + " --stop " + dir).status == 1);
+
+  // Served again from the same directory: it starts, with the keys it had.
+  const std::string coordinator_key = read_file(dir + "/coordinator.pub");
+  const auto again = run(demo + " --serve " + dir);
+  INFO(again.output);
+  REQUIRE(again.status == 0);
+  CHECK(read_file(dir + "/coordinator.pub") == coordinator_key);
+  const auto ops_again = run(std::string(KILN_BIN_DIR) + "/kiln --config " + dir + "/client-ops.toml whoami");
+  CHECK(contains(ops_again.output, "ops (role ops)"));
+  const auto pids_again = pids_in(dir + "/pids");
+  CHECK(pids_again.size() == 5);
+  CHECK(run(demo + " --stop " + dir).status == 0);
+  for (const pid_t pid : pids_again) CHECK_FALSE(running(pid));
 }
