@@ -35,7 +35,7 @@ std::optional<double> read_number(const toml::node& node, const std::string& key
 
 std::optional<std::uint64_t> read_count(const toml::node& node, const std::string& key,
                                         Problems& problems) {
-  if (auto value = node.value<std::int64_t>(); value && node.is_integer() && *value >= 0) {
+  if (auto value = node.value_exact<std::int64_t>(); value && *value >= 0) {
     return static_cast<std::uint64_t>(*value);
   }
   problems.add(node, "'" + key + "' must be a whole number >= 0");

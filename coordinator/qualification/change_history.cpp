@@ -137,7 +137,7 @@ Result<Change> parse_change(const toml::table& table, std::string_view source, T
   auto components = string_array(table, "components", at);
   if (!components) return tl::unexpected(components.error());
   change.components = std::move(*components);
-  change.merged_at_ms = table["merged_at_ms"].value<std::int64_t>().value_or(default_merged_at_ms);
+  change.merged_at_ms = table["merged_at_ms"].value_exact<std::int64_t>().value_or(default_merged_at_ms);
   change.summary = table["summary"].value<std::string>().value_or("");
   if (const toml::node* effect = table.get("sim_effect")) {
     const toml::table* effect_table = effect->as_table();

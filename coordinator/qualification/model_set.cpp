@@ -97,7 +97,7 @@ Result<std::string> required_string(const toml::table& table, std::string_view k
 }
 
 Result<std::int64_t> required_int(const toml::table& table, std::string_view key, std::string_view at) {
-  const auto value = table[key].value<std::int64_t>();
+  const auto value = table[key].value_exact<std::int64_t>();
   if (!value) return fail(Errc::config, fmt::format("{}: [[model]] needs {} as an integer", at, key));
   return *value;
 }
@@ -105,7 +105,7 @@ Result<std::int64_t> required_int(const toml::table& table, std::string_view key
 Result<std::uint64_t> optional_seed(const toml::table& table, std::string_view key, std::string_view at) {
   const toml::node* node = table.get(key);
   if (node == nullptr) return 1;
-  const auto value = node->value<std::int64_t>();
+  const auto value = node->value_exact<std::int64_t>();
   if (!value || *value < 0) return fail(Errc::config, fmt::format("{}: {} must be a non-negative integer", at, key));
   return static_cast<std::uint64_t>(*value);
 }
@@ -180,7 +180,7 @@ Result<QualificationModel> parse_model(const toml::table& table, std::string_vie
   auto count = [&](std::string_view key, std::uint32_t& out) -> Status {
     const toml::node* node = table.get(key);
     if (node == nullptr) return {};
-    const auto value = node->value<std::int64_t>();
+    const auto value = node->value_exact<std::int64_t>();
     if (!value || *value < 0 || *value > 1000) {
       return fail(Errc::config, fmt::format("{}: {} must be an integer from 0 to 1000", in, key));
     }

@@ -39,7 +39,7 @@ Result<q::WebhookSinkConfig> load_webhook_config(const std::string& path) {
       }
     } else {
       if (!node.is_integer()) return wrong_type("an integer");
-      const std::int64_t value = *node.value<std::int64_t>();
+      const std::int64_t value = *node.value_exact<std::int64_t>();
       if (name == "timeout_ms") config.timeout_ms = value;
       if (name == "max_attempts") config.max_attempts = static_cast<int>(value);
       if (name == "retry_backoff_ms") config.retry_backoff_ms = value;

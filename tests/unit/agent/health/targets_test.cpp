@@ -86,6 +86,15 @@ TEST_CASE("fractions must leave fail below warn, and the syntax must be TOML") {
   CHECK(broken.error().message.find("t.toml:1") != std::string::npos);
 }
 
+TEST_CASE("a count given as a float, even one too large for an integer, is refused, not converted") {
+  // Found by fuzzing: toml++ converted 5.6e23 to an integer, which is undefined behaviour.
+  auto huge = parse_health_targets("\nexpected_chip_count = 555555555555555555555550.0", "t.toml");
+  REQUIRE_FALSE(huge);
+  CHECK(huge.error().message.find("t.toml:2:") != std::string::npos);
+  CHECK(huge.error().message.find("'expected_chip_count' must be a whole number >= 0") != std::string::npos);
+  CHECK_FALSE(parse_health_targets("expected_chip_count = 8.0\n", "t.toml"));
+}
+
 TEST_CASE("loading a missing targets file says which") {
   auto targets = load_health_targets("/nonexistent/health-targets.toml");
   REQUIRE_FALSE(targets);
