@@ -1,6 +1,8 @@
 #include "sim/fleet/scenario.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -43,6 +45,9 @@ class Reader {
     auto v = t[key].value<double>();
     std::string full = fmt::format("{}.{}", section, key);
     if (!v) return error(full, "missing number");
+    // Scenario numbers become durations in ms: a bound keeps their conversion defined.
+    constexpr double kMax = 1e9;
+    if (!std::isfinite(*v) || *v > kMax) return error(full, fmt::format("must be a number up to {}", kMax));
     if (*v < min) return error(full, fmt::format("must be at least {}", min));
     return *v;
   }
@@ -53,6 +58,7 @@ class Reader {
     std::string full = fmt::format("{}.{}", section, key);
     if (!v) return error(full, "missing integer");
     if (*v < min) return error(full, fmt::format("must be at least {}", min));
+    if (*v > INT_MAX) return error(full, fmt::format("must be at most {}", INT_MAX));
     return static_cast<int>(*v);
   }
 

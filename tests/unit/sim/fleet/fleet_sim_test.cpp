@@ -116,6 +116,15 @@ TEST_CASE("scenario errors name the file and the key") {
   bad_time.replace(bad_time.find("\"02:30\""), 7, "\"25:99\"");
   CHECK(!parse_scenario_toml(bad_time, "time.toml"));
   CHECK(!load_scenario("/nonexistent/day.toml"));
+
+  // Found by fuzzing: 1.8e19 minutes overflowed the conversion to milliseconds (undefined).
+  std::string huge = kShortDay;
+  const std::size_t repair = huge.find("node_repair_minutes = ");
+  REQUIRE(repair != std::string::npos);
+  huge.replace(repair, huge.find('\n', repair) - repair, "node_repair_minutes = 1.82e19");
+  auto too_long = parse_scenario_toml(huge, "huge.toml");
+  REQUIRE(!too_long);
+  CHECK(too_long.error().message.find("pool.node_repair_minutes: must be a number up to") != std::string::npos);
 }
 
 // The figures docs/performance.md reports, kept honest: runs the real working day when the
