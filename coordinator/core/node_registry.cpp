@@ -103,11 +103,14 @@ std::optional<std::string> NodeRegistry::never_placeable(std::string_view revisi
   if (nodes_.empty()) return std::nullopt;
   std::map<std::string, std::size_t> nodes_by_revision;
   for (const auto& [id, node] : nodes_) ++nodes_by_revision[node.summary.hardware_revision];
-  std::vector<std::string> fleet;
-  for (const auto& [rev, n] : nodes_by_revision) fleet.push_back(fmt::format("{} ({})", rev, count_text(n, "node")));
-  const std::string has = fmt::format("the fleet has revision{} {}", fleet.size() == 1 ? "" : "s", fmt::join(fleet, ", "));
+  // Written only for a refusal: every submission passes through here.
+  const auto has = [&] {
+    std::vector<std::string> fleet;
+    for (const auto& [rev, n] : nodes_by_revision) fleet.push_back(fmt::format("{} ({})", rev, count_text(n, "node")));
+    return fmt::format("the fleet has revision{} {}", fleet.size() == 1 ? "" : "s", fmt::join(fleet, ", "));
+  };
   if (!revision.empty() && nodes_by_revision.count(std::string(revision)) == 0) {
-    return fmt::format("no node has hardware revision '{}'; {}", revision, has);
+    return fmt::format("no node has hardware revision '{}'; {}", revision, has());
   }
   const std::string of_revision = revision.empty() ? std::string() : fmt::format(" of revision {}", revision);
   if (!node_id.empty()) {
@@ -137,7 +140,7 @@ std::optional<std::string> NodeRegistry::never_placeable(std::string_view revisi
   if (nodes > most_of_one_revision) {
     return fmt::format("{} of one revision asked for, but the fleet has {}{}; {}", count_text(nodes, "whole node"),
                        count_text(most_of_one_revision, "node"), revision.empty() ? " of any one revision" : of_revision,
-                       has);
+                       has());
   }
   if (chips > largest) {
     return fmt::format("{} on one node asked for, but the largest node{} has {}", count_text(chips, "chip"),
