@@ -1,16 +1,13 @@
 // What docs/cli.md says of the commands' JSON output is what they print: the fields its table
 // lists for `nodes`, `jobs`, `result`, `leases` and `queue ID` are exactly the keys of the real
-// command's document, on a fleet of one node.
+// command's document, on a fleet of one node (qualification_test holds `changes`, `bundles`,
+// `runs` and `tickets` to the same table after its nightlies).
 #include <doctest/doctest.h>
-
-#include <filesystem>
-#include <fstream>
-#include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/protocol/messages.h"
+#include "tests/integration/documented_fields.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/fleet_queries.h"
 
@@ -20,45 +17,6 @@ using namespace kiln::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-// The fields docs/cli.md lists for `command` in its "JSON output" table: the backquoted names
-// of the last column, leaving out those in parentheses (an entry's own fields, remarks).
-std::set<std::string> documented_fields(const std::string& command) {
-  std::ifstream in(std::filesystem::path(KILN_SOURCE_DIR) / "docs" / "cli.md");
-  const std::string row_start = "| `" + command + "` |";
-  bool in_json_section = false;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("## ", 0) == 0) in_json_section = line == "## JSON output";
-    if (!in_json_section || line.rfind(row_start, 0) != 0) continue;
-    const std::string fields = line.substr(line.rfind('|', line.size() - 2) + 1);
-    std::set<std::string> names;
-    int depth = 0;
-    for (std::size_t i = 0; i < fields.size(); ++i) {
-      if (fields[i] == '(') ++depth;
-      if (fields[i] == ')') --depth;
-      if (fields[i] == '`') {
-        const std::size_t end = fields.find('`', i + 1);
-        if (depth == 0) names.insert(fields.substr(i + 1, end - i - 1));
-        i = end;
-      }
-    }
-    return names;
-  }
-  FAIL("docs/cli.md has no JSON row for " << command);
-  return {};
-}
-
-// "" when the document's keys are the documented fields, else what differs.
-std::string difference(const nlohmann::json& document, const std::set<std::string>& documented) {
-  std::string out;
-  for (const auto& [key, value] : document.items()) {
-    if (!documented.count(key)) out += "printed but not documented: " + key + "; ";
-  }
-  for (const std::string& field : documented) {
-    if (!document.contains(field)) out += "documented but not printed: " + field + "; ";
-  }
-  return out;
-}
 
 nlohmann::json json_of(Fleet& fleet, const std::vector<std::string>& args) {
   std::string output;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/integration/documented_fields.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/qualification_samples.h"
 
@@ -158,7 +159,20 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   REQUIRE(fleet.kiln("ci", {"run", "nightly-it", "--json"}, &out) == 1);
   CHECK(nlohmann::json::parse(out).at("passed") == false);
   REQUIRE(fleet.kiln("ci", {"bundles", "--json"}, &out) == 0);
-  CHECK(nlohmann::json::parse(out).at("baselines").at("a").at("bundle_id") == presubmit);
+  const auto bundles = nlohmann::json::parse(out);
+  CHECK(bundles.at("baselines").at("a").at("bundle_id") == presubmit);
+
+  // What docs/cli.md lists of these commands' JSON is what they print.
+  auto bundle_and_baseline = bundles.at("bundles").at(0);
+  bundle_and_baseline.update(bundles.at("baselines").at("a"));
+  CHECK(difference(bundle_and_baseline, documented_fields("bundles")) == "");
+  REQUIRE(fleet.kiln("ci", {"changes", "--json"}, &out) == 0);
+  for (const auto& change : nlohmann::json::parse(out)) CHECK(difference(change, documented_fields("changes")) == "");
+  REQUIRE(fleet.kiln("ci", {"runs", "--json"}, &out) == 0);
+  const auto runs = nlohmann::json::parse(out);
+  CHECK(runs.size() >= 3);
+  for (const auto& run : runs) CHECK(difference(run, documented_fields("runs`, `run ID")) == "");
+  CHECK(difference(tickets.at(0), documented_fields("tickets")) == "");
 }
 
 TEST_CASE("a model that fails on one node only quarantines that node and tickets the lab, without bisecting") {
