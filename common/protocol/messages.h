@@ -913,13 +913,16 @@ struct QueueList {
 // What the coordinator keeps for qualification (docs/qualification.md): merged changes, built
 // bundles (key = content hash), the accepted baseline bundle per hardware revision (key = the
 // revision) and qualification run reports (key = run id). Changes and bundles are immutable.
-enum class RecordKind { change, bundle, baseline, qualification_run };
-constexpr EnumTable<RecordKind, 4> enum_names(RecordKind) {
+// run_request: a run asked of the qualifier; run_claim: which qualifier drives it, until when.
+enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim };
+constexpr EnumTable<RecordKind, 6> enum_names(RecordKind) {
   return {{
       {RecordKind::change, "change"},
       {RecordKind::bundle, "bundle"},
       {RecordKind::baseline, "baseline"},
       {RecordKind::qualification_run, "qualification_run"},
+      {RecordKind::run_request, "run_request"},
+      {RecordKind::run_claim, "run_claim"},
   }};
 }
 

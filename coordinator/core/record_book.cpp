@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/qualification/change.h"
+#include "coordinator/qualification/run_request.h"
 
 namespace kiln::coordinator {
 
@@ -89,15 +90,54 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
     }
     case RecordKind::qualification_run:
       return key_matches(put.key, string_member(*json, "run_id"), put.kind);
+    case RecordKind::run_request: {
+      auto request = qualification::run_request_from_json(*json);
+      if (!request) return tl::unexpected(request.error());
+      if (auto ok = key_matches(put.key, request->run_id, put.kind); !ok) return ok;
+      if (get(RecordKind::bundle, request->bundle_id) == nullptr) {
+        return fail(Errc::not_found, fmt::format("run {} asks for bundle '{}', which is not recorded; `kiln bundles` "
+                                                 "lists the bundles",
+                                                 request->run_id, request->bundle_id));
+      }
+      return {};
+    }
+    case RecordKind::run_claim: {
+      auto claim = qualification::run_claim_from_json(*json);
+      if (!claim) return tl::unexpected(claim.error());
+      if (auto ok = key_matches(put.key, claim->run_id, put.kind); !ok) return ok;
+      if (get(RecordKind::run_request, put.key) == nullptr) {
+        return fail(Errc::not_found, fmt::format("no run {} was requested; a qualifier claims only requested runs",
+                                                 put.key));
+      }
+      return {};
+    }
   }
   return {};
+}
+
+// A claim stands until its expiry on this clock: another owner's claim is refused until then.
+// The stored claim carries the expiry, so every reader sees the same deadline.
+Result<std::string> RecordBook::claim_document(const protocol::PutRecord& put, TimeMs now) const {
+  auto claim = qualification::run_claim_from_json(nlohmann::json::parse(put.document));
+  KILN_ASSERT(claim.has_value(), "check() accepted the claim");
+  if (const protocol::RecordEntry* held = get(RecordKind::run_claim, put.key)) {
+    auto holder = qualification::run_claim_from_json(nlohmann::json::parse(held->document));
+    if (holder && holder->owner != claim->owner && holder->expires_at_ms > now) {
+      return fail(Errc::conflict, fmt::format("run {} is driven by {} for another {} ms; a claim is taken over only "
+                                              "once it expires",
+                                              put.key, holder->owner, holder->expires_at_ms - now));
+    }
+  }
+  claim->expires_at_ms = std::max<TimeMs>(now, 0) + claim->lease_ms;
+  return qualification::to_json(*claim).dump();
 }
 
 Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now) {
   if (auto ok = check(put); !ok) return tl::unexpected(ok.error());
   const auto key = std::make_pair(put.kind, put.key);
   auto it = records_.find(key);
-  const bool immutable = put.kind == RecordKind::change || put.kind == RecordKind::bundle;
+  const bool immutable =
+      put.kind == RecordKind::change || put.kind == RecordKind::bundle || put.kind == RecordKind::run_request;
   if (it != records_.end() && immutable) {
     if (nlohmann::json::parse(it->second.document) != nlohmann::json::parse(put.document)) {
       return fail(Errc::conflict, fmt::format("{} {} is already recorded with other content; {} records never "
@@ -110,6 +150,11 @@ Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, co
   record.kind = put.kind;
   record.key = put.key;
   record.document = put.document;
+  if (put.kind == RecordKind::run_claim) {
+    auto document = claim_document(put, now);
+    if (!document) return tl::unexpected(document.error());
+    record.document = std::move(*document);
+  }
   record.seq = it != records_.end() ? it->second.seq : next_seq_++;
   record.updated_at_ms = std::max<TimeMs>(now, 0);
   record.written_by = written_by;

@@ -1,4 +1,5 @@
-// The coordinator's qualification records (changes, bundles, accepted baselines, run reports):
+// The coordinator's qualification records (changes, bundles, accepted baselines, run reports,
+// run requests and the qualifiers' claims on them):
 // validated on the way in, kept in memory, saved through the core's actions. Pure.
 #pragma once
 
@@ -21,14 +22,17 @@ class RecordBook {
   // Checks the document for its kind (docs/protocol.md, qualification records): a change or
   // bundle keyed by its id, immutable once written (writing the same content again is fine);
   // a bundle's changes recorded before it, its id the hash of its content; a baseline keyed by
-  // revision naming a recorded bundle that supports it; a run report keyed by its run_id.
-  // Returns the record to save.
+  // revision naming a recorded bundle that supports it; a run report keyed by its run_id; a
+  // run request keyed by its run_id naming a recorded bundle, immutable; a run claim of a
+  // requested run, refused while another owner's claim has not expired at `now`, stored with
+  // its expiry (now + lease_ms). Returns the record to save.
   Result<protocol::RecordEntry> put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now);
   const protocol::RecordEntry* get(protocol::RecordKind kind, const std::string& key) const;
   protocol::RecordList list(const protocol::ListRecords& request) const;
 
  private:
   Status check(const protocol::PutRecord& put) const;
+  Result<std::string> claim_document(const protocol::PutRecord& put, TimeMs now) const;
 
   std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> records_;
   std::uint64_t next_seq_ = 1;

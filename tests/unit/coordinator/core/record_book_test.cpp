@@ -8,6 +8,7 @@
 #include "common/protocol/codec.h"
 #include "common/protocol/json.h"
 #include "coordinator/qualification/change.h"
+#include "coordinator/qualification/run_request.h"
 #include "coordinator/store/store.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/core_harness.h"
@@ -215,4 +216,70 @@ TEST_CASE("the SQLite store keeps qualification records") {
   REQUIRE(snapshot->records.size() == 2);
   CHECK(snapshot->records[0].key == "c1");
   CHECK(snapshot->records[1].document == "{\"v\":2}");
+}
+
+namespace {
+
+protocol::PutRecord put_claim(const std::string& run_id, const std::string& owner, DurationMs lease_ms) {
+  return {RecordKind::run_claim, run_id, q::to_json(q::RunClaim{run_id, owner, lease_ms, 0}).dump()};
+}
+
+q::RunClaim claim_of(Harness& h, const std::string& run_id, Now now) {
+  auto got = h.client("dev", Role::developer, protocol::GetRecord{RecordKind::run_claim, run_id}, now);
+  REQUIRE(std::holds_alternative<protocol::RecordEntry>(got));
+  auto claim = q::run_claim_from_json(nlohmann::json::parse(std::get<protocol::RecordEntry>(got).document));
+  REQUIRE(claim.has_value());
+  return *claim;
+}
+
+}  // namespace
+
+TEST_CASE("a run request names a recorded bundle and never changes; a claim on it holds until it expires") {
+  Harness h;
+  const auto changes = history();
+  for (const auto& change : changes) h.client("ci", Role::ci, put_change(change), 1);
+  auto bundle = q::build_bundle_at(changes, 2);
+  REQUIRE(bundle.has_value());
+  q::RunRequest request;
+  request.run_id = "nightly-1";
+  request.bundle_id = bundle->id;
+  const protocol::PutRecord put_request{RecordKind::run_request, "nightly-1", q::to_json(request).dump()};
+
+  // Claims only for requested runs; requests only for recorded bundles.
+  CHECK(error_of(h.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 2)).starts_with("not_found"));
+  CHECK(error_of(h.client("ci", Role::ci, put_request, 3)).starts_with("not_found"));
+  h.client("ci", Role::ci, put_bundle(*bundle), 4);
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_request, 5)));
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_request, 6)));  // asked again: the same
+  q::RunRequest other = request;
+  other.repeats = 20;
+  CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::run_request, "nightly-1", q::to_json(other).dump()}, 7))
+            .starts_with("conflict"));
+  nlohmann::json bad_tier = q::to_json(request);
+  bad_tier["tier"] = "weekly";
+  CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::run_request, "nightly-1", bad_tier.dump()}, 8))
+            .starts_with("invalid_argument"));
+  CHECK(error_of(h.client("dev", Role::developer, put_request, 9)).starts_with("unauthorized"));
+
+  // The first claim wins; the expiry is on the coordinator's clock, whatever the claimant thinks.
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 1000)));
+  CHECK(claim_of(h, "nightly-1", 1001).expires_at_ms == 6000);
+  CHECK(error_of(h.client("q2", Role::ci, put_claim("nightly-1", "q2/20", 5000), 2000)).starts_with("conflict"));
+  // Its owner renews it; the other owner is refused until the renewed claim expires.
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 4000)));
+  CHECK(claim_of(h, "nightly-1", 4001).expires_at_ms == 9000);
+  CHECK(error_of(h.client("q2", Role::ci, put_claim("nightly-1", "q2/20", 5000), 8999)).starts_with("conflict"));
+  CHECK(claim_of(h, "nightly-1", 8999).owner == "q1/10");
+  // Expired: the other qualifier takes it over, and now the first one is refused.
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("q2", Role::ci, put_claim("nightly-1", "q2/20", 5000), 9000)));
+  CHECK(error_of(h.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 9001)).starts_with("conflict"));
+
+  // A claim must say how long it holds, within bounds.
+  CHECK(error_of(h.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 10), 9002)).starts_with("invalid_argument"));
+
+  // After a restart the claim and its expiry are back: still refused until then.
+  Harness restarted({}, h.store(), 9100);
+  CHECK(error_of(restarted.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 9200)).starts_with("conflict"));
+  CHECK(std::holds_alternative<protocol::Ok>(
+      restarted.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 14000)));
 }
