@@ -160,4 +160,47 @@ std::string to_junit_xml(const RunReport& report) {
                      all_errors, all_skipped, seconds(all_ms), suites);
 }
 
+Result<RunReport> report_outline_from_json(const nlohmann::json& document) {
+  const auto bad = [](std::string_view what) {
+    return fail(Errc::bad_message, fmt::format("the run report is not a kiln.qualification-run/1 document ({})", what));
+  };
+  if (!document.is_object() || document.value("schema", "") != "kiln.qualification-run/1") return bad("schema");
+  try {
+    RunReport report;
+    report.run_id = document.at("run_id").get<std::string>();
+    auto tier = tier_from_string(document.at("tier").get<std::string>());
+    if (!tier) return bad("tier");
+    report.tier = *tier;
+    report.candidate_bundle_id = document.at("candidate_bundle_id").get<std::string>();
+    report.baseline_bundle_ids = document.at("baseline_bundle_ids").get<std::map<std::string, std::string>>();
+    report.finished = document.at("finished").get<bool>();
+    report.passed = document.at("passed").get<bool>();
+    report.started_at_ms = document.at("started_at_ms").get<TimeMs>();
+    report.finished_at_ms = document.at("finished_at_ms").get<TimeMs>();
+    report.jobs_started = document.at("jobs_started").get<std::size_t>();
+    for (const auto& entry : document.at("models")) {
+      ModelReport m;
+      m.model = entry.at("model").get<std::string>();
+      m.revision = entry.at("revision").get<std::string>();
+      m.owner_team = entry.at("owner_team").get<std::string>();
+      auto verdict = enum_from_name<ModelVerdict>(entry.at("verdict").get<std::string>());
+      if (!verdict) return bad("a model's verdict");
+      m.verdict = *verdict;
+      m.detail = entry.at("detail").get<std::string>();
+      m.ticket_ids = entry.at("ticket_ids").get<std::vector<std::string>>();
+      m.nodes = entry.at("nodes").get<std::vector<std::string>>();
+      m.duration_ms = entry.at("duration_ms").get<DurationMs>();
+      report.models.push_back(std::move(m));
+    }
+    for (const auto& entry : document.at("tickets")) {
+      auto ticket = ticket_from_json_text(entry.dump(), "the run report");
+      if (!ticket) return tl::unexpected(ticket.error());
+      report.tickets.push_back(std::move(*ticket));
+    }
+    return report;
+  } catch (const nlohmann::json::exception& e) {
+    return bad(e.what());
+  }
+}
+
 }  // namespace kiln::qualification

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/error.h"
 #include "coordinator/qualification/run_types.h"
 
 namespace kiln::qualification {
@@ -15,5 +16,9 @@ std::string summary_text(const RunReport& report);
 // JUnit XML for CI: one testsuite per revision, one testcase per model (classname = tier),
 // <failure> for verdicts that fail the run, <skipped/> for skipped.
 std::string to_junit_xml(const RunReport& report);
+// Back from to_json what the summary and JUnit show: the run, each model's verdict, detail,
+// owner, nodes, tickets and duration, and the tickets (not the gate, triage or bisection
+// evidence). A client that follows a run the qualifier drives reads its report this way.
+Result<RunReport> report_outline_from_json(const nlohmann::json& document);
 
 }  // namespace kiln::qualification

@@ -84,7 +84,7 @@ Status check_workloads(const ModelSet& set, const WorkloadCatalog& catalog) {
     const CatalogWorkload* workload = catalog.find(*model.workload);
     if (workload == nullptr) {
       return fail(Errc::config, fmt::format("model '{}': workload '{}' is not in the workload catalog ({}); fix the "
-                                            "name or give the catalog of the fleet's workloads (--workload-catalog)",
+                                            "name or give the catalog of the fleet's workloads (workload_catalog in qualifier.toml)",
                                             model.name, *model.workload, catalog.source()));
     }
     for (const auto& component : model.components) {

@@ -3,7 +3,7 @@
 // deselect a model. The catalog is data handed in by the shell, never a dependency on whatever
 // computes the workloads: the sim provides one (sim/workloads/catalog.h), and a production fleet
 // gives the document its workload program prints (`kiln-workload-model --list --json` is the
-// sim's), through `kiln ... --workload-catalog FILE`.
+// sim's), through `workload_catalog` in qualifier.toml.
 #pragma once
 
 #include <filesystem>

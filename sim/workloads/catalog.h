@@ -1,6 +1,6 @@
 // The sim's workload catalog for qualification: the registry's models with the kernels they run,
-// as the catalog `kiln-workload-model --list --json` prints. The kiln client checks a
-// qualification set against it when no --workload-catalog is given; production code gets its
+// as the catalog `kiln-workload-model --list --json` prints. kiln-qualifier checks a
+// qualification set against it when its config names no workload_catalog; production code gets its
 // catalog as data (coordinator/qualification/workload_catalog.h) and never links this.
 #pragma once
 

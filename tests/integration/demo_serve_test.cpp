@@ -47,10 +47,10 @@ TEST_CASE("scripts/demo --serve leaves the fleet up with a config per role, and 
   const auto served = run(demo + " --serve " + dir);
   INFO(served.output);
   REQUIRE(served.status == 0);
-  CHECK(contains(served.output, "a coordinator and 4 simulated agents are running on loopback, served from " + dir));
+  CHECK(contains(served.output, "a coordinator, a qualifier and 4 simulated agents are running on loopback, served from " + dir));
   CHECK(contains(served.output, "stop it:    scripts/demo --stop " + dir));
   const auto pids = pids_in(dir + "/pids");
-  CHECK(pids.size() == 5);
+  CHECK(pids.size() == 6);
   for (const char* role : {"developer", "ci", "ops", "lab", "admin"}) {
     CHECK(contains(served.output, dir + "/client-" + role + ".toml"));
   }
@@ -78,7 +78,7 @@ TEST_CASE("scripts/demo --serve leaves the fleet up with a config per role, and 
   const auto ops_again = run(std::string(KILN_BIN_DIR) + "/kiln --config " + dir + "/client-ops.toml whoami");
   CHECK(contains(ops_again.output, "ops (role ops)"));
   const auto pids_again = pids_in(dir + "/pids");
-  CHECK(pids_again.size() == 5);
+  CHECK(pids_again.size() == 6);
   CHECK(run(demo + " --stop " + dir).status == 0);
   for (const pid_t pid : pids_again) CHECK_FALSE(running(pid));
 }

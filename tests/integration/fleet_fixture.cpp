@@ -103,6 +103,7 @@ Fleet::Fleet(std::string name, int heartbeat_interval_ms, int liveness_missed_be
 }
 
 Fleet::~Fleet() {
+  qualifier_processes_.clear();
   agent_processes_.clear();
   // An agent killed for a test and never restarted leaves its cgroups (empty: their processes
   // died with it) under kiln-jobs; it logged where they are.
@@ -191,6 +192,41 @@ void Fleet::stop_agent(const std::string& node_id, int signo) {
   agent_processes_.erase(it);
 }
 
+void Fleet::add_qualifier(const std::string& name, const std::map<std::string, std::string>& settings) {
+  add_key(name, "ci");
+  std::map<std::string, std::string> all = {
+      {"name", fmt::format("\"{}\"", name)},
+      {"coordinator", fmt::format("\"tcp://127.0.0.1:{}\"", client_port_)},
+      {"coordinator_public_key_file", "\"coordinator.pub\""},
+      {"secret_key_file", fmt::format("\"{}.key\"", name)},
+      {"timeout_ms", "3000"},
+      {"model_set", "\"models.toml\""},
+      {"bundle_dir", "\"bundles\""},
+      {"golden_dir", "\"golden\""},
+      {"claim_ms", "3000"},
+      {"poll_interval_ms", "200"}};
+  for (const auto& [key, value] : settings) all[key] = value;
+  std::ofstream out(qualifier_config(name));
+  out << "[qualifier]\n";
+  for (const auto& [key, value] : all) out << key << " = " << value << "\n";
+  out << "\n[tickets]\ndir = \"tickets\"\n";
+}
+
+void Fleet::start_qualifier(const std::string& name) {
+  qualifier_processes_[name] = std::make_unique<ChildProcess>(
+      std::vector<std::string>{std::string(KILN_BIN_DIR) + "/kiln-qualifier", "--config",
+                               qualifier_config(name).string()},
+      dir_ / (name + ".log"));
+}
+
+void Fleet::stop_qualifier(const std::string& name, int signo) {
+  auto it = qualifier_processes_.find(name);
+  if (it == qualifier_processes_.end()) return;
+  it->second->signal(signo);
+  it->second->wait(std::chrono::seconds(30));
+  qualifier_processes_.erase(it);
+}
+
 std::string Fleet::client_config(const std::string& key_name, std::uint32_t timeout_ms) {
   const fs::path path = dir_ / ("client-" + key_name + ".toml");
   std::ofstream(path) << fmt::format(
@@ -226,6 +262,13 @@ int Fleet::kiln_split(const std::string& key_name, const std::vector<std::string
   if (out) *out = read_file(out_file);
   if (err) *err = read_file(err_file);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::unique_ptr<ChildProcess> Fleet::start_kiln(const std::string& key_name, const std::vector<std::string>& args,
+                                                const fs::path& log_file) {
+  std::vector<std::string> argv{std::string(KILN_BIN_DIR) + "/kiln", "--config", client_config(key_name, 3000)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return std::make_unique<ChildProcess>(argv, log_file);
 }
 
 bool Fleet::eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout) {

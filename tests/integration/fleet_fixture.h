@@ -1,4 +1,4 @@
-// Starts real kiln-coordinator and kiln-agent processes on loopback for integration tests,
+// Starts real kiln-coordinator, kiln-agent and kiln-qualifier processes on loopback for integration tests,
 // each with its own keys, configs and simulated chips under a temporary directory, and
 // stops them all when the fixture goes away.
 #pragma once
@@ -69,6 +69,15 @@ class Fleet {
   void stop_agent(const std::string& node_id, int signo);
   std::filesystem::path agent_config(const std::string& node_id) const { return dir_ / (node_id + ".toml"); }
 
+  // A kiln-qualifier NAME with its own key (role ci) and NAME.toml: the fleet directory's
+  // models.toml, bundles/, golden/ and tickets/, claims of 3 s. `settings` ("key" -> TOML value)
+  // replace or add [qualifier] settings, e.g. {"claim_ms", "5000"}. Call before start_coordinator.
+  void add_qualifier(const std::string& name, const std::map<std::string, std::string>& settings = {});
+  std::filesystem::path qualifier_config(const std::string& name) const { return dir_ / (name + ".toml"); }
+  // Its log is log_of(NAME).
+  void start_qualifier(const std::string& name);
+  void stop_qualifier(const std::string& name, int signo);
+
   std::unique_ptr<cli::Client> client(const std::string& key_name, std::uint32_t timeout_ms = 5000);
   // Runs the kiln command with a client config for KEY; returns its exit code and output.
   int kiln(const std::string& key_name, const std::vector<std::string>& args, std::string* output = nullptr,
@@ -76,6 +85,9 @@ class Fleet {
   // The same with stdout and stderr apart, as a script reading --json sees them.
   int kiln_split(const std::string& key_name, const std::vector<std::string>& args, std::string* out,
                  std::string* err, std::chrono::seconds timeout = std::chrono::seconds(60));
+  // Starts the kiln command and returns at once; its output goes to log_file.
+  std::unique_ptr<ChildProcess> start_kiln(const std::string& key_name, const std::vector<std::string>& args,
+                                           const std::filesystem::path& log_file);
 
   // Runs kiln-sim-chip on a node's simulated chips (inject, clear, show); returns its exit code.
   int sim_chip(const std::string& node_id, const std::vector<std::string>& args);
@@ -99,6 +111,7 @@ class Fleet {
   std::map<std::string, AgentSpec> agents_;
   std::unique_ptr<ChildProcess> coordinator_;
   std::map<std::string, std::unique_ptr<ChildProcess>> agent_processes_;
+  std::map<std::string, std::unique_ptr<ChildProcess>> qualifier_processes_;
 };
 
 }  // namespace kiln::testing

@@ -1,7 +1,10 @@
-// A qualification run that cannot be carried out is not a failed model: the real kiln finds a
-// role that may not submit the run's class, a missing or empty golden directory, an unreadable
-// model set and an unwritable --junit path before the first job, with exit 2 or 3 (docs/cli.md).
+// A qualification run that cannot be carried out is not a failed model: the real kiln refuses a
+// key that may not ask for runs and an unwritable --junit path, and kiln-qualifier refuses a
+// missing or empty golden directory, an unreadable model set and a key that may not submit the
+// runs' jobs, each with exit 2 or 3 (docs/cli.md, docs/operations.md) and before any job.
 #include <doctest/doctest.h>
+
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -20,6 +23,11 @@ TEST_CASE("a run that cannot be carried out exits 2 or 3 before submitting a job
   fleet.add_key("ci", "ci");
   fleet.add_key("dev", "developer");
   fleet.add_agent({"n01", "a"});
+  fleet.add_qualifier("qualifier");
+  fleet.add_qualifier("no-golden", {{"golden_dir", "\"no-golden\""}});
+  fleet.add_qualifier("empty-golden", {{"golden_dir", "\"empty-golden\""}});
+  fleet.add_qualifier("no-models", {{"model_set", "\"no-models.toml\""}});
+  fleet.add_qualifier("developer", {{"secret_key_file", "\"dev.key\""}});
   fleet.start_coordinator();
   fleet.start_agent("n01");
   const fs::path dir = fleet.dir();
@@ -33,40 +41,40 @@ TEST_CASE("a run that cannot be carried out exits 2 or 3 before submitting a job
   REQUIRE(fleet.kiln("ci", {"bundle", "build", "--rev", "a", "--bundle-dir", (dir / "bundles").string()}, &out) == 0);
   const std::string bundle = out.substr(7, out.find(' ', 7) - 7);  // "bundle ID at change ..."
 
-  const auto run = [&](const std::string& key, std::vector<std::string> changed) {
-    std::vector<std::string> args = {"nightly", "--bundle", bundle, "--wait", "--model-set",
-                                     (dir / "models.toml").string(), "--bundle-dir", (dir / "bundles").string(),
-                                     "--golden-dir", (dir / "golden").string(), "--tickets-dir",
-                                     (dir / "tickets").string()};
-    for (std::size_t i = 0; i + 1 < changed.size(); i += 2) {
-      auto it = std::find(args.begin(), args.end(), changed[i]);
-      if (it == args.end()) {
-        args.push_back(changed[i]);
-        args.push_back(changed[i + 1]);
-      } else {
-        *(it + 1) = changed[i + 1];
-      }
-    }
-    return fleet.kiln(key, args, &out);
-  };
-
-  CHECK(run("dev", {}) == 3);
-  CHECK(contains(out, "has role developer, which may not submit nightly jobs, and a nightly run needs them"));
-  CHECK(run("ci", {"--golden-dir", (dir / "no-golden").string()}) == 2);
-  CHECK(contains(out, "no-golden is not a directory; give the directory of the models' golden references"));
-  CHECK(run("ci", {"--golden-dir", (dir / "empty-golden").string()}) == 2);
-  CHECK(contains(out, "empty-golden is empty; it must hold the models' golden references"));
-  CHECK(run("ci", {"--model-set", (dir / "no-models.toml").string()}) == 2);
-  CHECK(contains(out, "kiln: --model-set: "));
-  CHECK(contains(out, "no-models.toml"));
-  CHECK(run("ci", {"--junit", (dir / "no-such-dir" / "nightly.xml").string()}) == 2);
-  CHECK(contains(out, "--junit " + (dir / "no-such-dir" / "nightly.xml").string() +
-                          ": cannot write there (No such file or directory); give a path in a writable directory"));
+  // The client: a key that may not ask for runs, a --junit file it cannot write.
+  CHECK(fleet.kiln("dev", {"nightly", "--bundle", bundle, "--wait"}, &out) == 3);
+  CHECK(contains(out, "role developer may not write run_request records"));
+  const std::string junit = (dir / "no-such-dir" / "nightly.xml").string();
+  CHECK(fleet.kiln("ci", {"nightly", "--bundle", bundle, "--wait", "--junit", junit}, &out) == 2);
+  CHECK(contains(out, "--junit " + junit + ": cannot write there (No such file or directory); give a path in a "
+                                          "writable directory"));
   CHECK_FALSE(fs::exists(dir / "no-such-dir"));
-
-  // The --junit check (before the role's) leaves no file behind, and nothing was submitted.
-  CHECK(run("dev", {"--junit", (dir / "checked.xml").string()}) == 3);
+  // The --junit check (before the role's) leaves no file behind.
+  CHECK(fleet.kiln("dev", {"nightly", "--bundle", bundle, "--wait", "--junit", (dir / "checked.xml").string()}, &out) ==
+        3);
   CHECK_FALSE(fs::exists(dir / "checked.xml"));
+
+  // The qualifier: what its config names must be there, and its key must be a CI key.
+  const auto check_config = [&](const std::string& name) {
+    return run(bin("kiln-qualifier") + " --config " + fleet.qualifier_config(name).string() + " check-config");
+  };
+  Ran checked = check_config("qualifier");
+  CHECK(checked.status == 0);
+  CHECK(contains(checked.output, "OK"));
+  checked = check_config("no-golden");
+  CHECK(checked.status == 2);
+  CHECK(contains(checked.output, "no-golden is not a directory; give the directory of the models' golden references"));
+  checked = check_config("empty-golden");
+  CHECK(checked.status == 2);
+  CHECK(contains(checked.output, "empty-golden is empty; it must hold the models' golden references"));
+  checked = check_config("no-models");
+  CHECK(checked.status == 2);
+  CHECK(contains(checked.output, "model_set: "));
+  CHECK(contains(checked.output, "no-models.toml"));
+  fleet.start_qualifier("developer");
+  REQUIRE(Fleet::eventually([&] { return contains(fleet.log_of("developer"), "has role developer"); }, 30s));
+  CHECK(contains(fleet.log_of("developer"), "which may not submit"));
+
   REQUIRE(fleet.kiln("ci", {"jobs"}, &out) == 0);
   CHECK(out == "no jobs\n");
   REQUIRE(fleet.kiln("ci", {"runs"}, &out) == 0);

@@ -7,7 +7,6 @@
 
 namespace kiln::cli {
 
-namespace q = kiln::qualification;
 namespace qs = kiln::qualification::shell;
 
 void add_builder_options(CLI::App& command, BuilderOptions& options) {
@@ -19,15 +18,7 @@ void add_builder_options(CLI::App& command, BuilderOptions& options) {
 
 std::unique_ptr<qs::BundleBuilder> configured_builder(const BuilderOptions& options,
                                                       std::vector<std::string> revisions) {
-  if (options.program.empty()) {
-    q::SimBuilderOptions sim;
-    sim.hardware_revisions = std::move(revisions);
-    return qs::make_sim_builder(options.bundle_dir, sim);
-  }
-  q::CommandBuilderConfig config;
-  config.program = options.program;
-  config.args = options.args;
-  return qs::make_command_builder(config, options.bundle_dir);
+  return qs::make_configured_builder(options.program, options.args, options.bundle_dir, std::move(revisions));
 }
 
 void fill_from_environment(std::string& value, const char* variable) {

@@ -126,4 +126,18 @@ std::unique_ptr<BundleBuilder> make_command_builder(CommandBuilderConfig config,
   return std::make_unique<CommandBuilder>(std::move(config), std::move(work_dir));
 }
 
+std::unique_ptr<BundleBuilder> make_configured_builder(const std::string& program, const std::vector<std::string>& args,
+                                                       const std::filesystem::path& bundle_dir,
+                                                       std::vector<std::string> revisions) {
+  if (program.empty()) {
+    SimBuilderOptions sim;
+    sim.hardware_revisions = std::move(revisions);
+    return make_sim_builder(bundle_dir, sim);
+  }
+  CommandBuilderConfig config;
+  config.program = program;
+  config.args = args;
+  return make_command_builder(config, bundle_dir);
+}
+
 }  // namespace kiln::qualification::shell

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -30,5 +31,12 @@ std::unique_ptr<BundleBuilder> make_sim_builder(std::filesystem::path bundle_dir
 // work_dir) under its timeout; its stdout must be the bundle as JSON (to_json's shape), whose
 // id is checked against its content and whose changes must be history[0..index].
 std::unique_ptr<BundleBuilder> make_command_builder(CommandBuilderConfig config, std::filesystem::path work_dir);
+
+// The configured builder: `program` with `args` (the command builder, its work directory the
+// bundle directory), else the sim builder for these revisions. `kiln bundle build` and the
+// qualifier's bisection bundles use the same.
+std::unique_ptr<BundleBuilder> make_configured_builder(const std::string& program, const std::vector<std::string>& args,
+                                                       const std::filesystem::path& bundle_dir,
+                                                       std::vector<std::string> revisions);
 
 }  // namespace kiln::qualification::shell

@@ -16,9 +16,8 @@ Status put(cli::Client& client, RecordKind kind, const std::string& key, const n
   return {};
 }
 
-Result<std::vector<protocol::RecordEntry>> all(cli::Client& client, RecordKind kind) {
+Result<std::vector<protocol::RecordEntry>> all(cli::Client& client, RecordKind kind, std::uint64_t after = 0) {
   std::vector<protocol::RecordEntry> records;
-  std::uint64_t after = 0;
   while (true) {
     auto page = cli::expect_reply<protocol::RecordList>(client.request(protocol::ListRecords{kind, 10000, after}));
     if (!page) return tl::unexpected(page.error());
@@ -148,6 +147,29 @@ Result<std::vector<nlohmann::json>> list_runs(cli::Client& client) {
     runs.push_back(std::move(*json));
   }
   return runs;
+}
+
+Status request_run(cli::Client& client, const RunRequest& request) {
+  return put(client, RecordKind::run_request, request.run_id, to_json(request));
+}
+
+Result<std::vector<RecordedRequest>> list_run_requests(cli::Client& client, std::uint64_t after_seq) {
+  auto records = all(client, RecordKind::run_request, after_seq);
+  if (!records) return tl::unexpected(records.error());
+  std::vector<RecordedRequest> requests;
+  for (const auto& record : *records) {
+    auto json = document_of(record);
+    if (!json) return tl::unexpected(json.error());
+    auto request = run_request_from_json(*json);
+    if (!request) return tl::unexpected(request.error());
+    requests.push_back({record.seq, std::move(*request)});
+  }
+  std::sort(requests.begin(), requests.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+  return requests;
+}
+
+Status claim_run(cli::Client& client, const RunClaim& claim) {
+  return put(client, RecordKind::run_claim, claim.run_id, to_json(claim));
 }
 
 }  // namespace kiln::qualification::shell

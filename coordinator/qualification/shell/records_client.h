@@ -1,5 +1,5 @@
-// The coordinator's qualification records, typed: changes, bundles, accepted baselines and run
-// reports over put_record / get_record / list_records (docs/protocol.md §13).
+// The coordinator's qualification records, typed: changes, bundles, accepted baselines, run
+// reports, run requests and claims over put_record / get_record / list_records (docs/protocol.md §13).
 #pragma once
 
 #include <map>
@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "coordinator/cli/client.h"
 #include "coordinator/qualification/change.h"
+#include "coordinator/qualification/run_request.h"
 
 namespace kiln::qualification::shell {
 
@@ -35,5 +36,16 @@ Status accept_baseline(cli::Client& client, const Baseline& baseline);
 Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report);
 Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id);
 Result<std::vector<nlohmann::json>> list_runs(cli::Client& client);
+
+// Asks for a run: the same request again is fine, another under a recorded run id is refused.
+Status request_run(cli::Client& client, const RunRequest& request);
+struct RecordedRequest {
+  std::uint64_t seq = 0;  // the order of requests
+  RunRequest request;
+};
+// The requests recorded after `after_seq`, in the order they were made.
+Result<std::vector<RecordedRequest>> list_run_requests(cli::Client& client, std::uint64_t after_seq);
+// Claims the run, or renews this owner's claim; Errc::conflict while another owner's holds.
+Status claim_run(cli::Client& client, const RunClaim& claim);
 
 }  // namespace kiln::qualification::shell

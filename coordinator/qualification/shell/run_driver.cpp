@@ -54,7 +54,10 @@ class Driver {
     while (true) {
       if (auto ok = carry_out_actions(); !ok) return tl::unexpected(ok.error());
       if (run_.finished()) break;
-      if (options_.stop != nullptr && options_.stop->load()) return stop();
+      if (options_.stop != nullptr && options_.stop->load()) return stop("the qualifier is stopping");
+      if (options_.may_continue) {
+        if (auto ok = options_.may_continue(); !ok) return stop(ok.error().message);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
       refresh_nodes();
       if (auto ok = collect_results(); !ok) return tl::unexpected(ok.error());
@@ -73,12 +76,7 @@ class Driver {
   }
 
   void record() {
-    const RunReport& report = run_.report();
-    nlohmann::json document = to_json(report);
-    document["summary"] = summary_text(report);
-    if (auto ok = record_run(client_, report.run_id, document); !ok) {
-      say("could not record the run's progress on the coordinator: " + ok.error().message);
-    }
+    if (options_.record) options_.record(run_.report());
   }
 
   // Jobs this run submitted before (a driver that died and was started again): those still
@@ -423,15 +421,12 @@ class Driver {
     return result;
   }
 
-  Result<RunReport> stop() {
-    for (const auto& [job_id, flight] : in_flight_) (void)client_.request(protocol::CancelJob{job_id});
-    for (const auto& [tag, gang] : gangs_) {
-      for (std::uint64_t id : gang.job_ids) (void)client_.request(protocol::CancelJob{id});
-      if (gang.lease_id != 0) (void)client_.request(protocol::ReleaseLease{gang.lease_id});
-    }
+  // Its jobs keep running: whoever drives the run next takes them up by config hash.
+  Result<RunReport> stop(const std::string& why) {
     record();
-    return fail(Errc::unavailable, fmt::format("run {} stopped before its verdict; its {} running jobs were cancelled",
-                                               run_.report().run_id, in_flight_.size()));
+    return fail(Errc::unavailable, fmt::format("run {} stopped before its verdict ({}); its {} running jobs go on and "
+                                               "are taken up when it is driven again",
+                                               run_.report().run_id, why, in_flight_.size() + gangs_.size()));
   }
 
   cli::Client& client_;

@@ -59,7 +59,7 @@ TEST_CASE("a production set is checked against its fleet's catalog, not the sim'
   auto against_sim = q::check_workloads(*set, kiln::sim::workloads::sim_workload_catalog());
   REQUIRE_FALSE(against_sim.has_value());
   CHECK(against_sim.error().message.find("workload 'llama-70b' is not in the workload catalog") != std::string::npos);
-  CHECK(against_sim.error().message.find("--workload-catalog") != std::string::npos);
+  CHECK(against_sim.error().message.find("workload_catalog in qualifier.toml") != std::string::npos);
 
   set->models[0].components.push_back("gemm-fp8");
   auto wrong_component = q::check_workloads(*set, *catalog);

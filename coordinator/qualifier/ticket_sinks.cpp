@@ -1,18 +1,18 @@
-#include "coordinator/cli/commands/ticket_sinks.h"
+#include "coordinator/qualifier/ticket_sinks.h"
 
 #include <fmt/format.h>
 
 #include "common/config/toml_errors.h"
 #include "coordinator/qualification/webhook_sink.h"
 
-namespace kiln::cli {
+namespace kiln::qualifier {
 
 namespace q = kiln::qualification;
 
 namespace {
 
 Result<q::WebhookSinkConfig> load_webhook_config(const std::string& path) {
-  auto table = config::parse_toml_file(path, "the webhook config", "check --webhook-config", "fix the webhook config");
+  auto table = config::parse_toml_file(path, "the webhook config", "check webhook_config in qualifier.toml", "fix the webhook config");
   if (!table) return fail(Errc::config, table.error().message);
   const std::vector<std::string_view> settings = {"url",        "headers",      "bearer_token_file",
                                                   "timeout_ms", "max_attempts", "retry_backoff_ms"};
@@ -64,4 +64,4 @@ Result<std::unique_ptr<q::TicketSink>> open_ticket_sink(const std::string& ticke
   return std::unique_ptr<q::TicketSink>(std::make_unique<q::WebhookTicketSink>(std::move(*sink)));
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::qualifier

@@ -8,11 +8,11 @@
 #include "common/error.h"
 #include "coordinator/qualification/ticket.h"
 
-namespace kiln::cli {
+namespace kiln::qualifier {
 
 // webhook_config empty: the directory sink. Else the webhook TOML (url, headers,
 // bearer_token_file, timeout_ms, max_attempts, retry_backoff_ms); a bad one is Errc::config.
 Result<std::unique_ptr<qualification::TicketSink>> open_ticket_sink(const std::string& tickets_dir,
                                                                     const std::string& webhook_config);
 
-}  // namespace kiln::cli
+}  // namespace kiln::qualifier

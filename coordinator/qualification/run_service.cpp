@@ -1,0 +1,128 @@
+#include "coordinator/qualification/run_service.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/stats/rng.h"
+#include "coordinator/qualification/selection.h"
+
+namespace kiln::qualification {
+
+std::vector<std::string> runs_to_take_up(const std::vector<RunRequest>& requests,
+                                         const std::set<std::string>& finished_run_ids,
+                                         const std::set<std::string>& driving) {
+  std::vector<std::string> runs;
+  for (const auto& request : requests) {
+    if (finished_run_ids.count(request.run_id) || driving.count(request.run_id)) continue;
+    runs.push_back(request.run_id);
+  }
+  return runs;
+}
+
+std::vector<std::string> revisions_skipped(const Bundle& candidate, const std::vector<std::string>& fleet_revisions) {
+  std::vector<std::string> skipped;
+  for (const auto& revision : candidate.hardware_revisions) {
+    if (std::find(fleet_revisions.begin(), fleet_revisions.end(), revision) == fleet_revisions.end()) {
+      skipped.push_back(revision);
+    }
+  }
+  return skipped;
+}
+
+namespace {
+
+Result<std::vector<QualificationModel>> tier_models(const RunRequest& request, const RunFacts& facts) {
+  const ModelSet& set = facts.set;
+  if (request.tier != Tier::smoke) {
+    std::vector<QualificationModel> models = set.models;
+    if (request.max_models > 0 && models.size() > request.max_models) models.resize(request.max_models);
+    return models;
+  }
+  const std::string change_id = request.change.empty() ? facts.candidate.change_ids.back() : request.change;
+  auto change = std::find_if(facts.history.begin(), facts.history.end(),
+                             [&](const Change& ch) { return ch.id == change_id; });
+  if (change == facts.history.end()) {
+    return fail(Errc::not_found, fmt::format("change {} is not recorded; `kiln changes` lists them", change_id));
+  }
+  PresubmitOptions presubmit;
+  presubmit.max_models = request.max_models == 0 ? set.models.size() : request.max_models;
+  std::vector<QualificationModel> models;
+  for (const auto& picked : select_presubmit(*change, set, presubmit)) models.push_back(*set.find(picked.name));
+  return models;
+}
+
+}  // namespace
+
+Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts) {
+  const Bundle& candidate = facts.candidate;
+  if (candidate.change_ids.empty()) {
+    return fail(Errc::invalid_argument, fmt::format("bundle {} has no changes to qualify", candidate.id));
+  }
+  RunInput input;
+  input.candidate = candidate;
+  input.set = facts.set;
+  input.history = facts.history;
+  auto& settings = input.settings;
+  settings.tier = request.tier;
+  settings.run_id = request.run_id;
+  settings.repeats_per_side = request.repeats;
+  settings.repeats_multiplier = request.tier == Tier::release ? 2 : 1;
+  settings.max_jobs_in_flight = request.max_jobs;
+  settings.seed = stats::stable_hash(request.run_id);
+  for (const auto& revision : candidate.hardware_revisions) {
+    if (std::find(facts.fleet_revisions.begin(), facts.fleet_revisions.end(), revision) != facts.fleet_revisions.end()) {
+      settings.revisions.push_back(revision);
+    }
+  }
+  if (settings.revisions.empty()) {
+    return fail(Errc::unavailable, fmt::format("no registered node has any of the bundle's revisions ({}); start "
+                                               "agents of those revisions",
+                                               fmt::join(candidate.hardware_revisions, ", ")));
+  }
+  const auto& baseline_ids = facts.recorded_baseline_ids.empty() ? facts.accepted_ids : facts.recorded_baseline_ids;
+  for (const auto& revision : settings.revisions) {
+    auto id = baseline_ids.find(revision);
+    if (id == baseline_ids.end() || id->second == candidate.id) continue;
+    auto bundle = facts.bundles.find(id->second);
+    if (bundle == facts.bundles.end()) {
+      return fail(Errc::not_found, fmt::format("the baseline of revision {} is bundle {}, which is not recorded; "
+                                               "accept a recorded bundle (`kiln bundle accept`)",
+                                               revision, id->second));
+    }
+    input.baselines[revision] = bundle->second;
+  }
+  auto models = tier_models(request, facts);
+  if (!models) return tl::unexpected(models.error());
+  input.models = std::move(*models);
+  return input;
+}
+
+std::optional<RunInput> next_soak_round(const RunRequest& request, const RunInput& first, const RunReport& whole,
+                                        std::uint32_t rounds_done) {
+  if (request.tier != Tier::release || !whole.passed || rounds_done >= request.soak_rounds) return std::nullopt;
+  RunInput again = first;
+  again.settings.run_id = fmt::format("{}-soak{}", first.settings.run_id, rounds_done + 1);
+  again.settings.seed = stats::stable_hash(again.settings.run_id);
+  return again;
+}
+
+void add_soak_round(RunReport& whole, const RunReport& round_report, std::uint32_t round) {
+  for (auto model : round_report.models) {
+    model.detail = fmt::format("soak round {}: {}", round, model.detail);
+    whole.models.push_back(std::move(model));
+  }
+  whole.tickets.insert(whole.tickets.end(), round_report.tickets.begin(), round_report.tickets.end());
+  whole.jobs_started += round_report.jobs_started;
+  whole.passed = round_report.passed;
+  whole.finished_at_ms = round_report.finished_at_ms;
+}
+
+std::vector<std::string> revisions_to_accept(const RunRequest& request, const RunInput& input,
+                                             const RunReport& whole) {
+  if (!whole.finished || !whole.passed || request.tier == Tier::smoke || !request.accept) return {};
+  return input.settings.revisions;
+}
+
+}  // namespace kiln::qualification

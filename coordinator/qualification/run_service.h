@@ -1,0 +1,62 @@
+// What the qualifier decides about the runs it is asked for, with no I/O: which requested runs
+// are left to drive, a run's input from what the coordinator holds, the release's stability
+// soak rounds, and what a finished run changes (the revisions whose baseline it becomes). The
+// qualifier's shell (coordinator/qualifier) gathers the facts and carries the decisions out.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "coordinator/qualification/change.h"
+#include "coordinator/qualification/model_set.h"
+#include "coordinator/qualification/run_request.h"
+#include "coordinator/qualification/run_types.h"
+
+namespace kiln::qualification {
+
+// Requested runs (in the order they were requested) that have no finished report and that this
+// qualifier is not driving already: each is claimed, and driven if the claim is granted.
+std::vector<std::string> runs_to_take_up(const std::vector<RunRequest>& requests,
+                                         const std::set<std::string>& finished_run_ids,
+                                         const std::set<std::string>& driving);
+
+// What the coordinator holds that a run's input is made of.
+struct RunFacts {
+  Bundle candidate;
+  ModelSet set;
+  std::vector<Change> history;
+  std::map<std::string, Bundle> bundles;            // every recorded bundle, by id
+  std::map<std::string, std::string> accepted_ids;  // by revision: the accepted baseline's bundle id
+  std::vector<std::string> fleet_revisions;  // the revisions that have registered nodes
+  // The baselines an earlier driver of this run compared against (its recorded report): a run
+  // taken up again keeps them, even if it had already made its candidate the new baseline.
+  std::map<std::string, std::string> recorded_baseline_ids;
+};
+
+// The run's input: the tier's models (smoke: select_presubmit for the change under test, at most
+// max_models; the others the set, or its first max_models), the candidate's revisions the fleet
+// has (none: Errc::unavailable), each revision's baseline (not the candidate itself), the repeats
+// (a release doubles them) and the seed of the run id.
+Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts);
+
+// The candidate's revisions without nodes in the fleet: the run skips them (the shell says so).
+std::vector<std::string> revisions_skipped(const Bundle& candidate, const std::vector<std::string>& fleet_revisions);
+
+// A release's soak round after `rounds_done` rounds, while the release passes: the whole set
+// again, correctness as the gate, under its own run id (`<id>-soak<N>`) and seed.
+std::optional<RunInput> next_soak_round(const RunRequest& request, const RunInput& first, const RunReport& whole,
+                                        std::uint32_t rounds_done);
+// A soak round's models and tickets join the release's report; its verdict is the release's.
+void add_soak_round(RunReport& whole, const RunReport& round_report, std::uint32_t round);
+
+// The revisions a finished run makes its candidate the baseline of: a passing nightly or release
+// that was not asked to keep the old one.
+std::vector<std::string> revisions_to_accept(const RunRequest& request, const RunInput& input,
+                                             const RunReport& whole);
+
+}  // namespace kiln::qualification

@@ -1,0 +1,372 @@
+#include "coordinator/qualifier/qualifier.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <list>
+#include <mutex>
+#include <set>
+#include <streambuf>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "common/protocol/roles.h"
+#include "coordinator/qualification/flake_budget.h"
+#include "coordinator/qualification/run.h"
+#include "coordinator/qualification/run_service.h"
+#include "coordinator/qualification/shell/records_client.h"
+#include "coordinator/qualification/shell/run_driver.h"
+#include "coordinator/qualification/workload_catalog.h"
+#include "coordinator/qualifier/ticket_sinks.h"
+#include "sim/workloads/catalog.h"
+
+namespace kiln::qualifier {
+namespace {
+
+namespace fs = std::filesystem;
+namespace q = kiln::qualification;
+namespace qs = kiln::qualification::shell;
+using Clock = std::chrono::steady_clock;
+
+TimeMs wall_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Every line of every run goes to stderr whole, so the runs driven at once do not mix their lines.
+std::mutex g_output;
+
+void say(const std::string& line) {
+  std::lock_guard lock(g_output);
+  std::cerr << "kiln-qualifier: " << line << "\n" << std::flush;
+}
+
+// A run's progress lines, each prefixed with its run id.
+class RunLines final : public std::streambuf {
+ public:
+  explicit RunLines(const std::string& run_id) : prefix_("kiln-qualifier: run " + run_id + ": ") {}
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return c;
+    if (c != '\n') {
+      line_ += static_cast<char>(c);
+      return c;
+    }
+    std::lock_guard lock(g_output);
+    std::cerr << prefix_ << line_ << "\n" << std::flush;
+    line_.clear();
+    return c;
+  }
+
+ private:
+  std::string prefix_;
+  std::string line_;
+};
+
+Status check_golden_dir(const std::string& dir) {
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) {
+    return fail(Errc::config, fmt::format("golden_dir {} is not a directory; give the directory of the models' golden "
+                                          "references (shared with the agents)",
+                                          dir));
+  }
+  if (fs::directory_iterator(dir, error) == fs::directory_iterator()) {
+    return fail(Errc::config, fmt::format("golden_dir {} is empty{}; it must hold the models' golden references", dir,
+                                          error ? " or unreadable" : ""));
+  }
+  return {};
+}
+
+Result<std::unique_ptr<cli::Client>> connect(const QualifierConfig& config) {
+  cli::Reconnect reconnect;
+  reconnect.enabled = true;
+  reconnect.notice = [](const std::string& text) { say(text); };
+  return cli::Client::connect(config.client, std::move(reconnect));
+}
+
+// A report as recorded: `finished` only once every stage after it (soak rounds, flake tickets,
+// the new baselines) is done too, so a client following the run sees its verdict last.
+nlohmann::json recorded(q::RunReport report, bool finished) {
+  report.finished = report.finished && finished;
+  nlohmann::json document = q::to_json(report);
+  document["summary"] = q::summary_text(report);
+  return document;
+}
+
+// The claim on one run while it is driven: renewed every third of its length; lost when another
+// qualifier holds it, or when it could not be renewed for as long as it lasts.
+class Claim {
+ public:
+  Claim(cli::Client& client, const QualifierConfig& config, std::string run_id, std::string owner)
+      : client_(client), claim_{std::move(run_id), std::move(owner), config.claim_ms, 0},
+        renewed_(Clock::now()), tried_(renewed_) {}
+
+  Status keep() {
+    const auto now = Clock::now();
+    if (now - tried_ < std::chrono::milliseconds(claim_.lease_ms / 3)) return {};
+    tried_ = now;
+    auto ok = qs::claim_run(client_, claim_);
+    if (ok) {
+      renewed_ = now;
+      return {};
+    }
+    if (ok.error().code == Errc::conflict) return fail(Errc::conflict, "its claim was lost: " + ok.error().message);
+    if (now - renewed_ >= std::chrono::milliseconds(claim_.lease_ms)) {
+      return fail(Errc::unavailable, fmt::format("its claim could not be renewed for {} ms ({}); another qualifier may "
+                                                 "take it up",
+                                                 claim_.lease_ms, ok.error().message));
+    }
+    return {};
+  }
+
+ private:
+  cli::Client& client_;
+  q::RunClaim claim_;
+  Clock::time_point renewed_;
+  Clock::time_point tried_;
+};
+
+// What the coordinator holds that the run's input is made of.
+Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& request, const q::ModelSet& set) {
+  q::RunFacts facts;
+  facts.set = set;
+  auto bundles = qs::list_bundles(client);
+  if (!bundles) return tl::unexpected(bundles.error());
+  for (auto& bundle : *bundles) facts.bundles[bundle.id] = bundle;
+  auto candidate = facts.bundles.find(request.bundle_id);
+  if (candidate == facts.bundles.end()) {
+    return fail(Errc::not_found, fmt::format("bundle {} is not recorded", request.bundle_id));
+  }
+  facts.candidate = candidate->second;
+  auto history = qs::list_changes(client);
+  if (!history) return tl::unexpected(history.error());
+  facts.history = std::move(*history);
+  auto baselines = qs::list_baselines(client);
+  if (!baselines) return tl::unexpected(baselines.error());
+  for (const auto& [revision, baseline] : *baselines) facts.accepted_ids[revision] = baseline.bundle_id;
+  auto nodes = cli::expect_reply<protocol::NodeList>(client.request(protocol::ListNodes{}));
+  if (!nodes) return tl::unexpected(nodes.error());
+  std::set<std::string> revisions;
+  for (const auto& node : nodes->nodes) revisions.insert(node.hardware_revision);
+  facts.fleet_revisions.assign(revisions.begin(), revisions.end());
+  if (auto earlier = qs::get_run(client, request.run_id); earlier && earlier->contains("baseline_bundle_ids")) {
+    facts.recorded_baseline_ids = earlier->at("baseline_bundle_ids").get<std::map<std::string, std::string>>();
+  }
+  return facts;
+}
+
+// One requested run from its request to its finished report. Returns early (the run stays
+// unfinished, for this or another qualifier to take up) when stopped, when the claim is lost or
+// when the coordinator stops answering.
+class RequestedRun {
+ public:
+  RequestedRun(const QualifierConfig& config, const q::ModelSet& set, q::RunRequest request, std::string owner,
+               const std::atomic<bool>& stop)
+      : config_(config), set_(set), request_(std::move(request)), owner_(std::move(owner)), stop_(stop),
+        lines_(request_.run_id), out_(&lines_) {}
+
+  Status drive() {
+    auto client = connect(config_);
+    if (!client) return tl::unexpected(client.error());
+    cli::Client& c = **client;
+    Claim claim(c, config_, request_.run_id, owner_);
+    auto facts = gather_facts(c, request_, set_);
+    if (!facts) return tl::unexpected(facts.error());
+    for (const auto& revision : q::revisions_skipped(facts->candidate, facts->fleet_revisions)) {
+      out_ << fmt::format("no node of revision {} is registered; the run skips it\n", revision);
+    }
+    auto input = q::run_input_for(request_, *facts);
+    if (!input) return unrunnable(c, input.error());
+    auto sink = open_ticket_sink(config_.tickets_dir, config_.webhook_config);
+    if (!sink) return tl::unexpected(sink.error());
+    auto builder = qs::make_configured_builder(config_.builder, config_.builder_args, config_.bundle_dir,
+                                               facts->candidate.hardware_revisions);
+    qs::DriverOptions options;
+    options.bundle_dir = config_.bundle_dir;
+    options.golden_dir = config_.golden_dir;
+    options.progress = &out_;
+    options.stop = &stop_;
+    options.may_continue = [&claim] { return claim.keep(); };
+
+    auto whole = drive_stage(c, *input, **sink, *builder, options, /*last=*/false);
+    if (!whole) return tl::unexpected(whole.error());
+    for (std::uint32_t round = 0; auto soak = q::next_soak_round(request_, *input, *whole, round);) {
+      out_ << fmt::format("stability soak round {} of {}\n", round + 1, request_.soak_rounds);
+      auto soaked = drive_stage(c, *soak, **sink, *builder, options, /*last=*/true);
+      if (!soaked) return tl::unexpected(soaked.error());
+      q::add_soak_round(*whole, *soaked, ++round);
+    }
+    file_flake_tickets(c, *whole, **sink);
+    const auto accepted = q::revisions_to_accept(request_, *input, *whole);
+    for (const auto& revision : accepted) {
+      if (auto ok = qs::accept_baseline(c, {revision, input->candidate.id, request_.run_id, wall_now_ms()}); !ok) {
+        return ok;
+      }
+    }
+    if (!accepted.empty()) {
+      out_ << fmt::format("bundle {} is now the baseline of {}\n", input->candidate.id.substr(0, 12),
+                          fmt::join(accepted, ", "));
+    }
+    if (auto ok = qs::record_run(c, request_.run_id, recorded(*whole, true)); !ok) return ok;
+    out_ << (whole->passed ? "passed\n" : "FAILED\n");
+    return {};
+  }
+
+ private:
+  // `last`: its report is whole when it finishes (a soak round's own record).
+  Result<q::RunReport> drive_stage(cli::Client& client, const q::RunInput& input, q::TicketSink& sink,
+                                   qs::BundleBuilder& builder, qs::DriverOptions options, bool last) {
+    auto run = q::QualificationRun::start(q::RunInput(input), wall_now_ms());
+    if (!run) return tl::unexpected(run.error());
+    out_ << fmt::format("{} of bundle {} on revision{} {}, {} model runs\n", q::to_string(input.settings.tier),
+                        input.candidate.id.substr(0, 12), input.settings.revisions.size() == 1 ? "" : "s",
+                        fmt::join(input.settings.revisions, ", "), run->report().models.size());
+    options.record = [&client, this, last](const q::RunReport& report) {
+      if (auto ok = qs::record_run(client, report.run_id, recorded(report, last)); !ok) {
+        out_ << "could not record the run's progress on the coordinator: " << ok.error().message << "\n";
+      }
+    };
+    return qs::drive_run(client, *run, set_, input.history, builder, sink, options);
+  }
+
+  // Every flaky test over its budget, counting this run, gets a ticket to its owner (once).
+  void file_flake_tickets(cli::Client& client, const q::RunReport& whole, q::TicketSink& sink) {
+    auto runs = qs::list_runs(client);
+    if (!runs) return;
+    std::erase_if(*runs, [&](const nlohmann::json& run) { return run.value("run_id", "") == whole.run_id; });
+    runs->push_back(recorded(whole, true));
+    for (const auto& ticket : q::flake_budget_tickets(q::flake_ledger_from_reports(*runs), wall_now_ms())) {
+      if (auto filed = sink.file(ticket); filed && *filed == q::FileResult::filed) {
+        out_ << fmt::format("ticket {} to {}: {}\n", ticket.id, ticket.team, ticket.title);
+      }
+    }
+  }
+
+  // A run that cannot start (its change unknown, no node of its revisions): finished,
+  // failed, its summary saying why, so whoever waits for it learns it.
+  Status unrunnable(cli::Client& client, const Error& error) {
+    out_ << "cannot run: " << error.message << "\n";
+    q::RunReport report;
+    report.run_id = request_.run_id;
+    report.tier = request_.tier;
+    report.candidate_bundle_id = request_.bundle_id;
+    report.finished = true;
+    report.started_at_ms = report.finished_at_ms = wall_now_ms();
+    nlohmann::json document = recorded(report, true);
+    document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})\n  cannot run: {}\n", q::to_string(report.tier),
+                                      report.run_id, report.candidate_bundle_id.substr(0, 12), error.message);
+    return qs::record_run(client, request_.run_id, document);
+  }
+
+  const QualifierConfig& config_;
+  const q::ModelSet& set_;
+  q::RunRequest request_;
+  std::string owner_;
+  const std::atomic<bool>& stop_;
+  RunLines lines_;
+  std::ostream out_;
+};
+
+// A run being driven on its own thread.
+struct Driving {
+  std::string run_id;
+  std::atomic<bool> done{false};
+  std::thread thread;
+};
+
+Status check_role(cli::Client& client) {
+  auto me = cli::expect_reply<protocol::WhoamiReply>(client.request(protocol::Whoami{}));
+  if (!me) return tl::unexpected(me.error());
+  for (const auto cls : {protocol::PriorityClass::presubmit, protocol::PriorityClass::nightly,
+                         protocol::PriorityClass::release, protocol::PriorityClass::bisect}) {
+    if (protocol::role_may_submit(me->role, cls)) continue;
+    return fail(Errc::unauthorized,
+                fmt::format("the qualifier's key {} has role {}, which may not submit {} jobs; give it a key of role "
+                            "ci (kiln keygen, then a [[keys]] entry in coordinator.toml)",
+                            me->key_name, protocol::enum_name(me->role), protocol::enum_name(cls)));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<q::ModelSet> check_setup(const QualifierConfig& config) {
+  auto set = q::load_model_set_file(config.model_set);
+  if (!set) return fail(Errc::config, fmt::format("model_set: {}", set.error().message));
+  Result<q::WorkloadCatalog> catalog = kiln::sim::workloads::sim_workload_catalog();
+  if (!config.workload_catalog.empty()) catalog = q::load_workload_catalog_file(config.workload_catalog);
+  if (!catalog) return fail(Errc::config, fmt::format("workload_catalog: {}", catalog.error().message));
+  if (auto ok = q::check_workloads(*set, *catalog); !ok) {
+    return fail(Errc::config, fmt::format("{}: {}", config.model_set, ok.error().message));
+  }
+  if (auto ok = check_golden_dir(config.golden_dir); !ok) return tl::unexpected(ok.error());
+  if (auto sink = open_ticket_sink(config.tickets_dir, config.webhook_config); !sink) {
+    return tl::unexpected(sink.error());
+  }
+  if (auto client = cli::Client::connect(config.client); !client) return tl::unexpected(client.error());
+  return set;
+}
+
+Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, const std::atomic<bool>& stop) {
+  auto client = connect(config);
+  if (!client) return tl::unexpected(client.error());
+  if (auto ok = check_role(**client); !ok) return ok;
+  const std::string owner = fmt::format("{}/{}", config.name, ::getpid());
+  say(fmt::format("{} drives the runs requested on {} (claims of {} ms)", owner, config.client.coordinator_endpoint,
+                  config.claim_ms));
+  std::vector<q::RunRequest> requests;
+  std::uint64_t last_seq = 0;
+  std::set<std::string> finished;
+  std::list<Driving> driving;
+  while (!stop.load()) {
+    driving.remove_if([](Driving& d) {
+      if (!d.done.load()) return false;
+      d.thread.join();
+      return true;
+    });
+    if (auto more = qs::list_run_requests(**client, last_seq); more) {
+      for (auto& recorded_request : *more) {
+        last_seq = std::max(last_seq, recorded_request.seq);
+        requests.push_back(std::move(recorded_request.request));
+      }
+    } else {
+      say("could not list the run requests: " + more.error().message);
+    }
+    std::set<std::string> busy;
+    for (const auto& d : driving) busy.insert(d.run_id);
+    for (const auto& run_id : q::runs_to_take_up(requests, finished, busy)) {
+      if (driving.size() >= config.max_runs) break;
+      if (auto report = qs::get_run(**client, run_id); report && report->value("finished", false)) {
+        finished.insert(run_id);
+        continue;
+      }
+      if (auto claimed = qs::claim_run(**client, {run_id, owner, config.claim_ms, 0}); !claimed) {
+        if (claimed.error().code != Errc::conflict) say("could not claim run " + run_id + ": " + claimed.error().message);
+        continue;
+      }
+      const auto request = std::find_if(requests.begin(), requests.end(), [&](const auto& r) { return r.run_id == run_id; });
+      say("drives run " + run_id);
+      Driving& d = driving.emplace_back();
+      d.run_id = run_id;
+      d.thread = std::thread([&config, &set, &stop, &d, owner, request = *request] {
+        RequestedRun run(config, set, request, owner, stop);
+        if (auto ok = run.drive(); !ok) say(fmt::format("run {}: {}", request.run_id, ok.error().message));
+        d.done.store(true);
+      });
+    }
+    for (auto waited = Clock::now(); !stop.load() && Clock::now() - waited < std::chrono::milliseconds(config.poll_interval_ms);) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  for (auto& d : driving) d.thread.join();
+  say("stopped; the runs it drove go on when a qualifier takes them up");
+  return {};
+}
+
+}  // namespace kiln::qualifier

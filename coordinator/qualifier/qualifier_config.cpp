@@ -1,0 +1,136 @@
+#include "coordinator/qualifier/qualifier_config.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/config/endpoint.h"
+#include "common/config/toml_errors.h"
+
+namespace kiln::qualifier {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string_view> kQualifierKeys = {
+    "name",         "coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms",
+    "model_set",    "workload_catalog", "bundle_dir", "golden_dir", "builder",
+    "builder_args", "claim_ms",    "poll_interval_ms", "max_runs"};
+const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config"};
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "qualifier";
+  return name;
+}
+
+class Reader {
+ public:
+  Reader(config::Problems& problems, const toml::table& table, fs::path base)
+      : problems_(problems), table_(table), base_(std::move(base)) {}
+
+  void text(const char* key, std::string& out) {
+    const toml::node* node = table_.get(key);
+    if (node == nullptr) return;
+    if (!node->is_string()) return problems_.at(node->source(), fmt::format("{} must be a string", key));
+    out = node->as_string()->get();
+  }
+  void path(const char* key, std::string& out) {
+    text(key, out);
+    if (!out.empty() && fs::path(out).is_relative()) out = (base_ / out).lexically_normal().string();
+  }
+  template <class I>
+  void number(const char* key, I& out, std::int64_t min, std::int64_t max) {
+    const toml::node* node = table_.get(key);
+    if (node == nullptr) return;
+    if (!node->is_integer() || node->as_integer()->get() < min || node->as_integer()->get() > max) {
+      return problems_.at(node->source(), fmt::format("{} must be an integer from {} to {}", key, min, max));
+    }
+    out = static_cast<I>(node->as_integer()->get());
+  }
+  void texts(const char* key, std::vector<std::string>& out) {
+    const toml::node* node = table_.get(key);
+    if (node == nullptr) return;
+    const toml::array* array = node->as_array();
+    if (array == nullptr) return problems_.at(node->source(), fmt::format("{} must be an array of strings", key));
+    for (const auto& item : *array) {
+      if (!item.is_string()) return problems_.at(item.source(), fmt::format("{} must be an array of strings", key));
+      out.push_back(item.as_string()->get());
+    }
+  }
+  std::string origin(const char* key) const {
+    auto it = table_.find(key);
+    return config::where(problems_.source(), it != table_.end() ? it->first.source() : table_.source());
+  }
+  void required(const char* key, const std::string& value, std::string_view what) {
+    if (value.empty()) problems_.add(fmt::format("{} is required: {}", key, what));
+  }
+
+ private:
+  config::Problems& problems_;
+  const toml::table& table_;
+  fs::path base_;
+};
+
+}  // namespace
+
+Result<QualifierConfig> load_qualifier_config(const std::string& path) {
+  auto root = config::parse_toml_file(path, "the qualifier config",
+                                      "pass --config (default /etc/kiln/qualifier.toml; docs/operations.md)",
+                                      "fix the file");
+  if (!root) return fail(Errc::config, root.error().message);
+  config::Problems problems(path);
+  QualifierConfig config;
+  const fs::path base = fs::absolute(path).parent_path();
+  const toml::table* qualifier = (*root)["qualifier"].as_table();
+  const toml::table* tickets = (*root)["tickets"].as_table();
+  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets"});
+  if (qualifier == nullptr) {
+    problems.add("missing the [qualifier] table (coordinator, key files, model_set, bundle_dir, golden_dir)");
+  } else {
+    problems.unknown_keys(*qualifier, "[qualifier]", kQualifierKeys);
+    Reader r(problems, *qualifier, base);
+    r.text("name", config.name);
+    r.text("coordinator", config.client.coordinator_endpoint);
+    if (auto problem = config::tcp_endpoint_problem(config.client.coordinator_endpoint, /*binds=*/false)) {
+      problems.at(qualifier->get("coordinator") ? qualifier->get("coordinator")->source() : qualifier->source(),
+                  fmt::format("coordinator \"{}\" {}", config.client.coordinator_endpoint, *problem));
+    }
+    r.path("coordinator_public_key_file", config.client.coordinator_public_key_file);
+    config.client.coordinator_public_key_file_origin = r.origin("coordinator_public_key_file");
+    r.path("secret_key_file", config.client.secret_key_file);
+    config.client.secret_key_file_origin = r.origin("secret_key_file");
+    r.number("timeout_ms", config.client.timeout_ms, 100, 3600000);
+    r.path("model_set", config.model_set);
+    r.path("workload_catalog", config.workload_catalog);
+    r.path("bundle_dir", config.bundle_dir);
+    r.path("golden_dir", config.golden_dir);
+    r.path("builder", config.builder);
+    r.texts("builder_args", config.builder_args);
+    r.number("claim_ms", config.claim_ms, 1000, 3600000);
+    r.number("poll_interval_ms", config.poll_interval_ms, 50, 60000);
+    r.number("max_runs", config.max_runs, 1, 64);
+    r.required("coordinator_public_key_file", config.client.coordinator_public_key_file,
+               "the coordinator's public key (coordinator.pub)");
+    r.required("secret_key_file", config.client.secret_key_file, "the qualifier's own key (kiln keygen, role ci)");
+    r.required("model_set", config.model_set, "the qualification set (TOML)");
+    r.required("bundle_dir", config.bundle_dir, "the bundles' stack files, readable by every agent");
+    r.required("golden_dir", config.golden_dir, "the models' golden references, readable by every agent");
+  }
+  if (tickets == nullptr) {
+    problems.add("missing the [tickets] table; it needs dir, the ticket directory");
+  } else {
+    problems.unknown_keys(*tickets, "[tickets]", kTicketKeys);
+    Reader r(problems, *tickets, base);
+    r.path("dir", config.tickets_dir);
+    r.path("webhook_config", config.webhook_config);
+    r.required("dir", config.tickets_dir, "the ticket directory (one JSON file per ticket)");
+  }
+  if (config.name.empty()) config.name = host_name();
+  if (auto ok = problems.status(); !ok) return tl::unexpected(ok.error());
+  return config;
+}
+
+}  // namespace kiln::qualifier

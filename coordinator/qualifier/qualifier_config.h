@@ -1,0 +1,36 @@
+// qualifier.toml: where the coordinator is and the qualifier's key, the qualification set and the
+// directories its runs use (bundles, goldens, tickets), and how long a claim on a run holds
+// (docs/operations.md, "The qualifier").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/time.h"
+#include "coordinator/cli/client.h"
+
+namespace kiln::qualifier {
+
+struct QualifierConfig {
+  std::string name;  // in every claim it makes, with its process id and host (default: the host name)
+  cli::ClientConfig client;
+  std::string model_set;
+  std::string workload_catalog;  // empty: the sim's workloads
+  std::string bundle_dir;
+  std::string golden_dir;
+  std::string builder;  // empty: the sim builder
+  std::vector<std::string> builder_args;
+  std::string tickets_dir;
+  std::string webhook_config;  // empty: tickets go to the directory only
+  DurationMs claim_ms = 30000;
+  DurationMs poll_interval_ms = 1000;
+  std::uint32_t max_runs = 4;  // runs driven at once
+};
+
+// Every problem of the file at once (Errc::config, one a line, "file:line:column: what"). Paths
+// are relative to the file's directory. Files are not opened: check_config does that.
+Result<QualifierConfig> load_qualifier_config(const std::string& path);
+
+}  // namespace kiln::qualifier

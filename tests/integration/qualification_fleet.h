@@ -1,0 +1,62 @@
+// The qualification tests' fleet: a CI key, two nodes of revision a, the model set, the change
+// history and the goldens in the fleet's directory, and qualifiers (not started yet).
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "tests/integration/fleet_fixture.h"
+#include "tests/integration/qualification_samples.h"
+
+namespace kiln::testing {
+
+inline void write(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+inline std::string read(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+inline std::string first_word_after(const std::string& text, const std::string& prefix) {
+  auto at = text.find(prefix);
+  if (at == std::string::npos) return "";
+  at += prefix.size();
+  return text.substr(at, text.find_first_of(" \n", at) - at);
+}
+
+// Each qualifier named gets these settings (Fleet::add_qualifier).
+inline void start_two_nodes(Fleet& fleet, const std::map<std::string, std::string>& qualifier_settings = {},
+                            const std::vector<std::string>& qualifiers = {"qualifier"}) {
+  fleet.add_key("ci", "ci");
+  for (const auto& name : qualifiers) fleet.add_qualifier(name, qualifier_settings);
+  fleet.add_agent({"n01", "a"});
+  fleet.add_agent({"n02", "a"});
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  fleet.start_agent("n02");
+  const std::filesystem::path dir = fleet.dir();
+  write(dir / "models.toml", kModelSet);
+  write(dir / "history.toml", kHistory);
+  for (const char* model : {"mlp-bf16", "mlp-fp8"}) {
+    const std::string command = std::string(KILN_BIN_DIR) + "/kiln-workload-model --model " + model +
+                                " --data-seed 1 --write-golden " + (dir / "golden").string() + " >/dev/null";
+    REQUIRE(std::system(command.c_str()) == 0);
+  }
+  std::string out;
+  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"nodes"}, &out) == 0 && out.find("n02") != std::string::npos; },
+                            std::chrono::seconds(20)));
+}
+
+}  // namespace kiln::testing

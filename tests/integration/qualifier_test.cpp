@@ -1,0 +1,145 @@
+// The qualifier as a service, with the real binaries: a run outlives the client that asked for
+// it, a qualifier killed with SIGKILL mid-run and started again finishes the run measuring
+// nothing twice, and two qualifiers never drive the same run.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/qualification_fleet.h"
+#include "tests/integration/run_command.h"
+
+using namespace kiln::testing;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The history recorded, the bundle at k1 accepted as the baseline; returns the bundle at `at`
+// (empty: the latest change).
+std::string prepare_bundles(Fleet& fleet, const std::string& at = "") {
+  const fs::path dir = fleet.dir();
+  std::string out;
+  REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
+                     &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "accept", first_word_after(out, "bundle ")}, &out) == 0);
+  std::vector<std::string> build = {"bundle", "build", "--rev", "a", "--bundle-dir", (dir / "bundles").string()};
+  if (!at.empty()) build.insert(build.end(), {"--at", at});
+  REQUIRE(fleet.kiln("ci", build, &out) == 0);
+  return first_word_after(out, "bundle ");
+}
+
+// How many jobs measured each config hash (ran to a result: succeeded, or failed with outputs).
+std::map<std::string, int> measured_per_config(Fleet& fleet) {
+  std::string out;
+  REQUIRE(fleet.kiln("ci", {"jobs", "--limit", "1000", "--json"}, &out) == 0);
+  std::map<std::string, int> measured;
+  for (const auto& job : nlohmann::json::parse(out)) {
+    const std::string hash = job.at("config_hash");
+    if (!hash.empty() && (job.at("state") == "succeeded" || job.at("state") == "failed")) ++measured[hash];
+  }
+  return measured;
+}
+
+// The culprit of each ticket, with its team.
+std::map<std::string, std::string> ticketed(Fleet& fleet) {
+  std::string out;
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (fleet.dir() / "tickets").string()}, &out) == 0);
+  std::map<std::string, std::string> team_of;
+  for (const auto& ticket : nlohmann::json::parse(out)) team_of[ticket.at("culprit").get<std::string>()] = ticket.at("team");
+  return team_of;
+}
+
+const std::map<std::string, std::string> kCulprits = {{"k3", "compiler-team"}, {"k5", "kernels-team"}};
+
+}  // namespace
+
+TEST_CASE("killing the client that asked for a nightly changes nothing: the run ends with its verdict and tickets") {
+  Fleet fleet("qualifier-client");
+  start_two_nodes(fleet);
+  fleet.start_qualifier("qualifier");
+  const std::string candidate = prepare_bundles(fleet);
+  auto client = fleet.start_kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-1"},
+                                 fleet.dir() / "client.log");
+  std::string out;
+  // Killed once the run is under way: its report is recorded and jobs are running.
+  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"run", "nightly-1"}, &out) == 0 &&
+                                         contains(out, "still running") && !measured_per_config(fleet).empty(); },
+                            120s));
+  client->signal(SIGKILL);
+  client->wait(10s);
+  CHECK(contains(read(fleet.dir() / "client.log"), "run nightly-1 requested; waiting for its verdict"));
+
+  // Asking again follows the same run to its verdict.
+  const int verdict = fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-1", "--junit",
+                                        (fleet.dir() / "nightly.xml").string()},
+                                 &out, 480s);
+  INFO(out);
+  CHECK(verdict == 1);
+  CHECK(contains(read(fleet.dir() / "nightly.xml"), "<failure"));
+  CHECK(ticketed(fleet) == kCulprits);
+  for (const auto& [hash, count] : measured_per_config(fleet)) CHECK_MESSAGE(count == 1, hash);
+  // The same request with other options is refused, naming the run.
+  CHECK(fleet.kiln("ci", {"nightly", "--bundle", candidate, "--run-id", "nightly-1", "--repeats", "20"}, &out) == 2);
+  CHECK(contains(out, "run nightly-1 was asked for before with other options"));
+}
+
+TEST_CASE("a qualifier killed with SIGKILL mid-run and started again finishes the run, each config measured once") {
+  Fleet fleet("qualifier-kill");
+  // One-node models only: a whole-node lease its killed driver held is not taken up (see
+  // docs/qualification.md, Limits).
+  start_two_nodes(fleet, {{"model_set", "\"one-node.toml\""}});
+  const std::string set(kModelSet);
+  write(fleet.dir() / "one-node.toml", set.substr(0, set.find("[[model]]\nname = \"mlp-fp8-wide\"")));
+  fleet.start_qualifier("qualifier");
+  const std::string candidate = prepare_bundles(fleet);
+  std::string out;
+  REQUIRE(fleet.kiln("ci", {"nightly", "--bundle", candidate, "--run-id", "nightly-2"}, &out) == 0);
+  CHECK(contains(out, "run nightly-2 requested; follow it with `kiln run nightly-2`"));
+  REQUIRE(Fleet::eventually([&] { return measured_per_config(fleet).size() >= 2; }, 120s));
+  fleet.stop_qualifier("qualifier", SIGKILL);
+  const std::size_t before = measured_per_config(fleet).size();
+
+  // Started again, it takes the run up once the dead one's claim expires, and its jobs with it.
+  fleet.start_qualifier("qualifier");
+  const int verdict = fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-2"}, &out, 480s);
+  INFO(out);
+  CHECK(verdict == 1);
+  const std::string log = fleet.log_of("qualifier");
+  CHECK(contains(log, "submitted by this run before: taken up"));
+  const auto measured = measured_per_config(fleet);
+  CHECK(measured.size() > before);
+  for (const auto& [hash, count] : measured) CHECK_MESSAGE(count == 1, hash);
+  CHECK(ticketed(fleet) == kCulprits);
+  REQUIRE(fleet.kiln("ci", {"run", "nightly-2", "--json"}, &out) == 1);
+  CHECK(nlohmann::json::parse(out).at("finished") == true);
+}
+
+TEST_CASE("two qualifiers never drive the same run") {
+  Fleet fleet("qualifier-two");
+  start_two_nodes(fleet, {{"claim_ms", "5000"}}, {"q1", "q2"});
+  fleet.start_qualifier("q1");
+  fleet.start_qualifier("q2");
+  const std::string presubmit = prepare_bundles(fleet, "k2");
+  const std::vector<std::string> runs = {"smoke-1", "smoke-2", "smoke-3", "smoke-4"};
+  std::string out;
+  for (const auto& run_id : runs) REQUIRE(fleet.kiln("ci", {"smoke", "--bundle", presubmit, "--run-id", run_id}, &out) == 0);
+  for (const auto& run_id : runs) {
+    CAPTURE(run_id);
+    CHECK(fleet.kiln("ci", {"smoke", "--bundle", presubmit, "--run-id", run_id, "--wait"}, &out, 240s) == 0);
+  }
+  const std::string q1 = fleet.log_of("q1");
+  const std::string q2 = fleet.log_of("q2");
+  for (const auto& run_id : runs) {
+    CAPTURE(run_id);
+    const bool by_q1 = contains(q1, "drives run " + run_id + "\n");
+    const bool by_q2 = contains(q2, "drives run " + run_id + "\n");
+    CHECK(by_q1 != by_q2);
+  }
+  for (const auto& [hash, count] : measured_per_config(fleet)) CHECK_MESSAGE(count == 1, hash);
+}

@@ -1,0 +1,232 @@
+// What the qualifier decides without I/O: which requested runs it takes up, a run's input from
+// the coordinator's records (the tier's models, the fleet's revisions, the baselines, a
+// release's doubled repeats), the release's soak rounds, which revisions a finished run makes
+// its baseline; and the request, claim and report documents it reads back.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/qualification/run_report.h"
+#include "coordinator/qualification/run_request.h"
+#include "coordinator/qualification/run_service.h"
+
+using namespace kiln;
+namespace q = kiln::qualification;
+
+namespace {
+
+q::QualificationModel model(const std::string& name, const std::string& component) {
+  q::QualificationModel m;
+  m.name = name;
+  m.components = {component};
+  m.owner_team = "models";
+  m.workload = name;
+  return m;
+}
+
+q::Bundle bundle(const std::string& id, std::vector<std::string> changes) {
+  q::Bundle b;
+  b.id = id;
+  b.hardware_revisions = {"a", "b"};
+  b.change_ids = std::move(changes);
+  return b;
+}
+
+q::RunFacts facts() {
+  q::RunFacts f;
+  f.set.models = {model("mlp-bf16", "gemm-bf16"), model("mlp-fp8", "gemm-fp8"), model("conv", "conv2d")};
+  for (const char* id : {"c1", "c2"}) {
+    q::Change change;
+    change.id = id;
+    change.owner_team = "kernels-team";
+    change.components = {std::string(id) == "c1" ? "gemm-bf16" : "gemm-fp8"};
+    f.history.push_back(change);
+  }
+  f.candidate = bundle("cand", {"c1", "c2"});
+  f.bundles["base"] = bundle("base", {"c1"});
+  f.bundles["cand"] = f.candidate;
+  f.accepted_ids = {{"a", "base"}, {"b", "cand"}};
+  f.fleet_revisions = {"a", "b"};
+  return f;
+}
+
+q::RunRequest request(q::Tier tier) {
+  q::RunRequest r;
+  r.run_id = std::string(q::to_string(tier)) + "-1";
+  r.tier = tier;
+  r.bundle_id = "cand";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the qualifier takes up requested runs that are neither finished nor driven by it, in request order") {
+  std::vector<q::RunRequest> requests;
+  for (const char* id : {"r1", "r2", "r3", "r4"}) {
+    q::RunRequest r;
+    r.run_id = id;
+    requests.push_back(r);
+  }
+  CHECK(q::runs_to_take_up(requests, {"r2"}, {"r3"}) == std::vector<std::string>{"r1", "r4"});
+  CHECK(q::runs_to_take_up(requests, {}, {}).size() == 4);
+}
+
+TEST_CASE("a run's input: the tier's models, the fleet's revisions, each revision's baseline but the candidate") {
+  auto nightly = q::run_input_for(request(q::Tier::nightly), facts());
+  REQUIRE(nightly.has_value());
+  CHECK(nightly->models.size() == 3);
+  CHECK(nightly->settings.revisions == std::vector<std::string>{"a", "b"});
+  CHECK(nightly->baselines.size() == 1);  // b's baseline is the candidate itself: correctness only there
+  CHECK(nightly->baselines.at("a").id == "base");
+  CHECK(nightly->settings.repeats_multiplier == 1);
+
+  auto release = q::run_input_for(request(q::Tier::release), facts());
+  REQUIRE(release.has_value());
+  CHECK(release->settings.repeats_multiplier == 2);
+  CHECK(release->settings.seed != nightly->settings.seed);
+
+  // A smoke runs the models the change under test touches (the bundle's last, or the one named).
+  auto smoke = q::run_input_for(request(q::Tier::smoke), facts());
+  REQUIRE(smoke.has_value());
+  REQUIRE(smoke->models.size() == 1);
+  CHECK(smoke->models[0].name == "mlp-fp8");
+  auto of_c1 = request(q::Tier::smoke);
+  of_c1.change = "c1";
+  CHECK(q::run_input_for(of_c1, facts())->models[0].name == "mlp-bf16");
+  of_c1.change = "c9";
+  CHECK(q::run_input_for(of_c1, facts()).error().code == Errc::not_found);
+
+  // The first N models; only the revisions the fleet has, and none is an error.
+  auto first = request(q::Tier::nightly);
+  first.max_models = 2;
+  auto f = facts();
+  f.fleet_revisions = {"b", "z"};
+  auto some = q::run_input_for(first, f);
+  REQUIRE(some.has_value());
+  CHECK(some->models.size() == 2);
+  CHECK(some->settings.revisions == std::vector<std::string>{"b"});
+  CHECK(q::revisions_skipped(f.candidate, f.fleet_revisions) == std::vector<std::string>{"a"});
+  f.fleet_revisions = {"z"};
+  CHECK(q::run_input_for(first, f).error().code == Errc::unavailable);
+}
+
+TEST_CASE("a run taken up again keeps the baselines its first driver compared against") {
+  auto f = facts();
+  // The first driver made the candidate a's baseline before it died.
+  f.accepted_ids["a"] = "cand";
+  f.recorded_baseline_ids = {{"a", "base"}};
+  auto input = q::run_input_for(request(q::Tier::nightly), f);
+  REQUIRE(input.has_value());
+  REQUIRE(input->baselines.count("a"));
+  CHECK(input->baselines.at("a").id == "base");
+  CHECK_FALSE(input->baselines.count("b"));
+  f.recorded_baseline_ids = {{"a", "gone"}};
+  CHECK(q::run_input_for(request(q::Tier::nightly), f).error().code == Errc::not_found);
+}
+
+TEST_CASE("a release soaks round after round while it passes; its rounds join its report") {
+  auto release = request(q::Tier::release);
+  release.soak_rounds = 2;
+  auto first = q::run_input_for(release, facts());
+  REQUIRE(first.has_value());
+  q::RunReport whole;
+  whole.run_id = release.run_id;
+  whole.finished = true;
+  whole.passed = true;
+  whole.models.resize(3);
+  auto round1 = q::next_soak_round(release, *first, whole, 0);
+  REQUIRE(round1.has_value());
+  CHECK(round1->settings.run_id == "release-1-soak1");
+  CHECK(round1->settings.seed != first->settings.seed);
+  CHECK(round1->models.size() == first->models.size());
+
+  q::RunReport soaked;
+  soaked.finished = true;
+  soaked.passed = false;
+  q::ModelReport failing;
+  failing.model = "mlp-bf16";
+  failing.detail = "outputs differ";
+  soaked.models.push_back(failing);
+  soaked.jobs_started = 4;
+  q::add_soak_round(whole, soaked, 1);
+  CHECK(whole.models.size() == 4);
+  CHECK(whole.models.back().detail == "soak round 1: outputs differ");
+  CHECK(whole.jobs_started == 4);
+  CHECK_FALSE(whole.passed);
+  // A failed round ends the soak; so do the rounds asked for, and tiers other than release.
+  CHECK_FALSE(q::next_soak_round(release, *first, whole, 1).has_value());
+  whole.passed = true;
+  CHECK(q::next_soak_round(release, *first, whole, 1).has_value());
+  CHECK_FALSE(q::next_soak_round(release, *first, whole, 2).has_value());
+  CHECK_FALSE(q::next_soak_round(request(q::Tier::nightly), *first, whole, 0).has_value());
+}
+
+TEST_CASE("a passing nightly or release becomes the baseline of its revisions, unless asked not to") {
+  auto nightly = request(q::Tier::nightly);
+  auto input = q::run_input_for(nightly, facts());
+  REQUIRE(input.has_value());
+  q::RunReport whole;
+  whole.finished = true;
+  whole.passed = true;
+  CHECK(q::revisions_to_accept(nightly, *input, whole) == std::vector<std::string>{"a", "b"});
+  nightly.accept = false;
+  CHECK(q::revisions_to_accept(nightly, *input, whole).empty());
+  CHECK(q::revisions_to_accept(request(q::Tier::smoke), *input, whole).empty());
+  whole.passed = false;
+  CHECK(q::revisions_to_accept(request(q::Tier::release), *input, whole).empty());
+}
+
+TEST_CASE("run requests and claims read back what was written; what is wrong is named") {
+  auto release = request(q::Tier::release);
+  release.change = "c1";
+  release.repeats = 20;
+  release.accept = false;
+  auto back = q::run_request_from_json(q::to_json(release));
+  REQUIRE(back.has_value());
+  CHECK(back->tier == q::Tier::release);
+  CHECK(back->change == "c1");
+  CHECK(back->repeats == 20);
+  CHECK_FALSE(back->accept);
+  auto json = q::to_json(release);
+  json["repeats"] = 0;
+  CHECK(q::run_request_from_json(json).error().message == "a run request's repeats must be an integer from 1 to 1000");
+  json = q::to_json(release);
+  json.erase("bundle_id");
+  CHECK(q::run_request_from_json(json).error().message == "a run request needs bundle_id (a non-empty string)");
+
+  auto claim = q::run_claim_from_json(q::to_json(q::RunClaim{"r1", "q/1", 3000, 9000}));
+  REQUIRE(claim.has_value());
+  CHECK(claim->expires_at_ms == 9000);
+  CHECK(claim->lease_ms == 3000);
+  CHECK_FALSE(q::run_claim_from_json(nlohmann::json{{"run_id", "r1"}, {"owner", "q/1"}}).has_value());
+}
+
+TEST_CASE("a client following a run reads back from its report what the summary and JUnit show") {
+  q::RunReport report;
+  report.run_id = "nightly-1";
+  report.tier = q::Tier::nightly;
+  report.candidate_bundle_id = "cand";
+  report.finished = true;
+  q::ModelReport m;
+  m.model = "mlp-bf16";
+  m.revision = "a";
+  m.owner_team = "models";
+  m.verdict = q::ModelVerdict::correctness_regression;
+  m.detail = "outputs differ";
+  m.nodes = {"n01"};
+  m.duration_ms = 1500;
+  report.models.push_back(m);
+  q::Ticket ticket;
+  ticket.id = "kiln-0123456789abcdef";
+  ticket.kind = q::TicketKind::correctness_regression;
+  ticket.team = "kernels-team";
+  ticket.title = "mlp-bf16 broke";
+  ticket.culprit_change = "c1";
+  ticket.evidence_json = "{}";
+  report.tickets.push_back(ticket);
+  auto outline = q::report_outline_from_json(q::to_json(report));
+  REQUIRE_MESSAGE(outline.has_value(), outline.error().message);
+  CHECK(q::to_junit_xml(*outline) == q::to_junit_xml(report));
+  CHECK(q::summary_text(*outline) == q::summary_text(report));
+  CHECK(q::report_outline_from_json(nlohmann::json{{"schema", "other"}}).error().code == Errc::bad_message);
+}
