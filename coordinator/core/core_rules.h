@@ -1,6 +1,6 @@
-// Rules and wording shared by the parts of the coordinator core (coordinator_core.cpp,
+// Rules and wording shared by the rooms of the coordinator core (coordinator_core.cpp,
 // agent_messages.cpp, job_attempts.cpp, lease_lifecycle.cpp, scheduler_decisions.cpp,
-// scheduler_bridge.cpp). Internal: only those files include it.
+// queue_listing.cpp, scheduler_bridge.cpp). Internal: only those files include it.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,11 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
+#include "common/protocol/messages.h"
 #include "common/protocol/roles.h"
-#include "coordinator/core/coordinator_core.h"
+#include "common/time.h"
+#include "coordinator/scheduler/types.h"
 
 namespace kiln::coordinator::detail {
 

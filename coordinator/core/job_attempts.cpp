@@ -1,6 +1,7 @@
-// Jobs and their attempts: submission, dispatch, results, failover, and the chips an attempt
-// being stopped still holds.
-#include "coordinator/core/coordinator_core.h"
+// The job table: submission, dispatch, results, failover, reruns, what agents report about
+// their jobs, the chips an attempt being stopped still holds, and the scheduler's decisions
+// about jobs' own requests.
+#include "coordinator/core/job_attempts.h"
 
 #include <algorithm>
 
@@ -8,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/core/core_rules.h"
+#include "coordinator/core/lease_lifecycle.h"
+#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
@@ -27,7 +30,101 @@ bool finished_its_work(const protocol::JobFinished& fin) {
 
 }  // namespace
 
-void CoordinatorCore::handle_job_started(const std::string& node_id, const protocol::JobStarted& started, TimeMs) {
+void JobTable::recover(std::vector<JobRecord> jobs) {
+  for (auto& job : jobs) {
+    next_job_id_ = std::max(next_job_id_, job.summary.job_id + 1);
+    if (!protocol::is_terminal(job.summary.state)) active_jobs_.insert(job.summary.job_id);
+    // An attempt assigned or running before the restart was dispatched; its chips are held
+    // again when its agent reports it (reconcile_reported_jobs).
+    if (job.summary.state == JobState::assigned || job.summary.state == JobState::running) {
+      attempts_.to(job.summary.job_id, AttemptPhase::dispatched);
+    }
+    jobs_.emplace(job.summary.job_id, std::move(job));
+  }
+}
+
+std::size_t JobTable::requeue_recovered(TimeMs now) {
+  std::size_t resubmitted = 0;
+  for (std::uint64_t id : std::vector<std::uint64_t>(active_jobs_.begin(), active_jobs_.end())) {
+    JobRecord& job = jobs_.at(id);
+    if (job.lease_id != 0) {
+      // A job inside a lease waits for the lease's chips, or runs on them (or, its lease ended
+      // or requeued while it ran, on chips of its own given back when its agent registers).
+      const DevLease* lease = leases_.find(job.lease_id);
+      if (job.summary.state == JobState::queued && (!lease || lease->summary.state == LeaseState::ended)) {
+        finish(job, JobState::cancelled,
+               fmt::format("its lease L{} had ended when the coordinator restarted", job.lease_id), now);
+      }
+      continue;
+    }
+    if (job.summary.state != JobState::queued) continue;
+    if (auto s = submit_to_scheduler(job, now); !s) {
+      finish(job, JobState::failed, "cannot be scheduled after the restart: " + s.error().message, now);
+    } else {
+      ++resubmitted;
+    }
+  }
+  return resubmitted;
+}
+
+std::optional<TimeMs> JobTable::next_deadline() const {
+  std::optional<TimeMs> next;
+  auto consider = [&](TimeMs t) {
+    if (!next || t < *next) next = t;
+  };
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.summary.state != JobState::queued) {
+      consider(job.started_at_ms + job.timeout_ms + ctx_.knobs.job_timeout_slack_ms + 1);
+    }
+  }
+  for (const auto& [id, attempt] : attempts_.all()) {
+    if (attempt.phase == AttemptPhase::under_notice) consider(attempt.grace_deadline_ms);
+    if (attempt.earlier_stopping) consider(stopping_given_up_at(attempt.earlier_stopping->since_ms));
+  }
+  for (const auto& [node_id, stopping] : stopping_on_node_) {
+    for (const auto& [id, since] : stopping) consider(stopping_given_up_at(since));
+  }
+  return next;
+}
+
+void JobTable::time_out_overdue(TimeMs now) {
+  std::vector<std::uint64_t> overdue;
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.summary.state != JobState::queued &&
+        now > job.started_at_ms + job.timeout_ms + ctx_.knobs.job_timeout_slack_ms) {
+      overdue.push_back(id);
+    }
+  }
+  for (std::uint64_t id : overdue) {
+    JobRecord& job = jobs_.at(id);
+    if (auto peer = ctx_.peer_of(job.summary.node_id)) {
+      ctx_.to_agent(*peer, protocol::JobCancel{id, "the coordinator timed it out: no result after its timeout"});
+    }
+    const std::string node_id = job.summary.node_id;
+    // Its chips stay held until the agent shows the workload gone.
+    (void)hold_chips_of_stopping_job(job, now);
+    finish(job, JobState::timed_out,
+           fmt::format("no result from node {} within its timeout of {} ms", node_id, job.timeout_ms), now);
+  }
+}
+
+void JobTable::give_up_stopping(TimeMs now) {
+  std::vector<std::uint64_t> stopped;
+  for (const auto& [id, attempt] : attempts_.all()) {
+    if (attempt.earlier_stopping && now >= stopping_given_up_at(attempt.earlier_stopping->since_ms)) {
+      stopped.push_back(id);
+    }
+  }
+  for (std::uint64_t id : stopped) attempt_stopped(id, now);
+  for (auto& [node_id, stopping] : stopping_on_node_) {
+    std::erase_if(stopping, [&](const auto& entry) { return now >= stopping_given_up_at(entry.second); });
+    start_deferred_on(node_id, now);
+  }
+}
+
+void JobTable::job_started(const std::string& node_id, const protocol::JobStarted& started) {
   auto it = jobs_.find(started.job_id);
   if (it == jobs_.end()) return;
   JobRecord& job = it->second;
@@ -36,81 +133,76 @@ void CoordinatorCore::handle_job_started(const std::string& node_id, const proto
     return;
   }
   job.summary.state = JobState::running;
-  save(job);
+  ctx_.save(job);
 }
 
-void CoordinatorCore::handle_job_finished(const std::string& peer, const std::string& node_id,
-                                          const protocol::Envelope& m, const protocol::JobFinished& fin,
-                                          TimeMs now) {
+const JobRecord* JobTable::job_finished(const std::string& node_id, const protocol::JobFinished& fin, TimeMs now) {
   auto it = jobs_.find(fin.job_id);
-  if (it != jobs_.end()) {
-    JobRecord& job = it->second;
-    const bool current = !protocol::is_terminal(job.summary.state) && job.summary.state != JobState::queued &&
-                         job.summary.node_id == node_id && job.summary.attempt == fin.attempt;
-    const auto held = attempts_.own_lease(job.summary.job_id);
-    if (current && attempts_.in(job.summary.job_id, AttemptPhase::under_notice) && held && !job.cancel_requested &&
-        !finished_its_work(fin)) {
-      // It let go at a checkpoint under a preemption notice: the scheduler requeues it keeping
-      // its age (on_requeued), and the chips go to the request that preempted it.
-      job.output_tail = fin.output_tail;
-      log(action::Severity::info, fmt::format("job {} attempt {} let go of its chips after the preemption notice "
-                                              "({})",
-                                              job.summary.job_id, fin.attempt, protocol::enum_name(fin.outcome)));
-      if (auto s = bridge_.scheduler().checkpoint_ack(*held, to_scheduler_time(now)); !s) {
-        log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, s.error().message));
-      }
-      // The requeue is saved before the acknowledgement below: acknowledged first, a crash in
-      // between would leave the store holding the attempt as running, and a restart would count
-      // it lost although its agent has forgotten it.
-      pump_scheduler(now);
-    } else if (current) {
-      job.output_tail = fin.output_tail;
-      job.result = fin.result;
-      job.summary.exit_code = fin.exit_code;
-      job.summary.duration_ms = fin.duration_ms;
-      JobState state = JobState::failed;
-      switch (fin.outcome) {
-        case protocol::JobOutcome::succeeded: state = JobState::succeeded; break;
-        case protocol::JobOutcome::failed:
-        case protocol::JobOutcome::failed_to_start: state = JobState::failed; break;
-        case protocol::JobOutcome::timed_out: state = JobState::timed_out; break;
-        case protocol::JobOutcome::cancelled: state = JobState::cancelled; break;
-      }
-      std::string detail = fin.detail;
-      if (detail.empty()) {
-        detail = fmt::format("{} on {} after {} ms (exit code {})", protocol::enum_name(fin.outcome), node_id,
-                             fin.duration_ms, fin.exit_code);
-      }
-      finish(job, state, std::move(detail), now);
-      if (job.summary.workload == protocol::kDiagWorkload) apply_diag_result(node_id, job, now);
-      if (job.summary.workload == protocol::kInstallWorkload) apply_install_result(node_id, job, now);
-    } else {
-      log(action::Severity::debug, fmt::format("ignoring a stale result for job {} attempt {} from node {}",
-                                               fin.job_id, fin.attempt, node_id));
-      const auto& stopping = attempts_.earlier_stopping(fin.job_id);
-      const bool stopping_attempt = stopping && stopping->attempt == fin.attempt && stopping->node_id == node_id;
-      // An agent keeps an unacknowledged result while it runs a later attempt of the same job,
-      // so only the end of the job's latest attempt shows the stopping one gone; an older one
-      // waits for the heartbeats.
-      const bool latest_attempt = fin.attempt >= job.summary.attempt;
-      if (stopping_attempt ||
-          (latest_attempt && (bridge_.stop_hold_of(fin.job_id, node_id) || stopping_on_node_[node_id].count(fin.job_id)))) {
-        old_attempt_gone(fin.job_id, node_id, now);
-      }
+  if (it == jobs_.end()) return nullptr;
+  JobRecord& job = it->second;
+  const bool current = !protocol::is_terminal(job.summary.state) && job.summary.state != JobState::queued &&
+                       job.summary.node_id == node_id && job.summary.attempt == fin.attempt;
+  const auto held = attempts_.own_lease(job.summary.job_id);
+  if (current && attempts_.in(job.summary.job_id, AttemptPhase::under_notice) && held && !job.cancel_requested &&
+      !finished_its_work(fin)) {
+    // It let go at a checkpoint under a preemption notice: the scheduler requeues it keeping
+    // its age (on_requeued), and the chips go to the request that preempted it.
+    job.output_tail = fin.output_tail;
+    ctx_.log(action::Severity::info, fmt::format("job {} attempt {} let go of its chips after the preemption notice "
+                                                 "({})",
+                                                 job.summary.job_id, fin.attempt, protocol::enum_name(fin.outcome)));
+    if (auto s = ctx_.scheduler().checkpoint_ack(*held, ctx_.to_scheduler_time(now)); !s) {
+      ctx_.log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, s.error().message));
+    }
+    // The requeue is saved before the acknowledgement below: acknowledged first, a crash in
+    // between would leave the store holding the attempt as running, and a restart would count
+    // it lost although its agent has forgotten it.
+    scheduling_.pump(now);
+  } else if (current) {
+    job.output_tail = fin.output_tail;
+    job.result = fin.result;
+    job.summary.exit_code = fin.exit_code;
+    job.summary.duration_ms = fin.duration_ms;
+    JobState state = JobState::failed;
+    switch (fin.outcome) {
+      case protocol::JobOutcome::succeeded: state = JobState::succeeded; break;
+      case protocol::JobOutcome::failed:
+      case protocol::JobOutcome::failed_to_start: state = JobState::failed; break;
+      case protocol::JobOutcome::timed_out: state = JobState::timed_out; break;
+      case protocol::JobOutcome::cancelled: state = JobState::cancelled; break;
+    }
+    std::string detail = fin.detail;
+    if (detail.empty()) {
+      detail = fmt::format("{} on {} after {} ms (exit code {})", protocol::enum_name(fin.outcome), node_id,
+                           fin.duration_ms, fin.exit_code);
+    }
+    finish(job, state, std::move(detail), now);
+    return &job;
+  } else {
+    ctx_.log(action::Severity::debug, fmt::format("ignoring a stale result for job {} attempt {} from node {}",
+                                                  fin.job_id, fin.attempt, node_id));
+    const auto& stopping = attempts_.earlier_stopping(fin.job_id);
+    const bool stopping_attempt = stopping && stopping->attempt == fin.attempt && stopping->node_id == node_id;
+    // An agent keeps an unacknowledged result while it runs a later attempt of the same job,
+    // so only the end of the job's latest attempt shows the stopping one gone; an older one
+    // waits for the heartbeats.
+    const bool latest_attempt = fin.attempt >= job.summary.attempt;
+    if (stopping_attempt || (latest_attempt && (ctx_.bridge.stop_hold_of(fin.job_id, node_id) ||
+                                                stopping_on_node_[node_id].count(fin.job_id)))) {
+      old_attempt_gone(fin.job_id, node_id, now);
     }
   }
-  // Acknowledged in every case, once stored when it mattered, so the agent can forget it.
-  to_agent(peer, protocol::JobFinishedAck{fin.job_id, fin.attempt}, m.header.id);
+  return nullptr;
 }
 
-void CoordinatorCore::handle_submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                                    const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
+void JobTable::submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                      const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
   if (auto refused = refuse_submit(caller, submit, lease_id)) {
-    reply_error(client, m.header.id, refused->code, std::move(refused->message));
+    ctx_.reply_error(client, m.header.id, refused->code, std::move(refused->message));
     return;
   }
   const bool maintenance = protocol::is_maintenance_workload(submit.workload);
-  const DevLease* lease = lease_id != 0 ? dev_leases_.find(lease_id) : nullptr;
+  const DevLease* lease = lease_id != 0 ? leases_.find(lease_id) : nullptr;
   JobRecord job;
   job.summary.job_id = next_job_id_;
   job.summary.state = JobState::queued;
@@ -129,27 +221,28 @@ void CoordinatorCore::handle_submit(const std::string& client, const Caller& cal
   job.summary.config_hash = submit.config_hash;
   job.lease_id = lease_id;
   // Maintenance takes the whole node: nothing else may share its chips while it runs.
-  if (maintenance) job.summary.chips = registry_.nodes().at(submit.node_id).summary.chips_total;
+  if (maintenance) job.summary.chips = ctx_.registry.nodes().at(submit.node_id).summary.chips_total;
   job.submitted_at_ms = now;
   if (lease_id != 0) {
     job.summary.detail = fmt::format("runs inside lease L{}", lease_id);
   } else if (auto s = submit_to_scheduler(job, now); !s) {
-    reply_error(client, m.header.id, s.error().code, s.error().message);
+    ctx_.reply_error(client, m.header.id, s.error().code, s.error().message);
     return;
   }
   const std::uint64_t id = next_job_id_++;
   active_jobs_.insert(id);
   auto& stored = jobs_[id] = std::move(job);
-  save(stored);
-  sink_.push(action::ToClient{client, protocol::JobAccepted{id}, m.header.id});
-  log(action::Severity::info, fmt::format("job {} ({} on {} chips, {}{}) submitted by {}", id, submit.workload,
-                                          submit.chips, protocol::enum_name(stored.summary.priority_class),
-                                          lease_id ? fmt::format(", in lease L{}", lease_id) : "", caller.key_name));
-  sync_node_states(now);
+  ctx_.save(stored);
+  ctx_.sink.push(action::ToClient{client, protocol::JobAccepted{id}, m.header.id});
+  ctx_.log(action::Severity::info,
+           fmt::format("job {} ({} on {} chips, {}{}) submitted by {}", id, submit.workload, submit.chips,
+                       protocol::enum_name(stored.summary.priority_class),
+                       lease_id ? fmt::format(", in lease L{}", lease_id) : "", caller.key_name));
+  scheduling_.sync_node_states(now);
 }
 
-std::optional<Error> CoordinatorCore::refuse_submit(const Caller& caller, const protocol::SubmitJob& submit,
-                                                    std::uint64_t lease_id) {
+std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protocol::SubmitJob& submit,
+                                             std::uint64_t lease_id) {
   const bool maintenance = protocol::is_maintenance_workload(submit.workload);
   if (lease_id != 0) {
     if (auto refused = refuse_submit_in_lease(caller, submit, lease_id)) return refused;
@@ -178,27 +271,26 @@ std::optional<Error> CoordinatorCore::refuse_submit(const Caller& caller, const 
     return Error{Errc::invalid_argument,
                  fmt::format("a job runs on one node and may ask for 1 to 8 chips, not {}", submit.chips)};
   }
-  if (!submit.node_id.empty() && registry_.nodes().count(submit.node_id) == 0) {
+  if (!submit.node_id.empty() && ctx_.registry.nodes().count(submit.node_id) == 0) {
     return Error{Errc::not_found,
                  fmt::format("node {} is not registered; `kiln nodes` lists the nodes", submit.node_id)};
   }
   if (!maintenance && lease_id == 0) {
-    if (auto never = registry_.never_placeable(submit.hardware_revision, 0, submit.chips, submit.node_id)) {
+    if (auto never = ctx_.registry.never_placeable(submit.hardware_revision, 0, submit.chips, submit.node_id)) {
       return Error{Errc::invalid_argument, fmt::format("this job could never start: {}", *never)};
     }
   }
   std::size_t queued = 0;
   for (std::uint64_t id : active_jobs_) queued += jobs_.at(id).summary.state == JobState::queued ? 1 : 0;
-  if (queued >= knobs_.max_queued_jobs) {
-    return Error{Errc::unavailable,
-                 fmt::format("the queue is full ({} jobs waiting); try again later", queued)};
+  if (queued >= ctx_.knobs.max_queued_jobs) {
+    return Error{Errc::unavailable, fmt::format("the queue is full ({} jobs waiting); try again later", queued)};
   }
   return std::nullopt;
 }
 
-std::optional<Error> CoordinatorCore::refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
-                                                             std::uint64_t lease_id) {
-  const DevLease* lease = dev_leases_.find(lease_id);
+std::optional<Error> JobTable::refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
+                                                      std::uint64_t lease_id) {
+  const DevLease* lease = leases_.find(lease_id);
   if (!lease || lease->summary.state == LeaseState::ended) {
     return Error{Errc::not_found,
                  fmt::format("lease L{} is not active; `kiln leases` lists the active leases", lease_id)};
@@ -222,7 +314,7 @@ std::optional<Error> CoordinatorCore::refuse_submit_in_lease(const Caller& calle
                  fmt::format("the job asks for {} chips but lease L{} holds {} chips per node; ask for fewer",
                              submit.chips, lease_id, per_node)};
   }
-  if (jobs_in_lease(lease_id).size() >= 1024) {
+  if (in_lease(lease_id).size() >= 1024) {
     return Error{Errc::unavailable,
                  fmt::format("lease L{} already has 1024 jobs queued or running; wait for some to end", lease_id)};
   }
@@ -233,40 +325,52 @@ std::optional<Error> CoordinatorCore::refuse_submit_in_lease(const Caller& calle
   return std::nullopt;
 }
 
-void CoordinatorCore::handle_cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                                    const protocol::CancelJob& cancel, TimeMs now) {
+void JobTable::cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                      const protocol::CancelJob& cancel, TimeMs now) {
   auto it = jobs_.find(cancel.job_id);
   if (it == jobs_.end()) {
-    reply_error(client, m.header.id, Errc::not_found, fmt::format("no job {}", cancel.job_id));
+    ctx_.reply_error(client, m.header.id, Errc::not_found, fmt::format("no job {}", cancel.job_id));
     return;
   }
   JobRecord& job = it->second;
   if (!privileged(caller.role) && job.summary.submitted_by != caller.key_name) {
-    reply_error(client, m.header.id, Errc::unauthorized,
-                fmt::format("job {} was submitted by {}; only its submitter, ops or admin may cancel it",
-                            cancel.job_id, job.summary.submitted_by));
+    ctx_.reply_error(client, m.header.id, Errc::unauthorized,
+                     fmt::format("job {} was submitted by {}; only its submitter, ops or admin may cancel it",
+                                 cancel.job_id, job.summary.submitted_by));
     return;
   }
   if (protocol::is_terminal(job.summary.state)) {
-    reply_error(client, m.header.id, Errc::conflict,
-                fmt::format("job {} already ended ({})", cancel.job_id, protocol::enum_name(job.summary.state)));
+    ctx_.reply_error(client, m.header.id, Errc::conflict,
+                     fmt::format("job {} already ended ({})", cancel.job_id, protocol::enum_name(job.summary.state)));
     return;
   }
   if (job.summary.state == JobState::queued) {
     finish(job, JobState::cancelled, fmt::format("cancelled by {} while queued", caller.key_name), now);
   } else {
-    job.cancel_requested = true;
-    save(job);
-    if (auto peer = peer_of(job.summary.node_id)) {
-      to_agent(*peer, protocol::JobCancel{job.summary.job_id, fmt::format("cancelled by {}", caller.key_name)});
-    }
+    request_cancel(job, fmt::format("cancelled by {}", caller.key_name));
   }
-  sink_.push(action::ToClient{client, protocol::Ok{"cancel requested"}, m.header.id});
+  ctx_.sink.push(action::ToClient{client, protocol::Ok{"cancel requested"}, m.header.id});
 }
 
-protocol::JobList CoordinatorCore::job_list(const protocol::ListJobs& request) const {
+void JobTable::request_cancel(JobRecord& job, const std::string& why) {
+  job.cancel_requested = true;
+  ctx_.save(job);
+  if (auto peer = ctx_.peer_of(job.summary.node_id)) ctx_.to_agent(*peer, protocol::JobCancel{job.summary.job_id, why});
+}
+
+void JobTable::get(const std::string& client, std::uint64_t corr, const protocol::GetJob& get) const {
+  auto it = jobs_.find(get.job_id);
+  if (it == jobs_.end()) {
+    ctx_.reply_error(client, corr, Errc::not_found,
+                     fmt::format("no job {}; `kiln jobs` lists the known jobs", get.job_id));
+    return;
+  }
+  ctx_.sink.to_client(client, protocol::JobDetail{it->second.summary, it->second.output_tail, it->second.result}, corr);
+}
+
+protocol::JobList JobTable::list(const protocol::ListJobs& request) const {
   protocol::JobList list;
-  const std::size_t limit = std::min<std::size_t>(request.limit, knobs_.max_jobs_listed);
+  const std::size_t limit = std::min<std::size_t>(request.limit, ctx_.knobs.max_jobs_listed);
   for (auto it = jobs_.rbegin(); it != jobs_.rend() && list.jobs.size() < limit; ++it) {
     if (request.active_only && protocol::is_terminal(it->second.summary.state)) continue;
     list.jobs.push_back(it->second.summary);
@@ -274,9 +378,242 @@ protocol::JobList CoordinatorCore::job_list(const protocol::ListJobs& request) c
   return list;
 }
 
-void CoordinatorCore::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) {
+JobTable::HelloOutcome JobTable::reconcile_hello(const NodeRecord& node, const protocol::Hello& hello,
+                                                 protocol::Welcome& welcome, TimeMs now) {
+  const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
+  const std::vector<std::uint64_t> unrestorable = reconcile_reported_jobs(hello, welcome, now);
+  // A revoked attempt the agent no longer runs has stopped; a new attempt waiting for it
+  // starts after the welcome.
+  HelloOutcome outcome;
+  for (const auto& [id, attempt] : attempts_.all()) {
+    if (attempt.earlier_stopping && attempt.earlier_stopping->node_id == hello.node_id && !running.count(id)) {
+      outcome.stopped.push_back(id);
+    }
+  }
+  outcome.lost = fail_vanished_jobs(hello, now) + unrestorable.size();
+  for (std::uint64_t id : unrestorable) {
+    attempt_lost(jobs_.at(id), fmt::format("its chips on {} could not be given back after a restart", hello.node_id),
+                 now);
+  }
+  hold_chips_told_to_stop(node, welcome.cancel_jobs, now);
+  return outcome;
+}
+
+void JobTable::resume_on(const std::string& peer, const std::string& node_id, const std::set<std::uint64_t>& running,
+                         const std::vector<std::uint64_t>& stopped, TimeMs now) {
+  // A cancel decided while the node had no session (its lease ended while the coordinator was
+  // down, say) reaches the agent now.
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.cancel_requested && job.summary.node_id == node_id && running.count(id) && attempts_.own_lease(id)) {
+      ctx_.to_agent(peer, protocol::JobCancel{id, job.lease_id != 0 ? fmt::format("its lease L{} ended", job.lease_id)
+                                                                    : std::string("cancel requested")});
+    }
+  }
+  for (std::uint64_t id : stopped) attempt_stopped(id, now);
+  start_deferred_on(node_id, now);
+}
+
+std::vector<std::uint64_t> JobTable::reconcile_reported_jobs(const protocol::Hello& hello, protocol::Welcome& welcome,
+                                                             TimeMs now) {
+  const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
+  std::set<std::uint64_t> reported = running;
+  reported.insert(hello.finished_jobs.begin(), hello.finished_jobs.end());
+  std::vector<std::uint64_t> unrestorable;
+  for (std::uint64_t id : reported) {
+    auto it = jobs_.find(id);
+    const bool ours = it != jobs_.end() && !protocol::is_terminal(it->second.summary.state) &&
+                      it->second.summary.state != JobState::queued && it->second.summary.node_id == hello.node_id;
+    if (!ours) {
+      if (running.count(id)) welcome.cancel_jobs.push_back(id);
+      continue;
+    }
+    JobRecord& job = it->second;
+    // After a coordinator restart the scheduler does not know the chips this job holds yet; a
+    // job that ended meanwhile holds them until its job_finished (which follows) is stored.
+    if ((job.lease_id == 0 || !leases_.runs_on_lease_chips(job)) && !attempts_.own_lease(id)) {
+      scheduler::Placement placement{hello.node_id, {}};
+      for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
+      auto lease = ctx_.scheduler().restore_lease(
+          job_request(job), {placement}, ctx_.to_scheduler_time(job.started_at_ms), ctx_.to_scheduler_time(now));
+      if (!lease) {
+        ctx_.log(action::Severity::warn, fmt::format("job {} cannot keep its chips on {}: {}; it is stopped", id,
+                                                     hello.node_id, lease.error().message));
+        if (running.count(id)) welcome.cancel_jobs.push_back(id);
+        unrestorable.push_back(id);
+        continue;
+      }
+      attempts_.of(id).own_lease = *lease;
+    }
+    // A deferred start has not been sent: what runs under its id is the earlier attempt.
+    if (job.summary.state == JobState::assigned && running.count(id) && !attempts_.in(id, AttemptPhase::start_deferred)) {
+      job.summary.state = JobState::running;
+      ctx_.save(job);
+    }
+  }
+  return unrestorable;
+}
+
+std::size_t JobTable::fail_vanished_jobs(const protocol::Hello& hello, TimeMs now) {
+  const std::set<std::uint64_t> reported = [&] {
+    std::set<std::uint64_t> ids(hello.running_jobs.begin(), hello.running_jobs.end());
+    ids.insert(hello.finished_jobs.begin(), hello.finished_jobs.end());
+    return ids;
+  }();
+  std::vector<std::uint64_t> vanished;
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.summary.node_id == hello.node_id && job.summary.state != JobState::queued && !reported.count(id) &&
+        !attempts_.in(id, AttemptPhase::start_deferred)) {
+      vanished.push_back(id);
+    }
+  }
+  for (std::uint64_t id : vanished) {
+    JobRecord& job = jobs_.at(id);
+    // The agent may yet get a start that crossed this hello: until its heartbeats show the job
+    // is not there, its chips stay held and a new attempt on this node waits (deferred start).
+    const std::uint32_t attempt = job.summary.attempt;
+    const bool held = hold_chips_of_stopping_job(job, now).has_value();
+    attempt_lost(job, fmt::format("node {} re-registered without it (the agent restarted)", hello.node_id), now);
+    if (held) attempts_.of(id).earlier_stopping = StoppingAttempt{hello.node_id, attempt, now};
+  }
+  return vanished.size();
+}
+
+void JobTable::hold_chips_told_to_stop(const NodeRecord& node, const std::vector<std::uint64_t>& cancelled,
+                                       TimeMs now) {
+  // What it is told to stop keeps its chips until it is gone: held where the core knows them,
+  // otherwise the whole node takes no new work meanwhile.
+  const std::string& node_id = node.summary.node_id;
+  auto& stopping_here = stopping_on_node_[node_id];
+  stopping_here.clear();
+  for (std::uint64_t id : cancelled) {
+    auto last = last_placement_.find(id);
+    std::vector<std::uint32_t> chips;
+    if (last != last_placement_.end()) {
+      if (auto here = last->second.find(node_id); here != last->second.end()) chips = here->second;
+    }
+    if (chips.empty()) {
+      // Where it runs is unknown (it predates this coordinator): hold every chip not leased.
+      std::set<std::uint32_t> leased;
+      for (const auto& lease : ctx_.scheduler().leases()) {
+        for (const auto& p : lease.placement) {
+          if (p.node == node_id) leased.insert(p.chips.begin(), p.chips.end());
+        }
+      }
+      for (const auto& chip : node.summary.chips) {
+        if (chip.healthy && !leased.count(chip.index)) chips.push_back(chip.index);
+      }
+    }
+    hold_stopping_chips(id, node_id, chips, now);
+    if (!ctx_.bridge.stop_hold_of(id, node_id)) stopping_here.emplace(id, now);
+    // A job queued again meanwhile starts on this node only once this old attempt is gone.
+    if (auto job = jobs_.find(id); job != jobs_.end() && job->second.summary.state == JobState::queued) {
+      attempts_.of(id).earlier_stopping = StoppingAttempt{node_id, job->second.summary.attempt, now};
+    }
+  }
+}
+
+void JobTable::reconcile_heartbeat(const std::string& peer, const std::string& node_id, const protocol::Heartbeat& beat,
+                                   TimeMs now) {
+  const std::set<std::uint64_t> running(beat.running_jobs.begin(), beat.running_jobs.end());
+  std::vector<std::uint64_t> gone;
+  for (const auto& [id, since] : stopping_on_node_[node_id]) {
+    if (!running.count(id)) gone.push_back(id);
+  }
+  for (const auto& [request, hold] : ctx_.bridge.stop_holds()) {
+    if (hold.node_id == node_id && !running.count(hold.job_id)) gone.push_back(hold.job_id);
+  }
+  for (std::uint64_t id : gone) old_attempt_gone(id, node_id, now);
+  auto& stopping = stopping_on_node_[node_id];
+  for (std::uint64_t id : running) {
+    auto it = jobs_.find(id);
+    const bool ours =
+        it != jobs_.end() && !protocol::is_terminal(it->second.summary.state) && it->second.summary.node_id == node_id;
+    if (!ours) {
+      ctx_.to_agent(peer, protocol::JobCancel{id, "the coordinator no longer assigns this job to this node"});
+      if (!ctx_.bridge.stop_hold_of(id, node_id)) stopping.emplace(id, now);
+    } else if (attempts_.in(id, AttemptPhase::start_deferred)) {
+      // What runs is the attempt being stopped; the new one waits for it to go.
+      ctx_.to_agent(peer, protocol::JobCancel{id, "an earlier attempt of this job must stop before the next starts"});
+    }
+  }
+}
+
+std::size_t JobTable::fail_over_from(const std::string& node_id, TimeMs now) {
+  std::vector<std::uint64_t> affected;
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.summary.node_id == node_id && job.summary.state != JobState::queued) affected.push_back(id);
+  }
+  for (std::uint64_t id : affected) {
+    attempt_lost(jobs_.at(id),
+                 fmt::format("node {} went silent for {} heartbeats", node_id, ctx_.knobs.liveness_missed_beats), now);
+  }
+  std::vector<std::uint64_t> stopped;
+  for (const auto& [id, attempt] : attempts_.all()) {
+    if (attempt.earlier_stopping && attempt.earlier_stopping->node_id == node_id) stopped.push_back(id);
+  }
+  for (std::uint64_t id : stopped) attempt_stopped(id, now);
+  return affected.size();
+}
+
+bool JobTable::may_rerun(const JobRecord& job, const NodeRecord& node, TimeMs now) const {
+  const bool ci = job.summary.priority_class != PriorityClass::experiment;
+  const bool failed_here = (job.summary.state == JobState::failed || job.summary.state == JobState::timed_out) &&
+                           job.summary.node_id == node.summary.node_id;
+  return ci && failed_here && job.rerun_job_id == 0 && job.rerun_of == 0 && job.lease_id == 0 &&
+         job.requested_node_id.empty() && !protocol::is_maintenance_workload(job.summary.workload) &&
+         now - job.finished_at_ms <= ctx_.knobs.quarantine_rerun_window_ms;
+}
+
+void JobTable::rerun_failures_of(const NodeRecord& node, TimeMs now) {
+  std::vector<std::uint64_t> failed;
+  for (const auto& [id, job] : jobs_) {
+    if (may_rerun(job, node, now)) failed.push_back(id);
+  }
+  for (std::uint64_t id : failed) rerun(id, node, now);
+}
+
+void JobTable::rerun(std::uint64_t id, const NodeRecord& node, TimeMs now) {
+  JobRecord rerun;
+  const JobRecord& original = jobs_.at(id);
+  rerun.summary = original.summary;
+  rerun.summary.job_id = next_job_id_;
+  rerun.summary.state = JobState::queued;
+  rerun.summary.node_id.clear();
+  rerun.summary.chip_indices.clear();
+  rerun.summary.attempt = 0;
+  rerun.summary.exit_code = 0;
+  rerun.summary.duration_ms = 0;
+  // Same revision, and the quarantined node takes no work: the rerun lands on a healthy peer.
+  rerun.summary.hardware_revision = node.summary.hardware_revision;
+  rerun.summary.detail = fmt::format("rerun of job {}, which failed on {}, quarantined since", id,
+                                     node.summary.node_id);
+  rerun.timeout_ms = original.timeout_ms;
+  rerun.seed = original.seed;
+  rerun.benchmark = original.benchmark;
+  rerun.rerun_of = id;
+  rerun.submitted_at_ms = now;
+  if (auto s = submit_to_scheduler(rerun, now); !s) {
+    ctx_.log(action::Severity::warn, fmt::format("cannot rerun job {}: {}", id, s.error().message));
+    return;
+  }
+  const std::uint64_t rerun_id = next_job_id_++;
+  active_jobs_.insert(rerun_id);
+  ctx_.save(jobs_[rerun_id] = std::move(rerun));
+  JobRecord& first = jobs_.at(id);
+  first.rerun_job_id = rerun_id;
+  ctx_.save(first);
+  ctx_.log(action::Severity::info,
+           fmt::format("job {} failed on quarantined node {}: rerun as job {} on a healthy node "
+                       "of revision {}",
+                       id, node.summary.node_id, rerun_id, node.summary.hardware_revision));
+}
+
+void JobTable::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) {
   forget_request(job, now);
-  const DevLease* lease = job.lease_id != 0 ? dev_leases_.find(job.lease_id) : nullptr;
+  const DevLease* lease = job.lease_id != 0 ? leases_.find(job.lease_id) : nullptr;
   if (job.cancel_requested) {
     finish(job, JobState::cancelled, fmt::format("cancelled; attempt {} ended: {}", job.summary.attempt, why), now);
   } else if (job.lease_id != 0 && (!lease || lease->summary.state == LeaseState::ended)) {
@@ -302,40 +639,40 @@ void CoordinatorCore::attempt_lost(JobRecord& job, const std::string& why, TimeM
         return;
       }
     }
-    save(job);
-    log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, job.summary.detail));
+    ctx_.save(job);
+    ctx_.log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, job.summary.detail));
   } else {
-    finish(job, JobState::lost, fmt::format("attempt {} of {} lost: {}", job.summary.attempt,
-                                             job.summary.max_attempts, why), now);
+    finish(job, JobState::lost,
+           fmt::format("attempt {} of {} lost: {}", job.summary.attempt, job.summary.max_attempts, why), now);
   }
 }
 
-void CoordinatorCore::finish(JobRecord& job, JobState state, std::string detail, TimeMs now) {
+void JobTable::finish(JobRecord& job, JobState state, std::string detail, TimeMs now) {
   KILN_ASSERT(protocol::is_terminal(state), "finish() takes a terminal state");
   job.summary.state = state;
   job.summary.detail = std::move(detail);
   job.finished_at_ms = now;
   active_jobs_.erase(job.summary.job_id);
   forget_request(job, now);
-  save(job);
-  log(state == JobState::succeeded ? action::Severity::info : action::Severity::warn,
-      fmt::format("job {} {}: {}", job.summary.job_id, protocol::enum_name(state), job.summary.detail));
+  ctx_.save(job);
+  ctx_.log(state == JobState::succeeded ? action::Severity::info : action::Severity::warn,
+           fmt::format("job {} {}: {}", job.summary.job_id, protocol::enum_name(state), job.summary.detail));
   // A job that fails on a node already quarantined is rerun as one that failed just before
   // the quarantine is (rerun_failures_of): the order of the two does not change the outcome.
-  if (auto node = registry_.nodes().find(job.summary.node_id);
-      node != registry_.nodes().end() && node->second.summary.state == NodeState::quarantined && may_rerun(job, node->second, now)) {
+  if (auto node = ctx_.registry.nodes().find(job.summary.node_id);
+      node != ctx_.registry.nodes().end() && node->second.summary.state == NodeState::quarantined &&
+      may_rerun(job, node->second, now)) {
     rerun(job.summary.job_id, node->second, now);
   }
 }
 
-void CoordinatorCore::start_attempt(JobRecord& job, const std::string& node_id, std::vector<std::uint32_t> chips,
-                                    TimeMs now) {
+void JobTable::start_attempt(JobRecord& job, const std::string& node_id, std::vector<std::uint32_t> chips, TimeMs now) {
   job.summary.state = JobState::assigned;
   job.summary.node_id = node_id;
   job.summary.chip_indices = chips;
   job.summary.attempt += 1;
   job.started_at_ms = now;
-  save(job);
+  ctx_.save(job);
   // Every chip an attempt of the job used on the node: an older attempt may still run there.
   auto& placed = last_placement_[job.summary.job_id][node_id];
   for (std::uint32_t chip : job.summary.chip_indices) {
@@ -348,9 +685,10 @@ void CoordinatorCore::start_attempt(JobRecord& job, const std::string& node_id, 
   if (const auto& stopping = attempts_.earlier_stopping(id); stopping && stopping->node_id == node_id) {
     const std::uint32_t earlier = stopping->attempt;
     attempts_.to(id, AttemptPhase::start_deferred);
-    log(action::Severity::info, fmt::format("job {} attempt {} has chips [{}] on {}; it starts once attempt {} has "
-                                            "stopped there",
-                                            id, job.summary.attempt, fmt::join(chips, ","), node_id, earlier));
+    ctx_.log(action::Severity::info,
+             fmt::format("job {} attempt {} has chips [{}] on {}; it starts once attempt {} has "
+                         "stopped there",
+                         id, job.summary.attempt, fmt::join(chips, ","), node_id, earlier));
     return;
   }
   // An earlier attempt stopping on another node is no concern of this one's (its chips are held).
@@ -359,17 +697,18 @@ void CoordinatorCore::start_attempt(JobRecord& job, const std::string& node_id, 
     // Maintenance enters a quarantined node whatever it is stopping, and where those jobs run
     // is not held: wait until they are gone.
     attempts_.to(id, AttemptPhase::start_deferred);
-    log(action::Severity::info, fmt::format("job {} attempt {} has chips [{}] on {}; it starts once the {} jobs the "
-                                            "node is stopping are gone",
-                                            job.summary.job_id, job.summary.attempt, fmt::join(chips, ","), node_id,
-                                            unheld->second.size()));
+    ctx_.log(
+        action::Severity::info,
+        fmt::format("job {} attempt {} has chips [{}] on {}; it starts once the {} jobs the "
+                    "node is stopping are gone",
+                    job.summary.job_id, job.summary.attempt, fmt::join(chips, ","), node_id, unheld->second.size()));
     return;
   }
   attempts_.to(id, AttemptPhase::dispatched);
   send_job_start(job);
 }
 
-void CoordinatorCore::send_job_start(const JobRecord& job) {
+void JobTable::send_job_start(const JobRecord& job) {
   protocol::JobStart start;
   start.job_id = job.summary.job_id;
   start.attempt = job.summary.attempt;
@@ -379,15 +718,16 @@ void CoordinatorCore::send_job_start(const JobRecord& job) {
   start.timeout_ms = job.timeout_ms;
   start.seed = job.seed;
   start.benchmark = job.benchmark;
-  to_agent(*registry_.peer_of(job.summary.node_id), start);
-  log(action::Severity::info, fmt::format("job {} attempt {} dispatched to {} chips [{}]", job.summary.job_id,
-                                          job.summary.attempt, job.summary.node_id, fmt::join(start.chip_indices, ",")));
+  ctx_.to_agent(*ctx_.registry.peer_of(job.summary.node_id), start);
+  ctx_.log(action::Severity::info,
+           fmt::format("job {} attempt {} dispatched to {} chips [{}]", job.summary.job_id, job.summary.attempt,
+                       job.summary.node_id, fmt::join(start.chip_indices, ",")));
 }
 
-scheduler::Request CoordinatorCore::stop_hold_request(std::uint64_t job_id, const std::string& node_id,
-                                                     std::size_t chips, TimeMs now) {
+scheduler::Request JobTable::stop_hold_request(std::uint64_t job_id, const std::string& node_id, std::size_t chips,
+                                               TimeMs now) {
   scheduler::Request req;
-  req.id = bridge_.new_stop_hold(job_id, node_id);
+  req.id = ctx_.bridge.new_stop_hold(job_id, node_id);
   req.name = describe(request_owner::StopHold{job_id, node_id});
   req.cls = scheduler::RequestClass::release;
   req.chips = static_cast<int>(lease_chips_for(static_cast<std::uint32_t>(std::max<std::size_t>(chips, 1))));
@@ -398,13 +738,13 @@ scheduler::Request CoordinatorCore::stop_hold_request(std::uint64_t job_id, cons
   req.node = node_id;
   req.maintenance = true;  // never preempted, outside the quotas
   // Waited for no longer than a silent node: then the chips are given back regardless.
-  req.expected_duration_ms = knobs_.job_timeout_slack_ms + knobs_.liveness_timeout_ms() + kSecondMs;
+  req.expected_duration_ms = ctx_.knobs.job_timeout_slack_ms + ctx_.knobs.liveness_timeout_ms() + kSecondMs;
   req.lease_ms = req.expected_duration_ms;
-  req.submit_ms = to_scheduler_time(now);
+  req.submit_ms = ctx_.to_scheduler_time(now);
   return req;
 }
 
-Status CoordinatorCore::hold_chips_of_stopping_job(const JobRecord& job, TimeMs now) {
+Status JobTable::hold_chips_of_stopping_job(const JobRecord& job, TimeMs now) {
   const std::uint64_t id = job.summary.job_id;
   const auto lease = attempts_.own_lease(id);
   if (!lease || job.summary.chip_indices.empty()) {
@@ -416,32 +756,33 @@ Status CoordinatorCore::hold_chips_of_stopping_job(const JobRecord& job, TimeMs 
   const scheduler::Request hold = stop_hold_request(id, node_id, job.summary.chip_indices.size(), now);
   // The job's lease ends and its chips pass to the hold in one step, before anything else
   // can be placed on them.
-  auto handed = bridge_.scheduler().transfer_lease(*lease, {{hold, {placement}, to_scheduler_time(now)}},
-                                          to_scheduler_time(now));
+  auto handed = ctx_.scheduler().transfer_lease(*lease, {{hold, {placement}, ctx_.to_scheduler_time(now)}},
+                                                ctx_.to_scheduler_time(now));
   if (!handed) {
-    bridge_.drop_stop_hold(hold.id);
+    ctx_.bridge.drop_stop_hold(hold.id);
     return tl::unexpected(handed.error());
   }
   attempts_.of(id).own_lease.reset();
   return {};
 }
 
-void CoordinatorCore::hold_stopping_chips(std::uint64_t job_id, const std::string& node_id,
-                                          const std::vector<std::uint32_t>& chips, TimeMs now) {
-  if (chips.empty() || bridge_.stop_hold_of(job_id, node_id)) return;
+void JobTable::hold_stopping_chips(std::uint64_t job_id, const std::string& node_id,
+                                   const std::vector<std::uint32_t>& chips, TimeMs now) {
+  if (chips.empty() || ctx_.bridge.stop_hold_of(job_id, node_id)) return;
   scheduler::Placement placement{node_id, {}};
   for (std::uint32_t chip : chips) placement.chips.push_back(static_cast<int>(chip));
   const scheduler::Request req = stop_hold_request(job_id, node_id, chips.size(), now);
-  if (auto held = bridge_.scheduler().restore_lease(req, {placement}, to_scheduler_time(now), to_scheduler_time(now));
+  if (auto held =
+          ctx_.scheduler().restore_lease(req, {placement}, ctx_.to_scheduler_time(now), ctx_.to_scheduler_time(now));
       !held) {
-    bridge_.drop_stop_hold(req.id);
-    log(action::Severity::debug, fmt::format("job {}: chips of its stopping attempt on {} not held: {}", job_id, node_id,
-                                             held.error().message));
+    ctx_.bridge.drop_stop_hold(req.id);
+    ctx_.log(action::Severity::debug, fmt::format("job {}: chips of its stopping attempt on {} not held: {}", job_id,
+                                                  node_id, held.error().message));
   }
 }
 
-void CoordinatorCore::old_attempt_gone(std::uint64_t job_id, const std::string& node_id, TimeMs now) {
-  if (auto request = bridge_.stop_hold_of(job_id, node_id)) bridge_.end_stop_hold(*request, now);
+void JobTable::old_attempt_gone(std::uint64_t job_id, const std::string& node_id, TimeMs now) {
+  if (auto request = ctx_.bridge.stop_hold_of(job_id, node_id)) ctx_.bridge.end_stop_hold(*request, now);
   auto& stopping = stopping_on_node_[node_id];
   stopping.erase(job_id);
   if (const auto& earlier = attempts_.earlier_stopping(job_id); earlier && earlier->node_id == node_id) {
@@ -450,7 +791,7 @@ void CoordinatorCore::old_attempt_gone(std::uint64_t job_id, const std::string& 
   start_deferred_on(node_id, now);
 }
 
-void CoordinatorCore::revoke_due_jobs(TimeMs now) {
+void JobTable::revoke_due(TimeMs now) {
   std::vector<std::uint64_t> due;
   for (const auto& [id, attempt] : attempts_.all()) {
     if (attempt.phase == AttemptPhase::under_notice && now >= attempt.grace_deadline_ms && attempt.own_lease) {
@@ -461,12 +802,13 @@ void CoordinatorCore::revoke_due_jobs(TimeMs now) {
     JobRecord& job = jobs_.at(id);
     const std::string node_id = job.summary.node_id;
     if (auto held = hold_chips_of_stopping_job(job, now); !held) {
-      log(action::Severity::warn, fmt::format("job {}: {}; the scheduler revokes it itself", id,
-                                              held.error().message));
+      ctx_.log(action::Severity::warn,
+               fmt::format("job {}: {}; the scheduler revokes it itself", id, held.error().message));
       attempts_.to(id, AttemptPhase::dispatched);
       continue;
     }
-    if (auto peer = peer_of(node_id)) to_agent(*peer, protocol::JobCancel{id, "preempted: the grace period ended"});
+    if (auto peer = ctx_.peer_of(node_id))
+      ctx_.to_agent(*peer, protocol::JobCancel{id, "preempted: the grace period ended"});
     attempts_.to(id, AttemptPhase::waiting);
     attempts_.of(id).earlier_stopping = StoppingAttempt{node_id, job.summary.attempt, now};
     job.preemptions += 1;
@@ -479,12 +821,12 @@ void CoordinatorCore::revoke_due_jobs(TimeMs now) {
       finish(job, JobState::failed, "cannot be queued again after its preemption: " + s.error().message, now);
       continue;
     }
-    save(job);
-    log(action::Severity::info, fmt::format("job {}: {}", id, job.summary.detail));
+    ctx_.save(job);
+    ctx_.log(action::Severity::info, fmt::format("job {}: {}", id, job.summary.detail));
   }
 }
 
-void CoordinatorCore::attempt_stopped(std::uint64_t job_id, TimeMs now) {
+void JobTable::attempt_stopped(std::uint64_t job_id, TimeMs now) {
   attempts_.earlier_stopped(job_id);
   if (!attempts_.in(job_id, AttemptPhase::start_deferred)) return;
   JobRecord& job = jobs_.at(job_id);
@@ -494,13 +836,13 @@ void CoordinatorCore::attempt_stopped(std::uint64_t job_id, TimeMs now) {
   if (unheld != stopping_on_node_.end() && !unheld->second.empty()) return;
   // Without a session the start cannot go; the node's return fails the attempt over.
   attempts_.to(job_id, AttemptPhase::dispatched);
-  if (!registry_.has_session(job.summary.node_id)) return;
+  if (!ctx_.registry.has_session(job.summary.node_id)) return;
   job.started_at_ms = now;
-  save(job);
+  ctx_.save(job);
   send_job_start(job);
 }
 
-void CoordinatorCore::start_deferred_on(const std::string& node_id, TimeMs now) {
+void JobTable::start_deferred_on(const std::string& node_id, TimeMs now) {
   std::vector<std::uint64_t> ready;
   for (const auto& [id, attempt] : attempts_.all()) {
     if (attempt.phase != AttemptPhase::start_deferred) continue;
@@ -510,24 +852,89 @@ void CoordinatorCore::start_deferred_on(const std::string& node_id, TimeMs now) 
   for (std::uint64_t id : ready) attempt_stopped(id, now);
 }
 
-void CoordinatorCore::refresh_chip_counts() {
-  std::map<std::string, std::set<std::uint32_t>> used;
-  for (const auto& lease : bridge_.scheduler().leases()) {
-    // Chips held while a cancelled attempt stops belong to no active job: not shown as used.
-    if (bridge_.is_stop_hold(lease.request)) continue;
-    for (const auto& p : lease.placement) {
-      for (int chip : p.chips) used[p.node].insert(static_cast<std::uint32_t>(chip));
+scheduler::Request JobTable::job_request(const JobRecord& job) {
+  scheduler::Request req;
+  req.id = ctx_.bridge.request_of(request_owner::Job{job.summary.job_id});
+  req.name = describe(request_owner::Job{job.summary.job_id});
+  req.cls = to_request_class(job.summary.priority_class);
+  if (protocol::is_maintenance_workload(job.summary.workload)) {
+    req.nodes = 1;
+    req.maintenance = true;
+  } else {
+    req.chips = static_cast<int>(lease_chips_for(job.summary.chips));
+  }
+  if (!job.summary.hardware_revision.empty()) req.revision = job.summary.hardware_revision;
+  if (!job.requested_node_id.empty()) req.node = job.requested_node_id;
+  req.expected_duration_ms = job.timeout_ms;
+  // The agent enforces the job's timeout and the core times out a silent attempt: the lease's
+  // own expiry is only the backstop behind both.
+  // A start deferred while an earlier attempt stops (stop_hold_request) comes on top.
+  req.lease_ms = std::min<DurationMs>(static_cast<DurationMs>(job.timeout_ms) + 2 * ctx_.knobs.job_timeout_slack_ms +
+                                          3 * ctx_.knobs.liveness_timeout_ms() + kSecondMs,
+                                      ctx_.knobs.scheduler.max_lease_ms);
+  req.submit_ms = ctx_.to_scheduler_time(job.submitted_at_ms);
+  return req;
+}
+
+Status JobTable::submit_to_scheduler(const JobRecord& job, TimeMs now) {
+  return ctx_.scheduler().submit(job_request(job), ctx_.to_scheduler_time(now));
+}
+
+void JobTable::forget_request(JobRecord& job, TimeMs now) {
+  const std::uint64_t id = job.summary.job_id;
+  attempts_.forget(id);
+  // Jobs inside a developer lease have no request of their own, unless the lease ended while
+  // they still ran (release_lease_chips).
+  const auto request = ctx_.bridge.find_request(request_owner::Job{id});
+  if (request && (ctx_.scheduler().is_pending(*request) || ctx_.scheduler().lease_of(*request))) {
+    if (auto s = ctx_.scheduler().cancel(*request, ctx_.to_scheduler_time(now)); !s) {
+      ctx_.log(action::Severity::warn, fmt::format("job {}: {}", id, s.error().message));
     }
   }
+}
+
+std::vector<std::uint64_t> JobTable::in_lease(std::uint64_t lease_id) const {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t id : active_jobs_) {
+    if (jobs_.at(id).lease_id == lease_id) out.push_back(id);
+  }
+  return out;
+}
+
+bool JobTable::runs_in_lease(std::uint64_t lease_id) const {
+  const std::vector<std::uint64_t> ids = in_lease(lease_id);
+  return std::any_of(ids.begin(), ids.end(), [&](std::uint64_t id) { return jobs_.at(id).summary.state != JobState::queued; });
+}
+
+const JobRecord* JobTable::find(std::uint64_t job_id) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+std::map<std::string, std::set<std::uint32_t>> JobTable::chips_in_use() const {
+  std::map<std::string, std::set<std::uint32_t>> used;
   for (std::uint64_t id : active_jobs_) {
     const JobRecord& job = jobs_.at(id);
     if (job.summary.state == JobState::queued) continue;
     used[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
   }
-  for (auto& [id, node] : registry_.nodes()) {
-    auto it = used.find(id);
-    node.summary.chips_used = it == used.end() ? 0 : static_cast<std::uint32_t>(it->second.size());
+  return used;
+}
+
+std::map<std::string, std::uint64_t> JobTable::maintenance_waiting() const {
+  std::map<std::string, std::uint64_t> waiting;
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& job = jobs_.at(id);
+    if (protocol::is_maintenance_workload(job.summary.workload) && job.summary.state == JobState::queued) {
+      waiting.emplace(job.requested_node_id, id);
+    }
   }
+  return waiting;
+}
+
+std::size_t JobTable::unheld_stopping_on(const std::string& node_id) const {
+  auto it = stopping_on_node_.find(node_id);
+  return it == stopping_on_node_.end() ? 0 : it->second.size();
 }
 
 }  // namespace kiln::coordinator

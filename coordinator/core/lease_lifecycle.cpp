@@ -1,6 +1,7 @@
 // The life of developer leases (kiln lease) as the core drives it: requests, releases, watches,
-// expiry, revocation, recovery after a restart, and the jobs that run on their chips.
-#include "coordinator/core/coordinator_core.h"
+// expiry, revocation, recovery after a restart, the scheduler's decisions about lease requests,
+// and, as methods of the job table, what a lease's life does to the jobs that run inside it.
+#include "coordinator/core/lease_lifecycle.h"
 
 #include <algorithm>
 
@@ -8,50 +9,125 @@
 
 #include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
+#include "coordinator/core/job_attempts.h"
+#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
 using namespace detail;
 
-void CoordinatorCore::handle_request_lease(const std::string& client, const Caller& caller,
-                                           const protocol::Envelope& m, const protocol::RequestLease& request,
-                                           TimeMs now) {
+namespace {
+
+std::string revoked_text(std::uint64_t lease_id) {
+  return fmt::format("lease L{} revoked: its preemption grace ended", lease_id);
+}
+
+}  // namespace
+
+protocol::LeaseList LeaseLifecycle::list(const protocol::ListLeases& request) const {
+  protocol::LeaseList list;
+  for (const auto& [id, lease] : dev_leases_.all()) {
+    if (!request.include_ended && lease.summary.state == LeaseState::ended) continue;
+    if (list.leases.size() >= 1000) break;
+    list.leases.push_back(lease.summary);
+  }
+  return list;
+}
+
+void LeaseLifecycle::recover(LeaseRecord record, TimeMs now) {
+  const std::uint64_t id = record.summary.lease_id;
+  DevLease recovered;
+  recovered.summary = record.summary;
+  DevLease& lease = dev_leases_.add(std::move(recovered));
+  lease.requested_at_ms = record.requested_at_ms;
+  lease.start_at_ms = record.start_at_ms;
+  lease.summary.job_ids = jobs_.in_lease(id);
+  const LeaseState state = lease.summary.state;
+  if (state == LeaseState::ended) return;
+  auto requeue = [&](const std::string& why) {
+    if (auto s = resubmit_lease(lease, now); !s) {
+      end_lease(lease, fmt::format("{}; it cannot be queued again: {}", why, s.error().message), now);
+      return;
+    }
+    lease_event(lease, LeaseEventKind::requeued, why + "; queued again keeping its age");
+  };
+  if (state == LeaseState::pending) {
+    if (auto s = resubmit_lease(lease, now); !s) {
+      end_lease(lease, "cannot be queued again after the coordinator restarted: " + s.error().message, now);
+    }
+    return;
+  }
+  if (static_cast<TimeMs>(lease.summary.expires_at_ms) <= now) {
+    end_lease(lease, "expired while the coordinator was down", now);
+    return;
+  }
+  // Granted, or under notice: the same chips are held again, from when they were granted, so
+  // the expiry stays; the nodes have until the liveness timeout to register (mark_node_lost).
+  std::vector<scheduler::Placement> placement;
+  for (const auto& p : lease.summary.placement) {
+    auto node = ctx_.registry.nodes().find(p.node_id);
+    if (node == ctx_.registry.nodes().end() || node->second.summary.state == NodeState::lost) {
+      requeue(fmt::format("its node {} was lost when the coordinator restarted", p.node_id));
+      return;
+    }
+    scheduler::Placement held{p.node_id, {}};
+    for (std::uint32_t chip : p.chip_indices) held.chips.push_back(static_cast<int>(chip));
+    placement.push_back(std::move(held));
+  }
+  const scheduler::Request req = lease_request(lease);
+  auto held = ctx_.scheduler().restore_lease(req, placement,
+                                             ctx_.to_scheduler_time(static_cast<TimeMs>(lease.summary.granted_at_ms)),
+                                             ctx_.to_scheduler_time(now));
+  if (!held) {
+    requeue("its chips could not be held again after the coordinator restarted (" + held.error().message + ")");
+    return;
+  }
+  lease.scheduler_lease = *held;
+  lease.recovered_under_notice = state == LeaseState::preempting;
+  ctx_.log(action::Severity::info, fmt::format("lease L{} ({}) holds its chips again until {}", id, lease.summary.owner,
+                                               ctx_.clock.text(static_cast<TimeMs>(lease.summary.expires_at_ms))));
+}
+
+void LeaseLifecycle::request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                             const protocol::RequestLease& request, TimeMs now) {
   if (!client_role_may_submit(caller.role, request.priority_class)) {
-    reply_error(client, m.header.id, Errc::unauthorized,
-                fmt::format("role {} may not lease chips as {}; developers and lab engineers lease as experiment, "
-                            "which CI work may preempt with notice",
-                            protocol::enum_name(caller.role), protocol::enum_name(request.priority_class)));
+    ctx_.reply_error(client, m.header.id, Errc::unauthorized,
+                     fmt::format("role {} may not lease chips as {}; developers and lab engineers lease as experiment, "
+                                 "which CI work may preempt with notice",
+                                 protocol::enum_name(caller.role), protocol::enum_name(request.priority_class)));
     return;
   }
   if ((request.chips == 0) == (request.nodes == 0)) {
-    reply_error(client, m.header.id, Errc::invalid_argument,
-                "ask for chips on one node (--chips 1, 2, 4 or 8) or for whole nodes (--nodes N), not both");
+    ctx_.reply_error(client, m.header.id, Errc::invalid_argument,
+                     "ask for chips on one node (--chips 1, 2, 4 or 8) or for whole nodes (--nodes N), not both");
     return;
   }
-  if (auto never = registry_.never_placeable(request.hardware_revision, request.nodes,
-                                             request.nodes > 0 ? 0 : request.chips, "")) {
-    reply_error(client, m.header.id, Errc::invalid_argument, fmt::format("this lease could never be granted: {}", *never));
+  if (auto never = ctx_.registry.never_placeable(request.hardware_revision, request.nodes,
+                                                 request.nodes > 0 ? 0 : request.chips, "")) {
+    ctx_.reply_error(client, m.header.id, Errc::invalid_argument,
+                     fmt::format("this lease could never be granted: {}", *never));
     return;
   }
   const std::size_t active = dev_leases_.active();
-  if (active >= knobs_.max_active_leases) {
-    reply_error(client, m.header.id, Errc::unavailable,
-                fmt::format("{} leases are already pending or granted (max_active_leases); release one or retry later",
-                            active));
+  if (active >= ctx_.knobs.max_active_leases) {
+    ctx_.reply_error(
+        client, m.header.id, Errc::unavailable,
+        fmt::format("{} leases are already pending or granted (max_active_leases); release one or retry later",
+                    active));
     return;
   }
   constexpr TimeMs kMaxBookingAheadMs = 30LL * 24 * 3600 * 1000;
   // The window is set on the wall clock: it opens when the wall clock reads start_at_ms.
-  const TimeMs start_at = static_cast<TimeMs>(request.start_at_ms) - wall_offset_ms_;
+  const TimeMs start_at = static_cast<TimeMs>(request.start_at_ms) - ctx_.clock.wall_offset_ms();
   if (request.start_at_ms != 0 && (start_at < now || start_at > now + kMaxBookingAheadMs)) {
-    reply_error(client, m.header.id, Errc::invalid_argument,
-                "start_at_ms must be in the next 30 days (or 0 for as soon as possible)");
+    ctx_.reply_error(client, m.header.id, Errc::invalid_argument,
+                     "start_at_ms must be in the next 30 days (or 0 for as soon as possible)");
     return;
   }
   const std::uint64_t lease_id = dev_leases_.next_id();
   scheduler::Request req;
-  if (request.start_at_ms != 0) req.not_before_ms = to_scheduler_time(start_at);
-  req.id = bridge_.request_of(request_owner::DevLease{lease_id});
+  if (request.start_at_ms != 0) req.not_before_ms = ctx_.to_scheduler_time(start_at);
+  req.id = ctx_.bridge.request_of(request_owner::DevLease{lease_id});
   req.name = describe(request_owner::DevLease{lease_id});
   req.cls = to_request_class(request.priority_class);
   req.chips = request.nodes > 0 ? 1 : static_cast<int>(request.chips);
@@ -59,9 +135,9 @@ void CoordinatorCore::handle_request_lease(const std::string& client, const Call
   if (!request.hardware_revision.empty()) req.revision = request.hardware_revision;
   req.expected_duration_ms = static_cast<DurationMs>(request.duration_ms);
   req.lease_ms = static_cast<DurationMs>(request.duration_ms);
-  req.submit_ms = to_scheduler_time(now);
-  if (auto s = bridge_.scheduler().submit(req, to_scheduler_time(now)); !s) {
-    reply_error(client, m.header.id, s.error().code, s.error().message);
+  req.submit_ms = ctx_.to_scheduler_time(now);
+  if (auto s = ctx_.scheduler().submit(req, ctx_.to_scheduler_time(now)); !s) {
+    ctx_.reply_error(client, m.header.id, s.error().code, s.error().message);
     return;
   }
   DevLease added;
@@ -78,53 +154,55 @@ void CoordinatorCore::handle_request_lease(const std::string& client, const Call
   lease.summary.hardware_revision = request.hardware_revision;
   lease.summary.duration_ms = request.duration_ms;
   lease.summary.requested_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, now));
-  log(action::Severity::info,
-      fmt::format("lease L{} requested by {}: {} for {} ({}{})", lease_id, caller.key_name,
-                  request.nodes > 0 ? fmt::format("{} whole nodes", request.nodes) : fmt::format("{} chips", request.chips),
-                  human_duration(static_cast<TimeMs>(request.duration_ms)), protocol::enum_name(request.priority_class),
-                  request.hardware_revision.empty() ? "" : ", revision " + request.hardware_revision));
+  ctx_.log(
+      action::Severity::info,
+      fmt::format(
+          "lease L{} requested by {}: {} for {} ({}{})", lease_id, caller.key_name,
+          request.nodes > 0 ? fmt::format("{} whole nodes", request.nodes) : fmt::format("{} chips", request.chips),
+          human_duration(static_cast<TimeMs>(request.duration_ms)), protocol::enum_name(request.priority_class),
+          request.hardware_revision.empty() ? "" : ", revision " + request.hardware_revision));
   // The grant, if there is one now, is among the scheduler's actions.
-  pump_scheduler(now);
+  scheduling_.pump(now);
   DevLease& now_lease = dev_leases_.all().at(lease_id);
   if (now_lease.summary.state == LeaseState::granted) {
-    sink_.push(action::ToClient{client, protocol::LeaseGranted{now_lease.summary}, m.header.id});
+    ctx_.sink.push(action::ToClient{client, protocol::LeaseGranted{now_lease.summary}, m.header.id});
     return;
   }
-  auto explanation = bridge_.scheduler().explain(req.id, to_scheduler_time(now));
+  auto explanation = ctx_.scheduler().explain(req.id, ctx_.to_scheduler_time(now));
   protocol::LeasePending pending;
-  pending.explanation = text::utf8_head(explanation_text(explanation, now), protocol::kMessageText.max_len);
+  pending.explanation = text::utf8_head(scheduling_.explanation_text(explanation, now), protocol::kMessageText.max_len);
   if (explanation.expected_start_ms) {
-    pending.expected_start_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, to_wall_time(*explanation.expected_start_ms)));
+    pending.expected_start_ms =
+        static_cast<std::uint64_t>(std::max<TimeMs>(0, ctx_.from_scheduler_time(*explanation.expected_start_ms)));
   }
   now_lease.summary.detail = pending.explanation;
   pending.lease = now_lease.summary;
   dev_leases_.save(now_lease);
-  sink_.push(action::ToClient{client, std::move(pending), m.header.id});
+  ctx_.sink.push(action::ToClient{client, std::move(pending), m.header.id});
 }
 
-void CoordinatorCore::handle_release_lease(const std::string& client, const Caller& caller,
-                                           const protocol::Envelope& m, const protocol::ReleaseLease& release,
-                                           TimeMs now) {
+void LeaseLifecycle::release(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                             const protocol::ReleaseLease& release, TimeMs now) {
   DevLease* lease = callers_lease(client, caller, m, release.lease_id, "only its owner, ops or admin may release it");
   if (!lease) return;
   if (lease->summary.state == LeaseState::ended) {
-    reply_error(client, m.header.id, Errc::conflict,
-                fmt::format("lease L{} already ended: {}", release.lease_id, lease->summary.detail));
+    ctx_.reply_error(client, m.header.id, Errc::conflict,
+                     fmt::format("lease L{} already ended: {}", release.lease_id, lease->summary.detail));
     return;
   }
   release_lease_chips(*lease, now);
   end_lease(*lease, fmt::format("released by {}", caller.key_name), now);
-  sink_.push(action::ToClient{client, protocol::Ok{fmt::format("lease L{} released", release.lease_id)},
-                                      m.header.id});
+  ctx_.sink.push(
+      action::ToClient{client, protocol::Ok{fmt::format("lease L{} released", release.lease_id)}, m.header.id});
 }
 
-void CoordinatorCore::handle_watch_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                                         const protocol::WatchLease& watch, TimeMs now) {
+void LeaseLifecycle::watch(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                           const protocol::WatchLease& watch, TimeMs now) {
   DevLease* lease = callers_lease(client, caller, m, watch.lease_id, "watch a lease of your own");
   if (!lease) return;
   for (const auto& event : lease->events) {
     if (event.seq > watch.after_seq) {
-      sink_.push(action::ToClient{client, event, m.header.id});
+      ctx_.sink.push(action::ToClient{client, event, m.header.id});
       return;
     }
   }
@@ -133,50 +211,42 @@ void CoordinatorCore::handle_watch_lease(const std::string& client, const Caller
   const bool missed = watch.after_seq < lease->summary.event_seq;
   if (missed || watch.wait_ms == 0 || lease->summary.state == LeaseState::ended ||
       !dev_leases_.park(LeaseWatch{client, m.header.id, watch.lease_id, watch.after_seq, now + watch.wait_ms})) {
-    sink_.push(action::ToClient{client, status_event(*lease, now), m.header.id});
+    ctx_.sink.push(action::ToClient{client, status_event(*lease, now), m.header.id});
   }
 }
 
-DevLease* CoordinatorCore::callers_lease(const std::string& client, const Caller& caller,
-                                                         const protocol::Envelope& m, std::uint64_t lease_id,
-                                                         std::string_view otherwise) {
+DevLease* LeaseLifecycle::callers_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                                        std::uint64_t lease_id, std::string_view otherwise) {
   DevLease* lease = dev_leases_.find(lease_id);
   if (!lease) {
-    reply_error(client, m.header.id, Errc::not_found,
-                fmt::format("no lease L{}; `kiln leases` lists the leases", lease_id));
+    ctx_.reply_error(client, m.header.id, Errc::not_found,
+                     fmt::format("no lease L{}; `kiln leases` lists the leases", lease_id));
     return nullptr;
   }
   if (lease->summary.owner != caller.key_name && !privileged(caller.role)) {
-    reply_error(client, m.header.id, Errc::unauthorized,
-                fmt::format("lease L{} belongs to {}; {}", lease_id, lease->summary.owner, otherwise));
+    ctx_.reply_error(client, m.header.id, Errc::unauthorized,
+                     fmt::format("lease L{} belongs to {}; {}", lease_id, lease->summary.owner, otherwise));
     return nullptr;
   }
   return lease;
 }
 
-std::vector<std::uint64_t> CoordinatorCore::jobs_in_lease(std::uint64_t lease_id) const {
-  std::vector<std::uint64_t> out;
-  for (std::uint64_t id : active_jobs_) {
-    if (jobs_.at(id).lease_id == lease_id) out.push_back(id);
-  }
-  return out;
-}
-
-protocol::LeaseEvent CoordinatorCore::status_event(const DevLease& lease, TimeMs now) const {
+protocol::LeaseEvent LeaseLifecycle::status_event(const DevLease& lease, TimeMs now) const {
   protocol::LeaseEvent event;
   event.seq = lease.summary.event_seq;
   event.kind = LeaseEventKind::status;
   event.lease = lease.summary;
   switch (lease.summary.state) {
     case LeaseState::pending: {
-      const auto request = bridge_.find_request(request_owner::DevLease{lease.summary.lease_id});
+      const auto request = ctx_.bridge.find_request(request_owner::DevLease{lease.summary.lease_id});
       KILN_ASSERT(request.has_value(), "a pending lease has a request in the scheduler");
-      event.message = explanation_text(bridge_.scheduler().explain(*request, to_scheduler_time(now)), now);
+      event.message =
+          scheduling_.explanation_text(ctx_.scheduler().explain(*request, ctx_.to_scheduler_time(now)), now);
       break;
     }
     case LeaseState::granted:
-      event.message = fmt::format("granted; expires in {}",
-                                  human_duration(static_cast<TimeMs>(lease.summary.expires_at_ms) - now));
+      event.message =
+          fmt::format("granted; expires in {}", human_duration(static_cast<TimeMs>(lease.summary.expires_at_ms) - now));
       break;
     case LeaseState::preempting:
       event.message = fmt::format("under preemption notice; revoked in {}",
@@ -189,65 +259,33 @@ protocol::LeaseEvent CoordinatorCore::status_event(const DevLease& lease, TimeMs
   return event;
 }
 
-void CoordinatorCore::lease_event(DevLease& lease, LeaseEventKind kind, std::string message, TimeMs now) {
-  dev_leases_.record_event(lease, kind, std::move(message), jobs_in_lease(lease.summary.lease_id));
-  (void)now;
+void LeaseLifecycle::lease_event(DevLease& lease, LeaseEventKind kind, std::string message) {
+  dev_leases_.record_event(lease, kind, std::move(message), jobs_.in_lease(lease.summary.lease_id));
 }
 
-void CoordinatorCore::end_lease(DevLease& lease, const std::string& why, TimeMs now) {
+void LeaseLifecycle::end_lease(DevLease& lease, const std::string& why, TimeMs now) {
   lease.summary.state = LeaseState::ended;
   lease.summary.placement.clear();
   lease.summary.grace_deadline_ms = 0;
   lease.scheduler_lease.reset();
-  for (std::uint64_t id : jobs_in_lease(lease.summary.lease_id)) {
-    JobRecord& job = jobs_.at(id);
-    if (job.summary.state == JobState::queued) {
-      finish(job, JobState::cancelled, fmt::format("its lease L{} ended: {}", lease.summary.lease_id, why), now);
-    } else if (!job.cancel_requested) {
-      job.cancel_requested = true;
-      save(job);
-      if (auto peer = peer_of(job.summary.node_id)) {
-        to_agent(*peer, protocol::JobCancel{id, fmt::format("its lease L{} ended: {}", lease.summary.lease_id, why)});
-      }
-    }
-  }
-  lease_event(lease, LeaseEventKind::ended, why, now);
+  jobs_.lease_ended(lease.summary.lease_id, why, now);
+  lease_event(lease, LeaseEventKind::ended, why);
   dev_leases_.prune_ended();
 }
 
-void CoordinatorCore::release_lease_chips(DevLease& lease, TimeMs now) {
-  const scheduler::RequestId request = bridge_.request_of(request_owner::DevLease{lease.summary.lease_id});
-  const TimeMs t = to_scheduler_time(now);
-  auto held = bridge_.scheduler().lease_of(request);
+void LeaseLifecycle::release_lease_chips(DevLease& lease, TimeMs now) {
+  const scheduler::RequestId request = ctx_.bridge.request_of(request_owner::DevLease{lease.summary.lease_id});
+  auto held = ctx_.scheduler().lease_of(request);
   if (!held) {
-    if (bridge_.scheduler().is_pending(request)) (void)bridge_.scheduler().cancel(request, t);
+    if (ctx_.scheduler().is_pending(request)) (void)ctx_.scheduler().cancel(request, ctx_.to_scheduler_time(now));
     return;
   }
-  std::vector<scheduler::Scheduler::Handover> handovers;
-  std::vector<std::uint64_t> handed;
-  for (std::uint64_t id : jobs_in_lease(lease.summary.lease_id)) {
-    const JobRecord& job = jobs_.at(id);
-    if (job.summary.state == JobState::queued || attempts_.own_lease(id)) continue;
-    scheduler::Placement placement{job.summary.node_id, {}};
-    for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
-    handovers.push_back({job_request(job), {placement}, to_scheduler_time(job.started_at_ms)});
-    handed.push_back(id);
-  }
-  if (handovers.empty()) {
-    (void)bridge_.scheduler().release(*held, t);
-    return;
-  }
-  auto leases = bridge_.scheduler().transfer_lease(*held, handovers, t);
-  if (!leases) {
-    log(action::Severity::warn, fmt::format("lease L{}: {}", lease.summary.lease_id, leases.error().message));
-    return;
-  }
-  for (std::size_t i = 0; i < handed.size() && i < leases->size(); ++i) attempts_.of(handed[i]).own_lease = (*leases)[i];
+  jobs_.take_over_lease_chips(lease.summary.lease_id, *held, now);
 }
 
-scheduler::Request CoordinatorCore::lease_request(const DevLease& lease) {
+scheduler::Request LeaseLifecycle::lease_request(const DevLease& lease) {
   scheduler::Request req;
-  req.id = bridge_.request_of(request_owner::DevLease{lease.summary.lease_id});
+  req.id = ctx_.bridge.request_of(request_owner::DevLease{lease.summary.lease_id});
   req.name = describe(request_owner::DevLease{lease.summary.lease_id});
   req.cls = to_request_class(lease.summary.priority_class);
   req.chips = lease.summary.nodes > 0 ? 1 : static_cast<int>(lease.summary.chips);
@@ -255,15 +293,15 @@ scheduler::Request CoordinatorCore::lease_request(const DevLease& lease) {
   if (!lease.summary.hardware_revision.empty()) req.revision = lease.summary.hardware_revision;
   req.expected_duration_ms = static_cast<DurationMs>(lease.summary.duration_ms);
   req.lease_ms = req.expected_duration_ms;
-  req.submit_ms = to_scheduler_time(lease.requested_at_ms);
+  req.submit_ms = ctx_.to_scheduler_time(lease.requested_at_ms);
   return req;
 }
 
-Status CoordinatorCore::resubmit_lease(DevLease& lease, TimeMs now) {
+Status LeaseLifecycle::resubmit_lease(DevLease& lease, TimeMs now) {
   scheduler::Request req = lease_request(lease);
-  if (const TimeMs start_at = static_cast<TimeMs>(lease.start_at_ms) - wall_offset_ms_;
+  if (const TimeMs start_at = static_cast<TimeMs>(lease.start_at_ms) - ctx_.clock.wall_offset_ms();
       lease.start_at_ms != 0 && start_at > now) {
-    req.not_before_ms = to_scheduler_time(start_at);
+    req.not_before_ms = ctx_.to_scheduler_time(start_at);
   }
   lease.scheduler_lease.reset();
   lease.recovered_under_notice = false;
@@ -271,10 +309,10 @@ Status CoordinatorCore::resubmit_lease(DevLease& lease, TimeMs now) {
   lease.summary.placement.clear();
   lease.summary.grace_deadline_ms = 0;
   lease.summary.expires_at_ms = 0;
-  return bridge_.scheduler().submit(req, to_scheduler_time(now));
+  return ctx_.scheduler().submit(req, ctx_.to_scheduler_time(now));
 }
 
-void CoordinatorCore::end_due_leases(TimeMs now) {
+void LeaseLifecycle::end_due(TimeMs now) {
   for (auto& [id, lease] : dev_leases_.all()) {
     const auto state = lease.summary.state;
     if (state != LeaseState::granted && state != LeaseState::preempting) continue;
@@ -284,42 +322,31 @@ void CoordinatorCore::end_due_leases(TimeMs now) {
       continue;
     }
     if (state != LeaseState::preempting || now < static_cast<TimeMs>(lease.summary.grace_deadline_ms)) continue;
-    bool jobs_running = false;
-    for (std::uint64_t job_id : jobs_in_lease(id)) jobs_running |= jobs_.at(job_id).summary.state != JobState::queued;
     // Without running jobs the scheduler's own revocation at this deadline does the same,
     // unless the notice predates a coordinator restart and the scheduler does not know of it.
-    if (!jobs_running && !lease.recovered_under_notice) continue;
-    for (std::uint64_t job_id : jobs_in_lease(id)) {
-      JobRecord& job = jobs_.at(job_id);
-      if (job.summary.state == JobState::queued || job.cancel_requested) continue;
-      job.cancel_requested = true;
-      save(job);
-      if (auto peer = peer_of(job.summary.node_id)) {
-        to_agent(*peer, protocol::JobCancel{job_id, fmt::format("lease L{} revoked: its preemption grace ended", id)});
-      }
-    }
+    if (!jobs_.runs_in_lease(id) && !lease.recovered_under_notice) continue;
+    jobs_.cancel_running_in_lease(id, revoked_text(id));
     release_lease_chips(lease, now);
     if (auto s = resubmit_lease(lease, now); !s) {
       end_lease(lease, "revoked after its preemption grace and cannot be queued again: " + s.error().message, now);
       continue;
     }
-    lease_event(lease, LeaseEventKind::requeued, "revoked at the end of its grace; queued again keeping its age", now);
+    lease_event(lease, LeaseEventKind::requeued, "revoked at the end of its grace; queued again keeping its age");
   }
 }
 
-void CoordinatorCore::lease_node_lost(DevLease& lease, const std::string& node_id, TimeMs now) {
+void LeaseLifecycle::lease_node_lost(DevLease& lease, const std::string& node_id, TimeMs now) {
   // The scheduler forgot the request with the node: ask again with the original age.
   if (auto s = resubmit_lease(lease, now); !s) {
-    end_lease(lease, fmt::format("node {} was lost and the lease cannot be queued again: {}", node_id,
-                                 s.error().message),
+    end_lease(lease,
+              fmt::format("node {} was lost and the lease cannot be queued again: {}", node_id, s.error().message),
               now);
     return;
   }
-  lease_event(lease, LeaseEventKind::requeued, fmt::format("node {} was lost; queued again keeping its age", node_id),
-              now);
+  lease_event(lease, LeaseEventKind::requeued, fmt::format("node {} was lost; queued again keeping its age", node_id));
 }
 
-bool CoordinatorCore::runs_on_lease_chips(const JobRecord& job) const {
+bool LeaseLifecycle::runs_on_lease_chips(const JobRecord& job) const {
   auto it = dev_leases_.all().find(job.lease_id);
   if (it == dev_leases_.all().end()) return false;
   const DevLease& lease = it->second;
@@ -333,99 +360,187 @@ bool CoordinatorCore::runs_on_lease_chips(const JobRecord& job) const {
   return false;
 }
 
-void CoordinatorCore::recover_lease(LeaseRecord record, TimeMs now) {
-  const std::uint64_t id = record.summary.lease_id;
-  DevLease recovered;
-  recovered.summary = record.summary;
-  DevLease& lease = dev_leases_.add(std::move(recovered));
-  lease.requested_at_ms = record.requested_at_ms;
-  lease.start_at_ms = record.start_at_ms;
-  lease.summary.job_ids = jobs_in_lease(id);
-  const LeaseState state = lease.summary.state;
-  if (state == LeaseState::ended) return;
-  auto requeue = [&](const std::string& why) {
-    if (auto s = resubmit_lease(lease, now); !s) {
-      end_lease(lease, fmt::format("{}; it cannot be queued again: {}", why, s.error().message), now);
-      return;
-    }
-    lease_event(lease, LeaseEventKind::requeued, why + "; queued again keeping its age", now);
-  };
-  if (state == LeaseState::pending) {
-    if (auto s = resubmit_lease(lease, now); !s) {
-      end_lease(lease, "cannot be queued again after the coordinator restarted: " + s.error().message, now);
-    }
-    return;
-  }
-  if (static_cast<TimeMs>(lease.summary.expires_at_ms) <= now) {
-    end_lease(lease, "expired while the coordinator was down", now);
-    return;
-  }
-  // Granted, or under notice: the same chips are held again, from when they were granted, so
-  // the expiry stays; the nodes have until the liveness timeout to register (mark_node_lost).
-  std::vector<scheduler::Placement> placement;
-  for (const auto& p : lease.summary.placement) {
-    auto node = registry_.nodes().find(p.node_id);
-    if (node == registry_.nodes().end() || node->second.summary.state == NodeState::lost) {
-      requeue(fmt::format("its node {} was lost when the coordinator restarted", p.node_id));
-      return;
-    }
-    scheduler::Placement held{p.node_id, {}};
-    for (std::uint32_t chip : p.chip_indices) held.chips.push_back(static_cast<int>(chip));
-    placement.push_back(std::move(held));
-  }
-  const scheduler::Request req = lease_request(lease);
-  auto held = bridge_.scheduler().restore_lease(req, placement, to_scheduler_time(static_cast<TimeMs>(lease.summary.granted_at_ms)),
-                                       to_scheduler_time(now));
-  if (!held) {
-    requeue("its chips could not be held again after the coordinator restarted (" + held.error().message + ")");
-    return;
-  }
-  lease.scheduler_lease = *held;
-  lease.recovered_under_notice = state == LeaseState::preempting;
-  log(action::Severity::info, fmt::format("lease L{} ({}) holds its chips again until {}", id, lease.summary.owner,
-                                          clock_text(static_cast<TimeMs>(lease.summary.expires_at_ms))));
-}
-
-void CoordinatorCore::answer_watches(TimeMs now) {
+void LeaseLifecycle::answer_watches(TimeMs now) {
   for (const LeaseWatch& w : dev_leases_.take_due_watches(now)) {
-    sink_.to_client(w.client, status_event(*dev_leases_.find(w.lease_id), now), w.corr);
+    ctx_.sink.to_client(w.client, status_event(*dev_leases_.find(w.lease_id), now), w.corr);
   }
 }
 
-// Jobs inside a developer lease run on its chips, first come first served.
-void CoordinatorCore::dispatch_lease_jobs(TimeMs now) {
+void LeaseLifecycle::dispatch_jobs(TimeMs now) {
   for (auto& [lease_id, lease] : dev_leases_.all()) {
     if (lease.summary.state != LeaseState::granted) continue;
-    std::vector<std::uint64_t> ids = jobs_in_lease(lease_id);
-    std::map<std::string, std::set<std::uint32_t>> busy;
-    for (std::uint64_t id : ids) {
-      const JobRecord& job = jobs_.at(id);
-      if (job.summary.state == JobState::queued) continue;
-      busy[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
+    jobs_.dispatch_in_lease(lease.summary, now);
+    lease.summary.job_ids = jobs_.in_lease(lease_id);
+  }
+}
+
+DevLease* LeaseLifecycle::lease_holding(std::uint64_t lease_id, std::optional<scheduler::LeaseId> lease) {
+  DevLease* dev = dev_leases_.find(lease_id);
+  if (!dev || dev->scheduler_lease != lease) return nullptr;
+  return dev;
+}
+
+void LeaseLifecycle::node_lost(const std::string& node_id, TimeMs now) {
+  std::vector<std::uint64_t> leases_here;
+  for (const auto& [id, lease] : dev_leases_.all()) {
+    const auto request = ctx_.bridge.find_request(request_owner::DevLease{id});
+    if (!lease.scheduler_lease || !request || ctx_.scheduler().lease_of(*request) != lease.scheduler_lease) continue;
+    const bool here = std::any_of(lease.summary.placement.begin(), lease.summary.placement.end(),
+                                  [&](const protocol::LeasePlacement& p) { return p.node_id == node_id; });
+    if (here) leases_here.push_back(id);
+  }
+  // Collected first: ending a lease may prune ended ones from dev_leases_.all().
+  for (std::uint64_t id : leases_here) {
+    (void)ctx_.scheduler().cancel(ctx_.bridge.request_of(request_owner::DevLease{id}), ctx_.to_scheduler_time(now));
+    lease_node_lost(dev_leases_.all().at(id), node_id, now);
+  }
+}
+
+void LeaseLifecycle::granted(const scheduler::LeaseGranted& granted, std::uint64_t lease_id, TimeMs now) {
+  DevLease* lease = dev_leases_.find(lease_id);
+  if (!lease || lease->summary.state != LeaseState::pending) {
+    // Released in the same step that granted it: give the chips straight back.
+    if (ctx_.scheduler().lease_of(granted.request) == granted.lease) {
+      (void)ctx_.scheduler().release(granted.lease, ctx_.to_scheduler_time(now));
     }
-    for (std::uint64_t id : ids) {
-      JobRecord& job = jobs_.at(id);
-      if (job.summary.state != JobState::queued) continue;
-      for (const auto& p : lease.summary.placement) {
-        if (!registry_.has_session(p.node_id)) continue;
-        // Only chips the node reported healthy in its latest hello.
-        std::set<std::uint32_t> reported;
-        for (const auto& chip : registry_.nodes().at(p.node_id).summary.chips) {
-          if (chip.healthy) reported.insert(chip.index);
-        }
-        std::vector<std::uint32_t> free;
-        for (std::uint32_t chip : p.chip_indices) {
-          if (reported.count(chip) && !busy[p.node_id].count(chip) && free.size() < job.summary.chips) {
-            free.push_back(chip);
-          }
-        }
-        if (free.size() < job.summary.chips) continue;
-        busy[p.node_id].insert(free.begin(), free.end());
-        start_attempt(job, p.node_id, std::move(free), now);
-        break;
+    return;
+  }
+  lease->scheduler_lease = granted.lease;
+  lease->summary.state = LeaseState::granted;
+  lease->summary.granted_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, now));
+  lease->summary.expires_at_ms =
+      static_cast<std::uint64_t>(std::max<TimeMs>(0, ctx_.from_scheduler_time(granted.expires_at_ms)));
+  lease->summary.grace_deadline_ms = 0;
+  lease->summary.placement.clear();
+  std::vector<std::string> where;
+  for (const auto& p : granted.placement) {
+    protocol::LeasePlacement placement{p.node, {}};
+    for (int chip : p.chips) placement.chip_indices.push_back(static_cast<std::uint32_t>(chip));
+    where.push_back(fmt::format("{} chips [{}]", p.node, fmt::join(p.chips, ",")));
+    lease->summary.placement.push_back(std::move(placement));
+  }
+  lease_event(*lease, LeaseEventKind::granted,
+              fmt::format("granted {} until {}{}", fmt::join(where, " and "),
+                          ctx_.clock.text(static_cast<TimeMs>(lease->summary.expires_at_ms)),
+                          granted.borrowed ? " (on borrowed capacity: reclaimed first)" : ""));
+}
+
+void LeaseLifecycle::preempt_notice(const scheduler::PreemptNotice& notice, std::uint64_t lease_id, TimeMs grace_ms,
+                                    const std::string& reason, TimeMs now) {
+  DevLease* lease = lease_holding(lease_id, notice.lease);
+  if (!lease) return;
+  const auto deadline = static_cast<std::uint64_t>(std::max<TimeMs>(0, now + grace_ms));
+  // A notice given before a coordinator restart still holds: the earlier deadline stands.
+  const bool noticed = lease->summary.state == LeaseState::preempting && lease->summary.grace_deadline_ms > 0;
+  lease->summary.grace_deadline_ms = noticed ? std::min(lease->summary.grace_deadline_ms, deadline) : deadline;
+  lease->summary.state = LeaseState::preempting;
+  jobs_.warn_of_preemption_in_lease(lease_id, grace_ms, reason);
+  lease_event(*lease, LeaseEventKind::preempt_notice,
+              fmt::format("{}: release the lease in {} (at {}); it is then revoked and queued again keeping "
+                          "its age",
+                          reason, human_duration(grace_ms), ctx_.clock.text(now + grace_ms, grace_ms < kHourMs)));
+}
+
+void LeaseLifecycle::revoked(const scheduler::Revoke& revoke, std::uint64_t lease_id) {
+  if (!lease_holding(lease_id, revoke.lease)) return;
+  jobs_.cancel_running_in_lease(lease_id, revoked_text(lease_id));
+}
+
+void LeaseLifecycle::requeued(const scheduler::Requeued& requeued, std::uint64_t lease_id, TimeMs) {
+  DevLease* lease = lease_holding(lease_id, requeued.previous_lease);
+  if (!lease) return;
+  lease->scheduler_lease.reset();
+  lease->summary.state = LeaseState::pending;
+  lease->summary.placement.clear();
+  lease->summary.grace_deadline_ms = 0;
+  lease->summary.expires_at_ms = 0;
+  lease_event(*lease, LeaseEventKind::requeued, "preempted; queued again keeping its age");
+}
+
+void LeaseLifecycle::lease_lost(const scheduler::LeaseLost& lost, std::uint64_t lease_id, TimeMs now) {
+  if (DevLease* lease = lease_holding(lease_id, lost.lease)) lease_node_lost(*lease, lost.node, now);
+}
+
+void LeaseLifecycle::lease_expired(const scheduler::LeaseExpired& expired, std::uint64_t lease_id, TimeMs now) {
+  if (DevLease* lease = lease_holding(lease_id, expired.lease)) end_lease(*lease, "expired", now);
+}
+
+// ---- the job table's side of developer leases: the jobs that run inside them
+
+void JobTable::cancel_running_in_lease(std::uint64_t lease_id, const std::string& why) {
+  for (std::uint64_t id : in_lease(lease_id)) {
+    JobRecord& job = jobs_.at(id);
+    if (job.summary.state == JobState::queued || job.cancel_requested) continue;
+    request_cancel(job, why);
+  }
+}
+
+void JobTable::dispatch_in_lease(const protocol::LeaseSummary& lease, TimeMs now) {
+  std::vector<std::uint64_t> ids = in_lease(lease.lease_id);
+  std::map<std::string, std::set<std::uint32_t>> busy;
+  for (std::uint64_t id : ids) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.summary.state == JobState::queued) continue;
+    busy[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
+  }
+  for (std::uint64_t id : ids) {
+    JobRecord& job = jobs_.at(id);
+    if (job.summary.state != JobState::queued) continue;
+    for (const auto& p : lease.placement) {
+      if (!ctx_.registry.has_session(p.node_id)) continue;
+      // Only chips the node reported healthy in its latest hello.
+      std::set<std::uint32_t> reported;
+      for (const auto& chip : ctx_.registry.nodes().at(p.node_id).summary.chips) {
+        if (chip.healthy) reported.insert(chip.index);
       }
+      std::vector<std::uint32_t> free;
+      for (std::uint32_t chip : p.chip_indices) {
+        if (reported.count(chip) && !busy[p.node_id].count(chip) && free.size() < job.summary.chips) {
+          free.push_back(chip);
+        }
+      }
+      if (free.size() < job.summary.chips) continue;
+      busy[p.node_id].insert(free.begin(), free.end());
+      start_attempt(job, p.node_id, std::move(free), now);
+      break;
     }
-    lease.summary.job_ids = jobs_in_lease(lease_id);
+  }
+}
+
+void JobTable::take_over_lease_chips(std::uint64_t lease_id, scheduler::LeaseId held, TimeMs now) {
+  const TimeMs t = ctx_.to_scheduler_time(now);
+  std::vector<scheduler::Scheduler::Handover> handovers;
+  std::vector<std::uint64_t> handed;
+  for (std::uint64_t id : in_lease(lease_id)) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.summary.state == JobState::queued || attempts_.own_lease(id)) continue;
+    scheduler::Placement placement{job.summary.node_id, {}};
+    for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
+    handovers.push_back({job_request(job), {placement}, ctx_.to_scheduler_time(job.started_at_ms)});
+    handed.push_back(id);
+  }
+  if (handovers.empty()) {
+    (void)ctx_.scheduler().release(held, t);
+    return;
+  }
+  auto leases = ctx_.scheduler().transfer_lease(held, handovers, t);
+  if (!leases) {
+    ctx_.log(action::Severity::warn, fmt::format("lease L{}: {}", lease_id, leases.error().message));
+    return;
+  }
+  for (std::size_t i = 0; i < handed.size() && i < leases->size(); ++i)
+    attempts_.of(handed[i]).own_lease = (*leases)[i];
+}
+
+void JobTable::lease_ended(std::uint64_t lease_id, const std::string& why, TimeMs now) {
+  for (std::uint64_t id : in_lease(lease_id)) {
+    JobRecord& job = jobs_.at(id);
+    const std::string reason = fmt::format("its lease L{} ended: {}", lease_id, why);
+    if (job.summary.state == JobState::queued) {
+      finish(job, JobState::cancelled, reason, now);
+    } else if (!job.cancel_requested) {
+      request_cancel(job, reason);
+    }
   }
 }
 

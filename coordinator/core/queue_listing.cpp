@@ -1,11 +1,13 @@
 // `list_queue`: the scheduler's queue as people see it, each waiting job or lease with why it
 // waits and when it should start. Read-only: it changes nothing in the core or the scheduler.
-#include "coordinator/core/coordinator_core.h"
+#include "coordinator/core/scheduler_decisions.h"
 
 #include <algorithm>
 
 #include "common/exhaustive.h"
 #include "common/text/utf8.h"
+#include "coordinator/core/job_attempts.h"
+#include "coordinator/core/lease_lifecycle.h"
 
 namespace kiln::coordinator {
 
@@ -14,31 +16,31 @@ namespace {
 constexpr std::size_t kMaxQueueListBytes = 512 * 1024;
 }  // namespace
 
-protocol::QueueList CoordinatorCore::queue_list(const protocol::ListQueue& request, TimeMs now) const {
+protocol::QueueList SchedulerDecisions::queue_list(const protocol::ListQueue& request, TimeMs now) const {
   protocol::QueueList out;
   std::size_t bytes = 0;
-  for (const scheduler::Explanation& e : bridge_.scheduler().explain_queue(to_scheduler_time(now))) {
-    const auto owner = bridge_.owner_of(e.request);
+  for (const scheduler::Explanation& e : ctx_.scheduler().explain_queue(ctx_.to_scheduler_time(now))) {
+    const auto owner = ctx_.bridge.owner_of(e.request);
     if (!owner) continue;
     protocol::QueueEntry entry;
     const bool listed = std::visit(
         Exhaustive{
             [&](const request_owner::Job& o) {
-              auto it = jobs_.find(o.job_id);
-              if (it == jobs_.end()) return false;
-              const protocol::JobSummary& job = it->second.summary;
+              const JobRecord* record = jobs_.find(o.job_id);
+              if (!record) return false;
+              const protocol::JobSummary& job = record->summary;
               entry.job_id = job.job_id;
               entry.priority_class = job.priority_class;
               entry.owner = job.submitted_by;
               entry.workload = job.workload;
               entry.chips = job.chips;
               entry.hardware_revision = job.hardware_revision;
-              entry.node_id = it->second.requested_node_id;
-              entry.queued_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, it->second.submitted_at_ms));
+              entry.node_id = record->requested_node_id;
+              entry.queued_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, record->submitted_at_ms));
               return true;
             },
             [&](const request_owner::DevLease& o) {
-              const DevLease* lease = dev_leases_.find(o.lease_id);
+              const DevLease* lease = leases_.find(o.lease_id);
               if (!lease) return false;
               const protocol::LeaseSummary& l = lease->summary;
               entry.lease_id = l.lease_id;
@@ -61,7 +63,8 @@ protocol::QueueList CoordinatorCore::queue_list(const protocol::ListQueue& reque
       bytes += entry.reasons.back().size();
     }
     if (e.expected_start_ms) {
-      entry.expected_start_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, to_wall_time(*e.expected_start_ms)));
+      entry.expected_start_ms =
+          static_cast<std::uint64_t>(std::max<TimeMs>(0, ctx_.from_scheduler_time(*e.expected_start_ms)));
     }
     bytes += 256;
     if (out.entries.size() >= request.limit || bytes > kMaxQueueListBytes) {

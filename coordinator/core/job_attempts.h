@@ -1,0 +1,180 @@
+// The job table: every job the coordinator knows, the state machine of each active job's
+// attempts (job_attempt.h), where each attempt ran, and the attempts nodes are stopping. It
+// takes submissions and cancels, what agents report about jobs, and the scheduler's decisions
+// about jobs' own requests; it starts, fails over, requeues and ends attempts.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/protocol/codec.h"
+#include "common/protocol/messages.h"
+#include "coordinator/core/core_context.h"
+#include "coordinator/core/job_attempt.h"
+#include "coordinator/core/records.h"
+#include "coordinator/scheduler/scheduler.h"
+
+namespace kiln::coordinator {
+
+class LeaseLifecycle;
+class SchedulerDecisions;
+
+class JobTable {
+ public:
+  JobTable(CoreContext context, const LeaseLifecycle& leases, SchedulerDecisions& scheduling)
+      : ctx_(context), leases_(leases), scheduling_(scheduling) {}
+
+  // ---- recovery: the jobs from the store, then (once the leases are back) the queued ones
+  // given to the scheduler again keeping their age; returns how many were.
+  void recover(std::vector<JobRecord> jobs);
+  std::size_t requeue_recovered(TimeMs now);
+
+  // ---- views
+  const std::map<std::uint64_t, JobRecord>& all() const { return jobs_; }
+  const JobRecord* find(std::uint64_t job_id) const;
+  std::size_t active_count() const { return active_jobs_.size(); }
+  // The active jobs of a developer lease.
+  std::vector<std::uint64_t> in_lease(std::uint64_t lease_id) const;
+  // Whether a job of the lease is assigned or running.
+  bool runs_in_lease(std::uint64_t lease_id) const;
+  protocol::JobList list(const protocol::ListJobs& request) const;
+  // The chips active jobs use, by node.
+  std::map<std::string, std::set<std::uint32_t>> chips_in_use() const;
+  // The node each queued maintenance job waits for, with the job.
+  std::map<std::string, std::uint64_t> maintenance_waiting() const;
+  // How many jobs a node was told to stop without their chips being held.
+  std::size_t unheld_stopping_on(const std::string& node_id) const;
+  std::optional<TimeMs> next_deadline() const;
+
+  // ---- clients
+  void submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+              const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now);
+  void cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+              const protocol::CancelJob& cancel, TimeMs now);
+  void get(const std::string& client, std::uint64_t corr, const protocol::GetJob& get) const;
+
+  // ---- agents
+  void job_started(const std::string& node_id, const protocol::JobStarted& started);
+  // The job whose current attempt this result ended, if it did.
+  const JobRecord* job_finished(const std::string& node_id, const protocol::JobFinished& finished, TimeMs now);
+  // A hello's jobs: those it reports get their chips back, those it no longer runs are failed
+  // over, those it is told to stop (welcome.cancel_jobs) keep their chips until gone.
+  struct HelloOutcome {
+    std::vector<std::uint64_t> stopped;  // earlier attempts the node no longer runs
+    std::size_t lost = 0;                // attempts failed over
+  };
+  HelloOutcome reconcile_hello(const NodeRecord& node, const protocol::Hello& hello, protocol::Welcome& welcome,
+                               TimeMs now);
+  // After the welcome: cancels decided while the node had no session go out, and attempts
+  // waiting for the stopped ones start.
+  void resume_on(const std::string& peer, const std::string& node_id, const std::set<std::uint64_t>& running,
+                 const std::vector<std::uint64_t>& stopped, TimeMs now);
+  void reconcile_heartbeat(const std::string& peer, const std::string& node_id, const protocol::Heartbeat& beat,
+                           TimeMs now);
+  // The node was lost: nothing it was stopping is waited for (first, before the scheduler
+  // learns it), then its attempts are failed over; returns how many were.
+  void forget_stopping_on(const std::string& node_id) { stopping_on_node_.erase(node_id); }
+  std::size_t fail_over_from(const std::string& node_id, TimeMs now);
+  // CI jobs that failed on a node now quarantined run again on a healthy node of its revision.
+  void rerun_failures_of(const NodeRecord& node, TimeMs now);
+
+  // ---- ticks
+  void time_out_overdue(TimeMs now);
+  // Stopping attempts that do not report their end are waited for no longer than a silent node.
+  void give_up_stopping(TimeMs now);
+  // Revokes, before the scheduler's own timer would, the jobs whose grace has ended: their
+  // chips stay held until the attempt has stopped, the job is queued again keeping its age.
+  void revoke_due(TimeMs now);
+
+  // ---- developer leases
+  // The lease ended: its queued jobs are cancelled, its running ones told to stop.
+  void lease_ended(std::uint64_t lease_id, const std::string& why, TimeMs now);
+  void cancel_running_in_lease(std::uint64_t lease_id, const std::string& why);
+  // The lease gives back `held`: its running jobs keep their chips as leases of their own.
+  void take_over_lease_chips(std::uint64_t lease_id, scheduler::LeaseId held, TimeMs now);
+  // Queued jobs of a granted lease start on its free chips, first come first served.
+  void dispatch_in_lease(const protocol::LeaseSummary& lease, TimeMs now);
+  void warn_of_preemption_in_lease(std::uint64_t lease_id, TimeMs grace_ms, const std::string& reason);
+
+  // ---- the scheduler's decisions about a job's own request
+  void granted(const scheduler::LeaseGranted& granted, std::uint64_t job_id, TimeMs now);
+  void preempt_notice(const scheduler::PreemptNotice& notice, std::uint64_t job_id, TimeMs grace_ms,
+                      const std::string& reason, TimeMs now);
+  void revoked(const scheduler::Revoke& revoke, std::uint64_t job_id);
+  void requeued(const scheduler::Requeued& requeued, std::uint64_t job_id, TimeMs now);
+  void lease_lost(const scheduler::LeaseLost& lost, std::uint64_t job_id, TimeMs now);
+  void lease_expired(const scheduler::LeaseExpired& expired, std::uint64_t job_id, TimeMs now);
+
+ private:
+  // Why a submission is refused, if it is: the caller's role, the lease, the node, the queue.
+  std::optional<Error> refuse_submit(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id);
+  std::optional<Error> refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
+                                              std::uint64_t lease_id);
+  // Returns the jobs whose chips could not be given back (to be failed over).
+  std::vector<std::uint64_t> reconcile_reported_jobs(const protocol::Hello& hello, protocol::Welcome& welcome,
+                                                     TimeMs now);
+  std::size_t fail_vanished_jobs(const protocol::Hello& hello, TimeMs now);
+  void hold_chips_told_to_stop(const NodeRecord& node, const std::vector<std::uint64_t>& cancelled, TimeMs now);
+  bool may_rerun(const JobRecord& job, const NodeRecord& node, TimeMs now) const;
+  void rerun(std::uint64_t job_id, const NodeRecord& node, TimeMs now);
+  // A running attempt is told to stop; the job ends when its result comes.
+  void request_cancel(JobRecord& job, const std::string& why);
+  // One attempt of an active job ended without a result from the agent (node lost, agent
+  // restarted without it): requeue while attempts remain, otherwise the job is lost.
+  void attempt_lost(JobRecord& job, const std::string& why, TimeMs now);
+  void finish(JobRecord& job, protocol::JobState state, std::string detail, TimeMs now);
+  void start_attempt(JobRecord& job, const std::string& node_id, std::vector<std::uint32_t> chips, TimeMs now);
+  // The old attempt of a revoked job has stopped (or can no longer be waited for): a new attempt
+  // waiting for it starts.
+  void attempt_stopped(std::uint64_t job_id, TimeMs now);
+  // An attempt told to stop that does not report its end is waited for no longer than a silent
+  // node would be.
+  TimeMs stopping_given_up_at(TimeMs since_ms) const {
+    return since_ms + ctx_.knobs.job_timeout_slack_ms + ctx_.knobs.liveness_timeout_ms();
+  }
+  void send_job_start(const JobRecord& job);
+  void send_preempt(const JobRecord& job, TimeMs grace_ms, const std::string& reason);
+  void hold_stopping_chips(std::uint64_t job_id, const std::string& node_id, const std::vector<std::uint32_t>& chips,
+                           TimeMs now);
+  // An attempt a node was told to stop is gone: its held chips are free again.
+  void old_attempt_gone(std::uint64_t job_id, const std::string& node_id, TimeMs now);
+  // Starts deferred on a node until the jobs it stops without held chips are gone: go now if
+  // they are.
+  void start_deferred_on(const std::string& node_id, TimeMs now);
+  // A new hold request (its id allocated) for chips of a stopping attempt on a node.
+  scheduler::Request stop_hold_request(std::uint64_t job_id, const std::string& node_id, std::size_t chips, TimeMs now);
+  // The chips a job holds as a scheduler lease of its own pass to a hold in one step: its attempt
+  // is being stopped, and nothing new starts on them until it is gone.
+  Status hold_chips_of_stopping_job(const JobRecord& job, TimeMs now);
+  scheduler::Request job_request(const JobRecord& job);
+  Status submit_to_scheduler(const JobRecord& job, TimeMs now);
+  // Ends whatever the scheduler holds for a job of its own (pending request or lease).
+  void forget_request(JobRecord& job, TimeMs now);
+  // The active job a decision is about, if the job still holds `lease`.
+  JobRecord* job_holding(std::uint64_t job_id, scheduler::LeaseId lease);
+
+  CoreContext ctx_;
+  const LeaseLifecycle& leases_;
+  SchedulerDecisions& scheduling_;
+  std::map<std::uint64_t, JobRecord> jobs_;
+  std::set<std::uint64_t> active_jobs_;  // queued, assigned or running
+  std::uint64_t next_job_id_ = 1;
+  // The phase of each job's current attempt, the chips it holds as a lease of its own, and an
+  // earlier attempt still stopping (job_attempt.h). A new attempt granted on the node where an
+  // earlier one is still being stopped starts only once it has (the agent knows a job by its id
+  // and would take the start for a duplicate); until then the job holds its chips as `assigned`.
+  AttemptBook attempts_;
+  // Where each job's latest attempt ran, to hold its chips while it is being stopped.
+  std::map<std::uint64_t, std::map<std::string, std::vector<std::uint32_t>>> last_placement_;
+  // Jobs a node was told to stop because they are no longer its (after a partition, say), by
+  // node, with when: the node takes no new work until they are gone from its heartbeats, so
+  // nothing new starts on chips a stopping workload still uses.
+  std::map<std::string, std::map<std::uint64_t, TimeMs>> stopping_on_node_;
+};
+
+}  // namespace kiln::coordinator
