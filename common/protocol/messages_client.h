@@ -1,0 +1,454 @@
+// Protocol v1: what clients (kiln, the qualifier) ask of the coordinator and its answers: jobs,
+// nodes, leases and the queue (docs/protocol.md, "Clients" and "Leases").
+#pragma once
+
+#include "common/protocol/messages_types.h"
+
+namespace kiln::protocol {
+
+// ---- clients ---------------------------------------------------------------------------
+
+struct Whoami {
+  static constexpr std::string_view kType = "whoami";
+  template <class V>
+  void visit(V&) {}
+};
+
+struct WhoamiReply {
+  static constexpr std::string_view kType = "whoami_reply";
+  std::string key_name;
+  Role role = Role::developer;
+  std::uint32_t protocol_version = kProtocolVersion;
+  std::string coordinator_version;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("key_name", key_name, kIdentifier);
+    v.field("role", role);
+    v.field("protocol_version", protocol_version, Range{1, 1000});
+    v.field("coordinator_version", coordinator_version, kVersionString);
+  }
+};
+
+struct SubmitJob {
+  static constexpr std::string_view kType = "submit_job";
+  std::string workload;
+  std::vector<std::string> args;
+  std::uint32_t chips = 1;
+  std::string hardware_revision;  // empty = any
+  std::string node_id;            // empty = any node
+  std::uint32_t timeout_ms = 600000;
+  PriorityClass priority_class = PriorityClass::experiment;
+  std::uint32_t max_attempts = 2;
+  std::uint64_t seed = 0;
+  BenchmarkSpec benchmark;
+  std::string bundle_id;    // the stack bundle it runs (its content hash); empty: none named
+  std::string config_hash;  // SHA-256 of the job's canonical config, from the submitter
+
+  template <class V>
+  void visit(V& v) {
+    v.field("workload", workload, kIdentifier);
+    v.field("args", args, Count{0, 64}, kArgument);
+    v.field("chips", chips, Range{1, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("node_id", node_id, Str{0, 64});
+    v.field("timeout_ms", timeout_ms, kTimeoutMs);
+    v.field("priority_class", priority_class);
+    v.field("max_attempts", max_attempts, Range{1, 10});
+    v.field("seed", seed, kU64);
+    v.field("benchmark", benchmark);
+    v.field("bundle_id", bundle_id, kBundleId);
+    v.field("config_hash", config_hash, kBundleId);
+  }
+};
+
+struct JobAccepted {
+  static constexpr std::string_view kType = "job_accepted";
+  std::uint64_t job_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+  }
+};
+
+struct ListNodes {
+  static constexpr std::string_view kType = "list_nodes";
+  template <class V>
+  void visit(V&) {}
+};
+
+struct NodeList {
+  static constexpr std::string_view kType = "node_list";
+  std::vector<NodeSummary> nodes;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("nodes", nodes, Count{0, 4096});
+  }
+};
+
+struct ListJobs {
+  static constexpr std::string_view kType = "list_jobs";
+  std::uint32_t limit = 50;
+  bool active_only = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("limit", limit, Range{1, 1000});
+    v.field("active_only", active_only);
+  }
+};
+
+struct JobList {
+  static constexpr std::string_view kType = "job_list";
+  std::vector<JobSummary> jobs;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("jobs", jobs, Count{0, 1000});
+  }
+};
+
+struct GetJob {
+  static constexpr std::string_view kType = "get_job";
+  std::uint64_t job_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+  }
+};
+
+struct JobDetail {
+  static constexpr std::string_view kType = "job_detail";
+  JobSummary job;
+  std::string output_tail;
+  std::string result;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job", job);
+    v.field("output_tail", output_tail, kOutputTail);
+    v.field("result", result, kResultDocument);
+  }
+};
+
+struct CancelJob {
+  static constexpr std::string_view kType = "cancel_job";
+  std::uint64_t job_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+  }
+};
+
+// Stop (drain = true) or resume (drain = false) dispatching new work to a node.
+struct DrainNode {
+  static constexpr std::string_view kType = "drain_node";
+  std::string node_id;
+  bool drain = true;
+  std::string reason;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("drain", drain);
+    v.field("reason", reason, kMessageText);
+  }
+};
+
+
+// ---- leases (docs/protocol.md, "Leases") ----------------------------------------------
+
+// pending: queued in the scheduler. granted: holds its chips. preempting: under a preemption
+// notice until grace_deadline_ms, then revoked and queued again keeping its age. ended: gone.
+enum class LeaseState { pending, granted, preempting, ended };
+constexpr EnumTable<LeaseState, 4> enum_names(LeaseState) {
+  return {{
+      {LeaseState::pending, "pending"},
+      {LeaseState::granted, "granted"},
+      {LeaseState::preempting, "preempting"},
+      {LeaseState::ended, "ended"},
+  }};
+}
+
+// status: nothing new before the watch's wait ran out (progress while pending).
+enum class LeaseEventKind { status, granted, preempt_notice, requeued, ended };
+constexpr EnumTable<LeaseEventKind, 5> enum_names(LeaseEventKind) {
+  return {{
+      {LeaseEventKind::status, "status"},
+      {LeaseEventKind::granted, "granted"},
+      {LeaseEventKind::preempt_notice, "preempt_notice"},
+      {LeaseEventKind::requeued, "requeued"},
+      {LeaseEventKind::ended, "ended"},
+  }};
+}
+
+struct LeasePlacement {
+  std::string node_id;
+  std::vector<std::uint32_t> chip_indices;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("chip_indices", chip_indices, Count{1, 64}, kChipIndex);
+  }
+};
+
+// Times are the coordinator's wall clock in milliseconds since the Unix epoch; 0 = not (yet).
+struct LeaseSummary {
+  std::uint64_t lease_id = 0;
+  LeaseState state = LeaseState::pending;
+  PriorityClass priority_class = PriorityClass::experiment;
+  std::string owner;  // the key that requested it
+  std::uint32_t chips = 0;
+  std::uint32_t nodes = 0;
+  std::string hardware_revision;  // requested; empty = any
+  std::uint64_t duration_ms = 0;
+  std::vector<LeasePlacement> placement;
+  std::uint64_t requested_at_ms = 0;
+  std::uint64_t granted_at_ms = 0;
+  std::uint64_t expires_at_ms = 0;
+  std::uint64_t grace_deadline_ms = 0;
+  std::vector<std::uint64_t> job_ids;  // jobs submitted into it that are queued or running
+  std::string detail;                  // why it is pending, under notice or ended, for people
+  std::uint64_t event_seq = 0;         // seq of its latest lease_event: watch from here
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+    v.field("state", state);
+    v.field("priority_class", priority_class);
+    v.field("owner", owner, Str{0, 64});
+    v.field("chips", chips, Range{0, 64});
+    v.field("nodes", nodes, Range{0, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("duration_ms", duration_ms, kU64);
+    v.field("placement", placement, Count{0, 64});
+    v.field("requested_at_ms", requested_at_ms, kU64);
+    v.field("granted_at_ms", granted_at_ms, kU64);
+    v.field("expires_at_ms", expires_at_ms, kU64);
+    v.field("grace_deadline_ms", grace_deadline_ms, kU64);
+    v.field("job_ids", job_ids, Count{0, 1024}, kU64);
+    v.field("detail", detail, kMessageText);
+    v.field("event_seq", event_seq, kU64);
+  }
+};
+
+// Chips held for a developer without a workload: `chips` (1, 2, 4 or 8) on one node, or
+// `nodes` whole nodes (then chips = 0). Developers may only ask for class experiment.
+struct RequestLease {
+  static constexpr std::string_view kType = "request_lease";
+  std::uint32_t chips = 8;
+  std::uint32_t nodes = 0;
+  std::string hardware_revision;  // empty = any
+  std::uint64_t duration_ms = 3600000;
+  PriorityClass priority_class = PriorityClass::experiment;
+  // A window booked ahead (a release qualification): not granted before this time, and the
+  // nodes are held for it meanwhile (ms since the epoch; 0 = as soon as possible).
+  std::uint64_t start_at_ms = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("chips", chips, Range{0, 64});
+    v.field("nodes", nodes, Range{0, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("duration_ms", duration_ms, Range{60000, 7LL * 24 * 3600 * 1000});
+    v.field("priority_class", priority_class);
+    v.field("start_at_ms", start_at_ms, kU64);
+  }
+};
+
+// Reply to request_lease when the chips were granted at once.
+struct LeaseGranted {
+  static constexpr std::string_view kType = "lease_granted";
+  LeaseSummary lease;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease", lease);
+  }
+};
+
+// Reply to request_lease when it has to wait: why, and when it is expected to start.
+struct LeasePending {
+  static constexpr std::string_view kType = "lease_pending";
+  LeaseSummary lease;
+  std::string explanation;
+  std::uint64_t expected_start_ms = 0;  // 0: no eligible capacity in sight
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease", lease);
+    v.field("explanation", explanation, kMessageText);
+    v.field("expected_start_ms", expected_start_ms, kU64);
+  }
+};
+
+// Ends a lease (pending or granted) and cancels the jobs running in it. Replied to with ok.
+struct ReleaseLease {
+  static constexpr std::string_view kType = "release_lease";
+  std::uint64_t lease_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+  }
+};
+
+struct ListLeases {
+  static constexpr std::string_view kType = "list_leases";
+  bool include_ended = false;  // also the most recently ended ones
+
+  template <class V>
+  void visit(V& v) {
+    v.field("include_ended", include_ended);
+  }
+};
+
+struct LeaseList {
+  static constexpr std::string_view kType = "lease_list";
+  std::vector<LeaseSummary> leases;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("leases", leases, Count{0, 1000});
+  }
+};
+
+// Long poll: answered with the first lease_event whose seq is above after_seq, or with a
+// status event (seq unchanged) once wait_ms passes without one.
+struct WatchLease {
+  static constexpr std::string_view kType = "watch_lease";
+  std::uint64_t lease_id = 0;
+  std::uint64_t after_seq = 0;
+  std::uint32_t wait_ms = 5000;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+    v.field("after_seq", after_seq, kU64);
+    v.field("wait_ms", wait_ms, Range{0, 60000});
+  }
+};
+
+struct LeaseEvent {
+  static constexpr std::string_view kType = "lease_event";
+  std::uint64_t seq = 0;  // events of one lease are numbered from 1
+  LeaseEventKind kind = LeaseEventKind::status;
+  std::string message;
+  LeaseSummary lease;  // the lease as it is now
+
+  template <class V>
+  void visit(V& v) {
+    v.field("seq", seq, kU64);
+    v.field("kind", kind);
+    v.field("message", message, kMessageText);
+    v.field("lease", lease);
+  }
+};
+
+// Runs a job inside a granted lease of the caller's, on chips of that lease.
+struct SubmitInLease {
+  static constexpr std::string_view kType = "submit_in_lease";
+  std::uint64_t lease_id = 0;
+  SubmitJob job;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+    v.field("job", job);
+  }
+};
+
+// Why a job or a lease (exactly one of the two ids is non-zero) is pending.
+struct QueueWhy {
+  static constexpr std::string_view kType = "queue_why";
+  std::uint64_t job_id = 0;
+  std::uint64_t lease_id = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, kU64);
+    v.field("lease_id", lease_id, kU64);
+  }
+};
+
+struct QueueExplanation {
+  static constexpr std::string_view kType = "queue_explanation";
+  bool pending = false;
+  std::string state;  // the job's or lease's state name
+  std::vector<std::string> reasons;
+  std::uint64_t expected_start_ms = 0;  // 0: not pending, or no eligible capacity in sight
+  std::string text;                     // the whole explanation in one sentence, for people
+
+  template <class V>
+  void visit(V& v) {
+    v.field("pending", pending);
+    v.field("state", state, Str{0, 32});
+    v.field("reasons", reasons, Count{0, 64}, kMessageText);
+    v.field("expected_start_ms", expected_start_ms, kU64);
+    v.field("text", text, kMessageText);
+  }
+};
+
+// The queue as the scheduler would start it (kiln queue): every queued job and pending lease,
+// in priority order, each with why it waits and when it is expected to start.
+struct ListQueue {
+  static constexpr std::string_view kType = "list_queue";
+  std::uint32_t limit = 200;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("limit", limit, Range{1, 1000});
+  }
+};
+
+// One waiting job or lease (exactly one of the two ids is non-zero).
+struct QueueEntry {
+  std::uint64_t job_id = 0;
+  std::uint64_t lease_id = 0;
+  PriorityClass priority_class = PriorityClass::experiment;
+  std::string owner;     // who submitted the job or requested the lease
+  std::string workload;  // the job's workload; empty for a lease
+  std::uint32_t chips = 0;  // chips on one node (0 when nodes > 0)
+  std::uint32_t nodes = 0;  // whole nodes (0: chips on one node)
+  std::string hardware_revision;  // empty: any
+  std::string node_id;            // the node it is pinned to; empty: any
+  std::uint64_t queued_at_ms = 0;  // when it joined the queue (its age)
+  std::vector<std::string> reasons;
+  std::uint64_t expected_start_ms = 0;  // 0: no eligible capacity in sight
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, kU64);
+    v.field("lease_id", lease_id, kU64);
+    v.field("priority_class", priority_class);
+    v.field("owner", owner, Str{0, 64});
+    v.field("workload", workload, Str{0, 64});
+    v.field("chips", chips, Range{0, 64});
+    v.field("nodes", nodes, Range{0, 64});
+    v.field("hardware_revision", hardware_revision, Str{0, 16});
+    v.field("node_id", node_id, Str{0, 64});
+    v.field("queued_at_ms", queued_at_ms, kU64);
+    v.field("reasons", reasons, Count{0, 64}, kMessageText);
+    v.field("expected_start_ms", expected_start_ms, kU64);
+  }
+};
+
+// `more`: the queue is longer than the limit asked for.
+struct QueueList {
+  static constexpr std::string_view kType = "queue_list";
+  std::vector<QueueEntry> entries;
+  bool more = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("entries", entries, Count{0, 1000});
+    v.field("more", more);
+  }
+};
+
+}  // namespace kiln::protocol

@@ -1,0 +1,121 @@
+// Protocol v1: the qualification records clients keep on the coordinator, and the quarantine
+// qualification's hardware triage asks for (docs/protocol.md, "Records").
+#pragma once
+
+#include "common/protocol/messages_types.h"
+
+namespace kiln::protocol {
+
+// ---- qualification records ---------------------------------------------------------------
+
+// What the coordinator keeps for qualification (docs/qualification.md): merged changes, built
+// bundles (key = content hash), the accepted baseline bundle per hardware revision (key = the
+// revision) and qualification run reports (key = run id). Changes and bundles are immutable.
+// run_request: a run asked of the qualifier; run_claim: which qualifier drives it, until when.
+enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim };
+constexpr EnumTable<RecordKind, 6> enum_names(RecordKind) {
+  return {{
+      {RecordKind::change, "change"},
+      {RecordKind::bundle, "bundle"},
+      {RecordKind::baseline, "baseline"},
+      {RecordKind::qualification_run, "qualification_run"},
+      {RecordKind::run_request, "run_request"},
+      {RecordKind::run_claim, "run_claim"},
+  }};
+}
+
+constexpr Str kRecordKey{1, 128};
+constexpr Str kRecordDocument{2, 786432};  // a JSON object; below the 1 MiB message limit
+
+struct PutRecord {
+  static constexpr std::string_view kType = "put_record";
+  RecordKind kind = RecordKind::change;
+  std::string key;
+  std::string document;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("kind", kind);
+    v.field("key", key, kRecordKey);
+    v.field("document", document, kRecordDocument);
+  }
+};
+
+struct GetRecord {
+  static constexpr std::string_view kType = "get_record";
+  RecordKind kind = RecordKind::change;
+  std::string key;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("kind", kind);
+    v.field("key", key, kRecordKey);
+  }
+};
+
+// Records of one kind in the order they were first written, after `after_seq`.
+struct ListRecords {
+  static constexpr std::string_view kType = "list_records";
+  RecordKind kind = RecordKind::change;
+  std::uint32_t limit = 1000;
+  std::uint64_t after_seq = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("kind", kind);
+    v.field("limit", limit, Range{1, 10000});
+    v.field("after_seq", after_seq, kU64);
+  }
+};
+
+struct RecordEntry {
+  static constexpr std::string_view kType = "record_entry";
+  RecordKind kind = RecordKind::change;
+  std::string key;
+  std::string document;
+  std::uint64_t seq = 0;  // order of first write, from 1
+  std::int64_t updated_at_ms = 0;
+  std::string written_by;  // the key that wrote it last
+
+  template <class V>
+  void visit(V& v) {
+    v.field("kind", kind);
+    v.field("key", key, kRecordKey);
+    v.field("document", document, kRecordDocument);
+    v.field("seq", seq, kU64);
+    v.field("updated_at_ms", updated_at_ms, Range{0, INT64_MAX});
+    v.field("written_by", written_by, Str{0, 64});
+  }
+};
+
+// `more`: the list stopped early (limit or size); ask again after the last seq.
+struct RecordList {
+  static constexpr std::string_view kType = "record_list";
+  std::vector<RecordEntry> records;
+  bool more = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("records", records, Count{0, 10000});
+    v.field("more", more);
+  }
+};
+
+// Takes a node out of service until it passes diagnostics (docs/protocol.md §9.7), as a failed
+// health probe does: qualification's hardware triage sends it for a node that failed a test
+// another node of its revision passed.
+struct QuarantineNode {
+  static constexpr std::string_view kType = "quarantine_node";
+  std::string node_id;
+  std::string reason;
+  std::string owner;  // who must look: "lab"
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("reason", reason, Str{1, 4096});
+    v.field("owner", owner, Str{1, 64});
+  }
+};
+
+}  // namespace kiln::protocol
