@@ -60,6 +60,7 @@ void AgentCore::send_hello(TimeMs now) {
   hello.protocol_versions.assign(protocol::kSupportedVersions.begin(), protocol::kSupportedVersions.end());
   hello.chips = identity_.chips;
   hello.host = identity_.host;
+  hello.workloads = identity_.workloads;
   hello.running_jobs = running_jobs();
   for (const auto& [id, fin] : unacked_) hello.finished_jobs.push_back(id);
   state_ = SessionState::registering;

@@ -25,6 +25,7 @@ struct AgentIdentity {
   std::string driver_version;
   std::vector<protocol::ChipInfo> chips;
   protocol::HostInfo host;
+  std::vector<std::string> workloads;  // what it runs besides the built-ins, by name
 };
 
 struct SessionKnobs {

@@ -598,6 +598,7 @@ Result<DiscoveredIdentity> discover_identity(const AgentConfig& config) {
   identity.node_id = config.node_id;
   identity.agent_version = KILN_VERSION;
   identity.driver_version = node->driver.version;
+  for (const auto& [name, program] : config.workloads) identity.workloads.push_back(name);
   for (std::uint32_t i = 0; i < node->chips.size(); ++i) {
     const Result<health::CheckReading>& chip = node->chips[i];
     if (!chip || !chip->identity || !chip->firmware) {

@@ -20,6 +20,8 @@ struct Hello {
   std::vector<std::uint64_t> running_jobs;
   // Jobs that ended while the agent had no session: their job_finished follows the welcome.
   std::vector<std::uint64_t> finished_jobs;
+  // The workloads it runs besides the built-ins (kiln.diag, kiln.install): its [workloads].
+  std::vector<std::string> workloads;
 
   template <class V>
   void visit(V& v) {
@@ -32,6 +34,7 @@ struct Hello {
     v.field("host", host);
     v.field("running_jobs", running_jobs, Count{0, 1024}, kU64);
     v.field("finished_jobs", finished_jobs, Count{0, 1024}, kU64);
+    v.field("workloads", workloads, Count{0, 256}, kIdentifier);
   }
 };
 

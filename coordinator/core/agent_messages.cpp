@@ -188,6 +188,7 @@ void AgentSessions::take_inventory(NodeRecord& node, const protocol::Hello& hell
   node.summary.chips = hello.chips;
   node.summary.chips_total = static_cast<std::uint32_t>(hello.chips.size());
   node.summary.host = hello.host;
+  ctx_.registry.declare_workloads(hello.node_id, hello.workloads);
   // A quarantine outlives the node being lost: only passing diagnostics ends it.
   if (!node.summary.quarantine_reason.empty()) {
     node.summary.state = NodeState::quarantined;

@@ -275,6 +275,11 @@ std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protoco
     return Error{Errc::not_found,
                  fmt::format("node {} is not registered; `kiln nodes` lists the nodes", submit.node_id)};
   }
+  if (!maintenance) {
+    if (auto never = ctx_.registry.never_runs(submit.workload)) {
+      return Error{Errc::invalid_argument, fmt::format("this job could never start: {}", *never)};
+    }
+  }
   if (!maintenance && lease_id == 0) {
     if (auto never = ctx_.registry.never_placeable(submit.hardware_revision, 0, submit.chips, submit.node_id)) {
       return Error{Errc::invalid_argument, fmt::format("this job could never start: {}", *never)};

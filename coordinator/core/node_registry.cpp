@@ -98,6 +98,25 @@ std::string count_text(std::size_t n, std::string_view one) {
 
 }  // namespace
 
+void NodeRegistry::declare_workloads(const std::string& node_id, const std::vector<std::string>& workloads) {
+  declared_workloads_[node_id] = std::set<std::string>(workloads.begin(), workloads.end());
+}
+
+std::optional<std::string> NodeRegistry::never_runs(std::string_view workload) const {
+  if (nodes_.empty()) return std::nullopt;
+  std::set<std::string> declared;
+  for (const auto& [id, node] : nodes_) {
+    auto it = declared_workloads_.find(id);
+    if (it == declared_workloads_.end()) return std::nullopt;  // not heard from since the start
+    if (it->second.count(std::string(workload)) != 0) return std::nullopt;
+    declared.insert(it->second.begin(), it->second.end());
+  }
+  if (declared.empty()) {
+    return fmt::format("no agent declares workload '{}', nor any other: add it to the agents' [workloads]", workload);
+  }
+  return fmt::format("no agent declares workload '{}'; the agents declare {}", workload, fmt::join(declared, ", "));
+}
+
 std::optional<std::string> NodeRegistry::never_placeable(std::string_view revision, std::uint32_t nodes,
                                                          std::uint32_t chips, std::string_view node_id) const {
   if (nodes_.empty()) return std::nullopt;

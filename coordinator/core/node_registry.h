@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/protocol/messages.h"
 #include "common/time.h"
@@ -69,6 +70,13 @@ class NodeRegistry {
   std::optional<std::string> never_placeable(std::string_view revision, std::uint32_t nodes, std::uint32_t chips,
                                              std::string_view node_id) const;
 
+  // The workloads a node's agent declared in its latest hello. Not stored: a recovered node's are
+  // unknown until its agent says hello to this coordinator.
+  void declare_workloads(const std::string& node_id, const std::vector<std::string>& workloads);
+  // Why `workload` can never run, in words that list what the agents declare: no known node
+  // declares it. Nothing if one does, or while a known node has not declared its workloads yet.
+  std::optional<std::string> never_runs(std::string_view workload) const;
+
  private:
   DurationMs liveness_timeout_ms_ = 0;
   std::map<std::string, NodeRecord> nodes_;
@@ -83,6 +91,7 @@ class NodeRegistry {
     std::uint64_t last_hello_id = 0;
   };
   std::map<std::string, std::deque<HelloConnection>> hello_connections_;
+  std::map<std::string, std::set<std::string>> declared_workloads_;  // by node
 };
 
 }  // namespace kiln::coordinator

@@ -107,6 +107,7 @@ Simulation::World::World(SimOptions o)
           protocol::ChipInfo{c, fmt::format("{}-c{}", a.identity.node_id, c), "fw-1", c / per_numa, true});
     }
     a.identity.host = protocol::HostInfo{a.identity.node_id + ".sim", options.shape.numa_nodes, 64, 16};
+    a.identity.workloads = cluster_workloads();
     agent_by_node_id[a.identity.node_id] = i;
     agents.push_back(std::move(a));
   }

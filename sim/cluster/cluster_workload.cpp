@@ -16,9 +16,8 @@ void Simulation::World::client_send(std::size_t client, protocol::Body body) {
 protocol::SubmitJob Simulation::World::draw_job(std::size_t client) {
   const WorkloadOptions& w = options.workload;
   protocol::SubmitJob s;
-  static const std::vector<std::string> kWorkloads = {"smoke", "resnet50", "bert-large", "llama-7b", "diag-l1"};
   static const std::vector<std::uint32_t> kChips = {1, 1, 1, 1, 2, 2, 2, 4, 4, 8};
-  s.workload = pick(workload_rng, kWorkloads);
+  s.workload = pick(workload_rng, cluster_workloads());
   s.chips = pick(workload_rng, kChips);
   if (workload_rng.bernoulli(0.5)) s.hardware_revision = pick(workload_rng, options.shape.revisions);
   switch (clients[client].role) {

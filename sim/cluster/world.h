@@ -43,6 +43,13 @@ enum Stream : std::uint64_t {
   kWorkloadOptionsStream = 13,
 };
 
+// What every simulated agent runs besides the built-ins (its hello's workloads), and what the
+// clients submit.
+inline const std::vector<std::string>& cluster_workloads() {
+  static const std::vector<std::string> workloads = {"smoke", "resnet50", "bert-large", "llama-7b", "diag-l1"};
+  return workloads;
+}
+
 inline DurationMs between(Rng& rng, DurationMs low, DurationMs high) {
   if (high <= low) return low;
   return low + static_cast<DurationMs>(rng.below(static_cast<std::uint64_t>(high - low + 1)));

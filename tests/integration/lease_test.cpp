@@ -436,6 +436,11 @@ TEST_CASE("a job or lease no node could ever take is refused at submit, exit 2, 
   CHECK(fleet.kiln("dev", {"lease", "--nodes", "2", "--duration", "1h", "--no-wait"}, &out) == 2);
   CHECK(fleet.kiln("dev", {"submit", "--workload", "sleep", "--rev", "b", "--node", "n01"}, &out) == 2);
   CHECK_MESSAGE(out.find("node n01 has hardware revision a, not b") != std::string::npos, out);
+  // A workload no agent lists in its [workloads].
+  CHECK(fleet.kiln("dev", {"submit", "--workload", "bert-large"}, &out) == 2);
+  CHECK_MESSAGE(out.find("this job could never start: no agent declares workload 'bert-large'; the agents declare "
+                         "model, shell, sleep, smoke") != std::string::npos,
+                out);
   // Nothing was queued by the refusals.
   CHECK(fleet.kiln("dev", {"jobs"}, &out) == 0);
   CHECK_MESSAGE(out.find("sleep") == std::string::npos, out);

@@ -131,6 +131,7 @@ inline protocol::Hello hello(const std::string& node, const std::string& rev,
     h.chips.push_back(protocol::ChipInfo{i, node + "-" + std::to_string(i), "1.0", i / 4, true});
   }
   h.running_jobs = std::move(running);
+  h.workloads = {"model", "sleep", "smoke"};
   return h;
 }
 

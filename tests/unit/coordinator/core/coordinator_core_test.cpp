@@ -104,6 +104,34 @@ TEST_CASE("a job or lease that no node known could ever take is refused at submi
   CHECK_FALSE(std::holds_alternative<ErrorReply>(lease));
 }
 
+TEST_CASE("a job whose workload no agent declares is refused at submit, listing what they declare") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 10);
+  Hello other = hello("n02", "b");
+  other.workloads = {"bert-large", "smoke"};
+  h.agent("p2", "n02", other, 10);
+  SubmitJob unknown = smoke(1);
+  unknown.workload = "llama-70b";
+  const Body reply = h.client("dev", Role::developer, unknown, 20);
+  REQUIRE(std::holds_alternative<ErrorReply>(reply));
+  CHECK(std::get<ErrorReply>(reply).code == "invalid_argument");
+  CHECK(std::get<ErrorReply>(reply).message ==
+        "this job could never start: no agent declares workload 'llama-70b'; the agents declare bert-large, model, "
+        "sleep, smoke");
+  // One node declaring it is enough, whatever its revision; diagnostics are built in.
+  SubmitJob declared = smoke(1);
+  declared.workload = "bert-large";
+  CHECK_FALSE(std::holds_alternative<ErrorReply>(h.client("dev", Role::developer, declared, 30)));
+
+  // After a restart the nodes' workloads are unknown until their agents say hello again: nothing
+  // is refused for a workload meanwhile.
+  Harness restarted({}, h.store(), 40);
+  CHECK_FALSE(std::holds_alternative<ErrorReply>(restarted.client("dev", Role::developer, unknown, 40)));
+  restarted.agent("p3", "n01", hello("n01", "a"), 50);
+  restarted.agent("p4", "n02", other, 50);
+  CHECK(std::holds_alternative<ErrorReply>(restarted.client("dev", Role::developer, unknown, 60)));
+}
+
 TEST_CASE("a silent node is lost and its jobs fail over; with no attempts left the job is lost") {
   Harness h;
   h.agent("p1", "n01", hello("n01", "a"), 0);
