@@ -94,7 +94,7 @@ Result<bool> wait_for(int fd, short events, Clock::time_point deadline) {
 
 }  // namespace
 
-WebhookTicketSink::WebhookTicketSink(WebhookSinkConfig config, Endpoint endpoint, std::string bearer_token,
+WebhookTicketSink::WebhookTicketSink(WebhookSinkConfig config, WebhookEndpoint endpoint, std::string bearer_token,
                                      DirectoryTicketSink record, SleepFunction sleep)
     : config_(std::move(config)),
       endpoint_(std::move(endpoint)),
@@ -102,8 +102,7 @@ WebhookTicketSink::WebhookTicketSink(WebhookSinkConfig config, Endpoint endpoint
       record_(std::move(record)),
       sleep_(std::move(sleep)) {}
 
-Result<WebhookTicketSink> WebhookTicketSink::open(WebhookSinkConfig config, std::filesystem::path record_directory,
-                                                  SleepFunction sleep) {
+Result<WebhookEndpoint> webhook_endpoint(const WebhookSinkConfig& config) {
   if (auto valid = validate(config); !valid) return tl::unexpected(valid.error());
   const std::string_view url = config.url;
   if (url.starts_with("https://")) {
@@ -116,7 +115,7 @@ Result<WebhookTicketSink> WebhookTicketSink::open(WebhookSinkConfig config, std:
   const std::string_view rest = url.substr(std::string_view("http://").size());
   const std::size_t path_at = std::min(rest.find_first_of("/?#"), rest.size());
   const std::string_view authority = rest.substr(0, path_at);
-  Endpoint endpoint;
+  WebhookEndpoint endpoint;
   endpoint.path = path_at < rest.size() ? std::string(rest.substr(path_at)) : "/";
   if (endpoint.path.front() != '/') endpoint.path.insert(endpoint.path.begin(), '/');
   if (const auto fragment = endpoint.path.find('#'); fragment != std::string::npos) endpoint.path.resize(fragment);
@@ -172,6 +171,13 @@ Result<WebhookTicketSink> WebhookTicketSink::open(WebhookSinkConfig config, std:
       return fail(Errc::config, "the ticket webhook has both an Authorization header and a bearer_token_file; keep one");
     }
   }
+  return endpoint;
+}
+
+Result<WebhookTicketSink> WebhookTicketSink::open(WebhookSinkConfig config, std::filesystem::path record_directory,
+                                                  SleepFunction sleep) {
+  auto endpoint = webhook_endpoint(config);
+  if (!endpoint) return tl::unexpected(endpoint.error());
   std::string token;
   if (!config.bearer_token_file.empty()) {
     auto read = read_bearer_token(config.bearer_token_file);
@@ -181,7 +187,7 @@ Result<WebhookTicketSink> WebhookTicketSink::open(WebhookSinkConfig config, std:
   auto record = DirectoryTicketSink::open(std::move(record_directory));
   if (!record) return tl::unexpected(record.error());
   if (!sleep) sleep = [](DurationMs ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
-  return WebhookTicketSink(std::move(config), std::move(endpoint), std::move(token), std::move(*record),
+  return WebhookTicketSink(std::move(config), std::move(*endpoint), std::move(token), std::move(*record),
                            std::move(sleep));
 }
 

@@ -22,13 +22,25 @@ namespace kiln::qualification {
 // Waits between attempts; tests pass one that records the waits instead of sleeping.
 using SleepFunction = std::function<void(DurationMs)>;
 
+// Where the sink POSTs, from http://host[:port][/path].
+struct WebhookEndpoint {
+  std::string host;  // as in the URL, without brackets
+  std::string port;  // "80" by default
+  std::string host_header;
+  std::string path;  // "/" by default
+};
+
+// Validates `config` (validate(WebhookSinkConfig)) and parses its URL, with no I/O: refuses
+// https:// URLs, credentials in the URL, bad ports, headers with line breaks or ones the sink
+// sets itself (Host, Content-Type, Content-Length, Connection), and an Authorization header
+// beside a bearer_token_file. Errc::config saying what to fix.
+Result<WebhookEndpoint> webhook_endpoint(const WebhookSinkConfig& config);
+
 class WebhookTicketSink final : public TicketSink {
  public:
-  // Validates `config` (validate(WebhookSinkConfig)), refuses https:// URLs, headers with line
-  // breaks or ones the sink sets itself (Host, Content-Type, Content-Length, Connection), reads
-  // the bearer token (refused when the file may be read or written by group or others, like
-  // kiln's key files, or is empty) and opens the dedupe record in `record_directory`.
-  // `sleep` defaults to sleeping the thread.
+  // Checks `config` (webhook_endpoint), reads the bearer token (refused when the file may be
+  // read or written by group or others, like kiln's key files, or is empty) and opens the dedupe
+  // record in `record_directory`. `sleep` defaults to sleeping the thread.
   static Result<WebhookTicketSink> open(WebhookSinkConfig config, std::filesystem::path record_directory,
                                         SleepFunction sleep = {});
 
@@ -42,24 +54,18 @@ class WebhookTicketSink final : public TicketSink {
   const DirectoryTicketSink& record() const { return record_; }
 
  private:
-  struct Endpoint {
-    std::string host;       // as in the URL, without brackets
-    std::string port;       // "80" by default
-    std::string host_header;
-    std::string path;       // "/" by default
-  };
   // One POST: an HTTP status, or the socket error or timeout that prevented one.
   struct Attempt {
     int http_status = 0;  // 0 when no response was read
     Errc error_code = Errc::io;
     std::string error;    // why there is no status
   };
-  WebhookTicketSink(WebhookSinkConfig config, Endpoint endpoint, std::string bearer_token, DirectoryTicketSink record,
+  WebhookTicketSink(WebhookSinkConfig config, WebhookEndpoint endpoint, std::string bearer_token, DirectoryTicketSink record,
                     SleepFunction sleep);
   Attempt post(const std::string& body) const;
 
   WebhookSinkConfig config_;
-  Endpoint endpoint_;
+  WebhookEndpoint endpoint_;
   std::string bearer_token_;
   DirectoryTicketSink record_;
   SleepFunction sleep_;

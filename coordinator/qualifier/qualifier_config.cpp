@@ -77,9 +77,14 @@ class Reader {
 }  // namespace
 
 Result<QualifierConfig> load_qualifier_config(const std::string& path) {
-  auto root = config::parse_toml_file(path, "the qualifier config",
-                                      "pass --config (default /etc/kiln/qualifier.toml; docs/operations.md)",
-                                      "fix the file");
+  auto text = config::read_text_file(path, "the qualifier config",
+                                     "pass --config (default /etc/kiln/qualifier.toml; docs/operations.md)");
+  if (!text) return fail(Errc::config, text.error().message);
+  return qualifier_config_from_text(*text, path);
+}
+
+Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const std::string& path) {
+  auto root = config::parse_toml(text, path, "fix the file");
   if (!root) return fail(Errc::config, root.error().message);
   config::Problems problems(path);
   QualifierConfig config;

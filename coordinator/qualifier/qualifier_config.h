@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -32,5 +33,7 @@ struct QualifierConfig {
 // Every problem of the file at once (Errc::config, one a line, "file:line:column: what"). Paths
 // are relative to the file's directory. Files are not opened: check_config does that.
 Result<QualifierConfig> load_qualifier_config(const std::string& path);
+// The same from text already read; `path` names the file in errors and anchors relative paths.
+Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const std::string& path);
 
 }  // namespace kiln::qualifier

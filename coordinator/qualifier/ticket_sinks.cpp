@@ -12,7 +12,15 @@ namespace q = kiln::qualification;
 namespace {
 
 Result<q::WebhookSinkConfig> load_webhook_config(const std::string& path) {
-  auto table = config::parse_toml_file(path, "the webhook config", "check webhook_config in qualifier.toml", "fix the webhook config");
+  auto text = config::read_text_file(path, "the webhook config", "check webhook_config in qualifier.toml");
+  if (!text) return fail(Errc::config, text.error().message);
+  return webhook_config_from_text(*text, path);
+}
+
+}  // namespace
+
+Result<q::WebhookSinkConfig> webhook_config_from_text(std::string_view text, const std::string& path) {
+  auto table = config::parse_toml(text, path, "fix the webhook config");
   if (!table) return fail(Errc::config, table.error().message);
   const std::vector<std::string_view> settings = {"url",        "headers",      "bearer_token_file",
                                                   "timeout_ms", "max_attempts", "retry_backoff_ms"};
@@ -20,8 +28,10 @@ Result<q::WebhookSinkConfig> load_webhook_config(const std::string& path) {
     return tl::unexpected(ok.error());
   }
   q::WebhookSinkConfig config;
-  for (const auto& [key, node] : *table) {
-    const std::string_view name = key.str();
+  for (const auto& entry : *table) {
+    // Not a structured binding: clang cannot capture one in the lambda below.
+    const std::string_view name = entry.first.str();
+    const toml::node& node = entry.second;
     const auto wrong_type = [&](std::string_view type) {
       return fail(Errc::config, fmt::format("{}: {} must be {}", config::where(path, node.source()), name, type));
     };
@@ -47,8 +57,6 @@ Result<q::WebhookSinkConfig> load_webhook_config(const std::string& path) {
   }
   return config;
 }
-
-}  // namespace
 
 Result<std::unique_ptr<q::TicketSink>> open_ticket_sink(const std::string& tickets_dir,
                                                         const std::string& webhook_config) {

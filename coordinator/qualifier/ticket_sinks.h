@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 #include "coordinator/qualification/ticket.h"
@@ -12,6 +13,9 @@ namespace kiln::qualifier {
 
 // webhook_config empty: the directory sink. Else the webhook TOML (url, headers,
 // bearer_token_file, timeout_ms, max_attempts, retry_backoff_ms); a bad one is Errc::config.
+// The webhook TOML from text already read; `path` names the file in errors.
+Result<qualification::WebhookSinkConfig> webhook_config_from_text(std::string_view text, const std::string& path);
+
 Result<std::unique_ptr<qualification::TicketSink>> open_ticket_sink(const std::string& tickets_dir,
                                                                     const std::string& webhook_config);
 

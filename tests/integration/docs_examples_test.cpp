@@ -21,11 +21,15 @@
 #include "agent/host/agent_config.h"
 #include "common/keys.h"
 #include "coordinator/cli/client.h"
+#include "coordinator/qualification/webhook_sink.h"
+#include "coordinator/qualifier/qualifier_config.h"
+#include "coordinator/qualifier/ticket_sinks.h"
 #include "coordinator/shell/coordinator_config.h"
 #include "sim/chip/sim_files.h"
 #include "sim/workloads/stack_effects.h"
 #include "tests/integration/run_command.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace {
 
@@ -42,12 +46,7 @@ struct Block {
   std::string text;
 };
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using kiln::testing::read_file;
 
 std::vector<fs::path> doc_files() {
   std::vector<fs::path> files{fs::path(KILN_SOURCE_DIR) / "README.md"};
@@ -61,7 +60,7 @@ std::vector<fs::path> doc_files() {
 std::vector<Block> blocks() {
   std::vector<Block> out;
   for (const fs::path& file : doc_files()) {
-    std::istringstream lines(read_text(file));
+    std::istringstream lines(read_file(file));
     std::string line;
     std::vector<std::string> before;  // the lines above the current one
     Block* open = nullptr;
@@ -179,9 +178,14 @@ std::string toml_example_problem(const Block& block, const fs::path& root) {
   if (block.marker == "faults.toml") return problem(kiln::sim::parse_fault_file(text, path, 0));
   if (block.marker == "health-targets.toml") return problem(kiln::agent::health::parse_health_targets(text, path));
   if (block.marker == "stack-effects.toml") return problem(kiln::sim::workloads::parse_stack_effects(text, path));
+  if (block.marker == "qualifier.toml") return problem(kiln::qualifier::qualifier_config_from_text(text, path));
+  if (block.marker == "webhook.toml") {
+    auto config = kiln::qualifier::webhook_config_from_text(text, path);
+    return config ? problem(kiln::qualification::webhook_endpoint(*config)) : config.error().message;
+  }
   return "no loader for the marker '" + block.marker + "'; mark a TOML example with <!-- example: FILE --> (agent.toml, "
-         "coordinator.toml, client.toml, sim-node.toml, faults.toml, health-targets.toml, stack-effects.toml) or "
-         "<!-- example: partial -->";
+         "coordinator.toml, client.toml, qualifier.toml, webhook.toml, sim-node.toml, faults.toml, "
+         "health-targets.toml, stack-effects.toml) or <!-- example: partial -->";
 }
 
 // ---- shell examples ----
@@ -327,7 +331,7 @@ std::string simple_command_problem(std::vector<std::string> argv) {
   if (program.rfind("scripts/", 0) == 0) {
     const fs::path script = fs::path(KILN_SOURCE_DIR) / program;
     if (!fs::exists(script)) return program + " does not exist";
-    const std::string text = read_text(script);
+    const std::string text = read_file(script);
     for (std::size_t i = 1; i < argv.size(); ++i) {
       if (argv[i].rfind("--", 0) == 0 && !contains(text, argv[i].substr(0, argv[i].find('=')))) {
         return program + " does not take " + argv[i];

@@ -4,14 +4,18 @@
 
 #include "agent/host/agent_config.h"
 #include "coordinator/cli/client.h"
+#include "coordinator/qualification/webhook_sink.h"
+#include "coordinator/qualifier/qualifier_config.h"
+#include "coordinator/qualifier/ticket_sinks.h"
 #include "coordinator/shell/coordinator_config.h"
 #include "sim/chip/sim_files.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
 
-template <class T>
-void check_same_error(const kiln::Result<T>& from_file, const kiln::Result<T>& from_text, const std::string& where) {
+template <class FromFile, class FromText>
+void check_same_error(const kiln::Result<FromFile>& from_file, const kiln::Result<FromText>& from_text,
+                      const std::string& where) {
   REQUIRE_FALSE(from_file);
   REQUIRE_FALSE(from_text);
   CHECK(from_text.error().code == from_file.error().code);
@@ -74,4 +78,31 @@ TEST_CASE("sim node options, fault file and node state from text report what the
   const std::string state = dir.write("state/state.toml", state_text);
   check_same_error(kiln::sim::read_node_state(dir.path() / "state"), kiln::sim::parse_node_state(state_text, state),
                    state + ":2");
+}
+
+TEST_CASE("qualifier and ticket webhook configs from text report what the file loaders report") {
+  kiln::testing::TempDir dir("kiln-from-text");
+  const std::string qualifier_text = "[qualifier]\nmodel_sets = \"models.toml\"\n\n[tickets]\ndir = \"tickets\"\n";
+  const std::string qualifier = dir.write("qualifier.toml", qualifier_text);
+  check_same_error(kiln::qualifier::load_qualifier_config(qualifier),
+                   kiln::qualifier::qualifier_config_from_text(qualifier_text, qualifier), qualifier + ":2");
+
+  // The webhook file is read when the sink opens: a bad one fails the same way from either entry.
+  const std::string webhook_text = "url = \"http://127.0.0.1:9/hook\"\ntimeout_ms = \"soon\"\n";
+  const std::string webhook = dir.write("webhook.toml", webhook_text);
+  auto from_file = kiln::qualifier::open_ticket_sink((dir.path() / "tickets").string(), webhook);
+  check_same_error(from_file, kiln::qualifier::webhook_config_from_text(webhook_text, webhook), webhook + ":2");
+
+  const std::string full =
+      "url = \"http://[::1]:8080/hooks/kiln?project=k\"\nbearer_token_file = \"webhook.token\"\ntimeout_ms = 5000\n"
+      "max_attempts = 3\nretry_backoff_ms = 1000\n\n[headers]\nX-Tracker-Project = \"KILN\"\n";
+  auto parsed = kiln::qualifier::webhook_config_from_text(full, webhook);
+  REQUIRE(parsed);
+  CHECK(parsed->headers.at("X-Tracker-Project") == "KILN");
+  auto endpoint = kiln::qualification::webhook_endpoint(*parsed);
+  REQUIRE(endpoint);
+  CHECK(endpoint->host == "::1");
+  CHECK(endpoint->port == "8080");
+  CHECK(endpoint->host_header == "[::1]:8080");
+  CHECK(endpoint->path == "/hooks/kiln?project=k");
 }

@@ -1,0 +1,8 @@
+// qualifier.toml, from memory: the text and the name its errors give as the file.
+#include "coordinator/qualifier/qualifier_config.h"
+#include "fuzz/fuzz_support.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  (void)kiln::qualifier::qualifier_config_from_text(kiln::fuzz::as_text(data, size), "/etc/kiln/qualifier.toml");
+  return 0;
+}
