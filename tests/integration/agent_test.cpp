@@ -15,6 +15,7 @@
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/fleet_queries.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 using namespace kiln;
 using namespace kiln::protocol;
@@ -30,7 +31,7 @@ bool process_alive(const std::string& pid) {
   return !stat.empty() && paren != std::string::npos && stat.substr(paren + 2, 1) != "Z";
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::testing::contains;
 
 // Fields 5 and 6 of /proc/PID/stat: the process group and the session.
 std::pair<long, long> group_and_session(const std::string& pid) {

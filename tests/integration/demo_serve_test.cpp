@@ -8,6 +8,7 @@
 
 #include "tests/integration/run_command.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 using kiln::testing::contains;
 using kiln::testing::run;
@@ -22,12 +23,7 @@ std::vector<pid_t> pids_in(const std::string& file) {
   return pids;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using kiln::testing::read_file;
 
 // Alive and not a zombie: a stopped daemon may wait for a reaper that never comes in a container.
 bool running(pid_t pid) {

@@ -16,6 +16,7 @@
 
 #include "common/keys.h"
 #include "common/process/cgroup.h"
+#include "tests/support/text.h"
 
 namespace kiln::testing {
 namespace fs = std::filesystem;
@@ -33,13 +34,6 @@ int free_loopback_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace

@@ -19,29 +19,27 @@
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/fleet_queries.h"
 #include "tests/integration/run_command.h"
+#include "tests/support/text.h"
 
 using namespace kiln;
 using namespace kiln::protocol;
 using kiln::testing::ChildProcess;
 using kiln::testing::Fleet;
+using kiln::testing::job;
+using kiln::testing::job_state_is;
 using kiln::testing::contains;
 using namespace std::chrono_literals;
 
 namespace {
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using kiln::testing::read_file;
 
 // The fixture's coordinator config plus a [scheduler] table that makes preemption quick:
 // presubmit preempts at once and the grace is 2 s.
 std::unique_ptr<ChildProcess> start_coordinator_with_fast_preemption(Fleet& fleet) {
   const auto base = fleet.dir() / "coordinator.toml";
   const auto path = fleet.dir() / "coordinator-fast-preemption.toml";
-  std::ofstream(path) << read_text(base)
+  std::ofstream(path) << read_file(base)
                       << "\n[scheduler]\ngrace_ms = 2000\n[scheduler.target_start_latency_ms]\npresubmit = 0\n";
   return std::make_unique<ChildProcess>(
       std::vector<std::string>{std::string(KILN_BIN_DIR) + "/kiln-coordinator", "--config", path.string()},
@@ -55,17 +53,6 @@ std::unique_ptr<ChildProcess> kiln_in_background(Fleet& fleet, const std::string
                                 (fleet.dir() / ("client-" + key + ".toml")).string()};
   argv.insert(argv.end(), args.begin(), args.end());
   return std::make_unique<ChildProcess>(argv, fleet.dir() / out);
-}
-
-std::optional<JobSummary> job(cli::Client& client, std::uint64_t id) {
-  auto reply = client.request(GetJob{id});
-  if (!reply) return std::nullopt;
-  return std::get<JobDetail>(*reply).job;
-}
-
-bool job_state_is(cli::Client& client, std::uint64_t id, JobState state) {
-  auto j = job(client, id);
-  return j && j->state == state;
 }
 
 bool node_up(cli::Client& client, const std::string& id) {
@@ -101,9 +88,9 @@ TEST_CASE("kiln lease waits, prints what it got, shows in kiln leases, and ends 
   REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
 
   auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "4", "--rev", "a", "--duration", "1h"}, "lease.out");
-  REQUIRE(Fleet::eventually([&] { return read_text(fleet.dir() / "lease.out").find("granted") != std::string::npos; },
+  REQUIRE(Fleet::eventually([&] { return read_file(fleet.dir() / "lease.out").find("granted") != std::string::npos; },
                             10s));
-  const std::string granted = read_text(fleet.dir() / "lease.out");
+  const std::string granted = read_file(fleet.dir() / "lease.out");
   CHECK(granted.find("lease L1 granted") != std::string::npos);
   CHECK(granted.find("node n01") != std::string::npos);
   CHECK(granted.find("expires at") != std::string::npos);
@@ -124,7 +111,7 @@ TEST_CASE("kiln lease waits, prints what it got, shows in kiln leases, and ends 
   REQUIRE(status >= 0);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(read_text(fleet.dir() / "lease.out").find("lease L1 ended: released by dev") != std::string::npos);
+  CHECK(read_file(fleet.dir() / "lease.out").find("lease L1 ended: released by dev") != std::string::npos);
   CHECK(fleet.kiln("dev", {"leases"}, &out) == 0);
   CHECK(out.find("no leases") != std::string::npos);
   CHECK(fleet.kiln("dev", {"release-lease", "L9"}, &out) == 5);
@@ -142,7 +129,7 @@ TEST_CASE("an experiment is preempted by presubmit work: notice to the workload,
   REQUIRE(Fleet::eventually([&] { return node_up(*dev, "n01"); }, 10s));
 
   const auto experiment = submit(*dev, "6", 8, PriorityClass::experiment);
-  REQUIRE(Fleet::eventually([&] { return job(*dev, experiment)->state == JobState::running; }, 10s));
+  REQUIRE(Fleet::eventually([&] { return job(*dev, experiment)->job.state == JobState::running; }, 10s));
 
   // A developer lease and another experiment wait behind it, and say why.
   std::string out;
@@ -163,14 +150,14 @@ TEST_CASE("an experiment is preempted by presubmit work: notice to the workload,
   // and it goes back to the queue keeping its age.
   const auto presubmit = submit(*ci, "1", 1, PriorityClass::presubmit);
   REQUIRE(Fleet::eventually([&] { return fleet.log_of("n01").find("preemption notice") != std::string::npos; }, 10s));
-  REQUIRE(Fleet::eventually([&] { return job(*ci, presubmit)->state == JobState::succeeded; }, 15s));
+  REQUIRE(Fleet::eventually([&] { return job(*ci, presubmit)->job.state == JobState::succeeded; }, 15s));
   CHECK(fleet.log_of("coordinator").find("let go of its chips after the preemption notice") != std::string::npos);
   // Then the experiment runs again, ahead of the younger experiment, and finishes.
-  REQUIRE(Fleet::eventually([&] { return job(*dev, experiment)->state == JobState::succeeded; }, 20s));
+  REQUIRE(Fleet::eventually([&] { return job(*dev, experiment)->job.state == JobState::succeeded; }, 20s));
   const auto done = job(*dev, experiment);
-  CHECK(done->attempt == 2);
+  CHECK(done->job.attempt == 2);
   CHECK(fleet.log_of("coordinator").find("attempt 1 preempted on n01") != std::string::npos);
-  REQUIRE(Fleet::eventually([&] { return job(*dev, waiting)->state == JobState::succeeded; }, 10s));
+  REQUIRE(Fleet::eventually([&] { return job(*dev, waiting)->job.state == JobState::succeeded; }, 10s));
 }
 
 TEST_CASE("a lease and the job running in it survive a coordinator restart; lease ids are not reused") {
@@ -212,7 +199,7 @@ TEST_CASE("a lease and the job running in it survive a coordinator restart; leas
   CHECK(chips_of(after).substr(0, chips_of(after).find(']')) == chips_of(before).substr(0, chips_of(before).find(']')));
   // The job in the lease was not cancelled by the restart: it runs to its end.
   REQUIRE(Fleet::eventually([&] { return job_state_is(*client, job_id, JobState::succeeded); }, 15s));
-  CHECK(job(*client, job_id).value().attempt == 1);
+  CHECK(job(*client, job_id).value().job.attempt == 1);
   std::string out;
   CHECK(fleet.kiln("dev", {"lease", "--chips", "1", "--duration", "1h", "--no-wait"}, &out) == 0);
   CHECK(out.find("L2") != std::string::npos);
@@ -231,9 +218,9 @@ TEST_CASE("kiln diag on a node whose 8 chips a developer leases waits for the le
   REQUIRE(Fleet::eventually([&] { return node_up(*lab, "n03"); }, 15s));
 
   auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "8", "--rev", "a", "--duration", "1h"}, "lease.out");
-  REQUIRE(Fleet::eventually([&] { return read_text(fleet.dir() / "lease.out").find("granted") != std::string::npos; },
+  REQUIRE(Fleet::eventually([&] { return read_file(fleet.dir() / "lease.out").find("granted") != std::string::npos; },
                             15s));
-  REQUIRE(read_text(fleet.dir() / "lease.out").find("lease L1 granted") != std::string::npos);
+  REQUIRE(read_file(fleet.dir() / "lease.out").find("lease L1 granted") != std::string::npos);
 
   auto diag = kiln_in_background(fleet, "lab1", {"diag", "n03", "--level", "2"}, "diag.out");
   std::uint64_t diag_job = 0;
@@ -259,16 +246,16 @@ TEST_CASE("kiln diag on a node whose 8 chips a developer leases waits for the le
   // It waits for the whole node, which the lease holds until its expiry in an hour at the latest.
   CHECK_MESSAGE(out.find("node n03 needs 1 whole free nodes") != std::string::npos, out);
   CHECK_MESSAGE(out.find("expected to start at") != std::string::npos, out);
-  CHECK(read_text(fleet.dir() / "lease.out").find("ended") == std::string::npos);
+  CHECK(read_file(fleet.dir() / "lease.out").find("ended") == std::string::npos);
 
   // Released by its holder: the diagnostics run on the node and pass.
   REQUIRE(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
   const int diag_status = diag->wait(90s);
   REQUIRE(diag_status >= 0);
   CHECK(WIFEXITED(diag_status));
-  CHECK_MESSAGE(WEXITSTATUS(diag_status) == 0, read_text(fleet.dir() / "diag.out"));
+  CHECK_MESSAGE(WEXITSTATUS(diag_status) == 0, read_file(fleet.dir() / "diag.out"));
   CHECK(job_state_is(*lab, diag_job, JobState::succeeded));
-  CHECK(read_text(fleet.dir() / "lease.out").find("lease L1 ended: released by dev") != std::string::npos);
+  CHECK(read_file(fleet.dir() / "lease.out").find("lease L1 ended: released by dev") != std::string::npos);
 }
 
 TEST_CASE("kiln lease and kiln lease watch follow a lease across a coordinator restart and see a later notice") {
@@ -285,13 +272,13 @@ TEST_CASE("kiln lease and kiln lease watch follow a lease across a coordinator r
   REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
 
   auto lease = kiln_in_background(fleet, "dev", {"lease", "--chips", "8", "--duration", "1h"}, "lease.out");
-  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "lease.out"), "lease L1 granted"); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return contains(read_file(fleet.dir() / "lease.out"), "lease L1 granted"); }, 10s));
   // From other terminals: the owner with `lease watch`, ops with the `--attach` alias; another
   // developer may not follow it, and a lease that does not exist is not found.
   auto watch = kiln_in_background(fleet, "dev", {"lease", "watch", "L1"}, "watch.out");
   auto attach = kiln_in_background(fleet, "ops1", {"lease", "--attach", "L1"}, "attach.out");
-  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "watch.out"), "lease L1 granted"); }, 10s));
-  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "attach.out"), "lease L1 granted"); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return contains(read_file(fleet.dir() / "watch.out"), "lease L1 granted"); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return contains(read_file(fleet.dir() / "attach.out"), "lease L1 granted"); }, 10s));
   std::string out;
   CHECK(fleet.kiln("other", {"lease", "watch", "L1"}, &out) == 3);
   CHECK(contains(out, "lease L1 belongs to dev"));
@@ -303,7 +290,7 @@ TEST_CASE("kiln lease and kiln lease watch follow a lease across a coordinator r
   REQUIRE(coordinator->wait(10s) >= 0);
   coordinator = start_coordinator_with_fast_preemption(fleet);
   REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 20s));
-  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "lease.out"), "reconnecting"); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return contains(read_file(fleet.dir() / "lease.out"), "reconnecting"); }, 10s));
   CHECK(lease->running());
   CHECK(watch->running());
   CHECK(attach->running());
@@ -312,18 +299,18 @@ TEST_CASE("kiln lease and kiln lease watch follow a lease across a coordinator r
   auto ci = fleet.client("ci");
   const auto presubmit = submit(*ci, "1", 8, PriorityClass::presubmit);
   for (const char* file : {"lease.out", "watch.out", "attach.out"}) {
-    REQUIRE_MESSAGE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / file), "PREEMPTION NOTICE for lease L1"); },
+    REQUIRE_MESSAGE(Fleet::eventually([&] { return contains(read_file(fleet.dir() / file), "PREEMPTION NOTICE for lease L1"); },
                                       20s),
-                    read_text(fleet.dir() / file));
+                    read_file(fleet.dir() / file));
   }
-  const std::string notice = read_text(fleet.dir() / "watch.out");
+  const std::string notice = read_file(fleet.dir() / "watch.out");
   CHECK_MESSAGE(contains(notice, "release the lease in 2s (at "), notice);  // the grace, to the second
   CHECK_FALSE(contains(notice, "281474976710"));
   // At the end of the grace it is queued again; once the presubmit job is done it is granted again.
   REQUIRE(Fleet::eventually([&] { return job_state_is(*ci, presubmit, JobState::succeeded); }, 30s));
   REQUIRE(Fleet::eventually(
       [&] {
-        const std::string text = read_text(fleet.dir() / "watch.out");
+        const std::string text = read_file(fleet.dir() / "watch.out");
         return text.find("lease L1 granted") != text.rfind("lease L1 granted");
       },
       20s));
@@ -335,7 +322,7 @@ TEST_CASE("kiln lease and kiln lease watch follow a lease across a coordinator r
     CHECK(WEXITSTATUS(status) == 0);
   }
   for (const char* file : {"lease.out", "watch.out", "attach.out"}) {
-    const std::string text = read_text(fleet.dir() / file);
+    const std::string text = read_file(fleet.dir() / file);
     CHECK_MESSAGE(contains(text, "queued again keeping its age"), text);
     CHECK_MESSAGE(contains(text, "lease L1 ended: released by dev"), text);
   }
@@ -353,13 +340,13 @@ TEST_CASE("kiln submit --wait follows its job across a coordinator restart and e
   auto client = fleet.client("dev");
   REQUIRE(Fleet::eventually([&] { return node_up(*client, "n01"); }, 10s));
   auto waiting = kiln_in_background(fleet, "dev", {"submit", "--workload", "sleep", "--wait", "--", "4"}, "wait.out");
-  REQUIRE(Fleet::eventually([&] { return contains(read_text(fleet.dir() / "wait.out"), "job 1: running"); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return contains(read_file(fleet.dir() / "wait.out"), "job 1: running"); }, 10s));
   fleet.stop_coordinator(SIGKILL);
   fleet.start_coordinator();
   const int status = waiting->wait(60s);
   REQUIRE(status >= 0);
   CHECK(WIFEXITED(status));
-  const std::string out = read_text(fleet.dir() / "wait.out");
+  const std::string out = read_file(fleet.dir() / "wait.out");
   // (It reconnects when a poll was in flight; one sent between polls reaches the new coordinator.)
   CHECK_MESSAGE(WEXITSTATUS(status) == 0, out);
   CHECK(contains(out, "job 1: succeeded"));

@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/text.h"
+
 namespace kiln::testing {
 
 struct Ran {
@@ -29,7 +31,5 @@ inline Ran run(const std::string& command) {
 }
 
 inline std::string bin(const std::string& name) { return std::string(KILN_BIN_DIR) + "/" + name; }
-
-inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace kiln::testing

@@ -153,4 +153,26 @@ inline protocol::JobFinished diag_result(std::uint64_t job_id, int level) {
   return fin;
 }
 
+// A developer's lease of `chips` on one node (0: whole nodes, set r.nodes).
+inline protocol::RequestLease lease_request(std::uint32_t chips, std::string rev = "",
+                                            std::uint64_t duration_ms = 2 * 3600000) {
+  protocol::RequestLease r;
+  r.chips = chips;
+  r.hardware_revision = std::move(rev);
+  r.duration_ms = duration_ms;
+  return r;
+}
+
+// A job that sleeps for ten minutes on `chips` of one node.
+inline protocol::SubmitJob sleep_job(std::uint32_t chips, protocol::PriorityClass cls = protocol::PriorityClass::experiment,
+                                     std::uint32_t timeout_ms = 3600000) {
+  protocol::SubmitJob s;
+  s.workload = "sleep";
+  s.args = {"600"};
+  s.chips = chips;
+  s.priority_class = cls;
+  s.timeout_ms = timeout_ms;
+  return s;
+}
+
 }  // namespace kiln::coordinator::testing

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "agent/core/agent_core.h"
+#include "tests/support/text.h"
 
 using namespace kiln;
 using namespace kiln::agent;
@@ -73,7 +74,7 @@ JobStart job(std::uint64_t id, std::vector<std::uint32_t> chips = {}) {
   return s;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::testing::contains;
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include "agent/host/agent_config.h"
 #include "agent/host/containment.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace kiln::agent {
 namespace {
@@ -35,9 +36,7 @@ std::string load_error(const TempDir& dir, const std::string& text) {
   return config.error().message;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using kiln::testing::contains;
 
 }  // namespace
 

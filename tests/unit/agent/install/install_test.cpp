@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "tests/support/health_support.h"
+#include "tests/support/text.h"
 
 namespace kiln::agent::install {
 namespace {
@@ -15,10 +16,7 @@ namespace {
 using testing::SimNodeFixture;
 using testing::TempDir;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using kiln::testing::read_file;
 
 std::string digest_of(const std::string& path) {
   auto digest = sha256_file(path, kDefaultPackageSizeLimitBytes);

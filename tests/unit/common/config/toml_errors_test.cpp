@@ -5,12 +5,13 @@
 #include "common/config/endpoint.h"
 #include "common/config/toml_errors.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 using namespace kiln;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::testing::contains;
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "common/numerics/compare_cli.h"
 #include "common/numerics/tensor_io.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 using namespace kiln::numerics;
 
@@ -37,7 +38,7 @@ CompareOptions for_dtype(DType dtype) {
   return options;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::testing::contains;
 
 }  // namespace
 

@@ -16,8 +16,8 @@ namespace {
 
 constexpr auto sat = Saturation::saturating;
 constexpr auto nonsat = Saturation::non_saturating;
-const float inf = std::numeric_limits<float>::infinity();
-const float qnan = std::numeric_limits<float>::quiet_NaN();
+const float inf_f32 = std::numeric_limits<float>::infinity();
+const float qnan_f32 = std::numeric_limits<float>::quiet_NaN();
 
 float from_bits(uint32_t bits) { return std::bit_cast<float>(bits); }
 
@@ -42,9 +42,9 @@ TEST_CASE("E4M3: exact values, subnormals, largest finite, NaN, negative zero") 
   CHECK(e4m3_bits_to_float(0x80) == 0.0f);
   CHECK(std::isnan(e4m3_bits_to_float(0x7F)));
   CHECK(std::isnan(e4m3_bits_to_float(0xFF)));
-  CHECK(float_to_e4m3_bits(qnan, nonsat) == 0x7F);
-  CHECK(float_to_e4m3_bits(qnan, sat) == 0x7F);
-  CHECK(float_to_e4m3_bits(-qnan, sat) == 0xFF);
+  CHECK(float_to_e4m3_bits(qnan_f32, nonsat) == 0x7F);
+  CHECK(float_to_e4m3_bits(qnan_f32, sat) == 0x7F);
+  CHECK(float_to_e4m3_bits(-qnan_f32, sat) == 0xFF);
 }
 
 TEST_CASE("E4M3: ties to even at every kind of boundary") {
@@ -67,9 +67,9 @@ TEST_CASE("E4M3: overflow in both saturation modes") {
   CHECK(float_to_e4m3_bits(465.0f, sat) == 0x7E);     // clamps to 448
   CHECK(float_to_e4m3_bits(-1e6f, nonsat) == 0xFF);
   CHECK(float_to_e4m3_bits(-1e6f, sat) == 0xFE);
-  CHECK(float_to_e4m3_bits(inf, nonsat) == 0x7F);     // no infinity in E4M3: NaN
-  CHECK(float_to_e4m3_bits(inf, sat) == 0x7E);
-  CHECK(float_to_e4m3_bits(-inf, sat) == 0xFE);
+  CHECK(float_to_e4m3_bits(inf_f32, nonsat) == 0x7F);     // no infinity in E4M3: NaN
+  CHECK(float_to_e4m3_bits(inf_f32, sat) == 0x7E);
+  CHECK(float_to_e4m3_bits(-inf_f32, sat) == 0xFE);
 }
 
 TEST_CASE("E5M2: exact values, subnormals, infinities, NaN") {
@@ -80,15 +80,15 @@ TEST_CASE("E5M2: exact values, subnormals, infinities, NaN") {
   CHECK(float_to_e5m2_bits(4.57763671875e-05f, nonsat) == 0x03); // max subnormal 3/4 * 2^-14
   CHECK(float_to_e5m2_bits(1.52587890625e-05f, nonsat) == 0x01); // min subnormal 2^-16
   CHECK(float_to_e5m2_bits(-0.0f, nonsat) == 0x80);
-  CHECK(float_to_e5m2_bits(inf, nonsat) == 0x7C);
-  CHECK(float_to_e5m2_bits(-inf, nonsat) == 0xFC);
-  CHECK(e5m2_bits_to_float(0x7C) == inf);
-  CHECK(e5m2_bits_to_float(0xFC) == -inf);
+  CHECK(float_to_e5m2_bits(inf_f32, nonsat) == 0x7C);
+  CHECK(float_to_e5m2_bits(-inf_f32, nonsat) == 0xFC);
+  CHECK(e5m2_bits_to_float(0x7C) == inf_f32);
+  CHECK(e5m2_bits_to_float(0xFC) == -inf_f32);
   for (int code : {0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF}) {
     CHECK(std::isnan(e5m2_bits_to_float(static_cast<uint8_t>(code))));
   }
-  CHECK(float_to_e5m2_bits(qnan, nonsat) == 0x7E);  // quiet NaN: top mantissa bit set
-  CHECK(float_to_e5m2_bits(qnan, sat) == 0x7E);
+  CHECK(float_to_e5m2_bits(qnan_f32, nonsat) == 0x7E);  // quiet NaN: top mantissa bit set
+  CHECK(float_to_e5m2_bits(qnan_f32, sat) == 0x7E);
   CHECK(e5m2_bits_to_float(0x01) == 1.52587890625e-05f);
 }
 
@@ -102,8 +102,8 @@ TEST_CASE("E5M2: ties to even and overflow in both saturation modes") {
   CHECK(float_to_e5m2_bits(61440.0f, sat) == 0x7B);
   CHECK(float_to_e5m2_bits(-1e9f, nonsat) == 0xFC);
   CHECK(float_to_e5m2_bits(-1e9f, sat) == 0xFB);
-  CHECK(float_to_e5m2_bits(inf, sat) == 0x7B);
-  CHECK(float_to_e5m2_bits(-inf, sat) == 0xFB);
+  CHECK(float_to_e5m2_bits(inf_f32, sat) == 0x7B);
+  CHECK(float_to_e5m2_bits(-inf_f32, sat) == 0xFB);
 }
 
 TEST_CASE("fp16: IEEE binary16 edges") {
@@ -112,8 +112,8 @@ TEST_CASE("fp16: IEEE binary16 edges") {
   CHECK(float_to_f16_bits(65519.0f, nonsat) == 0x7BFF);
   CHECK(float_to_f16_bits(65520.0f, nonsat) == 0x7C00);  // tie between 65504 (odd) and 2^16: inf
   CHECK(float_to_f16_bits(65520.0f, sat) == 0x7BFF);
-  CHECK(float_to_f16_bits(inf, sat) == 0x7BFF);
-  CHECK(float_to_f16_bits(-inf, nonsat) == 0xFC00);
+  CHECK(float_to_f16_bits(inf_f32, sat) == 0x7BFF);
+  CHECK(float_to_f16_bits(-inf_f32, nonsat) == 0xFC00);
   CHECK(float_to_f16_bits(5.9604644775390625e-08f, nonsat) == 0x0001);  // 2^-24
   CHECK(float_to_f16_bits(2.98023223876953125e-08f, nonsat) == 0x0000); // 2^-25 tie -> 0
   CHECK(float_to_f16_bits(8.94069671630859375e-08f, nonsat) == 0x0002); // 1.5 * 2^-24 -> even
@@ -122,9 +122,9 @@ TEST_CASE("fp16: IEEE binary16 edges") {
   CHECK(float_to_f16_bits(1.0f + 0.00048828125f, nonsat) == 0x3C00);     // 1 + 2^-11: tie -> even
   CHECK(float_to_f16_bits(1.0f + 3 * 0.00048828125f, nonsat) == 0x3C02);
   CHECK(float_to_f16_bits(-0.0f, nonsat) == 0x8000);
-  CHECK(float_to_f16_bits(qnan, nonsat) == 0x7E00);
+  CHECK(float_to_f16_bits(qnan_f32, nonsat) == 0x7E00);
   CHECK(std::isnan(f16_bits_to_float(0x7C01)));
-  CHECK(f16_bits_to_float(0xFC00) == -inf);
+  CHECK(f16_bits_to_float(0xFC00) == -inf_f32);
 }
 
 TEST_CASE("bf16: round to nearest even from fp32, NaN stays NaN") {
@@ -141,8 +141,8 @@ TEST_CASE("bf16: round to nearest even from fp32, NaN stays NaN") {
   CHECK(float_to_bf16_bits(from_bits(0x00018000), nonsat) == 0x0002);
   CHECK(float_to_bf16_bits(from_bits(0x00008001), nonsat) == 0x0001);
   CHECK(float_to_bf16_bits(-0.0f, nonsat) == 0x8000);
-  CHECK(float_to_bf16_bits(inf, nonsat) == 0x7F80);
-  CHECK(float_to_bf16_bits(-inf, sat) == 0xFF7F);
+  CHECK(float_to_bf16_bits(inf_f32, nonsat) == 0x7F80);
+  CHECK(float_to_bf16_bits(-inf_f32, sat) == 0xFF7F);
   // A signalling NaN whose payload sits in the low bits must not round to infinity.
   CHECK(float_to_bf16_bits(from_bits(0x7F800001), nonsat) == 0x7FC0);
   CHECK(float_to_bf16_bits(from_bits(0xFF800001), sat) == 0xFFC0);
@@ -208,7 +208,7 @@ TEST_CASE("round_trip emulates storing in the format") {
   CHECK(round_trip(DType::bf16, 1.00390625f, nonsat) == 1.0f);  // 1 + 2^-8 ties to 1
   CHECK(round_trip(DType::f8_e4m3, 500.0f, sat) == 448.0f);
   CHECK(std::isnan(round_trip(DType::f8_e4m3, 500.0f, nonsat)));
-  CHECK(round_trip(DType::f8_e5m2, 100000.0f, nonsat) == inf);
+  CHECK(round_trip(DType::f8_e5m2, 100000.0f, nonsat) == inf_f32);
   CHECK(round_trip(DType::f16, 0.1f, nonsat) == 0.0999755859375f);  // 0x2E66
   CHECK(round_trip(DType::f32, 0.1f, nonsat) == 0.1f);
   CHECK(round_trip(DType::f32, 0.1, nonsat) == static_cast<double>(0.1f));

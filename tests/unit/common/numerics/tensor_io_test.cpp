@@ -8,6 +8,7 @@
 
 #include "common/numerics/tensor_io.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 using namespace kiln::numerics;
 using namespace std::string_literals;
@@ -41,7 +42,7 @@ std::string error_of(const kiln::Result<Tensor>& result) {
   return result.error().message;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::testing::contains;
 
 std::string safetensors_with_header(const std::string& header, const std::string& data) {
   std::string out;

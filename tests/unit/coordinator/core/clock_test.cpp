@@ -14,22 +14,6 @@ namespace {
 
 constexpr TimeMs kWallStartMs = 1767603600000;  // 2026-01-05 09:00 UTC
 
-RequestLease lease_request(std::uint32_t chips, std::uint64_t duration_ms) {
-  RequestLease r;
-  r.chips = chips;
-  r.duration_ms = duration_ms;
-  return r;
-}
-
-SubmitJob sleep_job(std::uint32_t chips, std::uint32_t timeout_ms) {
-  SubmitJob s;
-  s.workload = "sleep";
-  s.chips = chips;
-  s.priority_class = PriorityClass::experiment;
-  s.timeout_ms = timeout_ms;
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("the wall clock stepping by hours, forward or back, loses no node and expires no lease") {
@@ -46,8 +30,8 @@ TEST_CASE("the wall clock stepping by hours, forward or back, loses no node and 
   Harness h(knobs, {}, at(0));
   h.agent("p1", "n01", hello("n01", "a"), at(100));
   REQUIRE(std::holds_alternative<LeaseGranted>(
-      h.client("alice", Role::developer, lease_request(4, 60 * kMinuteMs), at(200))));
-  const auto job = h.submit("bob", Role::developer, sleep_job(4, 30 * kMinuteMs), at(300));
+      h.client("alice", Role::developer, lease_request(4, "", 60 * kMinuteMs), at(200))));
+  const auto job = h.submit("bob", Role::developer, sleep_job(4, PriorityClass::experiment, 30 * kMinuteMs), at(300));
   REQUIRE(h.job(job).summary.state == JobState::assigned);
   for (TimeMs t = 1000; t <= 20000; t += 1000) {
     h.agent("p1", "n01", Heartbeat{{job}}, at(t));
@@ -72,7 +56,7 @@ TEST_CASE("a lease expires after its duration on the monotonic clock, whatever t
   Harness h(knobs, {}, Now{0, kWallStartMs});
   h.agent("p1", "n01", hello("n01", "a"), Now{0, kWallStartMs});
   REQUIRE(std::holds_alternative<LeaseGranted>(
-      h.client("alice", Role::developer, lease_request(8, 30 * kMinuteMs), Now{0, kWallStartMs})));
+      h.client("alice", Role::developer, lease_request(8, "", 30 * kMinuteMs), Now{0, kWallStartMs})));
   // The wall clock jumps a day ahead at once; 29 minutes pass on the monotonic clock.
   for (TimeMs minute = 1; minute <= 29; ++minute) {
     const Now now{minute * kMinuteMs, kWallStartMs + 24 * kHourMs + minute * kMinuteMs};
@@ -91,7 +75,7 @@ TEST_CASE("a lease booked ahead opens when the wall clock reads its start, after
   h.agent("p1", "n01", hello("n01", "a"), Now{0, kWallStartMs});
   // The wall clock was an hour slow and is corrected: 10:00 is now 10 minutes away.
   const Now corrected{1000, kWallStartMs + kHourMs - 10 * kMinuteMs};
-  RequestLease booked = lease_request(8, 30 * kMinuteMs);
+  RequestLease booked = lease_request(8, "", 30 * kMinuteMs);
   booked.start_at_ms = static_cast<std::uint64_t>(kWallStartMs + kHourMs);
   REQUIRE(std::holds_alternative<LeasePending>(h.client("alice", Role::developer, booked, corrected)));
   const auto& pending = std::get<LeasePending>(h.last_client_reply());
@@ -110,7 +94,7 @@ TEST_CASE("after a restart, recovered nodes have the restart grace to register b
     Harness h(knobs);
     h.agent("p1", "n01", hello("n01", "a"), 0);
     h.agent("p2", "n02", hello("n02", "a"), 0);
-    job = h.submit("bob", Role::developer, sleep_job(8, 600000), 10);
+    job = h.submit("bob", Role::developer, sleep_job(8, PriorityClass::experiment, 600000), 10);
     REQUIRE(h.job(job).summary.node_id == "n01");
     store = h.store();
   }

@@ -25,24 +25,6 @@ CoordinatorKnobs knobs() {
   return k;
 }
 
-RequestLease lease_request(std::uint32_t chips, std::string rev = "", std::uint64_t duration_ms = 2 * 3600000) {
-  RequestLease r;
-  r.chips = chips;
-  r.hardware_revision = std::move(rev);
-  r.duration_ms = duration_ms;
-  return r;
-}
-
-SubmitJob sleep_job(std::uint32_t chips) {
-  SubmitJob s;
-  s.workload = "sleep";
-  s.args = {"600"};
-  s.chips = chips;
-  s.priority_class = PriorityClass::experiment;
-  s.timeout_ms = 3600000;
-  return s;
-}
-
 LeaseSummary lease_of(const Harness& h, std::uint64_t id) {
   for (const auto& l : h.core.leases()) {
     if (l.lease_id == id) return l;

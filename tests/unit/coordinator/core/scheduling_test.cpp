@@ -29,16 +29,6 @@ CoordinatorKnobs knobs_with_fast_preemption() {
   return knobs;
 }
 
-SubmitJob sleep_job(std::uint32_t chips, PriorityClass cls, std::uint32_t timeout_ms = 3600000) {
-  SubmitJob s;
-  s.workload = "sleep";
-  s.args = {"600"};
-  s.chips = chips;
-  s.priority_class = cls;
-  s.timeout_ms = timeout_ms;
-  return s;
-}
-
 JobFinished finished(std::uint64_t id, std::uint32_t attempt, JobOutcome outcome, std::string result = "") {
   JobFinished fin;
   fin.job_id = id;
@@ -58,14 +48,6 @@ bool holds_stopping_chips(const Harness& h, const std::string& node) {
     }
   }
   return false;
-}
-
-RequestLease lease_request(std::uint32_t chips, std::string rev = "", std::uint64_t duration_ms = 2 * 3600000) {
-  RequestLease r;
-  r.chips = chips;
-  r.hardware_revision = std::move(rev);
-  r.duration_ms = duration_ms;
-  return r;
 }
 
 }  // namespace

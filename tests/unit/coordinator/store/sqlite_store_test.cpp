@@ -8,6 +8,7 @@
 
 #include "coordinator/store/store.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 using namespace kiln;
 using namespace kiln::coordinator;
@@ -178,10 +179,7 @@ TEST_CASE("an unwritable database path is refused with a clear error") {
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using kiln::testing::read_file;
 
 // Runs SQL on a database as another program would, outside kiln.
 int application_id_of(const std::string& path) {
@@ -196,12 +194,12 @@ int application_id_of(const std::string& path) {
   return id;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::testing::contains;
 
 // The file is refused, left byte for byte as it was, with a message containing every one of `found`.
 // (Reading a WAL-mode file may leave SQLite's -shm index beside it; the file itself is unchanged.)
 void check_refused_untouched(const std::string& path, const std::vector<std::string>& found) {
-  const std::string before = slurp(path);
+  const std::string before = read_file(path);
   auto store = open_sqlite_store(path);
   REQUIRE_FALSE(store.has_value());
   for (const std::string& part : found) {
@@ -211,7 +209,7 @@ void check_refused_untouched(const std::string& path, const std::vector<std::str
   auto check = check_sqlite_store(path);
   REQUIRE_FALSE(check.has_value());
   CHECK(check.error().message == store.error().message);
-  CHECK(slurp(path) == before);
+  CHECK(read_file(path) == before);
   CHECK_FALSE(std::filesystem::exists(path + "-journal"));
 }
 
@@ -252,7 +250,7 @@ TEST_CASE("a database file kiln did not create is refused untouched, saying what
       REQUIRE(store.has_value());
     }
     // Overwrite the schema page after the file header: SQLite reports the image malformed.
-    std::string bytes = slurp(path);
+    std::string bytes = read_file(path);
     REQUIRE(bytes.size() > 4096);
     for (std::size_t i = 100; i < 4096; ++i) bytes[i] = static_cast<char>(0xA5);
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
@@ -304,14 +302,14 @@ TEST_CASE("check-store finds damaged records and key columns that disagree with 
   CHECK(contains(healthy->summary, "1 nodes, 3 jobs"));
 
   run_sql(path, "UPDATE jobs SET state='succeeded' WHERE job_id=2; UPDATE jobs SET doc='{not json' WHERE job_id=3;");
-  const std::string before = slurp(path);
+  const std::string before = read_file(path);
   auto damaged = check_sqlite_store(path);
   REQUIRE(damaged.has_value());
   REQUIRE(damaged->problems.size() == 2);
   CHECK(contains(damaged->problems[0], "job row 2: column state is 'succeeded' but its record says 'queued'"));
   CHECK(contains(damaged->problems[1], "job row 3"));
   CHECK(contains(damaged->problems[1], "not JSON"));
-  CHECK(slurp(path) == before);
+  CHECK(read_file(path) == before);
 
   auto missing = check_sqlite_store(dir.file("other.db"));
   REQUIRE_FALSE(missing.has_value());
