@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <map>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -142,4 +144,33 @@ TEST_CASE("two qualifiers never drive the same run") {
     CHECK(by_q1 != by_q2);
   }
   for (const auto& [hash, count] : measured_per_config(fleet)) CHECK_MESSAGE(count == 1, hash);
+}
+
+TEST_CASE("kiln nightly --wait follows its run across a coordinator restart, and so does the qualifier") {
+  Fleet fleet("qualifier-restart");
+  start_two_nodes(fleet, {{"model_set", "\"one-node.toml\""}});
+  const std::string set(kModelSet);
+  write(fleet.dir() / "one-node.toml", set.substr(0, set.find("[[model]]\nname = \"mlp-fp8-wide\"")));
+  fleet.start_qualifier("qualifier");
+  const std::string candidate = prepare_bundles(fleet);
+  auto client = fleet.start_kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-3", "--junit",
+                                        (fleet.dir() / "nightly.xml").string()},
+                                 fleet.dir() / "client.log");
+  std::string out;
+  REQUIRE(Fleet::eventually([&] { return measured_per_config(fleet).size() >= 2; }, 120s));
+  fleet.stop_coordinator(SIGKILL);
+  std::this_thread::sleep_for(3s);  // the client's polls find no coordinator meanwhile
+  fleet.start_coordinator();
+
+  // The client reconnects with backoff, says so, and ends with the run's verdict.
+  const int status = client->wait(480s);
+  const std::string said = read(fleet.dir() / "client.log");
+  INFO(said);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(contains(said, "is not answering"));
+  CHECK(contains(said, "reconnecting in"));
+  CHECK(contains(read(fleet.dir() / "nightly.xml"), "<failure"));
+  for (const auto& [hash, count] : measured_per_config(fleet)) CHECK_MESSAGE(count == 1, hash);
+  CHECK(ticketed(fleet) == kCulprits);
 }
