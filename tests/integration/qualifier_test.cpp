@@ -57,6 +57,16 @@ std::map<std::string, std::string> ticketed(Fleet& fleet) {
   return team_of;
 }
 
+// Two nodes, a qualifier whose set holds only the one-node models, the bundles prepared; returns
+// the candidate bundle.
+std::string start_with_one_node_models(Fleet& fleet) {
+  start_two_nodes(fleet, {{"model_set", "\"one-node.toml\""}});
+  const std::string set(kModelSet);
+  write(fleet.dir() / "one-node.toml", set.substr(0, set.find("[[model]]\nname = \"mlp-fp8-wide\"")));
+  fleet.start_qualifier("qualifier");
+  return prepare_bundles(fleet);
+}
+
 const std::map<std::string, std::string> kCulprits = {{"k3", "compiler-team"}, {"k5", "kernels-team"}};
 
 }  // namespace
@@ -95,11 +105,7 @@ TEST_CASE("a qualifier killed with SIGKILL mid-run and started again finishes th
   Fleet fleet("qualifier-kill");
   // One-node models only: a whole-node lease its killed driver held is not taken up (see
   // docs/qualification.md, Limits).
-  start_two_nodes(fleet, {{"model_set", "\"one-node.toml\""}});
-  const std::string set(kModelSet);
-  write(fleet.dir() / "one-node.toml", set.substr(0, set.find("[[model]]\nname = \"mlp-fp8-wide\"")));
-  fleet.start_qualifier("qualifier");
-  const std::string candidate = prepare_bundles(fleet);
+  const std::string candidate = start_with_one_node_models(fleet);
   std::string out;
   REQUIRE(fleet.kiln("ci", {"nightly", "--bundle", candidate, "--run-id", "nightly-2"}, &out) == 0);
   CHECK(contains(out, "run nightly-2 requested; follow it with `kiln run nightly-2`"));
@@ -148,11 +154,7 @@ TEST_CASE("two qualifiers never drive the same run") {
 
 TEST_CASE("kiln nightly --wait follows its run across a coordinator restart, and so does the qualifier") {
   Fleet fleet("qualifier-restart");
-  start_two_nodes(fleet, {{"model_set", "\"one-node.toml\""}});
-  const std::string set(kModelSet);
-  write(fleet.dir() / "one-node.toml", set.substr(0, set.find("[[model]]\nname = \"mlp-fp8-wide\"")));
-  fleet.start_qualifier("qualifier");
-  const std::string candidate = prepare_bundles(fleet);
+  const std::string candidate = start_with_one_node_models(fleet);
   auto client = fleet.start_kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-3", "--junit",
                                         (fleet.dir() / "nightly.xml").string()},
                                  fleet.dir() / "client.log");
