@@ -72,6 +72,32 @@ enum {
 #define KILN_SELF_TEST_LEVEL_MIN 1u
 #define KILN_SELF_TEST_LEVEL_MAX 3u
 
+/* Kernel launches (run_kernel): matrices of fp32 values, row-major. The kernel computes with the
+ * chip's numerics (bf16 storage, fp32 accumulation, scaled E4M3 for fp8 gemm inputs) and
+ * returns its stored results widened to fp32. Kernel names: gemm-bf16, gemm-fp8 (inputs a, b),
+ * softmax, layernorm, gelu (one input), attention (q, k, v: one causal head). */
+#define KILN_KERNEL_NAME_MAX 32
+#define KILN_KERNEL_INPUTS_MAX 3
+#define KILN_KERNEL_FLAG_CAUSAL 1u      /* softmax: mask column j > row i */
+#define KILN_KERNEL_FLAG_TRANSPOSE_B 2u /* gemm: a times b transposed */
+
+struct kiln_kernel_matrix {
+  const float* data;
+  uint32_t rows;
+  uint32_t cols;
+};
+
+struct kiln_kernel_launch {
+  char kernel[KILN_KERNEL_NAME_MAX];
+  uint32_t flags; /* KILN_KERNEL_FLAG_* */
+  uint32_t input_count;
+  struct kiln_kernel_matrix inputs[KILN_KERNEL_INPUTS_MAX];
+  float* output;            /* filled by the backend */
+  uint64_t output_capacity; /* values output can hold */
+  uint32_t output_rows;     /* set by the backend, also when it returns E_BUFFER_TOO_SMALL */
+  uint32_t output_cols;
+};
+
 /* An opened driver instance; opaque to the caller. */
 typedef struct kiln_driver kiln_driver;
 
@@ -160,6 +186,12 @@ struct kiln_driver_api {
 
   kiln_driver_status (*run_self_test)(kiln_driver* handle, uint32_t chip, uint32_t kind,
                                       uint32_t level, struct kiln_self_test_result* out);
+
+  /* Added after the first release of version 1, so a table whose table_size ends before it
+   * lacks it (the loader then answers E_UNSUPPORTED). Runs one kernel on the chip; an output
+   * buffer too small gives E_BUFFER_TOO_SMALL with output_rows and output_cols set. */
+  kiln_driver_status (*run_kernel)(kiln_driver* handle, uint32_t chip,
+                                   struct kiln_kernel_launch* launch);
 };
 
 /* Returns the table for requested_abi_version, or NULL when the backend does not implement

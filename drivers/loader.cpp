@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -73,6 +74,10 @@ bool table_complete(const kiln_driver_api& api) {
          api.bind_workload && api.unbind_workload && api.chip_binding && api.run_self_test;
 }
 
+// Version 1 as first released ended at run_self_test; later entries are optional and reached
+// only when table_size covers them.
+constexpr std::size_t kFirstTableSize = offsetof(kiln_driver_api, run_kernel);
+
 }  // namespace
 
 std::string_view to_string(FirmwareSlot slot) { return slot == FirmwareSlot::a ? "a" : "b"; }
@@ -137,7 +142,7 @@ Result<std::unique_ptr<Driver>> Driver::load(const std::string& library_path,
                     " when asked for version " + wanted + "; install a backend built for ABI " +
                     wanted);
   }
-  if (api->table_size < sizeof(kiln_driver_api) || !table_complete(*api)) {
+  if (api->table_size < kFirstTableSize || !table_complete(*api)) {
     close_library();
     return fail(Errc::unsupported_version,
                 "chip driver '" + library_path + "' claims ABI version " + wanted +
@@ -305,6 +310,57 @@ Result<SelfTestResult> Driver::run_self_test(std::uint32_t chip, SelfTestKind ki
   result.compute_tflop_per_s = raw.compute_tflop_per_s;
   result.detail = from_fixed(raw.detail);
   return result;
+}
+
+}  // namespace kiln::drivers
+
+namespace kiln::drivers {
+
+Result<numerics::Matrix> Driver::run_kernel(std::uint32_t chip, const numerics::KernelLaunch& launch) {
+  const std::string operation = chip_operation("run_kernel " + launch.kernel, chip);
+  if (api_->table_size < offsetof(kiln_driver_api, run_kernel) + sizeof(api_->run_kernel) ||
+      api_->run_kernel == nullptr) {
+    return fail(Errc::invalid_argument, "chip driver '" + library_path_ + "': " + operation +
+                                            " failed (KILN_DRIVER_E_UNSUPPORTED): the backend was built "
+                                            "without run_kernel; use a backend that runs kernels");
+  }
+  if (launch.kernel.size() >= KILN_KERNEL_NAME_MAX || launch.inputs.size() > KILN_KERNEL_INPUTS_MAX) {
+    return fail(Errc::invalid_argument, operation + ": the kernel name must be shorter than " +
+                                            std::to_string(KILN_KERNEL_NAME_MAX) + " bytes and take at most " +
+                                            std::to_string(KILN_KERNEL_INPUTS_MAX) + " inputs");
+  }
+  kiln_kernel_launch abi{};
+  std::memcpy(abi.kernel, launch.kernel.data(), launch.kernel.size());
+  abi.flags = (launch.causal ? KILN_KERNEL_FLAG_CAUSAL : 0u) | (launch.transpose_b ? KILN_KERNEL_FLAG_TRANSPOSE_B : 0u);
+  abi.input_count = static_cast<std::uint32_t>(launch.inputs.size());
+  for (std::size_t i = 0; i < launch.inputs.size(); ++i) {
+    const numerics::Matrix& m = launch.inputs[i];
+    abi.inputs[i] = kiln_kernel_matrix{m.data.data(), static_cast<std::uint32_t>(m.rows),
+                                       static_cast<std::uint32_t>(m.cols)};
+  }
+  numerics::Matrix out;
+  // The first call learns the output's shape when the guess is too small; the second fills it.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    abi.output = out.data.data();
+    abi.output_capacity = out.data.size();
+    const std::int32_t status = api_->run_kernel(handle_, chip, &abi);
+    if (status == KILN_DRIVER_E_BUFFER_TOO_SMALL && attempt == 0) {
+      out = numerics::Matrix(static_cast<int>(abi.output_rows), static_cast<int>(abi.output_cols));
+      continue;
+    }
+    if (auto ok = check(status, operation); !ok) return tl::unexpected(ok.error());
+    if (static_cast<std::uint64_t>(abi.output_rows) * abi.output_cols > out.data.size()) {
+      return fail(Errc::internal, "chip driver '" + library_path_ + "': " + operation +
+                                      " reported an output larger than the buffer it filled; report the "
+                                      "backend's bug to its vendor");
+    }
+    out.rows = static_cast<int>(abi.output_rows);
+    out.cols = static_cast<int>(abi.output_cols);
+    out.data.resize(static_cast<std::size_t>(out.rows) * out.cols);
+    return out;
+  }
+  return fail(Errc::internal, "chip driver '" + library_path_ + "': " + operation +
+                                  " asked twice for a larger output buffer; report the backend's bug to its vendor");
 }
 
 }  // namespace kiln::drivers

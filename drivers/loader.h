@@ -11,6 +11,7 @@
 
 #include "common/enum_names.h"
 #include "common/error.h"
+#include "common/numerics/kernels.h"
 
 struct kiln_driver_api;
 struct kiln_driver;
@@ -111,6 +112,10 @@ class Driver {
 
   Result<SelfTestResult> run_self_test(std::uint32_t chip, SelfTestKind kind,
                                        std::uint32_t level);
+
+  // Runs one kernel on the chip with its numerics (drivers/kiln_driver.h run_kernel); a backend
+  // built without run_kernel gives an invalid_argument error naming KILN_DRIVER_E_UNSUPPORTED.
+  Result<numerics::Matrix> run_kernel(std::uint32_t chip, const numerics::KernelLaunch& launch);
 
  private:
   Driver(std::string library_path, void* library, const kiln_driver_api* api,

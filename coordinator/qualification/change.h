@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -148,6 +149,11 @@ Result<std::vector<std::string>> changes_between(const Bundle& good, const Bundl
 // by one change and not repaired by a later one. Model and kernel names are the changes' own;
 // the workload refuses names not in its registry.
 Result<std::string> sim_stack_effects_toml(const std::vector<Change>& history, std::size_t index);
+
+// The kernels broken after `changes` (a bundle's, in merge order): broken by one change and not
+// repaired by a later one. The stack-effects file's [numerics] kernels, and the unit tier's
+// broken_kernels driver option.
+std::set<std::string> sim_broken_kernels(std::span<const Change> changes);
 
 // A builder that runs a configured program (shell/bundle_builder.h runs it; this is its
 // description).

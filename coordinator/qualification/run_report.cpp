@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "coordinator/qualification/junit.h"
 #include "coordinator/qualification/run_evidence.h"
 
 namespace kiln::qualification {
@@ -71,93 +72,33 @@ std::string summary_text(const RunReport& report) {
   return out;
 }
 
-namespace {
-
-// XML 1.0 text and attribute values: the five entities, and characters XML forbids dropped.
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      case '\n': out += "&#10;"; break;
-      case '\t': out += "&#9;"; break;
-      case '\r': out += "&#13;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) continue;
-        out += c;
-    }
-  }
-  return out;
-}
-
-std::string seconds(DurationMs ms) { return fmt::format("{:.3f}", static_cast<double>(ms) / 1000.0); }
-
-}  // namespace
-
 std::string to_junit_xml(const RunReport& report) {
-  std::vector<std::string> revisions;
-  for (const ModelReport& m : report.models) {
-    if (std::find(revisions.begin(), revisions.end(), m.revision) == revisions.end()) revisions.push_back(m.revision);
-  }
+  using Outcome = JunitCase::Outcome;
   const std::string classname = fmt::format("kiln.{}", to_string(report.tier));
-  std::size_t all_failures = 0;
-  std::size_t all_errors = 0;
-  std::size_t all_skipped = 0;
-  DurationMs all_ms = 0;  // the suites' times add up to the whole's, as the counts do
-  std::string suites;
-  for (const auto& revision : revisions) {
-    std::size_t tests = 0;
-    std::size_t failures = 0;
-    std::size_t errors = 0;
-    std::size_t skipped = 0;
-    DurationMs total_ms = 0;
-    std::string cases;
-    for (const ModelReport& m : report.models) {
-      if (m.revision != revision) continue;
-      ++tests;
-      total_ms += m.duration_ms;
-      cases += fmt::format("    <testcase name=\"{}\" classname=\"{}\" time=\"{}\">\n", xml_escape(m.model),
-                           xml_escape(classname), seconds(m.duration_ms));
-      if (m.verdict == ModelVerdict::skipped) {
-        ++skipped;
-        cases += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(m.detail));
-      } else if (m.verdict == ModelVerdict::error) {
-        // Not measured: an <error>, which CI shows apart from a model that failed.
-        ++errors;
-        const std::string message = fmt::format("could not be measured: {}", m.detail);
-        cases += fmt::format("      <error message=\"{}\" type=\"error\">{}</error>\n", xml_escape(message),
-                             xml_escape(message));
-      } else if (fails_run(m.verdict)) {
-        ++failures;
-        const std::string message = fmt::format("{}: {}", to_string(m.verdict), m.detail);
-        cases += fmt::format("      <failure message=\"{}\" type=\"{}\">{}</failure>\n", xml_escape(message),
-                             to_string(m.verdict), xml_escape(message));
-      }
-      std::string out = fmt::format("verdict: {}\nowner: {}\n", to_string(m.verdict), m.owner_team);
-      if (!m.ticket_ids.empty()) out += fmt::format("tickets: {}\n", fmt::join(m.ticket_ids, ", "));
-      if (!m.nodes.empty()) out += fmt::format("nodes: {}\n", fmt::join(m.nodes, ", "));
-      cases += fmt::format("      <system-out>{}</system-out>\n", xml_escape(out));
-      cases += "    </testcase>\n";
+  std::vector<JunitSuite> suites;
+  for (const ModelReport& m : report.models) {
+    auto suite = std::find_if(suites.begin(), suites.end(), [&](const JunitSuite& s) { return s.name == m.revision; });
+    if (suite == suites.end()) suite = suites.insert(suites.end(), JunitSuite{m.revision, {}});
+    JunitCase c{m.model, classname, m.duration_ms, Outcome::passed, "", "", ""};
+    if (m.verdict == ModelVerdict::skipped) {
+      c.outcome = Outcome::skipped;
+      c.message = m.detail;
+    } else if (m.verdict == ModelVerdict::error) {
+      // Not measured: an <error>, which CI shows apart from a model that failed.
+      c.outcome = Outcome::error;
+      c.message = fmt::format("could not be measured: {}", m.detail);
+    } else if (fails_run(m.verdict)) {
+      c.outcome = Outcome::failed;
+      c.message = fmt::format("{}: {}", to_string(m.verdict), m.detail);
+      c.type = std::string(to_string(m.verdict));
     }
-    all_failures += failures;
-    all_errors += errors;
-    all_skipped += skipped;
-    all_ms += total_ms;
-    suites += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
-                          "time=\"{}\">\n{}  </testsuite>\n",
-                          xml_escape(fmt::format("{} revision {}", classname, revision)), tests, failures, errors,
-                          skipped,
-                          seconds(total_ms), cases);
+    c.system_out = fmt::format("verdict: {}\nowner: {}\n", to_string(m.verdict), m.owner_team);
+    if (!m.ticket_ids.empty()) c.system_out += fmt::format("tickets: {}\n", fmt::join(m.ticket_ids, ", "));
+    if (!m.nodes.empty()) c.system_out += fmt::format("nodes: {}\n", fmt::join(m.nodes, ", "));
+    suite->cases.push_back(std::move(c));
   }
-  return fmt::format("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"{}\" tests=\"{}\" "
-                     "failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{}\">\n{}</testsuites>\n",
-                     xml_escape(fmt::format("{} {}", classname, report.run_id)), report.models.size(), all_failures,
-                     all_errors, all_skipped, seconds(all_ms), suites);
+  for (JunitSuite& suite : suites) suite.name = fmt::format("{} revision {}", classname, suite.name);
+  return junit_xml(fmt::format("{} {}", classname, report.run_id), suites);
 }
 
 Result<RunReport> report_outline_from_json(const nlohmann::json& document) {

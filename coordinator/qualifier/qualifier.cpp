@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -21,6 +22,8 @@
 #include "coordinator/qualification/run_service.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/shell/run_driver.h"
+#include "coordinator/qualification/shell/unit_runner.h"
+#include "coordinator/qualification/unit_tier.h"
 #include "coordinator/qualification/workload_catalog.h"
 #include "coordinator/qualifier/ticket_sinks.h"
 #include "sim/workloads/catalog.h"
@@ -181,6 +184,11 @@ class RequestedRun {
     for (const auto& revision : q::revisions_skipped(facts->candidate, facts->fleet_revisions)) {
       out_ << fmt::format("no node of revision {} is registered; the run skips it\n", revision);
     }
+    if (request_.tier == q::Tier::smoke) {
+      auto gate = unit_gate(*facts);
+      if (!gate) return unrunnable(c, gate.error());
+      if (!gate->admitted) return finish_without_jobs(c, gate->reason);
+    }
     auto input = q::run_input_for(request_, *facts);
     if (!input) return unrunnable(c, input.error());
     auto sink = open_ticket_sink(config_.tickets_dir, config_.webhook_config);
@@ -248,10 +256,31 @@ class RequestedRun {
     }
   }
 
+  // The gate before a hardware smoke (unit_tier.h admit_smoke): the change's unit tier runs here,
+  // on this host's CPU and simulated chip, before any job is submitted.
+  Result<q::SmokeAdmission> unit_gate(const q::RunFacts& facts) {
+    const auto& ids = facts.candidate.change_ids;
+    const std::string change_id = !request_.change.empty() ? request_.change : (ids.empty() ? "" : ids.back());
+    auto change = std::find_if(facts.history.begin(), facts.history.end(),
+                               [&](const q::Change& c) { return c.id == change_id; });
+    // An unknown change is run_input_for's to refuse, with its own message.
+    if (change == facts.history.end() || !q::is_hardware_path(change->layer)) return q::SmokeAdmission{true, ""};
+    qs::UnitTierSetup setup = qs::default_unit_tier_setup();
+    if (!config_.sim_driver.empty()) setup.sim_library = config_.sim_driver;
+    if (!config_.cpu_driver.empty()) setup.cpu_library = config_.cpu_driver;
+    auto unit = qs::run_unit_tier(facts.candidate, facts.history, change_id, setup);
+    if (!unit) return tl::unexpected(unit.error());
+    out_ << q::unit_summary_text(*unit);
+    return q::admit_smoke(*change, *unit);
+  }
+
   // A run that cannot start (its change unknown, no node of its revisions): finished,
   // failed, its summary saying why, so whoever waits for it learns it.
-  Status unrunnable(cli::Client& client, const Error& error) {
-    out_ << "cannot run: " << error.message << "\n";
+  Status unrunnable(cli::Client& client, const Error& error) { return finish_without_jobs(client, "cannot run: " + error.message); }
+
+  // A run that ends before any job: finished, failed, its summary saying why.
+  Status finish_without_jobs(cli::Client& client, const std::string& why) {
+    out_ << why << "\n";
     q::RunReport report;
     report.run_id = request_.run_id;
     report.tier = request_.tier;
@@ -259,8 +288,8 @@ class RequestedRun {
     report.finished = true;
     report.started_at_ms = report.finished_at_ms = wall_now_ms();
     nlohmann::json document = recorded(report, true);
-    document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})\n  cannot run: {}\n", q::to_string(report.tier),
-                                      report.run_id, report.candidate_bundle_id.substr(0, 12), error.message);
+    document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})\n  {}\n", q::to_string(report.tier),
+                                      report.run_id, report.candidate_bundle_id.substr(0, 12), why);
     return qs::record_run(client, request_.run_id, document);
   }
 

@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string_view> kQualifierKeys = {
     "name",         "coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms",
     "model_set",    "workload_catalog", "bundle_dir", "golden_dir", "builder",
-    "builder_args", "claim_ms",    "poll_interval_ms", "max_runs"};
+    "builder_args", "claim_ms",    "poll_interval_ms", "max_runs", "sim_driver", "cpu_driver"};
 const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config"};
 
 std::string host_name() {
@@ -114,6 +114,8 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     r.path("golden_dir", config.golden_dir);
     r.path("builder", config.builder);
     r.texts("builder_args", config.builder_args);
+    r.path("sim_driver", config.sim_driver);
+    r.path("cpu_driver", config.cpu_driver);
     r.number("claim_ms", config.claim_ms, 1000, 3600000);
     r.number("poll_interval_ms", config.poll_interval_ms, 50, 60000);
     r.number("max_runs", config.max_runs, 1, 64);

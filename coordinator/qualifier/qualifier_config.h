@@ -24,6 +24,9 @@ struct QualifierConfig {
   std::string builder;  // empty: the sim builder
   std::vector<std::string> builder_args;
   std::string tickets_dir;
+  // The unit tier's backends, run before a hardware-path change's smoke (empty: beside the binary).
+  std::string sim_driver;
+  std::string cpu_driver;
   std::string webhook_config;  // empty: tickets go to the directory only
   DurationMs claim_ms = 30000;
   DurationMs poll_interval_ms = 1000;

@@ -3,13 +3,16 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
 
+#include "drivers/backend_support.h"
 #include "drivers/kiln_driver.h"
 #include "sim/chip/kiln_sim_driver.h"
 #include "sim/chip/sim_node.h"
 
 struct kiln_driver {
   kiln::sim::SimNode node;
+  kiln::numerics::KernelContext kernels;  // the chip's numerics; broken_kernels from the options
   std::string last_error;
 };
 
@@ -20,59 +23,14 @@ using kiln::Status;
 
 constexpr const char* kDriverVersion = "kiln-sim 0.1.0";
 
-kiln_driver_status code_for(Errc code) {
-  switch (code) {
-    case Errc::invalid_argument: return KILN_DRIVER_E_INVALID_ARGUMENT;
-    case Errc::not_found: return KILN_DRIVER_E_NO_SUCH_CHIP;
-    case Errc::config: return KILN_DRIVER_E_CONFIG;
-    case Errc::io: return KILN_DRIVER_E_IO;
-    case Errc::unavailable: return KILN_DRIVER_E_BUSY;
-    case Errc::conflict: return KILN_DRIVER_E_STATE;
-    case Errc::device: return KILN_DRIVER_E_DEVICE;
-    case Errc::integrity: return KILN_DRIVER_E_FIRMWARE;
-    case Errc::too_large: return KILN_DRIVER_E_BUFFER_TOO_SMALL;
-    default: return KILN_DRIVER_E_INTERNAL;
-  }
-}
+using kiln::drivers::backend::code_for;
+using kiln::drivers::backend::copy_error;
+using kiln::drivers::backend::copy_fixed;
+using kiln::drivers::backend::null_argument;
 
-template <std::size_t N>
-void copy_fixed(char (&out)[N], const std::string& text) {
-  const std::size_t n = std::min(text.size(), N - 1);
-  std::memcpy(out, text.data(), n);
-  out[n] = '\0';
-}
-
-void copy_error(char* out, std::uint32_t size, const std::string& text) {
-  if (out == nullptr || size == 0) return;
-  const std::size_t n = std::min<std::size_t>(text.size(), size - 1);
-  std::memcpy(out, text.data(), n);
-  out[n] = '\0';
-}
-
-// Runs one ABI call: clears the handle's last error, turns an Error or any exception into a
-// status code and message.
 template <class Body>
 kiln_driver_status guarded(kiln_driver* handle, Body&& body) noexcept {
-  if (handle == nullptr) return KILN_DRIVER_E_INVALID_ARGUMENT;
-  try {
-    handle->last_error.clear();
-    Status status = body(*handle);
-    if (status) return KILN_DRIVER_OK;
-    handle->last_error = status.error().message;
-    return code_for(status.error().code);
-  } catch (const std::exception& e) {
-    try {
-      handle->last_error = std::string("internal error in the sim driver: ") + e.what();
-    } catch (...) {
-    }
-    return KILN_DRIVER_E_INTERNAL;
-  } catch (...) {
-    return KILN_DRIVER_E_INTERNAL;
-  }
-}
-
-Status null_argument(const char* what) {
-  return kiln::fail(Errc::invalid_argument, std::string(what) + " is NULL; pass a valid pointer");
+  return kiln::drivers::backend::guarded(handle, "sim driver", std::forward<Body>(body));
 }
 
 kiln_driver_status sim_open(const char* options, kiln_driver** out_handle, char* error,
@@ -83,12 +41,17 @@ kiln_driver_status sim_open(const char* options, kiln_driver** out_handle, char*
       return KILN_DRIVER_E_INVALID_ARGUMENT;
     }
     *out_handle = nullptr;
-    auto node = kiln::sim::SimNode::open(options);
+    auto kernel_options = kiln::drivers::backend::take_kernel_options(options);
+    if (!kernel_options) {
+      copy_error(error, error_size, kernel_options.error().message);
+      return code_for(kernel_options.error().code);
+    }
+    auto node = kiln::sim::SimNode::open(kernel_options->rest);
     if (!node) {
       copy_error(error, error_size, node.error().message);
       return code_for(node.error().code);
     }
-    *out_handle = new kiln_driver{std::move(*node), {}};
+    *out_handle = new kiln_driver{std::move(*node), {false, kernel_options->broken_kernels}, {}};
     return KILN_DRIVER_OK;
   } catch (const std::exception& e) {
     copy_error(error, error_size, std::string("internal error opening the sim driver: ") + e.what());
@@ -105,17 +68,7 @@ const char* sim_last_error(const kiln_driver* handle) {
 }
 
 kiln_driver_status sim_driver_version(kiln_driver* handle, char* out, std::uint32_t out_size) {
-  return guarded(handle, [&](kiln_driver&) -> Status {
-    if (out == nullptr) return null_argument("out");
-    const std::size_t length = std::strlen(kDriverVersion);
-    if (out_size <= length) {
-      return kiln::fail(Errc::too_large, "version buffer of " + std::to_string(out_size) +
-                                            " bytes is too small; pass at least " +
-                                            std::to_string(length + 1));
-    }
-    std::memcpy(out, kDriverVersion, length + 1);
-    return {};
-  });
+  return guarded(handle, [&](kiln_driver&) { return kiln::drivers::backend::copy_version(kDriverVersion, out, out_size); });
 }
 
 kiln_driver_status sim_chip_count(kiln_driver* handle, std::uint32_t* out_count) {
@@ -246,11 +199,27 @@ kiln_driver_status sim_run_self_test(kiln_driver* handle, std::uint32_t chip, st
   });
 }
 
+// The chip's kernels with its numerics; a hung chip or one without healthy firmware fails the
+// launch as real hardware would, other faults leave the numbers alone.
+kiln_driver_status sim_run_kernel(kiln_driver* handle, std::uint32_t chip, kiln_kernel_launch* launch) {
+  return guarded(handle, [&](kiln_driver& h) -> Status {
+    if (launch == nullptr) return null_argument("launch");
+    auto conditions = h.node.conditions(chip);
+    if (!conditions) return tl::unexpected(conditions.error());
+    if (conditions->hung || !conditions->firmware_healthy) {
+      return kiln::fail(Errc::device, "chip " + std::to_string(chip) + " cannot run kernels (" +
+                                          (conditions->hung ? "hung" : "bad firmware") +
+                                          "); run kiln-agent diag on it or use another chip");
+    }
+    return kiln::drivers::backend::run_launch(h.kernels, *launch);
+  });
+}
+
 const kiln_driver_api kSimApi = {
     KILN_DRIVER_ABI_VERSION, sizeof(kiln_driver_api), sim_open, sim_close, sim_last_error,
     sim_driver_version, sim_chip_count, sim_chip_identity, sim_chip_telemetry, sim_reset_chip,
     sim_firmware_slots, sim_flash_standby, sim_activate_standby, sim_rollback_firmware,
-    sim_bind_workload, sim_unbind_workload, sim_chip_binding, sim_run_self_test,
+    sim_bind_workload, sim_unbind_workload, sim_chip_binding, sim_run_self_test, sim_run_kernel,
 };
 
 // The run-time fault functions work on the state directory alone, like kiln-sim-chip.

@@ -18,7 +18,7 @@ namespace sch = kiln::scheduler;
 
 namespace {
 
-enum class Subsystem : std::uint64_t { changes = 1, experiments = 2, failures = 3, bisect = 4 };
+enum class Subsystem : std::uint64_t { changes = 1, experiments = 2, failures = 3, bisect = 4, unit_tier = 5 };
 
 // One stream per subsystem (and node), so adding draws to one never shifts another; the
 // project's own generator, so a seed gives the same day on every platform.
@@ -191,6 +191,14 @@ class FleetRun {
       arrivals.push_back(t);
     }
     std::sort(arrivals.begin(), arrivals.end());
+    // The unit tier runs first, on CPUs: a rejected change never asks for a chip, the others ask
+    // once it has passed.
+    auto unit_rng = rng_for(opt_.seed, Subsystem::unit_tier);
+    std::erase_if(arrivals, [&](TimeMs) {
+      if (unit_rng.uniform01() >= sc_.unit_reject_share) return false;
+      ++unit_rejected_;
+      return true;
+    });
     for (std::size_t c = 0; c < arrivals.size(); ++c) {
       change_arrival_.push_back(arrivals[c]);
       change_remaining_.push_back(0);
@@ -202,7 +210,7 @@ class FleetRun {
           job.revision = rev.name;
           set_size(job, sc_.presubmit_chips_per_model);
           job.work_ms = job.declared_ms = sc_.presubmit_duration_ms;
-          job.submit_ms = arrivals[c];
+          job.submit_ms = arrivals[c] + sc_.unit_duration_ms;
           job.group = c;
           add_job(job);
           ++change_remaining_[c];
@@ -514,6 +522,15 @@ class FleetRun {
     r.policy = std::string(sch::to_string(sched_.knobs().policy));
     r.presubmit_signal = summarize(presubmit_latency_);
     r.presubmit_changes = change_arrival_.size();
+    r.unit_tier_changes = static_cast<std::size_t>(sc_.changes_per_day);
+    r.unit_rejected_changes = unit_rejected_;
+    r.unit_cpu_hours = static_cast<double>(sc_.changes_per_day) * sc_.unit_backends *
+                       static_cast<double>(sc_.unit_duration_ms) / kHourMs;
+    // A smoke runs its models on every revision.
+    const std::size_t smoke_chips =
+        sc_.revisions.size() * static_cast<std::size_t>(sc_.presubmit_models * sc_.presubmit_chips_per_model);
+    r.unit_chip_hours_saved = static_cast<double>(unit_rejected_ * smoke_chips) *
+                              static_cast<double>(sc_.presubmit_duration_ms) / kHourMs;
     r.nightly_met_deadline = true;
     for (const RevisionSpec& rev : sc_.revisions) {
       RevisionReport rr;
@@ -578,6 +595,7 @@ class FleetRun {
   std::vector<TimeMs> change_arrival_;
   std::vector<int> change_remaining_;
   std::vector<double> presubmit_latency_;
+  std::size_t unit_rejected_ = 0;
   std::map<std::string, int> nightly_remaining_;
   std::map<std::string, TimeMs> nightly_done_;
   std::map<std::string, sch::RequestId> release_job_;
@@ -628,6 +646,12 @@ std::string format_table(const Scenario& scenario, const std::vector<PolicyRepor
     out += "\n";
   };
   row("policy", [](const PolicyReport& r) { return r.policy; });
+  row("unit tier: changes / CPU hours", [](const PolicyReport& r) {
+    return fmt::format("{} / {:.0f}", r.unit_tier_changes, r.unit_cpu_hours);
+  });
+  row("unit tier: rejected before a chip / chip-h saved", [](const PolicyReport& r) {
+    return fmt::format("{} / {:.1f}", r.unit_rejected_changes, r.unit_chip_hours_saved);
+  });
   row("presubmit changes (hardware path)", [](const PolicyReport& r) { return fmt::format("{}", r.presubmit_changes); });
   row("presubmit signal p50 (min)", [](const PolicyReport& r) { return fmt::format("{:.1f}", r.presubmit_signal.p50_minutes); });
   row(fmt::format("presubmit signal p90 (min; goal 20, target {})", scenario.presubmit_target_p90_ms / kMinuteMs),
@@ -755,6 +779,10 @@ std::string format_json(const std::vector<PolicyReport>& reports, std::uint64_t 
   for (const PolicyReport& r : reports) {
     nlohmann::json p;
     p["presubmit_changes"] = r.presubmit_changes;
+    p["unit_tier"] = {{"changes", r.unit_tier_changes},
+                      {"rejected_changes", r.unit_rejected_changes},
+                      {"cpu_hours", r.unit_cpu_hours},
+                      {"chip_hours_saved", r.unit_chip_hours_saved}};
     p["presubmit_signal"] = latency(r.presubmit_signal);
     p["nightly_met_deadline"] = r.nightly_met_deadline;
     nlohmann::json revs = nlohmann::json::object();

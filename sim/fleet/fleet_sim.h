@@ -40,8 +40,12 @@ struct RevisionReport {
 
 struct PolicyReport {
   std::string policy;
-  LatencySummary presubmit_signal;
-  std::size_t presubmit_changes = 0;
+  LatencySummary presubmit_signal;  // from the change's arrival: its unit tier, then its smoke
+  std::size_t presubmit_changes = 0;  // hardware-path changes that reached the smoke
+  std::size_t unit_tier_changes = 0;  // every change of the day
+  std::size_t unit_rejected_changes = 0;  // hardware-path changes the unit tier stopped
+  double unit_cpu_hours = 0;              // the unit tier's CPU time, on every backend
+  double unit_chip_hours_saved = 0;       // the smoke chip time the rejected changes did not take
   std::vector<RevisionReport> revisions;
   bool nightly_met_deadline = false;  // on every revision
   std::optional<double> bisect_minutes;  // from its first step's submission to its last result

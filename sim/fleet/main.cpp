@@ -1,6 +1,7 @@
 // kiln-fleet-sim: replays a scenario's working day through the scheduler core under the kiln
 // policy and the two baselines, and prints the figures side by side.
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,15 @@ int main(int argc, char** argv) {
   app.add_option("--sweep", sweep,
                  "run N seeds from --seed on and print the worst and median figures per policy")
       ->check(CLI::Range(1, 100000));
+  std::optional<double> unit_reject_share;
+  std::optional<double> unit_minutes;
+  app.add_option("--unit-reject-share", unit_reject_share,
+                 "share of hardware-path changes the unit tier rejects before any chip (default: the "
+                 "scenario's [unit] reject_share, else 0.05)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--unit-minutes", unit_minutes,
+                 "the unit tier's duration before a smoke (default: the scenario's [unit] minutes, else 2)")
+      ->check(CLI::Range(0.0, 1440.0));
   app.add_flag("--json", json, "print JSON instead of the table");
   app.add_flag("--check-goals", check_goals,
                "exit 3 if the kiln policy misses presubmit p90 <= 20 min, the nightly deadline, "
@@ -51,6 +61,8 @@ int main(int argc, char** argv) {
     }
     knobs = *loaded;
   }
+  if (unit_reject_share) scenario->unit_reject_share = *unit_reject_share;
+  if (unit_minutes) scenario->unit_duration_ms = static_cast<kiln::DurationMs>(*unit_minutes * kiln::kMinuteMs);
   knobs = kiln::fleet::knobs_for(*scenario, knobs);
   std::fprintf(stderr, "kiln-fleet-sim: scenario %s, seed %llu\n", scenario_path.c_str(),
                static_cast<unsigned long long>(seed));

@@ -230,8 +230,17 @@ Result<Scenario> parse_scenario_toml(std::string_view text, std::string_view sou
   s.bisect_chips_per_step = bis_chips;
   s.bisect_step_ms = static_cast<DurationMs>(bis_minutes * kMinuteMs);
 
+  if (doc.contains("unit")) {
+    KILN_TRY(unit, r.table(doc, "unit", {"minutes", "reject_share"}));
+    KILN_TRY(unit_minutes, r.number(*unit, "unit", "minutes", 0));
+    KILN_TRY(reject, r.number(*unit, "unit", "reject_share", 0));
+    if (reject > 1) return r.error("unit.reject_share", "must be a share from 0 to 1");
+    s.unit_duration_ms = static_cast<DurationMs>(unit_minutes * kMinuteMs);
+    s.unit_reject_share = reject;
+  }
+
   static const std::vector<std::string_view> tables = {"pool",    "changes",     "presubmit", "nightly",
-                                                       "release", "experiments", "bisect"};
+                                                       "release", "experiments", "bisect",    "unit"};
   for (const auto& [k, v] : doc) {
     if (std::find(tables.begin(), tables.end(), k.str()) == tables.end()) {
       return r.unknown(k, k.str(), "unknown table", tables);

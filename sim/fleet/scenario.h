@@ -40,6 +40,13 @@ struct Scenario {
   TimeMs workday_start_ms = 8 * kHourMs;  // the scenario's comment: 08:00 to 20:00
   TimeMs workday_end_ms = 20 * kHourMs;
 
+  // The unit tier (optional [unit] table): every change's kernel and compiler tests on CPUs and
+  // simulators, before a hardware-path change's smoke. CPU time, not chips: it delays the smoke
+  // by its duration, and the share it rejects never reaches a chip.
+  DurationMs unit_duration_ms = 2 * kMinuteMs;
+  double unit_reject_share = 0.05;
+  int unit_backends = 2;  // each test runs on the simulated chip and the CPU reference
+
   int presubmit_models = 0;
   int presubmit_chips_per_model = 0;
   DurationMs presubmit_duration_ms = 0;

@@ -30,11 +30,7 @@ Matrix random_matrix(int rows, int cols, double scale, std::uint64_t seed, std::
 }
 
 numerics::NamedTensor to_tensor(std::string name, const Matrix& m) {
-  numerics::Tensor t;
-  t.dtype = DType::f32;
-  t.shape = {m.rows, m.cols};
-  t.values.assign(m.data.begin(), m.data.end());
-  return {std::move(name), std::move(t)};
+  return {std::move(name), numerics::to_tensor(m, DType::f32)};
 }
 
 KernelContext context_for(const ModelRunOptions& options) {
@@ -119,10 +115,7 @@ ModelRun run_transformer(const ModelSpec& spec, const ModelRunOptions& options) 
       }
     }
     // Attention runs its two matrix products in bf16 whatever the projections use.
-    Matrix scores = gemm_bt(ctx, "gemm-bf16", qh, kh);
-    softmax_rows(ctx, scores, true);
-    Matrix out = gemm(ctx, "gemm-bf16", scores, vh);
-    store_as(ctx, "attention", out);
+    const Matrix out = attention(ctx, qh, kh, vh);
     for (int t = 0; t < kSeq; ++t) {
       for (int c = 0; c < kHead; ++c) attended.at(t, head * kHead + c) = out.at(t, c);
     }
@@ -274,18 +267,6 @@ ModelRun run_training(const ModelSpec& spec, const ModelRunOptions& options) {
   return run;
 }
 
-double rms(const numerics::Tensor& t) {
-  double sum = 0;
-  std::size_t n = 0;
-  for (double v : t.values) {
-    if (std::isfinite(v)) {
-      sum += v * v;
-      ++n;
-    }
-  }
-  return n == 0 ? 0.0 : std::sqrt(sum / static_cast<double>(n));
-}
-
 }  // namespace
 
 Result<ModelRun> run_model(const ModelSpec& spec, const ModelRunOptions& options) {
@@ -298,20 +279,16 @@ Result<ModelRun> run_model(const ModelSpec& spec, const ModelRunOptions& options
 }
 
 std::vector<OutputCheck> output_checks(const ModelSpec& spec) {
-  // bf16 keeps the dtype's rtol; fp8 models compare their bf16 outputs with an rtol of one
-  // E4M3 ulp (2^-3) because every gemm input was rounded to E4M3. Both add an atol from the
-  // output's scale: elements near zero come from cancellation of terms of the tensor's
-  // typical magnitude, so their error is that of the typical magnitude (the argument of the
-  // fp8 rule in docs/numerics.md). The fractions are several times the error honest rounding
-  // produces, and far below what a broken kernel or corrupted data produce.
+  // The kernels' output rule (numerics::kernel_output_tolerance): bf16 outputs, fp8 models'
+  // gemm inputs rounded to E4M3.
   const bool fp8 = spec.dtype != "bf16";
+  const numerics::KernelTolerance rule = numerics::kernel_output_tolerance(fp8);
   auto check = [&](std::string name, int top_k) {
     OutputCheck c;
     c.name = std::move(name);
     c.options.dtype = DType::bf16;
-    const double rtol = fp8 ? 0.125 : numerics::default_tolerance(DType::bf16).rtol;
-    c.options.tolerance = numerics::Tolerance{rtol, 0.0, 0.0};
-    c.atol_rms_fraction = fp8 ? 0.2 : 0.03;
+    c.options.tolerance = numerics::Tolerance{rule.rtol, 0.0, 0.0};
+    c.atol_rms_fraction = rule.atol_rms_fraction;
     c.options.top_k = top_k;
     if (top_k > 0) c.min_topk_agreement = fp8 ? 0.8 : 0.9;
     return c;
@@ -324,7 +301,7 @@ std::vector<OutputCheck> output_checks(const ModelSpec& spec) {
 numerics::CompareOptions tolerance_for(const OutputCheck& check, const numerics::Tensor& golden) {
   numerics::CompareOptions options = check.options;
   numerics::Tolerance tolerance = options.tolerance.value_or(numerics::default_tolerance(options.dtype));
-  tolerance.atol = std::max(tolerance.atol, check.atol_rms_fraction * rms(golden));
+  tolerance.atol = std::max(tolerance.atol, check.atol_rms_fraction * numerics::rms(golden));
   options.tolerance = tolerance;
   return options;
 }

@@ -22,6 +22,7 @@ namespace kiln::drivers::testing {
 using kiln::testing::TempDir;
 
 inline std::string sim_library() { return std::string(KILN_LIB_DIR) + "/libkiln_sim_driver.so"; }
+inline std::string cpu_library() { return std::string(KILN_LIB_DIR) + "/libkiln_cpu_driver.so"; }
 
 inline std::string fake_library(const std::string& name) {
   return std::string(KILN_LIB_DIR) + "/libkiln_fake_driver_" + name + ".so";

@@ -14,6 +14,7 @@ void add_queue_command(CommandList& commands);           // queue
 void add_compare_commands(CommandList& commands);        // compare-tensors, compare
 void add_change_commands(CommandList& commands);         // change add|import, changes
 void add_bundle_commands(CommandList& commands);         // bundle build|show|accept, bundles
+void add_unit_command(CommandList& commands);            // unit
 void add_qualification_commands(CommandList& commands);  // smoke, nightly, qualify-release
 void add_record_commands(CommandList& commands);         // runs, run, tickets
 
@@ -21,7 +22,7 @@ inline CommandList all_commands() {
   CommandList commands;
   for (auto add : {add_account_commands, add_node_commands, add_diag_command, add_job_commands, add_lease_commands,
                    add_queue_command, add_compare_commands, add_change_commands, add_bundle_commands,
-                   add_qualification_commands, add_record_commands}) {
+                   add_unit_command, add_qualification_commands, add_record_commands}) {
     add(commands);
   }
   return commands;

@@ -28,6 +28,8 @@ struct RunOptions {
 // What can be checked without the coordinator: the --junit file can be written (Errc::config,
 // exit 2); it is left as it was.
 Status check_run_locally(const RunOptions& options);
+// The same for any --junit path ("" for none).
+Status check_junit_path(const std::string& path);
 
 // Records the request and prints the run id; with --wait, follows the run to its verdict.
 int run_qualification(const RunOptions& options, qualification::Tier tier, Client& client, bool json);

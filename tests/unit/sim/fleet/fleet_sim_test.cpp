@@ -71,8 +71,10 @@ TEST_CASE("a short fleet run keeps every invariant under every policy and finish
       CAPTURE(seed);
       CAPTURE(report->policy);
       CHECK(report->unfinished_requests == 0);
-      CHECK(report->presubmit_changes == 40);
-      CHECK(report->presubmit_signal.count == 40);
+      // The unit tier (5% by default) keeps some hardware-path changes from ever asking for a chip.
+      CHECK(report->presubmit_changes + report->unit_rejected_changes == 40);
+      CHECK(report->presubmit_signal.count == report->presubmit_changes);
+      CHECK(report->unit_tier_changes == 60);
       CHECK(report->experiments_started == report->experiments);
       CHECK(report->bisect_minutes.has_value());
       failures += report->node_failures;
@@ -85,6 +87,48 @@ TEST_CASE("a short fleet run keeps every invariant under every policy and finish
     }
   }
   CHECK(failures > 0);  // the run did exercise lost leases
+}
+
+TEST_CASE("the unit tier runs before the smoke: rejected changes take no chip, the others wait for it") {
+  auto base = parse_scenario_toml(kShortDay, "short-day");
+  REQUIRE(base);
+  FleetOptions options;
+  options.seed = 3;
+  options.day_ms = 4 * kHourMs;
+  auto run = [&](double reject_share, double minutes) {
+    Scenario s = *base;
+    s.unit_reject_share = reject_share;
+    s.unit_duration_ms = static_cast<DurationMs>(minutes * kMinuteMs);
+    auto report = run_fleet(s, knobs_for(s, {}), options);
+    REQUIRE_MESSAGE(report, report.error().describe());
+    return *report;
+  };
+  const PolicyReport none = run(0.0, 0.0);
+  CHECK(none.unit_rejected_changes == 0);
+  CHECK(none.presubmit_changes == 40);
+  CHECK(none.unit_chip_hours_saved == 0.0);
+  const PolicyReport half = run(0.5, 0.0);
+  CHECK(half.unit_rejected_changes > 10);
+  CHECK(half.unit_rejected_changes < 30);
+  CHECK(half.presubmit_changes == 40 - half.unit_rejected_changes);
+  // Each rejected change saves its smoke: 4 one-chip models of 8 minutes on 2 revisions.
+  CHECK(half.unit_chip_hours_saved == doctest::Approx(static_cast<double>(half.unit_rejected_changes) * 8 * 8 / 60.0));
+  const PolicyReport slow = run(0.0, 30.0);
+  // Shifted by the 30 minutes, give or take how the shifted requests queue.
+  CHECK(slow.presubmit_signal.p50_minutes >= none.presubmit_signal.p50_minutes + 25.0);
+  CHECK(slow.unit_cpu_hours == doctest::Approx(60 * 2 * 0.5));
+
+  std::string bad = kShortDay;
+  bad += "[unit]\nminutes = 2\nreject_share = 1.5\n";
+  auto refused = parse_scenario_toml(bad, "unit.toml");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().message.find("unit.reject_share") != std::string::npos);
+  std::string good = kShortDay;
+  good += "[unit]\nminutes = 3\nreject_share = 0.1\n";
+  auto parsed = parse_scenario_toml(good, "unit.toml");
+  REQUIRE_MESSAGE(parsed, parsed.error().describe());
+  CHECK(parsed->unit_duration_ms == 3 * kMinuteMs);
+  CHECK(parsed->unit_reject_share == 0.1);
 }
 
 TEST_CASE("one seed reproduces a fleet run exactly") {
