@@ -21,6 +21,7 @@
 #include "agent/host/agent_config.h"
 #include "common/keys.h"
 #include "coordinator/cli/client.h"
+#include "coordinator/qualifier/qualifier_config.h"
 #include "coordinator/shell/coordinator_config.h"
 #include "sim/chip/sim_files.h"
 #include "sim/workloads/stack_effects.h"
@@ -179,8 +180,13 @@ std::string toml_example_problem(const Block& block, const fs::path& root) {
   if (block.marker == "faults.toml") return problem(kiln::sim::parse_fault_file(text, path, 0));
   if (block.marker == "health-targets.toml") return problem(kiln::agent::health::parse_health_targets(text, path));
   if (block.marker == "stack-effects.toml") return problem(kiln::sim::workloads::parse_stack_effects(text, path));
+  if (block.marker == "qualifier.toml") {
+    std::ofstream(path, std::ios::trunc) << text;
+    return problem(kiln::qualifier::load_qualifier_config(path));
+  }
   return "no loader for the marker '" + block.marker + "'; mark a TOML example with <!-- example: FILE --> (agent.toml, "
-         "coordinator.toml, client.toml, sim-node.toml, faults.toml, health-targets.toml, stack-effects.toml) or "
+         "coordinator.toml, client.toml, sim-node.toml, faults.toml, health-targets.toml, stack-effects.toml, "
+         "qualifier.toml) or "
          "<!-- example: partial -->";
 }
 

@@ -15,7 +15,7 @@ void add_compare_commands(CommandList& commands);        // compare-tensors, com
 void add_change_commands(CommandList& commands);         // change add|import, changes
 void add_bundle_commands(CommandList& commands);         // bundle build|show|accept, bundles
 void add_qualification_commands(CommandList& commands);  // smoke, nightly, qualify-release
-void add_record_commands(CommandList& commands);         // runs, run, tickets
+void add_record_commands(CommandList& commands);         // runs, run, tickets, ticket ack|fix|duplicate|reopen
 
 inline CommandList all_commands() {
   CommandList commands;
