@@ -11,9 +11,10 @@ namespace kiln::protocol {
 // What the coordinator keeps for qualification (docs/qualification.md): merged changes, built
 // bundles (key = content hash), the accepted baseline bundle per hardware revision (key = the
 // revision) and qualification run reports (key = run id). Changes and bundles are immutable.
-// run_request: a run asked of the qualifier; run_claim: which qualifier drives it, until when.
-enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim };
-constexpr EnumTable<RecordKind, 6> enum_names(RecordKind) {
+// run_request: a run asked of the qualifier; run_claim: which qualifier drives it, until when;
+// ticket: a proven problem filed by a qualifier (key = the ticket id), its state set by people.
+enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim, ticket };
+constexpr EnumTable<RecordKind, 7> enum_names(RecordKind) {
   return {{
       {RecordKind::change, "change"},
       {RecordKind::bundle, "bundle"},
@@ -21,6 +22,18 @@ constexpr EnumTable<RecordKind, 6> enum_names(RecordKind) {
       {RecordKind::qualification_run, "qualification_run"},
       {RecordKind::run_request, "run_request"},
       {RecordKind::run_claim, "run_claim"},
+      {RecordKind::ticket, "ticket"},
+  }};
+}
+
+// Where a ticket stands: people move it with set_ticket_state; the qualifier only files it.
+enum class TicketState { open, acknowledged, fixed, duplicate };
+constexpr EnumTable<TicketState, 4> enum_names(TicketState) {
+  return {{
+      {TicketState::open, "open"},
+      {TicketState::acknowledged, "acknowledged"},
+      {TicketState::fixed, "fixed"},
+      {TicketState::duplicate, "duplicate"},
   }};
 }
 
@@ -98,6 +111,22 @@ struct RecordList {
   void visit(V& v) {
     v.field("records", records, Count{0, 10000});
     v.field("more", more);
+  }
+};
+
+// A person's word on a ticket: acknowledged, fixed, a duplicate of another ticket, or open again.
+// Replies with the ticket's record_entry as stored.
+struct SetTicketState {
+  static constexpr std::string_view kType = "set_ticket_state";
+  std::string id;
+  TicketState state = TicketState::open;
+  std::string duplicate_of;  // the ticket it duplicates: required for duplicate, empty otherwise
+
+  template <class V>
+  void visit(V& v) {
+    v.field("id", id, kRecordKey);
+    v.field("state", state);
+    v.field("duplicate_of", duplicate_of, Str{0, 128});
   }
 };
 

@@ -148,6 +148,8 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
           get_record(client, corr, body);
         } else if constexpr (std::is_same_v<T, protocol::ListRecords>) {
           reply(records_.list(body));
+        } else if constexpr (std::is_same_v<T, protocol::SetTicketState>) {
+          set_ticket_state(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::ListQueue>) {
           reply(scheduling_.queue_list(body, now));
         } else if constexpr (std::is_same_v<T, protocol::QueueWhy>) {
@@ -179,13 +181,33 @@ void CoordinatorCore::put_record(const std::string& client, const Caller& caller
   sink_.to_client(client, protocol::Ok{}, m.header.id);
 }
 
+// A ticket's state is a person's call (acknowledged by its team, fixed, a duplicate): every
+// person's role may set it; the qualifier's ci key only files tickets.
+void CoordinatorCore::set_ticket_state(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                                       const protocol::SetTicketState& request, TimeMs now) {
+  if (caller.role == Role::ci) {
+    sink_.reply_error(client, m.header.id, Errc::unauthorized,
+                      fmt::format("role {} may not change a ticket's state; people do, with a developer, lab, ops or "
+                                  "admin key",
+                                  protocol::enum_name(caller.role)));
+    return;
+  }
+  auto record = records_.set_ticket_state(request, caller.key_name, now);
+  if (!record) {
+    sink_.reply_error(client, m.header.id, record.error().code, record.error().message);
+    return;
+  }
+  sink_.push(action::SaveRecord{*record});
+  sink_.to_client(client, *record, m.header.id);
+}
+
 void CoordinatorCore::get_record(const std::string& client, std::uint64_t corr, const protocol::GetRecord& get) {
   if (const protocol::RecordEntry* record = records_.get(get.kind, get.key)) {
     sink_.to_client(client, *record, corr);
     return;
   }
   sink_.reply_error(client, corr, Errc::not_found,
-                    fmt::format("no {} record '{}'; `kiln changes`, `kiln bundles` and `kiln runs` list them",
+                    fmt::format("no {} record '{}'; `kiln changes`, `kiln bundles`, `kiln runs` and `kiln tickets` list them",
                                 protocol::enum_name(get.kind), get.key));
 }
 

@@ -90,6 +90,8 @@ class CoordinatorCore {
   void put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                   const protocol::PutRecord& put, TimeMs now);
   void get_record(const std::string& client, std::uint64_t corr, const protocol::GetRecord& get);
+  void set_ticket_state(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                        const protocol::SetTicketState& request, TimeMs now);
 
   CoordinatorKnobs knobs_;
   CoreClock clock_;

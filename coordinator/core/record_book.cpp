@@ -7,6 +7,7 @@
 
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/run_request.h"
+#include "coordinator/qualification/ticket_record.h"
 
 namespace kiln::coordinator {
 
@@ -111,6 +112,11 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       }
       return {};
     }
+    case RecordKind::ticket: {
+      auto ticket = qualification::ticket_record_from_json(*json);
+      if (!ticket) return tl::unexpected(ticket.error());
+      return key_matches(put.key, ticket->ticket.id, put.kind);
+    }
   }
   return {};
 }
@@ -146,20 +152,49 @@ Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, co
     }
     return it->second;
   }
-  protocol::RecordEntry record;
-  record.kind = put.kind;
-  record.key = put.key;
-  record.document = put.document;
+  std::string document = put.document;
   if (put.kind == RecordKind::run_claim) {
-    auto document = claim_document(put, now);
-    if (!document) return tl::unexpected(document.error());
-    record.document = std::move(*document);
+    auto claim = claim_document(put, now);
+    if (!claim) return tl::unexpected(claim.error());
+    document = std::move(*claim);
   }
+  if (put.kind == RecordKind::ticket && it != records_.end()) {
+    // Both documents passed check(): the held one when it was stored.
+    const auto held = qualification::ticket_record_from_json(nlohmann::json::parse(it->second.document));
+    const auto filed = qualification::ticket_record_from_json(nlohmann::json::parse(put.document));
+    KILN_ASSERT(held && filed, "stored and checked tickets parse");
+    document = qualification::to_json(qualification::merge_filing(*held, *filed)).dump();
+  }
+  return store(put.kind, put.key, std::move(document), written_by, now);
+}
+
+protocol::RecordEntry RecordBook::store(RecordKind kind, const std::string& key, std::string document,
+                                        const std::string& written_by, TimeMs now) {
+  auto it = records_.find(std::make_pair(kind, key));
+  protocol::RecordEntry record;
+  record.kind = kind;
+  record.key = key;
+  record.document = std::move(document);
   record.seq = it != records_.end() ? it->second.seq : next_seq_++;
   record.updated_at_ms = std::max<TimeMs>(now, 0);
   record.written_by = written_by;
-  records_[key] = record;
+  records_[std::make_pair(kind, key)] = record;
   return record;
+}
+
+Result<protocol::RecordEntry> RecordBook::set_ticket_state(const protocol::SetTicketState& request,
+                                                           const std::string& written_by, TimeMs now) {
+  const protocol::RecordEntry* held = get(RecordKind::ticket, request.id);
+  if (held == nullptr) {
+    return fail(Errc::not_found, fmt::format("no ticket '{}'; `kiln tickets` lists the tickets", request.id));
+  }
+  auto ticket = qualification::ticket_record_from_json(nlohmann::json::parse(held->document));
+  KILN_ASSERT(ticket.has_value(), "a stored ticket parses");
+  const bool duplicate_of_recorded = get(RecordKind::ticket, request.duplicate_of) != nullptr;
+  auto changed = qualification::with_state(std::move(*ticket), request.state, request.duplicate_of,
+                                           duplicate_of_recorded, written_by, now);
+  if (!changed) return tl::unexpected(changed.error());
+  return store(RecordKind::ticket, request.id, qualification::to_json(*changed).dump(), written_by, now);
 }
 
 const protocol::RecordEntry* RecordBook::get(RecordKind kind, const std::string& key) const {

@@ -25,14 +25,22 @@ class RecordBook {
   // revision naming a recorded bundle that supports it; a run report keyed by its run_id; a
   // run request keyed by its run_id naming a recorded bundle, immutable; a run claim of a
   // requested run, refused while another owner's claim has not expired at `now`, stored with
-  // its expiry (now + lease_ms). Returns the record to save.
+  // its expiry (now + lease_ms); a ticket keyed by its id, the id of its dedupe key: filing one
+  // already held keeps the held ticket and state and merges the deliveries (merge_filing in
+  // ticket_record.h), so a culprit has one ticket however often it is filed. Returns the record
+  // to save.
   Result<protocol::RecordEntry> put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now);
+  // A person's state change of a recorded ticket (with_state in ticket_record.h).
+  Result<protocol::RecordEntry> set_ticket_state(const protocol::SetTicketState& request, const std::string& written_by,
+                                                 TimeMs now);
   const protocol::RecordEntry* get(protocol::RecordKind kind, const std::string& key) const;
   protocol::RecordList list(const protocol::ListRecords& request) const;
 
  private:
   Status check(const protocol::PutRecord& put) const;
   Result<std::string> claim_document(const protocol::PutRecord& put, TimeMs now) const;
+  protocol::RecordEntry store(protocol::RecordKind kind, const std::string& key, std::string document,
+                              const std::string& written_by, TimeMs now);
 
   std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> records_;
   std::uint64_t next_seq_ = 1;

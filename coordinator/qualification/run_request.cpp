@@ -30,11 +30,13 @@ Result<std::uint64_t> count_field(const nlohmann::json& json, const char* name, 
 }  // namespace
 
 nlohmann::json to_json(const RunRequest& request) {
-  return {{"run_id", request.run_id},     {"tier", to_string(request.tier)},
-          {"bundle_id", request.bundle_id}, {"change", request.change},
-          {"repeats", request.repeats},   {"max_jobs", request.max_jobs},
-          {"max_models", request.max_models}, {"soak_rounds", request.soak_rounds},
-          {"accept", request.accept}};
+  nlohmann::json json = {{"run_id", request.run_id},     {"tier", to_string(request.tier)},
+                         {"bundle_id", request.bundle_id}, {"change", request.change},
+                         {"repeats", request.repeats},   {"max_jobs", request.max_jobs},
+                         {"max_models", request.max_models}, {"soak_rounds", request.soak_rounds},
+                         {"accept", request.accept}};
+  if (request.deadline_ms != 0) json["deadline_ms"] = request.deadline_ms;
+  return json;
 }
 
 Result<RunRequest> run_request_from_json(const nlohmann::json& json) {
@@ -73,6 +75,9 @@ Result<RunRequest> run_request_from_json(const nlohmann::json& json) {
     if (!it->is_boolean()) return fail(Errc::invalid_argument, "a run request's accept must be true or false");
     request.accept = it->get<bool>();
   }
+  auto deadline = count_field(json, "deadline_ms", 0, INT64_MAX, 0, what);
+  if (!deadline) return tl::unexpected(deadline.error());
+  request.deadline_ms = static_cast<TimeMs>(*deadline);
   return request;
 }
 

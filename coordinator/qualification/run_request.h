@@ -25,6 +25,7 @@ struct RunRequest {
   std::uint32_t max_models = 0;   // 0: all the tier selects
   std::uint32_t soak_rounds = 2;  // release only
   bool accept = true;             // nightly and release: a passing bundle becomes the baseline
+  TimeMs deadline_ms = 0;  // a scheduled nightly: finished by then (wall clock), or late; 0: none
 };
 
 nlohmann::json to_json(const RunRequest& request);

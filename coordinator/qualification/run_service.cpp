@@ -125,4 +125,9 @@ std::vector<std::string> revisions_to_accept(const RunRequest& request, const Ru
   return input.settings.revisions;
 }
 
+std::optional<bool> met_deadline(const RunRequest& request, const RunReport& report) {
+  if (request.deadline_ms == 0 || !report.finished) return std::nullopt;
+  return report.finished_at_ms <= request.deadline_ms;
+}
+
 }  // namespace kiln::qualification

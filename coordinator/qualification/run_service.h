@@ -59,4 +59,8 @@ void add_soak_round(RunReport& whole, const RunReport& round_report, std::uint32
 std::vector<std::string> revisions_to_accept(const RunRequest& request, const RunInput& input,
                                              const RunReport& whole);
 
+// A scheduled run's deadline (request.deadline_ms): met when its report finished by then;
+// nullopt while it runs or when it has none.
+std::optional<bool> met_deadline(const RunRequest& request, const RunReport& report);
+
 }  // namespace kiln::qualification

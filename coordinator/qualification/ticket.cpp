@@ -22,11 +22,15 @@ std::string dedupe_key(TicketKind kind, std::string_view culprit) {
 
 std::string dedupe_key(const Ticket& ticket) { return dedupe_key(ticket.kind, ticket.culprit_change); }
 
+std::string ticket_id(TicketKind kind, std::string_view culprit) {
+  return "kiln-" + sha256_hex(dedupe_key(kind, culprit)).substr(0, 16);
+}
+
 Ticket make_ticket(TicketKind kind, std::string team, std::string title, std::string culprit_change,
                    std::optional<Layer> layer, std::string evidence_json, TimeMs created_at_ms) {
   Ticket ticket{"", kind, std::move(team), std::move(title), std::move(culprit_change), layer, std::move(evidence_json),
                 created_at_ms};
-  ticket.id = "kiln-" + sha256_hex(dedupe_key(ticket)).substr(0, 16);
+  ticket.id = ticket_id(ticket.kind, ticket.culprit_change);
   return ticket;
 }
 

@@ -46,6 +46,8 @@ struct Ticket {
 
 std::string dedupe_key(TicketKind kind, std::string_view culprit);
 std::string dedupe_key(const Ticket& ticket);
+// "kiln-" + 16 hex digits of the dedupe key's SHA-256.
+std::string ticket_id(TicketKind kind, std::string_view culprit);
 
 // A ticket with its id set from the dedupe key.
 Ticket make_ticket(TicketKind kind, std::string team, std::string title, std::string culprit_change,

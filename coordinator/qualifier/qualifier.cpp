@@ -20,6 +20,8 @@
 #include "coordinator/qualification/flake_budget.h"
 #include "coordinator/qualification/run.h"
 #include "coordinator/qualification/run_service.h"
+#include "coordinator/qualification/schedule.h"
+#include "coordinator/qualification/shell/bundle_builder.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/shell/run_driver.h"
 #include "coordinator/qualification/shell/unit_runner.h"
@@ -94,11 +96,20 @@ Result<std::unique_ptr<cli::Client>> connect(const QualifierConfig& config) {
 }
 
 // A report as recorded: `finished` only once every stage after it (soak rounds, flake tickets,
-// the new baselines) is done too, so a client following the run sees its verdict last.
-nlohmann::json recorded(q::RunReport report, bool finished) {
+// the new baselines) is done too, so a client following the run sees its verdict last. A
+// scheduled nightly's report carries its deadline and, once finished, whether it met it.
+nlohmann::json recorded(q::RunReport report, bool finished, const q::RunRequest& request) {
   report.finished = report.finished && finished;
   nlohmann::json document = q::to_json(report);
-  document["summary"] = q::summary_text(report);
+  std::string summary = q::summary_text(report);
+  if (request.deadline_ms != 0) {
+    document["deadline_ms"] = request.deadline_ms;
+    if (const auto met = q::met_deadline(request, report)) {
+      document["met_deadline"] = *met;
+      summary += fmt::format("  deadline {} UTC {}\n", q::utc_time_of_day(request.deadline_ms), *met ? "met" : "MISSED");
+    }
+  }
+  document["summary"] = std::move(summary);
   return document;
 }
 
@@ -191,8 +202,7 @@ class RequestedRun {
     }
     auto input = q::run_input_for(request_, *facts);
     if (!input) return unrunnable(c, input.error());
-    auto sink = open_ticket_sink(config_.tickets_dir, config_.webhook_config);
-    if (!sink) return tl::unexpected(sink.error());
+    RecordTicketSink sink(c, request_.run_id, {ticket_sink_name(config_.webhook_config)});
     auto builder = qs::make_configured_builder(config_.builder, config_.builder_args, config_.bundle_dir,
                                                facts->candidate.hardware_revisions);
     qs::DriverOptions options;
@@ -202,15 +212,15 @@ class RequestedRun {
     options.stop = &stop_;
     options.may_continue = [&claim] { return claim.keep(); };
 
-    auto whole = drive_stage(c, *input, **sink, *builder, options, /*last=*/false);
+    auto whole = drive_stage(c, *input, sink, *builder, options, /*last=*/false);
     if (!whole) return tl::unexpected(whole.error());
     for (std::uint32_t round = 0; auto soak = q::next_soak_round(request_, *input, *whole, round);) {
       out_ << fmt::format("stability soak round {} of {}\n", round + 1, request_.soak_rounds);
-      auto soaked = drive_stage(c, *soak, **sink, *builder, options, /*last=*/true);
+      auto soaked = drive_stage(c, *soak, sink, *builder, options, /*last=*/true);
       if (!soaked) return tl::unexpected(soaked.error());
       q::add_soak_round(*whole, *soaked, ++round);
     }
-    file_flake_tickets(c, *whole, **sink);
+    file_flake_tickets(c, *whole, sink);
     const auto accepted = q::revisions_to_accept(request_, *input, *whole);
     for (const auto& revision : accepted) {
       if (auto ok = qs::accept_baseline(c, {revision, input->candidate.id, request_.run_id, wall_now_ms()}); !ok) {
@@ -221,7 +231,7 @@ class RequestedRun {
       out_ << fmt::format("bundle {} is now the baseline of {}\n", input->candidate.id.substr(0, 12),
                           fmt::join(accepted, ", "));
     }
-    if (auto ok = qs::record_run(c, request_.run_id, recorded(*whole, true)); !ok) return ok;
+    if (auto ok = qs::record_run(c, request_.run_id, recorded(*whole, true, request_)); !ok) return ok;
     out_ << (whole->passed ? "passed\n" : "FAILED\n");
     return {};
   }
@@ -236,7 +246,7 @@ class RequestedRun {
                         input.candidate.id.substr(0, 12), input.settings.revisions.size() == 1 ? "" : "s",
                         fmt::join(input.settings.revisions, ", "), run->report().models.size());
     options.record = [&client, this, last](const q::RunReport& report) {
-      if (auto ok = qs::record_run(client, report.run_id, recorded(report, last)); !ok) {
+      if (auto ok = qs::record_run(client, report.run_id, recorded(report, last, request_)); !ok) {
         out_ << "could not record the run's progress on the coordinator: " << ok.error().message << "\n";
       }
     };
@@ -248,7 +258,7 @@ class RequestedRun {
     auto runs = qs::list_runs(client);
     if (!runs) return;
     std::erase_if(*runs, [&](const nlohmann::json& run) { return run.value("run_id", "") == whole.run_id; });
-    runs->push_back(recorded(whole, true));
+    runs->push_back(recorded(whole, true, request_));
     for (const auto& ticket : q::flake_budget_tickets(q::flake_ledger_from_reports(*runs), wall_now_ms())) {
       if (auto filed = sink.file(ticket); filed && *filed == q::FileResult::filed) {
         out_ << fmt::format("ticket {} to {}: {}\n", ticket.id, ticket.team, ticket.title);
@@ -287,8 +297,10 @@ class RequestedRun {
     report.candidate_bundle_id = request_.bundle_id;
     report.finished = true;
     report.started_at_ms = report.finished_at_ms = wall_now_ms();
-    nlohmann::json document = recorded(report, true);
-    document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})\n  {}\n", q::to_string(report.tier),
+    nlohmann::json document = recorded(report, true, request_);
+    document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})
+  {}
+", q::to_string(report.tier),
                                       report.run_id, report.candidate_bundle_id.substr(0, 12), why);
     return qs::record_run(client, request_.run_id, document);
   }
@@ -308,6 +320,40 @@ struct Driving {
   std::atomic<bool> done{false};
   std::thread thread;
 };
+
+// Asks for tonight's nightly when the calendar says it is due (schedule.h): the bundle at the
+// latest recorded change, built as `kiln bundle build` builds it, under the night's run id. A
+// second qualifier asking at the same moment writes the same request, which the coordinator
+// keeps once. `problem` holds the last problem said, so a failing build is said once a night.
+void ask_for_scheduled_nightly(cli::Client& client, const QualifierConfig& config,
+                               const std::vector<q::RunRequest>& requests, std::string& problem) {
+  std::set<std::string> requested;
+  for (const auto& request : requests) requested.insert(request.run_id);
+  const auto night = q::nightly_due(config.schedule, wall_now_ms() + config.clock_offset_ms, requested);
+  if (!night) return;
+  const auto say_once = [&problem](const std::string& line) {
+    if (line != problem) say(line);
+    problem = line;
+  };
+  auto builder = qs::make_configured_builder(config.builder, config.builder_args, config.bundle_dir,
+                                             config.schedule_revisions);
+  auto built = qs::build_recorded_bundle(client, *builder, "");
+  if (!built) {
+    return say_once(fmt::format("tonight's nightly {} is due but its bundle could not be built: {}; trying again on the "
+                                "next poll",
+                                night->run_id, built.error().message));
+  }
+  q::RunRequest request;
+  request.run_id = night->run_id;
+  request.tier = q::Tier::nightly;
+  request.bundle_id = built->bundle.id;
+  request.deadline_ms = night->deadline_ms - config.clock_offset_ms;
+  if (auto ok = qs::request_run(client, request); !ok) {
+    return say_once(fmt::format("could not ask for tonight's nightly {}: {}", night->run_id, ok.error().message));
+  }
+  say(fmt::format("asked for tonight's nightly {}: bundle {} at change {}, due by {} UTC", night->run_id,
+                  built->bundle.id.substr(0, 12), built->at_change, q::utc_time_of_day(request.deadline_ms)));
+}
 
 Status check_role(cli::Client& client) {
   auto me = cli::expect_reply<protocol::WhoamiReply>(client.request(protocol::Whoami{}));
@@ -347,12 +393,23 @@ Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, cons
   if (!client) return tl::unexpected(client.error());
   if (auto ok = check_role(**client); !ok) return ok;
   const std::string owner = fmt::format("{}/{}", config.name, ::getpid());
-  say(fmt::format("{} drives the runs requested on {} (claims of {} ms)", owner, config.client.coordinator_endpoint,
-                  config.claim_ms));
+  auto sink = open_ticket_sink(config.tickets_dir, config.webhook_config);
+  if (!sink) return tl::unexpected(sink.error());
+  const std::string sink_name = ticket_sink_name(config.webhook_config);
+  say(fmt::format("{} drives the runs requested on {} (claims of {} ms) and delivers tickets to the {} sink", owner,
+                  config.client.coordinator_endpoint, config.claim_ms, sink_name));
+  if (config.schedule.enabled) {
+    say(fmt::format("starts a nightly every night at {} UTC, due by {} UTC{}",
+                    q::time_of_day_text(config.schedule.start_minute),
+                    q::time_of_day_text(config.schedule.deadline_minute),
+                    config.clock_offset_ms == 0 ? "" : fmt::format(" (its clock {} ms off the wall clock)",
+                                                                   config.clock_offset_ms)));
+  }
   std::vector<q::RunRequest> requests;
   std::uint64_t last_seq = 0;
   std::set<std::string> finished;
   std::list<Driving> driving;
+  std::string schedule_problem;
   while (!stop.load()) {
     driving.remove_if([](Driving& d) {
       if (!d.done.load()) return false;
@@ -367,6 +424,8 @@ Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, cons
     } else {
       say("could not list the run requests: " + more.error().message);
     }
+    if (config.schedule.enabled) ask_for_scheduled_nightly(**client, config, requests, schedule_problem);
+    deliver_due_tickets(**client, **sink, sink_name, config.delivery, wall_now_ms(), say);
     std::set<std::string> busy;
     for (const auto& d : driving) busy.insert(d.run_id);
     for (const auto& run_id : q::runs_to_take_up(requests, finished, busy)) {

@@ -18,7 +18,10 @@ const std::vector<std::string_view> kQualifierKeys = {
     "name",         "coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms",
     "model_set",    "workload_catalog", "bundle_dir", "golden_dir", "builder",
     "builder_args", "claim_ms",    "poll_interval_ms", "max_runs", "sim_driver", "cpu_driver"};
-const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config"};
+const std::vector<std::string_view> kScheduleKeys = {"nightly", "nightly_start", "nightly_deadline", "revisions",
+                                                     "clock_offset_ms"};
+const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config", "retry_backoff_ms",
+                                                   "max_retry_backoff_ms"};
 
 std::string host_name() {
   char name[256] = {};
@@ -49,6 +52,20 @@ class Reader {
       return problems_.at(node->source(), fmt::format("{} must be an integer from {} to {}", key, min, max));
     }
     out = static_cast<I>(node->as_integer()->get());
+  }
+  void flag(const char* key, bool& out) {
+    const toml::node* node = table_.get(key);
+    if (node == nullptr) return;
+    if (!node->is_boolean()) return problems_.at(node->source(), fmt::format("{} must be true or false", key));
+    out = node->as_boolean()->get();
+  }
+  void time_of_day(const char* key, int& minute) {
+    std::string value;
+    text(key, value);
+    if (value.empty()) return;
+    auto parsed = qualification::minute_of_day(value);
+    if (!parsed) return problems_.at(table_.get(key)->source(), fmt::format("{}: {}", key, parsed.error().message));
+    minute = *parsed;
   }
   void texts(const char* key, std::vector<std::string>& out) {
     const toml::node* node = table_.get(key);
@@ -91,7 +108,8 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
   const fs::path base = fs::absolute(path).parent_path();
   const toml::table* qualifier = (*root)["qualifier"].as_table();
   const toml::table* tickets = (*root)["tickets"].as_table();
-  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets"});
+  const toml::table* schedule = (*root)["schedule"].as_table();
+  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets", "schedule"});
   if (qualifier == nullptr) {
     problems.add("missing the [qualifier] table (coordinator, key files, model_set, bundle_dir, golden_dir)");
   } else {
@@ -133,7 +151,27 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     Reader r(problems, *tickets, base);
     r.path("dir", config.tickets_dir);
     r.path("webhook_config", config.webhook_config);
+    r.number("retry_backoff_ms", config.delivery.first_backoff_ms, 50, 3600000);
+    r.number("max_retry_backoff_ms", config.delivery.max_backoff_ms, 50, 86400000);
+    if (config.delivery.max_backoff_ms < config.delivery.first_backoff_ms) {
+      problems.add(fmt::format("[tickets] max_retry_backoff_ms ({}) is below retry_backoff_ms ({}); raise it",
+                               config.delivery.max_backoff_ms, config.delivery.first_backoff_ms));
+    }
     r.required("dir", config.tickets_dir, "the ticket directory (one JSON file per ticket)");
+  }
+  if (schedule != nullptr) {
+    problems.unknown_keys(*schedule, "[schedule]", kScheduleKeys);
+    Reader r(problems, *schedule, base);
+    config.schedule.enabled = true;
+    r.flag("nightly", config.schedule.enabled);
+    r.time_of_day("nightly_start", config.schedule.start_minute);
+    r.time_of_day("nightly_deadline", config.schedule.deadline_minute);
+    if (schedule->contains("revisions")) config.schedule_revisions.clear();
+    r.texts("revisions", config.schedule_revisions);
+    if (config.schedule_revisions.empty()) {
+      problems.add("[schedule] revisions must name the hardware revisions of the nightly's bundle, e.g. [\"a\", \"b\"]");
+    }
+    r.number("clock_offset_ms", config.clock_offset_ms, -(INT64_C(1) << 50), INT64_C(1) << 50);
   }
   if (config.name.empty()) config.name = host_name();
   if (auto ok = problems.status(); !ok) return tl::unexpected(ok.error());

@@ -1,6 +1,6 @@
 // qualifier.toml: where the coordinator is and the qualifier's key, the qualification set and the
-// directories its runs use (bundles, goldens, tickets), and how long a claim on a run holds
-// (docs/operations.md, "The qualifier").
+// directories its runs use (bundles, goldens, tickets), how long a claim on a run holds and the
+// nightly's calendar (docs/operations.md, "The qualifier").
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,8 @@
 #include "common/error.h"
 #include "common/time.h"
 #include "coordinator/cli/client.h"
+#include "coordinator/qualification/schedule.h"
+#include "coordinator/qualification/ticket_record.h"
 
 namespace kiln::qualifier {
 
@@ -28,9 +30,17 @@ struct QualifierConfig {
   std::string sim_driver;
   std::string cpu_driver;
   std::string webhook_config;  // empty: tickets go to the directory only
+  qualification::DeliveryPolicy delivery;  // retrying a ticket its sink did not take
   DurationMs claim_ms = 30000;
   DurationMs poll_interval_ms = 1000;
   std::uint32_t max_runs = 4;  // runs driven at once
+  // [schedule]: the nightly's calendar. Off without the table, so a qualifier only starts
+  // nightlies by itself where it was told to.
+  qualification::NightlySchedule schedule{.enabled = false};
+  std::vector<std::string> schedule_revisions = {"a", "b"};  // the scheduled bundle's revisions
+  // The schedule's clock is the wall clock plus this: tests and demos put midnight a few seconds
+  // ahead instead of waiting for it. 0 in production.
+  DurationMs clock_offset_ms = 0;
 };
 
 // Every problem of the file at once (Errc::config, one a line, "file:line:column: what"). Paths

@@ -1,13 +1,17 @@
 #include "coordinator/qualifier/ticket_sinks.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/config/toml_errors.h"
+#include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/webhook_sink.h"
 
 namespace kiln::qualifier {
 
 namespace q = kiln::qualification;
+namespace qs = kiln::qualification::shell;
 
 namespace {
 
@@ -70,6 +74,45 @@ Result<std::unique_ptr<q::TicketSink>> open_ticket_sink(const std::string& ticke
   auto sink = q::WebhookTicketSink::open(*config, tickets_dir);
   if (!sink) return tl::unexpected(sink.error());
   return std::unique_ptr<q::TicketSink>(std::make_unique<q::WebhookTicketSink>(std::move(*sink)));
+}
+
+std::string ticket_sink_name(const std::string& webhook_config) {
+  return webhook_config.empty() ? "directory" : "webhook";
+}
+
+Result<q::FileResult> RecordTicketSink::file(const q::Ticket& ticket) {
+  auto held = qs::get_ticket(client_, ticket.id);
+  if (held) return q::FileResult::duplicate;
+  if (held.error().code != Errc::not_found) return tl::unexpected(held.error());
+  // Two qualifiers filing one culprit at once both get here: the coordinator keeps the first.
+  if (auto ok = qs::record_ticket(client_, q::new_ticket_record(ticket, run_id_, sinks_)); !ok) {
+    return tl::unexpected(ok.error());
+  }
+  return q::FileResult::filed;
+}
+
+void deliver_due_tickets(cli::Client& client, q::TicketSink& sink, const std::string& sink_name,
+                         const q::DeliveryPolicy& policy, TimeMs now_ms,
+                         const std::function<void(const std::string&)>& say) {
+  auto tickets = qs::list_tickets(client);
+  if (!tickets) return say("could not list the tickets to deliver: " + tickets.error().message);
+  for (const auto& due : q::deliveries_due(*tickets, {sink_name}, now_ms)) {
+    auto record = std::find_if(tickets->begin(), tickets->end(), [&](const auto& t) { return t.ticket.id == due.ticket_id; });
+    // The sink's own duplicate means it has the ticket already: delivered.
+    const auto filed = sink.file(record->ticket);
+    const Status outcome = filed ? Status{} : Status(tl::unexpected(filed.error()));
+    q::TicketDelivery& delivery = record->sinks.at(due.sink);
+    delivery = q::after_attempt(delivery, outcome, now_ms, policy);
+    if (delivery.delivered) {
+      say(fmt::format("ticket {} delivered to the {} sink (attempt {})", due.ticket_id, due.sink, delivery.attempts));
+    } else {
+      say(fmt::format("ticket {} not delivered to the {} sink (attempt {}): {}; retrying in {} ms", due.ticket_id,
+                      due.sink, delivery.attempts, delivery.last_error, delivery.next_attempt_at_ms - now_ms));
+    }
+    if (auto ok = qs::record_ticket(client, *record); !ok) {
+      say(fmt::format("could not record the delivery of ticket {}: {}", due.ticket_id, ok.error().message));
+    }
+  }
 }
 
 }  // namespace kiln::qualifier

@@ -59,4 +59,19 @@ inline void start_two_nodes(Fleet& fleet, const std::map<std::string, std::strin
                             std::chrono::seconds(20)));
 }
 
+// The history recorded, the bundle at k1 accepted as the baseline; returns the bundle at `at`
+// (empty: the latest change).
+inline std::string prepare_bundles(Fleet& fleet, const std::string& at = "") {
+  const std::filesystem::path dir = fleet.dir();
+  std::string out;
+  REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
+                     &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"bundle", "accept", first_word_after(out, "bundle ")}, &out) == 0);
+  std::vector<std::string> build = {"bundle", "build", "--rev", "a", "--bundle-dir", (dir / "bundles").string()};
+  if (!at.empty()) build.insert(build.end(), {"--at", at});
+  REQUIRE(fleet.kiln("ci", build, &out) == 0);
+  return first_word_after(out, "bundle ");
+}
+
 }  // namespace kiln::testing

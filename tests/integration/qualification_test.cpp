@@ -81,7 +81,7 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   CHECK(junit.find("<skipped") == std::string::npos);
   CHECK(junit.find("mlp-fp8-wide") != std::string::npos);
 
-  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json"}, &out) == 0);
   const auto tickets = nlohmann::json::parse(out);
   std::map<std::string, std::string> team_of;
   for (const auto& ticket : tickets) team_of[ticket.at("culprit").get<std::string>()] = ticket.at("team");
@@ -102,7 +102,7 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   }
   CHECK(!measured.empty());
   for (const auto& [hash, count] : measured) CHECK_MESSAGE(count == 1, hash);
-  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).size() == 2);
 
   // The run is recorded on the coordinator, and the failing bundle did not become the baseline.
@@ -153,7 +153,7 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
   CHECK(smoke == 1);
   CHECK(out.find("hardware_suspect") != std::string::npos);
   CHECK(fleet.log_of("qualifier").find("bisect") == std::string::npos);
-  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json"}, &out) == 0);
   const auto tickets = nlohmann::json::parse(out);
   REQUIRE(tickets.size() == 1);
   CHECK(tickets[0].at("kind") == "hardware_suspect");
@@ -163,10 +163,6 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
   for (const auto& node : nlohmann::json::parse(out)) {
     CHECK(node.at("state") == (node.at("node_id") == "n01" ? "quarantined" : "up"));
   }
-
-  // Listing does not create directories.
-  CHECK(fleet.kiln("ci", {"tickets", "--tickets-dir", (dir / "no-tickets").string()}, &out) == 5);
-  CHECK_FALSE(fs::exists(dir / "no-tickets"));
 }
 
 TEST_CASE("a nightly builds its bisection bundles with the configured builder and checks the set against the catalog") {
@@ -205,6 +201,6 @@ TEST_CASE("a nightly builds its bisection bundles with the configured builder an
   CHECK(log.find("could not build the bundle at change k2") != std::string::npos);
   CHECK(read(dir / "builder-calls") == "k2\n");
   CHECK(out.find("bisection ambiguous, no ticket") != std::string::npos);
-  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (dir / "tickets").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).empty());
 }

@@ -21,21 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The history recorded, the bundle at k1 accepted as the baseline; returns the bundle at `at`
-// (empty: the latest change).
-std::string prepare_bundles(Fleet& fleet, const std::string& at = "") {
-  const fs::path dir = fleet.dir();
-  std::string out;
-  REQUIRE(fleet.kiln("ci", {"change", "import", (dir / "history.toml").string()}, &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
-                     &out) == 0);
-  REQUIRE(fleet.kiln("ci", {"bundle", "accept", first_word_after(out, "bundle ")}, &out) == 0);
-  std::vector<std::string> build = {"bundle", "build", "--rev", "a", "--bundle-dir", (dir / "bundles").string()};
-  if (!at.empty()) build.insert(build.end(), {"--at", at});
-  REQUIRE(fleet.kiln("ci", build, &out) == 0);
-  return first_word_after(out, "bundle ");
-}
-
 // How many jobs measured each config hash (ran to a result: succeeded, or failed with outputs).
 std::map<std::string, int> measured_per_config(Fleet& fleet) {
   std::string out;
@@ -51,7 +36,7 @@ std::map<std::string, int> measured_per_config(Fleet& fleet) {
 // The culprit of each ticket, with its team.
 std::map<std::string, std::string> ticketed(Fleet& fleet) {
   std::string out;
-  REQUIRE(fleet.kiln("ci", {"tickets", "--json", "--tickets-dir", (fleet.dir() / "tickets").string()}, &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json"}, &out) == 0);
   std::map<std::string, std::string> team_of;
   for (const auto& ticket : nlohmann::json::parse(out)) team_of[ticket.at("culprit").get<std::string>()] = ticket.at("team");
   return team_of;

@@ -16,7 +16,7 @@ void add_change_commands(CommandList& commands);         // change add|import, c
 void add_bundle_commands(CommandList& commands);         // bundle build|show|accept, bundles
 void add_unit_command(CommandList& commands);            // unit
 void add_qualification_commands(CommandList& commands);  // smoke, nightly, qualify-release
-void add_record_commands(CommandList& commands);         // runs, run, tickets
+void add_record_commands(CommandList& commands);         // runs, run, tickets, ticket ack|fix|duplicate|reopen
 
 inline CommandList all_commands() {
   CommandList commands;

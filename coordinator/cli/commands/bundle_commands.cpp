@@ -1,5 +1,4 @@
 // kiln bundle build, kiln bundle show ID, kiln bundle accept ID, kiln bundles.
-#include <algorithm>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -51,27 +50,14 @@ class BundleBuildCommand : public RemoteCommand {
 };
 
 int BundleBuildCommand::run_with(Client& client, CommandContext& context) {
-  auto history = qs::list_changes(client);
-  if (!history) return report(history.error());
-  if (history->empty()) {
-    return report({Errc::not_found, "no changes are recorded; record them first (kiln change import FILE)"});
-  }
-  std::size_t index = history->size() - 1;
-  if (!at_.empty()) {
-    auto it = std::find_if(history->begin(), history->end(), [&](const q::Change& ch) { return ch.id == at_; });
-    if (it == history->end()) {
-      return report({Errc::not_found, fmt::format("change {} is not recorded; `kiln changes` lists them", at_)});
-    }
-    index = static_cast<std::size_t>(it - history->begin());
-  }
-  auto bundle = configured_builder(builder_, revisions_)->build(*history, index);
-  if (!bundle) return report(bundle.error());
-  if (auto ok = qs::record_bundle(client, *bundle); !ok) return report(ok.error());
+  auto built = qs::build_recorded_bundle(client, *configured_builder(builder_, revisions_), at_);
+  if (!built) return report(built.error());
+  const q::Bundle& bundle = built->bundle;
   if (context.json()) {
-    std::cout << q::to_json(*bundle).dump(2) << "\n";
+    std::cout << q::to_json(bundle).dump(2) << "\n";
   } else {
-    std::cout << fmt::format("bundle {} at change {} ({} changes, revisions {})\n", bundle->id, (*history)[index].id,
-                             bundle->change_ids.size(), fmt::join(bundle->hardware_revisions, ","));
+    std::cout << fmt::format("bundle {} at change {} ({} changes, revisions {})\n", bundle.id, built->at_change,
+                             bundle.change_ids.size(), fmt::join(bundle.hardware_revisions, ","));
   }
   return kExitOk;
 }

@@ -1,5 +1,5 @@
-// kiln runs, kiln run ID, kiln tickets: what qualification runs have recorded.
-#include <filesystem>
+// kiln runs, kiln run ID, kiln tickets, kiln ticket ack|fix|duplicate|reopen: what qualification
+// runs have recorded, and people's word on its tickets.
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -10,7 +10,7 @@
 #include "coordinator/cli/commands/qualification_options.h"
 #include "coordinator/cli/exit_codes.h"
 #include "coordinator/qualification/shell/records_client.h"
-#include "coordinator/qualification/ticket.h"
+#include "coordinator/qualification/ticket_record.h"
 
 namespace kiln::cli {
 
@@ -70,41 +70,82 @@ class RunShowCommand : public RemoteCommand {
   std::string id_;
 };
 
-class TicketsCommand : public Command {
+// The tickets the qualifiers filed, as the coordinator keeps them: from any host.
+class TicketsCommand : public RemoteCommand {
  public:
   std::string name() const override { return "tickets"; }
-  std::string help() const override { return "list the tickets in the ticket directory"; }
+  std::string help() const override { return "list the tickets the qualification runs filed, with their state"; }
   void add_options(CLI::App& command) override {
-    command.add_option("--tickets-dir", dir_, "the ticket sink's directory (default: $KILN_TICKETS_DIR)");
+    command.add_option("--state", state_, "only tickets in this state: open, acknowledged, fixed or duplicate");
   }
   Status check_arguments() override {
-    fill_from_environment(dir_, "KILN_TICKETS_DIR");
-    if (auto ok = need(dir_, "--tickets-dir", "KILN_TICKETS_DIR", "the ticket directory"); !ok) return ok;
-    if (std::filesystem::is_directory(dir_)) return {};
-    return fail(Errc::not_found,
-                fmt::format("{} is not a ticket directory; give the --tickets-dir the runs used", dir_));
+    if (state_.empty() || protocol::enum_from_name<q::TicketState>(state_)) return {};
+    return fail(Errc::invalid_argument,
+                fmt::format("--state {} is not a ticket state; give open, acknowledged, fixed or duplicate", state_));
   }
-  int run(CommandContext& context) override {
-    auto sink = q::DirectoryTicketSink::open(dir_);
-    if (!sink) return report(sink.error());
-    auto tickets = sink->list();
+  int run_with(Client& client, CommandContext& context) override {
+    auto tickets = qs::list_tickets(client);
     if (!tickets) return report(tickets.error());
+    if (!state_.empty()) {
+      std::erase_if(*tickets, [&](const q::TicketRecord& t) { return protocol::enum_name(t.state) != state_; });
+    }
     if (context.json()) {
       nlohmann::json out = nlohmann::json::array();
-      for (const auto& ticket : *tickets) out.push_back(nlohmann::json::parse(q::to_json_text(ticket)));
+      for (const auto& ticket : *tickets) out.push_back(q::to_json(ticket));
       std::cout << out.dump(2) << "\n";
       return kExitOk;
     }
-    if (tickets->empty()) std::cout << "no tickets in " << dir_ << "\n";
-    for (const auto& ticket : *tickets) {
-      std::cout << fmt::format("{}  {:<22} {:<16} {:<14} {}\n", ticket.id, q::to_string(ticket.kind), ticket.team,
-                               ticket.culprit_change, ticket.title);
+    if (tickets->empty()) {
+      std::cout << (state_.empty() ? "no tickets filed yet\n" : fmt::format("no {} tickets\n", state_));
+      return kExitOk;
+    }
+    const auto row = [](const auto&... columns) {
+      std::cout << fmt::format("{:<21} {:<12} {:<22} {:<16} {:<14} {}\n", columns...);
+    };
+    row("ID", "STATE", "KIND", "TEAM", "CULPRIT", "RUN");
+    for (const auto& t : *tickets) {
+      row(t.ticket.id, protocol::enum_name(t.state), q::to_string(t.ticket.kind), t.ticket.team,
+          t.ticket.culprit_change, t.run_id);
     }
     return kExitOk;
   }
 
  private:
-  std::string dir_;
+  std::string state_;
+};
+
+// kiln ticket ack|fix|duplicate|reopen ID: a person's word on a ticket.
+class TicketStateCommand : public RemoteCommand {
+ public:
+  TicketStateCommand(std::string name, std::string help, q::TicketState state)
+      : name_(std::move(name)), help_(std::move(help)), state_(state) {}
+  std::string name() const override { return name_; }
+  std::string help() const override { return help_; }
+  void add_options(CLI::App& command) override {
+    command.add_option("ID", id_, "ticket id (kiln tickets lists them)")->required();
+    if (state_ == q::TicketState::duplicate) {
+      command.add_option("--of", of_, "the ticket this one duplicates")->required();
+    }
+  }
+  int run_with(Client& client, CommandContext& context) override {
+    auto ticket = qs::set_ticket_state(client, protocol::SetTicketState{id_, state_, of_});
+    if (!ticket) return report(ticket.error());
+    if (context.json()) {
+      std::cout << q::to_json(*ticket).dump(2) << "\n";
+    } else if (ticket->state == q::TicketState::duplicate) {
+      std::cout << fmt::format("ticket {} is a duplicate of {}\n", ticket->ticket.id, ticket->duplicate_of);
+    } else {
+      std::cout << fmt::format("ticket {} is {}\n", ticket->ticket.id, protocol::enum_name(ticket->state));
+    }
+    return kExitOk;
+  }
+
+ private:
+  std::string name_;
+  std::string help_;
+  q::TicketState state_;
+  std::string id_;
+  std::string of_;
 };
 
 }  // namespace
@@ -113,6 +154,15 @@ void add_record_commands(CommandList& commands) {
   commands.push_back(std::make_unique<RunsCommand>());
   commands.push_back(std::make_unique<RunShowCommand>());
   commands.push_back(std::make_unique<TicketsCommand>());
+  CommandList ticket;
+  ticket.push_back(std::make_unique<TicketStateCommand>("ack", "acknowledge a ticket: its team has it in hand",
+                                                        q::TicketState::acknowledged));
+  ticket.push_back(std::make_unique<TicketStateCommand>("fix", "mark a ticket fixed", q::TicketState::fixed));
+  ticket.push_back(std::make_unique<TicketStateCommand>("duplicate", "mark a ticket a duplicate of another (--of)",
+                                                        q::TicketState::duplicate));
+  ticket.push_back(std::make_unique<TicketStateCommand>("reopen", "open a ticket again", q::TicketState::open));
+  commands.push_back(
+      std::make_unique<CommandGroup>("ticket", "change a ticket's state: ack, fix, duplicate, reopen", std::move(ticket)));
 }
 
 }  // namespace kiln::cli

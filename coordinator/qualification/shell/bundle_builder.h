@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "coordinator/cli/client.h"
 #include "coordinator/qualification/change.h"
 
 namespace kiln::qualification::shell {
@@ -38,5 +39,14 @@ std::unique_ptr<BundleBuilder> make_command_builder(CommandBuilderConfig config,
 std::unique_ptr<BundleBuilder> make_configured_builder(const std::string& program, const std::vector<std::string>& args,
                                                        const std::filesystem::path& bundle_dir,
                                                        std::vector<std::string> revisions);
+
+// The bundle of every recorded change up to `at_change` (empty: the latest), built by `builder`
+// and recorded on the coordinator (recording it again is fine: a bundle is its content). What
+// `kiln bundle build` does, and the qualifier before a scheduled nightly.
+struct RecordedBundle {
+  Bundle bundle;
+  std::string at_change;  // its last change
+};
+Result<RecordedBundle> build_recorded_bundle(cli::Client& client, BundleBuilder& builder, const std::string& at_change);
 
 }  // namespace kiln::qualification::shell

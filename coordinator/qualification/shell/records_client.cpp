@@ -38,6 +38,12 @@ Result<nlohmann::json> document_of(const protocol::RecordEntry& record) {
   return json;
 }
 
+Result<TicketRecord> ticket_of(const protocol::RecordEntry& record) {
+  auto json = document_of(record);
+  if (!json) return tl::unexpected(json.error());
+  return ticket_record_from_json(*json);
+}
+
 }  // namespace
 
 Status record_change(cli::Client& client, const Change& change) {
@@ -170,6 +176,34 @@ Result<std::vector<RecordedRequest>> list_run_requests(cli::Client& client, std:
 
 Status claim_run(cli::Client& client, const RunClaim& claim) {
   return put(client, RecordKind::run_claim, claim.run_id, to_json(claim));
+}
+
+Status record_ticket(cli::Client& client, const TicketRecord& record) {
+  return put(client, RecordKind::ticket, record.ticket.id, to_json(record));
+}
+
+Result<TicketRecord> get_ticket(cli::Client& client, const std::string& id) {
+  auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{RecordKind::ticket, id}));
+  if (!record) return tl::unexpected(record.error());
+  return ticket_of(*record);
+}
+
+Result<std::vector<TicketRecord>> list_tickets(cli::Client& client) {
+  auto records = all(client, RecordKind::ticket);
+  if (!records) return tl::unexpected(records.error());
+  std::vector<TicketRecord> tickets;
+  for (const auto& record : *records) {
+    auto ticket = ticket_of(record);
+    if (!ticket) return tl::unexpected(ticket.error());
+    tickets.push_back(std::move(*ticket));
+  }
+  return tickets;
+}
+
+Result<TicketRecord> set_ticket_state(cli::Client& client, const protocol::SetTicketState& request) {
+  auto record = cli::expect_reply<protocol::RecordEntry>(client.request(request));
+  if (!record) return tl::unexpected(record.error());
+  return ticket_of(*record);
 }
 
 }  // namespace kiln::qualification::shell

@@ -1,5 +1,5 @@
 // The coordinator's qualification records, typed: changes, bundles, accepted baselines, run
-// reports, run requests and claims over put_record / get_record / list_records (docs/protocol.md §13).
+// reports, run requests, claims and tickets over put_record / get_record / list_records (docs/protocol.md §13).
 #pragma once
 
 #include <map>
@@ -12,6 +12,7 @@
 #include "coordinator/cli/client.h"
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/run_request.h"
+#include "coordinator/qualification/ticket_record.h"
 
 namespace kiln::qualification::shell {
 
@@ -47,5 +48,15 @@ struct RecordedRequest {
 Result<std::vector<RecordedRequest>> list_run_requests(cli::Client& client, std::uint64_t after_seq);
 // Claims the run, or renews this owner's claim; Errc::conflict while another owner's holds.
 Status claim_run(cli::Client& client, const RunClaim& claim);
+
+// Files the ticket, or records its deliveries: the coordinator keeps the first filing of a
+// culprit and merges the deliveries (docs/protocol.md §13, ticket records).
+Status record_ticket(cli::Client& client, const TicketRecord& record);
+// The ticket, or Errc::not_found.
+Result<TicketRecord> get_ticket(cli::Client& client, const std::string& id);
+// Every ticket in the order they were filed.
+Result<std::vector<TicketRecord>> list_tickets(cli::Client& client);
+// A person's state change; the ticket as it is now.
+Result<TicketRecord> set_ticket_state(cli::Client& client, const protocol::SetTicketState& request);
 
 }  // namespace kiln::qualification::shell

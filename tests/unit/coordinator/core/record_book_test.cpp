@@ -9,6 +9,7 @@
 #include "common/protocol/json.h"
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/run_request.h"
+#include "coordinator/qualification/ticket_record.h"
 #include "coordinator/store/store.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/core_harness.h"
@@ -179,6 +180,48 @@ TEST_CASE("CI quarantines a node it suspects; it returns only through diagnostic
   CHECK(h.job(id).summary.state == protocol::JobState::queued);
 }
 
+TEST_CASE("a ticket is filed once per culprit; people, not the qualifier, set its state; it survives a restart") {
+  Harness h;
+  const q::Change c07{"c07", q::Layer::compiler, "compiler-team", {"gemm-bf16"}, 1000, "fuse", std::nullopt};
+  const auto filing = [&](const std::string& run_id, kiln::TimeMs at_ms) {
+    const q::Ticket ticket = q::make_culprit_ticket(c07, q::TicketKind::performance_regression, "slower", "{}", at_ms);
+    return protocol::PutRecord{RecordKind::ticket, ticket.id,
+                               q::to_json(q::new_ticket_record(ticket, run_id, {"webhook"})).dump()};
+  };
+  const protocol::PutRecord first = filing("nightly-1", 10);
+  auto reply = h.client("ci", Role::ci, first, 1);
+  REQUIRE_MESSAGE(std::holds_alternative<protocol::Ok>(reply), error_of(reply));
+  // Filed again by a later run: still the first filing, one record.
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, filing("nightly-2", 20), 2)));
+  auto list = std::get<protocol::RecordList>(h.client("dev", Role::developer, protocol::ListRecords{RecordKind::ticket}, 3));
+  REQUIRE(list.records.size() == 1);
+  CHECK(q::ticket_record_from_json(nlohmann::json::parse(list.records[0].document))->run_id == "nightly-1");
+  // A ticket whose key is not its id is refused.
+  CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::ticket, "kiln-x", first.document}, 4))
+            .starts_with("invalid_argument"));
+
+  const protocol::SetTicketState ack{first.key, protocol::TicketState::acknowledged, ""};
+  CHECK(error_of(h.client("ci", Role::ci, ack, 5)).starts_with("unauthorized"));
+  CHECK(error_of(h.client("dev", Role::developer, protocol::SetTicketState{"kiln-0000000000000000",
+                                                                           protocol::TicketState::fixed, ""},
+                          6))
+            .starts_with("not_found"));
+  auto acked = h.client("dev", Role::developer, ack, 7);
+  REQUIRE_MESSAGE(std::holds_alternative<protocol::RecordEntry>(acked), error_of(acked));
+  CHECK(std::get<protocol::RecordEntry>(acked).written_by == "dev");
+  // The qualifier recording a delivery does not undo a person's state.
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, filing("nightly-1", 10), 8)));
+  auto held = q::ticket_record_from_json(nlohmann::json::parse(h.saved_records.back().document));
+  CHECK(held->state == q::TicketState::acknowledged);
+  CHECK(held->state_set_by == "dev");
+
+  Harness restarted({}, h.store(), 100);
+  auto got = restarted.client("lab", Role::lab, protocol::GetRecord{RecordKind::ticket, first.key}, 101);
+  REQUIRE(std::holds_alternative<protocol::RecordEntry>(got));
+  CHECK(q::ticket_record_from_json(nlohmann::json::parse(std::get<protocol::RecordEntry>(got).document))->state ==
+        q::TicketState::acknowledged);
+}
+
 TEST_CASE("record messages round-trip through the codec") {
   auto round_trip = [](const protocol::Body& body) {
     auto frames = protocol::encode(protocol::make_envelope(body, 1));
@@ -193,6 +236,10 @@ TEST_CASE("record messages round-trip through the codec") {
   CHECK(protocol::to_json(list.records[1]) == protocol::to_json(entry));
   CHECK(std::get<protocol::PutRecord>(round_trip(protocol::PutRecord{RecordKind::baseline, "a", "{}"})).key == "a");
   CHECK(std::get<protocol::QuarantineNode>(round_trip(protocol::QuarantineNode{"n01", "why", "lab"})).owner == "lab");
+  const auto state = std::get<protocol::SetTicketState>(
+      round_trip(protocol::SetTicketState{"kiln-1", protocol::TicketState::duplicate, "kiln-2"}));
+  CHECK(state.state == protocol::TicketState::duplicate);
+  CHECK(state.duplicate_of == "kiln-2");
   // An empty key is refused, naming the field.
   auto bad = protocol::encode(protocol::make_envelope(protocol::GetRecord{RecordKind::change, ""}, 1));
   REQUIRE_FALSE(bad.has_value());

@@ -230,3 +230,30 @@ TEST_CASE("a client following a run reads back from its report what the summary 
   CHECK(q::summary_text(*outline) == q::summary_text(report));
   CHECK(q::report_outline_from_json(nlohmann::json{{"schema", "other"}}).error().code == Errc::bad_message);
 }
+
+TEST_CASE("a scheduled nightly's report says whether it finished by its deadline") {
+  q::RunRequest request;
+  request.run_id = "nightly-2026-12-03";
+  q::RunReport report;
+  report.finished_at_ms = 5000;
+  report.finished = false;
+  request.deadline_ms = 5000;
+  CHECK_FALSE(q::met_deadline(request, report).has_value());  // still running
+  report.finished = true;
+  CHECK(q::met_deadline(request, report) == true);
+  report.finished_at_ms = 5001;
+  CHECK(q::met_deadline(request, report) == false);
+  request.deadline_ms = 0;  // asked for by hand: no deadline
+  CHECK_FALSE(q::met_deadline(request, report).has_value());
+}
+
+TEST_CASE("a run request keeps a scheduled nightly's deadline; one without it reads as before") {
+  q::RunRequest request;
+  request.run_id = "nightly-2026-12-03";
+  request.bundle_id = std::string(64, 'a');
+  CHECK_FALSE(q::to_json(request).contains("deadline_ms"));
+  request.deadline_ms = 1796281200000;
+  auto back = q::run_request_from_json(q::to_json(request));
+  REQUIRE(back.has_value());
+  CHECK(back->deadline_ms == 1796281200000);
+}
