@@ -298,9 +298,7 @@ class RequestedRun {
     report.finished = true;
     report.started_at_ms = report.finished_at_ms = wall_now_ms();
     nlohmann::json document = recorded(report, true, request_);
-    document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})
-  {}
-", q::to_string(report.tier),
+    document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})\n  {}\n", q::to_string(report.tier),
                                       report.run_id, report.candidate_bundle_id.substr(0, 12), why);
     return qs::record_run(client, request_.run_id, document);
   }

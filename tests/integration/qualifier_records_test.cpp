@@ -141,8 +141,10 @@ TEST_CASE("a qualifier whose nightly is due starts exactly one; restarted during
   CHECK(contains(finished.at("summary").get<std::string>(), "UTC met"));
   // Its bundle is the one at the latest change.
   REQUIRE(fleet.kiln("ci", {"bundles", "--json"}, &out) == 0);
+  // Parsed into a variable: a range-for over a member of a temporary would read freed memory.
+  const auto listed = nlohmann::json::parse(out);
   bool latest = false;
-  for (const auto& bundle : nlohmann::json::parse(out).at("bundles")) {
+  for (const auto& bundle : listed.at("bundles")) {
     if (bundle.at("id") == finished.at("candidate_bundle_id")) latest = bundle.at("changes").size() == 2;
   }
   CHECK(latest);
