@@ -23,6 +23,12 @@ TimeMs wall_now_ms() {
       .count();
 }
 
+// The coordinator did not answer, or is full for now: the job was not refused, so it costs the
+// job no attempt. The driver stops and the run resumes from the coordinator's store, where a
+// submission whose answer was lost is found by its config hash.
+bool for_now(const Error& error) {
+  return error.code == Errc::timeout || error.code == Errc::io || error.code == Errc::unavailable;
+}
 
 // A model run on several whole nodes: a lease of those nodes, then one job per node in it.
 struct Gang {
@@ -138,8 +144,8 @@ class Driver {
     }
     auto accepted = cli::expect_reply<protocol::JobAccepted>(client_.request(*job));
     if (!accepted) {
-      if (accepted.error().code == Errc::timeout || accepted.error().code == Errc::io) {
-        return fail(accepted.error().code, "the coordinator stopped answering: " + accepted.error().message);
+      if (for_now(accepted.error())) {
+        return fail(accepted.error().code, "the coordinator did not take the job for now: " + accepted.error().message);
       }
       JobResult refused;
       refused.tag = request.tag;
@@ -188,6 +194,9 @@ class Driver {
     if (reply) {
       if (auto* granted = std::get_if<protocol::LeaseGranted>(&*reply)) lease_id = granted->lease.lease_id;
       if (auto* pending = std::get_if<protocol::LeasePending>(&*reply)) lease_id = pending->lease.lease_id;
+    }
+    if (!reply && for_now(reply.error())) {
+      return fail(reply.error().code, "the coordinator did not take the lease for now: " + reply.error().message);
     }
     if (lease_id == 0) {
       JobResult refused;
