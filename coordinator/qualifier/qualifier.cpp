@@ -345,6 +345,7 @@ void ask_for_scheduled_nightly(cli::Client& client, const QualifierConfig& confi
   request.run_id = night->run_id;
   request.tier = q::Tier::nightly;
   request.bundle_id = built->bundle.id;
+  request.max_models = config.schedule_max_models;
   request.deadline_ms = night->deadline_ms - config.clock_offset_ms;
   if (auto ok = qs::request_run(client, request); !ok) {
     return say_once(fmt::format("could not ask for tonight's nightly {}: {}", night->run_id, ok.error().message));

@@ -19,7 +19,7 @@ const std::vector<std::string_view> kQualifierKeys = {
     "model_set",    "workload_catalog", "bundle_dir", "golden_dir", "builder",
     "builder_args", "claim_ms",    "poll_interval_ms", "max_runs", "sim_driver", "cpu_driver"};
 const std::vector<std::string_view> kScheduleKeys = {"nightly", "nightly_start", "nightly_deadline", "revisions",
-                                                     "clock_offset_ms"};
+                                                     "max_models",       "clock_offset_ms"};
 const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config", "retry_backoff_ms",
                                                    "max_retry_backoff_ms"};
 
@@ -171,6 +171,7 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     if (config.schedule_revisions.empty()) {
       problems.add("[schedule] revisions must name the hardware revisions of the nightly's bundle, e.g. [\"a\", \"b\"]");
     }
+    r.number("max_models", config.schedule_max_models, 0, 100000);
     r.number("clock_offset_ms", config.clock_offset_ms, -(INT64_C(1) << 50), INT64_C(1) << 50);
   }
   if (config.name.empty()) config.name = host_name();

@@ -38,6 +38,7 @@ struct QualifierConfig {
   // nightlies by itself where it was told to.
   qualification::NightlySchedule schedule{.enabled = false};
   std::vector<std::string> schedule_revisions = {"a", "b"};  // the scheduled bundle's revisions
+  std::uint32_t schedule_max_models = 0;  // the nightly's first models of the set; 0: all
   // The schedule's clock is the wall clock plus this: tests and demos put midnight a few seconds
   // ahead instead of waiting for it. 0 in production.
   DurationMs clock_offset_ms = 0;

@@ -10,6 +10,7 @@
 #include "coordinator/shell/coordinator_config.h"
 #include "sim/chip/sim_files.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace {
 
@@ -105,4 +106,26 @@ TEST_CASE("qualifier and ticket webhook configs from text report what the file l
   CHECK(endpoint->port == "8080");
   CHECK(endpoint->host_header == "[::1]:8080");
   CHECK(endpoint->path == "/hooks/kiln?project=k");
+}
+
+TEST_CASE("a qualifier's [schedule] names the nightly's window, revisions and how many models it runs") {
+  const std::string base =
+      "[qualifier]\ncoordinator = \"tcp://127.0.0.1:7000\"\ncoordinator_public_key_file = \"coordinator.pub\"\n"
+      "secret_key_file = \"qualifier.key\"\nmodel_set = \"models.toml\"\nbundle_dir = \"bundles\"\n"
+      "golden_dir = \"golden\"\n\n[tickets]\ndir = \"tickets\"\n\n[schedule]\n";
+  auto config = kiln::qualifier::qualifier_config_from_text(
+      base + "nightly_start = \"23:30\"\nrevisions = [\"b\"]\nmax_models = 10\n", "/etc/kiln/qualifier.toml");
+  REQUIRE_MESSAGE(config, (config ? "" : config.error().message));
+  CHECK(config->schedule.enabled);
+  CHECK(config->schedule.start_minute == 23 * 60 + 30);
+  CHECK(config->schedule_revisions == std::vector<std::string>{"b"});
+  CHECK(config->schedule_max_models == 10);
+
+  auto every_model = kiln::qualifier::qualifier_config_from_text(base, "/etc/kiln/qualifier.toml");
+  REQUIRE(every_model);
+  CHECK(every_model->schedule_max_models == 0);
+
+  auto negative = kiln::qualifier::qualifier_config_from_text(base + "max_models = -1\n", "/etc/kiln/qualifier.toml");
+  REQUIRE_FALSE(negative);
+  CHECK(kiln::testing::contains(negative.error().message, "max_models"));
 }
