@@ -112,10 +112,14 @@ int run_qualification(const RunOptions& options, q::Tier tier, Client& client, b
   }
   std::cerr << fmt::format("run {} requested; waiting for its verdict (`kiln run {}` shows progress)\n",
                            request.run_id, request.run_id);
-  auto document = follow(client, request.run_id);
+  return follow_to_verdict(client, request.run_id, options.junit_path, json);
+}
+
+int follow_to_verdict(Client& client, const std::string& run_id, const std::string& junit_path, bool json) {
+  auto document = follow(client, run_id);
   if (!document) return report(document.error());
-  if (!options.junit_path.empty()) {
-    if (auto ok = write_junit(options.junit_path, *document); !ok) return report(ok.error());
+  if (!junit_path.empty()) {
+    if (auto ok = write_junit(junit_path, *document); !ok) return report(ok.error());
   }
   if (json) std::cout << document->dump(2) << "\n";
   else std::cout << document->value("summary", std::string());

@@ -33,5 +33,8 @@ Status check_junit_path(const std::string& path);
 
 // Records the request and prints the run id; with --wait, follows the run to its verdict.
 int run_qualification(const RunOptions& options, qualification::Tier tier, Client& client, bool json);
+// Follows a run (one not recorded yet included: a scheduled nightly) to its verdict: prints its
+// summary (or report, with json), writes the JUnit file if a path is given; the exit code is the verdict.
+int follow_to_verdict(Client& client, const std::string& run_id, const std::string& junit_path, bool json);
 
 }  // namespace kiln::cli

@@ -8,6 +8,7 @@
 
 #include "coordinator/cli/commands/all.h"
 #include "coordinator/cli/commands/qualification_options.h"
+#include "coordinator/cli/commands/qualification_run.h"
 #include "coordinator/cli/exit_codes.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/ticket_record.h"
@@ -53,8 +54,20 @@ class RunShowCommand : public RemoteCommand {
  public:
   std::string name() const override { return "run"; }
   std::string help() const override { return "show one qualification run (progress while it runs)"; }
-  void add_options(CLI::App& command) override { command.add_option("ID", id_, "run id")->required(); }
+  void add_options(CLI::App& command) override {
+    command.add_option("ID", id_, "run id")->required();
+    command.add_flag("--wait", wait_, "follow the run until its verdict (also one not asked for yet, such as "
+                                      "tonight's scheduled nightly); the exit code is the verdict");
+    command.add_option("--junit", junit_path_, "with --wait: write the verdict as JUnit XML here");
+  }
+  Status check_arguments() override {
+    if (!junit_path_.empty() && !wait_) {
+      return fail(Errc::invalid_argument, "--junit needs --wait: the verdict is written once the run has one");
+    }
+    return check_junit_path(junit_path_);
+  }
   int run_with(Client& client, CommandContext& context) override {
+    if (wait_) return follow_to_verdict(client, id_, junit_path_, context.json());
     auto run = qs::get_run(client, id_);
     if (!run) return report(run.error());
     if (context.json()) {
@@ -68,6 +81,8 @@ class RunShowCommand : public RemoteCommand {
 
  private:
   std::string id_;
+  std::string junit_path_;
+  bool wait_ = false;
 };
 
 // The tickets the qualifiers filed, as the coordinator keeps them: from any host.
