@@ -26,6 +26,7 @@ struct AgentIdentity {
   std::vector<protocol::ChipInfo> chips;
   protocol::HostInfo host;
   std::vector<std::string> workloads;  // what it runs besides the built-ins, by name
+  std::string rendezvous_address;      // where other nodes reach its workloads
 };
 
 struct SessionKnobs {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "agent/host/topology.h"
 #include "common/config/endpoint.h"
 #include "common/logging.h"
 #include "common/keys.h"
@@ -102,7 +103,7 @@ const std::vector<std::pair<std::string, std::vector<std::string_view>>>& known_
   static const auto keys = [] {
     std::vector<std::pair<std::string, std::vector<std::string_view>>> out = {
         {"", {"node_id", "work_dir", "secret_key_file", "hardware_revision", "job_containment",
-              "cgroup_root", "log_level", "coordinator", "driver", "local_socket", "knobs", "workloads"}},
+              "cgroup_root", "log_level", "rendezvous_address", "coordinator", "driver", "local_socket", "knobs", "workloads"}},
         {"coordinator", {"endpoint", "public_key_file"}},
         {"driver", {"library", "options"}},
         {"local_socket", {"path", "group"}},
@@ -324,6 +325,21 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
       loader.error_at(loader.last_key_region(),
                       "hardware_revision must be 1 to 32 letters, digits, '.', '_' or '-' "
                       "(got \"" + *revision + "\"); leave it out to use the driver's");
+    }
+  }
+
+  if (auto address = loader.string(&root, "", "rendezvous_address", nullptr)) {
+    const bool plain = !address->empty() && address->size() <= 255 &&
+                       std::all_of(address->begin(), address->end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+                                c == ':';
+                       });
+    if (plain) {
+      out.rendezvous_address = *address;
+    } else {
+      loader.error_at(loader.last_key_region(),
+                      "rendezvous_address must be a host name or IP address of 1 to 255 letters, digits, '.', '-', "
+                      "'_' or ':' (got \"" + *address + "\"); leave it out for the default");
     }
   }
 
@@ -602,6 +618,7 @@ std::string describe_agent_config(const AgentConfig& config) {
        config.hardware_revision_override ? *config.hardware_revision_override
                                          : std::string("reported by the driver"),
        config.hardware_revision_override ? "hardware_revision" : "");
+  line("rendezvous_address", announced_rendezvous_address(config), "rendezvous_address");
   line("job_containment", std::string(to_string(config.job_containment)), "job_containment");
   line("cgroup_root", config.cgroup_root ? *config.cgroup_root : std::string("this process's own cgroup"),
        config.cgroup_root ? "cgroup_root" : "");
@@ -623,6 +640,16 @@ std::string describe_agent_config(const AgentConfig& config) {
     line(name, program, "workloads." + name);
   }
   return out.str();
+}
+
+std::string announced_rendezvous_address(const AgentConfig& config) {
+  if (config.rendezvous_address) return *config.rendezvous_address;
+  // A coordinator on loopback means every agent runs on this one host.
+  std::string_view host = config.coordinator_endpoint;
+  if (host.starts_with("tcp://")) host.remove_prefix(6);
+  host = host.substr(0, host.rfind(':'));
+  if (host.starts_with("127.") || host == "localhost" || host == "[::1]") return "127.0.0.1";
+  return local_hostname();
 }
 
 }  // namespace kiln::agent

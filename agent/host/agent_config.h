@@ -74,6 +74,9 @@ struct AgentConfig {
   std::string local_socket_path;            // for `kiln-agent diag` on the host
   std::string local_socket_group = "kiln";  // the only group that may open the local socket
   std::optional<std::string> hardware_revision_override;  // normally reported by the driver
+  // The host name or address the ranks of a gang reach this node's workloads at; unset: the
+  // loopback address when the coordinator is on loopback (one host), else the host name.
+  std::optional<std::string> rendezvous_address;
   JobContainment job_containment = JobContainment::automatic;
   std::string log_level = "info";  // of the agent's log on stderr
   // Replaces the agent's own cgroup v2 directory as the parent of kiln-jobs/; normally found
@@ -116,6 +119,9 @@ Status check_agent_environment(const AgentConfig& config, KeyContents keys = Key
 // Reads the agent's keypair and the coordinator's public key as the agent does when it starts;
 // a problem names the line of agent.toml that points at the file.
 Status check_agent_keys(const AgentConfig& config);
+
+// The address announced in hello: rendezvous_address, or its default (see AgentConfig).
+std::string announced_rendezvous_address(const AgentConfig& config);
 
 // The job_containment value as written in agent.toml.
 inline std::string_view to_string(JobContainment value) { return enum_name(value); }

@@ -42,13 +42,13 @@ std::optional<int> numa_node_of(hwloc_topology_t topology, hwloc_obj_t device) {
   return hwloc_bitmap_first(ancestor->nodeset);
 }
 
+}  // namespace
+
 std::string local_hostname() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
   return name;
 }
-
-}  // namespace
 
 Result<HostTopology> discover_topology() {
   hwloc_topology_t raw = nullptr;

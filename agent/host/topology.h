@@ -29,6 +29,8 @@ struct HostTopology {
 };
 
 Result<HostTopology> discover_topology();
+// gethostname(), or "unknown".
+std::string local_hostname();
 
 // One line per fact, for logs and `kiln-agent check-config`.
 std::string describe_topology(const HostTopology& topology);

@@ -471,6 +471,18 @@ class Shell final : public AgentShell {
         {"KILN_RESULT_FILE", job.result_file},
         {"KILN_WORK_DIR", dir.string()},
     };
+    if (start.rendezvous.world_size > 0) {
+      // torch.distributed's names, as torchrun sets them: one process per node, so the local
+      // rank is 0 of 1 and the node's rank is the job's.
+      const protocol::Rendezvous& r = start.rendezvous;
+      spec.env_extra["RANK"] = std::to_string(r.rank);
+      spec.env_extra["WORLD_SIZE"] = std::to_string(r.world_size);
+      spec.env_extra["MASTER_ADDR"] = r.master_address;
+      spec.env_extra["MASTER_PORT"] = std::to_string(r.master_port);
+      spec.env_extra["LOCAL_RANK"] = "0";
+      spec.env_extra["LOCAL_WORLD_SIZE"] = "1";
+      spec.env_extra["GROUP_RANK"] = std::to_string(r.rank);
+    }
     if (start.benchmark.repeats > 0) {
       job.benchmark = bench_settings(start.benchmark);
       if (auto valid = bench::validate(*job.benchmark); !valid) {
@@ -599,6 +611,7 @@ Result<DiscoveredIdentity> discover_identity(const AgentConfig& config) {
   identity.agent_version = KILN_VERSION;
   identity.driver_version = node->driver.version;
   for (const auto& [name, program] : config.workloads) identity.workloads.push_back(name);
+  identity.rendezvous_address = announced_rendezvous_address(config);
   for (std::uint32_t i = 0; i < node->chips.size(); ++i) {
     const Result<health::CheckReading>& chip = node->chips[i];
     if (!chip || !chip->identity || !chip->firmware) {

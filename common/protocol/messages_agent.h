@@ -22,6 +22,9 @@ struct Hello {
   std::vector<std::uint64_t> finished_jobs;
   // The workloads it runs besides the built-ins (kiln.diag, kiln.install): its [workloads].
   std::vector<std::string> workloads;
+  // The host name or address other nodes reach this node's workloads at (a gang's rank 0 is
+  // their rendezvous).
+  std::string rendezvous_address;
 
   template <class V>
   void visit(V& v) {
@@ -35,6 +38,7 @@ struct Hello {
     v.field("running_jobs", running_jobs, Count{0, 1024}, kU64);
     v.field("finished_jobs", finished_jobs, Count{0, 1024}, kU64);
     v.field("workloads", workloads, Count{0, 256}, kIdentifier);
+    v.field("rendezvous_address", rendezvous_address, kHostAddress);
   }
 };
 
@@ -76,6 +80,7 @@ struct JobStart {
   std::uint32_t timeout_ms = 60000;
   std::uint64_t seed = 0;
   BenchmarkSpec benchmark;
+  Rendezvous rendezvous;  // world_size 0 for a job that is no gang's
 
   template <class V>
   void visit(V& v) {
@@ -87,6 +92,7 @@ struct JobStart {
     v.field("timeout_ms", timeout_ms, kTimeoutMs);
     v.field("seed", seed, kU64);
     v.field("benchmark", benchmark);
+    v.field("rendezvous", rendezvous);
   }
 };
 

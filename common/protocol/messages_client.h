@@ -363,6 +363,31 @@ struct SubmitInLease {
   }
 };
 
+// The ranks of one gang, run together in a lease of whole nodes, one rank per node: job i is
+// rank i. Accepted or refused as a whole.
+struct SubmitGang {
+  static constexpr std::string_view kType = "submit_gang";
+  std::uint64_t lease_id = 0;
+  std::vector<SubmitJob> jobs;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+    v.field("jobs", jobs, Count{1, kMaxGangSize});
+  }
+};
+
+// The gang's job ids, by rank; the first is the gang's id.
+struct GangAccepted {
+  static constexpr std::string_view kType = "gang_accepted";
+  std::vector<std::uint64_t> job_ids;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_ids", job_ids, Count{1, kMaxGangSize}, Range{1, INT64_MAX});
+  }
+};
+
 // Why a job or a lease (exactly one of the two ids is non-zero) is pending.
 struct QueueWhy {
   static constexpr std::string_view kType = "queue_why";

@@ -28,6 +28,9 @@ constexpr Range kU32{0, UINT32_MAX};
 constexpr Range kU64{0, INT64_MAX};
 constexpr Range kChipIndex{0, 63};
 constexpr Range kTimeoutMs{1000, 7LL * 24 * 3600 * 1000};
+constexpr Str kHostAddress{0, 255};  // a host name or IP address; empty: not given
+// A gang has at most one rank per node of a lease, and a lease at most 64 nodes.
+constexpr std::int64_t kMaxGangSize = 64;
 
 enum class Role { agent, ci, developer, ops, lab, admin };
 constexpr EnumTable<Role, 6> enum_names(Role) {
@@ -187,6 +190,23 @@ struct BenchmarkSpec {
   }
 };
 
+// Where a rank of a gang finds the others (torch.distributed's environment): the agent passes
+// it to the workload as RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+struct Rendezvous {
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 0;  // 0: the job is no gang's, and the rest is unset
+  std::string master_address;    // rank 0's node's rendezvous_address
+  std::uint32_t master_port = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("rank", rank, Range{0, kMaxGangSize - 1});
+    v.field("world_size", world_size, Range{0, kMaxGangSize});
+    v.field("master_address", master_address, kHostAddress);
+    v.field("master_port", master_port, Range{0, 65535});
+  }
+};
+
 struct NodeSummary {
   std::string node_id;
   NodeState state = NodeState::up;
@@ -202,6 +222,7 @@ struct NodeSummary {
   std::string driver_version;
   std::vector<ChipInfo> chips;
   HostInfo host;
+  std::string rendezvous_address;  // from the node's hello: where the ranks of a gang reach it
 
   template <class V>
   void visit(V& v) {
@@ -219,6 +240,7 @@ struct NodeSummary {
     v.field("driver_version", driver_version, kVersionString);
     v.field("chips", chips, Count{0, 64});
     v.field("host", host);
+    v.field("rendezvous_address", rendezvous_address, kHostAddress);
   }
 };
 
@@ -240,6 +262,11 @@ struct JobSummary {
   std::string detail;  // why it ended as it did, for people
   std::string bundle_id;    // as submitted: with node, chips and seed, what reruns it
   std::string config_hash;
+  // One rank of a gang (submit_gang): the gang's id is its rank 0's job id; 0 when the job is
+  // no gang's.
+  std::uint64_t gang_id = 0;
+  std::uint32_t gang_rank = 0;
+  std::uint32_t gang_size = 0;
 
   template <class V>
   void visit(V& v) {
@@ -260,6 +287,9 @@ struct JobSummary {
     v.field("detail", detail, kMessageText);
     v.field("bundle_id", bundle_id, kBundleId);
     v.field("config_hash", config_hash, kBundleId);
+    v.field("gang_id", gang_id, kU64);
+    v.field("gang_rank", gang_rank, Range{0, kMaxGangSize - 1});
+    v.field("gang_size", gang_size, Range{0, kMaxGangSize});
   }
 };
 

@@ -188,6 +188,8 @@ void AgentSessions::take_inventory(NodeRecord& node, const protocol::Hello& hell
   node.summary.chips = hello.chips;
   node.summary.chips_total = static_cast<std::uint32_t>(hello.chips.size());
   node.summary.host = hello.host;
+  // An agent that names no address is reached at its host name, as most fleets resolve them.
+  node.summary.rendezvous_address = hello.rendezvous_address.empty() ? hello.host.hostname : hello.rendezvous_address;
   ctx_.registry.declare_workloads(hello.node_id, hello.workloads);
   // A quarantine outlives the node being lost: only passing diagnostics ends it.
   if (!node.summary.quarantine_reason.empty()) {

@@ -128,6 +128,8 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
           jobs_.submit(client, caller, m, body, 0, now);
         } else if constexpr (std::is_same_v<T, protocol::SubmitInLease>) {
           jobs_.submit(client, caller, m, body.job, body.lease_id, now);
+        } else if constexpr (std::is_same_v<T, protocol::SubmitGang>) {
+          jobs_.submit_gang(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::CancelJob>) {
           jobs_.cancel(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::DrainNode>) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/lease_lifecycle.h"
 #include "coordinator/core/scheduler_decisions.h"
@@ -176,6 +177,10 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
       detail = fmt::format("{} on {} after {} ms (exit code {})", protocol::enum_name(fin.outcome), node_id,
                            fin.duration_ms, fin.exit_code);
     }
+    // The agent knows it was stopped, not why.
+    if (state == JobState::cancelled && !job.cancel_reason.empty()) {
+      detail = text::utf8_head(fmt::format("{} ({})", job.cancel_reason, detail), protocol::kMessageText.max_len);
+    }
     finish(job, state, std::move(detail), now);
     return &job;
   } else {
@@ -195,13 +200,8 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
   return nullptr;
 }
 
-void JobTable::submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                      const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
-  if (auto refused = refuse_submit(caller, submit, lease_id)) {
-    ctx_.reply_error(client, m.header.id, refused->code, std::move(refused->message));
-    return;
-  }
-  const bool maintenance = protocol::is_maintenance_workload(submit.workload);
+JobRecord JobTable::new_job(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
+                            TimeMs now) const {
   const DevLease* lease = lease_id != 0 ? leases_.find(lease_id) : nullptr;
   JobRecord job;
   job.summary.job_id = next_job_id_;
@@ -221,13 +221,26 @@ void JobTable::submit(const std::string& client, const Caller& caller, const pro
   job.summary.config_hash = submit.config_hash;
   job.lease_id = lease_id;
   // Maintenance takes the whole node: nothing else may share its chips while it runs.
-  if (maintenance) job.summary.chips = ctx_.registry.nodes().at(submit.node_id).summary.chips_total;
+  if (protocol::is_maintenance_workload(submit.workload)) {
+    job.summary.chips = ctx_.registry.nodes().at(submit.node_id).summary.chips_total;
+  }
   job.submitted_at_ms = now;
-  if (lease_id != 0) {
-    job.summary.detail = fmt::format("runs inside lease L{}", lease_id);
-  } else if (auto s = submit_to_scheduler(job, now); !s) {
-    ctx_.reply_error(client, m.header.id, s.error().code, s.error().message);
+  if (lease_id != 0) job.summary.detail = fmt::format("runs inside lease L{}", lease_id);
+  return job;
+}
+
+void JobTable::submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                      const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
+  if (auto refused = refuse_submit(caller, submit, lease_id)) {
+    ctx_.reply_error(client, m.header.id, refused->code, std::move(refused->message));
     return;
+  }
+  JobRecord job = new_job(caller, submit, lease_id, now);
+  if (lease_id == 0) {
+    if (auto s = submit_to_scheduler(job, now); !s) {
+      ctx_.reply_error(client, m.header.id, s.error().code, s.error().message);
+      return;
+    }
   }
   const std::uint64_t id = next_job_id_++;
   active_jobs_.insert(id);
@@ -239,6 +252,70 @@ void JobTable::submit(const std::string& client, const Caller& caller, const pro
                        protocol::enum_name(stored.summary.priority_class),
                        lease_id ? fmt::format(", in lease L{}", lease_id) : "", caller.key_name));
   scheduling_.sync_node_states(now);
+}
+
+void JobTable::submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                           const protocol::SubmitGang& gang, TimeMs now) {
+  if (auto refused = refuse_gang(caller, gang)) {
+    ctx_.reply_error(client, m.header.id, refused->code, std::move(refused->message));
+    return;
+  }
+  // Consecutive ids: rank r is job gang_id + r, so every rank finds the others.
+  const std::uint64_t gang_id = next_job_id_;
+  const auto size = static_cast<std::uint32_t>(gang.jobs.size());
+  protocol::GangAccepted accepted;
+  for (std::uint32_t rank = 0; rank < size; ++rank) {
+    JobRecord job = new_job(caller, gang.jobs[rank], gang.lease_id, now);
+    job.summary.gang_id = gang_id;
+    job.summary.gang_rank = rank;
+    job.summary.gang_size = size;
+    job.summary.detail = fmt::format("rank {} of {} of gang {} inside lease L{}; the ranks start together", rank,
+                                     size, gang_id, gang.lease_id);
+    const std::uint64_t id = next_job_id_++;
+    active_jobs_.insert(id);
+    ctx_.save(jobs_[id] = std::move(job));
+    accepted.job_ids.push_back(id);
+  }
+  ctx_.sink.push(action::ToClient{client, std::move(accepted), m.header.id});
+  ctx_.log(action::Severity::info, fmt::format("gang {} ({} ranks of {}, jobs {} to {}) submitted by {} in lease L{}",
+                                               gang_id, size, gang.jobs.front().workload, gang_id,
+                                               gang_id + size - 1, caller.key_name, gang.lease_id));
+  scheduling_.sync_node_states(now);
+}
+
+std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol::SubmitGang& gang) {
+  const DevLease* lease = leases_.find(gang.lease_id);
+  if (lease && lease->summary.state != LeaseState::ended && gang.jobs.size() > lease->summary.nodes) {
+    return Error{Errc::invalid_argument,
+                 lease->summary.nodes == 0
+                     ? fmt::format("lease L{} holds chips on one node; a gang runs one rank per node of a lease of "
+                                   "whole nodes: lease {} nodes (kiln lease --nodes {})",
+                                   gang.lease_id, gang.jobs.size(), gang.jobs.size())
+                     : fmt::format("a gang of {} ranks needs {} nodes, lease L{} holds {}; submit at most {} ranks "
+                                   "or lease more nodes",
+                                   gang.jobs.size(), gang.jobs.size(), gang.lease_id, lease->summary.nodes,
+                                   lease->summary.nodes)};
+  }
+  for (std::size_t rank = 0; rank < gang.jobs.size(); ++rank) {
+    if (auto refused = refuse_submit(caller, gang.jobs[rank], gang.lease_id)) {
+      refused->message = fmt::format("rank {}: {}", rank, refused->message);
+      return refused;
+    }
+  }
+  // The checks above count the queue without the other ranks.
+  std::size_t queued = 0;
+  for (std::uint64_t id : active_jobs_) queued += jobs_.at(id).summary.state == JobState::queued ? 1 : 0;
+  if (queued + gang.jobs.size() > ctx_.knobs.max_queued_jobs) {
+    return Error{Errc::unavailable, fmt::format("the queue has room for {} more jobs, the gang has {} ranks; try again "
+                                                "later",
+                                                ctx_.knobs.max_queued_jobs - queued, gang.jobs.size())};
+  }
+  if (in_lease(gang.lease_id).size() + gang.jobs.size() > 1024) {
+    return Error{Errc::unavailable, fmt::format("lease L{} would have more than 1024 jobs queued or running; wait "
+                                                "for some to end",
+                                                gang.lease_id)};
+  }
+  return std::nullopt;
 }
 
 std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protocol::SubmitJob& submit,
@@ -359,6 +436,7 @@ void JobTable::cancel(const std::string& client, const Caller& caller, const pro
 
 void JobTable::request_cancel(JobRecord& job, const std::string& why) {
   job.cancel_requested = true;
+  job.cancel_reason = text::utf8_head(why, protocol::kMessageText.max_len);
   ctx_.save(job);
   if (auto peer = ctx_.peer_of(job.summary.node_id)) ctx_.to_agent(*peer, protocol::JobCancel{job.summary.job_id, why});
 }
@@ -624,6 +702,10 @@ void JobTable::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) 
   } else if (job.lease_id != 0 && (!lease || lease->summary.state == LeaseState::ended)) {
     finish(job, JobState::cancelled,
            fmt::format("attempt {} ended: {}; its lease L{} has ended", job.summary.attempt, why, job.lease_id), now);
+  } else if (job.summary.gang_size > 0) {
+    // Its peers hold their rendezvous with this attempt: a new one alone would meet nobody.
+    finish(job, JobState::lost,
+           fmt::format("attempt {} lost: {}; a rank of a gang is not retried alone", job.summary.attempt, why), now);
   } else if (job.summary.attempt - std::min(job.summary.attempt, job.preemptions) < job.summary.max_attempts &&
              job.summary.attempt < 100) {
     job.summary.state = JobState::queued;
@@ -669,6 +751,31 @@ void JobTable::finish(JobRecord& job, JobState state, std::string detail, TimeMs
       may_rerun(job, node->second, now)) {
     rerun(job.summary.job_id, node->second, now);
   }
+  if (job.summary.gang_size > 0 && state != JobState::succeeded) end_gang(job, now);
+}
+
+void JobTable::end_gang(const JobRecord& ended, TimeMs now) {
+  const protocol::JobSummary& s = ended.summary;
+  const std::string why = text::utf8_head(
+      fmt::format("rank {} of its gang (job {}) ended {}: {}", s.gang_rank, s.job_id, protocol::enum_name(s.state),
+                  s.detail),
+      protocol::kMessageText.max_len);
+  // Every rank is marked before any ends, so the ranks ended here do not end the gang again.
+  std::vector<std::uint64_t> queued;
+  for (std::uint32_t rank = 0; rank < s.gang_size; ++rank) {
+    const std::uint64_t id = s.gang_id + rank;
+    auto it = jobs_.find(id);
+    if (id == s.job_id || it == jobs_.end() || !active_jobs_.count(id) || it->second.cancel_requested) continue;
+    JobRecord& peer = it->second;
+    if (peer.summary.state == JobState::queued) {
+      peer.cancel_requested = true;
+      queued.push_back(id);
+    } else {
+      request_cancel(peer, why);
+    }
+  }
+  for (std::uint64_t id : queued) finish(jobs_.at(id), JobState::cancelled, why, now);
+  ctx_.log(action::Severity::warn, fmt::format("gang {}: {}; its other ranks are stopped", s.gang_id, why));
 }
 
 void JobTable::start_attempt(JobRecord& job, const std::string& node_id, std::vector<std::uint32_t> chips, TimeMs now) {
@@ -723,10 +830,26 @@ void JobTable::send_job_start(const JobRecord& job) {
   start.timeout_ms = job.timeout_ms;
   start.seed = job.seed;
   start.benchmark = job.benchmark;
+  start.rendezvous = rendezvous_of(job);
   ctx_.to_agent(*ctx_.registry.peer_of(job.summary.node_id), start);
   ctx_.log(action::Severity::info,
            fmt::format("job {} attempt {} dispatched to {} chips [{}]", job.summary.job_id, job.summary.attempt,
                        job.summary.node_id, fmt::join(start.chip_indices, ",")));
+}
+
+protocol::Rendezvous JobTable::rendezvous_of(const JobRecord& job) const {
+  protocol::Rendezvous r;
+  if (job.summary.gang_size == 0) return r;
+  r.rank = job.summary.gang_rank;
+  r.world_size = job.summary.gang_size;
+  // The ranks start together, so rank 0 has its node; it stays recorded after rank 0 ends.
+  const std::string& master_node = jobs_.at(job.summary.gang_id).summary.node_id;
+  if (auto node = ctx_.registry.nodes().find(master_node); node != ctx_.registry.nodes().end()) {
+    r.master_address = node->second.summary.rendezvous_address;
+  }
+  r.master_port = ctx_.knobs.rendezvous_port_first +
+                  static_cast<std::uint32_t>(job.summary.gang_id % ctx_.knobs.rendezvous_port_count);
+  return r;
 }
 
 scheduler::Request JobTable::stop_hold_request(std::uint64_t job_id, const std::string& node_id, std::size_t chips,

@@ -54,6 +54,9 @@ class JobTable {
   // ---- clients
   void submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
               const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now);
+  // The ranks of a gang, into a lease of whole nodes: accepted or refused as a whole.
+  void submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                   const protocol::SubmitGang& gang, TimeMs now);
   void cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
               const protocol::CancelJob& cancel, TimeMs now);
   void get(const std::string& client, std::uint64_t corr, const protocol::GetJob& get) const;
@@ -115,6 +118,21 @@ class JobTable {
   std::optional<Error> refuse_submit(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id);
   std::optional<Error> refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
                                               std::uint64_t lease_id);
+  std::optional<Error> refuse_gang(const Caller& caller, const protocol::SubmitGang& gang);
+  // A new queued job (its id not yet taken) of what was submitted.
+  JobRecord new_job(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) const;
+  // A rank of a gang ended without succeeding: every other rank is stopped, since the
+  // survivors would only wait at the rendezvous or fail there.
+  void end_gang(const JobRecord& ended, TimeMs now);
+  // Starts every rank of the gang that `rank0` heads on nodes of its own among the lease's,
+  // or none; `busy` gains the chips they take.
+  void dispatch_gang(const JobRecord& rank0, const protocol::LeaseSummary& lease,
+                     std::map<std::string, std::set<std::uint32_t>>& busy, TimeMs now);
+  // The chips of `p` a job of `chips` chips could take now: healthy ones not busy.
+  std::vector<std::uint32_t> free_lease_chips(const protocol::LeasePlacement& p,
+                                              const std::map<std::string, std::set<std::uint32_t>>& busy,
+                                              std::uint32_t chips) const;
+  protocol::Rendezvous rendezvous_of(const JobRecord& job) const;
   // Returns the jobs whose chips could not be given back (to be failed over).
   std::vector<std::uint64_t> reconcile_reported_jobs(const protocol::Hello& hello, protocol::Welcome& welcome,
                                                      TimeMs now);
@@ -122,7 +140,7 @@ class JobTable {
   void hold_chips_told_to_stop(const NodeRecord& node, const std::vector<std::uint64_t>& cancelled, TimeMs now);
   bool may_rerun(const JobRecord& job, const NodeRecord& node, TimeMs now) const;
   void rerun(std::uint64_t job_id, const NodeRecord& node, TimeMs now);
-  // A running attempt is told to stop; the job ends when its result comes.
+  // A running attempt is told to stop; the job ends when its result comes, and says why.
   void request_cancel(JobRecord& job, const std::string& why);
   // One attempt of an active job ended without a result from the agent (node lost, agent
   // restarted without it): requeue while attempts remain, otherwise the job is lost.

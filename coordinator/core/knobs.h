@@ -36,6 +36,11 @@ struct CoordinatorKnobs {
   std::size_t max_ended_leases_kept = 200;
   // Open `kiln lease` watches (long polls) at once; more are answered at once.
   std::size_t max_lease_watches = 1000;
+  // A gang's rank 0 listens for its peers on rendezvous_port_first + (gang id modulo
+  // rendezvous_port_count) of its node: every rank computes the same port, and two gangs on one
+  // node (one ending, the next starting) get different ones.
+  std::uint32_t rendezvous_port_first = 29500;
+  std::uint32_t rendezvous_port_count = 1000;
   // The [scheduler] table: classes, quotas, preemption grace, reservations.
   scheduler::SchedulerKnobs scheduler;
 

@@ -486,24 +486,64 @@ void JobTable::dispatch_in_lease(const protocol::LeaseSummary& lease, TimeMs now
   for (std::uint64_t id : ids) {
     JobRecord& job = jobs_.at(id);
     if (job.summary.state != JobState::queued) continue;
+    if (job.summary.gang_size > 0) {
+      // A gang is placed as a whole, in its place among the lease's jobs: by its rank 0.
+      if (job.summary.gang_rank == 0) dispatch_gang(job, lease, busy, now);
+      continue;
+    }
     for (const auto& p : lease.placement) {
-      if (!ctx_.registry.has_session(p.node_id)) continue;
-      // Only chips the node reported healthy in its latest hello.
-      std::set<std::uint32_t> reported;
-      for (const auto& chip : ctx_.registry.nodes().at(p.node_id).summary.chips) {
-        if (chip.healthy) reported.insert(chip.index);
-      }
-      std::vector<std::uint32_t> free;
-      for (std::uint32_t chip : p.chip_indices) {
-        if (reported.count(chip) && !busy[p.node_id].count(chip) && free.size() < job.summary.chips) {
-          free.push_back(chip);
-        }
-      }
+      std::vector<std::uint32_t> free = free_lease_chips(p, busy, job.summary.chips);
       if (free.size() < job.summary.chips) continue;
       busy[p.node_id].insert(free.begin(), free.end());
       start_attempt(job, p.node_id, std::move(free), now);
       break;
     }
+  }
+}
+
+std::vector<std::uint32_t> JobTable::free_lease_chips(const protocol::LeasePlacement& p,
+                                                      const std::map<std::string, std::set<std::uint32_t>>& busy,
+                                                      std::uint32_t chips) const {
+  if (!ctx_.registry.has_session(p.node_id)) return {};
+  // Only chips the node reported healthy in its latest hello.
+  std::set<std::uint32_t> reported;
+  for (const auto& chip : ctx_.registry.nodes().at(p.node_id).summary.chips) {
+    if (chip.healthy) reported.insert(chip.index);
+  }
+  const auto taken = busy.find(p.node_id);
+  std::vector<std::uint32_t> free;
+  for (std::uint32_t chip : p.chip_indices) {
+    if (reported.count(chip) && (taken == busy.end() || !taken->second.count(chip)) && free.size() < chips) {
+      free.push_back(chip);
+    }
+  }
+  return free;
+}
+
+void JobTable::dispatch_gang(const JobRecord& rank0, const protocol::LeaseSummary& lease,
+                             std::map<std::string, std::set<std::uint32_t>>& busy, TimeMs now) {
+  const std::uint64_t gang_id = rank0.summary.gang_id;
+  // Ranks in order on the lease's nodes in order, each on a node no other rank has.
+  std::vector<std::pair<std::string, std::vector<std::uint32_t>>> places;
+  std::set<std::string> taken;
+  for (std::uint32_t rank = 0; rank < rank0.summary.gang_size; ++rank) {
+    const JobRecord& job = jobs_.at(gang_id + rank);
+    // A gang that lost a rank is ending: what is left of it does not start.
+    if (job.summary.state != JobState::queued) return;
+    for (const auto& p : lease.placement) {
+      if (taken.count(p.node_id)) continue;
+      std::vector<std::uint32_t> free = free_lease_chips(p, busy, job.summary.chips);
+      if (free.size() < job.summary.chips) continue;
+      taken.insert(p.node_id);
+      places.emplace_back(p.node_id, std::move(free));
+      break;
+    }
+    if (places.size() == rank) return;  // this rank has no node yet: none starts
+  }
+  for (std::uint32_t rank = 0; rank < rank0.summary.gang_size; ++rank) {
+    auto& [node_id, chips] = places[rank];
+    busy[node_id].insert(chips.begin(), chips.end());
+    start_attempt(jobs_.at(gang_id + rank), node_id, std::move(chips), now);
   }
 }
 

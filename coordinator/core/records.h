@@ -51,6 +51,9 @@ struct JobRecord {
   std::int64_t started_at_ms = 0;   // when the current attempt was dispatched
   std::int64_t finished_at_ms = 0;
   bool cancel_requested = false;
+  // Why it was asked to stop (by whom, or which rank of its gang ended it): its record says so
+  // once it has stopped.
+  std::string cancel_reason;
   // The developer lease it runs inside (kiln submit --lease); 0: it is its own scheduler request.
   std::uint64_t lease_id = 0;
   // Attempts that ended in preemption: they do not count against max_attempts.
@@ -71,6 +74,7 @@ struct JobRecord {
     v.field("started_at_ms", started_at_ms, protocol::Range{0, INT64_MAX});
     v.field("finished_at_ms", finished_at_ms, protocol::Range{0, INT64_MAX});
     v.field("cancel_requested", cancel_requested);
+    v.field("cancel_reason", cancel_reason, protocol::kMessageText);
     v.field("lease_id", lease_id, protocol::kU64);
     v.field("preemptions", preemptions, protocol::Range{0, 100});
   }

@@ -139,6 +139,14 @@ void read_knobs_table(config::Problems& problems, const toml::table& root, Coord
   r.integer("max_active_leases", k.max_active_leases, 1, 100000);
   r.integer("max_ended_leases_kept", k.max_ended_leases_kept, 0, 100000);
   r.integer("max_lease_watches", k.max_lease_watches, 1, 100000);
+  r.integer("rendezvous_port_first", k.rendezvous_port_first, 1024, 65535);
+  r.integer("rendezvous_port_count", k.rendezvous_port_count, 1, 64512);
+  if (std::uint64_t{k.rendezvous_port_first} + k.rendezvous_port_count - 1 > 65535) {
+    r.bad_at("rendezvous_port_count",
+             fmt::format("rendezvous_port_first {} plus rendezvous_port_count {} runs past port 65535; "
+                         "lower one of them",
+                         k.rendezvous_port_first, k.rendezvous_port_count));
+  }
   r.no_unknown_keys();
 }
 

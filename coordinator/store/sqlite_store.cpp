@@ -19,11 +19,12 @@ namespace kiln::coordinator {
 namespace {
 
 // Version 2 added the leases and records tables and each job's bundle_id and config_hash;
-// version 3 each node's released_from_quarantine_wall_ms. Older databases are upgraded in place
+// version 3 each node's released_from_quarantine_wall_ms; version 4 each node's
+// rendezvous_address and each job's gang and cancel reason. Older databases are upgraded in place
 // (version 1 gains the tables and its jobs empty attributions, nodes of 1 and 2 a release time
-// of 0: never released); a coordinator refuses a database of a newer version than its own, so
+// of 0: never released, nodes and jobs of 1 to 3 no address and no gang); a coordinator refuses a database of a newer version than its own, so
 // it cannot drop what it does not know about.
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;
 // SQLite's application id (a field of the file header) of a database kiln created: "KILN".
 // Databases from before it was set have kiln's tables only and a schema version; they get it
 // when a coordinator next opens them.
@@ -126,6 +127,15 @@ Status write_schema(sqlite3* db, const std::string& path, int version_found) {
   }
   if (version_found == 1 || version_found == 2) {
     if (auto s = exec(db, path, "UPDATE nodes SET doc = json_set(doc, '$.released_from_quarantine_wall_ms', 0);"); !s) {
+      return s;
+    }
+  }
+  if (version_found >= 1 && version_found <= 3) {
+    if (auto s = exec_all(db, path,
+                          {"UPDATE nodes SET doc = json_set(doc, '$.summary.rendezvous_address', '');",
+                           "UPDATE jobs SET doc = json_set(doc, '$.summary.gang_id', 0, '$.summary.gang_rank', 0, "
+                           "'$.summary.gang_size', 0, '$.cancel_reason', '');"});
+        !s) {
       return s;
     }
   }

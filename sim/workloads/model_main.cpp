@@ -205,6 +205,38 @@ kiln::Status run_benchmarks(Benchmarks& loops, const kiln::sim::SimNode& node, c
   return {};
 }
 
+// This node's place in a gang, from torch.distributed's variables (kiln-agent sets them for a
+// rank of a gang); nothing when they are unset.
+struct GangPlace {
+  std::uint64_t rank = 0;
+  std::uint64_t world_size = 1;
+  std::string master;  // MASTER_ADDR:MASTER_PORT
+};
+
+kiln::Result<std::optional<GangPlace>> gang_place() {
+  const auto rank = env("RANK");
+  const auto world = env("WORLD_SIZE");
+  if (!rank && !world) return std::optional<GangPlace>{};
+  const auto number = [](const std::optional<std::string>& text) -> std::optional<std::uint64_t> {
+    if (!text || text->empty() || text->size() > 6) return std::nullopt;
+    if (!std::all_of(text->begin(), text->end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+    return std::stoull(*text);
+  };
+  GangPlace place;
+  const auto r = number(rank);
+  const auto w = number(world);
+  if (!r || !w || *w == 0 || *r >= *w) {
+    return kiln::fail(kiln::Errc::invalid_argument,
+                      fmt::format("RANK='{}' and WORLD_SIZE='{}' are not a rank below a world size; kiln-agent sets "
+                                  "both for a rank of a gang, unset them to run alone",
+                                  rank.value_or(""), world.value_or("")));
+  }
+  place.rank = *r;
+  place.world_size = *w;
+  place.master = fmt::format("{}:{}", env("MASTER_ADDR").value_or("?"), env("MASTER_PORT").value_or("?"));
+  return std::optional<GangPlace>{place};
+}
+
 int run_job(const JobArgs& args) {
   const wl::ModelSpec& spec = *args.spec;
   const auto library = env("KILN_DRIVER_LIBRARY");
@@ -221,6 +253,15 @@ int run_job(const JobArgs& args) {
   }
   auto bench = wl::bench_settings_from_env(env);
   if (!bench) return cannot_run(bench.error().message);
+  // The simulated models compute each node's share alone; the rank is said and recorded, so a
+  // gang's output shows each node's place in it.
+  auto gang = gang_place();
+  if (!gang) return cannot_run(gang.error().message);
+  if (*gang) {
+    std::fprintf(stderr, "kiln-workload-model: rank %llu of %llu, rendezvous at %s\n",
+                 static_cast<unsigned long long>((*gang)->rank), static_cast<unsigned long long>((*gang)->world_size),
+                 (*gang)->master.c_str());
+  }
   wl::StackEffects effects;
   if (args.stack_effects_file) {
     auto read = read_effects(*args.stack_effects_file, "--stack-effects");
@@ -320,7 +361,9 @@ int run_job(const JobArgs& args) {
         {"node_id", env("KILN_NODE_ID").value_or("")},
         {"chips", *chips},
         {"seed", seed},
-        {"data_seed", args.data_seed}}},
+        {"data_seed", args.data_seed},
+        {"rank", *gang ? (*gang)->rank : 0},
+        {"world_size", *gang ? (*gang)->world_size : 1}}},
       {"chips", chips_json},
       {"stack_effects", wl::to_json(effects)},
       {"benchmark", benchmark},

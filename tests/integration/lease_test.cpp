@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -433,4 +434,50 @@ TEST_CASE("a job or lease no node could ever take is refused at submit, exit 2, 
   CHECK_MESSAGE(out.find("sleep") == std::string::npos, out);
   CHECK(fleet.kiln("dev", {"leases"}, &out) == 0);
   CHECK_MESSAGE(out.find("L1") == std::string::npos, out);
+}
+
+TEST_CASE("a gang in a lease of whole nodes: each rank gets torch.distributed's rendezvous; a failing rank ends the rest") {
+  Fleet fleet("gang");
+  auto client = kiln::testing::start_nodes(fleet, {{"n01", "a"}, {"n02", "a"}, {"n03", "a"}});
+  std::string out;
+  REQUIRE(fleet.kiln("dev", {"lease", "--nodes", "3", "--duration", "1h", "--detach"}, &out) == 0);
+  REQUIRE_MESSAGE(contains(out, "lease L1 granted"), out);
+  // Each rank says what it was told; rank 1 fails after a moment, the others would run on.
+  const std::string script =
+      "echo \"rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT local=$LOCAL_RANK/$LOCAL_WORLD_SIZE\"; "
+      "if [ \"$RANK\" = 1 ]; then sleep 1; exit 3; fi; sleep 60";
+  std::string json_out;
+  std::string err;
+  REQUIRE(fleet.kiln_split("dev", {"--json", "submit", "--lease", "L1", "--ranks", "3", "--workload", "shell", "--",
+                                   "-c", script},
+                           &json_out, &err) == 0);
+  const auto ids = nlohmann::json::parse(json_out).at("job_ids").get<std::vector<std::uint64_t>>();
+  REQUIRE(ids.size() == 3);
+
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, ids[1], JobState::failed); }, 20s));
+  REQUIRE(Fleet::eventually(
+      [&] {
+        return job_state_is(*client, ids[0], JobState::cancelled) && job_state_is(*client, ids[2], JobState::cancelled);
+      },
+      20s));
+  const std::string master = fmt::format("master=127.0.0.1:{}", 29500 + ids[0] % 1000);
+  std::set<std::string> nodes;
+  for (std::size_t rank = 0; rank < ids.size(); ++rank) {
+    const auto detail = job(*client, ids[rank]).value();
+    nodes.insert(detail.job.node_id);
+    CHECK(detail.job.gang_id == ids[0]);
+    CHECK(detail.job.gang_rank == rank);
+    CHECK(detail.job.gang_size == 3);
+    CHECK_MESSAGE(contains(detail.output_tail, fmt::format("rank={} world=3 {} local=0/1", rank, master)),
+                  detail.output_tail);
+    if (rank != 1) {
+      CHECK_MESSAGE(contains(detail.job.detail, fmt::format("rank 1 of its gang (job {}) ended failed", ids[1])),
+                    detail.job.detail);
+    }
+  }
+  CHECK(nodes.size() == 3);
+  CHECK(job(*client, ids[1]).value().job.exit_code == 3);
+  CHECK(fleet.kiln("dev", {"result", std::to_string(ids[2])}, &out) == 1);
+  CHECK_MESSAGE(contains(out, fmt::format("gang       rank 2 of 3 (jobs {} to {})", ids[0], ids[2])), out);
+  CHECK(fleet.kiln("dev", {"release-lease", "L1"}, &out) == 0);
 }

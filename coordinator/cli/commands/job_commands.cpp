@@ -55,6 +55,8 @@ class SubmitCommand : public RemoteCommand {
     add_benchmark_options(command, request_.benchmark);
     command.add_flag("--wait", wait_, "wait for the job to end; the exit code says whether it succeeded");
     command.add_option("--lease", lease_, "run inside this lease of yours (L3), on its chips");
+    command.add_option("--ranks", ranks_, "with --lease of whole nodes: run N copies as one gang, one per node")
+        ->check(CLI::Range(1, 64));
     command.add_option("args", request_.args, "arguments for the workload (after --)");
   }
   Status check_arguments() override {
@@ -65,6 +67,10 @@ class SubmitCommand : public RemoteCommand {
     if (!timeout_ms) return tl::unexpected(timeout_ms.error());
     if (*timeout_ms > UINT32_MAX) return fail(Errc::invalid_argument, "--timeout: at most 49 days");
     request_.timeout_ms = static_cast<std::uint32_t>(*timeout_ms);
+    if (ranks_ > 0 && lease_.empty()) {
+      return fail(Errc::invalid_argument, "--ranks runs a gang inside a lease of whole nodes: add --lease L (from "
+                                          "`kiln lease --nodes N`)");
+    }
     if (lease_.empty()) return {};
     auto lease_id = parse_lease_id(lease_);
     if (!lease_id) return tl::unexpected(lease_id.error());
@@ -72,6 +78,7 @@ class SubmitCommand : public RemoteCommand {
     return {};
   }
   int run_with(Client& client, CommandContext& context) override {
+    if (ranks_ > 0) return run_gang(client, context);
     protocol::Body request = request_;
     if (lease_id_ != 0) request = protocol::SubmitInLease{lease_id_, request_};
     auto r = expect_reply<protocol::JobAccepted>(client.request(std::move(request)));
@@ -83,11 +90,29 @@ class SubmitCommand : public RemoteCommand {
   }
 
  private:
+  int run_gang(Client& client, CommandContext& context) {
+    protocol::SubmitGang gang{lease_id_, std::vector<protocol::SubmitJob>(ranks_, request_)};
+    auto r = expect_reply<protocol::GangAccepted>(client.request(std::move(gang)));
+    if (!r) return report(r.error());
+    if (wait_) {
+      int worst = kExitOk;
+      for (std::uint64_t id : r->job_ids) {
+        const int code = show_job(client, id, true, context.json());
+        if (worst == kExitOk) worst = code;
+      }
+      return worst;
+    }
+    if (context.json()) std::cout << nlohmann::json{{"job_ids", r->job_ids}}.dump() << "\n";
+    else std::cout << fmt::format("gang {}: jobs {} to {} queued\n", r->job_ids.front(), r->job_ids.front(), r->job_ids.back());
+    return kExitOk;
+  }
+
   protocol::SubmitJob request_;
   std::string class_ = "experiment";
   std::string timeout_ = "10m";
   std::string lease_;
   std::uint64_t lease_id_ = 0;
+  std::uint32_t ranks_ = 0;  // 0: one job, no gang
   bool wait_ = false;
 };
 

@@ -33,6 +33,10 @@ void print_job_detail(const protocol::JobDetail& d) {
   std::cout << fmt::format("  placement  {} chips{}{}\n", j.chips, j.node_id.empty() ? "" : " on " + j.node_id,
                            j.chip_indices.empty() ? "" : fmt::format(" [{}]", fmt::join(j.chip_indices, ",")));
   std::cout << fmt::format("  attempt    {} of {}\n", j.attempt, j.max_attempts);
+  if (j.gang_size > 0) {
+    std::cout << fmt::format("  gang       rank {} of {} (jobs {} to {})\n", j.gang_rank, j.gang_size, j.gang_id,
+                             j.gang_id + j.gang_size - 1);
+  }
   if (protocol::is_terminal(j.state)) {
     std::cout << fmt::format("  exit code  {} after {}\n", j.exit_code, duration_text(j.duration_ms));
   }

@@ -30,7 +30,7 @@ bool for_now(const Error& error) {
   return error.code == Errc::timeout || error.code == Errc::io || error.code == Errc::unavailable;
 }
 
-// A model run on several whole nodes: a lease of those nodes, then one job per node in it.
+// A model run on several whole nodes: a lease of those nodes, then a gang in it, one rank per node.
 struct Gang {
   std::uint64_t tag = 0;
   std::uint64_t lease_id = 0;  // 0: jobs taken up from an earlier driver of the run, no lease of ours
@@ -162,7 +162,7 @@ class Driver {
   }
 
   // A model larger than one node: its whole nodes are leased at once (all or nothing), then one
-  // job per node runs in the lease; the result is theirs together.
+  // gang runs in the lease, a rank per node; the result is theirs together.
   Status start_gang(const JobRequest& request, const protocol::SubmitJob& job) {
     Gang gang;
     gang.tag = request.tag;
@@ -237,16 +237,24 @@ class Driver {
           continue;
         }
         if (lease->state != protocol::LeaseState::granted) continue;
-        for (int rank = 0; rank < gang.nodes; ++rank) {
-          auto accepted = cli::expect_reply<protocol::JobAccepted>(
-              client_.request(protocol::SubmitInLease{lease_id, rank_job(gang.job, rank)}));
-          if (!accepted) {
-            say(fmt::format("lease L{}: job of node {} refused: {}", lease_id, rank, accepted.error().message));
-            break;
-          }
-          gang.job_ids.push_back(accepted->job_id);
+        protocol::SubmitGang ranks{lease_id, {}};
+        for (int rank = 0; rank < gang.nodes; ++rank) ranks.jobs.push_back(rank_job(gang.job, rank));
+        auto accepted = cli::expect_reply<protocol::GangAccepted>(client_.request(ranks));
+        if (!accepted && for_now(accepted.error())) continue;  // asked again next turn
+        if (!accepted) {
+          JobResult refused;
+          refused.tag = gang.tag;
+          refused.ran = false;
+          refused.detail = fmt::format("the coordinator refused the gang in lease L{}: {}", lease_id,
+                                       accepted.error().message);
+          say(fmt::format("{} on {} nodes refused: {}", gang.model, gang.nodes, accepted.error().message));
+          done.push_back(tag);
+          if (auto ok = run_.on_job_result(std::move(refused), wall_now_ms()); !ok) say(ok.error().message);
+          continue;
         }
-        say(fmt::format("lease L{}: jobs {} for {}", lease_id, fmt::join(gang.job_ids, ", "), gang.model));
+        gang.job_ids = accepted->job_ids;
+        say(fmt::format("lease L{}: jobs {} for {}, ranks 0 to {} of one gang", lease_id,
+                        fmt::join(gang.job_ids, ", "), gang.model, gang.nodes - 1));
         continue;
       }
       const bool all_ended = std::all_of(gang.job_ids.begin(), gang.job_ids.end(), [&](std::uint64_t id) {

@@ -171,6 +171,36 @@ TEST_CASE("a version 2 database is upgraded: its nodes read back, never released
   CHECK(snapshot->nodes[0].released_from_quarantine_wall_ms == 0);
 }
 
+TEST_CASE("a version 3 database is upgraded: its nodes name no rendezvous address, its jobs are no gang's") {
+  kiln::testing::TempDir dir("kiln-store-version-3");
+  const std::string path = dir.file("kiln.db");
+  {
+    auto store = open_sqlite_store(path);
+    REQUIRE(store.has_value());
+    NodeRecord node;
+    node.summary.node_id = "n01";
+    node.summary.hardware_revision = "a";
+    node.summary.rendezvous_address = "10.0.0.1";
+    REQUIRE((*store)->save_node(node).has_value());
+    save_smoke_job(**store, 5);
+  }
+  // What a version 3 coordinator wrote.
+  run_sql(path, "UPDATE nodes SET doc = json_remove(doc, '$.summary.rendezvous_address');");
+  run_sql(path, "UPDATE jobs SET doc = json_remove(doc, '$.summary.gang_id', '$.summary.gang_rank', "
+                "'$.summary.gang_size', '$.cancel_reason');");
+  set_schema_version(path, 3);
+  auto store = open_sqlite_store(path);
+  REQUIRE_MESSAGE(store.has_value(), store.error().message);
+  auto snapshot = (*store)->load();
+  REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+  REQUIRE(snapshot->nodes.size() == 1);
+  CHECK(snapshot->nodes[0].summary.rendezvous_address.empty());
+  REQUIRE(snapshot->jobs.size() == 1);
+  CHECK(snapshot->jobs[0].summary.job_id == 5);
+  CHECK(snapshot->jobs[0].summary.gang_size == 0);
+  CHECK(snapshot->jobs[0].cancel_reason.empty());
+}
+
 TEST_CASE("an unwritable database path is refused with a clear error") {
   auto store = open_sqlite_store("/nonexistent-dir/kiln.db");
   REQUIRE_FALSE(store.has_value());
