@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/protocol/artifacts.h"
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/lease_lifecycle.h"
 #include "coordinator/core/scheduler_decisions.h"
@@ -219,6 +220,7 @@ void JobTable::submit(const std::string& client, const Caller& caller, const pro
   job.benchmark = submit.benchmark;
   job.summary.bundle_id = submit.bundle_id;
   job.summary.config_hash = submit.config_hash;
+  job.artifacts = submit.artifacts;
   job.lease_id = lease_id;
   // Maintenance takes the whole node: nothing else may share its chips while it runs.
   if (maintenance) job.summary.chips = ctx_.registry.nodes().at(submit.node_id).summary.chips_total;
@@ -266,6 +268,9 @@ std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protoco
                  fmt::format("role {} may not submit {} jobs; developers and lab engineers submit "
                              "experiments, CI submits presubmit, nightly, bisect and release work",
                              protocol::enum_name(caller.role), protocol::enum_name(submit.priority_class))};
+  }
+  if (auto artifacts = protocol::check_job_artifacts(submit.args, submit.artifacts); !artifacts) {
+    return artifacts.error();
   }
   if (!maintenance && submit.chips > 8) {
     return Error{Errc::invalid_argument,
@@ -723,6 +728,7 @@ void JobTable::send_job_start(const JobRecord& job) {
   start.timeout_ms = job.timeout_ms;
   start.seed = job.seed;
   start.benchmark = job.benchmark;
+  start.artifacts = job.artifacts;
   ctx_.to_agent(*ctx_.registry.peer_of(job.summary.node_id), start);
   ctx_.log(action::Severity::info,
            fmt::format("job {} attempt {} dispatched to {} chips [{}]", job.summary.job_id, job.summary.attempt,

@@ -19,11 +19,11 @@ namespace kiln::coordinator {
 namespace {
 
 // Version 2 added the leases and records tables and each job's bundle_id and config_hash;
-// version 3 each node's released_from_quarantine_wall_ms. Older databases are upgraded in place
+// version 3 each node's released_from_quarantine_wall_ms; version 4 each job's artifacts. Older databases are upgraded in place
 // (version 1 gains the tables and its jobs empty attributions, nodes of 1 and 2 a release time
 // of 0: never released); a coordinator refuses a database of a newer version than its own, so
 // it cannot drop what it does not know about.
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;
 // SQLite's application id (a field of the file header) of a database kiln created: "KILN".
 // Databases from before it was set have kiln's tables only and a schema version; they get it
 // when a coordinator next opens them.
@@ -128,6 +128,10 @@ Status write_schema(sqlite3* db, const std::string& path, int version_found) {
     if (auto s = exec(db, path, "UPDATE nodes SET doc = json_set(doc, '$.released_from_quarantine_wall_ms', 0);"); !s) {
       return s;
     }
+  }
+  if (version_found >= 1 && version_found <= 3) {
+    // Jobs from before artifacts named none.
+    if (auto s = exec(db, path, "UPDATE jobs SET doc = json_set(doc, '$.artifacts', json('[]'));"); !s) return s;
   }
   return exec_all(db, path,
                   {fmt::format("INSERT INTO meta (key, value) VALUES ('schema_version', '{}') "

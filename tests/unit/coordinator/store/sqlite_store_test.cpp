@@ -171,6 +171,25 @@ TEST_CASE("a version 2 database is upgraded: its nodes read back, never released
   CHECK(snapshot->nodes[0].released_from_quarantine_wall_ms == 0);
 }
 
+TEST_CASE("a version 3 database is upgraded: its jobs read back naming no artifacts") {
+  kiln::testing::TempDir dir("kiln-store-version-3");
+  const std::string path = dir.file("kiln.db");
+  {
+    auto store = open_sqlite_store(path);
+    REQUIRE(store.has_value());
+    save_smoke_job(**store, 3);
+  }
+  // What a version 3 coordinator wrote: jobs without artifacts.
+  run_sql(path, "UPDATE jobs SET doc = json_remove(doc, '$.artifacts');");
+  set_schema_version(path, 3);
+  auto store = open_sqlite_store(path);
+  REQUIRE_MESSAGE(store.has_value(), store.error().message);
+  auto snapshot = (*store)->load();
+  REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+  REQUIRE(snapshot->jobs.size() == 1);
+  CHECK(snapshot->jobs[0].artifacts.empty());
+}
+
 TEST_CASE("an unwritable database path is refused with a clear error") {
   auto store = open_sqlite_store("/nonexistent-dir/kiln.db");
   REQUIRE_FALSE(store.has_value());
