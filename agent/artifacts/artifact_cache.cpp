@@ -274,6 +274,12 @@ std::vector<std::string> evict_artifacts(const ArtifactSettings& settings, const
   }
   std::vector<std::string> evicted = artifacts_to_evict(std::move(entries), in_use, settings.cache_limit_bytes);
   for (const std::string& digest : evicted) fs::remove(cache_path(settings.cache_dir, digest), ec);
+  // What a fetch killed at its deadline (or with the agent) left: no fetch lives this long.
+  const auto abandoned = fs::file_time_type::clock::now() - 2 * std::chrono::milliseconds(settings.fetch_timeout_ms);
+  for (const auto& entry : fs::directory_iterator(fs::path(settings.cache_dir) / "incoming", ec)) {
+    std::error_code stat_error;
+    if (entry.last_write_time(stat_error) < abandoned && !stat_error) fs::remove(entry.path(), stat_error);
+  }
   return evicted;
 }
 

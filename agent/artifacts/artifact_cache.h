@@ -28,7 +28,8 @@ Status fetch_artifacts(const AgentConfig& config, const std::vector<protocol::Ar
                        std::ostream& log);
 
 // Removes the least recently used entries while the cache is over cache_limit_bytes, never one
-// in `in_use`; returns what it removed (digests), for the log.
+// in `in_use`, and downloads abandoned longer ago than twice fetch_timeout_ms; returns the
+// digests it removed, for the log.
 std::vector<std::string> evict_artifacts(const ArtifactSettings& settings, const std::set<std::string>& in_use);
 
 // `kiln-agent fetch-artifacts SHA256:SIZE...`: fetch_artifacts for the agent (which runs it as a
