@@ -9,6 +9,7 @@
 
 #include <sstream>
 
+#include "agent/artifacts/artifact_cache.h"
 #include "agent/health/diagnostics.h"
 #include "agent/host/agent_config.h"
 #include "agent/host/containment.h"
@@ -161,6 +162,10 @@ int main(int argc, char** argv) {
   install->add_option("--sha256", sha256, "the package's digest from its bundle")->required();
   install->add_flag("--json", json, "print the report as JSON");
   install->add_flag("--job", as_job, "run as the agent's built-in kiln.install job")->group("");
+  auto* fetch = app.add_subcommand("fetch-artifacts", "fetch artifacts into the host's cache by digest and verify "
+                                                    "them; exit 0 all there, 1 one could not be had");
+  std::vector<std::string> artifact_specs;
+  fetch->add_option("ARTIFACT", artifact_specs, "NAME=SHA256:SIZE or SHA256:SIZE")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -199,6 +204,7 @@ int main(int argc, char** argv) {
     }
     return kiln::agent::health::run_diag_command(*config, diag_level, json, std::cout, std::cerr);
   }
+  if (fetch->parsed()) return kiln::agent::artifacts::run_fetch_command(*config, artifact_specs, std::cout, std::cerr);
   if (install->parsed()) {
     auto command = [&](std::ostream& out, bool as_json) {
       return kiln::agent::install::run_install_command(*config, package, kind, version, sha256, as_json, out,

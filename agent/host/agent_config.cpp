@@ -103,7 +103,9 @@ const std::vector<std::pair<std::string, std::vector<std::string_view>>>& known_
   static const auto keys = [] {
     std::vector<std::pair<std::string, std::vector<std::string_view>>> out = {
         {"", {"node_id", "work_dir", "secret_key_file", "hardware_revision", "job_containment",
-              "cgroup_root", "log_level", "rendezvous_address", "coordinator", "driver", "local_socket", "knobs", "workloads"}},
+              "cgroup_root", "log_level", "rendezvous_address", "coordinator", "driver", "local_socket", "knobs", "workloads",
+              "artifacts"}},
+        {"artifacts", {"cache_dir", "cache_limit_bytes", "http_store", "fetch_timeout_ms"}},
         {"coordinator", {"endpoint", "public_key_file"}},
         {"driver", {"library", "options"}},
         {"local_socket", {"path", "group"}},
@@ -296,6 +298,39 @@ void load_workloads(Loader& loader, const toml::table* workloads, AgentConfig& o
   }
 }
 
+void load_artifacts(Loader& loader, const toml::table* artifacts, AgentConfig& out) {
+  ArtifactSettings& settings = out.artifacts;
+  if (!out.work_dir.empty()) settings.cache_dir = (fs::path(out.work_dir) / "artifacts").string();
+  if (artifacts == nullptr) return;
+  loader.reject_unknown(*artifacts, "artifacts", keys_of("artifacts"));
+  if (auto dir = loader.path(artifacts, "artifacts", "cache_dir", nullptr)) settings.cache_dir = *dir;
+  if (auto store = loader.string(artifacts, "artifacts", "http_store", nullptr)) {
+    const bool http = store->starts_with("http://") || store->starts_with("https://");
+    if (!http || store->find_first_of(" \t\r\n") != std::string::npos || store->find('@') != std::string::npos) {
+      loader.error_at(loader.last_key_region(),
+                      "artifacts.http_store must be an http:// or https:// URL without spaces or credentials, e.g. "
+                      "\"http://artifacts.example:8080/kiln\" (got \"" + *store + "\")");
+    } else {
+      while (store->ends_with("/")) store->pop_back();
+      settings.http_store = *store;
+    }
+  }
+  const auto integer = [&](const char* key, std::int64_t min, std::int64_t max, auto& field) {
+    const auto it = artifacts->find(key);
+    if (it == artifacts->end()) return;
+    const std::optional<std::int64_t> value = it->second.value_exact<std::int64_t>();
+    if (!value || *value < min || *value > max) {
+      loader.error_at(it->first.source(), std::string("artifacts.") + key + " must be an integer between " +
+                                              std::to_string(min) + " and " + std::to_string(max));
+      return;
+    }
+    loader.origins[std::string("artifacts.") + key] = loader.at(it->first.source());
+    field = static_cast<std::remove_reference_t<decltype(field)>>(*value);
+  };
+  integer("cache_limit_bytes", std::int64_t{1} << 20, std::int64_t{1} << 50, settings.cache_limit_bytes);
+  integer("fetch_timeout_ms", 1000, 7LL * 24 * kHourMs, settings.fetch_timeout_ms);
+}
+
 void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
   loader.reject_unknown(root, "", keys_of(""));
 
@@ -430,6 +465,7 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
 
   load_knobs(loader, loader.table(root, "knobs"), out.knobs);
   load_workloads(loader, loader.table(root, "workloads"), out);
+  load_artifacts(loader, loader.table(root, "artifacts"), out);
 }
 
 // Where `key` was set, or the file for a key left at its default.
@@ -629,6 +665,12 @@ std::string describe_agent_config(const AgentConfig& config) {
   line("driver.options", "\"" + config.driver_options + "\"", "driver.options");
   line("local_socket.path", config.local_socket_path, "local_socket.path");
   line("local_socket.group", config.local_socket_group, "local_socket.group");
+  line("artifacts.cache_dir", config.artifacts.cache_dir, "artifacts.cache_dir");
+  line("artifacts.cache_limit_bytes", std::to_string(config.artifacts.cache_limit_bytes),
+       "artifacts.cache_limit_bytes");
+  line("artifacts.http_store", config.artifacts.http_store.empty() ? std::string("none") : config.artifacts.http_store,
+       "artifacts.http_store");
+  line("artifacts.fetch_timeout_ms", std::to_string(config.artifacts.fetch_timeout_ms), "artifacts.fetch_timeout_ms");
   out << "knobs\n";
   for (const KnobField& field : knob_fields()) {
     const std::string name = field.spec.name;

@@ -61,6 +61,14 @@ constexpr EnumTable<JobContainment, 3> enum_names(JobContainment) {
   }};
 }
 
+// Where a job's artifacts come from and are kept ([artifacts], docs/operations.md).
+struct ArtifactSettings {
+  std::string cache_dir;  // default <work_dir>/artifacts
+  std::uint64_t cache_limit_bytes = 20ULL << 30;
+  std::string http_store;  // http(s)://host[:port]/prefix, asked before the coordinator; empty: none
+  DurationMs fetch_timeout_ms = 30 * kMinuteMs;  // all of one job's artifacts
+};
+
 struct AgentConfig {
   std::string config_path;  // absolute path of the file this was loaded from
 
@@ -86,6 +94,7 @@ struct AgentConfig {
   // through a shell.
   std::map<std::string, std::string> workloads;
   AgentKnobs knobs;
+  ArtifactSettings artifacts;
 
   // Dotted key ("knobs.kill_grace_ms") -> "file:line:column" where it was set. Keys absent
   // here took their default; check-config shows which.

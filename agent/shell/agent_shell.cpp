@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "agent/artifacts/artifact_cache.h"
 #include "agent/bench/bench.h"
 #include "agent/core/agent_core.h"
 #include "agent/health/diagnostics.h"
@@ -27,6 +28,7 @@
 #include "common/logging.h"
 #include "common/process/cgroup.h"
 #include "common/process/process_runner.h"
+#include "common/protocol/artifacts.h"
 #include "common/protocol/json.h"
 #include "common/protocol/repair.h"
 #include "common/text/utf8.h"
@@ -352,6 +354,13 @@ class Shell final : public AgentShell {
 
   void collect_finished() {
     for (const ProcessExit& exit : runner_.poll_finished()) {
+      if (auto fetch = fetching_.find(exit.id); fetch != fetching_.end()) {
+        const protocol::JobStart start = fetch->second;
+        fetching_.erase(fetch);
+        fetch_by_job_.erase(start.job_id);
+        artifacts_fetched(start, exit);
+        continue;
+      }
       if (auto own = own_processes_.find(exit.id); own != own_processes_.end()) {
         const OwnProcess work = own->second;
         own_processes_.erase(own);
@@ -363,6 +372,7 @@ class Shell final : public AgentShell {
       const RunningJob job = it->second;
       jobs_by_process_.erase(it);
       process_by_job_.erase(job.job_id);
+      artifacts_in_use_.erase(job.job_id);
       update_telemetry_watch();
       core_.on_job_ended(ended_from(job, exit), monotonic_clock_ms());
     }
@@ -418,17 +428,99 @@ class Shell final : public AgentShell {
     return ended;
   }
 
+  void report_start_failure(std::uint64_t job_id, const std::string& why,
+                  protocol::JobOutcome outcome = protocol::JobOutcome::failed_to_start) {
+    JobEnded ended;
+    ended.job_id = job_id;
+    ended.outcome = outcome;
+    ended.exit_code = -1;
+    ended.detail = why.substr(0, protocol::kMessageText.max_len);
+    core_.on_job_ended(ended, monotonic_clock_ms());
+  }
+
+  // A job that names artifacts starts once `kiln-agent fetch-artifacts` has them in the cache,
+  // verified: a process of its own, so a long download never stalls the heartbeats.
   void start_job(const protocol::JobStart& start) {
-    auto fail_start = [&](const std::string& why) {
-      JobEnded ended;
-      ended.job_id = start.job_id;
-      ended.outcome = protocol::JobOutcome::failed_to_start;
-      ended.exit_code = -1;
-      ended.detail = why;
-      core_.on_job_ended(ended, monotonic_clock_ms());
+    if (start.artifacts.empty()) return launch_job(start, start.args);
+    ProcessSpec spec;
+    spec.program = self_;
+    spec.args = {"--config", config_.config_path, "fetch-artifacts"};
+    for (const protocol::ArtifactRef& artifact : start.artifacts) {
+      spec.args.push_back(fmt::format("{}={}:{}", artifact.name, artifact.sha256, artifact.size_bytes));
+    }
+    spec.work_dir = (fs::path(config_.work_dir) / "fetch").string();
+    spec.timeout_ms = config_.artifacts.fetch_timeout_ms + 5 * kSecondMs;
+    spec.output_limit_bytes = protocol::kOutputTail.max_len;
+    spec.kill_grace_ms = config_.knobs.kill_grace_ms;
+    auto id = runner_.start(spec);
+    if (!id) return report_start_failure(start.job_id, "cannot fetch the job's artifacts: " + id.error().message);
+    fetching_[*id] = start;
+    fetch_by_job_[start.job_id] = *id;
+    for (const protocol::ArtifactRef& artifact : start.artifacts) {
+      artifacts_in_use_[start.job_id].insert(artifact.sha256);
+    }
+    logger_->info("job {}: fetching {} artifacts", start.job_id, start.artifacts.size());
+  }
+
+  void artifacts_fetched(const protocol::JobStart& start, const ProcessExit& exit) {
+    const auto give_up = [&](const std::string& why, protocol::JobOutcome outcome) {
+      artifacts_in_use_.erase(start.job_id);
+      logger_->warn("job {}: {}", start.job_id, why);
+      report_start_failure(start.job_id, why, outcome);
+    };
+    if (exit.outcome == ProcessOutcome::cancelled) {
+      return give_up("cancelled while its artifacts were being fetched", protocol::JobOutcome::cancelled);
+    }
+    if (!exit.succeeded()) {
+      std::string last = text::utf8_tail(exit.output_tail, protocol::kMessageText.max_len);
+      while (!last.empty() && last.back() == '\n') last.pop_back();
+      if (const auto line = last.rfind('\n'); line != std::string::npos) last.erase(0, line + 1);
+      return give_up(fmt::format("could not fetch the job's artifacts on node {}: {}", config_.node_id,
+                                 last.empty() ? exit.detail : last),
+                     protocol::JobOutcome::failed_to_start);
+    }
+    // One line per artifact: from the cache, fetched from where, or found damaged.
+    std::istringstream lines(exit.output_tail);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) logger_->info("job {}: artifact {}", start.job_id, line);
+    }
+    const fs::path dir = fs::path(config_.work_dir) / fmt::format("job-{}-{}", start.job_id, start.attempt);
+    const fs::path linked = dir / "artifacts";
+    std::error_code ec;
+    fs::remove_all(linked, ec);
+    fs::create_directories(linked, ec);
+    for (const protocol::ArtifactRef& artifact : start.artifacts) {
+      if (!ec) fs::create_symlink(artifacts::cache_path(config_.artifacts.cache_dir, artifact.sha256),
+                                  linked / artifact.name, ec);
+    }
+    if (ec) {
+      return give_up(fmt::format("cannot link the job's artifacts into {}: {}; check the work_dir", linked.string(),
+                                 ec.message()),
+                     protocol::JobOutcome::failed_to_start);
+    }
+    auto args = protocol::substitute_artifacts(start.args, start.artifacts, linked.string());
+    if (!args) return give_up(args.error().message, protocol::JobOutcome::failed_to_start);
+    evict_artifacts();
+    launch_job(start, std::move(*args));
+  }
+
+  // The cache back under its limit, keeping what running and starting jobs use.
+  void evict_artifacts() {
+    std::set<std::string> in_use;
+    for (const auto& [job_id, digests] : artifacts_in_use_) in_use.insert(digests.begin(), digests.end());
+    const auto evicted = artifacts::evict_artifacts(config_.artifacts, in_use);
+    if (!evicted.empty()) {
+      logger_->info("artifact cache: removed {} least recently used artifacts to stay within {}", evicted.size(),
+                    mebibytes(config_.artifacts.cache_limit_bytes));
+    }
+  }
+
+  void launch_job(const protocol::JobStart& start, std::vector<std::string> args) {
+    const auto fail_start = [&](const std::string& why) {
+      artifacts_in_use_.erase(start.job_id);
+      report_start_failure(start.job_id, why);
     };
     std::string program;
-    std::vector<std::string> args = start.args;
     if (start.workload == protocol::kDiagWorkload || start.workload == protocol::kInstallWorkload) {
       program = self_;
       std::vector<std::string> own{"--config", config_.config_path,
@@ -551,6 +643,9 @@ class Shell final : public AgentShell {
             } else if constexpr (std::is_same_v<T, action::StartJob>) {
               start_job(act.job);
             } else if constexpr (std::is_same_v<T, action::CancelJob>) {
+              if (auto it = fetch_by_job_.find(act.job_id); it != fetch_by_job_.end()) {
+                (void)runner_.cancel(it->second);
+              }
               if (auto it = process_by_job_.find(act.job_id); it != process_by_job_.end()) {
                 logger_->info("job {}: cancelling: {}", act.job_id, act.reason);
                 (void)runner_.cancel(it->second);
@@ -587,6 +682,9 @@ class Shell final : public AgentShell {
   std::map<std::uint64_t, ProcessId> process_by_job_;
   std::map<ProcessId, RunningJob> jobs_by_process_;
   std::map<ProcessId, OwnProcess> own_processes_;
+  std::map<ProcessId, protocol::JobStart> fetching_;  // fetch-artifacts runs, by the job they are for
+  std::map<std::uint64_t, ProcessId> fetch_by_job_;
+  std::map<std::uint64_t, std::set<std::string>> artifacts_in_use_;  // job id -> digests, never evicted
   std::uint64_t local_requests_ = 0;
   TimeMs probe_started_wall_ms_ = 0;  // of the probe running now, or of the last one
   std::string last_probe_verdict_;     // of the last probe that ended

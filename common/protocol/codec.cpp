@@ -66,6 +66,11 @@ class Encoder {
     note(path, check_str(value, spec));
     packer_.pack(value);
   }
+  void write(const std::string& path, const std::string& value, Bytes spec) {
+    note(path, check_bytes(value, spec));
+    packer_.pack_bin(static_cast<std::uint32_t>(value.size()));
+    packer_.pack_bin_body(value.data(), static_cast<std::uint32_t>(value.size()));
+  }
   void write(const std::string&, bool value) { packer_.pack(value); }
   template <class I>
     requires std::is_integral_v<I>
@@ -170,6 +175,11 @@ class Decoder {
     value.assign(o.via.str.ptr, o.via.str.size);
     note(path, check_str(value, spec));
   }
+  void read(const std::string& path, const msgpack::object& o, std::string& value, Bytes spec) {
+    if (o.type != msgpack::type::BIN) return wrong_type(path, "binary", o);
+    value.assign(o.via.bin.ptr, o.via.bin.size);
+    note(path, check_bytes(value, spec));
+  }
   void read(const std::string& path, const msgpack::object& o, bool& value) {
     if (o.type != msgpack::type::BOOLEAN) return wrong_type(path, "a boolean", o);
     value = o.via.boolean;
@@ -235,7 +245,7 @@ class Decoder {
 
 msgpack::unpack_limit limits_for(std::size_t frame_bytes) {
   // Bounds on what a hostile frame can make the unpacker allocate.
-  return msgpack::unpack_limit(/*array=*/4096, /*map=*/64, /*str=*/frame_bytes, /*bin=*/0,
+  return msgpack::unpack_limit(/*array=*/4096, /*map=*/64, /*str=*/frame_bytes, /*bin=*/frame_bytes,
                                /*ext=*/0, /*depth=*/8);
 }
 

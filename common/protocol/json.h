@@ -25,6 +25,18 @@ class Writer {
     out_[std::string(name)] = convert(value);
   }
 
+  // Binary fields (artifact bytes) are not text: lowercase hex.
+  void field(std::string_view name, const std::string& value, Bytes) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    std::string hex;
+    hex.reserve(value.size() * 2);
+    for (unsigned char c : value) {
+      hex += kDigits[c >> 4];
+      hex += kDigits[c & 0xF];
+    }
+    out_[std::string(name)] = std::move(hex);
+  }
+
   template <class T>
   static nlohmann::json convert(const T& value) {
     if constexpr (std::is_enum_v<T>) {
@@ -73,6 +85,23 @@ class Reader {
     if (!j.is_string()) return fail_type(path, "a string");
     value = j.get<std::string>();
     note(path, check_str(value, spec));
+  }
+  void read(const std::string& path, const nlohmann::json& j, std::string& value, Bytes spec) {
+    if (!j.is_string()) return fail_type(path, "a string of hex digits");
+    const auto& hex = j.get_ref<const std::string&>();
+    const auto digit = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    value.clear();
+    for (std::size_t i = 0; i < hex.size(); i += 2) {
+      const int high = digit(hex[i]);
+      const int low = i + 1 < hex.size() ? digit(hex[i + 1]) : -1;
+      if (high < 0 || low < 0) return fail_type(path, "a string of pairs of lowercase hex digits");
+      value += static_cast<char>(high * 16 + low);
+    }
+    note(path, check_bytes(value, spec));
   }
   void read(const std::string& path, const nlohmann::json& j, bool& value) {
     if (!j.is_boolean()) return fail_type(path, "a boolean");

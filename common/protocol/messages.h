@@ -24,7 +24,8 @@ using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFi
                           DrainNode, Ok, ErrorReply, RequestLease, LeaseGranted, LeasePending,
                           ReleaseLease, ListLeases, LeaseList, WatchLease, LeaseEvent, SubmitInLease,
                           QueueWhy, QueueExplanation, PutRecord, GetRecord, ListRecords, RecordEntry, RecordList,
-                          QuarantineNode, ListQueue, QueueList, SetTicketState, SubmitGang, GangAccepted>;
+                          QuarantineNode, ListQueue, QueueList, SetTicketState, SubmitGang, GangAccepted,
+                          PutArtifact, ArtifactProgress, GetArtifact, ArtifactChunk>;
 
 std::string_view type_name(const Body& body);
 

@@ -81,6 +81,7 @@ struct JobStart {
   std::uint64_t seed = 0;
   BenchmarkSpec benchmark;
   Rendezvous rendezvous;  // world_size 0 for a job that is no gang's
+  std::vector<ArtifactRef> artifacts;
 
   template <class V>
   void visit(V& v) {
@@ -93,6 +94,7 @@ struct JobStart {
     v.field("seed", seed, kU64);
     v.field("benchmark", benchmark);
     v.field("rendezvous", rendezvous);
+    v.field("artifacts", artifacts, kJobArtifacts);
   }
 };
 
@@ -187,6 +189,40 @@ struct HealthReport {
     v.field("verdict", verdict);
     v.field("checks", checks, Count{0, 512});
     v.field("measured_at_ms", measured_at_ms, kU64);
+  }
+};
+
+// A piece of a stored artifact, asked by an agent fetching a job's files. It needs no session
+// (no hello): the agent's fetcher connects on its own with the agent's key.
+struct GetArtifact {
+  static constexpr std::string_view kType = "get_artifact";
+  std::string sha256;
+  std::uint64_t offset = 0;
+  std::uint32_t max_bytes = 1 << 18;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("sha256", sha256, kSha256);
+    v.field("offset", offset, kU64);
+    v.field("max_bytes", max_bytes, Range{1, static_cast<std::int64_t>(kArtifactChunk.max_len)});
+  }
+};
+
+// The bytes at `offset` (at most the asked max_bytes, fewer at the end or when the coordinator's
+// message limit is smaller); size_bytes is the whole artifact's.
+struct ArtifactChunk {
+  static constexpr std::string_view kType = "artifact_chunk";
+  std::string sha256;
+  std::uint64_t size_bytes = 0;
+  std::uint64_t offset = 0;
+  std::string data;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("sha256", sha256, kSha256);
+    v.field("size_bytes", size_bytes, kU64);
+    v.field("offset", offset, kU64);
+    v.field("data", data, kArtifactChunk);
   }
 };
 

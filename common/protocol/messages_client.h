@@ -44,6 +44,7 @@ struct SubmitJob {
   BenchmarkSpec benchmark;
   std::string bundle_id;    // the stack bundle it runs (its content hash); empty: none named
   std::string config_hash;  // SHA-256 of the job's canonical config, from the submitter
+  std::vector<ArtifactRef> artifacts;  // files fetched by digest; the args name them {artifact:NAME}
 
   template <class V>
   void visit(V& v) {
@@ -59,6 +60,7 @@ struct SubmitJob {
     v.field("benchmark", benchmark);
     v.field("bundle_id", bundle_id, kBundleId);
     v.field("config_hash", config_hash, kBundleId);
+    v.field("artifacts", artifacts, kJobArtifacts);
   }
 };
 
@@ -141,6 +143,43 @@ struct CancelJob {
   template <class V>
   void visit(V& v) {
     v.field("job_id", job_id, Range{1, INT64_MAX});
+  }
+};
+
+// One piece of an artifact's upload, at `offset` of its `size_bytes`; the coordinator checks the
+// whole file's SHA-256 against `sha256` once the last byte arrived. An empty `data` at offset 0
+// asks how much the coordinator already holds (artifact_progress), so an upload resumes.
+struct PutArtifact {
+  static constexpr std::string_view kType = "put_artifact";
+  std::string sha256;
+  std::uint64_t size_bytes = 0;
+  std::uint64_t offset = 0;
+  std::string data;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("sha256", sha256, kSha256);
+    v.field("size_bytes", size_bytes, kU64);
+    v.field("offset", offset, kU64);
+    v.field("data", data, kArtifactChunk);
+  }
+};
+
+// How much of the artifact the coordinator holds: the next put_artifact starts at
+// received_bytes; complete once all of it arrived and its digest matched.
+struct ArtifactProgress {
+  static constexpr std::string_view kType = "artifact_progress";
+  std::string sha256;
+  std::uint64_t size_bytes = 0;
+  std::uint64_t received_bytes = 0;
+  bool complete = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("sha256", sha256, kSha256);
+    v.field("size_bytes", size_bytes, kU64);
+    v.field("received_bytes", received_bytes, kU64);
+    v.field("complete", complete);
   }
 };
 

@@ -24,6 +24,12 @@ constexpr Str kArgument{0, 4096};
 constexpr Str kOutputTail{0, 65536};
 constexpr Str kResultDocument{0, 262144};
 constexpr Str kBundleId{0, 64};  // lowercase hex SHA-256, or empty
+constexpr Str kSha256{64, 64};   // lowercase hex SHA-256
+constexpr Str kArtifactName{1, 128};
+constexpr Count kJobArtifacts{0, 32};
+// A put_artifact or artifact_chunk carries at most this many bytes (and the message still fits
+// the peers' max_message_bytes; see docs/protocol.md §2.3).
+constexpr Bytes kArtifactChunk{16 << 20};
 constexpr Range kU32{0, UINT32_MAX};
 constexpr Range kU64{0, INT64_MAX};
 constexpr Range kChipIndex{0, 63};
@@ -169,6 +175,22 @@ struct HealthCheck {
     v.field("category", category, Str{0, 32});
     v.field("message", message, kMessageText);
     v.field("recommended_action", recommended_action, kMessageText);
+  }
+};
+
+// A file a job needs, named by its content: the agent fetches it by digest (docs/protocol.md §14),
+// verifies it and puts it in the job's folder as artifacts/<name>; {artifact:<name>} in the
+// job's args stands for that path.
+struct ArtifactRef {
+  std::string name;  // a file name: letters, digits, '.', '_', '-', not starting with '.'
+  std::string sha256;
+  std::uint64_t size_bytes = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("name", name, kArtifactName);
+    v.field("sha256", sha256, kSha256);
+    v.field("size_bytes", size_bytes, kU64);
   }
 };
 

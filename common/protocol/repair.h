@@ -24,6 +24,8 @@ class Utf8Repairer {
   static void repair(std::string& value, Str spec) {
     if (value.size() > spec.max_len || !text::is_valid_utf8(value)) value = text::utf8_head(value, spec.max_len);
   }
+  // Binary fields carry bytes, not text.
+  static void repair(std::string&, Bytes) {}
   template <class T, class... Spec>
     requires(!std::is_same_v<T, std::string> && !Record<T>)
   static void repair(T&, Spec...) {}

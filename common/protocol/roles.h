@@ -18,4 +18,10 @@ inline bool role_may_submit(Role role, PriorityClass cls) {
   return false;
 }
 
+// Who may upload job artifacts (put_artifact): the roles that record bundles and results. Agents
+// only read them (get_artifact).
+inline bool role_may_put_artifact(Role role) {
+  return role == Role::ci || role == Role::ops || role == Role::admin;
+}
+
 }  // namespace kiln::protocol

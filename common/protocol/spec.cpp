@@ -17,6 +17,11 @@ std::optional<std::string> check_str(const std::string& value, Str spec) {
   return std::nullopt;
 }
 
+std::optional<std::string> check_bytes(const std::string& value, Bytes spec) {
+  if (value.size() > spec.max_len) return fmt::format("must be at most {} bytes long (got {})", spec.max_len, value.size());
+  return std::nullopt;
+}
+
 std::optional<std::string> check_int(std::int64_t value, Range spec) {
   if (value < spec.min || value > spec.max) {
     return fmt::format("must be between {} and {} (got {})", spec.min, spec.max, value);

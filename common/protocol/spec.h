@@ -20,6 +20,11 @@ struct Str {
   std::size_t max_len = 256;
 };
 
+// Length bounds of a binary field (msgpack bin): artifact bytes, which are not text.
+struct Bytes {
+  std::size_t max_len = 0;
+};
+
 // Inclusive bounds for an integer field.
 struct Range {
   std::int64_t min = 0;
@@ -35,6 +40,7 @@ struct Count {
 // Each returns a description of the problem ("must be 1 to 64 bytes long (got 80)"), or
 // nothing when the value is within bounds.
 std::optional<std::string> check_str(const std::string& value, Str spec);
+std::optional<std::string> check_bytes(const std::string& value, Bytes spec);
 std::optional<std::string> check_int(std::int64_t value, Range spec);
 std::optional<std::string> check_count(std::size_t count, Count spec);
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/protocol/artifacts.h"
 #include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/lease_lifecycle.h"
@@ -219,6 +220,7 @@ JobRecord JobTable::new_job(const Caller& caller, const protocol::SubmitJob& sub
   job.benchmark = submit.benchmark;
   job.summary.bundle_id = submit.bundle_id;
   job.summary.config_hash = submit.config_hash;
+  job.artifacts = submit.artifacts;
   job.lease_id = lease_id;
   // Maintenance takes the whole node: nothing else may share its chips while it runs.
   if (protocol::is_maintenance_workload(submit.workload)) {
@@ -343,6 +345,9 @@ std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protoco
                  fmt::format("role {} may not submit {} jobs; developers and lab engineers submit "
                              "experiments, CI submits presubmit, nightly, bisect and release work",
                              protocol::enum_name(caller.role), protocol::enum_name(submit.priority_class))};
+  }
+  if (auto artifacts = protocol::check_job_artifacts(submit.args, submit.artifacts); !artifacts) {
+    return artifacts.error();
   }
   if (!maintenance && submit.chips > 8) {
     return Error{Errc::invalid_argument,
@@ -831,6 +836,7 @@ void JobTable::send_job_start(const JobRecord& job) {
   start.seed = job.seed;
   start.benchmark = job.benchmark;
   start.rendezvous = rendezvous_of(job);
+  start.artifacts = job.artifacts;
   ctx_.to_agent(*ctx_.registry.peer_of(job.summary.node_id), start);
   ctx_.log(action::Severity::info,
            fmt::format("job {} attempt {} dispatched to {} chips [{}]", job.summary.job_id, job.summary.attempt,

@@ -58,6 +58,7 @@ struct JobRecord {
   std::uint64_t lease_id = 0;
   // Attempts that ended in preemption: they do not count against max_attempts.
   std::uint32_t preemptions = 0;
+  std::vector<protocol::ArtifactRef> artifacts;  // fetched by digest by the agent that runs it
 
   template <class V>
   void visit(V& v) {
@@ -77,6 +78,7 @@ struct JobRecord {
     v.field("cancel_reason", cancel_reason, protocol::kMessageText);
     v.field("lease_id", lease_id, protocol::kU64);
     v.field("preemptions", preemptions, protocol::Range{0, 100});
+    v.field("artifacts", artifacts, protocol::kJobArtifacts);
   }
 };
 

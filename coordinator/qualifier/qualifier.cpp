@@ -208,6 +208,7 @@ class RequestedRun {
     qs::DriverOptions options;
     options.bundle_dir = config_.bundle_dir;
     options.golden_dir = config_.golden_dir;
+    options.artifacts = config_.artifacts_by_digest ? qs::ArtifactMode::digest : qs::ArtifactMode::shared_mount;
     options.progress = &out_;
     options.stop = &stop_;
     options.may_continue = [&claim] { return claim.keep(); };

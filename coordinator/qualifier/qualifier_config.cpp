@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string_view> kQualifierKeys = {
     "name",         "coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms",
     "model_set",    "workload_catalog", "bundle_dir", "golden_dir", "builder",
-    "builder_args", "claim_ms",    "poll_interval_ms", "max_runs", "sim_driver", "cpu_driver"};
+    "builder_args", "claim_ms",    "poll_interval_ms", "max_runs", "sim_driver", "cpu_driver", "artifacts"};
 const std::vector<std::string_view> kScheduleKeys = {"nightly", "nightly_start", "nightly_deadline", "revisions",
                                                      "max_models",       "clock_offset_ms"};
 const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config", "retry_backoff_ms",
@@ -130,6 +130,16 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     r.path("workload_catalog", config.workload_catalog);
     r.path("bundle_dir", config.bundle_dir);
     r.path("golden_dir", config.golden_dir);
+    std::string artifacts = "digest";
+    r.text("artifacts", artifacts);
+    if (artifacts == "digest" || artifacts == "shared_mount") {
+      config.artifacts_by_digest = artifacts == "digest";
+    } else {
+      problems.at(qualifier->get("artifacts")->source(),
+                  fmt::format("artifacts must be \"digest\" (agents fetch each job's files by SHA-256) or "
+                              "\"shared_mount\" (every agent reads bundle_dir and golden_dir), not \"{}\"",
+                              artifacts));
+    }
     r.path("builder", config.builder);
     r.texts("builder_args", config.builder_args);
     r.path("sim_driver", config.sim_driver);
@@ -141,8 +151,8 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
                "the coordinator's public key (coordinator.pub)");
     r.required("secret_key_file", config.client.secret_key_file, "the qualifier's own key (kiln keygen, role ci)");
     r.required("model_set", config.model_set, "the qualification set (TOML)");
-    r.required("bundle_dir", config.bundle_dir, "the bundles' stack files, readable by every agent");
-    r.required("golden_dir", config.golden_dir, "the models' golden references, readable by every agent");
+    r.required("bundle_dir", config.bundle_dir, "the bundles' stack files (uploaded for each job)");
+    r.required("golden_dir", config.golden_dir, "the models' golden references (uploaded for each job)");
   }
   if (tickets == nullptr) {
     problems.add("missing the [tickets] table; it needs dir, the ticket directory");

@@ -23,6 +23,9 @@ struct QualifierConfig {
   std::string workload_catalog;  // empty: the sim's workloads
   std::string bundle_dir;
   std::string golden_dir;
+  // Jobs name their stack files and goldens by digest (uploaded to the coordinator, fetched by
+  // the agents); false: by path, under bundle_dir and golden_dir on a mount every agent shares.
+  bool artifacts_by_digest = true;
   std::string builder;  // empty: the sim builder
   std::vector<std::string> builder_args;
   std::string tickets_dir;

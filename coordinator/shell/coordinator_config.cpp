@@ -86,6 +86,8 @@ void read_coordinator_table(config::Problems& problems, const toml::table& root,
   r.string("database", config.database);
   r.string("log_level", config.log_level);
   r.integer("max_message_bytes", config.max_message_bytes, 4096, 64 << 20);
+  r.string("artifact_dir", config.artifact_dir);
+  r.integer("max_artifact_bytes", config.max_artifact_bytes, 1, std::int64_t{1} << 40);
   r.no_unknown_keys();
   for (const char* key : {"agent_endpoint", "client_endpoint"}) {
     const std::string& endpoint = key == std::string_view("agent_endpoint") ? config.agent_endpoint
@@ -106,6 +108,11 @@ void read_coordinator_table(config::Problems& problems, const toml::table& root,
       if (auto keys = load_coordinator_keys(config); !keys) problems.add_located(r.region("secret_key_file").begin,
                                                                                  keys.error().message);
     }
+  }
+  if (!config.artifact_dir.empty()) {
+    config.artifact_dir = resolve(base, config.artifact_dir);
+  } else if (config.database != ":memory:") {
+    config.artifact_dir = resolve(base, config.database) + ".artifacts";
   }
   if (config.database != ":memory:") {
     config.database = resolve(base, config.database);

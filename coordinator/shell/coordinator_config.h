@@ -28,6 +28,10 @@ struct CoordinatorConfig {
   std::string database = "kiln.db";
   std::string log_level = "info";
   std::size_t max_message_bytes = 1 << 20;
+  // Content-addressed job artifacts (docs/protocol.md §14); empty: <database>.artifacts, or none
+  // for an in-memory database.
+  std::string artifact_dir;
+  std::uint64_t max_artifact_bytes = 4ULL << 30;
   CoordinatorKnobs knobs;
   std::map<std::string, AuthorizedKey> keys_by_public_key;
 };

@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 #include <zmq.hpp>
 
 #include "common/logging.h"
+#include "common/protocol/roles.h"
 #include "common/transport/zmq_transport.h"
 #include "coordinator/core/coordinator_core.h"
 #include "coordinator/shell/action_interpreter.h"
+#include "coordinator/shell/artifact_store.h"
 #include "coordinator/store/store.h"
 
 namespace kiln::coordinator {
@@ -37,11 +40,12 @@ Now clocks_now() {
 
 class Server final : public CoordinatorServer, private CoordinatorIo {
  public:
-  Server(CoordinatorConfig config, KeyPair keys, std::unique_ptr<Store> store, Snapshot snapshot,
-         std::shared_ptr<spdlog::logger> logger)
+  Server(CoordinatorConfig config, KeyPair keys, std::unique_ptr<Store> store, std::optional<ArtifactStore> artifacts,
+         Snapshot snapshot, std::shared_ptr<spdlog::logger> logger)
       : config_(std::move(config)),
         keys_(std::move(keys)),
         store_(std::move(store)),
+        artifacts_(std::move(artifacts)),
         logger_(std::move(logger)),
         core_(config_.knobs, std::move(snapshot), clocks_now()),
         zap_(context_, zmq::socket_type::rep),
@@ -183,6 +187,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     auto envelope = admit_message(ReceivedFrames{r.routing_id, from_agents, caller.key_name, r.header, r.body},
                                   limits_, *this);
     if (!envelope) return;
+    if (serve_artifact(r, caller, *envelope, from_agents)) return;
     // Nothing a peer sends may stop the coordinator: the agent would resend the same result to
     // the restarted one, which would stop again. The core validates what it reads, so this
     // only catches a bug; the message is dropped with an error reply and the loop goes on.
@@ -203,6 +208,56 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
                                  {}};
       send_to(from_agents ? agents_ : clients_, r.routing_id, std::move(reply), envelope->header.id);
     }
+  }
+
+  // Artifact bytes are files, not state of the core: put_artifact and get_artifact are answered
+  // here. Returns whether the message was one of them.
+  bool serve_artifact(const transport::Received& r, const Caller& caller, const protocol::Envelope& m,
+                      bool from_agents) {
+    const bool put = std::holds_alternative<protocol::PutArtifact>(m.body);
+    const bool get = std::holds_alternative<protocol::GetArtifact>(m.body);
+    if (!put && !get) return false;
+    zmq::socket_t& socket = from_agents ? agents_ : clients_;
+    const auto refuse = [&](Errc code, std::string why) {
+      send_to(socket, r.routing_id, protocol::ErrorReply{std::string(to_string(code)), std::move(why), {}}, m.header.id);
+    };
+    if (put != !from_agents) {
+      refuse(Errc::bad_message, fmt::format("'{}' is sent by {} only", m.header.type, put ? "clients" : "agents"));
+      return true;
+    }
+    if (!artifacts_) {
+      refuse(Errc::unavailable, "this coordinator keeps no artifacts (its database is in memory and no artifact_dir "
+                                "is set); set artifact_dir in its config, or use a shared mount");
+      return true;
+    }
+    if (put) {
+      if (!protocol::role_may_put_artifact(caller.role)) {
+        refuse(Errc::unauthorized, fmt::format("role {} may not upload artifacts; CI, ops and admin keys do",
+                                               protocol::enum_name(caller.role)));
+        return true;
+      }
+      const auto& piece = std::get<protocol::PutArtifact>(m.body);
+      auto progress = artifacts_->put(piece);
+      if (!progress) {
+        logger_->warn("artifact {} from {}: {}", piece.sha256, caller.key_name, progress.error().message);
+        refuse(progress.error().code, progress.error().message);
+        return true;
+      }
+      if (progress->complete && piece.offset + piece.data.size() == piece.size_bytes && !piece.data.empty()) {
+        logger_->info("stored artifact {} ({} bytes) from {}", piece.sha256, piece.size_bytes, caller.key_name);
+      }
+      send_to(socket, r.routing_id, std::move(*progress), m.header.id);
+      return true;
+    }
+    // What fits in one reply: the bytes and room for the rest of the message.
+    constexpr std::size_t kReplyOverheadBytes = 1024;
+    auto chunk = artifacts_->get(std::get<protocol::GetArtifact>(m.body), limits_.max_message_bytes - kReplyOverheadBytes);
+    if (!chunk) {
+      refuse(chunk.error().code, chunk.error().message);
+      return true;
+    }
+    send_to(socket, r.routing_id, std::move(*chunk), m.header.id);
+    return true;
   }
 
   // ---- CoordinatorIo: what the core's actions do here
@@ -252,6 +307,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   CoordinatorConfig config_;
   KeyPair keys_;
   std::unique_ptr<Store> store_;
+  std::optional<ArtifactStore> artifacts_;
   std::shared_ptr<spdlog::logger> logger_;
   CoordinatorCore core_;
   protocol::CodecLimits limits_;
@@ -274,7 +330,13 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
   if (!store) return tl::unexpected(store.error());
   auto snapshot = (*store)->load();
   if (!snapshot) return tl::unexpected(snapshot.error());
-  auto server = std::make_unique<Server>(std::move(config), std::move(*keys), std::move(*store),
+  std::optional<ArtifactStore> artifacts;
+  if (!config.artifact_dir.empty()) {
+    auto opened = ArtifactStore::open(config.artifact_dir, config.max_artifact_bytes);
+    if (!opened) return tl::unexpected(opened.error());
+    artifacts = std::move(*opened);
+  }
+  auto server = std::make_unique<Server>(std::move(config), std::move(*keys), std::move(*store), std::move(artifacts),
                                          std::move(*snapshot), *logger);
   if (auto s = server->bind(); !s) return tl::unexpected(s.error());
   return std::unique_ptr<CoordinatorServer>(std::move(server));

@@ -20,7 +20,7 @@ namespace {
 
 // Version 2 added the leases and records tables and each job's bundle_id and config_hash;
 // version 3 each node's released_from_quarantine_wall_ms; version 4 each node's
-// rendezvous_address and each job's gang and cancel reason. Older databases are upgraded in place
+// rendezvous_address, each job's gang, cancel reason and artifacts. Older databases are upgraded in place
 // (version 1 gains the tables and its jobs empty attributions, nodes of 1 and 2 a release time
 // of 0: never released, nodes and jobs of 1 to 3 no address and no gang); a coordinator refuses a database of a newer version than its own, so
 // it cannot drop what it does not know about.
@@ -138,6 +138,8 @@ Status write_schema(sqlite3* db, const std::string& path, int version_found) {
         !s) {
       return s;
     }
+    // Jobs from before artifacts named none.
+    if (auto s = exec(db, path, "UPDATE jobs SET doc = json_set(doc, '$.artifacts', json('[]'));"); !s) return s;
   }
   return exec_all(db, path,
                   {fmt::format("INSERT INTO meta (key, value) VALUES ('schema_version', '{}') "

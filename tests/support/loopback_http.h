@@ -1,5 +1,6 @@
 // A loopback HTTP server run by a test: it records each request and answers with the statuses
-// it was given, for the webhook ticket sink's tests and the qualifier's.
+// it was given, for the webhook ticket sink's tests and the qualifier's, or with what a
+// responder makes of each request (an artifact store).
 #pragma once
 
 #include <arpa/inet.h>
@@ -10,7 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,12 +27,19 @@ struct Request {
   std::string body;
 };
 
+struct Response {
+  int status = 200;
+  std::string body;
+};
+using Responder = std::function<Response(const Request&)>;
+
 // Answers the n-th connection with statuses[n] (the last one repeats); when silent, accepts
 // connections and never answers them.
 class LoopbackServer {
  public:
-  explicit LoopbackServer(std::vector<int> statuses, bool silent = false)
-      : statuses_(std::move(statuses)), silent_(silent) {
+  explicit LoopbackServer(Responder responder) : LoopbackServer(std::vector<int>{200}, false, std::move(responder)) {}
+  explicit LoopbackServer(std::vector<int> statuses, bool silent = false, Responder responder = {})
+      : statuses_(std::move(statuses)), responder_(std::move(responder)), silent_(silent) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     REQUIRE(listen_fd_ >= 0);
     sockaddr_in address{};
@@ -78,9 +88,11 @@ class LoopbackServer {
         std::lock_guard lock(mutex_);
         requests_.push_back(request);
       }
-      const int status = statuses_[std::min<std::size_t>(static_cast<std::size_t>(n), statuses_.size() - 1)];
-      const std::string response =
-          "HTTP/1.1 " + std::to_string(status) + " Status\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+      Response answer{statuses_[std::min<std::size_t>(static_cast<std::size_t>(n), statuses_.size() - 1)], "{}"};
+      if (responder_) answer = responder_(request);
+      const std::string response = "HTTP/1.1 " + std::to_string(answer.status) + " Status\r\nContent-Length: " +
+                                   std::to_string(answer.body.size()) + "\r\nConnection: close\r\n\r\n" +
+                                   answer.body;
       (void)::send(fd, response.data(), response.size(), MSG_NOSIGNAL);
       ::close(fd);
     }
@@ -113,6 +125,7 @@ class LoopbackServer {
   }
 
   std::vector<int> statuses_;
+  Responder responder_;
   bool silent_ = false;
   int listen_fd_ = -1;
   int port_ = 0;

@@ -52,6 +52,10 @@ class SampleFiller {
     if (value.size() < spec.min_len) value.append(spec.min_len - value.size(), 'x');
     if (mark) *marked_path_ = path;
   }
+  // Binary fields are not text: bytes no UTF-8 check would pass.
+  void fill(const std::string&, std::string& value, protocol::Bytes spec) {
+    value = std::string("\xff\x00\xfe", std::min<std::size_t>(3, spec.max_len));
+  }
   void fill(const std::string&, bool& value) { value = !value; }
   template <class I>
     requires std::is_integral_v<I>

@@ -21,7 +21,7 @@ class BundleBuilder {
 };
 
 // Where a bundle's simulated stack lives: <bundle_dir>/<id>.stack.toml. The directory must be
-// readable by every agent (a shared artifact directory; on one machine, any directory).
+// readable by the qualifier, which uploads it for each job (or by every agent, on a shared mount).
 std::filesystem::path stack_effects_path(const std::filesystem::path& bundle_dir, const std::string& bundle_id);
 
 // build_bundle_at, then the bundle's stack-effects file (sim_stack_effects_toml), written

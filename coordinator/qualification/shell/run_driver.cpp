@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "coordinator/qualification/shell/artifact_upload.h"
 #include "coordinator/qualification/shell/records_client.h"
 
 namespace kiln::qualification::shell {
@@ -121,9 +122,52 @@ class Driver {
     return {};
   }
 
+  // Uploads a job's files once per run (the coordinator keeps them by digest).
+  Result<ShippedFiles> ship(const JobRequest& request) {
+    auto files = job_files(request, set_, options_);
+    if (!files) return tl::unexpected(files.error());
+    const auto upload = [&](const std::string& name, const std::filesystem::path& path) -> Result<protocol::ArtifactRef> {
+      auto known = uploaded_.find(path.string());
+      if (known == uploaded_.end()) {
+        auto artifact = upload_artifact(client_, name, path);
+        if (!artifact) return artifact;
+        known = uploaded_.emplace(path.string(), *artifact).first;
+      }
+      protocol::ArtifactRef named = known->second;
+      named.name = name;
+      return named;
+    };
+    ShippedFiles shipped;
+    auto stack = upload("stack.toml", files->stack);
+    if (!stack) return tl::unexpected(stack.error());
+    shipped.stack = *stack;
+    if (!files->baseline_stack.empty()) {
+      auto baseline = upload("baseline-stack.toml", files->baseline_stack);
+      if (!baseline) return tl::unexpected(baseline.error());
+      shipped.baseline_stack = *baseline;
+    }
+    for (const auto& golden : files->golden) {
+      auto artifact = upload(golden.filename().string(), golden);
+      if (!artifact) return tl::unexpected(artifact.error());
+      shipped.golden.push_back(*artifact);
+    }
+    return shipped;
+  }
+
   Status carry_out(run_action::StartJob& start) {
     const JobRequest& request = start.request;
-    auto job = job_for(request, run_.report().run_id, run_.report().tier, set_, options_);
+    auto job = [&]() -> Result<protocol::SubmitJob> {
+      if (options_.artifacts == ArtifactMode::shared_mount) {
+        return job_for(request, run_.report().run_id, run_.report().tier, set_, options_);
+      }
+      auto shipped = ship(request);
+      if (!shipped) return tl::unexpected(shipped.error());
+      return job_for(request, run_.report().run_id, run_.report().tier, set_, options_, &*shipped);
+    }();
+    // The coordinator did not take the job's files for now: as for the job itself, no attempt lost.
+    if (!job && for_now(job.error())) {
+      return fail(job.error().code, "the coordinator did not take the job's files for now: " + job.error().message);
+    }
     if (!job) {
       JobResult missing;
       missing.tag = request.tag;
@@ -457,6 +501,7 @@ class Driver {
   std::map<std::uint64_t, std::uint64_t> by_tag_;
   std::map<std::string, std::uint64_t> submitted_before_;  // config hash -> job id
   std::map<std::uint64_t, Gang> gangs_;                    // by tag
+  std::map<std::string, protocol::ArtifactRef> uploaded_;  // file path -> its artifact, this run
 };
 
 }  // namespace
@@ -471,8 +516,27 @@ protocol::PriorityClass class_for(JobPurpose purpose, Tier tier) {
   return protocol::PriorityClass::nightly;
 }
 
+Result<JobFiles> job_files(const JobRequest& request, const ModelSet& set, const DriverOptions& options) {
+  const QualificationModel* model = set.find(request.model);
+  if (model == nullptr || !model->workload) {
+    return fail(Errc::not_found, fmt::format("model {} is not in the qualification set with a workload", request.model));
+  }
+  JobFiles files;
+  files.stack = stack_effects_path(options.bundle_dir, request.bundle_id);
+  if (!request.baseline_bundle_id.empty() && request.repeats_per_side > 0) {
+    files.baseline_stack = stack_effects_path(options.bundle_dir, request.baseline_bundle_id);
+  }
+  // The golden files kiln-workload-model reads (sim/workloads/golden.h).
+  for (const char* suffix : {".golden.json", ".safetensors"}) {
+    const auto path = options.golden_dir / (*model->workload + suffix);
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) files.golden.push_back(path);
+  }
+  return files;
+}
+
 Result<protocol::SubmitJob> job_for(const JobRequest& request, const std::string& run_id, Tier tier,
-                                    const ModelSet& set, const DriverOptions& options) {
+                                    const ModelSet& set, const DriverOptions& options, const ShippedFiles* shipped) {
   const QualificationModel* model = set.find(request.model);
   if (model == nullptr) {
     return fail(Errc::not_found, fmt::format("model {} is not in the qualification set", request.model));
@@ -483,12 +547,22 @@ Result<protocol::SubmitJob> job_for(const JobRequest& request, const std::string
   }
   protocol::SubmitJob job;
   job.workload = options.workload;
+  const auto named = [](const std::optional<protocol::ArtifactRef>& artifact) {
+    return "{artifact:" + artifact->name + "}";
+  };
   job.args = {"--model", *model->workload, "--data-seed", std::to_string(model->data_seed),
-              "--golden", options.golden_dir.string(),
-              "--stack-effects", stack_effects_path(options.bundle_dir, request.bundle_id).string()};
+              "--golden", shipped ? "{artifacts}" : options.golden_dir.string(),
+              "--stack-effects",
+              shipped ? named(shipped->stack) : stack_effects_path(options.bundle_dir, request.bundle_id).string()};
   if (!request.baseline_bundle_id.empty() && request.repeats_per_side > 0) {
     job.args.push_back("--baseline-stack-effects");
-    job.args.push_back(stack_effects_path(options.bundle_dir, request.baseline_bundle_id).string());
+    job.args.push_back(shipped ? named(shipped->baseline_stack)
+                               : stack_effects_path(options.bundle_dir, request.baseline_bundle_id).string());
+  }
+  if (shipped) {
+    job.artifacts.push_back(*shipped->stack);
+    if (shipped->baseline_stack) job.artifacts.push_back(*shipped->baseline_stack);
+    job.artifacts.insert(job.artifacts.end(), shipped->golden.begin(), shipped->golden.end());
   }
   job.chips = static_cast<std::uint32_t>(request.chips);
   job.hardware_revision = request.revision;
@@ -509,6 +583,11 @@ Result<protocol::SubmitJob> job_for(const JobRequest& request, const std::string
                                  {"seed", job.seed},           {"repeats", job.benchmark.repeats},
                                  {"bundle", request.bundle_id}, {"baseline", request.baseline_bundle_id}};
   job.config_hash = sha256_hex(config.dump());
+  if (!job.artifacts.empty()) {
+    std::string digests;
+    for (const auto& artifact : job.artifacts) digests += artifact.name + "=" + artifact.sha256 + ";";
+    job.config_hash = sha256_hex(job.config_hash + digests);
+  }
   return job;
 }
 

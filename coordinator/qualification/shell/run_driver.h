@@ -9,8 +9,11 @@
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "coordinator/cli/client.h"
 #include "coordinator/qualification/run.h"
@@ -19,10 +22,25 @@
 
 namespace kiln::qualification::shell {
 
+// How a job's files (stack files, goldens) reach the agents: uploaded to the coordinator and
+// named by digest, fetched and verified by each agent; or by path on a mount every agent shares.
+enum class ArtifactMode { digest, shared_mount };
+constexpr EnumTable<ArtifactMode, 2> enum_names(ArtifactMode) {
+  return {{{ArtifactMode::digest, "digest"}, {ArtifactMode::shared_mount, "shared_mount"}}};
+}
+
+// A job's files as uploaded artifacts (ArtifactMode::digest): the job names them by digest.
+struct ShippedFiles {
+  std::optional<protocol::ArtifactRef> stack;
+  std::optional<protocol::ArtifactRef> baseline_stack;
+  std::vector<protocol::ArtifactRef> golden;  // the model's golden files, by their file names
+};
+
 struct DriverOptions {
   std::filesystem::path bundle_dir;  // the bundles' stack files (the sim builder writes them)
   std::filesystem::path golden_dir;  // the models' golden references, readable by the agents
   std::string workload = "model";    // the agents' [workloads] name of kiln-workload-model
+  ArtifactMode artifacts = ArtifactMode::shared_mount;
   DurationMs poll_interval_ms = 500;
   DurationMs record_interval_ms = 5000;  // how often the report is handed to `record`
   std::ostream* progress = nullptr;      // one line per event; nullptr: quiet
@@ -37,9 +55,20 @@ protocol::PriorityClass class_for(JobPurpose purpose, Tier tier);
 
 // The job a request becomes: workload, arguments, chips, class, benchmark, bundle and config
 // hash. The hash covers the run id too, so it names this run's job for this request and no
-// other run's. Fails for a model the set does not have or one without a workload.
+// other run's. Fails for a model the set does not have or one without a workload. With
+// `shipped`, the job names its files as artifacts ({artifact:NAME}) instead of by path.
 Result<protocol::SubmitJob> job_for(const JobRequest& request, const std::string& run_id, Tier tier,
-                                    const ModelSet& set, const DriverOptions& options);
+                                    const ModelSet& set, const DriverOptions& options,
+                                    const ShippedFiles* shipped = nullptr);
+
+// The files a job for `request` reads: what ArtifactMode::digest uploads. Golden files that do
+// not exist are left out (a training model's golden has no tensors).
+struct JobFiles {
+  std::filesystem::path stack;
+  std::filesystem::path baseline_stack;  // empty: none
+  std::vector<std::filesystem::path> golden;
+};
+Result<JobFiles> job_files(const JobRequest& request, const ModelSet& set, const DriverOptions& options);
 
 // Runs until the run finishes, or `stop` is set or may_continue fails: then its jobs keep
 // running for whoever drives the run next, and the error says so.

@@ -171,7 +171,7 @@ TEST_CASE("a version 2 database is upgraded: its nodes read back, never released
   CHECK(snapshot->nodes[0].released_from_quarantine_wall_ms == 0);
 }
 
-TEST_CASE("a version 3 database is upgraded: its nodes name no rendezvous address, its jobs are no gang's") {
+TEST_CASE("a version 3 database is upgraded: its nodes name no rendezvous address, its jobs are no gang's and name no artifacts") {
   kiln::testing::TempDir dir("kiln-store-version-3");
   const std::string path = dir.file("kiln.db");
   {
@@ -187,7 +187,7 @@ TEST_CASE("a version 3 database is upgraded: its nodes name no rendezvous addres
   // What a version 3 coordinator wrote.
   run_sql(path, "UPDATE nodes SET doc = json_remove(doc, '$.summary.rendezvous_address');");
   run_sql(path, "UPDATE jobs SET doc = json_remove(doc, '$.summary.gang_id', '$.summary.gang_rank', "
-                "'$.summary.gang_size', '$.cancel_reason');");
+                "'$.summary.gang_size', '$.cancel_reason', '$.artifacts');");
   set_schema_version(path, 3);
   auto store = open_sqlite_store(path);
   REQUIRE_MESSAGE(store.has_value(), store.error().message);
@@ -199,6 +199,7 @@ TEST_CASE("a version 3 database is upgraded: its nodes name no rendezvous addres
   CHECK(snapshot->jobs[0].summary.job_id == 5);
   CHECK(snapshot->jobs[0].summary.gang_size == 0);
   CHECK(snapshot->jobs[0].cancel_reason.empty());
+  CHECK(snapshot->jobs[0].artifacts.empty());
 }
 
 TEST_CASE("an unwritable database path is refused with a clear error") {
