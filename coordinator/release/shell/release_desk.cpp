@@ -252,7 +252,7 @@ Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::
   auto promotion = decide_promotion(*snapshot, request, runs, pins, arrived);
   if (!promotion) return tl::unexpected(promotion.error());
 
-  const std::string& branch = promotion->branch;
+  const std::string branch = promotion->branch;  // a copy: the promotion is moved into the result below
   const bool local = git_.run({"rev-parse", "--verify", "-q", "refs/heads/" + branch}).value_or(GitOutput{}).exit_code == 0;
   const bool remote = !config_.remote.empty() &&
                       git_.run({"rev-parse", "--verify", "-q", "refs/remotes/" + config_.remote + "/" + branch})
