@@ -13,8 +13,10 @@ namespace kiln::protocol {
 // revision) and qualification run reports (key = run id). Changes and bundles are immutable.
 // run_request: a run asked of the qualifier; run_claim: which qualifier drives it, until when;
 // ticket: a proven problem filed by a qualifier (key = the ticket id), its state set by people.
-enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim, ticket };
-constexpr EnumTable<RecordKind, 7> enum_names(RecordKind) {
+// promotion: a commit of the environments repository that changed an environment's bundle
+// (key = environment@commit; docs/releases.md), immutable.
+enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim, ticket, promotion };
+constexpr EnumTable<RecordKind, 8> enum_names(RecordKind) {
   return {{
       {RecordKind::change, "change"},
       {RecordKind::bundle, "bundle"},
@@ -23,6 +25,7 @@ constexpr EnumTable<RecordKind, 7> enum_names(RecordKind) {
       {RecordKind::run_request, "run_request"},
       {RecordKind::run_claim, "run_claim"},
       {RecordKind::ticket, "ticket"},
+      {RecordKind::promotion, "promotion"},
   }};
 }
 

@@ -117,6 +117,15 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       if (!ticket) return tl::unexpected(ticket.error());
       return key_matches(put.key, ticket->ticket.id, put.kind);
     }
+    case RecordKind::promotion: {
+      // Written by `kiln release` after the commit that changed the environment (docs/releases.md).
+      const std::string environment = string_member(*json, "environment");
+      const std::string commit = string_member(*json, "commit");
+      if (json->value("schema", std::string()) != "kiln.promotion/1" || environment.empty() || commit.empty()) {
+        return fail(Errc::bad_message, "a promotion record needs schema kiln.promotion/1, environment and commit");
+      }
+      return key_matches(put.key, environment + "@" + commit, put.kind);
+    }
   }
   return {};
 }
@@ -142,8 +151,8 @@ Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, co
   if (auto ok = check(put); !ok) return tl::unexpected(ok.error());
   const auto key = std::make_pair(put.kind, put.key);
   auto it = records_.find(key);
-  const bool immutable =
-      put.kind == RecordKind::change || put.kind == RecordKind::bundle || put.kind == RecordKind::run_request;
+  const bool immutable = put.kind == RecordKind::change || put.kind == RecordKind::bundle ||
+                         put.kind == RecordKind::run_request || put.kind == RecordKind::promotion;
   if (it != records_.end() && immutable) {
     if (nlohmann::json::parse(it->second.document) != nlohmann::json::parse(put.document)) {
       return fail(Errc::conflict, fmt::format("{} {} is already recorded with other content; {} records never "

@@ -24,6 +24,8 @@
 #include "coordinator/qualification/webhook_sink.h"
 #include "coordinator/qualifier/qualifier_config.h"
 #include "coordinator/qualifier/ticket_sinks.h"
+#include "coordinator/release/environments.h"
+#include "coordinator/release/shell/release_config.h"
 #include "coordinator/shell/coordinator_config.h"
 #include "sim/chip/sim_files.h"
 #include "sim/workloads/stack_effects.h"
@@ -179,13 +181,17 @@ std::string toml_example_problem(const Block& block, const fs::path& root) {
   if (block.marker == "health-targets.toml") return problem(kiln::agent::health::parse_health_targets(text, path));
   if (block.marker == "stack-effects.toml") return problem(kiln::sim::workloads::parse_stack_effects(text, path));
   if (block.marker == "qualifier.toml") return problem(kiln::qualifier::qualifier_config_from_text(text, path));
+  if (block.marker == "release.toml") return problem(kiln::release::release_config_from_text(text, path));
+  if (block.marker == "bundle.toml") return problem(kiln::release::parse_bundle_file(text, path));
+  if (block.marker == "environment.toml") return problem(kiln::release::parse_environment_file(text, path, "staging"));
+  if (block.marker == "compatibility.toml") return problem(kiln::release::parse_compatibility(text, path));
   if (block.marker == "webhook.toml") {
     auto config = kiln::qualifier::webhook_config_from_text(text, path);
     return config ? problem(kiln::qualification::webhook_endpoint(*config)) : config.error().message;
   }
   return "no loader for the marker '" + block.marker + "'; mark a TOML example with <!-- example: FILE --> (agent.toml, "
          "coordinator.toml, client.toml, qualifier.toml, webhook.toml, sim-node.toml, faults.toml, "
-         "health-targets.toml, stack-effects.toml) or <!-- example: partial -->";
+         "health-targets.toml, stack-effects.toml, release.toml, bundle.toml, environment.toml, compatibility.toml) or <!-- example: partial -->";
 }
 
 // ---- shell examples ----

@@ -1,0 +1,89 @@
+// `kiln release`'s shell: carries out the pure decisions of promotion.h in a working clone of
+// the environments repository (git by argv), reads gate evidence from the coordinator's run
+// and bundle records, pushes to the configured remote, opens the forge's pull request, and
+// records every commit that changed an environment as a coordinator `promotion` record.
+//
+// Git is the truth; the coordinator's records follow it. Every command first records the
+// environment changes of main's history the coordinator lacks (reconcile), so a command killed
+// between its commit and its record, or a merge made with plain git or on a forge, is recorded
+// by the next command.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/time.h"
+#include "coordinator/cli/client.h"
+#include "coordinator/release/environments.h"
+#include "coordinator/release/promotion.h"
+#include "coordinator/release/shell/git.h"
+#include "coordinator/release/shell/release_config.h"
+
+namespace kiln::release {
+
+// The key name and role the coordinator knows this client by.
+Result<Actor> whoami(cli::Client& client);
+
+struct Promoted {
+  Promotion promotion;
+  std::string commit;
+  std::string pull_request_url;  // empty without a forge (or when it gave none)
+};
+struct Approved {
+  ProposedPromotion proposed;
+  std::string commit;
+};
+struct Merged {
+  ProposedPromotion proposed;
+  std::string commit;
+  std::string record_problem;  // why the promotion record is not written yet; empty: written
+};
+struct RolledBack {
+  Rollback rollback;
+  std::string commit;
+  std::string record_problem;
+};
+struct ReleaseStatus {
+  std::string main_commit;
+  std::map<std::string, DesiredEnvironment> desired;
+  std::map<std::string, EnvironmentFile> environments;
+  std::vector<ProposedPromotion> open_promotions;
+  std::size_t recorded_now = 0;  // environment changes reconcile recorded on this call
+};
+
+class ReleaseDesk {
+ public:
+  // `now`: the wall clock in ms (tests pass their own).
+  ReleaseDesk(ReleaseConfig config, cli::Client& client, Actor actor, std::function<TimeMs()> now);
+
+  Result<Promoted> promote(const std::string& bundle, const std::string& environment,
+                           const std::string& one_way_override);
+  // `target`: an environment with one open promotion, or a promotion branch.
+  Result<Approved> approve(const std::string& target);
+  Result<Merged> merge(const std::string& target);
+  Result<RolledBack> rollback(const std::string& environment);
+  Result<ReleaseStatus> status();
+
+ private:
+  Status sync();
+  Result<Snapshot> snapshot_at(const std::string& rev);
+  Result<std::vector<EnvironmentChange>> history_of(const std::string& environment);
+  Result<std::size_t> reconcile();
+  Result<std::string> resolve_branch(const std::string& target);
+  Result<ProposedPromotion> read_proposed(const std::string& branch);
+  Result<std::string> commit_with_message(const std::vector<std::string>& commit_args, const std::string& message);
+  Status push(const std::string& ref);
+  Result<std::string> rev(const std::string& name);
+
+  ReleaseConfig config_;
+  cli::Client& client_;
+  Actor actor_;
+  std::function<TimeMs()> now_;
+  Git git_;
+};
+
+}  // namespace kiln::release
