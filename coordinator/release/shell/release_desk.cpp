@@ -385,7 +385,7 @@ Result<ProposedPromotion> ReleaseDesk::read_proposed(const std::string& branch) 
   return proposed;
 }
 
-Result<Approved> ReleaseDesk::approve(const std::string& target) {
+Result<ReleaseDesk::OpenPromotion> ReleaseDesk::open_promotion(const std::string& target) {
   if (auto ok = sync(); !ok) return tl::unexpected(ok.error());
   if (auto ok = reconcile(); !ok) return tl::unexpected(ok.error());
   auto branch = resolve_branch(target);
@@ -399,34 +399,33 @@ Result<Approved> ReleaseDesk::approve(const std::string& target) {
     return fail(Errc::not_found, fmt::format("{} promotes to '{}', which main has no file for", *branch,
                                              proposed->environment));
   }
-  if (auto ok = decide_approval(*proposed, env->second, actor_); !ok) return tl::unexpected(ok.error());
-  if (auto ok = git_.check({"checkout", "-q", *branch}); !ok) return tl::unexpected(ok.error());
-  auto commit = commit_with_message({"commit", "-q", "--allow-empty"}, approval_message(*proposed, actor_));
+  return OpenPromotion{*branch, std::move(*proposed), env->second};
+}
+
+Result<Approved> ReleaseDesk::approve(const std::string& target) {
+  auto open = open_promotion(target);
+  if (!open) return tl::unexpected(open.error());
+  const std::string& branch = open->branch;
+  auto& proposed = open->proposed;
+  if (auto ok = decide_approval(proposed, open->environment, actor_); !ok) return tl::unexpected(ok.error());
+  if (auto ok = git_.check({"checkout", "-q", branch}); !ok) return tl::unexpected(ok.error());
+  auto commit = commit_with_message({"commit", "-q", "--allow-empty"}, approval_message(proposed, actor_));
   (void)git_.run({"checkout", "-q", "-f", config_.main_branch});
   if (!commit) return tl::unexpected(commit.error());
-  if (auto ok = push(*branch); !ok) return tl::unexpected(ok.error());
-  proposed->approvals.push_back(actor_);
-  return Approved{std::move(*proposed), *commit};
+  if (auto ok = push(branch); !ok) return tl::unexpected(ok.error());
+  proposed.approvals.push_back(actor_);
+  return Approved{std::move(proposed), *commit};
 }
 
 Result<Merged> ReleaseDesk::merge(const std::string& target) {
-  if (auto ok = sync(); !ok) return tl::unexpected(ok.error());
-  if (auto ok = reconcile(); !ok) return tl::unexpected(ok.error());
-  auto branch = resolve_branch(target);
-  if (!branch) return tl::unexpected(branch.error());
-  auto proposed = read_proposed(*branch);
-  if (!proposed) return tl::unexpected(proposed.error());
-  auto snapshot = snapshot_at(config_.main_branch);
-  if (!snapshot) return tl::unexpected(snapshot.error());
-  auto env = snapshot->environments.find(proposed->environment);
-  if (env == snapshot->environments.end()) {
-    return fail(Errc::not_found, fmt::format("{} promotes to '{}', which main has no file for", *branch,
-                                             proposed->environment));
-  }
-  if (auto ok = decide_merge(*proposed, env->second); !ok) return tl::unexpected(ok.error());
+  auto open = open_promotion(target);
+  if (!open) return tl::unexpected(open.error());
+  const std::string& branch = open->branch;
+  auto& proposed = open->proposed;
+  if (auto ok = decide_merge(proposed, open->environment); !ok) return tl::unexpected(ok.error());
   auto before = rev(config_.main_branch);
   if (!before) return tl::unexpected(before.error());
-  auto commit = commit_with_message({"merge", "-q", "--no-ff", *branch}, merge_message(*proposed, actor_));
+  auto commit = commit_with_message({"merge", "-q", "--no-ff", branch}, merge_message(proposed, actor_));
   if (!commit) {
     (void)git_.run({"merge", "--abort"});
     return tl::unexpected(commit.error());
@@ -437,10 +436,10 @@ Result<Merged> ReleaseDesk::merge(const std::string& target) {
     return fail(Errc::conflict, fmt::format("{}; another change to the environments merged there first: rebase, i.e. "
                                             "make the promotion again on the new main (`kiln release promote {} --to "
                                             "{}`)",
-                                            ok.error().message, proposed->bundle_id.substr(0, 12),
-                                            proposed->environment));
+                                            ok.error().message, proposed.bundle_id.substr(0, 12),
+                                            proposed.environment));
   }
-  Merged merged{std::move(*proposed), *commit, ""};
+  Merged merged{std::move(proposed), *commit, ""};
   if (auto recorded = reconcile(); !recorded) merged.record_problem = recorded.error().message;
   return merged;
 }

@@ -75,6 +75,14 @@ class ReleaseDesk {
   Result<std::size_t> reconcile();
   Result<std::string> resolve_branch(const std::string& target);
   Result<ProposedPromotion> read_proposed(const std::string& branch);
+  // The promotion a target names, with main's file of the environment it promotes to: what
+  // approve and merge both decide on, after syncing and recording what main has.
+  struct OpenPromotion {
+    std::string branch;
+    ProposedPromotion proposed;
+    EnvironmentFile environment;
+  };
+  Result<OpenPromotion> open_promotion(const std::string& target);
   Result<std::string> commit_with_message(const std::vector<std::string>& commit_args, const std::string& message);
   Status push(const std::string& ref);
   Result<std::string> rev(const std::string& name);
