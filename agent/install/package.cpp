@@ -7,10 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <vector>
 
-#include <openssl/evp.h>
+#include "common/sha256.h"
 
 namespace kiln::agent::install {
 namespace {
@@ -18,17 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::size_t kChunkBytes = 1 << 20;
-
-std::string to_hex(const unsigned char* bytes, unsigned int size) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (unsigned int i = 0; i < size; ++i) {
-    out += digits[bytes[i] >> 4];
-    out += digits[bytes[i] & 0xF];
-  }
-  return out;
-}
 
 std::string lowercase(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -50,10 +38,6 @@ class UniqueFd {
 
  private:
   int fd_;
-};
-
-struct DigestDeleter {
-  void operator()(EVP_MD_CTX* context) const { EVP_MD_CTX_free(context); }
 };
 
 Status write_all(int fd, const char* data, std::size_t size, const std::string& path) {
@@ -92,10 +76,8 @@ Result<std::string> hash_stream(const std::string& path, std::uint64_t size_limi
                                      std::to_string(size_limit_bytes) +
                                      "; it is not a kiln package, or the limit must be raised");
   }
-  std::unique_ptr<EVP_MD_CTX, DigestDeleter> context(EVP_MD_CTX_new());
-  if (!context || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
-    return fail(Errc::internal, "OpenSSL could not start a SHA-256 digest; check libssl");
-  }
+  auto digest = Sha256::start();
+  if (!digest) return tl::unexpected(digest.error());
   std::vector<char> buffer(kChunkBytes);
   std::uint64_t total = 0;
   for (;;) {
@@ -113,7 +95,7 @@ Result<std::string> hash_stream(const std::string& path, std::uint64_t size_limi
                                        " bytes while being read; it is being rewritten, retry "
                                        "once it is complete");
     }
-    EVP_DigestUpdate(context.get(), buffer.data(), static_cast<std::size_t>(got));
+    digest->update(buffer.data(), static_cast<std::size_t>(got));
     if (copy_fd >= 0) {
       if (auto ok = write_all(copy_fd, buffer.data(), static_cast<std::size_t>(got), copy_path);
           !ok) {
@@ -121,12 +103,7 @@ Result<std::string> hash_stream(const std::string& path, std::uint64_t size_limi
       }
     }
   }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int digest_size = 0;
-  if (EVP_DigestFinal_ex(context.get(), digest, &digest_size) != 1) {
-    return fail(Errc::internal, "OpenSSL could not finish a SHA-256 digest; check libssl");
-  }
-  return to_hex(digest, digest_size);
+  return digest->finish_hex();
 }
 
 Status compare(const PackageEntry& entry, const std::string& actual) {
