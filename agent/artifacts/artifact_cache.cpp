@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <ostream>
 
 #include <curl/curl.h>
@@ -19,7 +20,7 @@
 #include "common/protocol/artifacts.h"
 #include "common/protocol/codec.h"
 #include "common/sha256.h"
-#include "common/transport/zmq_transport.h"
+#include "common/transport/request_channel.h"
 
 namespace kiln::agent::artifacts {
 namespace {
@@ -30,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 // Asked of the coordinator per get_artifact: a reply of this many bytes fits the default 1 MiB
 // message limit with room to spare.
 constexpr std::uint32_t kChunkBytes = 512 * 1024;
+// How long one piece may take before it is asked again: far more than a loaded coordinator
+// needs to read half a MiB from its store.
+constexpr std::uint32_t kPieceTimeoutMs = 10000;
 
 long remaining_ms(Clock::time_point deadline) {
   return std::max<long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
@@ -101,7 +105,9 @@ Status fetch_http(const ArtifactSettings& settings, const protocol::ArtifactRef&
   return {};
 }
 
-// get_artifact, piece by piece, over a connection of its own with the agent's key.
+// get_artifact, piece by piece, over a connection of its own with the agent's key. A piece is
+// asked again when the connection drops or no answer comes, so a coordinator restart in the
+// middle of a download only delays it.
 Status fetch_coordinator(const AgentConfig& config, const protocol::ArtifactRef& artifact, const std::string& path,
                          Clock::time_point deadline) {
   auto keys = load_secret_key_file(config.agent_secret_key_file);
@@ -110,56 +116,48 @@ Status fetch_coordinator(const AgentConfig& config, const protocol::ArtifactRef&
   if (!coordinator_key) return tl::unexpected(coordinator_key.error());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return fail(Errc::io, fmt::format("cannot write {}; check the cache_dir", path));
-  const protocol::CodecLimits limits;
-  zmq::context_t context;
-  zmq::socket_t socket(context, zmq::socket_type::dealer);
-  socket.set(zmq::sockopt::linger, 0);
-  transport::configure_curve_client(socket, *keys, *coordinator_key, limits.max_message_bytes);
+  transport::Reconnect reconnect;
+  reconnect.enabled = true;
+  reconnect.before_first_answer = true;
+  reconnect.initial_ms = 200;
+  reconnect.max_ms = 5000;
+  reconnect.give_up_advice = fmt::format("the fetch gave up when fetch_timeout_ms ran out; check that the coordinator "
+                                         "is running and reachable from node {}",
+                                         config.node_id);
+  std::optional<transport::RequestChannel> channel;
   try {
-    socket.connect(config.coordinator_endpoint);
+    channel.emplace(config.coordinator_endpoint, std::move(*keys), std::move(*coordinator_key), kPieceTimeoutMs,
+                    std::move(reconnect));
   } catch (const zmq::error_t& e) {
     return fail(Errc::io, fmt::format("cannot connect to {}: {}", config.coordinator_endpoint, e.what()));
   }
-  std::uint64_t next_id = 1;
   std::uint64_t offset = 0;
   while (offset < artifact.size_bytes) {
-    const std::uint64_t id = next_id++;
-    auto request = protocol::make_envelope(protocol::GetArtifact{artifact.sha256, offset, kChunkBytes}, id);
-    if (auto sent = transport::send_envelope(socket, nullptr, request, limits); !sent) return sent;
-    for (;;) {
-      zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-      const long wait_ms = remaining_ms(deadline);
-      if (wait_ms == 0 || zmq::poll(&item, 1, std::chrono::milliseconds(wait_ms)) == 0) {
-        return fail(Errc::timeout, fmt::format("the coordinator at {} sent {} of {} bytes before fetch_timeout_ms ran "
-                                               "out",
-                                               config.coordinator_endpoint, offset, artifact.size_bytes));
-      }
-      auto received = transport::receive(socket, false);
-      if (!received) return tl::unexpected(received.error());
-      auto reply = protocol::decode(received->header, received->body, limits);
-      if (!reply) return tl::unexpected(reply.error());
-      if (reply->header.corr != id) continue;  // an answer to an earlier, abandoned request
-      if (const auto* error = std::get_if<protocol::ErrorReply>(&reply->body)) {
-        const Errc code = enum_from_name<Errc>(error->code).value_or(Errc::io);
-        return fail(code, fmt::format("the coordinator answered: {}", error->message));
-      }
-      const auto* chunk = std::get_if<protocol::ArtifactChunk>(&reply->body);
-      if (chunk == nullptr || chunk->offset != offset || chunk->sha256 != artifact.sha256) {
-        return fail(Errc::bad_message, fmt::format("the coordinator answered get_artifact with {}",
-                                                   protocol::type_name(reply->body)));
-      }
-      if (chunk->size_bytes != artifact.size_bytes) {
-        return fail(Errc::integrity, fmt::format("the coordinator holds artifact {} with {} bytes, the job says {}; "
-                                                 "the job names the wrong size",
-                                                 artifact.sha256, chunk->size_bytes, artifact.size_bytes));
-      }
-      if (chunk->data.empty()) {
-        return fail(Errc::bad_message, "the coordinator sent an empty piece before the end of the artifact");
-      }
-      out.write(chunk->data.data(), static_cast<std::streamsize>(chunk->data.size()));
-      offset += chunk->data.size();
-      break;
+    const auto left_ms = static_cast<std::uint32_t>(remaining_ms(deadline));
+    if (left_ms == 0) {
+      return fail(Errc::timeout, fmt::format("the coordinator at {} sent {} of {} bytes before fetch_timeout_ms ran "
+                                             "out",
+                                             config.coordinator_endpoint, offset, artifact.size_bytes));
     }
+    channel->set_give_up_ms(left_ms);
+    channel->set_timeout_ms(std::min(left_ms, kPieceTimeoutMs));
+    auto reply = channel->request(protocol::GetArtifact{artifact.sha256, offset, kChunkBytes}, /*may_repeat=*/true);
+    if (!reply) return tl::unexpected(reply.error());
+    const auto* chunk = std::get_if<protocol::ArtifactChunk>(&*reply);
+    if (chunk == nullptr || chunk->offset != offset || chunk->sha256 != artifact.sha256) {
+      return fail(Errc::bad_message,
+                  fmt::format("the coordinator answered get_artifact with {}", protocol::type_name(*reply)));
+    }
+    if (chunk->size_bytes != artifact.size_bytes) {
+      return fail(Errc::integrity, fmt::format("the coordinator holds artifact {} with {} bytes, the job says {}; "
+                                               "the job names the wrong size",
+                                               artifact.sha256, chunk->size_bytes, artifact.size_bytes));
+    }
+    if (chunk->data.empty()) {
+      return fail(Errc::bad_message, "the coordinator sent an empty piece before the end of the artifact");
+    }
+    out.write(chunk->data.data(), static_cast<std::streamsize>(chunk->data.size()));
+    offset += chunk->data.size();
   }
   out.flush();
   if (!out) return fail(Errc::io, fmt::format("cannot write {}; check free space in the cache_dir", path));

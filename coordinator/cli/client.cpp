@@ -1,15 +1,13 @@
 #include "coordinator/cli/client.h"
 
-#include <chrono>
 #include <filesystem>
-#include <thread>
 
 #include <fmt/format.h>
 #include <zmq.hpp>
 
 #include "common/config/endpoint.h"
 #include "common/config/toml_errors.h"
-#include "common/transport/zmq_transport.h"
+#include "common/transport/request_channel.h"
 
 namespace kiln::cli {
 namespace {
@@ -28,108 +26,13 @@ bool may_repeat(const protocol::Body& body) {
 class ZmqClient final : public Client {
  public:
   ZmqClient(const ClientConfig& config, KeyPair keys, std::string server_key, Reconnect reconnect)
-      : config_(config), keys_(std::move(keys)), server_key_(std::move(server_key)), reconnect_(std::move(reconnect)) {
-    open();
-  }
+      : channel_(config.coordinator_endpoint, std::move(keys), std::move(server_key), config.timeout_ms,
+                 std::move(reconnect)) {}
 
-  Result<protocol::Body> request(protocol::Body body) override {
-    if (!reconnect_.enabled || !answered_ || !may_repeat(body)) return exchange(body).reply;
-    const auto since = std::chrono::steady_clock::now();
-    std::uint32_t backoff_ms = reconnect_.initial_ms;
-    while (true) {
-      Exchange attempt = exchange(body);
-      if (!attempt.connection_lost) return std::move(attempt.reply);
-      const auto silent_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since).count();
-      if (silent_ms >= reconnect_.give_up_ms) {
-        return fail(Errc::unavailable,
-                    fmt::format("the coordinator at {} has not answered for {} s; what you followed is kept by "
-                                "the coordinator: run the command again once it is back",
-                                config_.coordinator_endpoint, silent_ms / 1000));
-      }
-      if (reconnect_.notice) {
-        reconnect_.notice(fmt::format("the coordinator at {} is not answering ({}); reconnecting in {} ms",
-                                      config_.coordinator_endpoint, attempt.reply.error().message, backoff_ms));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-      backoff_ms = std::min(2 * backoff_ms, reconnect_.max_ms);
-      open();
-    }
-  }
+  Result<protocol::Body> request(protocol::Body body) override { return channel_.request(body, may_repeat(body)); }
 
  private:
-  struct Exchange {
-    Result<protocol::Body> reply;
-    bool connection_lost = false;  // no reply can come on this connection: ask again on a new one
-  };
-
-  // A new connection: a new socket, so nothing queued on the old one is sent late.
-  void open() {
-    monitor_.reset();
-    socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
-    transport::configure_curve_client(socket_, keys_, server_key_, limits_.max_message_bytes);
-    monitor_ = std::make_unique<transport::HandshakeMonitor>(context_, socket_,
-                                                             fmt::format("client-{}", connections_++));
-    socket_.connect(config_.coordinator_endpoint);
-  }
-
-  Exchange exchange(const protocol::Body& body) {
-    const bool following = reconnect_.enabled && answered_;
-    const std::uint64_t id = next_id_++;
-    auto envelope = protocol::make_envelope(body, id);
-    if (auto auth = monitor_->poll(); !auth) return {tl::unexpected(auth.error())};
-    (void)monitor_->take_connection_lost();  // what happened before this request does not matter to it
-    if (auto s = transport::send_envelope(socket_, nullptr, envelope, limits_); !s) {
-      // A DEALER queues until connected; a full queue means the coordinator is unreachable.
-      return {tl::unexpected(s.error()), following};
-    }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeout_ms);
-    while (true) {
-      if (auto auth = monitor_->poll(); !auth) return {tl::unexpected(auth.error())};
-      if (following && monitor_->take_connection_lost()) {
-        return {fail(Errc::unavailable, "the connection dropped"), true};
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
-        return {fail(Errc::timeout,
-                     fmt::format("no answer from the coordinator at {} within {} ms; is it running, and is the "
-                                 "address right?",
-                                 config_.coordinator_endpoint, config_.timeout_ms)),
-                following};
-      }
-      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                                 {monitor_->socket().handle(), 0, ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 2, std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(100)));
-      } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR) return {fail(Errc::io, "interrupted")};
-        return {fail(Errc::io, e.what())};
-      }
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
-      auto received = transport::receive(socket_, false);
-      if (!received) continue;
-      auto reply = protocol::decode(received->header, received->body, limits_);
-      if (!reply) return {fail(reply.error().code, "the coordinator's reply was invalid: " + reply.error().message)};
-      if (reply->header.corr != id) continue;  // a late reply to an earlier, timed-out request
-      answered_ = true;
-      if (auto* error = std::get_if<protocol::ErrorReply>(&reply->body)) {
-        return {fail(errc_from_string(error->code).value_or(Errc::internal), error->message)};
-      }
-      return {std::move(reply->body)};
-    }
-  }
-
-  ClientConfig config_;
-  KeyPair keys_;
-  std::string server_key_;
-  Reconnect reconnect_;
-  protocol::CodecLimits limits_;
-  zmq::context_t context_;
-  zmq::socket_t socket_;
-  std::unique_ptr<transport::HandshakeMonitor> monitor_;
-  std::uint64_t connections_ = 0;
-  std::uint64_t next_id_ = 1;
-  bool answered_ = false;  // the coordinator has answered once: from now on this client follows
+  transport::RequestChannel channel_;
 };
 
 std::string resolve(const fs::path& base, const std::string& path) {

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/keys.h"
 #include "common/protocol/codec.h"
+#include "common/transport/reconnect.h"
 
 namespace kiln::cli {
 
@@ -30,20 +31,9 @@ Result<ClientConfig> load_client_config(const std::string& path);
 // The same from the file's text; `path` names the file in errors and is the base of relative paths.
 Result<ClientConfig> client_config_from_text(std::string_view text, const std::string& path);
 
-// How a client keeps following what it watches across a coordinator restart (docs/protocol.md
-// §5.6). Once the coordinator has answered, a request that may be asked twice (a read or a
-// watch) whose connection drops, or that gets no answer within timeout_ms, is asked again on a
-// new connection after a backoff that doubles from initial_ms up to max_ms; after give_up_ms
-// without an answer it fails as `unavailable`. Other requests (submit, cancel, a lease) are
-// never sent twice.
-struct Reconnect {
-  bool enabled = false;
-  std::uint32_t initial_ms = 500;
-  std::uint32_t max_ms = 8000;
-  std::uint32_t give_up_ms = 600000;
-  // Told before each new attempt, in words for people (kiln prints it on stderr).
-  std::function<void(const std::string&)> notice;
-};
+// How a client keeps following what it watches across a coordinator restart: a read or a
+// watch is asked again on a new connection, a submit, cancel or lease never (docs/protocol.md §5.6).
+using Reconnect = transport::Reconnect;
 
 class Client {
  public:

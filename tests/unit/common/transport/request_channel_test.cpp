@@ -1,0 +1,117 @@
+// The request channel against a stand-in coordinator on loopback: a read asked of a coordinator
+// that dies before answering is asked again of the next one, a submit never is.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <future>
+#include <optional>
+
+#include "common/keys.h"
+#include "common/protocol/messages.h"
+#include "common/transport/request_channel.h"
+
+using namespace kiln;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Takes requests like the coordinator's client endpoint and answers only when told to.
+class StandIn {
+ public:
+  StandIn(const KeyPair& keys, const std::string& endpoint) : router_(context_, zmq::socket_type::router) {
+    transport::configure_curve_server(router_, keys, "kiln", 1 << 20);
+    router_.bind(endpoint);
+  }
+
+  std::string endpoint() { return router_.get(zmq::sockopt::last_endpoint); }
+
+  std::optional<transport::Received> take(std::chrono::milliseconds within) {
+    zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, within) == 0) return std::nullopt;
+    auto received = transport::receive(router_, true);
+    REQUIRE(received.has_value());
+    return *received;
+  }
+
+  void answer(const transport::Received& request, protocol::Body reply) {
+    auto envelope = protocol::decode(request.header, request.body);
+    REQUIRE(envelope.has_value());
+    auto sent = transport::send_envelope(router_, &request.routing_id,
+                                         protocol::make_envelope(std::move(reply), 1, envelope->header.id), {});
+    REQUIRE(sent.has_value());
+  }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t router_;
+};
+
+struct Keys {
+  KeyPair server = *generate_keypair();
+  KeyPair client = *generate_keypair();
+};
+
+transport::Reconnect following_from_the_start() {
+  transport::Reconnect reconnect;
+  reconnect.enabled = true;
+  reconnect.before_first_answer = true;
+  reconnect.initial_ms = 50;
+  reconnect.max_ms = 200;
+  reconnect.give_up_ms = 20000;
+  return reconnect;
+}
+
+}  // namespace
+
+TEST_CASE("a read whose coordinator dies before answering is asked again of the coordinator that comes back") {
+  Keys keys;
+  auto first = std::make_optional<StandIn>(keys.server, "tcp://127.0.0.1:*");
+  const std::string endpoint = first->endpoint();
+  transport::RequestChannel channel(endpoint, keys.client, keys.server.public_key, 10000, following_from_the_start());
+  auto reply = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, true); });
+
+  // The request arrives, and its coordinator goes away without a word.
+  REQUIRE(first->take(10s).has_value());
+  first.reset();
+
+  StandIn second(keys.server, endpoint);
+  auto again = second.take(10s);
+  REQUIRE_MESSAGE(again.has_value(), "the read was not asked again after the connection dropped");
+  second.answer(*again, protocol::WhoamiReply{"ci", protocol::Role::ci, protocol::kProtocolVersion, "test"});
+  REQUIRE(reply.wait_for(10s) == std::future_status::ready);
+  auto body = reply.get();
+  REQUIRE_MESSAGE(body.has_value(), body.error().message);
+  CHECK(std::holds_alternative<protocol::WhoamiReply>(*body));
+}
+
+TEST_CASE("a request that may not be repeated fails when its connection drops, and is not sent again") {
+  Keys keys;
+  auto first = std::make_optional<StandIn>(keys.server, "tcp://127.0.0.1:*");
+  const std::string endpoint = first->endpoint();
+  transport::RequestChannel channel(endpoint, keys.client, keys.server.public_key, 10000, following_from_the_start());
+  auto reply = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, false); });
+  REQUIRE(first->take(10s).has_value());
+  first.reset();
+
+  StandIn second(keys.server, endpoint);
+  REQUIRE(reply.wait_for(10s) == std::future_status::ready);
+  auto body = reply.get();
+  REQUIRE_FALSE(body.has_value());
+  CHECK(body.error().code == Errc::unavailable);
+  CHECK_FALSE(second.take(1s).has_value());
+}
+
+TEST_CASE("a person's client that never heard the coordinator reports the silence instead of retrying") {
+  Keys keys;
+  StandIn silent(keys.server, "tcp://127.0.0.1:*");
+  transport::Reconnect reconnect = following_from_the_start();
+  reconnect.before_first_answer = false;
+  transport::RequestChannel channel(silent.endpoint(), keys.client, keys.server.public_key, 500, reconnect);
+  auto body = channel.request(protocol::Whoami{}, true);
+  REQUIRE_FALSE(body.has_value());
+  CHECK(body.error().code == Errc::timeout);
+  CHECK(body.error().message.find(silent.endpoint()) != std::string::npos);
+  // It was asked once.
+  CHECK(silent.take(100ms).has_value());
+  CHECK_FALSE(silent.take(300ms).has_value());
+}
