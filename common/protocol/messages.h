@@ -25,7 +25,8 @@ using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFi
                           ReleaseLease, ListLeases, LeaseList, WatchLease, LeaseEvent, SubmitInLease,
                           QueueWhy, QueueExplanation, PutRecord, GetRecord, ListRecords, RecordEntry, RecordList,
                           QuarantineNode, ListQueue, QueueList, SetTicketState, SubmitGang, GangAccepted,
-                          PutArtifact, ArtifactProgress, GetArtifact, ArtifactChunk>;
+                          PutArtifact, ArtifactProgress, GetArtifact, ArtifactChunk, ListEnvironments,
+                          EnvironmentList>;
 
 std::string_view type_name(const Body& body);
 

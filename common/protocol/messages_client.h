@@ -515,4 +515,73 @@ struct QueueList {
   }
 };
 
+// ---- environments (kiln envs) ---------------------------------------------------------
+
+// Desired against actual for every environment of the environments repository the coordinator
+// watches (docs/releases.md, "Convergence"). Read-only, for every role.
+struct ListEnvironments {
+  static constexpr std::string_view kType = "list_environments";
+  template <class V>
+  void visit(V&) {}
+};
+
+// One node of an environment: what it should run, what it runs, and where its convergence is.
+struct NodeConvergence {
+  std::string node_id;
+  // in_sync, drifted (waits for its turn), converging (its install job is queued or runs),
+  // failed (its install failed; the node is quarantined), unavailable (not registered, lost or
+  // quarantined: nothing is installed on it), unknown (not registered yet)
+  std::string state;
+  std::string desired_firmware;
+  std::string actual_firmware;  // the chips' firmware versions, "1.0.0" or "1.0.0 (6), 2.0.0 (2)"
+  std::uint64_t install_job_id = 0;
+  std::string detail;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
+    v.field("state", state, Str{1, 32});
+    v.field("desired_firmware", desired_firmware, kVersionString);
+    v.field("actual_firmware", actual_firmware, kMessageText);
+    v.field("install_job_id", install_job_id, kU64);
+    v.field("detail", detail, kMessageText);
+  }
+};
+
+struct EnvironmentConvergence {
+  std::string name;
+  std::string bundle_id;  // empty: nothing promoted yet
+  // idle (nothing to do), canary (one node first), waves (the rest, wave_size at a time),
+  // converged, halted (a node failed: nothing more is installed for this bundle), blocked (the
+  // rollout cannot start: `detail` says why)
+  std::string rollout;
+  std::string detail;
+  std::vector<NodeConvergence> nodes;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("name", name, kIdentifier);
+    v.field("bundle_id", bundle_id, kBundleId);
+    v.field("rollout", rollout, Str{1, 32});
+    v.field("detail", detail, kMessageText);
+    v.field("nodes", nodes, Count{0, 10000});
+  }
+};
+
+struct EnvironmentList {
+  static constexpr std::string_view kType = "environment_list";
+  std::string repository;  // what the coordinator watches; empty: no [environments] configured
+  std::string commit;      // the commit read last; empty: none read yet
+  std::string problem;     // why the newest state could not be read (the last good one stays)
+  std::vector<EnvironmentConvergence> environments;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("repository", repository, kMessageText);
+    v.field("commit", commit, Str{0, 64});
+    v.field("problem", problem, kMessageText);
+    v.field("environments", environments, Count{0, 256});
+  }
+};
+
 }  // namespace kiln::protocol

@@ -12,6 +12,7 @@
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/job_attempts.h"
 #include "coordinator/core/lease_lifecycle.h"
+#include "coordinator/core/rollouts.h"
 #include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
@@ -261,18 +262,43 @@ void AgentSessions::apply_diag_result(const std::string& node_id, const JobRecor
 void AgentSessions::apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
   auto it = ctx_.registry.nodes().find(node_id);
   if (it == ctx_.registry.nodes().end()) return;
+  NodeRecord& node = it->second;
   // The install report says whether the node may take work (docs/health.md); a node whose
   // stack may be half-installed never does, whatever the job's exit code says.
   auto doc = nlohmann::json::parse(job.result, nullptr, /*allow_exceptions=*/false);
   // The report comes from the node: a member of the wrong type is no report, never a throw.
+  const auto text_of = [&](const char* key) {
+    const auto member = doc.is_object() ? doc.find(key) : doc.end();
+    return member != doc.end() && member->is_string() ? member->get<std::string>() : std::string();
+  };
   const auto fit_member = doc.is_object() ? doc.find("fit_for_work") : doc.end();
   const bool fit = fit_member != doc.end() && fit_member->is_boolean() && fit_member->get<bool>();
-  if (!fit && it->second.summary.state != NodeState::quarantined) {
-    const auto reason_member = doc.is_object() ? doc.find("reason") : doc.end();
-    const std::string reason = reason_member != doc.end() && reason_member->is_string()
-                                   ? reason_member->get<std::string>()
-                                   : std::string("no install report");
-    quarantine(it->second, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason),
+  const std::string reason = text_of("reason").empty() ? std::string("no install report") : text_of("reason");
+  if (!fit && node.summary.state != NodeState::quarantined) {
+    quarantine(node, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason), "ops",
+               now);
+    return;
+  }
+  const std::string outcome = text_of("outcome");
+  if (job.summary.state == JobState::succeeded && (outcome == "installed" || outcome == "already_installed")) {
+    // What the node runs now, until its next hello reads it from the driver again.
+    const std::string version = text_of("version");
+    if (text_of("kind") == "firmware" && !version.empty()) {
+      for (auto& chip : node.summary.chips) {
+        if (!chip.firmware_version.empty()) chip.firmware_version = version;
+      }
+    } else if (text_of("kind") == "driver" && !version.empty()) {
+      node.summary.driver_version = version;
+    }
+    ctx_.save(node);
+    return;
+  }
+  // A node that does not converge on its environment's bundle takes no work until someone looked.
+  if (job.summary.submitted_by == kRolloutSubmitter && node.summary.state != NodeState::quarantined) {
+    quarantine(node,
+               fmt::format("did not converge on bundle {}: install job {} {}: {}", job.summary.bundle_id.substr(0, 12),
+                           job.summary.job_id, outcome.empty() ? "failed" : outcome,
+                           text_of("reason").empty() ? job.summary.detail : text_of("reason")),
                "ops", now);
   }
 }

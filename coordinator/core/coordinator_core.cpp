@@ -26,7 +26,8 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
       jobs_(context(), leases_, scheduling_),
       leases_(context(), jobs_, scheduling_),
       scheduling_(context(), jobs_, leases_),
-      agents_(context(), jobs_, leases_, scheduling_) {
+      agents_(context(), jobs_, leases_, scheduling_),
+      rollouts_(context(), jobs_) {
   const TimeMs now = clock_.advance(clock_now);
   for (auto& node : recovered.nodes) registry_.recover(std::move(node), now);
   // The scheduler learns the recovered nodes as lost: nothing new goes to them before their
@@ -62,6 +63,7 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   consider(jobs_.next_deadline());
   if (auto t = bridge_.scheduler().next_deadline()) consider(bridge_.to_core_time(*t));
   consider(leases_.next_deadline());
+  consider(rollouts_.next_deadline());
   if (!next) return std::nullopt;
   return clock_.to_monotonic(*next);
 }
@@ -152,6 +154,8 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
           reply(records_.list(body));
         } else if constexpr (std::is_same_v<T, protocol::SetTicketState>) {
           set_ticket_state(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::ListEnvironments>) {
+          reply(rollouts_.list());
         } else if constexpr (std::is_same_v<T, protocol::ListQueue>) {
           reply(scheduling_.queue_list(body, now));
         } else if constexpr (std::is_same_v<T, protocol::QueueWhy>) {
@@ -224,6 +228,13 @@ void CoordinatorCore::on_tick(Now clock_now) {
     bridge_.scheduler().on_tick(bridge_.to_scheduler_time(now));
   }
   leases_.answer_watches(now);
+  rollouts_.advance(now);
+  scheduling_.pump(now);
+}
+
+void CoordinatorCore::on_desired_environments(DesiredFleet fleet, Now clock_now) {
+  const TimeMs now = clock_.advance(clock_now);
+  rollouts_.set_desired(std::move(fleet), now);
   scheduling_.pump(now);
 }
 

@@ -17,6 +17,7 @@
 // - SchedulerDecisions (scheduler_decisions.h): node states told to the scheduler, the pump
 //   that hands each scheduler decision to the room of its owner, `kiln queue` and its --why.
 // - RecordBook (record_book.h): changes, bundles and qualification results, answered here.
+// - Rollouts (rollouts.h): nodes converging on what their environment should run.
 //
 // The rooms share a CoreContext (core_context.h: knobs, the ActionSink, the core's clock, the
 // registry and the SchedulerBridge) and reach each other only through public methods, by the
@@ -44,6 +45,7 @@
 #include "coordinator/core/node_registry.h"
 #include "coordinator/core/record_book.h"
 #include "coordinator/core/records.h"
+#include "coordinator/core/rollouts.h"
 #include "coordinator/core/scheduler_bridge.h"
 #include "coordinator/core/scheduler_decisions.h"
 #include "coordinator/scheduler/scheduler.h"
@@ -68,6 +70,10 @@ class CoordinatorCore {
   void on_client_message(const std::string& client, const Caller& caller,
                          const protocol::Envelope& message, Now now);
   void on_tick(Now now);
+  // What the environments repository says each environment runs (the shell reads it), or why
+  // its newest commit could not be read.
+  void on_desired_environments(DesiredFleet fleet, Now now);
+  void on_environments_problem(std::string problem) { rollouts_.set_problem(std::move(problem)); }
 
   std::optional<Action> poll_action();
   // On the monotonic clock of Now.
@@ -103,6 +109,7 @@ class CoordinatorCore {
   LeaseLifecycle leases_;
   SchedulerDecisions scheduling_;
   AgentSessions agents_;
+  Rollouts rollouts_;
 };
 
 }  // namespace kiln::coordinator

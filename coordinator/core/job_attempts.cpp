@@ -233,27 +233,31 @@ JobRecord JobTable::new_job(const Caller& caller, const protocol::SubmitJob& sub
 
 void JobTable::submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                       const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
-  if (auto refused = refuse_submit(caller, submit, lease_id)) {
-    ctx_.reply_error(client, m.header.id, refused->code, std::move(refused->message));
+  auto id = accept(caller, submit, lease_id, now);
+  if (!id) {
+    ctx_.reply_error(client, m.header.id, id.error().code, std::move(id.error().message));
     return;
   }
+  ctx_.sink.push(action::ToClient{client, protocol::JobAccepted{*id}, m.header.id});
+}
+
+Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::SubmitJob& submit,
+                                       std::uint64_t lease_id, TimeMs now) {
+  if (auto refused = refuse_submit(caller, submit, lease_id)) return tl::unexpected(std::move(*refused));
   JobRecord job = new_job(caller, submit, lease_id, now);
   if (lease_id == 0) {
-    if (auto s = submit_to_scheduler(job, now); !s) {
-      ctx_.reply_error(client, m.header.id, s.error().code, s.error().message);
-      return;
-    }
+    if (auto s = submit_to_scheduler(job, now); !s) return tl::unexpected(s.error());
   }
   const std::uint64_t id = next_job_id_++;
   active_jobs_.insert(id);
   auto& stored = jobs_[id] = std::move(job);
   ctx_.save(stored);
-  ctx_.sink.push(action::ToClient{client, protocol::JobAccepted{id}, m.header.id});
   ctx_.log(action::Severity::info,
            fmt::format("job {} ({} on {} chips, {}{}) submitted by {}", id, submit.workload, submit.chips,
                        protocol::enum_name(stored.summary.priority_class),
                        lease_id ? fmt::format(", in lease L{}", lease_id) : "", caller.key_name));
   scheduling_.sync_node_states(now);
+  return id;
 }
 
 void JobTable::submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,

@@ -55,6 +55,9 @@ class JobTable {
   void submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
               const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now);
   // The ranks of a gang, into a lease of whole nodes: accepted or refused as a whole.
+  // Submits on the core's own behalf (a rollout's install): the job's id, or why it was refused.
+  Result<std::uint64_t> accept(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
+                               TimeMs now);
   void submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                    const protocol::SubmitGang& gang, TimeMs now);
   void cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,

@@ -41,6 +41,8 @@ struct CoordinatorKnobs {
   // node (one ending, the next starting) get different ones.
   std::uint32_t rendezvous_port_first = 29500;
   std::uint32_t rendezvous_port_count = 1000;
+  // A rollout installs on one node first, then on this many at a time ([environments] wave_size).
+  std::uint32_t rollout_wave_size = 4;
   // The [scheduler] table: classes, quotas, preemption grace, reservations.
   scheduler::SchedulerKnobs scheduler;
 

@@ -1,0 +1,206 @@
+#include "coordinator/core/rollouts.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "coordinator/core/job_attempts.h"
+
+namespace kiln::coordinator {
+namespace {
+
+using protocol::JobState;
+using protocol::NodeState;
+
+constexpr std::string_view phase_name(int phase) {
+  constexpr std::string_view names[] = {"idle", "blocked", "canary", "waves", "converged", "halted"};
+  return names[phase];
+}
+
+// "1.0.0", or "1.0.0 (6), 2.0.0 (2)" while the chips disagree; empty versions are chips the
+// agent could not read.
+std::string firmware_of(const protocol::NodeSummary& node) {
+  std::map<std::string, int> count;
+  for (const auto& chip : node.chips) {
+    if (!chip.firmware_version.empty()) ++count[chip.firmware_version];
+  }
+  if (count.size() == 1) return count.begin()->first;
+  std::string out;
+  for (const auto& [version, n] : count) out += fmt::format("{}{} ({})", out.empty() ? "" : ", ", version, n);
+  return out;
+}
+
+bool runs_firmware(const protocol::NodeSummary& node, const std::string& version) {
+  bool any = false;
+  for (const auto& chip : node.chips) {
+    if (chip.firmware_version.empty()) continue;
+    if (chip.firmware_version != version) return false;
+    any = true;
+  }
+  return any;
+}
+
+
+}  // namespace
+
+void Rollouts::set_desired(DesiredFleet fleet, TimeMs now) {
+  for (const DesiredEnvironment& environment : fleet.environments) {
+    const auto before = std::find_if(fleet_.environments.begin(), fleet_.environments.end(),
+                                     [&](const DesiredEnvironment& e) { return e.name == environment.name; });
+    if (before == fleet_.environments.end() || before->bundle_id != environment.bundle_id) {
+      ctx_.log(action::Severity::info,
+               fmt::format("environment {} should run bundle {} (firmware {}) on {} nodes, commit {}",
+                           environment.name, environment.bundle_id.empty() ? "none" : environment.bundle_id.substr(0, 12),
+                           environment.firmware_version.empty() ? "-" : environment.firmware_version,
+                           environment.nodes.size(), fleet.commit.substr(0, 12)));
+    }
+  }
+  fleet_ = std::move(fleet);
+  problem_.clear();
+  dirty_ = true;
+  advance(now);
+}
+
+bool Rollouts::is_rollout_job(const JobRecord& job, const DesiredEnvironment& environment) const {
+  return job.summary.submitted_by == kRolloutSubmitter && job.summary.workload == protocol::kInstallWorkload &&
+         job.summary.bundle_id == environment.bundle_id &&
+         std::find(job.summary.args.begin(), job.summary.args.end(), environment.firmware_sha256) !=
+             job.summary.args.end();
+}
+
+Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment) const {
+  Assessment out;
+  // The newest install of this bundle's firmware asked on each node.
+  std::map<std::string, const JobRecord*> latest;
+  if (!environment.bundle_id.empty()) {
+    for (const auto& [id, job] : jobs_.all()) {
+      if (is_rollout_job(job, environment)) latest[job.requested_node_id] = &job;
+    }
+  }
+  std::vector<std::string> drifted;
+  std::size_t in_flight = 0;
+  std::size_t in_sync = 0;
+  bool canary_passed = false;
+  std::string failure;
+  for (const std::string& node_id : environment.nodes) {
+    protocol::NodeConvergence node{node_id, "unknown", environment.firmware_version, "", 0, ""};
+    const NodeRecord* record = ctx_.registry.nodes().count(node_id) ? &ctx_.registry.nodes().at(node_id) : nullptr;
+    const auto job = latest.find(node_id);
+    if (job != latest.end()) {
+      node.install_job_id = job->second->summary.job_id;
+      if (job->second->summary.state == JobState::succeeded) canary_passed = true;
+    }
+    if (!record) {
+      node.detail = "not registered: no agent with this node id has connected";
+    } else {
+      node.actual_firmware = firmware_of(record->summary);
+      const bool synced = environment.bundle_id.empty() || runs_firmware(record->summary, environment.firmware_version);
+      const NodeState state = record->summary.state;
+      if (job != latest.end() && !protocol::is_terminal(job->second->summary.state)) {
+        node.state = "converging";
+        node.detail = job->second->summary.state == JobState::queued
+                          ? fmt::format("install job {} waits for the node to drain", node.install_job_id)
+                          : fmt::format("install job {} is {}", node.install_job_id,
+                                        protocol::enum_name(job->second->summary.state));
+        ++in_flight;
+      } else if (synced) {
+        node.state = "in_sync";
+        ++in_sync;
+      } else if (job != latest.end() && job->second->summary.state != JobState::succeeded) {
+        node.state = "failed";
+        node.detail = fmt::format("install job {} {}: {}", node.install_job_id,
+                                  protocol::enum_name(job->second->summary.state), job->second->summary.detail);
+        if (failure.empty()) failure = fmt::format("node {}: {}", node_id, node.detail);
+      } else if (state == NodeState::quarantined || state == NodeState::lost ||
+                 !ctx_.registry.has_session(node_id)) {
+        node.state = "unavailable";
+        node.detail = state == NodeState::quarantined
+                          ? "quarantined (" + record->summary.quarantine_reason + "); it converges once released"
+                          : "not connected; it converges once its agent is back";
+      } else {
+        node.state = "drifted";
+        drifted.push_back(node_id);
+      }
+    }
+    out.nodes.push_back(std::move(node));
+  }
+  if (environment.bundle_id.empty()) {
+    out.phase = Phase::idle;
+    out.detail = "nothing promoted to this environment yet";
+  } else if (!environment.blocked.empty()) {
+    out.phase = Phase::blocked;
+    out.detail = environment.blocked;
+  } else if (!failure.empty()) {
+    out.phase = Phase::halted;
+    out.detail = fmt::format("stopped after a node failed to converge ({}); nothing more is installed for this "
+                             "bundle: roll the environment back or promote a fixed bundle",
+                             failure);
+  } else if (in_sync == environment.nodes.size()) {
+    out.phase = Phase::converged;
+  } else if (!canary_passed) {
+    out.phase = Phase::canary;
+    out.detail = "one node first; the rest once it converged";
+    if (in_flight == 0 && !drifted.empty()) out.due.push_back(drifted.front());
+  } else {
+    out.phase = Phase::waves;
+    const std::size_t wave = std::max<std::uint32_t>(1, ctx_.knobs.rollout_wave_size);
+    out.detail = fmt::format("the canary converged; the rest {} at a time", wave);
+    for (const std::string& node_id : drifted) {
+      if (in_flight + out.due.size() >= wave) break;
+      out.due.push_back(node_id);
+    }
+  }
+  return out;
+}
+
+void Rollouts::start_install(const DesiredEnvironment& environment, const std::string& node_id, TimeMs now) {
+  protocol::SubmitJob install;
+  install.workload = std::string(protocol::kInstallWorkload);
+  install.node_id = node_id;
+  install.args = {"--kind", "firmware", "--version", environment.firmware_version, "--sha256",
+                  environment.firmware_sha256, "{artifact:firmware}"};
+  install.artifacts = {protocol::ArtifactRef{"firmware", environment.firmware_sha256, environment.firmware_size_bytes}};
+  install.bundle_id = environment.bundle_id;
+  install.max_attempts = 1;
+  auto id = jobs_.accept(Caller{std::string(kRolloutSubmitter), protocol::Role::ops}, install, 0, now);
+  if (!id) {
+    ctx_.log(action::Severity::warn, fmt::format("environment {}: cannot install firmware {} on node {}: {}",
+                                                 environment.name, environment.firmware_version, node_id,
+                                                 id.error().message));
+    return;
+  }
+  ctx_.log(action::Severity::info,
+           fmt::format("environment {}: job {} installs firmware {} of bundle {} on node {}", environment.name, *id,
+                       environment.firmware_version, environment.bundle_id.substr(0, 12), node_id));
+}
+
+void Rollouts::advance(TimeMs now) {
+  if (!dirty_ && now < next_check_ms_) return;
+  dirty_ = false;
+  next_check_ms_ = now + kRecheckMs;
+  for (const DesiredEnvironment& environment : fleet_.environments) {
+    for (const std::string& node_id : assess(environment).due) start_install(environment, node_id, now);
+  }
+}
+
+std::optional<TimeMs> Rollouts::next_deadline() const {
+  if (fleet_.environments.empty()) return std::nullopt;
+  return next_check_ms_;
+}
+
+protocol::EnvironmentList Rollouts::list() const {
+  protocol::EnvironmentList out;
+  out.repository = fleet_.repository;
+  out.commit = fleet_.commit;
+  out.problem = problem_;
+  for (const DesiredEnvironment& environment : fleet_.environments) {
+    Assessment assessed = assess(environment);
+    out.environments.push_back(protocol::EnvironmentConvergence{environment.name, environment.bundle_id,
+                                                                std::string(phase_name(static_cast<int>(assessed.phase))),
+                                                                assessed.detail, std::move(assessed.nodes)});
+  }
+  return out;
+}
+
+}  // namespace kiln::coordinator

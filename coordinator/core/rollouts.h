@@ -1,0 +1,85 @@
+// Rollouts: nodes converge on what the environments repository says their environment runs
+// (docs/releases.md, "Convergence"). The shell reads the repository and hands in the desired
+// state; this room compares it with what each node reported, and installs what differs with the
+// verified install path (a kiln.install job, which drains the node first and rolls back a
+// firmware that fails its check): one node first (the canary), then the rest, wave_size at a
+// time. A node whose install fails is quarantined (AgentSessions) and the rollout of that bundle
+// stops. Everything it decides is derived from the desired state, the nodes and the job table,
+// so a coordinator restart resumes a rollout where it was, a halted one included.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/protocol/messages.h"
+#include "coordinator/core/core_context.h"
+
+namespace kiln::coordinator {
+
+class JobTable;
+
+// What one environment should run, as the shell read it from the repository.
+struct DesiredEnvironment {
+  std::string name;
+  std::string bundle_id;  // empty: nothing promoted yet
+  std::string firmware_version;
+  std::string firmware_sha256;            // lowercase hex
+  std::uint64_t firmware_size_bytes = 0;  // of the package in the coordinator's artifact store
+  std::vector<std::string> nodes;
+  // Why the rollout cannot start (the package is not uploaded, nodes selected by labels), in
+  // words for people; empty: it can.
+  std::string blocked;
+};
+
+struct DesiredFleet {
+  std::string repository;
+  std::string commit;
+  std::vector<DesiredEnvironment> environments;
+};
+
+// Install jobs of a rollout are submitted under this key name, so any job says whether a
+// rollout asked for it.
+inline constexpr std::string_view kRolloutSubmitter = "rollout";
+
+class Rollouts {
+ public:
+  Rollouts(CoreContext context, JobTable& jobs) : ctx_(context), jobs_(jobs) {}
+
+  // The newest state of the repository; `problem` says why a newer one could not be read (the
+  // fleet given before stays desired).
+  void set_desired(DesiredFleet fleet, TimeMs now);
+  void set_problem(std::string problem) { problem_ = std::move(problem); }
+
+  // Submits the installs that are due. Cheap; the router calls it on every tick, and it looks
+  // again at most every kRecheckMs.
+  void advance(TimeMs now);
+  std::optional<TimeMs> next_deadline() const;
+
+  protocol::EnvironmentList list() const;
+
+  static constexpr TimeMs kRecheckMs = 1000;
+
+ private:
+  enum class Phase { idle, blocked, canary, waves, converged, halted };
+  struct Assessment {
+    Phase phase = Phase::idle;
+    std::string detail;
+    std::vector<protocol::NodeConvergence> nodes;
+    std::vector<std::string> due;  // nodes to start installing now, in order
+  };
+
+  Assessment assess(const DesiredEnvironment& environment) const;
+  bool is_rollout_job(const JobRecord& job, const DesiredEnvironment& environment) const;
+  void start_install(const DesiredEnvironment& environment, const std::string& node_id, TimeMs now);
+
+  CoreContext ctx_;
+  JobTable& jobs_;
+  DesiredFleet fleet_;
+  std::string problem_;
+  TimeMs next_check_ms_ = 0;
+  bool dirty_ = false;  // the desired state changed: look at once
+};
+
+}  // namespace kiln::coordinator
