@@ -1,6 +1,7 @@
 #include "agent/core/agent_core.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -35,7 +36,7 @@ std::optional<TimeMs> AgentCore::next_deadline() const {
   const TimeMs silent_at = coordinator_last_seen_ + heartbeat_interval_ms_ * liveness_missed_beats_ + 1;
   if (state_ == SessionState::registering) return silent_at;
   TimeMs next = std::min(next_heartbeat_at_, silent_at);
-  if (!probe_running_) next = std::min(next, next_probe_at_);
+  if (!probe_running_ && installs_running_.empty()) next = std::min(next, next_probe_at_);
   return next;
 }
 
@@ -94,7 +95,7 @@ void AgentCore::on_tick(TimeMs now) {
     send(protocol::Heartbeat{running_jobs()});
     next_heartbeat_at_ = now + heartbeat_interval_ms_;
   }
-  if (state_ == SessionState::registered && !probe_running_ && now >= next_probe_at_) {
+  if (state_ == SessionState::registered && !probe_running_ && installs_running_.empty() && now >= next_probe_at_) {
     probe_running_ = true;
     actions_.push_back(action::RunProbe{});
   }
@@ -104,6 +105,11 @@ void AgentCore::on_probe_result(protocol::HealthReport report, TimeMs measured_a
   report.measured_at_ms = static_cast<std::uint64_t>(measured_at_wall_ms);
   probe_running_ = false;
   next_probe_at_ = now + knobs_.probe_interval_ms;
+  if (std::exchange(install_during_probe_, false) || !installs_running_.empty()) {
+    log(action::Severity::info, "a health probe measured while an install ran is not reported; the install's own "
+                                "check decides the node's health");
+    return;
+  }
   if (report.verdict == protocol::HealthStatus::fail) {
     log(action::Severity::warn, fmt::format("health probe failed ({} checks)", report.checks.size()));
   }
@@ -208,6 +214,10 @@ void AgentCore::handle_job_start(const protocol::JobStart& start, TimeMs) {
     return;
   }
   running_[start.job_id] = start.attempt;
+  if (start.workload == protocol::kInstallWorkload) {
+    installs_running_.insert(start.job_id);
+    install_during_probe_ = install_during_probe_ || probe_running_;
+  }
   actions_.push_back(action::StartJob{start});
   send(protocol::JobStarted{start.job_id, start.attempt});
   log(action::Severity::info, fmt::format("job {} attempt {}: starting {} on chips [{}]", start.job_id, start.attempt,
@@ -254,6 +264,7 @@ void AgentCore::on_job_ended(const JobEnded& ended, TimeMs) {
   fin.result = ended.result;
   fin.detail = ended.detail;
   running_.erase(it);
+  installs_running_.erase(ended.job_id);
   unacked_[fin.job_id] = fin;
   log(action::Severity::info, fmt::format("job {} attempt {} ended: {} (exit code {}, {} ms)", fin.job_id,
                                           fin.attempt, protocol::enum_name(fin.outcome), fin.exit_code,

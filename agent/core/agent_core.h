@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <variant>
@@ -138,6 +139,11 @@ class AgentCore {
   std::optional<TimeMs> reconnect_at_;
   TimeMs next_probe_at_ = 0;
   bool probe_running_ = false;
+  // While an install swaps firmware or a driver, the probes would measure the node half way;
+  // the install's own check decides its health, so no probe runs then and none measured
+  // across one is reported.
+  std::set<std::uint64_t> installs_running_;
+  bool install_during_probe_ = false;
   std::map<std::uint64_t, std::uint32_t> running_;  // job id -> attempt
   ChipOwners owners_;
   std::map<std::uint64_t, protocol::JobFinished> unacked_;

@@ -67,6 +67,13 @@ std::string ArtifactStore::complete_path(const std::string& digest) const {
   return (fs::path(dir_) / "sha256" / digest).string();
 }
 
+std::optional<std::uint64_t> ArtifactStore::size_of(const std::string& digest) const {
+  std::error_code ec;
+  const auto size = fs::file_size(complete_path(digest), ec);
+  if (ec) return std::nullopt;
+  return size;
+}
+
 std::string ArtifactStore::partial_path(const std::string& digest) const {
   return (fs::path(dir_) / "partial" / digest).string();
 }

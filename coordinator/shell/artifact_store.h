@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -27,6 +28,9 @@ class ArtifactStore {
 
   // Up to min(get.max_bytes, max_chunk_bytes) bytes at get.offset.
   Result<protocol::ArtifactChunk> get(const protocol::GetArtifact& get, std::size_t max_chunk_bytes) const;
+
+  // The size of a stored artifact; none when it is not (completely) stored.
+  std::optional<std::uint64_t> size_of(const std::string& digest) const;
 
   const std::string& dir() const { return dir_; }
 

@@ -157,6 +157,30 @@ void read_knobs_table(config::Problems& problems, const toml::table& root, Coord
   r.no_unknown_keys();
 }
 
+void read_environments_table(config::Problems& problems, const toml::table& root, const fs::path& base,
+                             bool check_files, CoordinatorConfig& config) {
+  const toml::table* t = root["environments"].as_table();
+  if (!t) return;
+  TableReader r(problems, *t, "environments");
+  r.string("repo", config.environments_repo);
+  r.string("branch", config.environments_branch);
+  r.integer("poll_interval_ms", config.environments_poll_interval_ms, 100, 3600000);
+  r.integer("wave_size", config.knobs.rollout_wave_size, 1, 10000);
+  r.no_unknown_keys();
+  if (config.environments_repo.empty()) {
+    r.bad_at("repo", "[environments] needs repo: a clone of the environments repository (docs/releases.md)");
+    return;
+  }
+  config.environments_repo = resolve(base, config.environments_repo);
+  std::error_code ec;
+  if (check_files && !fs::is_directory(config.environments_repo, ec)) {
+    r.bad_at("repo", fmt::format("repo {} is not a directory; clone the environments repository there or fix the "
+                                 "path",
+                                 config.environments_repo));
+  }
+  if (config.environments_branch.empty()) r.bad_at("branch", "branch must name the branch to watch, such as \"main\"");
+}
+
 // The scheduler's loader stops at its first problem. To report them all, a table it refuses is
 // read again one entry at a time (one class of a per-class table at a time): each alone says
 // what is wrong with it. The entries are moved out, which keeps their positions.
@@ -250,17 +274,18 @@ Result<CoordinatorConfig> read_coordinator_config(std::string_view text, const s
   config.source_path = path;
   config::Problems problems(path);
 
-  static const std::vector<std::string_view> tables = {"coordinator", "knobs", "scheduler", "keys"};
+  static const std::vector<std::string_view> tables = {"coordinator", "knobs", "scheduler", "keys", "environments"};
   for (const auto& [key, node] : root) {
     if (std::find(tables.begin(), tables.end(), key.str()) == tables.end()) {
       const auto near = config::nearest_name(key.str(), tables);
-      problems.at(key.source(), fmt::format("unknown table '{}'{}; expected [coordinator], [knobs], [scheduler] and "
-                                            "[[keys]]",
+      problems.at(key.source(), fmt::format("unknown table '{}'{}; expected [coordinator], [knobs], [scheduler], "
+                                            "[environments] and [[keys]]",
                                             key.str(), near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
     }
   }
   read_coordinator_table(problems, root, base, check_files, config);
   read_knobs_table(problems, root, config.knobs);
+  read_environments_table(problems, root, base, check_files, config);
   if (toml::node* scheduler = root.get("scheduler")) {
     if (toml::table* t = scheduler->as_table()) {
       read_scheduler_table(problems, *t, config.knobs.scheduler);

@@ -33,6 +33,12 @@ struct CoordinatorConfig {
   std::string artifact_dir;
   std::uint64_t max_artifact_bytes = 4ULL << 30;
   CoordinatorKnobs knobs;
+  // [environments]: the environments repository whose branch the coordinator watches, so that
+  // nodes converge on what their environment runs (docs/releases.md, "Convergence"); empty repo:
+  // no convergence. The wave size is knobs.rollout_wave_size.
+  std::string environments_repo;
+  std::string environments_branch = "main";
+  std::uint32_t environments_poll_interval_ms = 10000;
   std::map<std::string, AuthorizedKey> keys_by_public_key;
 };
 

@@ -14,6 +14,7 @@
 #include "coordinator/core/coordinator_core.h"
 #include "coordinator/shell/action_interpreter.h"
 #include "coordinator/shell/artifact_store.h"
+#include "coordinator/shell/environments_watcher.h"
 #include "coordinator/store/store.h"
 
 namespace kiln::coordinator {
@@ -52,6 +53,10 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         agents_(context_, zmq::socket_type::router),
         clients_(context_, zmq::socket_type::router) {
     limits_.max_message_bytes = config_.max_message_bytes;
+    if (!config_.environments_repo.empty()) {
+      watcher_ = std::make_unique<EnvironmentsWatcher>(config_.environments_repo, config_.environments_branch,
+                                                       config_.environments_poll_interval_ms);
+    }
   }
 
   Status bind() {
@@ -100,6 +105,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       if (items[2].revents & ZMQ_POLLIN) {
         if (auto s = receive_all(clients_, false); !s) return s;
       }
+      take_environments();
       core_.on_tick(clocks_now());
       if (auto s = carry_out_actions(); !s) return s;
     }
@@ -304,6 +310,44 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     return status;
   }
 
+  // The newest reading of the environments repository, with the firmware packages' sizes from
+  // the artifact store, goes to the core when it differs from the last one given.
+  void take_environments() {
+    if (!watcher_) return;
+    auto reading = watcher_->take();
+    if (!reading) return;
+    if (!*reading) {
+      if (reading->error().message != environments_problem_) logger_->warn("{}", reading->error().message);
+      environments_problem_ = reading->error().message;
+      core_.on_environments_problem(environments_problem_);
+      return;
+    }
+    environments_problem_.clear();
+    DesiredFleet fleet = std::move(**reading);
+    std::string fingerprint = fleet.commit;
+    for (DesiredEnvironment& environment : fleet.environments) {
+      if (!environment.firmware_sha256.empty() && environment.blocked.empty()) {
+        const auto size = artifacts_ ? artifacts_->size_of(environment.firmware_sha256) : std::nullopt;
+        if (size) {
+          environment.firmware_size_bytes = *size;
+        } else {
+          environment.blocked = fmt::format("firmware {} (package sha256:{}) of bundle {} is not in the coordinator's "
+                                            "artifact store; upload the package with `kiln artifact upload FILE`",
+                                            environment.firmware_version, environment.firmware_sha256.substr(0, 12),
+                                            environment.bundle_id.substr(0, 12));
+        }
+      }
+      fingerprint += fmt::format("|{}:{}:{}:{}", environment.name, environment.bundle_id,
+                                 environment.firmware_size_bytes, environment.blocked);
+    }
+    if (fingerprint == environments_fingerprint_) {
+      core_.on_environments_problem("");
+      return;
+    }
+    environments_fingerprint_ = fingerprint;
+    core_.on_desired_environments(std::move(fleet), clocks_now());
+  }
+
   CoordinatorConfig config_;
   KeyPair keys_;
   std::unique_ptr<Store> store_;
@@ -317,6 +361,9 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   zmq::socket_t clients_;
   std::uint64_t next_message_id_ = 1;
   std::set<std::string> req_peers_;  // REQ clients, whose replies need an empty delimiter frame
+  std::unique_ptr<EnvironmentsWatcher> watcher_;
+  std::string environments_problem_;
+  std::string environments_fingerprint_;
 };
 
 }  // namespace

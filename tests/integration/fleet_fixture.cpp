@@ -132,6 +132,7 @@ void Fleet::write_coordinator_config() {
       "secret_key_file = \"coordinator.key\"\ndatabase = \"kiln.db\"\nlog_level = \"debug\"\n\n"
       "[knobs]\nheartbeat_interval_ms = {}\nliveness_missed_beats = {}\njob_timeout_slack_ms = 5000\n",
       agent_port_, client_port_, heartbeat_interval_ms_, liveness_missed_beats_);
+  out << "\n" << coordinator_tables_;
   for (const auto& [name, role] : keys_) {
     out << fmt::format("\n[[keys]]\nname = \"{}\"\nrole = \"{}\"\npublic_key_file = \"{}.pub\"\n", name, role, name);
   }

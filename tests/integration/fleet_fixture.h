@@ -61,6 +61,8 @@ class Fleet {
 
   void start_coordinator();
   void stop_coordinator(int signo);
+  // More tables for coordinator.toml, e.g. "[environments]\nrepo = ...\n"; call before start_coordinator.
+  void add_coordinator_tables(const std::string& toml) { coordinator_tables_ += toml; }
   // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05";
   // extra_knobs: more lines of its [knobs], e.g. "job_dirs_max_bytes = 1048576\n".
   void add_agent(const AgentSpec& spec, const std::string& extra_driver_options = "",
@@ -108,6 +110,7 @@ class Fleet {
   int agent_port_ = 0;
   int client_port_ = 0;
   std::vector<std::pair<std::string, std::string>> keys_;  // name, role
+  std::string coordinator_tables_;
   std::map<std::string, AgentSpec> agents_;
   std::unique_ptr<ChildProcess> coordinator_;
   std::map<std::string, std::unique_ptr<ChildProcess>> agent_processes_;

@@ -16,6 +16,7 @@
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/git_repo.h"
 #include "tests/integration/run_command.h"
 #include "tests/support/loopback_http.h"
 
@@ -31,24 +32,6 @@ bool has(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return true;
   MESSAGE("expected '" << part << "' in:\n" << text);
   return false;
-}
-
-// git by argv through the shell of run(): every argument is single-quoted.
-Ran git(const fs::path& dir, const std::vector<std::string>& args) {
-  std::string command = "git -C '" + dir.string() + "' -c user.name=test -c user.email=test@kiln";
-  for (const auto& arg : args) command += " '" + arg + "'";
-  return run(command);
-}
-std::string git_out(const fs::path& dir, const std::vector<std::string>& args) {
-  Ran ran = git(dir, args);
-  INFO(ran.output);
-  REQUIRE(ran.status == 0);
-  return ran.output;
-}
-
-void write(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
 
 std::string bundle_file(const q::Bundle& bundle, const std::string& extra = "") {

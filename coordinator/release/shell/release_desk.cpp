@@ -11,6 +11,7 @@
 
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/release/shell/forge.h"
+#include "coordinator/release/shell/repository.h"
 
 namespace kiln::release {
 
@@ -106,24 +107,7 @@ Status ReleaseDesk::sync() {
   return {};
 }
 
-Result<Snapshot> ReleaseDesk::snapshot_at(const std::string& rev_name) {
-  auto listing = git_.check({"ls-tree", "-r", "--name-only", rev_name});
-  if (!listing) return tl::unexpected(listing.error());
-  std::map<std::string, std::string> files;
-  for (const auto& path : split(*listing, '\n')) {
-    if (path.empty() || !path.ends_with(".toml")) continue;
-    if (!path.starts_with("bundles/") && !path.starts_with("environments/") && path != kCompatibilityPath) continue;
-    auto text = git_.check({"show", rev_name + ":" + path});
-    if (!text) return tl::unexpected(text.error());
-    files[path] = std::move(*text);
-  }
-  auto snapshot = read_snapshot(files);
-  if (!snapshot) {
-    return fail(snapshot.error().code, fmt::format("the environments repository at {}: {}", rev_name,
-                                                   snapshot.error().message));
-  }
-  return snapshot;
-}
+Result<Snapshot> ReleaseDesk::snapshot_at(const std::string& rev_name) { return release::snapshot_at(git_, rev_name); }
 
 Result<std::vector<EnvironmentChange>> ReleaseDesk::history_of(const std::string& environment) {
   const std::string path = environment_path(environment);

@@ -207,6 +207,37 @@ TEST_CASE("probes run periodically once registered and their report goes to the 
   CHECK(h.count<action::RunProbe>() == 2);
 }
 
+TEST_CASE("no probe runs while an install swaps the firmware, and none measured across an install is reported") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  h.core.on_tick(1);
+  h.drain();
+  REQUIRE(h.count<action::RunProbe>() == 1);
+  // An install starts while that probe runs: what the probe saw may be the firmware mid-swap.
+  JobStart install = job(7, {0, 1, 2, 3, 4, 5, 6, 7});
+  install.workload = std::string(kInstallWorkload);
+  h.deliver(install, 2);
+  HealthReport failing;
+  failing.verdict = HealthStatus::fail;
+  h.core.on_probe_result(failing, 1'700'000'000'000, 100);
+  h.drain();
+  CHECK(h.sent<HealthReport>().empty());
+  // Past the probe interval, still installing: no probe, and no deadline that would spin.
+  h.deliver(Heartbeat{}, 70000);
+  h.core.on_tick(70001);
+  h.drain();
+  CHECK(h.count<action::RunProbe>() == 1);
+  CHECK(*h.core.next_deadline() > 70001);
+  h.core.on_job_ended(JobEnded{7, JobOutcome::succeeded, 0, 1000, "", "", ""}, 70002);
+  h.core.on_tick(70003);
+  h.drain();
+  CHECK(h.count<action::RunProbe>() == 2);
+  h.core.on_probe_result(failing, 1'700'000'070'000, 70100);
+  h.drain();
+  CHECK(h.sent<HealthReport>().size() == 1);
+}
+
 TEST_CASE("one owner per chip: a job_start for busy chips is refused and names who holds them") {
   Harness h;
   h.core.on_start(0);
