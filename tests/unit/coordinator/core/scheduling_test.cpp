@@ -396,6 +396,28 @@ TEST_CASE("coordinator.toml's [scheduler] table sets the scheduler's knobs") {
   CHECK(bad.error().message.find("grace_minutes") != std::string::npos);
 }
 
+TEST_CASE("[environments] names the repository the rollouts watch; its problems name the line") {
+  kiln::testing::TempDir dir("kiln-environments-config");
+  std::filesystem::create_directories(dir / "environments");
+  const std::string path =
+      dir.write("coordinator.toml", "[coordinator]\nsecret_key_file = \"c.key\"\n\n[environments]\n"
+                                    "repo = \"environments\"\nbranch = \"release\"\nwave_size = 8\n");
+  auto config = load_coordinator_config(path);
+  REQUIRE_MESSAGE(config.has_value(), config.error().message);
+  CHECK(config->environments_repo == (dir / "environments").string());
+  CHECK(config->environments_branch == "release");
+  CHECK(config->environments_poll_interval_ms == 10000);
+  CHECK(config->knobs.rollout_wave_size == 8);
+
+  dir.write("coordinator.toml", "[coordinator]\nsecret_key_file = \"c.key\"\n\n[environments]\nwave_size = 0\n"
+                                "repos = \"x\"\n");
+  auto bad = load_coordinator_config(path);
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().message.find("wave_size must be between 1 and 10000") != std::string::npos);
+  CHECK(bad.error().message.find("repos") != std::string::npos);
+  CHECK(bad.error().message.find("[environments] needs repo") != std::string::npos);
+}
+
 TEST_CASE("a revoked job granted again on its node starts only once its old attempt has stopped") {
   Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
