@@ -23,12 +23,22 @@ RequestChannel::~RequestChannel() = default;
 
 Result<protocol::Body> RequestChannel::request(const protocol::Body& body, bool may_repeat) {
   const bool following = reconnect_.enabled && (answered_ || reconnect_.before_first_answer);
-  if (!following || !may_repeat) return exchange(body, following).reply;
+  if (!following || !may_repeat) {
+    Exchange attempt = exchange(body, following);
+    // A request that got no answer may still wait in the socket's queue (the coordinator was
+    // away, or a handshake broke off): a new socket drops it, so it is not carried out later
+    // behind the back of a caller who was told it failed.
+    if (!attempt.answered) open();
+    return std::move(attempt.reply);
+  }
   const auto since = std::chrono::steady_clock::now();
   std::uint32_t backoff_ms = reconnect_.initial_ms;
   while (true) {
     Exchange attempt = exchange(body, true);
-    if (!attempt.connection_lost) return std::move(attempt.reply);
+    if (!attempt.connection_lost) {
+      if (!attempt.answered) open();
+      return std::move(attempt.reply);
+    }
     const auto silent_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since).count();
     if (silent_ms >= reconnect_.give_up_ms) {
@@ -86,13 +96,15 @@ RequestChannel::Exchange RequestChannel::exchange(const protocol::Body& body, bo
     auto received = receive(socket_, false);
     if (!received) continue;
     auto reply = protocol::decode(received->header, received->body, limits_);
-    if (!reply) return {fail(reply.error().code, "the coordinator's reply was invalid: " + reply.error().message)};
+    if (!reply) {
+      return {fail(reply.error().code, "the coordinator's reply was invalid: " + reply.error().message), false, true};
+    }
     if (reply->header.corr != id) continue;  // a late reply to an earlier, timed-out request
     answered_ = true;
     if (auto* error = std::get_if<protocol::ErrorReply>(&reply->body)) {
-      return {fail(errc_from_string(error->code).value_or(Errc::internal), error->message)};
+      return {fail(errc_from_string(error->code).value_or(Errc::internal), error->message), false, true};
     }
-    return {std::move(reply->body)};
+    return {std::move(reply->body), false, true};
   }
 }
 

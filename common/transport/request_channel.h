@@ -36,6 +36,7 @@ class RequestChannel {
   struct Exchange {
     Result<protocol::Body> reply;
     bool connection_lost = false;  // no reply can come on this connection: ask again on a new one
+    bool answered = false;         // the coordinator replied (maybe with an error)
   };
 
   void open();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -90,6 +91,34 @@ const std::set<std::string_view> kGates = {"smoke", "nightly", "release"};
 
 std::string bundle_path(std::string_view bundle_id) { return fmt::format("bundles/{}.toml", bundle_id); }
 std::string environment_path(std::string_view environment) { return fmt::format("environments/{}.toml", environment); }
+
+std::string format_bundle_file(const BundleFile& bundle) {
+  toml::table root;
+  root.insert("id", bundle.id);
+  toml::array revisions;
+  for (const auto& revision : bundle.hardware_revisions) revisions.push_back(revision);
+  root.insert("hardware_revisions", std::move(revisions));
+  root.insert("model_configs_version", bundle.model_configs_version);
+  if (!bundle.one_way_firmware.empty()) root.insert("one_way_firmware", bundle.one_way_firmware);
+  toml::table layers;
+  for (const auto& [name, pin] : bundle.layers) layers.insert(name, toml::table{{"version", pin.version}, {"digest", pin.digest}});
+  root.insert("layers", std::move(layers));
+  if (!bundle.models.empty()) {
+    toml::array models;
+    for (const ServingConfig& model : bundle.models) {
+      models.push_back(toml::table{{"name", model.model},
+                                   {"batch_size", model.batch_size},
+                                   {"precision", model.precision},
+                                   {"tensor_parallel", model.tensor_parallel},
+                                   {"pipeline_parallel", model.pipeline_parallel},
+                                   {"data_parallel", model.data_parallel}});
+    }
+    root.insert("model", std::move(models));
+  }
+  std::ostringstream out;
+  out << toml::toml_formatter(root) << "\n";
+  return out.str();
+}
 
 Result<BundleFile> parse_bundle_file(std::string_view text, std::string_view source) {
   auto root = config::parse_toml(text, source, kRemedy);

@@ -96,6 +96,9 @@ Result<CompatibilityMatrix> parse_compatibility(std::string_view text, std::stri
 // after its id, every environment's bundle present, `follows` naming an environment, no cycle.
 Result<Snapshot> read_snapshot(const std::map<std::string, std::string>& files);
 
+// A bundle file's text, as parse_bundle_file reads it back (`kiln release add-bundle` writes it).
+std::string format_bundle_file(const BundleFile& bundle);
+
 // The environment file's text with its `bundle` set to `bundle_id`, the rest (comments included)
 // untouched. The file must have a top-level `bundle = "..."` line (as read_snapshot's files do).
 Result<std::string> with_bundle(std::string_view environment_text, std::string_view bundle_id);

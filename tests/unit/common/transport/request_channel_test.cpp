@@ -101,6 +101,33 @@ TEST_CASE("a request that may not be repeated fails when its connection drops, a
   CHECK_FALSE(second.take(1s).has_value());
 }
 
+TEST_CASE("a submit sent while the coordinator is away fails, and is not carried out when it comes back") {
+  Keys keys;
+  auto first = std::make_optional<StandIn>(keys.server, "tcp://127.0.0.1:*");
+  const std::string endpoint = first->endpoint();
+  transport::RequestChannel channel(endpoint, keys.client, keys.server.public_key, 2000, following_from_the_start());
+  // Connected and answered once, as a qualifier is before the coordinator restarts.
+  auto hello = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, true); });
+  auto asked_first = first->take(10s);
+  REQUIRE(asked_first.has_value());
+  first->answer(*asked_first, protocol::WhoamiReply{"ci", protocol::Role::ci, protocol::kProtocolVersion, "test"});
+  REQUIRE(hello.get().has_value());
+  first.reset();
+  auto body = channel.request(protocol::Whoami{}, false);
+  REQUIRE_FALSE(body.has_value());
+  CHECK(body.error().code == Errc::unavailable);
+  // The coordinator is back: what the caller was told failed must not arrive now.
+  StandIn second(keys.server, endpoint);
+  CHECK_FALSE(second.take(1500ms).has_value());
+  // The next request goes through.
+  auto reply = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, true); });
+  auto asked = second.take(10s);
+  REQUIRE(asked.has_value());
+  second.answer(*asked, protocol::WhoamiReply{"ci", protocol::Role::ci, protocol::kProtocolVersion, "test"});
+  REQUIRE(reply.wait_for(10s) == std::future_status::ready);
+  CHECK(reply.get().has_value());
+}
+
 TEST_CASE("a person's client that never heard the coordinator reports the silence instead of retrying") {
   Keys keys;
   StandIn silent(keys.server, "tcp://127.0.0.1:*");

@@ -68,6 +68,23 @@ TEST_CASE("a bad file is refused with its place and what to write") {
   CHECK(misnamed.error().message.find("must be bundles/" + bundle_id('9') + ".toml") != std::string::npos);
 }
 
+TEST_CASE("a bundle file written by format_bundle_file reads back the same") {
+  auto bundle = parse_bundle_file(bundle_text(bundle_id('c'), "fw-3.0", "one_way_firmware = \"blows \\\"fuse\\\" 4\"\n"),
+                                  "bundles/c.toml");
+  REQUIRE_MESSAGE(bundle.has_value(), bundle.error().message);
+  const std::string text = format_bundle_file(*bundle);
+  auto back = parse_bundle_file(text, "formatted.toml");
+  REQUIRE_MESSAGE(back.has_value(), back.error().message << "\n" << text);
+  CHECK(back->id == bundle->id);
+  CHECK(back->hardware_revisions == bundle->hardware_revisions);
+  CHECK(back->one_way_firmware == "blows \"fuse\" 4");
+  CHECK(back->layers.at("firmware").version == "fw-3.0");
+  CHECK(back->layers.at("firmware").digest == bundle->layers.at("firmware").digest);
+  REQUIRE(back->models.size() == bundle->models.size());
+  CHECK(back->models.at(0).tensor_parallel == bundle->models.at(0).tensor_parallel);
+  CHECK(format_bundle_file(*back) == text);
+}
+
 TEST_CASE("with_bundle changes the bundle line only") {
   const std::string text = "# staging\nbundle = \"\"   # none yet\nfollows = \"dev\"\n[eval_thresholds]\nbundle = 1\n";
   auto changed = with_bundle(text, bundle_id('a'));
