@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/protocol/messages.h"
+#include "common/sha256.h"
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "tests/integration/fleet_fixture.h"
@@ -258,6 +259,58 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
   CHECK(std::find(keys.begin(), keys.end(), "dev@" + by_hand) != keys.end());
   REQUIRE(release("alice", {"status"}, &out) == 0);
   CHECK(out.find("recorded") == std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+TEST_CASE("kiln release add-bundle writes the recorded bundle's file with each package's digest, once") {
+  Fleet fleet("add-bundle");
+  fleet.add_key("ci", "ci");
+  fleet.add_key("dana", "developer");
+  fleet.start_coordinator();
+  auto ci = fleet.client("ci");
+  std::vector<q::Change> history = {{"c1", q::Layer::firmware, "fw-team", {}, 1000, "", std::nullopt}};
+  REQUIRE(qs::record_change(*ci, history[0]));
+  const q::Bundle bundle = *q::build_bundle_at(history, 0);
+  REQUIRE(qs::record_bundle(*ci, bundle));
+
+  const fs::path repo = fleet.dir() / "environments";
+  fs::create_directories(repo);
+  git_out(repo, {"init", "-q", "-b", "main"});
+  write(repo / "compatibility.toml", "");
+  git_out(repo, {"add", "-A"});
+  git_out(repo, {"commit", "-q", "-m", "environments"});
+  std::vector<std::string> args = {"release", "add-bundle", "--repo", repo.string(), bundle.id.substr(0, 8)};
+  for (const char* layer : {"framework", "compiler", "kernels", "runtime", "driver", "firmware"}) {
+    write(fleet.dir() / "packages" / layer, std::string("package of ") + layer);
+    args.push_back("--package");
+    args.push_back(std::string(layer) + "=" + (fleet.dir() / "packages" / layer).string());
+  }
+  std::string out;
+  CHECK(fleet.kiln("dana", args, &out) == 3);  // developers do not add bundles
+  std::vector<std::string> short_of_one(args.begin(), args.end() - 2);
+  CHECK(fleet.kiln("ci", short_of_one, &out) == 2);
+  CHECK(has(out, "add --package LAYER=FILE for firmware"));
+
+  REQUIRE(fleet.kiln("ci", args, &out) == 0);
+  CHECK(has(out, "added bundles/" + bundle.id + ".toml"));
+  const std::string file = git_out(repo, {"show", "main:bundles/" + bundle.id + ".toml"});
+  CHECK(has(file, "id = '" + bundle.id + "'"));
+  auto digest = sha256_of_file((fleet.dir() / "packages" / "firmware").string(), 1 << 20);
+  REQUIRE(digest.has_value());
+  CHECK(has(file, "digest = 'sha256:" + *digest + "'"));
+  CHECK(has(git_out(repo, {"log", "-1", "--format=%B"}), "Kiln-Added-By: ci (ci)"));
+
+  // Again: nothing to do. With another package: refused, a bundle's file never changes.
+  REQUIRE(fleet.kiln("ci", args, &out) == 0);
+  CHECK(has(out, "on main already"));
+  write(fleet.dir() / "packages" / "firmware", "another image");
+  CHECK(fleet.kiln("ci", args, &out) == 1);
+  CHECK(has(out, "a bundle's file never changes"));
 }
 
 }  // namespace

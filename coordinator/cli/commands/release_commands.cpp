@@ -73,6 +73,53 @@ void warn_unrecorded(const std::string& problem) {
             << "); the next `kiln release` command records it\n";
 }
 
+class AddBundleCommand : public ReleaseCommand {
+ public:
+  std::string name() const override { return "add-bundle"; }
+  std::string help() const override {
+    return "add bundles/<id>.toml to main: the recorded bundle's versions and each layer's package digest";
+  }
+  void add_own_options(CLI::App& command) override {
+    command.add_option("bundle", bundle_, "the bundle (a unique prefix of 6 or more characters will do)")->required();
+    command.add_option("--package", package_specs_, "LAYER=FILE, once per layer: its digest is pinned")->required();
+    command.add_option("--one-way-firmware", one_way_,
+                       "why the firmware cannot be rolled back (a fuse it blows); promoting it then needs an override");
+  }
+  Status check_arguments() override {
+    if (auto ok = ReleaseCommand::check_arguments(); !ok) return ok;
+    for (const auto& spec : package_specs_) {
+      const auto eq = spec.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+        return fail(Errc::invalid_argument, fmt::format("--package {}: write LAYER=FILE, e.g. firmware=fw-2.4.bin", spec));
+      }
+      packages_[spec.substr(0, eq)] = spec.substr(eq + 1);
+    }
+    return {};
+  }
+  int run_desk(r::ReleaseDesk& desk, CommandContext& context) override {
+    auto added = desk.add_bundle(bundle_, packages_, one_way_);
+    if (!added) return report(added.error());
+    if (context.json()) {
+      std::cout << json{{"bundle_id", added->bundle.id}, {"path", r::bundle_path(added->bundle.id)},
+                        {"commit", added->commit}}
+                       .dump(2)
+                << "\n";
+    } else if (added->commit.empty()) {
+      std::cout << fmt::format("{} is on main already, with these packages\n", r::bundle_path(added->bundle.id));
+    } else {
+      std::cout << fmt::format("added {} (commit {}); promote it with `kiln release promote {} --to ENV`\n",
+                               r::bundle_path(added->bundle.id), short_id(added->commit), short_id(added->bundle.id));
+    }
+    return kExitOk;
+  }
+
+ private:
+  std::string bundle_;
+  std::vector<std::string> package_specs_;
+  std::map<std::string, std::string> packages_;
+  std::string one_way_;
+};
+
 class PromoteCommand : public ReleaseCommand {
  public:
   std::string name() const override { return "promote"; }
@@ -259,6 +306,7 @@ class StatusCommand : public ReleaseCommand {
 
 void add_release_commands(CommandList& commands) {
   CommandList release;
+  release.push_back(std::make_unique<AddBundleCommand>());
   release.push_back(std::make_unique<PromoteCommand>());
   release.push_back(std::make_unique<ApproveCommand>());
   release.push_back(std::make_unique<MergeCommand>());

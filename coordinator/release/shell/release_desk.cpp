@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "common/sha256.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/release/shell/forge.h"
 #include "coordinator/release/shell/repository.h"
@@ -202,6 +203,81 @@ Status ReleaseDesk::push(const std::string& ref) {
     return fail(Errc::conflict, fmt::format("{} refused {}: {}", config_.remote, ref, trimmed(pushed->err)));
   }
   return {};
+}
+
+// As large as the coordinator stores artifacts by default: a package larger than that could
+// not be fetched by digest anyway.
+constexpr std::uint64_t kMaxPackageBytes = 4ULL << 30;
+
+Result<BundleAdded> ReleaseDesk::add_bundle(const std::string& bundle_arg,
+                                            const std::map<std::string, std::string>& packages,
+                                            const std::string& one_way_firmware) {
+  if (actor_.role != "ci" && actor_.role != "ops" && actor_.role != "admin") {
+    return fail(Errc::unauthorized, fmt::format("role {} may not add bundles to the environments repository; CI, ops "
+                                                "and admin keys may",
+                                                actor_.role));
+  }
+  std::vector<std::string> missing;
+  for (std::string_view layer : kPinnedLayers) {
+    if (!packages.contains(std::string(layer))) missing.emplace_back(layer);
+  }
+  for (const auto& [layer, path] : packages) {
+    if (std::find(std::begin(kPinnedLayers), std::end(kPinnedLayers), layer) == std::end(kPinnedLayers)) {
+      return fail(Errc::invalid_argument, fmt::format("--package {}={}: {} is not a layer; the layers are {}", layer,
+                                                      path, layer, fmt::join(kPinnedLayers, ", ")));
+    }
+  }
+  if (!missing.empty()) {
+    return fail(Errc::invalid_argument, fmt::format("every layer's package is pinned by its digest: add --package "
+                                                    "LAYER=FILE for {}",
+                                                    fmt::join(missing, ", ")));
+  }
+  if (auto ok = sync(); !ok) return tl::unexpected(ok.error());
+  auto recorded = qs::find_bundle(client_, bundle_arg);
+  if (!recorded) return tl::unexpected(recorded.error());
+  BundleFile file;
+  file.id = recorded->id;
+  file.hardware_revisions = recorded->hardware_revisions;
+  file.model_configs_version = recorded->model_configs_version;
+  file.one_way_firmware = one_way_firmware;
+  for (std::string_view layer : kPinnedLayers) {
+    const std::string& path = packages.at(std::string(layer));
+    auto digest = sha256_of_file(path, kMaxPackageBytes);
+    if (!digest) {
+      return fail(digest.error().code == Errc::too_large ? Errc::too_large : Errc::invalid_argument,
+                  fmt::format("--package {}={}: {}", layer, path, digest.error().message));
+    }
+    file.layers[std::string(layer)] =
+        LayerPin{*recorded->versions.find(*qualification::layer_from_string(layer)), "sha256:" + *digest};
+  }
+  const std::string text = format_bundle_file(file);
+  const std::string path = bundle_path(file.id);
+  if (auto held = git_.run({"show", config_.main_branch + ":" + path}); held && held->exit_code == 0) {
+    if (held->out == text) return BundleAdded{std::move(file), ""};
+    return fail(Errc::conflict, fmt::format("{} on {} pins other packages; a bundle's file never changes once "
+                                            "added: build a new bundle for new packages",
+                                            path, config_.main_branch));
+  }
+  const std::filesystem::path root(config_.repo);
+  std::filesystem::create_directories((root / path).parent_path());
+  std::ofstream(root / path, std::ios::binary | std::ios::trunc) << text;
+  auto before = rev(config_.main_branch);
+  if (!before) return tl::unexpected(before.error());
+  if (auto ok = git_.check({"add", path}); !ok) return tl::unexpected(ok.error());
+  auto commit = commit_with_message({"commit", "-q"},
+                                    fmt::format("Add bundle {}\n\nKiln-Action: add-bundle\nKiln-Bundle: {}\n"
+                                                "Kiln-Added-By: {}\n",
+                                                file.id.substr(0, 12), file.id, to_string(actor_)));
+  if (!commit) {
+    (void)git_.run({"reset", "-q", "--hard", *before});
+    return tl::unexpected(commit.error());
+  }
+  if (auto ok = push(config_.main_branch); !ok) {
+    (void)git_.run({"reset", "-q", "--hard", *before});
+    return fail(Errc::conflict, fmt::format("{}; main moved on the remote meanwhile: run add-bundle again",
+                                            ok.error().message));
+  }
+  return BundleAdded{std::move(file), *commit};
 }
 
 Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::string& environment,

@@ -47,6 +47,10 @@ struct RolledBack {
   std::string commit;
   std::string record_problem;
 };
+struct BundleAdded {
+  BundleFile bundle;
+  std::string commit;  // empty: main had this exact file already
+};
 struct ReleaseStatus {
   std::string main_commit;
   std::map<std::string, DesiredEnvironment> desired;
@@ -60,6 +64,10 @@ class ReleaseDesk {
   // `now`: the wall clock in ms (tests pass their own).
   ReleaseDesk(ReleaseConfig config, cli::Client& client, Actor actor, std::function<TimeMs()> now);
 
+  // Writes bundles/<id>.toml on main from the coordinator's record of the bundle, with the
+  // SHA-256 of each layer's package (`packages`: layer -> file), and commits and pushes it.
+  Result<BundleAdded> add_bundle(const std::string& bundle, const std::map<std::string, std::string>& packages,
+                                 const std::string& one_way_firmware);
   Result<Promoted> promote(const std::string& bundle, const std::string& environment,
                            const std::string& one_way_override);
   // `target`: an environment with one open promotion, or a promotion branch.
