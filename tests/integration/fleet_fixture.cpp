@@ -153,6 +153,8 @@ void Fleet::stop_coordinator(int signo) {
   coordinator_.reset();
 }
 
+// probe_timeout_ms: generous, since a check that overruns fails the probe and quarantines the node;
+// on a loaded 2-core CI machine a telemetry read has taken over a second.
 void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_options,
                       const std::string& extra_knobs) {
   add_key(spec.node_id, "agent");
@@ -165,7 +167,7 @@ void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_opt
       "options = \"state_dir={3}/sim-{0};node_id={0};hardware_revision={4};seed=7{8}\"\n\n"
       "[local_socket]\npath = \"{3}/{0}.sock\"\ngroup = \"root\"\n\n"
       "[knobs]\nheartbeat_interval_ms = {5}\nliveness_missed_beats = {6}\nreconnect_backoff_initial_ms = 100\n"
-      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 1000\nprobe_timeout_ms = 1000\n{9}\n"
+      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 3000\nprobe_timeout_ms = 3000\n{9}\n"
       "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n"
       "model = \"{7}/kiln-workload-model\"\nshell = \"/bin/sh\"\n",
       spec.node_id, agent_port_, KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
