@@ -87,13 +87,20 @@ void configure_curve_client(zmq::socket_t& socket, const KeyPair& own, const std
 }
 
 HandshakeMonitor::HandshakeMonitor(zmq::context_t& context, zmq::socket_t& watched, const std::string& name)
-    : pair_(context, zmq::socket_type::pair) {
+    : pair_(context, zmq::socket_type::pair), watched_(watched.handle()) {
   const std::string endpoint = "inproc://kiln-monitor-" + name;
   const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                      ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
   zmq_socket_monitor(watched.handle(), endpoint.c_str(), events);
   pair_.connect(endpoint);
+}
+
+HandshakeMonitor::~HandshakeMonitor() {
+  // Room in the pipe for the stop event, then no more events: closing the socket later sends none.
+  for (zmq::message_t event; pair_.recv(event, zmq::recv_flags::dontwait);) {
+  }
+  zmq_socket_monitor(watched_, nullptr, 0);
 }
 
 Status HandshakeMonitor::poll() {

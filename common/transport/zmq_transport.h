@@ -46,6 +46,12 @@ void configure_curve_client(zmq::socket_t& socket, const KeyPair& own, const std
 class HandshakeMonitor {
  public:
   HandshakeMonitor(zmq::context_t& context, zmq::socket_t& watched, const std::string& name);
+  // Stops the socket's events before the reader goes: ZeroMQ's I/O thread sends each event with
+  // a blocking send, so a monitored socket closed after its reader would hang that thread, and
+  // every socket of the context with it. Destroy the monitor before the watched socket.
+  ~HandshakeMonitor();
+  HandshakeMonitor(const HandshakeMonitor&) = delete;
+  HandshakeMonitor& operator=(const HandshakeMonitor&) = delete;
   Status poll();
   bool succeeded() const { return succeeded_; }
   // Whether the connection dropped, or a connection attempt was refused, since the last call:
@@ -55,6 +61,7 @@ class HandshakeMonitor {
 
  private:
   zmq::socket_t pair_;
+  void* watched_;
   bool succeeded_ = false;
   bool connection_lost_ = false;
   std::optional<Error> failure_;

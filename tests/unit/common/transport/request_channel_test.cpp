@@ -128,6 +128,23 @@ TEST_CASE("a submit sent while the coordinator is away fails, and is not carried
   CHECK(reply.get().has_value());
 }
 
+TEST_CASE("connections given up while the coordinator is away leave the channel working when it is back") {
+  Keys keys;
+  auto first = std::make_optional<StandIn>(keys.server, "tcp://127.0.0.1:*");
+  const std::string endpoint = first->endpoint();
+  transport::RequestChannel channel(endpoint, keys.client, keys.server.public_key, 300, following_from_the_start());
+  first.reset();
+  // Each failed request closes its connection while ZeroMQ reports retries on it.
+  for (int i = 0; i < 5; ++i) CHECK_FALSE(channel.request(protocol::Whoami{}, false).has_value());
+  StandIn second(keys.server, endpoint);
+  auto reply = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, true); });
+  auto asked = second.take(10s);
+  REQUIRE_MESSAGE(asked.has_value(), "the channel's sockets no longer send: its I/O thread hangs");
+  second.answer(*asked, protocol::WhoamiReply{"ci", protocol::Role::ci, protocol::kProtocolVersion, "test"});
+  REQUIRE(reply.wait_for(10s) == std::future_status::ready);
+  CHECK(reply.get().has_value());
+}
+
 TEST_CASE("a person's client that never heard the coordinator reports the silence instead of retrying") {
   Keys keys;
   StandIn silent(keys.server, "tcp://127.0.0.1:*");
