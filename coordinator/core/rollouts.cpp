@@ -62,20 +62,30 @@ void Rollouts::set_desired(DesiredFleet fleet, TimeMs now) {
   advance(now);
 }
 
+std::vector<const JobRecord*> Rollouts::rollout_jobs() const {
+  std::vector<const JobRecord*> out;
+  for (const auto& [id, job] : jobs_.all()) {
+    if (job.summary.submitted_by == kRolloutSubmitter && job.summary.workload == protocol::kInstallWorkload) {
+      out.push_back(&job);
+    }
+  }
+  return out;
+}
+
 bool Rollouts::is_rollout_job(const JobRecord& job, const DesiredEnvironment& environment) const {
-  return job.summary.submitted_by == kRolloutSubmitter && job.summary.workload == protocol::kInstallWorkload &&
-         job.summary.bundle_id == environment.bundle_id &&
+  return job.summary.bundle_id == environment.bundle_id &&
          std::find(job.summary.args.begin(), job.summary.args.end(), environment.firmware_sha256) !=
              job.summary.args.end();
 }
 
-Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment) const {
+Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
+                                      const std::vector<const JobRecord*>& rollout_jobs) const {
   Assessment out;
   // The newest install of this bundle's firmware asked on each node.
   std::map<std::string, const JobRecord*> latest;
   if (!environment.bundle_id.empty()) {
-    for (const auto& [id, job] : jobs_.all()) {
-      if (is_rollout_job(job, environment)) latest[job.requested_node_id] = &job;
+    for (const JobRecord* job : rollout_jobs) {
+      if (is_rollout_job(*job, environment)) latest[job->requested_node_id] = job;
     }
   }
   std::vector<std::string> drifted;
@@ -179,8 +189,9 @@ void Rollouts::advance(TimeMs now) {
   if (!dirty_ && now < next_check_ms_) return;
   dirty_ = false;
   next_check_ms_ = now + kRecheckMs;
+  const std::vector<const JobRecord*> jobs = rollout_jobs();
   for (const DesiredEnvironment& environment : fleet_.environments) {
-    for (const std::string& node_id : assess(environment).due) start_install(environment, node_id, now);
+    for (const std::string& node_id : assess(environment, jobs).due) start_install(environment, node_id, now);
   }
 }
 
@@ -194,8 +205,9 @@ protocol::EnvironmentList Rollouts::list() const {
   out.repository = fleet_.repository;
   out.commit = fleet_.commit;
   out.problem = problem_;
+  const std::vector<const JobRecord*> jobs = rollout_jobs();
   for (const DesiredEnvironment& environment : fleet_.environments) {
-    Assessment assessed = assess(environment);
+    Assessment assessed = assess(environment, jobs);
     out.environments.push_back(protocol::EnvironmentConvergence{environment.name, environment.bundle_id,
                                                                 std::string(phase_name(static_cast<int>(assessed.phase))),
                                                                 assessed.detail, std::move(assessed.nodes)});

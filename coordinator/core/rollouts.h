@@ -70,7 +70,10 @@ class Rollouts {
     std::vector<std::string> due;  // nodes to start installing now, in order
   };
 
-  Assessment assess(const DesiredEnvironment& environment) const;
+  // The install jobs rollouts asked for, in job order: one pass over the job table serves every
+  // environment's assessment.
+  std::vector<const JobRecord*> rollout_jobs() const;
+  Assessment assess(const DesiredEnvironment& environment, const std::vector<const JobRecord*>& rollout_jobs) const;
   bool is_rollout_job(const JobRecord& job, const DesiredEnvironment& environment) const;
   void start_install(const DesiredEnvironment& environment, const std::string& node_id, TimeMs now);
 
