@@ -33,6 +33,21 @@ std::map<std::string, int> measured_per_config(Fleet& fleet) {
   return measured;
 }
 
+// Every job of a config hash, a line each (id, state, exit code, node, detail): what a failure
+// of the once-per-config check needs to be understood.
+std::string jobs_of_config(Fleet& fleet, const std::string& hash) {
+  std::string out;
+  REQUIRE(fleet.kiln("ci", {"jobs", "--limit", "1000", "--json"}, &out) == 0);
+  std::string lines = hash + ":\n";
+  for (const auto& job : nlohmann::json::parse(out)) {
+    if (job.at("config_hash") != hash) continue;
+    lines += job.at("job_id").dump() + " " + job.at("state").get<std::string>() + " exit " +
+             job.at("exit_code").dump() + " on " + job.at("node_id").get<std::string>() + ": " +
+             job.at("detail").get<std::string>() + "\n";
+  }
+  return lines;
+}
+
 // The culprit of each ticket, with its team.
 std::map<std::string, std::string> ticketed(Fleet& fleet) {
   std::string out;
@@ -158,6 +173,6 @@ TEST_CASE("kiln nightly --wait follows its run across a coordinator restart, and
   CHECK(contains(said, "is not answering"));
   CHECK(contains(said, "reconnecting in"));
   CHECK(contains(read(fleet.dir() / "nightly.xml"), "<failure"));
-  for (const auto& [hash, count] : measured_per_config(fleet)) CHECK_MESSAGE(count == 1, hash);
+  for (const auto& [hash, count] : measured_per_config(fleet)) CHECK_MESSAGE(count == 1, jobs_of_config(fleet, hash));
   CHECK(ticketed(fleet) == kCulprits);
 }
