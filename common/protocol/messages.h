@@ -26,7 +26,7 @@ using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFi
                           QueueWhy, QueueExplanation, PutRecord, GetRecord, ListRecords, RecordEntry, RecordList,
                           QuarantineNode, ListQueue, QueueList, SetTicketState, SubmitGang, GangAccepted,
                           PutArtifact, ArtifactProgress, GetArtifact, ArtifactChunk, ListEnvironments,
-                          EnvironmentList>;
+                          EnvironmentList, PutAudit, ListAudit, AuditList>;
 
 std::string_view type_name(const Body& body);
 

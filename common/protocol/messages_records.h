@@ -150,4 +150,80 @@ struct QuarantineNode {
   }
 };
 
+// ---- the audit log (docs/protocol.md §16) -------------------------------------------------------
+
+// One line of the append-only audit log: who did what to what, and when. The coordinator writes
+// every line. For its own decisions (a grant, a preemption, a quarantine by a probe) the actor
+// and role are "coordinator"; for a request, the caller's key and role, never what a client says.
+struct AuditEntry {
+  std::uint64_t seq = 0;   // order of writing, from 1
+  std::int64_t at_ms = 0;  // the coordinator's wall clock, ms since the epoch
+  std::string actor;       // a key name, or "coordinator"
+  std::string role;        // the key's role, or "coordinator"
+  std::string action;      // what was done: lease_requested, preempted, promotion_merged, ... (§16)
+  std::string subject;     // what it was done to: "lease L7", "node n03", "environment production"
+  std::string detail;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("seq", seq, kU64);
+    v.field("at_ms", at_ms, Range{0, INT64_MAX});
+    v.field("actor", actor, kIdentifier);
+    v.field("role", role, Str{1, 16});
+    v.field("action", action, kIdentifier);
+    v.field("subject", subject, Str{1, 256});
+    v.field("detail", detail, kMessageText);
+  }
+};
+
+// The actions a client reports itself, for what it does outside the coordinator (the
+// environments repository of `kiln release`); every other action is the coordinator's own.
+inline constexpr std::string_view kClientAuditActions[] = {
+    "bundle_added", "promotion_proposed", "promotion_approved", "promotion_merged",
+    "rollback",     "environment_changed", "one_way_override",  "waiver",
+};
+
+// Adds a line to the audit log; the coordinator stamps who and when. Replies `ok`.
+struct PutAudit {
+  static constexpr std::string_view kType = "put_audit";
+  std::string action;  // one of kClientAuditActions
+  std::string subject;
+  std::string detail;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("action", action, kIdentifier);
+    v.field("subject", subject, Str{1, 256});
+    v.field("detail", detail, kMessageText);
+  }
+};
+
+// The audit log's lines written at or after `since_ms` (wall clock) and after `after_seq`,
+// oldest first. Replies `audit_list`; `more`: ask again after the last seq.
+struct ListAudit {
+  static constexpr std::string_view kType = "list_audit";
+  std::int64_t since_ms = 0;
+  std::uint64_t after_seq = 0;
+  std::uint32_t limit = 1000;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("since_ms", since_ms, Range{0, INT64_MAX});
+    v.field("after_seq", after_seq, kU64);
+    v.field("limit", limit, Range{1, 10000});
+  }
+};
+
+struct AuditList {
+  static constexpr std::string_view kType = "audit_list";
+  std::vector<AuditEntry> entries;
+  bool more = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("entries", entries, Count{0, 10000});
+    v.field("more", more);
+  }
+};
+
 }  // namespace kiln::protocol

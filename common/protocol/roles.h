@@ -24,4 +24,7 @@ inline bool role_may_put_artifact(Role role) {
   return role == Role::ci || role == Role::ops || role == Role::admin;
 }
 
+// Who may read the audit log (list_audit): the people who answer for the fleet.
+inline bool role_may_read_audit(Role role) { return role == Role::ops || role == Role::admin; }
+
 }  // namespace kiln::protocol

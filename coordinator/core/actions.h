@@ -10,6 +10,8 @@
 #include <variant>
 
 #include "common/error.h"
+#include "common/text/utf8.h"
+#include "common/time.h"
 #include "common/protocol/messages.h"
 #include "coordinator/core/records.h"
 
@@ -47,6 +49,10 @@ struct SaveRecord {
 struct SaveLease {
   LeaseRecord lease;
 };
+// Appended to the audit log; its seq is the store's.
+struct AppendAudit {
+  protocol::AuditEntry entry;
+};
 enum class Severity { debug, info, warn, error };
 struct Log {
   Severity severity = Severity::info;
@@ -55,7 +61,7 @@ struct Log {
 }  // namespace action
 
 using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
-                            action::SaveRecord, action::SaveLease, action::Log>;
+                            action::SaveRecord, action::SaveLease, action::AppendAudit, action::Log>;
 
 class ActionSink {
  public:
@@ -73,6 +79,14 @@ class ActionSink {
   void save(const JobRecord& job) { push(action::SaveJob{job}); }
   void save(const NodeRecord& node) { push(action::SaveNode{node}); }
   void save(const LeaseRecord& lease) { push(action::SaveLease{lease}); }
+  // `actor`, `role`: a caller's key and role, or "coordinator" for its own decisions.
+  void audit(TimeMs at_wall_ms, std::string actor, std::string role, std::string action, std::string subject,
+             std::string detail) {
+    // Within the protocol's bounds: a detail quoting a long reason is cut, never refused.
+    push(action::AppendAudit{protocol::AuditEntry{0, at_wall_ms, std::move(actor), std::move(role), std::move(action),
+                                                  text::utf8_head(subject, 256),
+                                                  text::utf8_head(detail, protocol::kMessageText.max_len)}});
+  }
 
   std::optional<Action> poll() {
     if (actions_.empty()) return std::nullopt;

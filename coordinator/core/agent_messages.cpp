@@ -118,7 +118,7 @@ void AgentSessions::quarantine_request(const std::string& client, const Caller& 
     return;
   }
   if (node->summary.state != NodeState::quarantined) {
-    quarantine(*node, request.reason + " (by " + caller.key_name + ")", request.owner, now);
+    quarantine(*node, request.reason + " (by " + caller.key_name + ")", request.owner, now, &caller);
   }
   ctx_.sink.to_client(client,
                       protocol::Ok{fmt::format("node {} is quarantined (owner {}); it returns after passing level {} "
@@ -251,6 +251,9 @@ void AgentSessions::apply_diag_result(const std::string& node_id, const JobRecor
                                                  "quarantined for: {}",
                                                  node_id, outcome->level, outcome->verdict, job.summary.job_id,
                                                  node.summary.quarantine_reason));
+    ctx_.audit("released_from_quarantine", "node " + node_id,
+               fmt::format("level {} diagnostics {} (job {}); it was quarantined for: {}", outcome->level,
+                           outcome->verdict, job.summary.job_id, node.summary.quarantine_reason));
     node.summary.quarantine_reason.clear();
     node.summary.quarantine_owner.clear();
     ctx_.registry.released_from_quarantine(node_id, job.started_at_ms + ctx_.clock.wall_offset_ms());
@@ -274,12 +277,18 @@ void AgentSessions::apply_install_result(const std::string& node_id, const JobRe
   const auto fit_member = doc.is_object() ? doc.find("fit_for_work") : doc.end();
   const bool fit = fit_member != doc.end() && fit_member->is_boolean() && fit_member->get<bool>();
   const std::string reason = text_of("reason").empty() ? std::string("no install report") : text_of("reason");
+  const std::string outcome = text_of("outcome");
+  // The outcomes of docs/health.md; anything else from the node is no report.
+  static const std::set<std::string> kOutcomes = {"installed",     "already_installed", "refused",
+                                                  "not_installed", "rolled_back",       "quarantined"};
+  ctx_.audit(kOutcomes.count(outcome) != 0 ? "install_" + outcome : "install_failed", "node " + node_id,
+             fmt::format("job {} by {}: {} {}: {}", job.summary.job_id, job.summary.submitted_by, text_of("kind"),
+                         text_of("version"), kOutcomes.count(outcome) != 0 ? reason : job.summary.detail));
   if (!fit && node.summary.state != NodeState::quarantined) {
     quarantine(node, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason), "ops",
                now);
     return;
   }
-  const std::string outcome = text_of("outcome");
   if (job.summary.state == JobState::succeeded && (outcome == "installed" || outcome == "already_installed")) {
     // What the node runs now, until its next hello reads it from the driver again.
     const std::string version = text_of("version");
@@ -307,7 +316,8 @@ std::uint32_t AgentSessions::release_diag_level(const NodeRecord& node) const {
   return node.recent_quarantines >= 2 ? 3u : ctx_.knobs.quarantine_release_min_diag_level;
 }
 
-void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now) {
+void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now,
+                               const Caller* by) {
   node.summary.state = NodeState::quarantined;
   if (node.recent_quarantines == 0 || now - node.flap_window_start_ms > ctx_.knobs.flap_window_ms) {
     node.recent_quarantines = 0;
@@ -325,6 +335,12 @@ void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, cons
   ctx_.log(action::Severity::warn, fmt::format("node {} quarantined (owner {}): {}; it returns after passing level {} "
                                                "diagnostics",
                                                node.summary.node_id, owner, why, release_diag_level(node)));
+  const std::string audited = fmt::format("owner {}: {}", owner, node.summary.quarantine_reason);
+  if (by != nullptr) {
+    ctx_.audit(*by, "quarantined", "node " + node.summary.node_id, audited);
+  } else {
+    ctx_.audit("quarantined", "node " + node.summary.node_id, audited);
+  }
   // The scheduler learns of the quarantine first, so no rerun lands back on this node.
   scheduling_.sync_node_states(now);
   jobs_.rerun_failures_of(node, now);
@@ -355,6 +371,7 @@ void AgentSessions::drain(const std::string& client, const Caller& caller, const
   ctx_.sink.push(action::ToClient{client, protocol::Ok{drain.drain ? "draining" : "resumed"}, m.header.id});
   ctx_.log(action::Severity::info, fmt::format("node {} {} by {}{}", drain.node_id, drain.drain ? "drained" : "resumed",
                                                caller.key_name, drain.reason.empty() ? "" : ": " + drain.reason));
+  ctx_.audit(caller, drain.drain ? "drained" : "undrained", "node " + drain.node_id, drain.reason);
 }
 
 void AgentSessions::mark_node_lost(NodeRecord& node, TimeMs now) {

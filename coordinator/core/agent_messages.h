@@ -54,7 +54,9 @@ class AgentSessions {
   void take_inventory(NodeRecord& node, const protocol::Hello& hello, TimeMs now);
   void apply_diag_result(const std::string& node_id, const JobRecord& job, TimeMs now);
   void apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now);
-  void quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now);
+  // `by`: who asked for it, when not the coordinator's own finding.
+  void quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now,
+                  const Caller* by = nullptr);
   // The diagnostics level that returns a quarantined node: higher for a flapping one.
   std::uint32_t release_diag_level(const NodeRecord& node) const;
   void mark_node_lost(NodeRecord& node, TimeMs now);

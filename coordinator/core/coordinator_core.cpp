@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "coordinator/core/core_rules.h"
 
@@ -154,6 +155,8 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
           reply(records_.list(body));
         } else if constexpr (std::is_same_v<T, protocol::SetTicketState>) {
           set_ticket_state(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::PutAudit>) {
+          put_audit(client, caller, corr, body);
         } else if constexpr (std::is_same_v<T, protocol::ListEnvironments>) {
           reply(rollouts_.list());
         } else if constexpr (std::is_same_v<T, protocol::ListQueue>) {
@@ -185,6 +188,21 @@ void CoordinatorCore::put_record(const std::string& client, const Caller& caller
   }
   sink_.push(action::SaveRecord{*record});
   sink_.to_client(client, protocol::Ok{}, m.header.id);
+}
+
+// What a client did outside the coordinator (a release in the environments repository): the line
+// names the caller's key and role and the coordinator's time, whatever the client says.
+void CoordinatorCore::put_audit(const std::string& client, const Caller& caller, std::uint64_t corr,
+                                const protocol::PutAudit& put) {
+  const auto& actions = protocol::kClientAuditActions;
+  if (std::find(std::begin(actions), std::end(actions), put.action) == std::end(actions)) {
+    sink_.reply_error(client, corr, Errc::invalid_argument,
+                      fmt::format("'{}' is not an action a client records; clients record {}", put.action,
+                                  fmt::join(actions, ", ")));
+    return;
+  }
+  context().audit(caller, put.action, put.subject, put.detail);
+  sink_.to_client(client, protocol::Ok{}, corr);
 }
 
 // A ticket's state is a person's call (acknowledged by its team, fixed, a duplicate): every

@@ -93,6 +93,7 @@ class CoordinatorCore {
 
  private:
   CoreContext context() { return CoreContext{knobs_, sink_, clock_, registry_, bridge_}; }
+  void put_audit(const std::string& client, const Caller& caller, std::uint64_t corr, const protocol::PutAudit& put);
   void put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                   const protocol::PutRecord& put, TimeMs now);
   void get_record(const std::string& client, std::uint64_t corr, const protocol::GetRecord& get);

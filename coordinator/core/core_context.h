@@ -32,14 +32,18 @@ struct Now {
 // core keeps or stores is on it; it reads as the wall clock until the system clock steps.
 class CoreClock {
  public:
-  explicit CoreClock(Now start) : mono_origin_ms_(start.monotonic_ms), core_origin_ms_(start.wall_ms) {}
+  explicit CoreClock(Now start)
+      : mono_origin_ms_(start.monotonic_ms), core_origin_ms_(start.wall_ms), latest_wall_ms_(start.wall_ms) {}
 
   // The core's time at `now`; remembers how far the wall clock is from it.
   TimeMs advance(const Now& now) {
     const TimeMs core_ms = core_origin_ms_ + (now.monotonic_ms - mono_origin_ms_);
     wall_offset_ms_ = now.wall_ms - core_ms;
+    latest_wall_ms_ = now.wall_ms;
     return core_ms;
   }
+  // The wall clock at the latest input: when the audit log says something happened.
+  TimeMs latest_wall_ms() const { return latest_wall_ms_; }
   // The wall clock minus the core's, at the latest input.
   TimeMs wall_offset_ms() const { return wall_offset_ms_; }
   // A time on the core's clock as the shell's monotonic clock reads it (the shell waits on it).
@@ -52,6 +56,7 @@ class CoreClock {
   TimeMs mono_origin_ms_ = 0;  // the monotonic clock at start-up
   TimeMs core_origin_ms_ = 0;  // the wall clock at start-up: where the core's clock starts
   TimeMs wall_offset_ms_ = 0;
+  TimeMs latest_wall_ms_ = 0;
 };
 
 struct CoreContext {
@@ -75,6 +80,16 @@ struct CoreContext {
   void log(action::Severity severity, std::string text) const { sink.log(severity, std::move(text)); }
   void save(const JobRecord& job) const { sink.save(job); }
   void save(const NodeRecord& node) const { sink.save(node); }
+  // A line of the audit log, now (docs/protocol.md §16): what a caller did.
+  void audit(const Caller& actor, std::string action, std::string subject, std::string detail) const {
+    sink.audit(clock.latest_wall_ms(), actor.key_name, std::string(protocol::enum_name(actor.role)),
+               std::move(action), std::move(subject), std::move(detail));
+  }
+  // A line for the coordinator's own decision.
+  void audit(std::string action, std::string subject, std::string detail) const {
+    sink.audit(clock.latest_wall_ms(), "coordinator", "coordinator", std::move(action), std::move(subject),
+               std::move(detail));
+  }
 };
 
 }  // namespace kiln::coordinator

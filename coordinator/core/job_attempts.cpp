@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "common/protocol/artifacts.h"
@@ -256,6 +257,10 @@ Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::Sub
            fmt::format("job {} ({} on {} chips, {}{}) submitted by {}", id, submit.workload, submit.chips,
                        protocol::enum_name(stored.summary.priority_class),
                        lease_id ? fmt::format(", in lease L{}", lease_id) : "", caller.key_name));
+  if (submit.workload == protocol::kInstallWorkload) {
+    ctx_.audit(caller, "install_requested", "node " + submit.node_id,
+               fmt::format("job {}: {} {}", id, submit.workload, fmt::join(submit.args, " ")));
+  }
   scheduling_.sync_node_states(now);
   return id;
 }

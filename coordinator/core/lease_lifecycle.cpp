@@ -154,13 +154,13 @@ void LeaseLifecycle::request(const std::string& client, const Caller& caller, co
   lease.summary.hardware_revision = request.hardware_revision;
   lease.summary.duration_ms = request.duration_ms;
   lease.summary.requested_at_ms = static_cast<std::uint64_t>(std::max<TimeMs>(0, now));
-  ctx_.log(
-      action::Severity::info,
-      fmt::format(
-          "lease L{} requested by {}: {} for {} ({}{})", lease_id, caller.key_name,
-          request.nodes > 0 ? fmt::format("{} whole nodes", request.nodes) : fmt::format("{} chips", request.chips),
-          human_duration(static_cast<TimeMs>(request.duration_ms)), protocol::enum_name(request.priority_class),
-          request.hardware_revision.empty() ? "" : ", revision " + request.hardware_revision));
+  const std::string asked = fmt::format(
+      "{} for {} ({}{})",
+      request.nodes > 0 ? fmt::format("{} whole nodes", request.nodes) : fmt::format("{} chips", request.chips),
+      human_duration(static_cast<TimeMs>(request.duration_ms)), protocol::enum_name(request.priority_class),
+      request.hardware_revision.empty() ? "" : ", revision " + request.hardware_revision);
+  ctx_.log(action::Severity::info, fmt::format("lease L{} requested by {}: {}", lease_id, caller.key_name, asked));
+  ctx_.audit(caller, "lease_requested", fmt::format("lease L{} of {}", lease_id, caller.key_name), asked);
   // The grant, if there is one now, is among the scheduler's actions.
   scheduling_.pump(now);
   DevLease& now_lease = dev_leases_.all().at(lease_id);
@@ -191,7 +191,7 @@ void LeaseLifecycle::release(const std::string& client, const Caller& caller, co
     return;
   }
   release_lease_chips(*lease, now);
-  end_lease(*lease, fmt::format("released by {}", caller.key_name), now);
+  end_lease(*lease, fmt::format("released by {}", caller.key_name), now, &caller);
   ctx_.sink.push(
       action::ToClient{client, protocol::Ok{fmt::format("lease L{} released", release.lease_id)}, m.header.id});
 }
@@ -259,17 +259,27 @@ protocol::LeaseEvent LeaseLifecycle::status_event(const DevLease& lease, TimeMs 
   return event;
 }
 
-void LeaseLifecycle::lease_event(DevLease& lease, LeaseEventKind kind, std::string message) {
+void LeaseLifecycle::lease_event(DevLease& lease, LeaseEventKind kind, std::string message, const Caller* actor) {
+  if (kind != LeaseEventKind::status) {
+    const std::string action = kind == LeaseEventKind::preempt_notice ? "preempted"
+                                                                      : "lease_" + std::string(protocol::enum_name(kind));
+    const std::string subject = fmt::format("lease L{} of {}", lease.summary.lease_id, lease.summary.owner);
+    if (actor != nullptr) {
+      ctx_.audit(*actor, action, subject, message);
+    } else {
+      ctx_.audit(action, subject, message);
+    }
+  }
   dev_leases_.record_event(lease, kind, std::move(message), jobs_.in_lease(lease.summary.lease_id));
 }
 
-void LeaseLifecycle::end_lease(DevLease& lease, const std::string& why, TimeMs now) {
+void LeaseLifecycle::end_lease(DevLease& lease, const std::string& why, TimeMs now, const Caller* actor) {
   lease.summary.state = LeaseState::ended;
   lease.summary.placement.clear();
   lease.summary.grace_deadline_ms = 0;
   lease.scheduler_lease.reset();
   jobs_.lease_ended(lease.summary.lease_id, why, now);
-  lease_event(lease, LeaseEventKind::ended, why);
+  lease_event(lease, LeaseEventKind::ended, why, actor);
   dev_leases_.prune_ended();
 }
 

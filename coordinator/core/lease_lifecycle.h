@@ -80,8 +80,11 @@ class LeaseLifecycle {
   // The caller's lease (or any, for ops and admin); otherwise replies why not and gives nullptr.
   DevLease* callers_lease(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                           std::uint64_t lease_id, std::string_view otherwise);
-  void lease_event(DevLease& lease, protocol::LeaseEventKind kind, std::string message);
-  void end_lease(DevLease& lease, const std::string& why, TimeMs now);
+  // Tells the lease's watchers and writes the audit line; `actor`: who caused it, when not the
+  // coordinator.
+  void lease_event(DevLease& lease, protocol::LeaseEventKind kind, std::string message,
+                   const Caller* actor = nullptr);
+  void end_lease(DevLease& lease, const std::string& why, TimeMs now, const Caller* actor = nullptr);
   // Gives back the chips a developer lease holds in the scheduler, except those of its jobs that
   // still run: they keep theirs as leases of their own until they end.
   void release_lease_chips(DevLease& lease, TimeMs now);

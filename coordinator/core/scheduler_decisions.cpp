@@ -342,6 +342,8 @@ void JobTable::preempt_notice(const scheduler::PreemptNotice& notice, std::uint6
   send_preempt(*job, grace_ms, reason);
   ctx_.log(action::Severity::info,
            fmt::format("job {} on {}: {}", job->summary.job_id, job->summary.node_id, job->summary.detail));
+  ctx_.audit("preempted", fmt::format("job {} of {}", id, job->summary.submitted_by),
+             fmt::format("{} on {}: {}", job->summary.workload, job->summary.node_id, job->summary.detail));
 }
 
 void JobTable::revoked(const scheduler::Revoke& revoke, std::uint64_t job_id) {

@@ -24,6 +24,7 @@ Status carry_out(Action action, CoordinatorIo& io) {
           [&](action::SaveJob& a) { return io.save_job(a.job); },
           [&](action::SaveRecord& a) { return io.save_record(a.record); },
           [&](action::SaveLease& a) { return io.save_lease(a.lease); },
+          [&](action::AppendAudit& a) { return io.append_audit(a.entry); },
           [&](action::Log& a) {
             io.log(a.severity, a.text);
             return Status{};

@@ -28,6 +28,7 @@ class CoordinatorIo {
   virtual Status save_job(const JobRecord& job) = 0;
   virtual Status save_record(const protocol::RecordEntry& record) = 0;
   virtual Status save_lease(const LeaseRecord& lease) = 0;
+  virtual Status append_audit(const protocol::AuditEntry& entry) = 0;
   virtual void log(action::Severity severity, const std::string& text) = 0;
 };
 

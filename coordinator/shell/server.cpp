@@ -194,6 +194,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
                                   limits_, *this);
     if (!envelope) return;
     if (serve_artifact(r, caller, *envelope, from_agents)) return;
+    if (serve_audit(r, caller, *envelope, from_agents)) return;
     // Nothing a peer sends may stop the coordinator: the agent would resend the same result to
     // the restarted one, which would stop again. The core validates what it reads, so this
     // only catches a bug; the message is dropped with an error reply and the loop goes on.
@@ -266,6 +267,48 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     return true;
   }
 
+  // The audit log is read from the store, where it is kept whole (the core keeps none of it):
+  // list_audit is answered here. Returns whether the message was one.
+  bool serve_audit(const transport::Received& r, const Caller& caller, const protocol::Envelope& m, bool from_agents) {
+    const auto* query = std::get_if<protocol::ListAudit>(&m.body);
+    if (query == nullptr) return false;
+    zmq::socket_t& socket = from_agents ? agents_ : clients_;
+    const auto refuse = [&](Errc code, std::string why) {
+      send_to(socket, r.routing_id, protocol::ErrorReply{std::string(to_string(code)), std::move(why), {}}, m.header.id);
+    };
+    if (from_agents) {
+      refuse(Errc::bad_message, "'list_audit' is sent by clients only");
+      return true;
+    }
+    if (!protocol::role_may_read_audit(caller.role)) {
+      refuse(Errc::unauthorized, fmt::format("role {} may not read the audit log; ops and admin keys do",
+                                             protocol::enum_name(caller.role)));
+      return true;
+    }
+    protocol::ListAudit one_more = *query;
+    one_more.limit = query->limit + 1;
+    auto lines = store_->read_audit(one_more);
+    if (!lines) {
+      logger_->error("list_audit from {}: {}", caller.key_name, lines.error().message);
+      refuse(lines.error().code, lines.error().message);
+      return true;
+    }
+    // Half the message limit leaves room for the encoding; the client asks again for the rest.
+    const std::size_t budget_bytes = limits_.max_message_bytes / 2;
+    protocol::AuditList list;
+    std::size_t bytes = 0;
+    for (auto& line : *lines) {
+      bytes += line.actor.size() + line.role.size() + line.action.size() + line.subject.size() + line.detail.size() + 64;
+      if (list.entries.size() == query->limit || bytes > budget_bytes) {
+        list.more = true;
+        break;
+      }
+      list.entries.push_back(std::move(line));
+    }
+    send_to(socket, r.routing_id, std::move(list), m.header.id);
+    return true;
+  }
+
   // ---- CoordinatorIo: what the core's actions do here
 
   void send_to_agent(const std::string& peer, protocol::Body body, std::uint64_t corr) override {
@@ -278,6 +321,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   Status save_job(const JobRecord& job) override { return store_->save_job(job); }
   Status save_record(const protocol::RecordEntry& record) override { return store_->save_record(record); }
   Status save_lease(const LeaseRecord& lease) override { return store_->save_lease(lease); }
+  Status append_audit(const protocol::AuditEntry& entry) override { return store_->append_audit(entry); }
   void log(action::Severity severity, const std::string& text) override {
     logger_->log(spdlog_level(severity), "{}", text);
   }

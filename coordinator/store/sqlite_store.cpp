@@ -20,11 +20,12 @@ namespace {
 
 // Version 2 added the leases and records tables and each job's bundle_id and config_hash;
 // version 3 each node's released_from_quarantine_wall_ms; version 4 each node's
-// rendezvous_address, each job's gang, cancel reason and artifacts. Older databases are upgraded in place
-// (version 1 gains the tables and its jobs empty attributions, nodes of 1 and 2 a release time
-// of 0: never released, nodes and jobs of 1 to 3 no address and no gang); a coordinator refuses a database of a newer version than its own, so
-// it cannot drop what it does not know about.
-constexpr int kSchemaVersion = 4;
+// rendezvous_address, each job's gang, cancel reason and artifacts; version 5 the audit log.
+// Older databases are upgraded in place (version 1 gains the tables and its jobs empty
+// attributions, nodes of 1 and 2 a release time of 0: never released, nodes and jobs of 1 to 3
+// no address and no gang, 1 to 4 an empty audit log); a coordinator refuses a database of a
+// newer version than its own, so it cannot drop what it does not know about.
+constexpr int kSchemaVersion = 5;
 // SQLite's application id (a field of the file header) of a database kiln created: "KILN".
 // Databases from before it was set have kiln's tables only and a schema version; they get it
 // when a coordinator next opens them.
@@ -40,10 +41,19 @@ constexpr const char* kCreateTables[] = {
     "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, "
     "PRIMARY KEY (kind, key));",
     "CREATE TABLE IF NOT EXISTS leases (lease_id INTEGER PRIMARY KEY, state TEXT NOT NULL, doc TEXT NOT NULL);",
+    // Append-only, and SQLite itself refuses to change or remove a line: a mistake in kiln, or a
+    // hand with the sqlite3 shell, cannot rewrite who did what.
+    "CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, "
+    "doc TEXT NOT NULL);",
+    "CREATE INDEX IF NOT EXISTS audit_at ON audit (at_ms);",
+    "CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit "
+    "BEGIN SELECT RAISE(ABORT, 'the kiln audit log is append-only'); END;",
+    "CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit "
+    "BEGIN SELECT RAISE(ABORT, 'the kiln audit log is append-only'); END;",
 };
 
 const std::set<std::string>& kiln_tables() {
-  static const std::set<std::string> tables = {"meta", "nodes", "jobs", "records", "leases"};
+  static const std::set<std::string> tables = {"meta", "nodes", "jobs", "records", "leases", "audit"};
   return tables;
 }
 
@@ -409,6 +419,34 @@ class SqliteStore final : public Store {
                             kEndedLeasesKept));
   }
 
+  Status append_audit(const protocol::AuditEntry& entry) override {
+    Statement st(db_.get(), "INSERT INTO audit (at_ms, doc) VALUES (?1, ?2);");
+    if (!st) return error("prepare an audit line");
+    const std::string doc = protocol::to_json(entry).dump();
+    sqlite3_bind_int64(st.get(), 1, static_cast<sqlite3_int64>(entry.at_ms));
+    sqlite3_bind_text(st.get(), 2, doc.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return error("append to the audit log: " + entry.action);
+    return {};
+  }
+
+  Result<std::vector<protocol::AuditEntry>> read_audit(const protocol::ListAudit& query) override {
+    Statement st(db_.get(), "SELECT seq, doc FROM audit WHERE at_ms >= ?1 AND seq > ?2 ORDER BY seq LIMIT ?3;");
+    if (!st) return tl::unexpected(error("read the audit log").error());
+    sqlite3_bind_int64(st.get(), 1, static_cast<sqlite3_int64>(query.since_ms));
+    sqlite3_bind_int64(st.get(), 2, static_cast<sqlite3_int64>(query.after_seq));
+    sqlite3_bind_int64(st.get(), 3, static_cast<sqlite3_int64>(query.limit));
+    std::vector<protocol::AuditEntry> entries;
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      auto entry = parse_record<protocol::AuditEntry>(st.get(), 1, path_, "audit");
+      if (!entry) return tl::unexpected(entry.error());
+      entry->seq = static_cast<std::uint64_t>(sqlite3_column_int64(st.get(), 0));
+      entries.push_back(std::move(*entry));
+    }
+    if (rc != SQLITE_DONE) return tl::unexpected(error("read the audit log").error());
+    return entries;
+  }
+
   Result<Snapshot> load() override {
     Snapshot snapshot;
     const auto into = [](auto& list) {
@@ -514,7 +552,7 @@ Result<StoreCheck> check_sqlite_store(const std::string& path) {
     }
     if (rc != SQLITE_DONE) check.problems.push_back(sqlite_failure(db->get(), path, "run its integrity check"));
   }
-  std::size_t nodes = 0, jobs = 0, records = 0, leases = 0;
+  std::size_t nodes = 0, jobs = 0, records = 0, leases = 0, audit_lines = 0;
   const auto name = [](auto value) { return std::string(protocol::enum_name(value)); };
   for (auto s : {check_table<NodeRecord>(
                      db->get(), path, "SELECT node_id, doc FROM nodes;", "node",
@@ -535,17 +573,21 @@ Result<StoreCheck> check_sqlite_store(const std::string& path) {
                      [&](const LeaseRecord& r) {
                        return std::vector<std::string>{std::to_string(r.summary.lease_id), name(r.summary.state)};
                      },
-                     check, leases)}) {
+                     check, leases),
+                 check_table<protocol::AuditEntry>(
+                     db->get(), path, "SELECT at_ms, doc FROM audit;", "audit",
+                     [&](const protocol::AuditEntry& r) { return std::vector<std::string>{std::to_string(r.at_ms)}; },
+                     check, audit_lines)}) {
     if (!s) check.problems.push_back(s.error().message);
   }
   check.summary = fmt::format("{}: kiln database, schema version {}{}; {} nodes, {} jobs, {} qualification records, "
-                              "{} leases",
+                              "{} leases, {} audit lines",
                               path, *version,
                               found->application_id == kApplicationId
                                   ? ""
                                   : " (from before kiln set an application id; the coordinator adds it when it "
                                     "next opens the database)",
-                              nodes, jobs, records, leases);
+                              nodes, jobs, records, leases, audit_lines);
   return check;
 }
 

@@ -19,6 +19,10 @@ class Store {
   virtual Status save_job(const JobRecord& job) = 0;
   virtual Status save_record(const protocol::RecordEntry& record) = 0;
   virtual Status save_lease(const LeaseRecord& lease) = 0;
+  // The audit log is append-only: lines are added, never changed or removed.
+  virtual Status append_audit(const protocol::AuditEntry& entry) = 0;
+  // Its lines at or after `since_ms` and after `after_seq`, oldest first, at most `limit`.
+  virtual Result<std::vector<protocol::AuditEntry>> read_audit(const protocol::ListAudit& query) = 0;
   virtual Result<Snapshot> load() = 0;
 };
 

@@ -154,7 +154,7 @@ struct RunSummary {
 };
 
 // What a save to the coordinator's store holds.
-enum class StoredKind { node, job, record, lease };
+enum class StoredKind { node, job, record, lease, audit };
 
 class Simulation {
  public:

@@ -235,6 +235,7 @@ struct Simulation::World {
   std::map<std::string, NodeRecord> stored_nodes;
   std::map<std::uint64_t, JobRecord> stored_jobs;
   std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> stored_records;
+  std::uint64_t audit_lines = 0;  // appended to the coordinator's audit log
   std::map<std::uint64_t, coordinator::LeaseRecord> stored_leases;
   std::set<std::uint64_t> accepted;                                // job_accepted sent
   std::set<std::pair<std::uint64_t, std::uint32_t>> acked_results;  // (job, attempt) acknowledged, stored terminal
@@ -286,6 +287,9 @@ struct Simulation::World {
     Status save_lease(const coordinator::LeaseRecord& lease) override {
       return world.coordinator_save(StoredKind::lease,
                                     [&] { world.stored_leases[lease.summary.lease_id] = lease; });
+    }
+    Status append_audit(const protocol::AuditEntry&) override {
+      return world.coordinator_save(StoredKind::audit, [&] { ++world.audit_lines; });
     }
     void log(coordinator::action::Severity, const std::string& text) override { world.coordinator_log(text); }
   };

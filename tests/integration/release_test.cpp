@@ -259,6 +259,49 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
   CHECK(std::find(keys.begin(), keys.end(), "dev@" + by_hand) != keys.end());
   REQUIRE(release("alice", {"status"}, &out) == 0);
   CHECK(out.find("recorded") == std::string::npos);
+
+  // Every step is in the coordinator's audit log, with the key and role that took it.
+  REQUIRE(fleet.kiln("alice", {"audit", "--since", "1h", "--json"}, &out) == 0);
+  const json audit = json::parse(out);
+  const auto lines_of = [&](const std::string& action) {
+    std::vector<json> found;
+    for (const auto& line : audit) {
+      if (line["action"] == action) found.push_back(line);
+    }
+    return found;
+  };
+  const auto proposed = lines_of("promotion_proposed");
+  REQUIRE(proposed.size() == 6);
+  CHECK(proposed[0]["actor"] == "alice");
+  CHECK(proposed[0]["role"] == "ops");
+  CHECK(proposed[0]["subject"] == "environment dev");
+  CHECK(has(proposed[0]["detail"].get<std::string>(), a12 + " on branch " + branch_a));
+  const auto approved = lines_of("promotion_approved");
+  REQUIRE(approved.size() == 6);
+  CHECK(approved[0]["actor"] == "bob");
+  CHECK(approved[0]["role"] == "admin");
+  const auto merged = lines_of("promotion_merged");
+  REQUIRE(merged.size() == 5);  // dev a, dev b, staging b, production b, dev c
+  CHECK(has(merged[0]["detail"].get<std::string>(), "none -> " + a12 + " in commit " + dev_merge.substr(0, 12)));
+  CHECK(has(merged[0]["detail"].get<std::string>(), "approved by bob (admin)"));
+  const auto overrides = lines_of("one_way_override");
+  REQUIRE(overrides.size() == 2);
+  CHECK(has(overrides[0]["detail"].get<std::string>(), "promoted anyway: fleet moves to r1-c3 (REL-7)"));
+  const auto rollbacks = lines_of("rollback");
+  REQUIRE(rollbacks.size() == 2);
+  CHECK(rollbacks[0]["actor"] == "alice");
+  CHECK(rollbacks[0]["subject"] == "environment staging");
+  CHECK(rollbacks[1]["actor"] == "bob");
+  const auto by_hand_lines = lines_of("environment_changed");
+  REQUIRE(by_hand_lines.size() >= 2);  // the seed commit's and the hand edit's, recorded by alice
+  CHECK(by_hand_lines.back()["actor"] == "alice");
+  for (std::size_t i = 1; i < audit.size(); ++i) CHECK(audit[i]["seq"] > audit[i - 1]["seq"]);
+  REQUIRE(fleet.kiln("bob", {"audit"}, &out) == 0);
+  CHECK(has(out, "TIME"));
+  CHECK(has(out, "promotion_merged"));
+  CHECK(fleet.kiln("dana", {"audit"}, &out) == 3);
+  CHECK(has(out, "role developer may not read the audit log; ops and admin keys do"));
+  CHECK(fleet.kiln("alice", {"audit", "--since", "7x"}, &out) == 2);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ struct Harness : CoordinatorIo {
   std::map<std::uint64_t, JobRecord> stored_jobs;
   std::map<std::uint64_t, LeaseRecord> stored_leases;
   std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> stored_records;
+  std::vector<protocol::AuditEntry> audit;
   std::uint64_t next_id = 1;
 
   explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, Now now = 0)
@@ -58,6 +59,11 @@ struct Harness : CoordinatorIo {
   }
   Status save_lease(const LeaseRecord& lease) override {
     stored_leases[lease.summary.lease_id] = lease;
+    return {};
+  }
+  Status append_audit(const protocol::AuditEntry& entry) override {
+    audit.push_back(entry);
+    audit.back().seq = audit.size();
     return {};
   }
   void log(action::Severity, const std::string&) override {}

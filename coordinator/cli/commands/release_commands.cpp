@@ -73,6 +73,13 @@ void warn_unrecorded(const std::string& problem) {
             << "); the next `kiln release` command records it\n";
 }
 
+// The commit is the truth; the audit line is its account in the coordinator's log.
+void warn_unaudited(const std::string& problem) {
+  if (problem.empty()) return;
+  std::cerr << "kiln: the commit is made, but the coordinator's audit log does not have this step (" << problem
+            << "); the commit's trailers in the environments repository are its record\n";
+}
+
 class AddBundleCommand : public ReleaseCommand {
  public:
   std::string name() const override { return "add-bundle"; }
@@ -99,6 +106,7 @@ class AddBundleCommand : public ReleaseCommand {
   int run_desk(r::ReleaseDesk& desk, CommandContext& context) override {
     auto added = desk.add_bundle(bundle_, packages_, one_way_);
     if (!added) return report(added.error());
+    warn_unaudited(added->audit_problem);
     if (context.json()) {
       std::cout << json{{"bundle_id", added->bundle.id}, {"path", r::bundle_path(added->bundle.id)},
                         {"commit", added->commit}}
@@ -133,6 +141,7 @@ class PromoteCommand : public ReleaseCommand {
   int run_desk(r::ReleaseDesk& desk, CommandContext& context) override {
     auto promoted = desk.promote(bundle_, environment_, override_);
     if (!promoted) return report(promoted.error());
+    warn_unaudited(promoted->audit_problem);
     const r::Promotion& p = promoted->promotion;
     if (context.json()) {
       std::cout << json{{"branch", p.branch},
@@ -174,6 +183,7 @@ class ApproveCommand : public ReleaseCommand {
   int run_desk(r::ReleaseDesk& desk, CommandContext& context) override {
     auto approved = desk.approve(target_);
     if (!approved) return report(approved.error());
+    warn_unaudited(approved->audit_problem);
     if (context.json()) {
       std::cout << json{{"branch", approved->proposed.branch}, {"commit", approved->commit}}.dump(2) << "\n";
     } else {

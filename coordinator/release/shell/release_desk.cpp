@@ -168,13 +168,27 @@ Result<std::size_t> ReleaseDesk::reconcile() {
     for (auto it = history->rbegin(); it != history->rend(); ++it) {  // oldest first
       const std::string key = promotion_record_key(*it);
       if (recorded.contains(key)) continue;
-      auto stored = client_.request(protocol::PutRecord{protocol::RecordKind::promotion, key,
-                                                        promotion_record_json(*it).dump()});
+      auto stored = cli::expect_reply<protocol::Ok>(client_.request(
+          protocol::PutRecord{protocol::RecordKind::promotion, key, promotion_record_json(*it).dump()}));
       if (!stored) return tl::unexpected(stored.error());
+      const std::string action = it->action == "rollback" ? "rollback"
+                                 : it->action == "promote" ? "promotion_merged"
+                                                           : "environment_changed";
+      const std::string approvals =
+          it->approved_by.empty() ? "" : fmt::format(", approved by {}", fmt::join(it->approved_by, ", "));
+      const std::string detail = fmt::format(
+          "{} -> {} in commit {} by {}{}", it->previous_bundle_id.empty() ? "none" : it->previous_bundle_id.substr(0, 12),
+          it->bundle_id.empty() ? "none" : it->bundle_id.substr(0, 12), it->commit.substr(0, 12), it->author, approvals);
+      if (auto problem = audit(action, "environment " + name, detail); !problem.empty()) return fail(Errc::io, problem);
       ++written;
     }
   }
   return written;
+}
+
+std::string ReleaseDesk::audit(const std::string& action, const std::string& subject, const std::string& detail) {
+  auto written = cli::expect_reply<protocol::Ok>(client_.request(protocol::PutAudit{action, subject, detail}));
+  return written ? std::string() : written.error().message;
 }
 
 Result<std::string> ReleaseDesk::commit_with_message(const std::vector<std::string>& commit_args,
@@ -253,7 +267,7 @@ Result<BundleAdded> ReleaseDesk::add_bundle(const std::string& bundle_arg,
   const std::string text = format_bundle_file(file);
   const std::string path = bundle_path(file.id);
   if (auto held = git_.run({"show", config_.main_branch + ":" + path}); held && held->exit_code == 0) {
-    if (held->out == text) return BundleAdded{std::move(file), ""};
+    if (held->out == text) return BundleAdded{std::move(file), "", ""};
     return fail(Errc::conflict, fmt::format("{} on {} pins other packages; a bundle's file never changes once "
                                             "added: build a new bundle for new packages",
                                             path, config_.main_branch));
@@ -277,7 +291,12 @@ Result<BundleAdded> ReleaseDesk::add_bundle(const std::string& bundle_arg,
     return fail(Errc::conflict, fmt::format("{}; main moved on the remote meanwhile: run add-bundle again",
                                             ok.error().message));
   }
-  return BundleAdded{std::move(file), *commit};
+  const std::string subject = "bundle " + file.id.substr(0, 12);
+  const std::string detail =
+      fmt::format("{} in commit {}{}", bundle_path(file.id), commit->substr(0, 12),
+                  file.one_way_firmware.empty() ? "" : "; one-way firmware: " + file.one_way_firmware);
+  std::string problem = audit("bundle_added", subject, detail);
+  return BundleAdded{std::move(file), *commit, std::move(problem)};
 }
 
 Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::string& environment,
@@ -345,7 +364,7 @@ Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::
     (void)git_.run({"branch", "-D", branch});
     return tl::unexpected(commit.error());
   }
-  Promoted promoted{std::move(*promotion), *commit, ""};
+  Promoted promoted{std::move(*promotion), *commit, "", ""};
   if (auto ok = push(branch); !ok) return tl::unexpected(ok.error());
   if (!config_.forge.kind.empty()) {
     PullRequest request{fmt::format("Promote {} to {}", promoted.promotion.bundle_id.substr(0, 12), environment),
@@ -353,6 +372,16 @@ Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::
     auto url = open_pull_request(config_.forge, request);
     if (!url) return tl::unexpected(url.error());
     promoted.pull_request_url = *url;
+  }
+  const Promotion& p = promoted.promotion;
+  const std::string subject = "environment " + environment;
+  promoted.audit_problem = audit("promotion_proposed", subject,
+                                 fmt::format("{} on branch {} (commit {})", p.bundle_id.substr(0, 12), branch,
+                                             promoted.commit.substr(0, 12)));
+  if (!p.one_way_override.empty() && promoted.audit_problem.empty()) {
+    promoted.audit_problem = audit("one_way_override", subject,
+                                   fmt::format("{} has one-way firmware ({}); promoted anyway: {}",
+                                               p.bundle_id.substr(0, 12), p.one_way_firmware, p.one_way_override));
   }
   return promoted;
 }
@@ -474,7 +503,10 @@ Result<Approved> ReleaseDesk::approve(const std::string& target) {
   if (!commit) return tl::unexpected(commit.error());
   if (auto ok = push(branch); !ok) return tl::unexpected(ok.error());
   proposed.approvals.push_back(actor_);
-  return Approved{std::move(proposed), *commit};
+  std::string problem = audit("promotion_approved", "environment " + proposed.environment,
+                              fmt::format("{} on branch {} (commit {})", proposed.bundle_id.substr(0, 12), branch,
+                                          commit->substr(0, 12)));
+  return Approved{std::move(proposed), *commit, std::move(problem)};
 }
 
 Result<Merged> ReleaseDesk::merge(const std::string& target) {

@@ -32,10 +32,12 @@ struct Promoted {
   Promotion promotion;
   std::string commit;
   std::string pull_request_url;  // empty without a forge (or when it gave none)
+  std::string audit_problem;     // why the coordinator's audit log lacks this step; empty: written
 };
 struct Approved {
   ProposedPromotion proposed;
   std::string commit;
+  std::string audit_problem;
 };
 struct Merged {
   ProposedPromotion proposed;
@@ -50,6 +52,7 @@ struct RolledBack {
 struct BundleAdded {
   BundleFile bundle;
   std::string commit;  // empty: main had this exact file already
+  std::string audit_problem;
 };
 struct ReleaseStatus {
   std::string main_commit;
@@ -80,7 +83,12 @@ class ReleaseDesk {
   Status sync();
   Result<Snapshot> snapshot_at(const std::string& rev);
   Result<std::vector<EnvironmentChange>> history_of(const std::string& environment);
+  // Records main's environment changes the coordinator lacks: a promotion record and an audit
+  // line each.
   Result<std::size_t> reconcile();
+  // A line of the coordinator's audit log for a step of this desk; the coordinator adds who and
+  // when. Returns why it could not be written; empty: written.
+  std::string audit(const std::string& action, const std::string& subject, const std::string& detail);
   Result<std::string> resolve_branch(const std::string& target);
   Result<ProposedPromotion> read_proposed(const std::string& branch);
   // The promotion a target names, with main's file of the environment it promotes to: what

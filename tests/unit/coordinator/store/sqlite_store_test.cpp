@@ -347,3 +347,86 @@ TEST_CASE("check-store finds damaged records and key columns that disagree with 
   CHECK(missing.error().code == Errc::not_found);
   CHECK_FALSE(std::filesystem::exists(dir.file("other.db")));
 }
+
+namespace {
+
+protocol::AuditEntry audit_line(std::int64_t at_ms, const std::string& action) {
+  return protocol::AuditEntry{0, at_ms, "alice", "developer", action, "lease L1 of alice", "8 chips for 1h"};
+}
+
+// SQLite's answer to a statement, and its message.
+std::pair<int, std::string> try_sql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  char* message = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message);
+  std::string text = message ? message : "";
+  sqlite3_free(message);
+  sqlite3_close(db);
+  return {rc, text};
+}
+
+}  // namespace
+
+TEST_CASE("the audit log is kept across reopening, read by time and in pages, and SQLite refuses to change it") {
+  kiln::testing::TempDir dir("kiln-store-audit");
+  const std::string path = dir.file("kiln.db");
+  {
+    auto store = open_sqlite_store(path);
+    REQUIRE(store.has_value());
+    for (std::int64_t at : {1000, 2000, 3000, 4000}) {
+      REQUIRE((*store)->append_audit(audit_line(at, "lease_requested")).has_value());
+    }
+  }
+  auto store = open_sqlite_store(path);
+  REQUIRE(store.has_value());
+  auto since = (*store)->read_audit(protocol::ListAudit{2000, 0, 100});
+  REQUIRE(since.has_value());
+  REQUIRE(since->size() == 3);
+  CHECK((*since)[0].seq == 2);
+  CHECK((*since)[0].at_ms == 2000);
+  CHECK((*since)[0].actor == "alice");
+  CHECK((*since)[2].seq == 4);
+  auto page = (*store)->read_audit(protocol::ListAudit{0, 2, 1});
+  REQUIRE(page.has_value());
+  REQUIRE(page->size() == 1);
+  CHECK((*page)[0].seq == 3);
+
+  // Append-only, also for a hand with the sqlite3 shell.
+  const auto changed = try_sql(path, "UPDATE audit SET doc = '{}' WHERE seq = 1;");
+  CHECK(changed.first != SQLITE_OK);
+  CHECK(contains(changed.second, "append-only"));
+  const auto removed = try_sql(path, "DELETE FROM audit;");
+  CHECK(removed.first != SQLITE_OK);
+  auto all = (*store)->read_audit(protocol::ListAudit{0, 0, 100});
+  REQUIRE(all.has_value());
+  CHECK(all->size() == 4);
+
+  auto checked = check_sqlite_store(path);
+  REQUIRE(checked.has_value());
+  CHECK(checked->problems.empty());
+  CHECK(contains(checked->summary, "4 audit lines"));
+}
+
+TEST_CASE("a version 4 database is upgraded: it gains an empty audit log") {
+  kiln::testing::TempDir dir("kiln-store-version-4");
+  const std::string path = dir.file("kiln.db");
+  {
+    auto store = open_sqlite_store(path);
+    REQUIRE(store.has_value());
+    save_smoke_job(**store, 7);
+  }
+  // What a version 4 coordinator wrote: no audit table.
+  run_sql(path, "DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete; DROP TABLE audit;");
+  set_schema_version(path, 4);
+  auto store = open_sqlite_store(path);
+  REQUIRE_MESSAGE(store.has_value(), store.error().message);
+  auto snapshot = (*store)->load();
+  REQUIRE(snapshot.has_value());
+  CHECK(snapshot->jobs.size() == 1);
+  REQUIRE((*store)->append_audit(audit_line(5000, "drained")).has_value());
+  auto lines = (*store)->read_audit(protocol::ListAudit{0, 0, 10});
+  REQUIRE(lines.has_value());
+  REQUIRE(lines->size() == 1);
+  CHECK((*lines)[0].action == "drained");
+}
