@@ -21,14 +21,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// How many jobs measured each config hash (ran to a result: succeeded, or failed with outputs).
+// How many jobs measured each config hash: ran to a result, that is succeeded, or failed with
+// exit code 1 (the workload ran and its outputs were wrong). A job that failed to start or was
+// lost measured nothing, and the run submits its config again: that is no second measurement.
 std::map<std::string, int> measured_per_config(Fleet& fleet) {
   std::string out;
   REQUIRE(fleet.kiln("ci", {"jobs", "--limit", "1000", "--json"}, &out) == 0);
   std::map<std::string, int> measured;
   for (const auto& job : nlohmann::json::parse(out)) {
     const std::string hash = job.at("config_hash");
-    if (!hash.empty() && (job.at("state") == "succeeded" || job.at("state") == "failed")) ++measured[hash];
+    const bool ran = job.at("state") == "succeeded" || (job.at("state") == "failed" && job.at("exit_code") == 1);
+    if (!hash.empty() && ran) ++measured[hash];
   }
   return measured;
 }
