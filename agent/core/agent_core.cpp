@@ -63,6 +63,7 @@ void AgentCore::send_hello(TimeMs now) {
   hello.host = identity_.host;
   hello.workloads = identity_.workloads;
   hello.rendezvous_address = identity_.rendezvous_address;
+  hello.labels = identity_.labels;
   hello.running_jobs = running_jobs();
   for (const auto& [id, fin] : unacked_) hello.finished_jobs.push_back(id);
   state_ = SessionState::registering;

@@ -28,6 +28,7 @@ struct AgentIdentity {
   protocol::HostInfo host;
   std::vector<std::string> workloads;  // what it runs besides the built-ins, by name
   std::string rendezvous_address;      // where other nodes reach its workloads
+  std::vector<std::string> labels;     // key=value, what environments select it by
 };
 
 struct SessionKnobs {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -21,6 +22,7 @@
 #include "common/logging.h"
 #include "common/keys.h"
 #include "common/config/toml_errors.h"
+#include "common/protocol/messages_types.h"
 
 namespace kiln::agent {
 namespace {
@@ -103,7 +105,7 @@ const std::vector<std::pair<std::string, std::vector<std::string_view>>>& known_
   static const auto keys = [] {
     std::vector<std::pair<std::string, std::vector<std::string_view>>> out = {
         {"", {"node_id", "work_dir", "secret_key_file", "hardware_revision", "job_containment",
-              "cgroup_root", "log_level", "rendezvous_address", "coordinator", "driver", "local_socket", "knobs", "workloads",
+              "cgroup_root", "log_level", "rendezvous_address", "labels", "coordinator", "driver", "local_socket", "knobs", "workloads",
               "artifacts"}},
         {"artifacts", {"cache_dir", "cache_limit_bytes", "http_store", "fetch_timeout_ms"}},
         {"coordinator", {"endpoint", "public_key_file"}},
@@ -376,6 +378,33 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
                       "rendezvous_address must be a host name or IP address of 1 to 255 letters, digits, '.', '-', "
                       "'_' or ':' (got \"" + *address + "\"); leave it out for the default");
     }
+  }
+
+  if (const auto labels = root.find("labels"); labels != root.end()) {
+    const toml::array* list = labels->second.as_array();
+    std::set<std::string> keys;
+    for (std::size_t i = 0; list != nullptr && i < list->size(); ++i) {
+      const std::optional<std::string> label = (*list)[i].value_exact<std::string>();
+      if (!label || !protocol::is_label(*label)) {
+        loader.error_at(labels->first.source(),
+                        fmt::format("labels[{}] must be a string KEY=VALUE, each of 1 to 31 letters, digits, '.', '_' "
+                                    "or '-', as \"pool=prod\" (got {})",
+                                    i, label ? "\"" + *label + "\"" : describe_node((*list)[i])));
+      } else if (!keys.insert(label->substr(0, label->find('='))).second) {
+        loader.error_at(labels->first.source(), fmt::format("labels names \"{}\" twice; give each key one value",
+                                                            label->substr(0, label->find('='))));
+      } else {
+        out.labels.push_back(*label);
+      }
+    }
+    if (list == nullptr) {
+      loader.error_at(labels->first.source(), "labels must be an array of strings, as labels = [\"pool=prod\"] (got " +
+                                                  describe_node(labels->second) + ")");
+    } else if (list->size() > protocol::kMaxLabels) {
+      loader.error_at(labels->first.source(),
+                      fmt::format("labels has {} entries; at most {}", list->size(), protocol::kMaxLabels));
+    }
+    loader.origins["labels"] = loader.at(labels->first.source());
   }
 
   if (auto containment = loader.string(&root, "", "job_containment", nullptr)) {
@@ -655,6 +684,8 @@ std::string describe_agent_config(const AgentConfig& config) {
                                          : std::string("reported by the driver"),
        config.hardware_revision_override ? "hardware_revision" : "");
   line("rendezvous_address", announced_rendezvous_address(config), "rendezvous_address");
+  line("labels", config.labels.empty() ? std::string("none") : fmt::format("{}", fmt::join(config.labels, ", ")),
+       config.labels.empty() ? "" : "labels");
   line("job_containment", std::string(to_string(config.job_containment)), "job_containment");
   line("cgroup_root", config.cgroup_root ? *config.cgroup_root : std::string("this process's own cgroup"),
        config.cgroup_root ? "cgroup_root" : "");

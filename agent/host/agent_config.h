@@ -85,6 +85,9 @@ struct AgentConfig {
   // The host name or address the ranks of a gang reach this node's workloads at; unset: the
   // loopback address when the coordinator is on loopback (one host), else the host name.
   std::optional<std::string> rendezvous_address;
+  // key=value labels announced in hello: what an environment selects its nodes by
+  // (environments/<env>.toml node_labels).
+  std::vector<std::string> labels;
   JobContainment job_containment = JobContainment::automatic;
   std::string log_level = "info";  // of the agent's log on stderr
   // Replaces the agent's own cgroup v2 directory as the parent of kiln-jobs/; normally found

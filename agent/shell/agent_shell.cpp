@@ -710,6 +710,7 @@ Result<DiscoveredIdentity> discover_identity(const AgentConfig& config) {
   identity.driver_version = node->driver.version;
   for (const auto& [name, program] : config.workloads) identity.workloads.push_back(name);
   identity.rendezvous_address = announced_rendezvous_address(config);
+  identity.labels = config.labels;
   for (std::uint32_t i = 0; i < node->chips.size(); ++i) {
     const Result<health::CheckReading>& chip = node->chips[i];
     if (!chip || !chip->identity || !chip->firmware) {

@@ -25,6 +25,8 @@ struct Hello {
   // The host name or address other nodes reach this node's workloads at (a gang's rank 0 is
   // their rendezvous).
   std::string rendezvous_address;
+  // key=value labels from its agent.toml: what an environment selects its nodes by.
+  std::vector<std::string> labels;
 
   template <class V>
   void visit(V& v) {
@@ -39,6 +41,7 @@ struct Hello {
     v.field("finished_jobs", finished_jobs, Count{0, 1024}, kU64);
     v.field("workloads", workloads, Count{0, 256}, kIdentifier);
     v.field("rendezvous_address", rendezvous_address, kHostAddress);
+    v.field("labels", labels, Count{0, kMaxLabels}, kLabel);
   }
 };
 

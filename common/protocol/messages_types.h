@@ -3,7 +3,9 @@
 // normative description; common/protocol/messages.h gathers every message into one Body.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,6 +37,19 @@ constexpr Range kU64{0, INT64_MAX};
 constexpr Range kChipIndex{0, 63};
 constexpr Range kTimeoutMs{1000, 7LL * 24 * 3600 * 1000};
 constexpr Str kHostAddress{0, 255};  // a host name or IP address; empty: not given
+// A node's label: KEY=VALUE (agent.toml labels; environments select nodes by them).
+constexpr Str kLabel{3, 63};
+constexpr std::uint32_t kMaxLabels = 32;
+// KEY=VALUE, each 1 to 31 letters, digits, '.', '_' or '-'.
+inline bool is_label(std::string_view label) {
+  const auto eq = label.find('=');
+  const auto plain = [](std::string_view part) {
+    return !part.empty() && part.size() <= 31 && std::all_of(part.begin(), part.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    });
+  };
+  return eq != std::string_view::npos && plain(label.substr(0, eq)) && plain(label.substr(eq + 1));
+}
 // A gang has at most one rank per node of a lease, and a lease at most 64 nodes.
 constexpr std::int64_t kMaxGangSize = 64;
 
@@ -245,6 +260,7 @@ struct NodeSummary {
   std::vector<ChipInfo> chips;
   HostInfo host;
   std::string rendezvous_address;  // from the node's hello: where the ranks of a gang reach it
+  std::vector<std::string> labels;  // from the node's hello: key=value
 
   template <class V>
   void visit(V& v) {
@@ -263,6 +279,7 @@ struct NodeSummary {
     v.field("chips", chips, Count{0, 64});
     v.field("host", host);
     v.field("rendezvous_address", rendezvous_address, kHostAddress);
+    v.field("labels", labels, Count{0, kMaxLabels}, kLabel);
   }
 };
 

@@ -191,6 +191,7 @@ void AgentSessions::take_inventory(NodeRecord& node, const protocol::Hello& hell
   node.summary.host = hello.host;
   // An agent that names no address is reached at its host name, as most fleets resolve them.
   node.summary.rendezvous_address = hello.rendezvous_address.empty() ? hello.host.hostname : hello.rendezvous_address;
+  node.summary.labels = hello.labels;
   ctx_.registry.declare_workloads(hello.node_id, hello.workloads);
   // A quarantine outlives the node being lost: only passing diagnostics ends it.
   if (!node.summary.quarantine_reason.empty()) {
@@ -282,8 +283,11 @@ void AgentSessions::apply_install_result(const std::string& node_id, const JobRe
   static const std::set<std::string> kOutcomes = {"installed",     "already_installed", "refused",
                                                   "not_installed", "rolled_back",       "quarantined"};
   ctx_.audit(kOutcomes.count(outcome) != 0 ? "install_" + outcome : "install_failed", "node " + node_id,
-             fmt::format("job {} by {}: {} {}: {}", job.summary.job_id, job.summary.submitted_by, text_of("kind"),
-                         text_of("version"), kOutcomes.count(outcome) != 0 ? reason : job.summary.detail));
+             fmt::format("job {} by {}: {} {}{}", job.summary.job_id, job.summary.submitted_by, text_of("kind"),
+                         text_of("version"),
+                         kOutcomes.count(outcome) == 0 ? ": " + reason + "; " + job.summary.detail
+                         : text_of("reason").empty()   ? std::string()
+                                                       : ": " + text_of("reason")));
   if (!fit && node.summary.state != NodeState::quarantined) {
     quarantine(node, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason), "ops",
                now);

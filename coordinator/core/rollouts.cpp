@@ -4,6 +4,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "coordinator/core/job_attempts.h"
 
@@ -50,10 +51,14 @@ void Rollouts::set_desired(DesiredFleet fleet, TimeMs now) {
                                      [&](const DesiredEnvironment& e) { return e.name == environment.name; });
     if (before == fleet_.environments.end() || before->bundle_id != environment.bundle_id) {
       ctx_.log(action::Severity::info,
-               fmt::format("environment {} should run bundle {} (firmware {}) on {} nodes, commit {}",
+               fmt::format("environment {} should run bundle {} (firmware {}) on {} nodes{}, commit {}",
                            environment.name, environment.bundle_id.empty() ? "none" : environment.bundle_id.substr(0, 12),
                            environment.firmware_version.empty() ? "-" : environment.firmware_version,
-                           environment.nodes.size(), fleet.commit.substr(0, 12)));
+                           members(environment).size(),
+                           environment.node_labels.empty()
+                               ? ""
+                               : fmt::format(" (labels {})", fmt::join(environment.node_labels, ", ")),
+                           fleet.commit.substr(0, 12)));
     }
   }
   fleet_ = std::move(fleet);
@@ -78,9 +83,24 @@ bool Rollouts::is_rollout_job(const JobRecord& job, const DesiredEnvironment& en
              job.summary.args.end();
 }
 
+std::vector<std::string> Rollouts::members(const DesiredEnvironment& environment) const {
+  std::vector<std::string> out = environment.nodes;
+  if (environment.node_labels.empty()) return out;
+  for (const auto& [id, node] : ctx_.registry.nodes()) {  // ordered by node id
+    const auto& labels = node.summary.labels;
+    const bool selected = std::all_of(environment.node_labels.begin(), environment.node_labels.end(),
+                                      [&](const std::string& wanted) {
+                                        return std::find(labels.begin(), labels.end(), wanted) != labels.end();
+                                      });
+    if (selected && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  }
+  return out;
+}
+
 Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
                                       const std::vector<const JobRecord*>& rollout_jobs) const {
   Assessment out;
+  const std::vector<std::string> nodes = members(environment);
   // The newest install of this bundle's firmware asked on each node.
   std::map<std::string, const JobRecord*> latest;
   if (!environment.bundle_id.empty()) {
@@ -93,7 +113,7 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
   std::size_t in_sync = 0;
   bool canary_passed = false;
   std::string failure;
-  for (const std::string& node_id : environment.nodes) {
+  for (const std::string& node_id : nodes) {
     protocol::NodeConvergence node{node_id, "unknown", environment.firmware_version, "", 0, ""};
     const NodeRecord* record = ctx_.registry.nodes().count(node_id) ? &ctx_.registry.nodes().at(node_id) : nullptr;
     const auto job = latest.find(node_id);
@@ -146,7 +166,13 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
     out.detail = fmt::format("stopped after a node failed to converge ({}); nothing more is installed for this "
                              "bundle: roll the environment back or promote a fixed bundle",
                              failure);
-  } else if (in_sync == environment.nodes.size()) {
+  } else if (nodes.empty()) {
+    out.phase = Phase::idle;
+    out.detail = environment.node_labels.empty()
+                     ? "no nodes belong to it"
+                     : fmt::format("no registered node has the labels {}; agents declare labels in agent.toml",
+                                   fmt::join(environment.node_labels, ", "));
+  } else if (in_sync == nodes.size()) {
     out.phase = Phase::converged;
   } else if (!canary_passed) {
     out.phase = Phase::canary;

@@ -28,8 +28,10 @@ struct DesiredEnvironment {
   std::string firmware_sha256;            // lowercase hex
   std::uint64_t firmware_size_bytes = 0;  // of the package in the coordinator's artifact store
   std::vector<std::string> nodes;
-  // Why the rollout cannot start (the package is not uploaded, nodes selected by labels), in
-  // words for people; empty: it can.
+  // Besides `nodes`: every registered node whose labels include all of these (key=value).
+  std::vector<std::string> node_labels;
+  // Why the rollout cannot start (the package is not uploaded), in words for people; empty: it
+  // can.
   std::string blocked;
 };
 
@@ -73,6 +75,8 @@ class Rollouts {
   // The install jobs rollouts asked for, in job order: one pass over the job table serves every
   // environment's assessment.
   std::vector<const JobRecord*> rollout_jobs() const;
+  // The environment's nodes: those it lists, then those its labels select, by node id.
+  std::vector<std::string> members(const DesiredEnvironment& environment) const;
   Assessment assess(const DesiredEnvironment& environment, const std::vector<const JobRecord*>& rollout_jobs) const;
   bool is_rollout_job(const JobRecord& job, const DesiredEnvironment& environment) const;
   void start_install(const DesiredEnvironment& environment, const std::string& node_id, TimeMs now);

@@ -56,6 +56,7 @@ DesiredFleet desired_fleet(const std::string& repo, const std::string& commit, c
     DesiredEnvironment environment;
     environment.name = name;
     environment.nodes = desired.nodes;
+    environment.node_labels = desired.node_labels;
     if (desired.bundle) {
       environment.bundle_id = desired.bundle->id;
       if (const auto firmware = desired.bundle->layers.find("firmware"); firmware != desired.bundle->layers.end()) {
@@ -63,11 +64,6 @@ DesiredFleet desired_fleet(const std::string& repo, const std::string& commit, c
         const std::string_view digest = firmware->second.digest;
         environment.firmware_sha256 = std::string(digest.starts_with("sha256:") ? digest.substr(7) : digest);
       }
-    }
-    if (!desired.node_labels.empty() && desired.nodes.empty()) {
-      environment.blocked = fmt::format("the environment selects its nodes by labels ({}), and agents declare no "
-                                        "labels: list its nodes in {}",
-                                        fmt::join(desired.node_labels, ", "), release::environment_path(name));
     }
     fleet.environments.push_back(std::move(environment));
   }

@@ -20,10 +20,11 @@ namespace {
 
 // Version 2 added the leases and records tables and each job's bundle_id and config_hash;
 // version 3 each node's released_from_quarantine_wall_ms; version 4 each node's
-// rendezvous_address, each job's gang, cancel reason and artifacts; version 5 the audit log.
+// rendezvous_address, each job's gang, cancel reason and artifacts; version 5 the audit log and
+// each node's labels.
 // Older databases are upgraded in place (version 1 gains the tables and its jobs empty
 // attributions, nodes of 1 and 2 a release time of 0: never released, nodes and jobs of 1 to 3
-// no address and no gang, 1 to 4 an empty audit log); a coordinator refuses a database of a
+// no address and no gang, 1 to 4 an empty audit log and no labels); a coordinator refuses a database of a
 // newer version than its own, so it cannot drop what it does not know about.
 constexpr int kSchemaVersion = 5;
 // SQLite's application id (a field of the file header) of a database kiln created: "KILN".
@@ -150,6 +151,10 @@ Status write_schema(sqlite3* db, const std::string& path, int version_found) {
     }
     // Jobs from before artifacts named none.
     if (auto s = exec(db, path, "UPDATE jobs SET doc = json_set(doc, '$.artifacts', json('[]'));"); !s) return s;
+  }
+  if (version_found >= 1 && version_found <= 4) {
+    // Nodes from before labels carry none until their agent's next hello.
+    if (auto s = exec(db, path, "UPDATE nodes SET doc = json_set(doc, '$.summary.labels', json('[]'));"); !s) return s;
   }
   return exec_all(db, path,
                   {fmt::format("INSERT INTO meta (key, value) VALUES ('schema_version', '{}') "

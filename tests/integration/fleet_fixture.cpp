@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/keys.h"
 #include "common/process/cgroup.h"
@@ -160,6 +161,7 @@ void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_opt
   add_key(spec.node_id, "agent");
   agents_[spec.node_id] = spec;
   std::ofstream out(agent_config(spec.node_id));
+  if (!spec.labels.empty()) out << fmt::format("labels = [\"{}\"]\n", fmt::join(spec.labels, "\", \""));
   out << fmt::format(
       "node_id = \"{0}\"\nwork_dir = \"work-{0}\"\nsecret_key_file = \"{0}.key\"\n\n"
       "[coordinator]\nendpoint = \"tcp://127.0.0.1:{1}\"\npublic_key_file = \"coordinator.pub\"\n\n"

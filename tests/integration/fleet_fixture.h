@@ -40,8 +40,11 @@ class ChildProcess {
 };
 
 struct AgentSpec {
+  AgentSpec(std::string node = "", std::string rev = "a", std::vector<std::string> node_labels = {})  // NOLINT(google-explicit-constructor)
+      : node_id(std::move(node)), revision(std::move(rev)), labels(std::move(node_labels)) {}
   std::string node_id;
-  std::string revision = "a";
+  std::string revision;
+  std::vector<std::string> labels;  // agent.toml labels, KEY=VALUE
 };
 
 class Fleet {

@@ -27,6 +27,9 @@ std::string digest_of(const fs::path& file) {
   return *digest;
 }
 
+// The canary is listed; the rest of staging is whatever declares the pool's label.
+const std::string kStagingNodes = "nodes = [\"n01\"]\nnode_labels = [\"pool=staging\"]\n";
+
 // A bundle file pinning firmware `version` with the package `sha256`.
 std::string bundle_file(const std::string& id, const std::string& version, const std::string& sha256) {
   std::string text = "id = \"" + id + "\"\nhardware_revisions = [\"a\"]\nmodel_configs_version = \"r1\"\n";
@@ -38,8 +41,7 @@ std::string bundle_file(const std::string& id, const std::string& version, const
 
 void promote(const fs::path& repo, const std::string& id, const std::string& version, const std::string& sha256) {
   write(repo / "bundles" / (id + ".toml"), bundle_file(id, version, sha256));
-  write(repo / "environments" / "staging.toml",
-        "bundle = \"" + id + "\"\nnodes = [\"n01\", \"n02\", \"n03\"]\n");
+  write(repo / "environments" / "staging.toml", "bundle = \"" + id + "\"\n" + kStagingNodes);
   git_out(repo, {"add", "-A"});
   git_out(repo, {"commit", "-q", "-m", "staging runs " + id.substr(0, 12)});
 }
@@ -75,16 +77,18 @@ TEST_CASE("nodes converge on their environment's firmware: canary, then waves; a
   git_out(repo, {"init", "-q", "-b", "main"});
   write(repo / "compatibility.toml", "[[combination]]\nhardware_revision = \"a\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\n"
                                      "runtime = [\"*\"]\n");
-  write(repo / "environments" / "staging.toml", "bundle = \"\"\nnodes = [\"n01\", \"n02\", \"n03\"]\n");
+  write(repo / "environments" / "staging.toml", "bundle = \"\"\n" + kStagingNodes);
   git_out(repo, {"add", "-A"});
   git_out(repo, {"commit", "-q", "-m", "environments"});
   fleet.add_coordinator_tables("[environments]\nrepo = \"environments\"\npoll_interval_ms = 200\nwave_size = 2\n");
-  for (const char* id : {"n01", "n02", "n03"}) fleet.add_agent({id, "a"}, "self_test_time_scale=0.05");
+  fleet.add_agent({"n01", "a", {}}, "self_test_time_scale=0.05");
+  for (const char* id : {"n02", "n03"}) fleet.add_agent({id, "a", {"pool=staging", "rack=r1"}}, "self_test_time_scale=0.05");
+  fleet.add_agent({"n04", "a", {"pool=dev"}}, "self_test_time_scale=0.05");
   fleet.start_coordinator();
-  for (const char* id : {"n01", "n02", "n03"}) fleet.start_agent(id);
+  for (const char* id : {"n01", "n02", "n03", "n04"}) fleet.start_agent(id);
   auto ops = fleet.client("ops");
   REQUIRE(Fleet::eventually([&] {
-    for (const char* id : {"n01", "n02", "n03"}) {
+    for (const char* id : {"n01", "n02", "n03", "n04"}) {
       if (!node_state_is(*ops, id, protocol::NodeState::up)) return false;
     }
     return true;
@@ -107,6 +111,9 @@ TEST_CASE("nodes converge on their environment's firmware: canary, then waves; a
   REQUIRE_MESSAGE(Fleet::eventually([&] { return envs(fleet)["rollout"] == "converged"; }, 90s), envs(fleet).dump(2));
   CHECK(fleet.kiln("ops", {"envs"}, &out) == 0);
   for (const char* id : {"n01", "n02", "n03"}) CHECK(firmware_of(*ops, id) == "2.0.0");
+  CHECK(firmware_of(*ops, "n04") != "2.0.0");  // another pool's node is not staging's
+  CHECK(envs(fleet)["nodes"].size() == 3);
+  CHECK(node(*ops, "n02")->labels == std::vector<std::string>{"pool=staging", "rack=r1"});
   // The canary converged before anything else was installed.
   const std::string log = fleet.log_of("coordinator");
   const auto canary_done = log.find("job 1 succeeded");

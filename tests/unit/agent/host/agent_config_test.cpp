@@ -379,3 +379,24 @@ TEST_CASE("job_containment: its three values, a bad one with its position, and w
 }
 
 }  // namespace kiln::agent
+
+namespace kiln::agent {
+
+TEST_CASE("labels: KEY=VALUE strings the hello announces; a malformed or repeated one is refused with its line") {
+  TempDir dir;
+  const std::string path = dir.write("agent.toml", "labels = [\"pool=prod\", \"rack=r12\"]\n" + kMinimal);
+  const Result<AgentConfig> config = load_agent_config(path);
+  REQUIRE_MESSAGE(config.has_value(), config.error().message);
+  CHECK(config->labels == std::vector<std::string>{"pool=prod", "rack=r12"});
+  CHECK(load_agent_config(dir.write("agent.toml", kMinimal))->labels.empty());
+
+  const std::string file = dir.file("agent.toml");
+  CHECK(load_error(dir, "labels = [\"pool\"]\n" + kMinimal) ==
+        file + ":1:1: labels[0] must be a string KEY=VALUE, each of 1 to 31 letters, digits, '.', '_' or '-', as "
+               "\"pool=prod\" (got \"pool\")");
+  CHECK(contains(load_error(dir, "labels = [\"pool=a\", \"pool=b\"]\n" + kMinimal),
+                 ":1:1: labels names \"pool\" twice; give each key one value"));
+  CHECK(contains(load_error(dir, "labels = \"pool=prod\"\n" + kMinimal), ":1:1: labels must be an array of strings"));
+}
+
+}  // namespace kiln::agent

@@ -193,3 +193,38 @@ TEST_CASE("nodes already on the bundle's firmware are in sync; a blocked rollout
   CHECK(installs(h).empty());
   CHECK(state_of(listed(h, 21), "n01") == "drifted");
 }
+
+TEST_CASE("an environment that selects its nodes by labels converges the nodes whose agents declare them") {
+  Harness h(quiet_knobs());
+  Hello prod1 = hello("n01", "a");
+  prod1.labels = {"pool=prod", "rack=r1"};
+  Hello prod2 = hello("n02", "a");
+  prod2.labels = {"pool=prod"};
+  Hello dev = hello("n03", "a");
+  dev.labels = {"pool=dev", "rack=r1"};
+  h.agent("p1", "n01", prod1, 0);
+  h.agent("p2", "n02", prod2, 0);
+  h.agent("p3", "n03", dev, 0);
+  CHECK(h.core.nodes().at("n01").summary.labels == std::vector<std::string>{"pool=prod", "rack=r1"});
+
+  DesiredFleet fleet = staging({});
+  fleet.environments[0].node_labels = {"pool=prod"};
+  h.core.on_desired_environments(fleet, 10);
+  h.drain();
+  auto env = listed(h, 11);
+  REQUIRE(env.nodes.size() == 2);  // n03 is not in the pool
+  CHECK(env.nodes[0].node_id == "n01");
+  CHECK(env.nodes[1].node_id == "n02");
+  CHECK(env.rollout == "canary");
+  REQUIRE(installs(h).size() == 1);
+  CHECK(installs(h)[0].requested_node_id == "n01");
+
+  // Every label must match; none selected is said plainly, and nothing is installed.
+  fleet.environments[0].node_labels = {"pool=prod", "rack=r9"};
+  h.core.on_desired_environments(fleet, 20);
+  h.drain();
+  env = listed(h, 21);
+  CHECK(env.nodes.empty());
+  CHECK(env.rollout == "idle");
+  CHECK(env.detail.find("no registered node has the labels pool=prod, rack=r9") != std::string::npos);
+}
