@@ -57,9 +57,7 @@ std::optional<std::string> no_result_reason(const protocol::JobDetail& detail) {
                        "then rerun it",
                        job.job_id, protocol::enum_name(job.state), job.job_id);
   }
-  const bool ran = job.state == protocol::JobState::succeeded ||
-                   (job.state == protocol::JobState::failed && job.exit_code == 1);
-  if (!ran || detail.result.empty()) {
+  if (!qs::ended_with_result(job) || detail.result.empty()) {
     return fmt::format("job {} ended {}{}: it has no result document to compare; rerun a job that succeeded, or whose "
                        "outputs were wrong (exit 1)",
                        job.job_id, protocol::enum_name(job.state), job.detail.empty() ? "" : " (" + job.detail + ")");

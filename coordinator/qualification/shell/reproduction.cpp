@@ -30,12 +30,14 @@ Result<protocol::SubmitJob> rerun_submission(const MeasuredJob& job, std::string
   return submission;
 }
 
+bool ended_with_result(const protocol::JobSummary& job) {
+  return job.state == protocol::JobState::succeeded || (job.state == protocol::JobState::failed && job.exit_code == 1);
+}
+
 JobResult read_job_result(const protocol::JobDetail& detail, const QualificationModel& model) {
   const auto& job = detail.job;
   JobResult result;
-  const bool ran = job.state == protocol::JobState::succeeded ||
-                   (job.state == protocol::JobState::failed && job.exit_code == 1);
-  if (ran && !detail.result.empty()) {
+  if (ended_with_result(job) && !detail.result.empty()) {
     auto read = read_workload_result(detail.result, model);
     if (read) {
       result = std::move(*read);

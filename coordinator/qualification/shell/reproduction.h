@@ -26,6 +26,10 @@ namespace kiln::qualification::shell {
 // hash never takes the original for its rerun, nor the other way round.
 Result<protocol::SubmitJob> rerun_submission(const MeasuredJob& job, std::string_view purpose);
 
+// Whether a job ended with a result document a run reads: it succeeded, or failed with exit 1 (the
+// workload ran and its outputs were wrong).
+bool ended_with_result(const protocol::JobSummary& job);
+
 // A finished job's result as a run reads it (read_workload_result with `model`): `ran` is false,
 // with the reason in `detail`, unless it succeeded or failed with a result document (exit 1:
 // its outputs were wrong).

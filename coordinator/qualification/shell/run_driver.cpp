@@ -90,8 +90,7 @@ class Driver {
     if (!list) return;
     for (const auto& job : list->jobs) {
       if (job.config_hash.empty()) continue;
-      const bool usable = !protocol::is_terminal(job.state) || job.state == JobState::succeeded ||
-                          (job.state == JobState::failed && job.exit_code == 1);
+      const bool usable = !protocol::is_terminal(job.state) || ended_with_result(job);
       if (usable) submitted_before_.emplace(job.config_hash, job.job_id);
     }
   }
