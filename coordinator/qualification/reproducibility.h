@@ -38,6 +38,7 @@ struct ReproductionCheck {
 // Original against rerun:
 //   - either did not run (no result to read): inconclusive;
 //   - correctness verdicts differ: not reproduced (gate "correctness");
+//   - the very same samples on both sides (a deterministic stack on the same chip): reproduced;
 //   - performance, when both measured samples: the candidate's throughputs, each divided by the
 //     median of the baseline measured on the same chips in the same job when both jobs have one
 //     (chip-to-chip speed differs by several percent; the ratio cancels it), compared with

@@ -56,7 +56,8 @@ TEST_CASE("kiln rerun: a nightly's measure job reproduces; on corrupting chips i
   INFO(out);
   CHECK(code == 0);
   CHECK(contains(out, "job " + job + ": mlp-bf16-it on revision a (run nightly-r1), rerun as job "));
-  CHECK(contains(out, "reproduced: correct both times; performance the same within 2%"));
+  // On its original's chip the sim gives the very same numbers; on another, the same within 2%.
+  CHECK(contains(out, "\nreproduced: correct both times; "));
   const std::string rerun_job = first_word_after(out, "rerun as job ");
 
   // What cannot be rerun is refused, saying what to do, and nothing is submitted.

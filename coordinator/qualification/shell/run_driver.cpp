@@ -11,8 +11,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/qualification/shell/artifact_upload.h"
 #include "common/protocol/json.h"
+#include "coordinator/qualification/shell/artifact_upload.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/shell/reproduction.h"
 
