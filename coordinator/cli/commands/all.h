@@ -25,10 +25,9 @@ void add_audit_command(CommandList& commands);           // audit
 inline CommandList all_commands() {
   CommandList commands;
   for (auto add : {add_account_commands, add_node_commands, add_diag_command, add_job_commands, add_rerun_command,
-                   add_lease_commands,
-                   add_queue_command, add_compare_commands, add_change_commands, add_bundle_commands,
-                   add_unit_command, add_qualification_commands, add_record_commands, add_release_commands,
-                   add_environment_commands, add_audit_command}) {
+                   add_lease_commands, add_queue_command, add_compare_commands, add_change_commands,
+                   add_bundle_commands, add_unit_command, add_qualification_commands, add_record_commands,
+                   add_release_commands, add_environment_commands, add_audit_command}) {
     add(commands);
   }
   return commands;
