@@ -78,8 +78,7 @@ class RerunCommand : public RemoteCommand {
  public:
   std::string name() const override { return "rerun"; }
   std::string help() const override {
-    return "rerun a qualification's measured job (same bundle, config and seed, same revision) and say whether it "
-           "reproduced";
+    return "rerun a qualification's measured job and say whether it reproduced";
   }
   void add_options(CLI::App& command) override {
     command.add_option("ID", id_text_, "job id (42 or J42): a measure job of a qualification run")->required();
