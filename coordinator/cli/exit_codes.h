@@ -13,6 +13,9 @@ constexpr int kExitUsage = 2;        // bad arguments or configuration
 constexpr int kExitRefused = 3;      // not authenticated or not authorized
 constexpr int kExitUnreachable = 4;  // no answer from the coordinator
 constexpr int kExitNotFound = 5;
+// kiln rerun: neither reproduced nor not (3 is already "refused" for every command that talks to
+// the coordinator, so a CI step can tell the two apart).
+constexpr int kExitInconclusive = 6;
 
 inline int exit_code_for(const Error& e) {
   switch (e.code) {

@@ -14,6 +14,57 @@ namespace kiln::qualification {
 
 using json = nlohmann::json;
 
+namespace {
+
+json measured_job_json(const MeasuredJob& job) {
+  return {{"job_id", job.job_id}, {"submission", json::parse(job.submission)}, {"eval_threshold", job.eval_threshold}};
+}
+
+Result<MeasuredJob> measured_job_from_json(const json& entry) {
+  if (!entry.is_object() || !entry.contains("submission") || !entry.at("submission").is_object()) {
+    return fail(Errc::bad_message, "a model's measure_job must be an object with the job's submission");
+  }
+  return MeasuredJob{entry.at("job_id").get<std::uint64_t>(), entry.at("submission").dump(),
+                     entry.at("eval_threshold").get<double>()};
+}
+
+// The counts per verdict (reruns still running are `pending`) and every rerun.
+json reproducibility_json(const std::vector<ReproductionReport>& reruns) {
+  std::map<std::string, std::size_t> counts = {
+      {"reproduced", 0}, {"not_reproduced", 0}, {"inconclusive", 0}, {"pending", 0}};
+  json entries = json::array();
+  for (const ReproductionReport& r : reruns) {
+    ++counts[r.check ? std::string(to_string(r.check->verdict)) : "pending"];
+    json entry = {{"run_id", r.run_id},     {"model", r.model},
+                  {"revision", r.revision}, {"job_id", r.job_id},
+                  {"rerun_job_id", r.rerun_job_id}};
+    entry["verdict"] = r.check ? to_string(r.check->verdict) : "pending";
+    entry["gate"] = r.check ? r.check->gate : "";
+    entry["detail"] = r.check ? r.check->detail : "";
+    entry["performance"] = r.check && r.check->performance ? to_json(*r.check->performance) : json(nullptr);
+    entries.push_back(std::move(entry));
+  }
+  return {{"sampled", reruns.size()}, {"counts", counts}, {"jobs", std::move(entries)}};
+}
+
+std::string reproducibility_text(const std::vector<ReproductionReport>& reruns) {
+  if (reruns.empty()) return "";
+  std::map<std::string, std::size_t> counts;
+  for (const ReproductionReport& r : reruns) ++counts[r.check ? std::string(to_string(r.check->verdict)) : "pending"];
+  std::vector<std::string> parts;
+  for (const auto& [verdict, count] : counts) parts.push_back(fmt::format("{} {}", count, verdict));
+  std::string out = fmt::format("  reproducibility: {} earlier result{} rerun: {}\n", reruns.size(),
+                                reruns.size() == 1 ? "" : "s", fmt::join(parts, ", "));
+  for (const ReproductionReport& r : reruns) {
+    out += fmt::format("    job {} ({} on revision {}, run {}) rerun as job {}: {}{}\n", r.job_id, r.model, r.revision,
+                       r.run_id, r.rerun_job_id, r.check ? to_string(r.check->verdict) : "pending",
+                       r.check ? ": " + r.check->detail : "");
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const RunReport& report) {
   json models = json::array();
   for (const ModelReport& m : report.models) {
@@ -29,6 +80,7 @@ nlohmann::json to_json(const RunReport& report) {
     entry["performance"] = m.performance ? to_json(*m.performance) : json(nullptr);
     entry["triage"] = m.triage ? to_json(*m.triage) : json(nullptr);
     entry["bisection"] = m.bisection ? to_json(*m.bisection) : json(nullptr);
+    entry["measure_job"] = m.measure_job ? measured_job_json(*m.measure_job) : json(nullptr);
     models.push_back(std::move(entry));
   }
   json tickets = json::array();
@@ -47,7 +99,8 @@ nlohmann::json to_json(const RunReport& report) {
           {"jobs_started", report.jobs_started},
           {"verdict_counts", counts},
           {"models", std::move(models)},
-          {"tickets", std::move(tickets)}};
+          {"tickets", std::move(tickets)},
+          {"reproducibility", reproducibility_json(report.reproducibility)}};
 }
 
 std::string summary_text(const RunReport& report) {
@@ -69,7 +122,7 @@ std::string summary_text(const RunReport& report) {
   for (const Ticket& t : report.tickets) {
     out += fmt::format("  ticket {} to {}: {} ({})\n", t.id, t.team, t.title, to_string(t.kind));
   }
-  return out;
+  return out + reproducibility_text(report.reproducibility);
 }
 
 std::string to_junit_xml(const RunReport& report) {
@@ -131,7 +184,25 @@ Result<RunReport> report_outline_from_json(const nlohmann::json& document) {
       m.ticket_ids = entry.at("ticket_ids").get<std::vector<std::string>>();
       m.nodes = entry.at("nodes").get<std::vector<std::string>>();
       m.duration_ms = entry.at("duration_ms").get<DurationMs>();
+      // Reports recorded before measure jobs were kept have none.
+      if (entry.contains("measure_job") && !entry.at("measure_job").is_null()) {
+        auto job = measured_job_from_json(entry.at("measure_job"));
+        if (!job) return tl::unexpected(job.error());
+        m.measure_job = std::move(*job);
+      }
       report.models.push_back(std::move(m));
+    }
+    if (document.contains("reproducibility")) {
+      for (const auto& entry : document.at("reproducibility").at("jobs")) {
+        ReproductionReport r{entry.at("run_id").get<std::string>(), entry.at("model").get<std::string>(),
+                             entry.at("revision").get<std::string>(), entry.at("job_id").get<std::uint64_t>(),
+                             entry.at("rerun_job_id").get<std::uint64_t>(), std::nullopt};
+        if (auto verdict = enum_from_name<Reproduction>(entry.at("verdict").get<std::string>())) {
+          r.check = ReproductionCheck{*verdict, entry.at("gate").get<std::string>(),
+                                      entry.at("detail").get<std::string>(), std::nullopt};
+        }
+        report.reproducibility.push_back(std::move(r));
+      }
     }
     for (const auto& entry : document.at("tickets")) {
       auto ticket = ticket_from_json_text(entry.dump(), "the run report");

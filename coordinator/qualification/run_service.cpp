@@ -125,6 +125,36 @@ std::vector<std::string> revisions_to_accept(const RunRequest& request, const Ru
   return input.settings.revisions;
 }
 
+std::vector<ReproductionPick> reproducibility_sample(const std::vector<RunReport>& earlier, const std::string& run_id,
+                                                     const ModelSet& set,
+                                                     const std::vector<std::string>& fleet_revisions,
+                                                     std::size_t count, std::uint64_t seed) {
+  std::vector<ReproductionPick> eligible;
+  for (const RunReport& report : earlier) {
+    if (!report.finished || report.run_id == run_id) continue;
+    for (const ModelReport& m : report.models) {
+      if (!m.measure_job || set.find(m.model) == nullptr) continue;
+      if (std::find(fleet_revisions.begin(), fleet_revisions.end(), m.revision) == fleet_revisions.end()) continue;
+      eligible.push_back({report.run_id, m.model, m.revision, *m.measure_job});
+    }
+  }
+  // The order the coordinator lists reports in may change; the draw must not.
+  std::sort(eligible.begin(), eligible.end(),
+            [](const ReproductionPick& a, const ReproductionPick& b) { return a.job.job_id < b.job.job_id; });
+  eligible.erase(std::unique(eligible.begin(), eligible.end(),
+                             [](const ReproductionPick& a, const ReproductionPick& b) {
+                               return a.job.job_id == b.job.job_id;
+                             }),
+                 eligible.end());
+  stats::Rng rng(stats::derive_seed(seed, stats::stable_hash("reproducibility sample")));
+  const std::size_t picked = std::min(count, eligible.size());
+  for (std::size_t i = 0; i < picked; ++i) {
+    std::swap(eligible[i], eligible[i + rng.below(eligible.size() - i)]);
+  }
+  eligible.resize(picked);
+  return eligible;
+}
+
 std::optional<bool> met_deadline(const RunRequest& request, const RunReport& report) {
   if (request.deadline_ms == 0 || !report.finished) return std::nullopt;
   return report.finished_at_ms <= request.deadline_ms;

@@ -59,6 +59,23 @@ void add_soak_round(RunReport& whole, const RunReport& round_report, std::uint32
 std::vector<std::string> revisions_to_accept(const RunRequest& request, const RunInput& input,
                                              const RunReport& whole);
 
+// An earlier result the nightly reruns to see whether it reproduces.
+struct ReproductionPick {
+  std::string run_id;  // the run that measured it
+  std::string model;
+  std::string revision;
+  MeasuredJob job;
+};
+
+// The nightly's reproducibility sample: up to `count` measure jobs of earlier finished runs (any
+// tier, not `run_id` itself) whose model is still in the set and whose revision the fleet still
+// has, drawn without replacement from `seed` (the run's), so a run taken up again picks the same
+// ones from the same reports.
+std::vector<ReproductionPick> reproducibility_sample(const std::vector<RunReport>& earlier, const std::string& run_id,
+                                                     const ModelSet& set,
+                                                     const std::vector<std::string>& fleet_revisions,
+                                                     std::size_t count, std::uint64_t seed);
+
 // A scheduled run's deadline (request.deadline_ms): met when its report finished by then;
 // nullopt while it runs or when it has none.
 std::optional<bool> met_deadline(const RunRequest& request, const RunReport& report);

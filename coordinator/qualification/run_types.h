@@ -18,6 +18,7 @@
 #include "coordinator/qualification/bisect.h"
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/model_set.h"
+#include "coordinator/qualification/reproducibility.h"
 #include "coordinator/qualification/ticket.h"
 #include "coordinator/qualification/triage.h"
 
@@ -182,6 +183,9 @@ struct ModelReport {
   std::vector<std::string> ticket_ids;
   std::vector<std::string> nodes;  // where its jobs ran
   DurationMs duration_ms = 0;      // first job start to verdict
+  // Its measure job, for a rerun (kiln rerun, the nightly's reproducibility sample): set by the
+  // shell, which knows the jobs; absent when it did not run, or ran on several nodes.
+  std::optional<MeasuredJob> measure_job;
 };
 
 struct RunReport {
@@ -196,6 +200,8 @@ struct RunReport {
   bool passed = false;  // finished and no model fails_run
   TimeMs started_at_ms = 0;
   TimeMs finished_at_ms = 0;
+  // A nightly's reruns of earlier results: reported, never part of the verdict.
+  std::vector<ReproductionReport> reproducibility;
 };
 
 

@@ -23,6 +23,7 @@
 #include "coordinator/qualification/schedule.h"
 #include "coordinator/qualification/shell/bundle_builder.h"
 #include "coordinator/qualification/shell/records_client.h"
+#include "coordinator/qualification/shell/reproduction.h"
 #include "coordinator/qualification/shell/run_driver.h"
 #include "coordinator/qualification/shell/unit_runner.h"
 #include "coordinator/qualification/unit_tier.h"
@@ -221,6 +222,9 @@ class RequestedRun {
       if (!soaked) return tl::unexpected(soaked.error());
       q::add_soak_round(*whole, *soaked, ++round);
     }
+    if (request_.tier == q::Tier::nightly && config_.reproducibility_sample > 0) {
+      if (auto ok = rerun_sample(c, *facts, *input, options, *whole); !ok) return ok;
+    }
     file_flake_tickets(c, *whole, sink);
     const auto accepted = q::revisions_to_accept(request_, *input, *whole);
     for (const auto& revision : accepted) {
@@ -252,6 +256,36 @@ class RequestedRun {
       }
     };
     return qs::drive_run(client, *run, set_, input.history, builder, sink, options);
+  }
+
+  // The nightly's reproducibility sample (run_service.h reproducibility_sample): earlier results
+  // rerun and checked, reported with the run and never part of its verdict.
+  Status rerun_sample(cli::Client& client, const q::RunFacts& facts, const q::RunInput& input,
+                      const qs::DriverOptions& options, q::RunReport& whole) {
+    auto runs = qs::list_runs(client);
+    if (!runs) return tl::unexpected(runs.error());
+    std::vector<q::RunReport> earlier;
+    for (const auto& document : *runs) {
+      if (auto outline = q::report_outline_from_json(document)) earlier.push_back(std::move(*outline));
+    }
+    const auto picks = q::reproducibility_sample(earlier, request_.run_id, set_, facts.fleet_revisions,
+                                                 config_.reproducibility_sample, input.settings.seed);
+    if (picks.empty()) {
+      out_ << "reproducibility: no earlier result of a model in the set on a revision the fleet has\n";
+      return {};
+    }
+    out_ << fmt::format("reproducibility: rerunning {} earlier result{}\n", picks.size(), picks.size() == 1 ? "" : "s");
+    const auto record_progress = [&](const std::vector<q::ReproductionReport>& so_far) {
+      whole.reproducibility = so_far;
+      if (auto ok = qs::record_run(client, request_.run_id, recorded(whole, false, request_)); !ok) {
+        out_ << "could not record the run's progress on the coordinator: " << ok.error().message << "\n";
+      }
+    };
+    auto reruns = qs::rerun_sample(client, picks, request_.run_id, input.settings.perf, input.settings.seed, options,
+                                   record_progress);
+    if (!reruns) return tl::unexpected(reruns.error());
+    whole.reproducibility = std::move(*reruns);
+    return {};
   }
 
   // Every flaky test over its budget, counting this run, gets a ticket to its owner (once).

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 const std::vector<std::string_view> kQualifierKeys = {
     "name",         "coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms",
     "model_set",    "workload_catalog", "bundle_dir", "golden_dir", "builder",
-    "builder_args", "claim_ms",    "poll_interval_ms", "max_runs", "sim_driver", "cpu_driver", "artifacts"};
+    "builder_args", "claim_ms",    "poll_interval_ms", "max_runs", "sim_driver", "cpu_driver", "artifacts",
+    "reproducibility_sample"};
 const std::vector<std::string_view> kScheduleKeys = {"nightly", "nightly_start", "nightly_deadline", "revisions",
                                                      "max_models",       "clock_offset_ms"};
 const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config", "retry_backoff_ms",
@@ -147,6 +148,7 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     r.number("claim_ms", config.claim_ms, 1000, 3600000);
     r.number("poll_interval_ms", config.poll_interval_ms, 50, 60000);
     r.number("max_runs", config.max_runs, 1, 64);
+    r.number("reproducibility_sample", config.reproducibility_sample, 0, 100);
     r.required("coordinator_public_key_file", config.client.coordinator_public_key_file,
                "the coordinator's public key (coordinator.pub)");
     r.required("secret_key_file", config.client.secret_key_file, "the qualifier's own key (kiln keygen, role ci)");

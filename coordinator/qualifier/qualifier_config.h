@@ -37,6 +37,8 @@ struct QualifierConfig {
   DurationMs claim_ms = 30000;
   DurationMs poll_interval_ms = 1000;
   std::uint32_t max_runs = 4;  // runs driven at once
+  // Earlier results each nightly reruns to see whether they reproduce; 0: none.
+  std::uint32_t reproducibility_sample = 2;
   // [schedule]: the nightly's calendar. Off without the table, so a qualifier only starts
   // nightlies by itself where it was told to.
   qualification::NightlySchedule schedule{.enabled = false};

@@ -9,6 +9,7 @@ void add_account_commands(CommandList& commands);        // keygen, whoami
 void add_node_commands(CommandList& commands);           // nodes, drain, undrain
 void add_diag_command(CommandList& commands);            // diag
 void add_job_commands(CommandList& commands);            // submit, jobs, result, cancel
+void add_rerun_command(CommandList& commands);           // rerun
 void add_lease_commands(CommandList& commands);          // lease, leases, release-lease
 void add_queue_command(CommandList& commands);           // queue
 void add_compare_commands(CommandList& commands);        // compare-tensors, compare
@@ -23,10 +24,10 @@ void add_audit_command(CommandList& commands);           // audit
 
 inline CommandList all_commands() {
   CommandList commands;
-  for (auto add : {add_account_commands, add_node_commands, add_diag_command, add_job_commands, add_lease_commands,
-                   add_queue_command, add_compare_commands, add_change_commands, add_bundle_commands,
-                   add_unit_command, add_qualification_commands, add_record_commands, add_release_commands,
-                   add_environment_commands, add_audit_command}) {
+  for (auto add : {add_account_commands, add_node_commands, add_diag_command, add_job_commands, add_rerun_command,
+                   add_lease_commands, add_queue_command, add_compare_commands, add_change_commands,
+                   add_bundle_commands, add_unit_command, add_qualification_commands, add_record_commands,
+                   add_release_commands, add_environment_commands, add_audit_command}) {
     add(commands);
   }
   return commands;

@@ -47,7 +47,8 @@ void print_job_detail(const protocol::JobDetail& d) {
 
 }  // namespace
 
-Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet) {
+Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet, DurationMs timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   protocol::JobState last = protocol::JobState::queued;
   bool first = true;
   while (true) {
@@ -60,6 +61,7 @@ Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, b
     first = false;
     last = detail->job.state;
     if (protocol::is_terminal(detail->job.state)) return detail;
+    if (timeout_ms > 0 && std::chrono::steady_clock::now() >= deadline) return detail;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
 }

@@ -5,13 +5,15 @@
 #include <cstdint>
 
 #include "common/error.h"
+#include "common/time.h"
 #include "common/protocol/messages.h"
 #include "coordinator/cli/client.h"
 
 namespace kiln::cli {
 
-// Polls a job until it ends; prints its state changes on stderr unless quiet.
-Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet);
+// Polls a job until it ends, or until timeout_ms has passed (0: no limit; then the job as it is
+// now); prints its state changes on stderr unless quiet.
+Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet, DurationMs timeout_ms = 0);
 
 // The job (waited for, or as it is now), printed as text or JSON; exit 1 for a job that ended
 // other than succeeded.

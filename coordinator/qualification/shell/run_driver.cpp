@@ -11,8 +11,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "common/protocol/json.h"
 #include "coordinator/qualification/shell/artifact_upload.h"
 #include "coordinator/qualification/shell/records_client.h"
+#include "coordinator/qualification/shell/reproduction.h"
 
 namespace kiln::qualification::shell {
 namespace {
@@ -22,13 +24,6 @@ using protocol::JobState;
 TimeMs wall_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// The coordinator did not answer, or is full for now: the job was not refused, so it costs the
-// job no attempt. The driver stops and the run resumes from the coordinator's store, where a
-// submission whose answer was lost is found by its config hash.
-bool for_now(const Error& error) {
-  return error.code == Errc::timeout || error.code == Errc::io || error.code == Errc::unavailable;
 }
 
 // A model run on several whole nodes: a lease of those nodes, then a gang in it, one rank per node.
@@ -45,6 +40,8 @@ struct InFlight {
   std::uint64_t tag = 0;
   std::uint64_t job_id = 0;  // 0: not accepted yet
   std::string model;
+  std::string revision;
+  std::optional<protocol::SubmitJob> measure;  // a measure job: what was submitted, for a rerun
 };
 
 class Driver {
@@ -74,7 +71,7 @@ class Driver {
       }
     }
     record();
-    return run_.report();
+    return report();
   }
 
  private:
@@ -83,7 +80,7 @@ class Driver {
   }
 
   void record() {
-    if (options_.record) options_.record(run_.report());
+    if (options_.record) options_.record(report());
   }
 
   // Jobs this run submitted before (a driver that died and was started again): those still
@@ -93,8 +90,7 @@ class Driver {
     if (!list) return;
     for (const auto& job : list->jobs) {
       if (job.config_hash.empty()) continue;
-      const bool usable = !protocol::is_terminal(job.state) || job.state == JobState::succeeded ||
-                          (job.state == JobState::failed && job.exit_code == 1);
+      const bool usable = !protocol::is_terminal(job.state) || ended_with_result(job);
       if (usable) submitted_before_.emplace(job.config_hash, job.job_id);
     }
   }
@@ -180,7 +176,7 @@ class Driver {
     if (auto earlier = submitted_before_.find(job->config_hash); earlier != submitted_before_.end()) {
       const std::uint64_t job_id = earlier->second;
       submitted_before_.erase(earlier);
-      in_flight_[job_id] = InFlight{request.tag, job_id, request.model};
+      in_flight_[job_id] = in_flight(request, job_id, *job);
       by_tag_[request.tag] = job_id;
       say(fmt::format("job {}: {} {} on revision {}, submitted by this run before: taken up", job_id,
                       to_string(request.purpose), request.model, request.revision));
@@ -198,7 +194,7 @@ class Driver {
       say(fmt::format("{} refused: {}", request.model, accepted.error().message));
       return run_.on_job_result(std::move(refused), wall_now_ms());
     }
-    in_flight_[accepted->job_id] = InFlight{request.tag, accepted->job_id, request.model};
+    in_flight_[accepted->job_id] = in_flight(request, accepted->job_id, *job);
     by_tag_[request.tag] = accepted->job_id;
     say(fmt::format("job {}: {} {} on revision {}{}", accepted->job_id, to_string(request.purpose), request.model,
                     request.revision, request.node_id.empty() ? "" : " on " + request.node_id));
@@ -310,7 +306,7 @@ class Driver {
       for (std::uint64_t id : gang.job_ids) {
         auto detail = cli::expect_reply<protocol::JobDetail>(client_.request(protocol::GetJob{id}));
         if (!detail) return {};  // asked again next turn
-        ranks.push_back(result_of(InFlight{gang.tag, id, gang.model}, *detail));
+        ranks.push_back(result_of(InFlight{gang.tag, id, gang.model, "", std::nullopt}, *detail));
       }
       done.push_back(tag);
       if (auto ok = run_.on_job_result(combine(gang, std::move(ranks)), wall_now_ms()); !ok) say(ok.error().message);
@@ -457,29 +453,38 @@ class Driver {
   }
 
   JobResult result_of(const InFlight& flight, const protocol::JobDetail& detail) {
-    JobResult result;
     const auto& job = detail.job;
     const QualificationModel* model = set_.find(flight.model);
-    // Exit 1 with a result document: the workload ran and its outputs were wrong.
-    const bool ran = job.state == JobState::succeeded || (job.state == JobState::failed && job.exit_code == 1);
-    if (ran && model != nullptr && !detail.result.empty()) {
-      auto read = read_workload_result(detail.result, *model);
-      if (read) {
-        result = std::move(*read);
-      } else {
-        result.ran = false;
-        result.detail = "unreadable result: " + read.error().message;
-      }
+    JobResult result;
+    if (model != nullptr) {
+      result = read_job_result(detail, *model);
     } else {
       result.ran = false;
       result.detail = fmt::format("job {} {}: {}", job.job_id, protocol::enum_name(job.state), job.detail);
     }
     result.tag = flight.tag;
-    result.node_id = job.node_id;
-    result.chips = job.chip_indices;
+    if (result.ran && flight.measure) {
+      measured_[{flight.model, flight.revision}] =
+          MeasuredJob{job.job_id, protocol::to_json(*flight.measure).dump(), model->eval_threshold};
+    }
     say(fmt::format("job {}: {} on {} ({}){}", job.job_id, protocol::enum_name(job.state), job.node_id, flight.model,
                     result.ran && !result.correct ? ": INCORRECT " + result.correctness_detail : ""));
     return result;
+  }
+
+  static InFlight in_flight(const JobRequest& request, std::uint64_t job_id, const protocol::SubmitJob& job) {
+    InFlight flight{request.tag, job_id, request.model, request.revision, std::nullopt};
+    if (request.purpose == JobPurpose::measure) flight.measure = job;
+    return flight;
+  }
+
+  // The run's report with the measure jobs the shell knows of (the run itself knows only tags).
+  RunReport report() const {
+    RunReport report = run_.report();
+    for (ModelReport& m : report.models) {
+      if (auto it = measured_.find({m.model, m.revision}); it != measured_.end()) m.measure_job = it->second;
+    }
+    return report;
   }
 
   // Its jobs keep running: whoever drives the run next takes them up by config hash.
@@ -502,9 +507,16 @@ class Driver {
   std::map<std::string, std::uint64_t> submitted_before_;  // config hash -> job id
   std::map<std::uint64_t, Gang> gangs_;                    // by tag
   std::map<std::string, protocol::ArtifactRef> uploaded_;  // file path -> its artifact, this run
+  std::map<std::pair<std::string, std::string>, MeasuredJob> measured_;  // by (model, revision)
 };
 
 }  // namespace
+
+// A job refused for now costs it no attempt: the driver stops and the run resumes from the
+// coordinator's store, where a submission whose answer was lost is found by its config hash.
+bool for_now(const Error& error) {
+  return error.code == Errc::timeout || error.code == Errc::io || error.code == Errc::unavailable;
+}
 
 protocol::PriorityClass class_for(JobPurpose purpose, Tier tier) {
   if (purpose == JobPurpose::bisect_probe) return protocol::PriorityClass::bisect;

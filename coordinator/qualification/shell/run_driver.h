@@ -50,6 +50,10 @@ struct DriverOptions {
   std::function<Status()> may_continue;
 };
 
+// The coordinator did not answer, or is full for now: a request refused this way was not refused
+// for what it asked, and is asked again once the run is driven again.
+bool for_now(const Error& error);
+
 // The priority class of a run's jobs of this purpose: the tier's class, bisect for bisection probes.
 protocol::PriorityClass class_for(JobPurpose purpose, Tier tier);
 

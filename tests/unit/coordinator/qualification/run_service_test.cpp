@@ -4,6 +4,8 @@
 // its baseline; and the request, claim and report documents it reads back.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "coordinator/qualification/run_report.h"
@@ -256,4 +258,93 @@ TEST_CASE("a run request keeps a scheduled nightly's deadline; one without it re
   auto back = q::run_request_from_json(q::to_json(request));
   REQUIRE(back.has_value());
   CHECK(back->deadline_ms == 1796281200000);
+}
+
+namespace {
+
+// A finished run whose models each have a measure job, numbered from `first_job`.
+q::RunReport measured_run(const std::string& run_id, std::uint64_t first_job,
+                          const std::vector<std::pair<std::string, std::string>>& models) {
+  q::RunReport report;
+  report.run_id = run_id;
+  report.finished = true;
+  std::uint64_t job_id = first_job;
+  for (const auto& [name, revision] : models) {
+    q::ModelReport m;
+    m.model = name;
+    m.revision = revision;
+    m.measure_job = q::MeasuredJob{job_id++, R"({"workload":"model"})", 0.99};
+    report.models.push_back(m);
+  }
+  return report;
+}
+
+std::vector<std::uint64_t> job_ids(const std::vector<q::ReproductionPick>& picks) {
+  std::vector<std::uint64_t> ids;
+  for (const auto& pick : picks) ids.push_back(pick.job.job_id);
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("the nightly's reproducibility sample: earlier measured results the fleet and set can still run") {
+  const auto set = facts().set;
+  std::vector<q::RunReport> earlier = {
+      measured_run("nightly-1", 10, {{"mlp-bf16", "a"}, {"mlp-fp8", "b"}, {"retired-model", "a"}, {"conv", "z"}}),
+      measured_run("tonight", 20, {{"mlp-bf16", "a"}}),
+      measured_run("running", 30, {{"conv", "a"}}),
+  };
+  earlier[2].finished = false;
+  earlier[0].models.push_back(earlier[0].models.front());
+  earlier[0].models.back().measure_job.reset();  // did not run: nothing to rerun
+
+  const auto picks = q::reproducibility_sample(earlier, "tonight", set, {"a", "b"}, 10, 5);
+  // Not this run's own, not an unfinished run's, not a model gone from the set, not a revision
+  // gone from the fleet.
+  CHECK(job_ids(picks).size() == 2);
+  for (const auto& pick : picks) {
+    CHECK(pick.run_id == "nightly-1");
+    CHECK((pick.job.job_id == 10 || pick.job.job_id == 11));
+  }
+  CHECK(q::reproducibility_sample(earlier, "tonight", set, {"a", "b"}, 0, 5).empty());
+}
+
+TEST_CASE("the reproducibility sample is drawn from the run's seed: the same again after a restart") {
+  std::vector<std::pair<std::string, std::string>> models;
+  for (int i = 0; i < 20; ++i) models.emplace_back(i % 2 ? "mlp-bf16" : "conv", i % 3 ? "a" : "b");
+  std::vector<q::RunReport> earlier = {measured_run("nightly-1", 100, models), measured_run("nightly-2", 200, models)};
+  const auto set = facts().set;
+  const auto first = job_ids(q::reproducibility_sample(earlier, "tonight", set, {"a", "b"}, 3, 42));
+  CHECK(first.size() == 3);
+  std::reverse(earlier.begin(), earlier.end());  // the coordinator may list the reports in another order
+  CHECK(job_ids(q::reproducibility_sample(earlier, "tonight", set, {"a", "b"}, 3, 42)) == first);
+  // Another night draws other results.
+  bool differs = false;
+  for (std::uint64_t seed = 43; seed < 53 && !differs; ++seed) {
+    differs = job_ids(q::reproducibility_sample(earlier, "tonight", set, {"a", "b"}, 3, seed)) != first;
+  }
+  CHECK(differs);
+}
+
+TEST_CASE("a run's report keeps its measure jobs and its reproducibility reruns") {
+  q::RunReport report = measured_run("nightly-2", 7, {{"mlp-bf16", "a"}});
+  q::ReproductionCheck check{q::Reproduction::not_reproduced, "correctness", "the original was correct", std::nullopt};
+  report.reproducibility = {{"nightly-1", "mlp-fp8", "b", 3, 9, check}, {"nightly-1", "conv", "a", 4, 10, std::nullopt}};
+  const auto json = q::to_json(report);
+  CHECK(json.at("models").at(0).at("measure_job").at("job_id") == 7);
+  CHECK(json.at("models").at(0).at("measure_job").at("submission").at("workload") == "model");
+  CHECK(json.at("reproducibility").at("counts").at("not_reproduced") == 1);
+  CHECK(json.at("reproducibility").at("counts").at("pending") == 1);
+  CHECK(json.at("reproducibility").at("jobs").at(0).at("rerun_job_id") == 9);
+
+  auto outline = q::report_outline_from_json(json);
+  REQUIRE_MESSAGE(outline.has_value(), outline.error().message);
+  REQUIRE(outline->models.at(0).measure_job);
+  CHECK(outline->models.at(0).measure_job->job_id == 7);
+  CHECK(outline->reproducibility.size() == 2);
+  CHECK(q::summary_text(*outline) == q::summary_text(report));
+  const auto summary = q::summary_text(report);
+  CHECK(summary.find("reproducibility: 2 earlier results rerun: 1 not_reproduced, 1 pending") != std::string::npos);
+  CHECK(summary.find("job 3 (mlp-fp8 on revision b, run nightly-1) rerun as job 9: not_reproduced") !=
+        std::string::npos);
 }

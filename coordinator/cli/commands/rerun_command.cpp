@@ -1,0 +1,170 @@
+// kiln rerun JOB: a qualification's measured job again, from its recorded bundle, config and seed,
+// on a node of the same hardware revision, and whether it reproduced (docs/qualification.md,
+// "Reproducibility").
+#include <iostream>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/protocol/roles.h"
+#include "common/stats/rng.h"
+#include "coordinator/cli/commands/all.h"
+#include "coordinator/cli/commands/job_view.h"
+#include "coordinator/cli/duration.h"
+#include "coordinator/cli/exit_codes.h"
+#include "coordinator/cli/ids.h"
+#include "coordinator/qualification/run_report.h"
+#include "coordinator/qualification/shell/records_client.h"
+#include "coordinator/qualification/shell/reproduction.h"
+
+namespace kiln::cli {
+
+namespace q = kiln::qualification;
+namespace qs = kiln::qualification::shell;
+
+namespace {
+
+// A run's measure job, found in the run reports the coordinator holds.
+struct Measured {
+  std::string run_id;
+  std::string model;
+  std::string revision;
+  q::MeasuredJob job;
+};
+
+Result<std::optional<Measured>> find_measured(Client& client, std::uint64_t job_id) {
+  auto runs = qs::list_runs(client);
+  if (!runs) return tl::unexpected(runs.error());
+  for (const auto& document : *runs) {
+    auto report = q::report_outline_from_json(document);
+    if (!report) continue;
+    for (const auto& m : report->models) {
+      if (m.measure_job && m.measure_job->job_id == job_id) {
+        return Measured{report->run_id, m.model, m.revision, *m.measure_job};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Why the job has no result a rerun could be compared with; nullopt when it has one.
+std::optional<std::string> no_result_reason(const protocol::JobDetail& detail) {
+  const auto& job = detail.job;
+  if (!protocol::is_terminal(job.state)) {
+    return fmt::format("job {} is still {}: it has no result to compare yet; wait for it (`kiln result {} --wait`), "
+                       "then rerun it",
+                       job.job_id, protocol::enum_name(job.state), job.job_id);
+  }
+  if (!qs::ended_with_result(job) || detail.result.empty()) {
+    return fmt::format("job {} ended {}{}: it has no result document to compare; rerun a job that succeeded, or whose "
+                       "outputs were wrong (exit 1)",
+                       job.job_id, protocol::enum_name(job.state), job.detail.empty() ? "" : " (" + job.detail + ")");
+  }
+  return std::nullopt;
+}
+
+int exit_code_for(q::Reproduction verdict) {
+  switch (verdict) {
+    case q::Reproduction::reproduced: return kExitOk;
+    case q::Reproduction::not_reproduced: return kExitFailed;
+    case q::Reproduction::inconclusive: return kExitInconclusive;
+  }
+  return kExitInconclusive;
+}
+
+class RerunCommand : public RemoteCommand {
+ public:
+  std::string name() const override { return "rerun"; }
+  std::string help() const override {
+    return "rerun a qualification's measured job and say whether it reproduced";
+  }
+  void add_options(CLI::App& command) override {
+    command.add_option("ID", id_text_, "job id (42 or J42): a measure job of a qualification run")->required();
+    command.add_option("--wait-timeout", wait_timeout_, "how long to wait for the rerun (90s, 30m, 2h)")
+        ->capture_default_str();
+  }
+  Status check_arguments() override {
+    auto id = parse_job_id(id_text_);
+    if (!id) return tl::unexpected(id.error());
+    job_id_ = *id;
+    auto timeout_ms = parse_duration_ms(wait_timeout_, "--wait-timeout");
+    if (!timeout_ms) return tl::unexpected(timeout_ms.error());
+    wait_timeout_ms_ = static_cast<DurationMs>(*timeout_ms);
+    return {};
+  }
+  int run_with(Client& client, CommandContext& context) override {
+    auto original = expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id_}));
+    if (!original) return report(original.error());
+    if (auto why = no_result_reason(*original)) return report(Error{Errc::invalid_argument, *why});
+    auto measured = find_measured(client, job_id_);
+    if (!measured) return report(measured.error());
+    if (!*measured) {
+      return report(Error{Errc::invalid_argument,
+                          fmt::format("job {} is not a qualification run's measure job: only those record how they were "
+                                      "submitted (artifacts by digest, seed, benchmark settings), which a rerun repeats; "
+                                      "`kiln run RUN --json` names them (models[].measure_job.job_id)",
+                                      job_id_)});
+    }
+    const Measured& found = **measured;
+    auto submission = qs::rerun_submission(found.job, "kiln rerun");
+    if (!submission) return report(submission.error());
+    auto me = expect_reply<protocol::WhoamiReply>(client.request(protocol::Whoami{}));
+    if (!me) return report(me.error());
+    if (!protocol::role_may_submit(me->role, submission->priority_class)) {
+      return report(Error{Errc::unauthorized,
+                          fmt::format("job {} ran in the {} class, which your role ({}) may not submit; rerun it with a "
+                                      "key that may (ci, ops or admin)",
+                                      job_id_, protocol::enum_name(submission->priority_class),
+                                      protocol::enum_name(me->role))});
+    }
+    auto accepted = expect_reply<protocol::JobAccepted>(client.request(*submission));
+    if (!accepted) return report(accepted.error());
+    std::cerr << fmt::format("job {}: rerun of job {} ({} on revision {}, run {}) queued\n", accepted->job_id, job_id_,
+                             found.model, found.revision, found.run_id);
+    auto rerun = wait_for_job(client, accepted->job_id, context.json(), wait_timeout_ms_);
+    if (!rerun) return report(rerun.error());
+
+    q::ReproductionCheck check;
+    if (!protocol::is_terminal(rerun->job.state)) {
+      check.detail = fmt::format("the rerun, job {}, did not end within {}; `kiln result {} --wait` follows it",
+                                 accepted->job_id, wait_timeout_, accepted->job_id);
+    } else {
+      const q::QualificationModel model = qs::model_of(found.model, found.job);
+      check = q::check_reproduction(qs::read_job_result(*original, model), qs::read_job_result(*rerun, model),
+                                    stats::PerfGateOptions{}, stats::derive_seed(stats::stable_hash("kiln rerun"), job_id_));
+    }
+    if (context.json()) {
+      nlohmann::json out = q::to_json(check);
+      out["job_id"] = job_id_;
+      out["rerun_job_id"] = accepted->job_id;
+      out["run_id"] = found.run_id;
+      out["model"] = found.model;
+      out["revision"] = found.revision;
+      out["node_id"] = rerun->job.node_id;
+      std::cout << out.dump(2) << "\n";
+    } else {
+      std::cout << fmt::format("job {}: {} on revision {} (run {}), rerun as job {}{}\n", job_id_, found.model,
+                               found.revision, found.run_id, accepted->job_id,
+                               rerun->job.node_id.empty() ? "" : " on " + rerun->job.node_id);
+      std::cout << fmt::format("{}{}: {}\n", check.verdict == q::Reproduction::not_reproduced ? "NOT REPRODUCED"
+                                             : check.verdict == q::Reproduction::reproduced   ? "reproduced"
+                                                                                               : "inconclusive",
+                               check.gate.empty() ? "" : " (" + check.gate + ")", check.detail);
+    }
+    return exit_code_for(check.verdict);
+  }
+
+ private:
+  std::string id_text_;
+  std::uint64_t job_id_ = 0;
+  std::string wait_timeout_ = "30m";
+  DurationMs wait_timeout_ms_ = 0;
+};
+
+}  // namespace
+
+void add_rerun_command(CommandList& commands) { commands.push_back(std::make_unique<RerunCommand>()); }
+
+}  // namespace kiln::cli

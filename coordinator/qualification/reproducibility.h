@@ -1,0 +1,72 @@
+// Whether a rerun of a measured job reproduced it (`kiln rerun JOB`, and the nightly's sample of
+// earlier results): the same job again, from its recorded bundle, config and seed, on a node of the
+// same hardware revision, judged against the original with the gates qualification uses. Pure.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/enum_names.h"
+#include "common/stats/perf_gate.h"
+
+namespace kiln::qualification {
+
+struct JobResult;
+
+enum class Reproduction { reproduced, not_reproduced, inconclusive };
+constexpr EnumTable<Reproduction, 3> enum_names(Reproduction) {
+  return {{
+      {Reproduction::reproduced, "reproduced"},
+      {Reproduction::not_reproduced, "not_reproduced"},
+      {Reproduction::inconclusive, "inconclusive"},
+  }};
+}
+inline std::string_view to_string(Reproduction value) { return enum_name(value); }
+
+struct ReproductionCheck {
+  Reproduction verdict = Reproduction::inconclusive;
+  std::string gate;    // "correctness" or "performance": the gate that decided; empty when both agreed
+  std::string detail;  // one line for people, with the figures
+  // The original's samples against the rerun's (relative to each job's baseline when both measured one).
+  std::optional<stats::Comparison> performance;
+};
+
+// Original against rerun:
+//   - either did not run (no result to read): inconclusive;
+//   - correctness verdicts differ: not reproduced (gate "correctness");
+//   - the very same samples on both sides (a deterministic stack on the same chip): reproduced;
+//   - performance, when both measured samples: the candidate's throughputs, each divided by the
+//     median of the baseline measured on the same chips in the same job when both jobs have one
+//     (chip-to-chip speed differs by several percent; the ratio cancels it), compared with
+//     stats::compare and judged by stats::decide at alpha as a confirmation rerun is: regression or
+//     improvement is not reproduced (gate "performance"), no_change reproduced, inconclusive
+//     inconclusive. Samples on one side only: inconclusive.
+// `seed` draws the bootstrap interval shown to people.
+ReproductionCheck check_reproduction(const JobResult& original, const JobResult& rerun,
+                                     const stats::PerfGateOptions& options, std::uint64_t seed);
+
+nlohmann::json to_json(const ReproductionCheck& check);
+
+// A run's measure job as it was submitted, so that it can be submitted again: recorded in the run's
+// report for every (model, revision) whose measure job ran on one node.
+struct MeasuredJob {
+  std::uint64_t job_id = 0;
+  std::string submission;     // the submit_job request, as protocol JSON (docs/protocol.md §5.5)
+  double eval_threshold = 0;  // the model's, for the training gates when its result is read again
+};
+
+// One rerun of the nightly's reproducibility sample.
+struct ReproductionReport {
+  std::string run_id;  // the run that measured the original
+  std::string model;
+  std::string revision;
+  std::uint64_t job_id = 0;        // the original
+  std::uint64_t rerun_job_id = 0;  // 0: not submitted yet
+  std::optional<ReproductionCheck> check;  // nullopt while the rerun runs
+};
+
+}  // namespace kiln::qualification

@@ -1,0 +1,109 @@
+// kiln rerun and the nightly's reproducibility sample, with the real binaries: a nightly's measure
+// job rerun from its recorded bundle, config and seed reproduces; one whose rerun lands on chips
+// that corrupt outputs does not; what cannot be rerun is refused before anything is submitted;
+// and a later nightly reruns earlier results and reports them in `kiln run`.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/documented_fields.h"
+#include "tests/integration/qualification_fleet.h"
+#include "tests/integration/run_command.h"
+
+using namespace kiln::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The measure job of each model of a recorded run, by model.
+std::map<std::string, std::uint64_t> measure_jobs(Fleet& fleet, const std::string& run_id) {
+  std::string out;
+  std::string err;
+  REQUIRE(fleet.kiln_split("ci", {"run", run_id, "--json"}, &out, &err) == 0);
+  const auto report = nlohmann::json::parse(out);
+  std::map<std::string, std::uint64_t> jobs;
+  for (const auto& model : report.at("models")) {
+    if (model.at("measure_job").is_null()) continue;
+    jobs[model.at("model").get<std::string>()] = model.at("measure_job").at("job_id").get<std::uint64_t>();
+  }
+  return jobs;
+}
+
+}  // namespace
+
+TEST_CASE("kiln rerun: a nightly's measure job reproduces; on corrupting chips it does not; a later nightly reruns a sample") {
+  Fleet fleet("rerun");
+  fleet.add_key("dev", "developer");
+  start_two_nodes(fleet, {{"model_set", "\"one-node.toml\""}, {"reproducibility_sample", "2"}});
+  const std::string set(kModelSet);
+  write(fleet.dir() / "one-node.toml", set.substr(0, set.find("[[model]]\nname = \"mlp-fp8-wide\"")));
+  fleet.start_qualifier("qualifier");
+  // k2 changes nothing the sim measures: the nightly passes. 30 repeats a side bound the
+  // comparison's interval well inside 2% at the sim's 1% noise.
+  const std::string candidate = prepare_bundles(fleet, "k2");
+  std::string out;
+  REQUIRE(fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-r1", "--repeats", "30",
+                            "--no-accept"},
+                     &out, 240s) == 0);
+  const auto jobs = measure_jobs(fleet, "nightly-r1");
+  REQUIRE(jobs.size() == 2);
+  const std::string job = std::to_string(jobs.at("mlp-bf16-it"));
+  // The first nightly had nothing earlier to rerun.
+  CHECK(contains(fleet.log_of("qualifier"), "reproducibility: no earlier result"));
+
+  // The same job again, on either node of revision a: correct both times, the same throughput.
+  int code = fleet.kiln("ci", {"rerun", job}, &out, 120s);
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, "job " + job + ": mlp-bf16-it on revision a (run nightly-r1), rerun as job "));
+  // On its original's chip the sim gives the very same numbers; on another, the same within 2%.
+  CHECK(contains(out, "\nreproduced: correct both times; "));
+  const std::string rerun_job = first_word_after(out, "rerun as job ");
+
+  // What cannot be rerun is refused, saying what to do, and nothing is submitted.
+  CHECK(fleet.kiln("ci", {"rerun", "999999"}, &out) == 5);
+  CHECK(contains(out, "999999"));
+  CHECK(fleet.kiln("dev", {"rerun", job}, &out) == 3);
+  CHECK(contains(out, "ran in the nightly class, which your role (developer) may not submit"));
+  REQUIRE(fleet.kiln("ci", {"submit", "--workload", "sleep", "--class", "nightly", "--", "3"}, &out) == 0);
+  const std::string sleeping = first_word_after(out, "job ");
+  CHECK(fleet.kiln("ci", {"rerun", sleeping}, &out) == 2);
+  CHECK(contains(out, "job " + sleeping + " is still"));
+  CHECK(contains(out, "`kiln result " + sleeping + " --wait`"));
+  REQUIRE(fleet.kiln("ci", {"result", sleeping, "--wait"}, &out, 30s) == 0);
+  CHECK(fleet.kiln("ci", {"rerun", sleeping}, &out) == 2);
+  CHECK(contains(out, "it has no result document to compare"));
+  // A rerun has a result but no recorded submission of its own: rerun its original instead.
+  CHECK(fleet.kiln("ci", {"rerun", rerun_job}, &out) == 2);
+  CHECK(contains(out, "job " + rerun_job + " is not a qualification run's measure job"));
+
+  // The next nightly reruns both measure jobs of the first and reports them; they do not change its verdict.
+  REQUIRE(fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-r2", "--repeats", "30",
+                            "--no-accept"},
+                     &out, 240s) == 0);
+  REQUIRE(fleet.kiln("ci", {"run", "nightly-r2"}, &out) == 0);
+  CHECK(contains(out, "reproducibility: 2 earlier results rerun: 2 reproduced"));
+  CHECK(contains(out, "job " + job + " (mlp-bf16-it on revision a, run nightly-r1) rerun as job "));
+  std::string err;
+  REQUIRE(fleet.kiln_split("ci", {"run", "nightly-r2", "--json"}, &out, &err) == 0);
+  const auto report = nlohmann::json::parse(out);
+  CHECK(report.at("reproducibility").at("counts").at("reproduced") == 2);
+  CHECK(report.at("reproducibility").at("jobs").size() == 2);
+  CHECK(difference(report, documented_fields("runs`, `run ID")) == "");
+
+  // Silent data corruption on every chip of both nodes: the rerun's outputs are wrong where the
+  // original's were right.
+  for (const char* node : {"n01", "n02"}) {
+    for (int chip = 0; chip < 8; ++chip) {
+      REQUIRE(fleet.sim_chip(node, {"inject", "--chip", std::to_string(chip), "--fault", "sdc", "--factor", "0.05"}) == 0);
+    }
+  }
+  code = fleet.kiln_split("ci", {"rerun", job, "--json"}, &out, &err, 120s);
+  INFO(err);
+  CHECK(code == 1);
+  const auto verdict = nlohmann::json::parse(out);
+  CHECK(verdict.at("verdict") == "not_reproduced");
+  CHECK(verdict.at("gate") == "correctness");
+  CHECK(verdict.at("job_id") == jobs.at("mlp-bf16-it"));
+  CHECK(difference(verdict, documented_fields("rerun JOB")) == "");
+}
