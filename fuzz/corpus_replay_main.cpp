@@ -12,6 +12,7 @@
 #include <vector>
 
 #define KILN_FUZZ_TARGET(name) extern "C" int kiln_fuzz_##name(const std::uint8_t* data, std::size_t size);
+#include "common/version.h"
 #include "fuzz_targets.inc"
 #undef KILN_FUZZ_TARGET
 
@@ -37,6 +38,10 @@ void run_file(const Target& target, const std::filesystem::path& file) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string_view(argv[1]) == "--version") {
+    std::printf("%s\n", kiln::version_text("kiln-fuzz-replay").c_str());
+    return 0;
+  }
   if (argc < 2) {
     std::fprintf(stderr, "usage: kiln-fuzz-replay CORPUS_DIR [TARGET [FILE...]]\n");
     return 2;

@@ -11,9 +11,11 @@
 #include <CLI/CLI.hpp>
 
 #include "agent/health/check_reading.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Runs one kiln health check and prints its reading (used by kiln-agent)"};
+  app.set_version_flag("--version", kiln::version_text("kiln-agent-check"));
   std::string driver;
   std::string options;
   std::string check_name;

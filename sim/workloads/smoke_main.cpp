@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/version.h"
 #include "drivers/loader.h"
 
 namespace {
@@ -68,7 +69,11 @@ double max_scaled_error(int n, std::uint64_t seed) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("%s\n", kiln::version_text("kiln-workload-smoke").c_str());
+    return 0;
+  }
   const std::string library = env_or("KILN_DRIVER_LIBRARY", "");
   const std::string result_file = env_or("KILN_RESULT_FILE", "result.json");
   const auto chips = parse_chips(env_or("KILN_CHIPS", "0"));
