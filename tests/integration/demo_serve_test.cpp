@@ -192,8 +192,16 @@ TEST_CASE("the walkthrough of docs/operations.md runs as written against scripts
       CHECK_MESSAGE(contains(outputs[i], replaced(line, doc_dir, dir)), line);
     }
   }
-  const auto nodes_step = std::find(walkthrough.commands.begin(), walkthrough.commands.end(), "kiln nodes");
-  REQUIRE(nodes_step != walkthrough.commands.end());
-  CHECK(contains(outputs[static_cast<std::size_t>(nodes_step - walkthrough.commands.begin()) - 1], "n04 "));
+  const auto output_of = [&](const std::string& command) {
+    const auto step = std::find(walkthrough.commands.begin(), walkthrough.commands.end(), command);
+    REQUIRE(step != walkthrough.commands.end());
+    return outputs[static_cast<std::size_t>(step - walkthrough.commands.begin()) - 1];
+  };
+  CHECK(contains(output_of("kiln nodes"), "n04 "));
+  // The audit log has the walkthrough's own steps, with the keys that took them.
+  const std::string audit = output_of("kiln audit --since 1h");
+  CHECK(contains(audit, "lease_requested"));
+  CHECK(contains(audit, "drained"));
+  CHECK(contains(audit, "undrained"));
   CHECK(run(demo + " --stop " + dir).status == 1);  // the walkthrough stopped it already
 }
