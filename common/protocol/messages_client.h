@@ -127,12 +127,16 @@ struct JobDetail {
   JobSummary job;
   std::string output_tail;
   std::string result;
+  // The submit_job as the coordinator accepted it (seed, timeout, benchmark settings and artifacts
+  // included): what `kiln rerun` submits again.
+  SubmitJob submission;
 
   template <class V>
   void visit(V& v) {
     v.field("job", job);
     v.field("output_tail", output_tail, kOutputTail);
     v.field("result", result, kResultDocument);
+    v.field("submission", submission);
   }
 };
 

@@ -462,7 +462,22 @@ void JobTable::get(const std::string& client, std::uint64_t corr, const protocol
                      fmt::format("no job {}; `kiln jobs` lists the known jobs", get.job_id));
     return;
   }
-  ctx_.sink.to_client(client, protocol::JobDetail{it->second.summary, it->second.output_tail, it->second.result}, corr);
+  const JobRecord& job = it->second;
+  protocol::SubmitJob submission;
+  submission.workload = job.summary.workload;
+  submission.args = job.summary.args;
+  submission.chips = job.summary.chips;
+  submission.hardware_revision = job.summary.hardware_revision;
+  submission.node_id = job.requested_node_id;
+  submission.timeout_ms = job.timeout_ms;
+  submission.priority_class = job.summary.priority_class;
+  submission.max_attempts = job.summary.max_attempts;
+  submission.seed = job.seed;
+  submission.benchmark = job.benchmark;
+  submission.bundle_id = job.summary.bundle_id;
+  submission.config_hash = job.summary.config_hash;
+  submission.artifacts = job.artifacts;
+  ctx_.sink.to_client(client, protocol::JobDetail{job.summary, job.output_tail, job.result, std::move(submission)}, corr);
 }
 
 protocol::JobList JobTable::list(const protocol::ListJobs& request) const {

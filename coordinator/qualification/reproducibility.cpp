@@ -108,6 +108,27 @@ ReproductionCheck check_reproduction(const JobResult& original, const JobResult&
   return check;
 }
 
+ReproductionCheck check_outcome_reproduction(const JobEnding& original, const JobEnding& rerun) {
+  ReproductionCheck check;
+  const auto outcome = [](const JobEnding& ending) {
+    return fmt::format("{} with exit code {}", ending.state, ending.exit_code);
+  };
+  if (original.state != rerun.state || original.exit_code != rerun.exit_code) {
+    check.verdict = Reproduction::not_reproduced;
+    check.gate = "outcome";
+    check.detail = fmt::format("the original {}, the rerun {}", outcome(original), outcome(rerun));
+  } else if (original.result == rerun.result) {
+    check.verdict = Reproduction::reproduced;
+    check.detail = fmt::format("both {}, with the very same result document{}", outcome(original),
+                               original.result.empty() ? " (none)" : "");
+  } else {
+    check.detail = fmt::format("both {}, but their result documents differ, and they are no kiln benchmark or "
+                               "workload result that a gate could judge: compare them yourself",
+                               outcome(original));
+  }
+  return check;
+}
+
 nlohmann::json to_json(const ReproductionCheck& check) {
   return {{"verdict", to_string(check.verdict)},
           {"gate", check.gate},

@@ -29,7 +29,7 @@ inline std::string_view to_string(Reproduction value) { return enum_name(value);
 
 struct ReproductionCheck {
   Reproduction verdict = Reproduction::inconclusive;
-  std::string gate;    // "correctness" or "performance": the gate that decided; empty when both agreed
+  std::string gate;    // "correctness", "performance" or "outcome": the gate that decided; empty when both agreed
   std::string detail;  // one line for people, with the figures
   // The original's samples against the rerun's (relative to each job's baseline when both measured one).
   std::optional<stats::Comparison> performance;
@@ -48,6 +48,22 @@ struct ReproductionCheck {
 // `seed` draws the bootstrap interval shown to people.
 ReproductionCheck check_reproduction(const JobResult& original, const JobResult& rerun,
                                      const stats::PerfGateOptions& options, std::uint64_t seed);
+
+// How a job ended, for a job whose result is no qualification result (kiln submit of any
+// workload): its state and exit code, and the result document it wrote.
+struct JobEnding {
+  std::string state;  // succeeded, failed, ...
+  std::int32_t exit_code = 0;
+  std::string result;
+};
+
+// A job that is no qualification measurement has no golden and no baseline, so the only gate
+// kiln holds it to is its outcome:
+//   - a different state or exit code: not reproduced (gate "outcome");
+//   - the same outcome and the very same result document: reproduced;
+//   - the same outcome, different documents: inconclusive (the workload's own result, which kiln
+//     has no rule to judge).
+ReproductionCheck check_outcome_reproduction(const JobEnding& original, const JobEnding& rerun);
 
 nlohmann::json to_json(const ReproductionCheck& check);
 

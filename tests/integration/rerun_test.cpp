@@ -71,11 +71,28 @@ TEST_CASE("kiln rerun: a nightly's measure job reproduces; on corrupting chips i
   CHECK(contains(out, "job " + sleeping + " is still"));
   CHECK(contains(out, "`kiln result " + sleeping + " --wait`"));
   REQUIRE(fleet.kiln("ci", {"result", sleeping, "--wait"}, &out, 30s) == 0);
-  CHECK(fleet.kiln("ci", {"rerun", sleeping}, &out) == 2);
-  CHECK(contains(out, "it has no result document to compare"));
-  // A rerun has a result but no recorded submission of its own: rerun its original instead.
-  CHECK(fleet.kiln("ci", {"rerun", rerun_job}, &out) == 2);
-  CHECK(contains(out, "job " + rerun_job + " is not a qualification run's measure job"));
+
+  // Any job that ended is rerun as the coordinator accepted it. One with no kiln result is held
+  // to its outcome: the same exit, the same result document.
+  CHECK(fleet.kiln("ci", {"rerun", sleeping}, &out, 60s) == 0);
+  CHECK(contains(out, "job " + sleeping + ": sleep on revision a, rerun as job "));
+  CHECK(contains(out, "reproduced: both succeeded with exit code 0, with the very same result document (none)"));
+  REQUIRE(fleet.kiln("ci", {"submit", "--workload", "shell", "--class", "nightly", "--", "-c", "exit 3"}, &out) == 0);
+  const std::string failing = first_word_after(out, "job ");
+  REQUIRE(fleet.kiln("ci", {"result", failing, "--wait"}, &out, 30s) == 1);
+  CHECK(fleet.kiln("ci", {"rerun", failing}, &out, 60s) == 0);
+  CHECK(contains(out, "reproduced: both failed with exit code 3"));
+  // The result document is the workload's own: when it differs, kiln cannot judge it.
+  REQUIRE(fleet.kiln("ci", {"submit", "--workload", "shell", "--class", "nightly", "--", "-c",
+                            "date +%s%N > \"$KILN_RESULT_FILE\""},
+                     &out) == 0);
+  const std::string clock = first_word_after(out, "job ");
+  REQUIRE(fleet.kiln("ci", {"result", clock, "--wait"}, &out, 30s) == 0);
+  CHECK(fleet.kiln("ci", {"rerun", clock}, &out, 60s) == 6);
+  CHECK(contains(out, "inconclusive: both succeeded with exit code 0, but their result documents differ"));
+  // A rerun of a measure job is a job too: its kiln result is judged by the qualification's gates.
+  CHECK(fleet.kiln("ci", {"rerun", rerun_job}, &out, 120s) == 0);
+  CHECK(contains(out, "reproduced: correct both times"));
 
   // The next nightly reruns both measure jobs of the first and reports them; they do not change its verdict.
   REQUIRE(fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-r2", "--repeats", "30",

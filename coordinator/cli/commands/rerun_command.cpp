@@ -1,5 +1,5 @@
-// kiln rerun JOB: a qualification's measured job again, from its recorded bundle, config and seed,
-// on a node of the same hardware revision, and whether it reproduced (docs/qualification.md,
+// kiln rerun JOB: a stored result again, from its recorded bundle, config and seed, on a node of
+// the same hardware revision, and whether it reproduced (docs/qualification.md,
 // "Reproducibility").
 #include <iostream>
 #include <optional>
@@ -49,20 +49,49 @@ Result<std::optional<Measured>> find_measured(Client& client, std::uint64_t job_
   return std::nullopt;
 }
 
-// Why the job has no result a rerun could be compared with; nullopt when it has one.
-std::optional<std::string> no_result_reason(const protocol::JobDetail& detail) {
+// Why the job cannot be rerun and compared; nullopt when it can. A measure job needs a result
+// document; any other job an outcome (it succeeded, or failed with an exit code).
+std::optional<std::string> not_rerunnable(const protocol::JobDetail& detail, bool measure_job) {
   const auto& job = detail.job;
   if (!protocol::is_terminal(job.state)) {
     return fmt::format("job {} is still {}: it has no result to compare yet; wait for it (`kiln result {} --wait`), "
                        "then rerun it",
                        job.job_id, protocol::enum_name(job.state), job.job_id);
   }
-  if (!qs::ended_with_result(job) || detail.result.empty()) {
+  if (measure_job && (!qs::ended_with_result(job) || detail.result.empty())) {
     return fmt::format("job {} ended {}{}: it has no result document to compare; rerun a job that succeeded, or whose "
                        "outputs were wrong (exit 1)",
                        job.job_id, protocol::enum_name(job.state), job.detail.empty() ? "" : " (" + job.detail + ")");
   }
+  if (measure_job) return std::nullopt;
+  if (job.state != protocol::JobState::succeeded && job.state != protocol::JobState::failed) {
+    return fmt::format("job {} ended {}{}: it has no outcome to compare; rerun a job that succeeded or failed",
+                       job.job_id, protocol::enum_name(job.state), job.detail.empty() ? "" : " (" + job.detail + ")");
+  }
+  if (job.gang_size > 1) {
+    return fmt::format("job {} is rank {} of a gang of {}: a rank alone is no result; rerun the run that measured the "
+                       "model",
+                       job.job_id, job.gang_rank, job.gang_size);
+  }
+  if (protocol::is_maintenance_workload(job.workload)) {
+    return fmt::format("job {} is {}, maintenance rather than a result: run it again with `kiln diag` or `kiln "
+                       "submit --workload {}`",
+                       job.job_id, job.workload, job.workload);
+  }
   return std::nullopt;
+}
+
+// The hardware revision the original ran on: its rerun runs on a node of the same one.
+Result<std::string> revision_of(Client& client, const protocol::JobDetail& detail) {
+  if (!detail.job.hardware_revision.empty()) return detail.job.hardware_revision;
+  auto nodes = expect_reply<protocol::NodeList>(client.request(protocol::ListNodes{}));
+  if (!nodes) return tl::unexpected(nodes.error());
+  for (const auto& node : nodes->nodes) {
+    if (node.node_id == detail.job.node_id) return node.hardware_revision;
+  }
+  return fail(Errc::not_found, fmt::format("job {} ran on node {}, which the coordinator no longer knows, so its "
+                                           "hardware revision is unknown; submit it again by hand with --rev",
+                                           detail.job.job_id, detail.job.node_id));
 }
 
 int exit_code_for(q::Reproduction verdict) {
@@ -78,10 +107,11 @@ class RerunCommand : public RemoteCommand {
  public:
   std::string name() const override { return "rerun"; }
   std::string help() const override {
-    return "rerun a qualification's measured job and say whether it reproduced";
+    return "rerun a job from its recorded bundle, config and seed on its hardware revision, and say whether it "
+           "reproduced";
   }
   void add_options(CLI::App& command) override {
-    command.add_option("ID", id_text_, "job id (42 or J42): a measure job of a qualification run")->required();
+    command.add_option("ID", id_text_, "job id (42 or J42): a qualification run's measure job, or any job that ended")->required();
     command.add_option("--wait-timeout", wait_timeout_, "how long to wait for the rerun (90s, 30m, 2h)")
         ->capture_default_str();
   }
@@ -97,19 +127,23 @@ class RerunCommand : public RemoteCommand {
   int run_with(Client& client, CommandContext& context) override {
     auto original = expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id_}));
     if (!original) return report(original.error());
-    if (auto why = no_result_reason(*original)) return report(Error{Errc::invalid_argument, *why});
     auto measured = find_measured(client, job_id_);
     if (!measured) return report(measured.error());
-    if (!*measured) {
-      return report(Error{Errc::invalid_argument,
-                          fmt::format("job {} is not a qualification run's measure job: only those record how they were "
-                                      "submitted (artifacts by digest, seed, benchmark settings), which a rerun repeats; "
-                                      "`kiln run RUN --json` names them (models[].measure_job.job_id)",
-                                      job_id_)});
+    if (auto why = not_rerunnable(*original, measured->has_value())) return report(Error{Errc::invalid_argument, *why});
+    // A measure job is submitted again as its run recorded it; any other job as the coordinator
+    // accepted it.
+    Measured found;
+    if (*measured) {
+      found = **measured;
+    } else {
+      auto revision = revision_of(client, *original);
+      if (!revision) return report(revision.error());
+      found = Measured{"", original->job.workload, *revision,
+                       q::MeasuredJob{job_id_, protocol::to_json(original->submission).dump(), 0}};
     }
-    const Measured& found = **measured;
     auto submission = qs::rerun_submission(found.job, "kiln rerun");
     if (!submission) return report(submission.error());
+    submission->hardware_revision = found.revision;
     auto me = expect_reply<protocol::WhoamiReply>(client.request(protocol::Whoami{}));
     if (!me) return report(me.error());
     if (!protocol::role_may_submit(me->role, submission->priority_class)) {
@@ -121,19 +155,26 @@ class RerunCommand : public RemoteCommand {
     }
     auto accepted = expect_reply<protocol::JobAccepted>(client.request(*submission));
     if (!accepted) return report(accepted.error());
-    std::cerr << fmt::format("job {}: rerun of job {} ({} on revision {}, run {}) queued\n", accepted->job_id, job_id_,
-                             found.model, found.revision, found.run_id);
+    std::cerr << fmt::format("job {}: rerun of job {} ({} on revision {}{}) queued\n", accepted->job_id, job_id_,
+                             found.model, found.revision, found.run_id.empty() ? "" : ", run " + found.run_id);
     auto rerun = wait_for_job(client, accepted->job_id, context.json(), wait_timeout_ms_);
     if (!rerun) return report(rerun.error());
 
     q::ReproductionCheck check;
+    const q::QualificationModel model = qs::model_of(found.model, found.job);
+    const q::JobResult original_result = qs::read_job_result(*original, model);
     if (!protocol::is_terminal(rerun->job.state)) {
       check.detail = fmt::format("the rerun, job {}, did not end within {}; `kiln result {} --wait` follows it",
                                  accepted->job_id, wait_timeout_, accepted->job_id);
+    } else if (*measured || original_result.ran) {
+      // A result kiln reads (a benchmark report, a workload result): judged by qualification's gates.
+      check = q::check_reproduction(original_result, qs::read_job_result(*rerun, model), stats::PerfGateOptions{},
+                                    stats::derive_seed(stats::stable_hash("kiln rerun"), job_id_));
     } else {
-      const q::QualificationModel model = qs::model_of(found.model, found.job);
-      check = q::check_reproduction(qs::read_job_result(*original, model), qs::read_job_result(*rerun, model),
-                                    stats::PerfGateOptions{}, stats::derive_seed(stats::stable_hash("kiln rerun"), job_id_));
+      const auto ending = [](const protocol::JobDetail& detail) {
+        return q::JobEnding{std::string(protocol::enum_name(detail.job.state)), detail.job.exit_code, detail.result};
+      };
+      check = q::check_outcome_reproduction(ending(*original), ending(*rerun));
     }
     if (context.json()) {
       nlohmann::json out = q::to_json(check);
@@ -145,8 +186,8 @@ class RerunCommand : public RemoteCommand {
       out["node_id"] = rerun->job.node_id;
       std::cout << out.dump(2) << "\n";
     } else {
-      std::cout << fmt::format("job {}: {} on revision {} (run {}), rerun as job {}{}\n", job_id_, found.model,
-                               found.revision, found.run_id, accepted->job_id,
+      std::cout << fmt::format("job {}: {} on revision {}{}, rerun as job {}{}\n", job_id_, found.model, found.revision,
+                               found.run_id.empty() ? "" : " (run " + found.run_id + ")", accepted->job_id,
                                rerun->job.node_id.empty() ? "" : " on " + rerun->job.node_id);
       std::cout << fmt::format("{}{}: {}\n", check.verdict == q::Reproduction::not_reproduced ? "NOT REPRODUCED"
                                              : check.verdict == q::Reproduction::reproduced   ? "reproduced"

@@ -129,3 +129,21 @@ TEST_CASE("the check's JSON names the verdict, the gate and the comparison") {
   CHECK(json.at("gate") == "performance");
   CHECK(json.at("performance").at("n_candidate") == 10);
 }
+
+TEST_CASE("a job with no kiln result is held to its outcome: exit and result document") {
+  const q::JobEnding succeeded{"succeeded", 0, R"({"tokens": 512})"};
+  const auto same = q::check_outcome_reproduction(succeeded, succeeded);
+  CHECK(same.verdict == q::Reproduction::reproduced);
+  CHECK(same.detail == "both succeeded with exit code 0, with the very same result document");
+
+  const auto failed = q::check_outcome_reproduction(succeeded, q::JobEnding{"failed", 3, ""});
+  CHECK(failed.verdict == q::Reproduction::not_reproduced);
+  CHECK(failed.gate == "outcome");
+  CHECK(failed.detail == "the original succeeded with exit code 0, the rerun failed with exit code 3");
+  CHECK(q::check_outcome_reproduction(q::JobEnding{"failed", 3, ""}, q::JobEnding{"failed", 4, ""}).verdict ==
+        q::Reproduction::not_reproduced);
+
+  const auto differs = q::check_outcome_reproduction(succeeded, q::JobEnding{"succeeded", 0, R"({"tokens": 511})"});
+  CHECK(differs.verdict == q::Reproduction::inconclusive);
+  CHECK(differs.gate.empty());
+}
