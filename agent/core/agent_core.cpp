@@ -4,6 +4,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace kiln::agent {
 namespace {
@@ -11,6 +12,25 @@ namespace {
 // Jobs and the agent's own work share one table; their owner names never collide.
 std::string job_owner(std::uint64_t job_id) { return fmt::format("job:{}", job_id); }
 std::string own_work_owner(const std::string& owner) { return "own:" + owner; }
+
+// What a successful install changed (its report, docs/health.md), so the next hello says what the
+// node runs now: a stale hello would make a rollout install the same package again.
+void apply_install_report(AgentIdentity& identity, const std::string& report) {
+  const auto doc = nlohmann::json::parse(report, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return;
+  const auto text_of = [&](const char* key) {
+    const auto it = doc.find(key);
+    return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string version = text_of("version");
+  if (version.empty() || (text_of("outcome") != "installed" && text_of("outcome") != "already_installed")) return;
+  if (text_of("kind") == "driver") identity.driver_version = version;
+  if (text_of("kind") == "firmware") {
+    for (protocol::ChipInfo& chip : identity.chips) {
+      if (!chip.firmware_version.empty()) chip.firmware_version = version;
+    }
+  }
+}
 
 }  // namespace
 
@@ -265,7 +285,9 @@ void AgentCore::on_job_ended(const JobEnded& ended, TimeMs) {
   fin.result = ended.result;
   fin.detail = ended.detail;
   running_.erase(it);
-  installs_running_.erase(ended.job_id);
+  if (installs_running_.erase(ended.job_id) != 0 && ended.outcome == protocol::JobOutcome::succeeded) {
+    apply_install_report(identity_, ended.result);
+  }
   unacked_[fin.job_id] = fin;
   log(action::Severity::info, fmt::format("job {} attempt {} ended: {} (exit code {}, {} ms)", fin.job_id,
                                           fin.attempt, protocol::enum_name(fin.outcome), fin.exit_code,

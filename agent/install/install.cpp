@@ -207,7 +207,8 @@ InstallReport install_driver(const PackageEntry& entry, const InstallOptions& op
   spec.args = options.installer_args;
   spec.env_extra = {{"KILN_PACKAGE_KIND", "driver"},
                     {"KILN_PACKAGE_VERSION", entry.version},
-                    {"KILN_PACKAGE_SHA256", entry.sha256}};
+                    {"KILN_PACKAGE_SHA256", entry.sha256},
+                    {"KILN_DRIVER_OPTIONS", options.driver_options}};
   spec.work_dir = (fs::path(staging_dir) / "run").string();
   spec.timeout_ms = options.installer_timeout_ms;
   spec.kill_grace_ms = options.installer_kill_grace_ms;
@@ -302,6 +303,7 @@ Result<InstallOptions> default_install_options(const AgentConfig& config) {
     options.staging_dir = (fs::path(config.work_dir) / "install").string();
   }
   options.installer_kill_grace_ms = config.knobs.kill_grace_ms;
+  options.driver_options = config.driver_options;
   return options;
 }
 

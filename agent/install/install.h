@@ -34,6 +34,9 @@ struct InstallOptions {
   DurationMs installer_kill_grace_ms = 10 * kSecondMs;
   // Arguments after the installer's own path (docs/health.md: "Driver installer contract").
   std::vector<std::string> installer_args;
+  // The agent's [driver] options, for the installer (KILN_DRIVER_OPTIONS): they name the device
+  // or, on the sim, the node's state directory.
+  std::string driver_options;
   // The post-install health check: level 1 diagnostics, which include the probes.
   health::DiagOptions diag;
 };

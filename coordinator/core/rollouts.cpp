@@ -42,6 +42,25 @@ bool runs_firmware(const protocol::NodeSummary& node, const std::string& version
   return any;
 }
 
+// The layers a node still has to install, in the order they are installed: the driver first, so
+// the firmware is flashed and checked by the driver the bundle ships with. A layer the bundle
+// does not pin is never installed.
+std::vector<std::string_view> layers_to_install(const DesiredEnvironment& environment,
+                                                const protocol::NodeSummary& node) {
+  std::vector<std::string_view> out;
+  if (!environment.driver.version.empty() && node.driver_version != environment.driver.version) {
+    out.push_back("driver");
+  }
+  if (!environment.firmware.version.empty() && !runs_firmware(node, environment.firmware.version)) {
+    out.push_back("firmware");
+  }
+  return out;
+}
+
+const DesiredPackage& package_of(const DesiredEnvironment& environment, std::string_view layer) {
+  return layer == "driver" ? environment.driver : environment.firmware;
+}
+
 
 }  // namespace
 
@@ -51,9 +70,10 @@ void Rollouts::set_desired(DesiredFleet fleet, TimeMs now) {
                                      [&](const DesiredEnvironment& e) { return e.name == environment.name; });
     if (before == fleet_.environments.end() || before->bundle_id != environment.bundle_id) {
       ctx_.log(action::Severity::info,
-               fmt::format("environment {} should run bundle {} (firmware {}) on {} nodes{}, commit {}",
+               fmt::format("environment {} should run bundle {} (driver {}, firmware {}) on {} nodes{}, commit {}",
                            environment.name, environment.bundle_id.empty() ? "none" : environment.bundle_id.substr(0, 12),
-                           environment.firmware_version.empty() ? "-" : environment.firmware_version,
+                           environment.driver.version.empty() ? "-" : environment.driver.version,
+                           environment.firmware.version.empty() ? "-" : environment.firmware.version,
                            members(environment).size(),
                            environment.node_labels.empty()
                                ? ""
@@ -78,9 +98,12 @@ std::vector<const JobRecord*> Rollouts::rollout_jobs() const {
 }
 
 bool Rollouts::is_rollout_job(const JobRecord& job, const DesiredEnvironment& environment) const {
-  return job.summary.bundle_id == environment.bundle_id &&
-         std::find(job.summary.args.begin(), job.summary.args.end(), environment.firmware_sha256) !=
-             job.summary.args.end();
+  if (job.summary.bundle_id != environment.bundle_id) return false;
+  const auto installs = [&](const DesiredPackage& package) {
+    return !package.sha256.empty() &&
+           std::find(job.summary.args.begin(), job.summary.args.end(), package.sha256) != job.summary.args.end();
+  };
+  return installs(environment.driver) || installs(environment.firmware);
 }
 
 std::vector<std::string> Rollouts::members(const DesiredEnvironment& environment) const {
@@ -101,43 +124,54 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
                                       const std::vector<const JobRecord*>& rollout_jobs) const {
   Assessment out;
   const std::vector<std::string> nodes = members(environment);
-  // The newest install of this bundle's firmware asked on each node.
+  // The newest install of this bundle's driver or firmware asked on each node.
   std::map<std::string, const JobRecord*> latest;
   if (!environment.bundle_id.empty()) {
     for (const JobRecord* job : rollout_jobs) {
       if (is_rollout_job(*job, environment)) latest[job->requested_node_id] = job;
     }
   }
+  // Half-converged nodes first, so a node that installed its driver goes on with its firmware
+  // before another node starts.
+  std::vector<std::string> drifted_started;
   std::vector<std::string> drifted;
   std::size_t in_flight = 0;
   std::size_t in_sync = 0;
+  // The canary has passed once a node this bundle installed on runs all of it, not merely once
+  // one of its installs succeeded.
   bool canary_passed = false;
   std::string failure;
   for (const std::string& node_id : nodes) {
-    protocol::NodeConvergence node{node_id, "unknown", environment.firmware_version, "", 0, ""};
+    protocol::NodeConvergence node{node_id, "unknown", environment.firmware.version, "", 0, ""};
     const NodeRecord* record = ctx_.registry.nodes().count(node_id) ? &ctx_.registry.nodes().at(node_id) : nullptr;
     const auto job = latest.find(node_id);
-    if (job != latest.end()) {
-      node.install_job_id = job->second->summary.job_id;
-      if (job->second->summary.state == JobState::succeeded) canary_passed = true;
-    }
+    const bool started = job != latest.end();
+    if (started) node.install_job_id = job->second->summary.job_id;
     if (!record) {
       node.detail = "not registered: no agent with this node id has connected";
     } else {
       node.actual_firmware = firmware_of(record->summary);
-      const bool synced = environment.bundle_id.empty() || runs_firmware(record->summary, environment.firmware_version);
+      const std::vector<std::string_view> layers =
+          environment.bundle_id.empty() ? std::vector<std::string_view>{} : layers_to_install(environment, record->summary);
+      const std::string driver_drift =
+          std::find(layers.begin(), layers.end(), "driver") == layers.end()
+              ? ""
+              : fmt::format("driver {}, desired {}",
+                            record->summary.driver_version.empty() ? "unknown" : record->summary.driver_version,
+                            environment.driver.version);
       const NodeState state = record->summary.state;
-      if (job != latest.end() && !protocol::is_terminal(job->second->summary.state)) {
+      if (started && !protocol::is_terminal(job->second->summary.state)) {
         node.state = "converging";
         node.detail = job->second->summary.state == JobState::queued
                           ? fmt::format("install job {} waits for the node to drain", node.install_job_id)
                           : fmt::format("install job {} is {}", node.install_job_id,
                                         protocol::enum_name(job->second->summary.state));
         ++in_flight;
-      } else if (synced) {
+      } else if (layers.empty()) {
         node.state = "in_sync";
         ++in_sync;
-      } else if (job != latest.end() && job->second->summary.state != JobState::succeeded) {
+        if (started) canary_passed = true;
+      } else if (started && job->second->summary.state != JobState::succeeded) {
         node.state = "failed";
         node.detail = fmt::format("install job {} {}: {}", node.install_job_id,
                                   protocol::enum_name(job->second->summary.state), job->second->summary.detail);
@@ -150,11 +184,13 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
                           : "not connected; it converges once its agent is back";
       } else {
         node.state = "drifted";
-        drifted.push_back(node_id);
+        node.detail = driver_drift;
+        (started ? drifted_started : drifted).push_back(node_id);
       }
     }
     out.nodes.push_back(std::move(node));
   }
+  drifted.insert(drifted.begin(), drifted_started.begin(), drifted_started.end());
   if (environment.bundle_id.empty()) {
     out.phase = Phase::idle;
     out.detail = "nothing promoted to this environment yet";
@@ -191,24 +227,30 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
 }
 
 void Rollouts::start_install(const DesiredEnvironment& environment, const std::string& node_id, TimeMs now) {
+  const auto node = ctx_.registry.nodes().find(node_id);
+  KILN_ASSERT(node != ctx_.registry.nodes().end(), "only registered nodes are due an install");
+  const std::vector<std::string_view> layers = layers_to_install(environment, node->second.summary);
+  KILN_ASSERT(!layers.empty(), "only drifted nodes are due an install");
+  const std::string layer(layers.front());
+  const DesiredPackage& package = package_of(environment, layer);
   protocol::SubmitJob install;
   install.workload = std::string(protocol::kInstallWorkload);
   install.node_id = node_id;
-  install.args = {"--kind", "firmware", "--version", environment.firmware_version, "--sha256",
-                  environment.firmware_sha256, "{artifact:firmware}"};
-  install.artifacts = {protocol::ArtifactRef{"firmware", environment.firmware_sha256, environment.firmware_size_bytes}};
+  install.args = {"--kind", layer, "--version", package.version, "--sha256", package.sha256,
+                  "{artifact:" + layer + "}"};
+  install.artifacts = {protocol::ArtifactRef{layer, package.sha256, package.size_bytes}};
   install.bundle_id = environment.bundle_id;
   install.max_attempts = 1;
   auto id = jobs_.accept(Caller{std::string(kRolloutSubmitter), protocol::Role::ops}, install, 0, now);
   if (!id) {
-    ctx_.log(action::Severity::warn, fmt::format("environment {}: cannot install firmware {} on node {}: {}",
-                                                 environment.name, environment.firmware_version, node_id,
+    ctx_.log(action::Severity::warn, fmt::format("environment {}: cannot install {} {} on node {}: {}",
+                                                 environment.name, layer, package.version, node_id,
                                                  id.error().message));
     return;
   }
-  ctx_.log(action::Severity::info,
-           fmt::format("environment {}: job {} installs firmware {} of bundle {} on node {}", environment.name, *id,
-                       environment.firmware_version, environment.bundle_id.substr(0, 12), node_id));
+  ctx_.log(action::Severity::info, fmt::format("environment {}: job {} installs {} {} of bundle {} on node {}",
+                                               environment.name, *id, layer, package.version,
+                                               environment.bundle_id.substr(0, 12), node_id));
 }
 
 void Rollouts::advance(TimeMs now) {

@@ -20,17 +20,23 @@ namespace kiln::coordinator {
 
 class JobTable;
 
+// One layer of the bundle that nodes install: its version and its package, by digest.
+struct DesiredPackage {
+  std::string version;           // empty: the bundle does not pin this layer
+  std::string sha256;            // lowercase hex
+  std::uint64_t size_bytes = 0;  // of the package in the coordinator's artifact store
+};
+
 // What one environment should run, as the shell read it from the repository.
 struct DesiredEnvironment {
   std::string name;
   std::string bundle_id;  // empty: nothing promoted yet
-  std::string firmware_version;
-  std::string firmware_sha256;            // lowercase hex
-  std::uint64_t firmware_size_bytes = 0;  // of the package in the coordinator's artifact store
+  DesiredPackage firmware;
+  DesiredPackage driver;  // installed before the firmware
   std::vector<std::string> nodes;
   // Besides `nodes`: every registered node whose labels include all of these (key=value).
   std::vector<std::string> node_labels;
-  // Why the rollout cannot start (the package is not uploaded), in words for people; empty: it
+  // Why the rollout cannot start (a package is not uploaded), in words for people; empty: it
   // can.
   std::string blocked;
 };

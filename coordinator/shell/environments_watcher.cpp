@@ -59,10 +59,12 @@ DesiredFleet desired_fleet(const std::string& repo, const std::string& commit, c
     environment.node_labels = desired.node_labels;
     if (desired.bundle) {
       environment.bundle_id = desired.bundle->id;
-      if (const auto firmware = desired.bundle->layers.find("firmware"); firmware != desired.bundle->layers.end()) {
-        environment.firmware_version = firmware->second.version;
-        const std::string_view digest = firmware->second.digest;
-        environment.firmware_sha256 = std::string(digest.starts_with("sha256:") ? digest.substr(7) : digest);
+      for (auto [layer, package] : {std::pair{"driver", &environment.driver}, std::pair{"firmware", &environment.firmware}}) {
+        const auto pinned = desired.bundle->layers.find(layer);
+        if (pinned == desired.bundle->layers.end()) continue;
+        package->version = pinned->second.version;
+        const std::string_view digest = pinned->second.digest;
+        package->sha256 = std::string(digest.starts_with("sha256:") ? digest.substr(7) : digest);
       }
     }
     fleet.environments.push_back(std::move(environment));

@@ -370,19 +370,20 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     DesiredFleet fleet = std::move(**reading);
     std::string fingerprint = fleet.commit;
     for (DesiredEnvironment& environment : fleet.environments) {
-      if (!environment.firmware_sha256.empty() && environment.blocked.empty()) {
-        const auto size = artifacts_ ? artifacts_->size_of(environment.firmware_sha256) : std::nullopt;
+      for (auto [layer, package] : {std::pair{"driver", &environment.driver}, std::pair{"firmware", &environment.firmware}}) {
+        if (package->sha256.empty() || !environment.blocked.empty()) continue;
+        const auto size = artifacts_ ? artifacts_->size_of(package->sha256) : std::nullopt;
         if (size) {
-          environment.firmware_size_bytes = *size;
+          package->size_bytes = *size;
         } else {
-          environment.blocked = fmt::format("firmware {} (package sha256:{}) of bundle {} is not in the coordinator's "
+          environment.blocked = fmt::format("{} {} (package sha256:{}) of bundle {} is not in the coordinator's "
                                             "artifact store; upload the package with `kiln artifact upload FILE`",
-                                            environment.firmware_version, environment.firmware_sha256.substr(0, 12),
+                                            layer, package->version, package->sha256.substr(0, 12),
                                             environment.bundle_id.substr(0, 12));
         }
       }
-      fingerprint += fmt::format("|{}:{}:{}:{}", environment.name, environment.bundle_id,
-                                 environment.firmware_size_bytes, environment.blocked);
+      fingerprint += fmt::format("|{}:{}:{}:{}:{}", environment.name, environment.bundle_id,
+                                 environment.driver.size_bytes, environment.firmware.size_bytes, environment.blocked);
     }
     if (fingerprint == environments_fingerprint_) {
       core_.on_environments_problem("");

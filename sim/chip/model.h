@@ -126,9 +126,15 @@ struct NodeIdentity {
   std::uint64_t seed = 1;
 };
 
+// What the sim driver reports as its version until a driver install records another.
+inline constexpr std::string_view kDefaultDriverVersion = "kiln-sim 0.1.0";
+
 struct NodeState {
   NodeIdentity identity;
   std::string fault_file_digest;  // digest of the fault file last applied, "" for none
+  // The installed driver's version: a driver installer for the sim records it with
+  // kiln-sim-chip set-driver-version, and the driver reports it from then on.
+  std::string driver_version{kDefaultDriverVersion};
   std::vector<ChipState> chips;
 };
 

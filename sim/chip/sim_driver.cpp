@@ -21,8 +21,6 @@ namespace {
 using kiln::Errc;
 using kiln::Status;
 
-constexpr const char* kDriverVersion = "kiln-sim 0.1.0";
-
 using kiln::drivers::backend::code_for;
 using kiln::drivers::backend::copy_error;
 using kiln::drivers::backend::copy_fixed;
@@ -68,7 +66,11 @@ const char* sim_last_error(const kiln_driver* handle) {
 }
 
 kiln_driver_status sim_driver_version(kiln_driver* handle, char* out, std::uint32_t out_size) {
-  return guarded(handle, [&](kiln_driver&) { return kiln::drivers::backend::copy_version(kDriverVersion, out, out_size); });
+  return guarded(handle, [&](kiln_driver& h) -> Status {
+    auto version = h.node.driver_version();
+    if (!version) return tl::unexpected(version.error());
+    return kiln::drivers::backend::copy_version(*version, out, out_size);
+  });
 }
 
 kiln_driver_status sim_chip_count(kiln_driver* handle, std::uint32_t* out_count) {

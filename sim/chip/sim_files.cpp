@@ -369,6 +369,8 @@ Result<NodeState> parse_node_state(std::string_view bytes, const fs::path& file)
   if (!seed) reader.invalid("seed");
   node.identity.seed = seed.value_or(0);
   node.fault_file_digest = reader.get<std::string>(table, "fault_file_digest");
+  // Absent in the state of a node no driver was ever installed on.
+  if (const auto version = table["driver_version"].value<std::string>()) node.driver_version = *version;
 
   const toml::array* chips = table["chip"].as_array();
   if (chips == nullptr || chips->size() != node.identity.chip_count) {
@@ -437,6 +439,7 @@ Status write_node_state(const fs::path& state_dir, const NodeState& node) {
   // A string keeps all 64 bits of the seed; TOML integers are signed.
   table.insert_or_assign("seed", std::to_string(node.identity.seed));
   table.insert_or_assign("fault_file_digest", node.fault_file_digest);
+  table.insert_or_assign("driver_version", node.driver_version);
   toml::array chips;
   for (const ChipState& chip : node.chips) {
     toml::table c;

@@ -36,14 +36,15 @@ Status refuse_if_bound(const ChipState& chip, std::string_view operation) {
                                      "; stop or unbind that workload first");
 }
 
-Status check_version_text(const std::string& version) {
+// `what` names the version in errors: "firmware" or "driver".
+Status check_version_text(std::string_view what, const std::string& version) {
   if (version.empty() || version.size() >= 64) {
     return fail(Errc::invalid_argument,
-                "firmware version must be 1 to 63 characters; got '" + version + "'");
+                std::string(what) + " version must be 1 to 63 characters; got '" + version + "'");
   }
   for (unsigned char c : version) {
     if (c < 0x21 || c > 0x7E) {
-      return fail(Errc::invalid_argument, "firmware version '" + version +
+      return fail(Errc::invalid_argument, std::string(what) + " version '" + version +
                                               "' has spaces or control characters; use a "
                                               "plain version string such as 2.1.0");
     }
@@ -259,7 +260,7 @@ Result<ChipState> SimNode::firmware(std::uint32_t chip) {
 Status SimNode::flash_standby(std::uint32_t chip, const fs::path& image,
                               const std::string& version) {
   if (auto state = touch(chip); !state) return tl::unexpected(state.error());
-  if (auto ok = check_version_text(version); !ok) return ok;
+  if (auto ok = check_version_text("firmware", version); !ok) return ok;
   if (auto ok = check_image(image); !ok) return ok;
   return modify([&](NodeState& node) { return sim::flash_standby(node.chips[chip], version); });
 }
@@ -410,5 +411,19 @@ Result<ChipConditions> SimNode::conditions(std::uint32_t chip) const {
 }
 
 Result<NodeState> SimNode::snapshot() const { return read_node_state(options_.state_dir); }
+
+Result<std::string> SimNode::driver_version() const {
+  auto state = read_node_state(options_.state_dir);
+  if (!state) return tl::unexpected(state.error());
+  return state->driver_version;
+}
+
+Status SimNode::set_driver_version(const std::string& version) {
+  if (auto ok = check_version_text("driver", version); !ok) return ok;
+  return modify([&](NodeState& node) -> Status {
+    node.driver_version = version;
+    return {};
+  });
+}
 
 }  // namespace kiln::sim

@@ -55,6 +55,9 @@ class SimNode {
   Status bind(std::int64_t pid, const std::vector<std::uint32_t>& chips);
   Status unbind(std::int64_t pid);
   Result<std::int64_t> binding(std::uint32_t chip);  // 0 when none
+  Result<std::string> driver_version() const;
+  // What a driver installer does on the sim: the driver reports this version from now on.
+  Status set_driver_version(const std::string& version);
   Result<SelfTest> self_test(std::uint32_t chip, SelfTestKind kind, std::uint32_t level);
 
   // Run-time faults and the workload query API. These never block, even on a hung chip.

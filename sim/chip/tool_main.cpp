@@ -1,5 +1,6 @@
 // kiln-sim-chip: inject, clear and show simulated chip faults in a sim node's state
-// directory, while the agent and workloads run.
+// directory, while the agent and workloads run; and record an installed driver's version, which
+// is what a driver installer for the sim does.
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -7,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "drivers/backend_support.h"
 #include "sim/chip/sim_node.h"
 #include "common/version.h"
 
@@ -63,10 +65,20 @@ kiln::Status show(const SimNode& node) {
   return {};
 }
 
+// The state directory named by sim driver options (an agent's [driver] options, which a driver
+// installer finds in KILN_DRIVER_OPTIONS).
+kiln::Result<std::string> state_dir_of(const std::string& driver_options) {
+  auto sim_options = kiln::drivers::backend::take_kernel_options(driver_options);
+  if (!sim_options) return tl::unexpected(sim_options.error());
+  auto parsed = kiln::sim::parse_sim_options(sim_options->rest);
+  if (!parsed) return tl::unexpected(parsed.error());
+  return parsed->state_dir.string();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Inject, clear and show faults of simulated kiln chips"};
+  CLI::App app{"Inject, clear and show faults of simulated kiln chips; set their driver's version"};
   app.set_version_flag("--version", kiln::version_text("kiln-sim-chip"));
   app.require_subcommand(1);
   std::string state_dir;
@@ -94,7 +106,28 @@ int main(int argc, char** argv) {
   show_command->add_option("--state-dir", state_dir, "the sim node's state directory")
       ->required();
 
+  std::string driver_options;
+  std::string driver_version;
+  auto* set_driver = app.add_subcommand(
+      "set-driver-version", "record VERSION as the installed driver's version: what a driver installer for the sim does");
+  set_driver->add_option("VERSION", driver_version, "the driver's version from now on")->required();
+  auto* set_driver_state = set_driver->add_option("--state-dir", state_dir, "the sim node's state directory");
+  set_driver->add_option("--driver-options", driver_options,
+                         "or the sim driver's options (an installer's KILN_DRIVER_OPTIONS), which name it")
+      ->excludes(set_driver_state);
+
   CLI11_PARSE(app, argc, argv);
+
+  if (set_driver->parsed() && state_dir.empty()) {
+    if (driver_options.empty()) {
+      std::cerr << "kiln-sim-chip: set-driver-version needs the node: pass --state-dir DIR or --driver-options "
+                   "OPTIONS\n";
+      return 1;
+    }
+    auto named = state_dir_of(driver_options);
+    if (!named) return report(tl::unexpected(named.error()));
+    state_dir = *named;
+  }
 
   auto node = SimNode::attach(state_dir);
   if (!node) return report(tl::unexpected(node.error()));
@@ -106,5 +139,6 @@ int main(int argc, char** argv) {
     return report(node->inject_fault(*chip, *kind, factor, *flash_mode));
   }
   if (clear->parsed()) return report(node->clear_faults(chip));
+  if (set_driver->parsed()) return report(node->set_driver_version(driver_version));
   return report(show(*node));
 }

@@ -1,7 +1,8 @@
 // Nodes converge on their environment's bundle with the real binaries: the coordinator watches a
-// real git repository, installs the bundle's firmware (uploaded by digest) through kiln.install,
-// one canary first, then the rest; a bundle whose firmware fails its check on the canary
-// quarantines that node and goes no further. `kiln envs` shows desired against actual.
+// real git repository, installs the bundle's driver and firmware (uploaded by digest) through
+// kiln.install, one canary first, then the rest; a bundle whose firmware fails its check on the
+// canary quarantines that node and goes no further. `kiln envs` shows desired against actual.
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -30,17 +31,26 @@ std::string digest_of(const fs::path& file) {
 // The canary is listed; the rest of staging is whatever declares the pool's label.
 const std::string kStagingNodes = "nodes = [\"n01\"]\nnode_labels = [\"pool=staging\"]\n";
 
-// A bundle file pinning firmware `version` with the package `sha256`.
-std::string bundle_file(const std::string& id, const std::string& version, const std::string& sha256) {
+struct Pin {
+  std::string version;
+  std::string sha256;
+};
+
+// A bundle file pinning the driver and the firmware with their packages.
+std::string bundle_file(const std::string& id, const Pin& driver, const Pin& firmware) {
   std::string text = "id = \"" + id + "\"\nhardware_revisions = [\"a\"]\nmodel_configs_version = \"r1\"\n";
-  for (const char* layer : {"framework", "compiler", "kernels", "runtime", "driver"}) {
+  for (const char* layer : {"framework", "compiler", "kernels", "runtime"}) {
     text += std::string("[layers.") + layer + "]\nversion = \"r1\"\ndigest = \"sha256:" + std::string(64, 'e') + "\"\n";
   }
-  return text + "[layers.firmware]\nversion = \"" + version + "\"\ndigest = \"sha256:" + sha256 + "\"\n";
+  for (const auto& [layer, pin] : {std::pair{"driver", driver}, std::pair{"firmware", firmware}}) {
+    text += std::string("[layers.") + layer + "]\nversion = \"" + pin.version + "\"\ndigest = \"sha256:" + pin.sha256 +
+            "\"\n";
+  }
+  return text;
 }
 
-void promote(const fs::path& repo, const std::string& id, const std::string& version, const std::string& sha256) {
-  write(repo / "bundles" / (id + ".toml"), bundle_file(id, version, sha256));
+void promote(const fs::path& repo, const std::string& id, const Pin& driver, const Pin& firmware) {
+  write(repo / "bundles" / (id + ".toml"), bundle_file(id, driver, firmware));
   write(repo / "environments" / "staging.toml", "bundle = \"" + id + "\"\n" + kStagingNodes);
   git_out(repo, {"add", "-A"});
   git_out(repo, {"commit", "-q", "-m", "staging runs " + id.substr(0, 12)});
@@ -67,10 +77,21 @@ std::string firmware_of(cli::Client& client, const std::string& node_id) {
   return n && !n->chips.empty() ? n->chips[0].firmware_version : "";
 }
 
-}  // namespace
+// The driver version `kiln nodes --json` shows for the node.
+std::string driver_of(Fleet& fleet, const std::string& node_id) {
+  std::string out, err;
+  fleet.kiln_split("ops", {"--json", "nodes"}, &out, &err);
+  const auto nodes = json::parse(out, nullptr, false);
+  REQUIRE_MESSAGE(nodes.is_array(), out << err);
+  for (const auto& n : nodes) {
+    if (n.value("node_id", "") == node_id) return n.value("driver_version", "");
+  }
+  return "";
+}
 
-TEST_CASE("nodes converge on their environment's firmware: canary, then waves; a bad image stops at the canary") {
-  Fleet fleet("rollout");
+// The staging repository with nothing promoted, watched by the coordinator, and four sim nodes:
+// n01 is staging's canary, n02 and n03 are in its pool, n04 is another pool's.
+fs::path staging_fleet(Fleet& fleet) {
   fleet.add_key("ops", "ops");
   const fs::path repo = fleet.dir() / "environments";
   fs::create_directories(repo);
@@ -94,18 +115,37 @@ TEST_CASE("nodes converge on their environment's firmware: canary, then waves; a
     return true;
   }, 20s));
   REQUIRE(Fleet::eventually([&] { return envs(fleet)["rollout"] == "idle"; }, 10s));
+  return repo;
+}
 
-  // A bundle whose firmware package the coordinator does not hold yet: nothing can be installed.
+// What the sim nodes run before any install.
+const std::string kSimDriver = "kiln-sim 0.1.0";
+
+}  // namespace
+
+TEST_CASE("nodes converge on their environment's firmware: canary, then waves; a bad image stops at the canary") {
+  Fleet fleet("rollout");
+  const fs::path repo = staging_fleet(fleet);
+  auto ops = fleet.client("ops");
+  // The bundles pin the driver the nodes run: only the firmware differs.
+  const fs::path driver = fleet.dir() / "driver-kiln-sim.run";
+  write(driver, "#!/bin/sh\nexit 0\n");
+  const Pin sim_driver{kSimDriver, digest_of(driver)};
+
+  // A bundle whose packages the coordinator does not hold yet: nothing can be installed.
   const fs::path good = fleet.dir() / "firmware-2.0.0.bin";
   write(good, "firmware image 2.0.0");
   const std::string bundle_a(64, 'a');
-  promote(repo, bundle_a, "2.0.0", digest_of(good));
+  promote(repo, bundle_a, sim_driver, {"2.0.0", digest_of(good)});
   REQUIRE(Fleet::eventually([&] { return envs(fleet)["rollout"] == "blocked"; }, 10s));
   CHECK(envs(fleet)["detail"].get<std::string>().find("kiln artifact upload") != std::string::npos);
   std::string out;
   CHECK(fleet.kiln("ops", {"envs"}, &out) == 1);
   CHECK(out.find("n01          drifted") != std::string::npos);
 
+  REQUIRE(fleet.kiln("ops", {"artifact", "upload", driver.string()}, &out) == 0);
+  REQUIRE(Fleet::eventually([&] { return envs(fleet)["detail"].get<std::string>().find("firmware 2.0.0") != std::string::npos; }, 10s));
+  CHECK(envs(fleet)["rollout"] == "blocked");
   REQUIRE(fleet.kiln("ops", {"artifact", "upload", good.string()}, &out) == 0);
   CHECK(out.find("sha256:" + digest_of(good)) != std::string::npos);
   REQUIRE_MESSAGE(Fleet::eventually([&] { return envs(fleet)["rollout"] == "converged"; }, 90s), envs(fleet).dump(2));
@@ -132,7 +172,7 @@ TEST_CASE("nodes converge on their environment's firmware: canary, then waves; a
   write(bad, "firmware image 3.0.0");
   REQUIRE(fleet.kiln("ops", {"artifact", "upload", bad.string()}, &out) == 0);
   const std::string bundle_b(64, 'b');
-  promote(repo, bundle_b, "3.0.0", digest_of(bad));
+  promote(repo, bundle_b, sim_driver, {"3.0.0", digest_of(bad)});
   REQUIRE_MESSAGE(Fleet::eventually([&] { return envs(fleet)["rollout"] == "halted"; }, 90s), envs(fleet).dump(2));
   const json env = envs(fleet);
   CHECK(env["bundle_id"] == bundle_b);
@@ -155,6 +195,47 @@ TEST_CASE("nodes converge on their environment's firmware: canary, then waves; a
   const json back = envs(fleet);
   CHECK(node_state(back, "n02") == "in_sync");
   CHECK(node_state(back, "n01") == "in_sync");  // it runs 2.0.0 again after its rollback
+}
+
+TEST_CASE("nodes converge on their environment's driver: an installer package runs on the canary, then the rest") {
+  Fleet fleet("rollout-driver");
+  const fs::path repo = staging_fleet(fleet);
+  auto ops = fleet.client("ops");
+  for (const char* id : {"n01", "n02", "n03"}) CHECK(driver_of(fleet, id) == kSimDriver);
+  // A driver installer for the sim (docs/releases.md): it records the version in the node's state.
+  const fs::path installer = fleet.dir() / "driver-2.0.0.run";
+  write(installer, "#!/bin/sh\nexec '" + std::string(KILN_BIN_DIR) +
+                       "/kiln-sim-chip' set-driver-version --driver-options \"$KILN_DRIVER_OPTIONS\" "
+                       "\"$KILN_PACKAGE_VERSION\"\n");
+  const fs::path firmware = fleet.dir() / "firmware-1.0.0.bin";
+  write(firmware, "firmware image 1.0.0");
+  std::string out;
+  REQUIRE(fleet.kiln("ops", {"artifact", "upload", firmware.string()}, &out) == 0);
+  const std::string bundle(64, 'c');
+  promote(repo, bundle, {"2.0.0", digest_of(installer)}, {"1.0.0", digest_of(firmware)});  // the firmware they run
+  REQUIRE(Fleet::eventually([&] { return envs(fleet)["rollout"] == "blocked"; }, 10s));
+  CHECK(envs(fleet)["detail"].get<std::string>().find("driver 2.0.0") != std::string::npos);
+  CHECK(envs(fleet)["nodes"][0]["detail"] == "driver kiln-sim 0.1.0, desired 2.0.0");
+
+  REQUIRE(fleet.kiln("ops", {"artifact", "upload", installer.string()}, &out) == 0);
+  REQUIRE_MESSAGE(Fleet::eventually([&] { return envs(fleet)["rollout"] == "converged"; }, 90s), envs(fleet).dump(2));
+  for (const char* id : {"n01", "n02", "n03"}) CHECK(driver_of(fleet, id) == "2.0.0");
+  CHECK(driver_of(fleet, "n04") == kSimDriver);
+  const std::string log = fleet.log_of("coordinator");
+  const auto canary_done = log.find("job 1 succeeded");
+  REQUIRE(canary_done != std::string::npos);
+  CHECK(log.find("installs driver 2.0.0 of bundle cccccccccccc on node n01") < canary_done);
+  CHECK(log.find("installs driver 2.0.0 of bundle cccccccccccc on node n02") > canary_done);
+  CHECK(log.find("installs firmware") == std::string::npos);
+
+  // The driver stays installed: a restarted agent reads it from the driver again.
+  fleet.stop_agent("n02", SIGTERM);
+  REQUIRE(Fleet::eventually([&] { return !node_state_is(*ops, "n02", protocol::NodeState::up); }, 20s));
+  fleet.start_agent("n02");
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*ops, "n02", protocol::NodeState::up); }, 20s));
+  CHECK(driver_of(fleet, "n02") == "2.0.0");
+  CHECK(fleet.log_of("n02").find("unhealthy, driver 2.0.0)") != std::string::npos);
+  CHECK(envs(fleet)["rollout"] == "converged");
 }
 
 }  // namespace kiln::testing

@@ -238,6 +238,29 @@ TEST_CASE("no probe runs while an install swaps the firmware, and none measured 
   CHECK(h.sent<HealthReport>().size() == 1);
 }
 
+TEST_CASE("after a successful install the next hello reports the installed driver and firmware") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  const auto install = [&](std::uint64_t id, const char* report, JobOutcome outcome, TimeMs now) {
+    JobStart start = job(id, {0, 1, 2, 3, 4, 5, 6, 7});
+    start.workload = std::string(kInstallWorkload);
+    h.deliver(start, now);
+    h.core.on_job_ended(JobEnded{id, outcome, 0, 1000, "", report, ""}, now + 1);
+  };
+  install(1, R"({"kind": "driver", "version": "2.0.0", "outcome": "installed"})", JobOutcome::succeeded, 10);
+  install(2, R"({"kind": "firmware", "version": "3.0", "outcome": "rolled_back"})", JobOutcome::failed, 20);
+  install(3, R"({"kind": "firmware", "version": "2.0", "outcome": "installed"})", JobOutcome::succeeded, 30);
+  // The coordinator falls silent; the agent registers again.
+  h.core.on_tick(5000);
+  h.core.on_tick(5200);
+  h.drain();
+  const auto hellos = h.sent<Hello>();
+  REQUIRE(hellos.size() == 2);
+  CHECK(hellos[1].driver_version == "2.0.0");
+  for (const ChipInfo& chip : hellos[1].chips) CHECK(chip.firmware_version == "2.0");
+}
+
 TEST_CASE("one owner per chip: a job_start for busy chips is refused and names who holds them") {
   Harness h;
   h.core.on_start(0);

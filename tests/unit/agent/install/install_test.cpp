@@ -235,6 +235,24 @@ TEST_CASE("a driver installer runs by argv, without a shell, and its exit is rep
   CHECK(find_step(report, "health_check")->status == StepStatus::ok);
 }
 
+TEST_CASE("a driver installer finds the node in KILN_DRIVER_OPTIONS; the sim's records the version it installs") {
+  SimNodeFixture node(1);
+  CHECK(node.driver().driver_version().value() == "kiln-sim 0.1.0");
+  const auto script = write_script(node.dir(), "driver-2.0.run",
+                                   "exec '" + std::string(KILN_BIN_DIR) +
+                                       "/kiln-sim-chip' set-driver-version --driver-options "
+                                       "\"$KILN_DRIVER_OPTIONS\" \"$KILN_PACKAGE_VERSION\"\n");
+  const PackageEntry entry{PackageKind::driver, "2.0", script, digest_of(script)};
+  auto options = options_for(node);
+  options.driver_options = node.options();
+  const auto report = install_driver(entry, options, level1(node, options));
+  CHECK_MESSAGE(report.outcome == InstallOutcome::installed, report.reason << report.installer_output);
+  // A driver loaded afresh, as the health check and the agent's next start load it.
+  auto reloaded = drivers::Driver::load(agent::testing::sim_library(), node.options());
+  REQUIRE(reloaded);
+  CHECK((*reloaded)->driver_version().value() == "2.0");
+}
+
 TEST_CASE("a tampered driver installer never runs") {
   SimNodeFixture node(1);
   const auto marker = node.dir().file("ran");

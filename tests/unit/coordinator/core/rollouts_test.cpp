@@ -1,5 +1,5 @@
-// Rollouts in the pure core: nodes of an environment converge on its bundle's firmware through
-// kiln.install jobs, one canary first, then waves; a failure quarantines its node and stops the
+// Rollouts in the pure core: nodes of an environment converge on its bundle's driver and firmware
+// through kiln.install jobs, one canary first, then waves; a failure quarantines its node and stops the
 // rollout, also across a coordinator restart.
 #include <doctest/doctest.h>
 
@@ -17,14 +17,13 @@ namespace {
 
 const std::string kBundle(64, 'b');
 const std::string kFirmware(64, 'f');
+const std::string kDriver(64, 'd');
 
 DesiredFleet staging(std::vector<std::string> nodes, std::string blocked = "") {
   DesiredEnvironment env;
   env.name = "staging";
   env.bundle_id = kBundle;
-  env.firmware_version = "2.0";
-  env.firmware_sha256 = kFirmware;
-  env.firmware_size_bytes = 4096;
+  env.firmware = DesiredPackage{"2.0", kFirmware, 4096};
   env.nodes = std::move(nodes);
   env.blocked = std::move(blocked);
   return DesiredFleet{"/srv/environments", std::string(40, 'c'), {env}};
@@ -46,16 +45,34 @@ std::vector<JobRecord> installs(const Harness& h) {
   return out;
 }
 
+// Ends an install job as the agent reports it: the driver or firmware of the job's --kind.
 void finish_install(Harness& h, const std::string& peer, const JobRecord& job, bool installed, Now now) {
   JobFinished fin;
   fin.job_id = job.summary.job_id;
   fin.attempt = job.summary.attempt;
   fin.outcome = installed ? JobOutcome::succeeded : JobOutcome::failed;
-  fin.exit_code = installed ? 0 : 1;
-  fin.result = installed ? R"({"kind": "firmware", "version": "2.0", "outcome": "installed", "fit_for_work": true})"
-                         : R"({"kind": "firmware", "version": "2.0", "outcome": "rolled_back", "fit_for_work": true,
-                              "reason": "the new firmware failed its check; every chip runs 1.0 again"})";
+  const bool driver = job.summary.args.at(1) == "driver";
+  fin.exit_code = installed ? 0 : driver ? 2 : 1;
+  if (driver) {
+    fin.result = installed ? R"({"kind": "driver", "version": "r2", "outcome": "installed", "fit_for_work": true})"
+                           : R"json({"kind": "driver", "version": "r2", "outcome": "quarantined", "fit_for_work": false,
+                                "reason": "the driver installer for r2 failed (exit code 3)"})json";
+  } else {
+    fin.result = installed ? R"({"kind": "firmware", "version": "2.0", "outcome": "installed", "fit_for_work": true})"
+                           : R"({"kind": "firmware", "version": "2.0", "outcome": "rolled_back", "fit_for_work": true,
+                                "reason": "the new firmware failed its check; every chip runs 1.0 again"})";
+  }
   h.agent(peer, job.summary.node_id, fin, now);
+}
+
+// Two nodes on firmware 1.0 and no driver version; staging pins driver r2 and firmware 2.0.
+void pin_driver_on_two_nodes(Harness& h) {
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.agent("p2", "n02", hello("n02", "a"), 0);
+  DesiredFleet fleet = staging({"n01", "n02"});
+  fleet.environments[0].driver = DesiredPackage{"r2", kDriver, 2048};
+  h.core.on_desired_environments(fleet, 10);
+  h.drain();
 }
 
 EnvironmentConvergence listed(Harness& h, Now now) {
@@ -163,7 +180,7 @@ TEST_CASE("a canary that fails to converge is quarantined with the reason, and t
   // Promoting another bundle (a rollback or a fix) starts a new rollout.
   DesiredFleet fixed = staging({"n01", "n02"});
   fixed.environments[0].bundle_id = std::string(64, 'd');
-  fixed.environments[0].firmware_sha256 = std::string(64, 'e');
+  fixed.environments[0].firmware.sha256 = std::string(64, 'e');
   restarted.core.on_desired_environments(fixed, 26000);
   restarted.drain();
   const auto after = installs(restarted);
@@ -177,7 +194,7 @@ TEST_CASE("nodes already on the bundle's firmware are in sync; a blocked rollout
   h.agent("p1", "n01", hello("n01", "a"), 0);
   DesiredFleet fleet = staging({"n01", "n09"}, "firmware package sha256:ffff is not in the coordinator's artifact "
                                                "store; upload it with `kiln artifact upload FILE`");
-  fleet.environments[0].firmware_version = "1.0";  // what hello() reports
+  fleet.environments[0].firmware.version = "1.0";  // what hello() reports
   h.core.on_desired_environments(fleet, 10);
   h.drain();
   CHECK(installs(h).empty());
@@ -187,7 +204,7 @@ TEST_CASE("nodes already on the bundle's firmware are in sync; a blocked rollout
   CHECK(state_of(env, "n01") == "in_sync");
   CHECK(state_of(env, "n09") == "unknown");
 
-  fleet.environments[0].firmware_version = "2.0";
+  fleet.environments[0].firmware.version = "2.0";
   h.core.on_desired_environments(fleet, 20);
   h.drain();
   CHECK(installs(h).empty());
@@ -227,4 +244,59 @@ TEST_CASE("an environment that selects its nodes by labels converges the nodes w
   CHECK(env.nodes.empty());
   CHECK(env.rollout == "idle");
   CHECK(env.detail.find("no registered node has the labels pool=prod, rack=r9") != std::string::npos);
+}
+
+TEST_CASE("a node whose driver differs installs the driver first, then the firmware; the canary waits for both") {
+  Harness h(quiet_knobs());
+  pin_driver_on_two_nodes(h);
+
+  auto jobs = installs(h);
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].requested_node_id == "n01");
+  CHECK(jobs[0].summary.args ==
+        std::vector<std::string>{"--kind", "driver", "--version", "r2", "--sha256", kDriver, "{artifact:driver}"});
+  REQUIRE(jobs[0].artifacts.size() == 1);
+  CHECK(jobs[0].artifacts[0].name == "driver");
+  CHECK(jobs[0].artifacts[0].size_bytes == 2048);
+  auto env = listed(h, 11);
+  CHECK(env.nodes[1].state == "drifted");
+  CHECK(env.nodes[1].detail == "driver unknown, desired r2");
+
+  // The driver installed: the canary still runs the old firmware, so no other node starts.
+  finish_install(h, "p1", jobs[0], true, 2000);
+  CHECK(h.core.nodes().at("n01").summary.driver_version == "r2");
+  h.tick(4000);
+  jobs = installs(h);
+  REQUIRE(jobs.size() == 2);
+  CHECK(jobs[1].requested_node_id == "n01");
+  CHECK(jobs[1].summary.args[1] == "firmware");
+  CHECK(listed(h, 4001).rollout == "canary");
+  h.tick(6000);
+  CHECK(installs(h).size() == 2);
+
+  finish_install(h, "p1", jobs[1], true, 7000);
+  h.tick(9000);
+  jobs = installs(h);
+  REQUIRE(jobs.size() == 3);
+  CHECK(jobs[2].requested_node_id == "n02");
+  CHECK(jobs[2].summary.args[1] == "driver");
+  env = listed(h, 9001);
+  CHECK(env.rollout == "waves");
+  CHECK(state_of(env, "n01") == "in_sync");
+}
+
+TEST_CASE("a failed driver install quarantines the node and stops the rollout") {
+  Harness h(quiet_knobs());
+  pin_driver_on_two_nodes(h);
+  REQUIRE(installs(h).size() == 1);
+  finish_install(h, "p1", installs(h)[0], false, 2000);
+
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  h.tick(5000);
+  h.tick(10000);
+  CHECK(installs(h).size() == 1);  // neither the canary's firmware nor another node
+  auto env = listed(h, 10001);
+  CHECK(env.rollout == "halted");
+  CHECK(state_of(env, "n01") == "failed");
+  CHECK(state_of(env, "n02") == "drifted");
 }

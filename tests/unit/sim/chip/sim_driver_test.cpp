@@ -410,6 +410,27 @@ TEST_CASE("two handles on one state directory see the same chips") {
   CHECK(other.error().message.find("fresh state_dir") != std::string::npos);
 }
 
+TEST_CASE("the driver reports the version a driver install recorded, also after a restart") {
+  TempDir dir;
+  auto driver = open_sim(dir);
+  CHECK(driver->driver_version().value() == "kiln-sim 0.1.0");
+  const std::string tool = std::string(KILN_BIN_DIR) + "/kiln-sim-chip";
+  // As an installer does: the node named by the agent's driver options.
+  REQUIRE(std::system((tool + " set-driver-version --driver-options '" + testing::fast_options(dir) + "' 2.0.0")
+                          .c_str()) == 0);
+  CHECK(driver->driver_version().value() == "2.0.0");
+  driver.reset();
+  CHECK(open_sim(dir)->driver_version().value() == "2.0.0");
+  REQUIRE(std::system((tool + " set-driver-version --state-dir " + (dir / "state").string() + " 2.1.0").c_str()) ==
+          0);
+  CHECK(open_sim(dir)->driver_version().value() == "2.1.0");
+  // A version the driver could not report plainly is refused; so is a call that names no node.
+  CHECK(std::system((tool + " set-driver-version --state-dir " + (dir / "state").string() + " '2 0' 2>/dev/null")
+                        .c_str()) != 0);
+  CHECK(std::system((tool + " set-driver-version 2.2.0 2>/dev/null").c_str()) != 0);
+  CHECK(open_sim(dir)->driver_version().value() == "2.1.0");
+}
+
 TEST_CASE("injecting into a folder without a node is refused") {
   TempDir dir;
   SimFaults faults;
