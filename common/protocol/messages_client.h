@@ -538,6 +538,8 @@ struct NodeConvergence {
   std::string state;
   std::string desired_firmware;
   std::string actual_firmware;  // the chips' firmware versions, "1.0.0" or "1.0.0 (6), 2.0.0 (2)"
+  std::string desired_driver;   // empty: the bundle pins no driver
+  std::string actual_driver;
   std::uint64_t install_job_id = 0;
   std::string detail;
 
@@ -547,6 +549,8 @@ struct NodeConvergence {
     v.field("state", state, Str{1, 32});
     v.field("desired_firmware", desired_firmware, kVersionString);
     v.field("actual_firmware", actual_firmware, kMessageText);
+    v.field("desired_driver", desired_driver, kVersionString);
+    v.field("actual_driver", actual_driver, kVersionString);
     v.field("install_job_id", install_job_id, kU64);
     v.field("detail", detail, kMessageText);
   }

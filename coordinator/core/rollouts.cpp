@@ -142,7 +142,8 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
   bool canary_passed = false;
   std::string failure;
   for (const std::string& node_id : nodes) {
-    protocol::NodeConvergence node{node_id, "unknown", environment.firmware.version, "", 0, ""};
+    protocol::NodeConvergence node{node_id, "unknown", environment.firmware.version, "", environment.driver.version,
+                                   "", 0, ""};
     const NodeRecord* record = ctx_.registry.nodes().count(node_id) ? &ctx_.registry.nodes().at(node_id) : nullptr;
     const auto job = latest.find(node_id);
     const bool started = job != latest.end();
@@ -151,6 +152,7 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
       node.detail = "not registered: no agent with this node id has connected";
     } else {
       node.actual_firmware = firmware_of(record->summary);
+      node.actual_driver = record->summary.driver_version;
       const std::vector<std::string_view> layers =
           environment.bundle_id.empty() ? std::vector<std::string_view>{} : layers_to_install(environment, record->summary);
       const std::string driver_drift =

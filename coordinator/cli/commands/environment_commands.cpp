@@ -18,6 +18,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// What a node runs, and what it should run when that differs: "1.0.0 -> 2.0.0".
+std::string actual_and_desired(const std::string& actual, const std::string& desired) {
+  const std::string runs = actual.empty() ? "?" : actual;
+  if (desired.empty() || desired == actual) return actual.empty() ? "-" : runs;
+  return runs + " -> " + desired;
+}
+
 void print_environments(const protocol::EnvironmentList& list) {
   if (list.repository.empty()) {
     std::cout << "the coordinator watches no environments repository; set [environments] repo in coordinator.toml "
@@ -34,11 +41,11 @@ void print_environments(const protocol::EnvironmentList& list) {
       std::cout << "  no nodes belong to it\n";
       continue;
     }
-    std::cout << fmt::format("  {:<12} {:<12} {:<12} {:<20} {}\n", "NODE", "STATE", "DESIRED", "ACTUAL", "DETAIL");
+    std::cout << fmt::format("  {:<12} {:<12} {:<24} {:<28} {}\n", "NODE", "STATE", "FIRMWARE", "DRIVER", "DETAIL");
     for (const auto& node : env.nodes) {
-      std::cout << fmt::format("  {:<12} {:<12} {:<12} {:<20} {}\n", node.node_id, node.state,
-                               node.desired_firmware.empty() ? "-" : node.desired_firmware,
-                               node.actual_firmware.empty() ? "-" : node.actual_firmware, node.detail);
+      std::cout << fmt::format("  {:<12} {:<12} {:<24} {:<28} {}\n", node.node_id, node.state,
+                               actual_and_desired(node.actual_firmware, node.desired_firmware),
+                               actual_and_desired(node.actual_driver, node.desired_driver), node.detail);
     }
   }
 }
