@@ -8,9 +8,12 @@
 // so a coordinator restart resumes a rollout where it was, a halted one included.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/protocol/messages.h"
@@ -39,6 +42,11 @@ struct DesiredEnvironment {
   // Why the rollout cannot start (a package is not uploaded), in words for people; empty: it
   // can.
   std::string blocked;
+
+  // Its packages by layer, in the order nodes install them.
+  std::array<std::pair<std::string_view, DesiredPackage*>, 2> packages() {
+    return {{{"driver", &driver}, {"firmware", &firmware}}};
+  }
 };
 
 struct DesiredFleet {

@@ -59,8 +59,8 @@ DesiredFleet desired_fleet(const std::string& repo, const std::string& commit, c
     environment.node_labels = desired.node_labels;
     if (desired.bundle) {
       environment.bundle_id = desired.bundle->id;
-      for (auto [layer, package] : {std::pair{"driver", &environment.driver}, std::pair{"firmware", &environment.firmware}}) {
-        const auto pinned = desired.bundle->layers.find(layer);
+      for (auto [layer, package] : environment.packages()) {
+        const auto pinned = desired.bundle->layers.find(std::string(layer));
         if (pinned == desired.bundle->layers.end()) continue;
         package->version = pinned->second.version;
         const std::string_view digest = pinned->second.digest;

@@ -370,7 +370,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     DesiredFleet fleet = std::move(**reading);
     std::string fingerprint = fleet.commit;
     for (DesiredEnvironment& environment : fleet.environments) {
-      for (auto [layer, package] : {std::pair{"driver", &environment.driver}, std::pair{"firmware", &environment.firmware}}) {
+      for (auto [layer, package] : environment.packages()) {
         if (package->sha256.empty() || !environment.blocked.empty()) continue;
         const auto size = artifacts_ ? artifacts_->size_of(package->sha256) : std::nullopt;
         if (size) {
