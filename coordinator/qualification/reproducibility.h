@@ -3,10 +3,12 @@
 // same hardware revision, judged against the original with the gates qualification uses. Pure.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -68,11 +70,19 @@ ReproductionCheck check_outcome_reproduction(const JobEnding& original, const Jo
 nlohmann::json to_json(const ReproductionCheck& check);
 
 // A run's measure job as it was submitted, so that it can be submitted again: recorded in the run's
-// report for every (model, revision) whose measure job ran on one node.
+// report for every (model, revision) that was measured. A model on several nodes ran as a gang in
+// a lease of whole nodes: its ranks are listed, and the submission is the one every rank's derives
+// from (shell/gang.h rank_job).
 struct MeasuredJob {
-  std::uint64_t job_id = 0;
+  std::uint64_t job_id = 0;   // the only job, or rank 0 of the gang
   std::string submission;     // the submit_job request, as protocol JSON (docs/protocol.md §5.5)
   double eval_threshold = 0;  // the model's, for the training gates when its result is read again
+  std::vector<std::uint64_t> rank_job_ids;  // a gang's jobs in rank order; empty for one node
+
+  int nodes() const { return rank_job_ids.empty() ? 1 : static_cast<int>(rank_job_ids.size()); }
+  bool has_job(std::uint64_t id) const {
+    return id == job_id || std::find(rank_job_ids.begin(), rank_job_ids.end(), id) != rank_job_ids.end();
+  }
 };
 
 // One rerun of the nightly's reproducibility sample.

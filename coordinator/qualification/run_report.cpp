@@ -17,15 +17,23 @@ using json = nlohmann::json;
 namespace {
 
 json measured_job_json(const MeasuredJob& job) {
-  return {{"job_id", job.job_id}, {"submission", json::parse(job.submission)}, {"eval_threshold", job.eval_threshold}};
+  json entry = {{"job_id", job.job_id},
+                {"submission", json::parse(job.submission)},
+                {"eval_threshold", job.eval_threshold},
+                {"nodes", job.nodes()}};
+  if (!job.rank_job_ids.empty()) entry["rank_job_ids"] = job.rank_job_ids;
+  return entry;
 }
 
 Result<MeasuredJob> measured_job_from_json(const json& entry) {
   if (!entry.is_object() || !entry.contains("submission") || !entry.at("submission").is_object()) {
     return fail(Errc::bad_message, "a model's measure_job must be an object with the job's submission");
   }
-  return MeasuredJob{entry.at("job_id").get<std::uint64_t>(), entry.at("submission").dump(),
-                     entry.at("eval_threshold").get<double>()};
+  MeasuredJob job{entry.at("job_id").get<std::uint64_t>(), entry.at("submission").dump(),
+                  entry.at("eval_threshold").get<double>(), {}};
+  // Reports from before gangs were recorded have no ranks: they measured on one node.
+  if (entry.contains("rank_job_ids")) job.rank_job_ids = entry.at("rank_job_ids").get<std::vector<std::uint64_t>>();
+  return job;
 }
 
 // The counts per verdict (reruns still running are `pending`) and every rerun.

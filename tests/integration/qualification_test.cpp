@@ -55,17 +55,30 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   CHECK(passing == 0);
   // The 16-chip model ran on both nodes at once, in a lease of the two.
   REQUIRE(fleet.kiln("ci", {"run", "nightly-ok", "--json"}, &out) == 0);
-  bool wide_ran = false;
+  std::vector<std::uint64_t> wide_ranks;
   const auto passing_run = nlohmann::json::parse(out);
   for (const auto& model : passing_run.at("models")) {
     if (model.at("model") != "mlp-fp8-wide") continue;
-    wide_ran = true;
     CHECK(model.at("verdict") == "passed");
     const auto nodes = model.at("nodes").dump();
     CHECK(nodes.find("n01") != std::string::npos);
     CHECK(nodes.find("n02") != std::string::npos);
+    CHECK(model.at("measure_job").at("nodes") == 2);
+    wide_ranks = model.at("measure_job").at("rank_job_ids").get<std::vector<std::uint64_t>>();
   }
-  CHECK(wide_ran);
+  REQUIRE(wide_ranks.size() == 2);
+  // Its measurement reruns the same way, from either rank's job id: a lease of both nodes, the
+  // ranks in it, their samples added up and judged by the same gates.
+  std::string err;
+  const int rerun = fleet.kiln_split("ci", {"rerun", std::to_string(wide_ranks[1]), "--json"}, &out, &err, 180s);
+  INFO(err);
+  REQUIRE(rerun == 0);
+  const auto reproduced = nlohmann::json::parse(out);
+  CHECK(reproduced.at("verdict") == "reproduced");
+  CHECK(reproduced.at("job_id") == wide_ranks[1]);
+  CHECK(reproduced.at("rerun_job_ids").size() == 2);
+  CHECK(reproduced.at("node_id").get<std::string>().find('+') != std::string::npos);
+  CHECK(err.find("whole nodes of revision a for the rerun of job " + std::to_string(wide_ranks[1])) != std::string::npos);
   REQUIRE(fleet.kiln("ci", {"bundles", "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).at("baselines").at("a").at("bundle_id") == presubmit);
 

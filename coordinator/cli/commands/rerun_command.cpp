@@ -1,11 +1,14 @@
 // kiln rerun JOB: a stored result again, from its recorded bundle, config and seed, on a node of
 // the same hardware revision, and whether it reproduced (docs/qualification.md,
 // "Reproducibility").
+#include <chrono>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "common/protocol/roles.h"
@@ -41,7 +44,7 @@ Result<std::optional<Measured>> find_measured(Client& client, std::uint64_t job_
     auto report = q::report_outline_from_json(document);
     if (!report) continue;
     for (const auto& m : report->models) {
-      if (m.measure_job && m.measure_job->job_id == job_id) {
+      if (m.measure_job && m.measure_job->has_job(job_id)) {
         return Measured{report->run_id, m.model, m.revision, *m.measure_job};
       }
     }
@@ -130,8 +133,8 @@ class RerunCommand : public RemoteCommand {
     auto measured = find_measured(client, job_id_);
     if (!measured) return report(measured.error());
     if (auto why = not_rerunnable(*original, measured->has_value())) return report(Error{Errc::invalid_argument, *why});
-    // A measure job is submitted again as its run recorded it; any other job as the coordinator
-    // accepted it.
+    // A measure job is submitted again as its run recorded it (a gang in a lease of as many whole
+    // nodes); any other job as the coordinator accepted it.
     Measured found;
     if (*measured) {
       found = **measured;
@@ -139,11 +142,10 @@ class RerunCommand : public RemoteCommand {
       auto revision = revision_of(client, *original);
       if (!revision) return report(revision.error());
       found = Measured{"", original->job.workload, *revision,
-                       q::MeasuredJob{job_id_, protocol::to_json(original->submission).dump(), 0}};
+                       q::MeasuredJob{job_id_, protocol::to_json(original->submission).dump(), 0, {}}};
     }
     auto submission = qs::rerun_submission(found.job, "kiln rerun");
     if (!submission) return report(submission.error());
-    submission->hardware_revision = found.revision;
     auto me = expect_reply<protocol::WhoamiReply>(client.request(protocol::Whoami{}));
     if (!me) return report(me.error());
     if (!protocol::role_may_submit(me->role, submission->priority_class)) {
@@ -153,42 +155,68 @@ class RerunCommand : public RemoteCommand {
                                       job_id_, protocol::enum_name(submission->priority_class),
                                       protocol::enum_name(me->role))});
     }
-    auto accepted = expect_reply<protocol::JobAccepted>(client.request(*submission));
-    if (!accepted) return report(accepted.error());
-    std::cerr << fmt::format("job {}: rerun of job {} ({} on revision {}{}) queued\n", accepted->job_id, job_id_,
-                             found.model, found.revision, found.run_id.empty() ? "" : ", run " + found.run_id);
-    auto rerun = wait_for_job(client, accepted->job_id, context.json(), wait_timeout_ms_);
-    if (!rerun) return report(rerun.error());
+    const q::QualificationModel model = qs::model_of(found.model, found.job);
+    auto started = qs::start_rerun(client, found.job, found.revision, "kiln rerun", {});
+    if (!started) return report(started.error());
+    qs::RerunInFlight& rerun = *started;
+    const std::string what = fmt::format("rerun of job {} ({} on revision {}{})", job_id_, found.model, found.revision,
+                                         found.run_id.empty() ? "" : ", run " + found.run_id);
+    if (rerun.nodes > 1) {
+      std::cerr << fmt::format("lease L{}: {} whole nodes of revision {} for the {}, requested\n", rerun.lease_id,
+                               rerun.nodes, found.revision, what);
+    } else {
+      std::cerr << fmt::format("job {}: {} queued\n", rerun.first_job_id(), what);
+    }
 
     q::ReproductionCheck check;
-    const q::QualificationModel model = qs::model_of(found.model, found.job);
-    const q::JobResult original_result = qs::read_job_result(*original, model);
-    if (!protocol::is_terminal(rerun->job.state)) {
-      check.detail = fmt::format("the rerun, job {}, did not end within {}; `kiln result {} --wait` follows it",
-                                 accepted->job_id, wait_timeout_, accepted->job_id);
-    } else if (*measured || original_result.ran) {
-      // A result kiln reads (a benchmark report, a workload result): judged by qualification's gates.
-      check = q::check_reproduction(original_result, qs::read_job_result(*rerun, model), stats::PerfGateOptions{},
-                                    stats::derive_seed(stats::stable_hash("kiln rerun"), job_id_));
+    std::optional<protocol::JobDetail> rerun_detail;
+    if (*measured) {
+      auto result = follow(client, rerun, model, context.json());
+      if (!result) return report(result.error());
+      if (!*result) {
+        check.detail = fmt::format("the rerun did not end within {}; `kiln result {} --wait` follows it",
+                                   wait_timeout_, rerun.first_job_id());
+      } else {
+        auto before = qs::measured_result(client, found.job, model);
+        if (!before) return report(before.error());
+        // A result kiln reads (a benchmark report, a workload result): judged by qualification's gates.
+        check = q::check_reproduction(*before, **result, stats::PerfGateOptions{},
+                                      stats::derive_seed(stats::stable_hash("kiln rerun"), job_id_));
+      }
     } else {
-      const auto ending = [](const protocol::JobDetail& detail) {
-        return q::JobEnding{std::string(protocol::enum_name(detail.job.state)), detail.job.exit_code, detail.result};
-      };
-      check = q::check_outcome_reproduction(ending(*original), ending(*rerun));
+      auto after = wait_for_job(client, rerun.first_job_id(), context.json(), wait_timeout_ms_);
+      if (!after) return report(after.error());
+      rerun_detail = *after;
+      const q::JobResult original_result = qs::read_job_result(*original, model);
+      if (!protocol::is_terminal(after->job.state)) {
+        check.detail = fmt::format("the rerun, job {}, did not end within {}; `kiln result {} --wait` follows it",
+                                   rerun.first_job_id(), wait_timeout_, rerun.first_job_id());
+      } else if (original_result.ran) {
+        check = q::check_reproduction(original_result, qs::read_job_result(*after, model), stats::PerfGateOptions{},
+                                      stats::derive_seed(stats::stable_hash("kiln rerun"), job_id_));
+      } else {
+        const auto ending = [](const protocol::JobDetail& detail) {
+          return q::JobEnding{std::string(protocol::enum_name(detail.job.state)), detail.job.exit_code, detail.result};
+        };
+        check = q::check_outcome_reproduction(ending(*original), ending(*after));
+      }
     }
+    const std::string nodes = rerun_nodes(client, rerun);
     if (context.json()) {
       nlohmann::json out = q::to_json(check);
       out["job_id"] = job_id_;
-      out["rerun_job_id"] = accepted->job_id;
+      out["rerun_job_id"] = rerun.first_job_id();
+      out["rerun_job_ids"] = rerun.job_ids;
       out["run_id"] = found.run_id;
       out["model"] = found.model;
       out["revision"] = found.revision;
-      out["node_id"] = rerun->job.node_id;
+      out["node_id"] = nodes;
       std::cout << out.dump(2) << "\n";
     } else {
-      std::cout << fmt::format("job {}: {} on revision {}{}, rerun as job {}{}\n", job_id_, found.model, found.revision,
-                               found.run_id.empty() ? "" : " (run " + found.run_id + ")", accepted->job_id,
-                               rerun->job.node_id.empty() ? "" : " on " + rerun->job.node_id);
+      std::cout << fmt::format("job {}: {} on revision {}{}, rerun as job{} {}{}\n", job_id_, found.model,
+                               found.revision, found.run_id.empty() ? "" : " (run " + found.run_id + ")",
+                               rerun.job_ids.size() > 1 ? "s" : "", fmt::join(rerun.job_ids, ", "),
+                               nodes.empty() ? "" : " on " + nodes);
       std::cout << fmt::format("{}{}: {}\n", check.verdict == q::Reproduction::not_reproduced ? "NOT REPRODUCED"
                                              : check.verdict == q::Reproduction::reproduced   ? "reproduced"
                                                                                                : "inconclusive",
@@ -198,6 +226,36 @@ class RerunCommand : public RemoteCommand {
   }
 
  private:
+  // Follows a measure job's rerun to its result, saying when a gang's lease is granted and its
+  // ranks submitted; nullopt when it did not end within --wait-timeout.
+  Result<std::optional<q::JobResult>> follow(Client& client, qs::RerunInFlight& rerun, const q::QualificationModel& model,
+                                             bool quiet) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_timeout_ms_);
+    std::size_t jobs_seen = rerun.job_ids.size();
+    while (true) {
+      auto result = qs::advance_rerun(client, rerun, model);
+      if (!result) return result;
+      if (!quiet && rerun.job_ids.size() != jobs_seen) {
+        jobs_seen = rerun.job_ids.size();
+        std::cerr << fmt::format("lease L{}: granted; jobs {}, ranks 0 to {} of the rerun\n", rerun.lease_id,
+                                 fmt::join(rerun.job_ids, ", "), rerun.nodes - 1);
+      }
+      if (*result) return result;
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
+
+  // Where the rerun ran: its nodes joined with '+', as a run names a gang's.
+  static std::string rerun_nodes(Client& client, const qs::RerunInFlight& rerun) {
+    std::vector<std::string> nodes;
+    for (std::uint64_t id : rerun.job_ids) {
+      auto detail = expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{id}));
+      if (detail && !detail->job.node_id.empty()) nodes.push_back(detail->job.node_id);
+    }
+    return fmt::format("{}", fmt::join(nodes, "+"));
+  }
+
   std::string id_text_;
   std::uint64_t job_id_ = 0;
   std::string wait_timeout_ = "30m";

@@ -13,6 +13,7 @@
 
 #include "common/protocol/json.h"
 #include "coordinator/qualification/shell/artifact_upload.h"
+#include "coordinator/qualification/shell/gang.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/shell/reproduction.h"
 
@@ -31,8 +32,10 @@ struct Gang {
   std::uint64_t tag = 0;
   std::uint64_t lease_id = 0;  // 0: jobs taken up from an earlier driver of the run, no lease of ours
   std::string model;
+  std::string revision;
+  bool measure = false;  // a measure job's gang: recorded for a rerun
   int nodes = 0;
-  protocol::SubmitJob job;             // what each node runs
+  protocol::SubmitJob job;             // what each node runs, before rank_job
   std::vector<std::uint64_t> job_ids;  // one per node, once the lease is granted
 };
 
@@ -207,6 +210,8 @@ class Driver {
     Gang gang;
     gang.tag = request.tag;
     gang.model = request.model;
+    gang.revision = request.revision;
+    gang.measure = request.purpose == JobPurpose::measure;
     gang.nodes = request.nodes;
     gang.job = job;
     gang.job.node_id.clear();
@@ -223,18 +228,8 @@ class Driver {
       return {};
     }
     gang.job_ids.clear();
-    protocol::RequestLease lease;
-    lease.chips = 0;
-    lease.nodes = static_cast<std::uint32_t>(request.nodes);
-    lease.hardware_revision = request.revision;
-    lease.duration_ms = std::uint64_t{job.timeout_ms} + 10 * kMinuteMs;
-    lease.priority_class = job.priority_class;
-    auto reply = client_.request(lease);
-    std::uint64_t lease_id = 0;
-    if (reply) {
-      if (auto* granted = std::get_if<protocol::LeaseGranted>(&*reply)) lease_id = granted->lease.lease_id;
-      if (auto* pending = std::get_if<protocol::LeasePending>(&*reply)) lease_id = pending->lease.lease_id;
-    }
+    auto reply = client_.request(gang_lease(job, request.nodes, request.revision));
+    const std::uint64_t lease_id = reply ? lease_id_of(*reply) : 0;
     if (!reply && for_now(reply.error())) {
       return fail(reply.error().code, "the coordinator did not take the lease for now: " + reply.error().message);
     }
@@ -309,7 +304,13 @@ class Driver {
         ranks.push_back(result_of(InFlight{gang.tag, id, gang.model, "", std::nullopt}, *detail));
       }
       done.push_back(tag);
-      if (auto ok = run_.on_job_result(combine(gang, std::move(ranks)), wall_now_ms()); !ok) say(ok.error().message);
+      JobResult combined = combine_ranks(gang.tag, std::move(ranks));
+      const QualificationModel* model = set_.find(gang.model);
+      if (combined.ran && gang.measure && model != nullptr) {
+        measured_[{gang.model, gang.revision}] = MeasuredJob{gang.job_ids.front(), protocol::to_json(gang.job).dump(),
+                                                             model->eval_threshold, gang.job_ids};
+      }
+      if (auto ok = run_.on_job_result(std::move(combined), wall_now_ms()); !ok) say(ok.error().message);
     }
     for (std::uint64_t tag : done) {
       if (gangs_.at(tag).lease_id != 0) (void)client_.request(protocol::ReleaseLease{gangs_.at(tag).lease_id});
@@ -318,57 +319,6 @@ class Driver {
     return carry_out_actions();
   }
 
-  // What node `rank` of a gang runs: its own seed, and a config hash of its own.
-  static protocol::SubmitJob rank_job(const protocol::SubmitJob& job, int rank) {
-    protocol::SubmitJob ranked = job;
-    ranked.seed = (job.seed + static_cast<std::uint64_t>(rank)) & static_cast<std::uint64_t>(INT64_MAX);
-    ranked.config_hash = sha256_hex(fmt::format("{}/node {}", job.config_hash, rank));
-    return ranked;
-  }
-
-  // The nodes' results as one: it ran and is correct when every node's did and was; a sample is
-  // the nodes' throughputs of the same iteration added up.
-  static JobResult combine(const Gang& gang, std::vector<JobResult> ranks) {
-    JobResult combined;
-    combined.tag = gang.tag;
-    std::vector<std::string> nodes;
-    std::vector<std::string> problems;
-    for (const auto& rank : ranks) {
-      nodes.push_back(rank.node_id);
-      combined.ran = combined.ran && rank.ran;
-      if (!rank.ran) problems.push_back(rank.node_id + ": " + rank.detail);
-      if (rank.ran && !rank.correct) {
-        combined.correct = false;
-        problems.push_back(rank.node_id + ": " + rank.correctness_detail);
-      }
-    }
-    combined.node_id = fmt::format("{}", fmt::join(nodes, "+"));
-    if (!ranks.empty()) combined.chips = ranks.front().chips;
-    (combined.ran ? combined.correctness_detail : combined.detail) = fmt::format("{}", fmt::join(problems, "; "));
-    if (!combined.ran || ranks.empty()) return combined;
-    auto add_up = [&](auto field) -> std::optional<std::vector<double>> {
-      std::vector<double> sum = ranks.front().*field;
-      for (const auto& rank : ranks) {
-        if ((rank.*field).size() != sum.size()) return std::nullopt;
-      }
-      for (std::size_t r = 1; r < ranks.size(); ++r) {
-        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += (ranks[r].*field)[i];
-      }
-      return sum;
-    };
-    auto candidate = add_up(&JobResult::candidate_samples);
-    auto baseline = add_up(&JobResult::baseline_samples);
-    if (!candidate || !baseline) {
-      combined.ran = false;
-      combined.detail = fmt::format("the {} nodes kept different numbers of samples (some were taken while a chip "
-                                    "throttled); measure again",
-                                    ranks.size());
-      return combined;
-    }
-    combined.candidate_samples = std::move(*candidate);
-    combined.baseline_samples = std::move(*baseline);
-    return combined;
-  }
 
   Status carry_out(run_action::CancelJob& cancel) {
     if (auto gang = gangs_.find(cancel.tag); gang != gangs_.end()) {
@@ -465,7 +415,7 @@ class Driver {
     result.tag = flight.tag;
     if (result.ran && flight.measure) {
       measured_[{flight.model, flight.revision}] =
-          MeasuredJob{job.job_id, protocol::to_json(*flight.measure).dump(), model->eval_threshold};
+          MeasuredJob{job.job_id, protocol::to_json(*flight.measure).dump(), model->eval_threshold, {}};
     }
     say(fmt::format("job {}: {} on {} ({}){}", job.job_id, protocol::enum_name(job.state), job.node_id, flight.model,
                     result.ran && !result.correct ? ": INCORRECT " + result.correctness_detail : ""));

@@ -273,7 +273,7 @@ q::RunReport measured_run(const std::string& run_id, std::uint64_t first_job,
     q::ModelReport m;
     m.model = name;
     m.revision = revision;
-    m.measure_job = q::MeasuredJob{job_id++, R"({"workload":"model"})", 0.99};
+    m.measure_job = q::MeasuredJob{job_id++, R"({"workload":"model"})", 0.99, {}};
     report.models.push_back(m);
   }
   return report;
