@@ -1,11 +1,14 @@
 // kiln-agent: the privileged per-node agent. See docs/operations.md.
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <sstream>
 
@@ -19,9 +22,16 @@
 #include "agent/shell/agent_status.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/maintenance.h"
+#include "common/text/duration_text.h"
+#include "common/text/progress_line.h"
 #include "common/version.h"
 
 namespace {
+
+kiln::TimeMs wall_clock_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 std::atomic<bool> g_stop{false};
 
@@ -141,6 +151,8 @@ int main(int argc, char** argv) {
   diag->add_flag("--json", json, "print the report as JSON");
   diag->add_flag("--standalone", standalone, "run here even when an agent is running");
   diag->add_flag("--job", as_job, "run as the agent's built-in kiln.diag job")->group("");
+  bool no_progress = false;
+  diag->add_flag("--no-progress", no_progress, "say nothing while the checks run (the agent's own runs)")->group("");
 
   auto* status_command = app.add_subcommand("status", "what the running agent is doing now: its coordinator "
                                                      "connection, each chip's owner, running jobs and installs, the "
@@ -189,11 +201,26 @@ int main(int argc, char** argv) {
         return kiln::agent::health::run_diag_command(*config, diag_level, true, out, std::cerr);
       });
     }
+    kiln::ProgressLine progress = kiln::ProgressLine::for_stderr();
+    const kiln::TimeMs started_ms = wall_clock_ms();
     if (!standalone) {
       // Through the running agent, so diagnostics do not race its jobs for the chips.
       constexpr int kDiagReplyTimeoutMs = 2 * 3600 * 1000;
+      // The agent runs them in a child of its own: what is known here is the level's deadlines.
+      const auto options = kiln::agent::health::default_diag_options(*config);
+      const kiln::DurationMs deadline_ms =
+          !options ? 0
+          : diag_level >= 2 ? options->self_test_timeout_ms[static_cast<std::size_t>(std::min(diag_level, 3) - 1)]
+                            : options->quick_check_timeout_ms;
+      const auto waiting = [&](kiln::DurationMs waited_ms) {
+        progress.show(fmt::format("level {} diagnostics of every chip, run by the agent on this host (each check "
+                                  "of the level has up to {})",
+                                  diag_level, kiln::duration_text(static_cast<std::uint64_t>(deadline_ms))),
+                      waited_ms, wall_clock_ms());
+      };
       if (auto reply = kiln::agent::ask_running_agent(config->local_socket_path, "diag", diag_level,
-                                                      kDiagReplyTimeoutMs)) {
+                                                      kDiagReplyTimeoutMs, waiting)) {
+        progress.done();
         if (!*reply) {
           std::fprintf(stderr, "kiln-agent diag: %s\n", reply->error().message.c_str());
           return 2;
@@ -202,7 +229,18 @@ int main(int argc, char** argv) {
         return (*reply)->exit_code;
       }
     }
-    return kiln::agent::health::run_diag_command(*config, diag_level, json, std::cout, std::cerr);
+    // Run here: each stage's checks done and planned, and the ones running, as they go.
+    const auto told = [&](const kiln::agent::health::DiagProgress& at) {
+      progress.show(fmt::format("level {} diagnostics: {} of {} checks of this stage done{}{}", diag_level,
+                                at.checks_done, at.checks_planned, at.running.empty() ? "" : "; running: ",
+                                fmt::join(at.running, ", ")),
+                    wall_clock_ms() - started_ms, wall_clock_ms());
+    };
+    const int code = kiln::agent::health::run_diag_command(
+        *config, diag_level, json, std::cout, std::cerr,
+        no_progress ? std::function<void(const kiln::agent::health::DiagProgress&)>{} : told);
+    progress.done();
+    return code;
   }
   if (fetch->parsed()) return kiln::agent::artifacts::run_fetch_command(*config, artifact_specs, std::cout, std::cerr);
   if (install->parsed()) {

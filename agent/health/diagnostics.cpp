@@ -14,6 +14,7 @@
 #include <ostream>
 #include <set>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "agent/health/evaluate.h"
@@ -120,6 +121,19 @@ std::vector<CheckResult> interpret(const Context& context, const PlannedCheck& c
   return results;
 }
 
+// A check as a person waiting on it reads it.
+std::string describe(const PlannedCheck& check) {
+  switch (check.kind) {
+    case CheckKind::driver: return "driver check";
+    case CheckKind::chip_firmware: return "firmware read";
+    case CheckKind::telemetry: return "telemetry probe";
+    case CheckKind::memory:
+    case CheckKind::interconnect:
+    case CheckKind::compute: return fmt::format("{} self-test (level {})", to_string(check.kind), check.self_test_level);
+  }
+  return std::string(to_string(check.kind));
+}
+
 // Runs the planned checks, each in its own helper process under its deadline: up to
 // max_parallel_checks at once, never two on one chip (their figures would disturb each
 // other), and none after a check on the same chip timed out (it is wedged: waiting out every
@@ -136,6 +150,22 @@ Status run_helpers(const Context& context, const std::vector<PlannedCheck>& plan
   std::set<std::uint32_t> busy;
   std::set<std::uint32_t> wedged;
   const std::size_t parallel = std::max<std::size_t>(1, context.options.max_parallel_checks);
+  std::size_t done = 0;
+  const auto tell = [&] {
+    if (!context.options.progress) return;
+    DiagProgress progress{done, plan.size(), {}, 0};
+    for (const auto& [id, index] : running) {
+      const PlannedCheck& check = plan[index];
+      progress.running.push_back(check.chip ? fmt::format("{} on chip {}", describe(check), *check.chip)
+                                            : describe(check));
+      progress.longest_deadline_ms = std::max(progress.longest_deadline_ms, check.timeout_ms);
+    }
+    context.options.progress(progress);
+  };
+  const auto finished = [&](std::size_t index, const ProcessExit* exit) {
+    ++done;
+    ended(index, exit);
+  };
 
   for (;;) {
     for (auto& [key, queue] : pending) {
@@ -145,7 +175,7 @@ Status run_helpers(const Context& context, const std::vector<PlannedCheck>& plan
         queue.pop_front();
         const PlannedCheck& check = plan[index];
         if (wedged.count(key) > 0) {
-          ended(index, nullptr);
+          finished(index, nullptr);
           continue;
         }
         auto id = runner.start(spec_for(context, check));
@@ -155,6 +185,7 @@ Status run_helpers(const Context& context, const std::vector<PlannedCheck>& plan
         }
         running[*id] = index;
         busy.insert(key);
+        tell();
         break;
       }
     }
@@ -174,7 +205,8 @@ Status run_helpers(const Context& context, const std::vector<PlannedCheck>& plan
       const std::uint32_t key = plan[index].chip.value_or(kNodeKey);
       busy.erase(key);
       if (exit.outcome == ProcessOutcome::timed_out) wedged.insert(key);
-      ended(index, &exit);
+      finished(index, &exit);
+      tell();
       if (!exit.output_path.empty()) {
         std::error_code ignored;
         fs::remove(exit.output_path, ignored);
@@ -406,12 +438,13 @@ Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
 }
 
 int run_diag_command(const AgentConfig& config, int level, bool json_output, std::ostream& out,
-                     std::ostream& err) {
+                     std::ostream& err, const std::function<void(const DiagProgress&)>& progress) {
   auto options = default_diag_options(config);
   if (!options) {
     err << "kiln-agent diag: " << options.error().describe() << "\n";
     return 2;
   }
+  options->progress = progress;
   auto report = run_diagnostics(config, level, *options);
   if (!report) {
     err << "kiln-agent diag: " << report.error().describe() << "\n";

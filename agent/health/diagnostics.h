@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <set>
@@ -24,6 +25,15 @@ namespace kiln::agent::health {
 
 inline constexpr int kMinDiagLevel = 1;
 inline constexpr int kMaxDiagLevel = 3;
+
+// Where diagnostics are, for a person waiting on them: the checks of the current stage (the
+// driver's, then the chips') done and planned, and those running now.
+struct DiagProgress {
+  std::size_t checks_done = 0;
+  std::size_t checks_planned = 0;
+  std::vector<std::string> running;  // "memory self-test on chip 3"
+  DurationMs longest_deadline_ms = 0;  // of the running ones: how long the slowest may still take
+};
 
 struct DiagOptions {
   HealthTargets targets = default_health_targets();
@@ -43,6 +53,8 @@ struct DiagOptions {
   // Chips the agent reported unhealthy because they did not answer at start-up: the probes
   // leave them alone (each probe would only wait out its deadline on them again).
   std::set<std::uint32_t> unprobed_chips;
+  // Told whenever a check starts or ends; unset: nobody is waiting to be told.
+  std::function<void(const DiagProgress&)> progress;
 };
 
 // Targets from `health-targets.toml` beside agent.toml when that file exists (else the
@@ -91,7 +103,8 @@ Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
 
 // `kiln-agent diag --level N [--json]`. Exit code: 0 pass or warn (warnings printed),
 // 1 fail, 2 diagnostics could not run (message on err) or every check was skipped.
+// `progress` is told where they are while they run.
 int run_diag_command(const AgentConfig& config, int level, bool json, std::ostream& out,
-                     std::ostream& err);
+                     std::ostream& err, const std::function<void(const DiagProgress&)>& progress = {});
 
 }  // namespace kiln::agent::health

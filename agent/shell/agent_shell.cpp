@@ -217,7 +217,8 @@ class Shell final : public AgentShell {
       }
       ProcessSpec spec;
       spec.program = self_;
-      spec.args = {"--config", config_.config_path, "diag", "--standalone", "--level", std::to_string(request.level)};
+      spec.args = {"--config", config_.config_path, "diag", "--standalone", "--no-progress", "--level",
+                   std::to_string(request.level)};
       spec.work_dir = (fs::path(config_.work_dir) / "local-diag").string();
       spec.timeout_ms = kLocalDiagTimeoutMs;
       spec.output_limit_bytes = protocol::kOutputTail.max_len;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -139,7 +140,8 @@ std::vector<LocalRequest> LocalSocketServer::poll() {
 }
 
 std::optional<Result<LocalReply>> ask_running_agent(const std::string& path, const std::string& command, int level,
-                                                    int timeout_ms) {
+                                                    int timeout_ms,
+                                                    const std::function<void(DurationMs waited_ms)>& waiting) {
   sockaddr_un addr{};
   if (!fill_address(path, addr)) return std::nullopt;
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -158,15 +160,21 @@ std::optional<Result<LocalReply>> ask_running_agent(const std::string& path, con
   const std::string request = nlohmann::json{{"command", command}, {"level", level}}.dump() + "\n";
   (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string answer;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto asked = std::chrono::steady_clock::now();
+  const auto deadline = asked + std::chrono::milliseconds(timeout_ms);
+  constexpr std::int64_t kWaitingIntervalMs = 1000;
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     if (left.count() <= 0) {
       ::close(fd);
       return Result<LocalReply>(fail(Errc::timeout, fmt::format("the agent did not answer within {} ms", timeout_ms)));
     }
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    if (::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), kWaitingIntervalMs))) <= 0) {
+      if (waiting) waiting(std::chrono::duration_cast<std::chrono::milliseconds>(now - asked).count());
+      continue;
+    }
     char buffer[4096];
     ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
     if (n <= 0) break;

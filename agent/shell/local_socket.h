@@ -5,6 +5,7 @@
 // {"command": "status"}), one JSON document out ({"exit_code", "output"}).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/time.h"
 
 namespace kiln::agent {
 
@@ -51,7 +53,9 @@ struct LocalReply {
 
 // Asks the agent listening at `path`. nullopt when no agent listens there (the caller runs
 // the command itself); an error when one does but refused us (e.g. not in its group).
+// `waiting`, when set, is called about once a second with the time waited so far.
 std::optional<Result<LocalReply>> ask_running_agent(const std::string& path, const std::string& command, int level,
-                                                    int timeout_ms);
+                                                    int timeout_ms,
+                                                    const std::function<void(DurationMs waited_ms)>& waiting = {});
 
 }  // namespace kiln::agent

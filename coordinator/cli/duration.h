@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/text/duration_text.h"
 
 namespace kiln::cli {
 
@@ -14,7 +15,6 @@ namespace kiln::cli {
 // Fails, saying what a duration looks like, for anything else, a zero or a bare number.
 Result<std::uint64_t> parse_duration_ms(std::string_view text, std::string_view option);
 
-// "850ms", "4.2s", "3m07s", "2h05m".
-std::string duration_text(std::uint64_t ms);
+using kiln::duration_text;
 
 }  // namespace kiln::cli

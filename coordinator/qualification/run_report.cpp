@@ -95,6 +95,14 @@ nlohmann::json to_json(const RunReport& report) {
   for (const Ticket& t : report.tickets) tickets.push_back(json::parse(to_json_text(t)));
   std::map<std::string, std::size_t> counts;
   for (const ModelReport& m : report.models) ++counts[std::string(to_string(m.verdict))];
+  json in_flight = json::array();
+  for (const JobInFlight& job : report.jobs_in_flight) {
+    in_flight.push_back({{"job_id", job.job_id},
+                         {"lease_id", job.lease_id},
+                         {"model", job.model},
+                         {"revision", job.revision},
+                         {"purpose", to_string(job.purpose)}});
+  }
   return {{"schema", "kiln.qualification-run/1"},
           {"run_id", report.run_id},
           {"tier", to_string(report.tier)},
@@ -108,7 +116,8 @@ nlohmann::json to_json(const RunReport& report) {
           {"verdict_counts", counts},
           {"models", std::move(models)},
           {"tickets", std::move(tickets)},
-          {"reproducibility", reproducibility_json(report.reproducibility)}};
+          {"reproducibility", reproducibility_json(report.reproducibility)},
+          {"jobs_in_flight", std::move(in_flight)}};
 }
 
 std::string summary_text(const RunReport& report) {

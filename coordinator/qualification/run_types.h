@@ -188,6 +188,16 @@ struct ModelReport {
   std::optional<MeasuredJob> measure_job;
 };
 
+// A job (or a gang's lease) a run is waiting for, so that whoever follows the run can say what is
+// pending and why: set by the shell, which knows the jobs.
+struct JobInFlight {
+  std::uint64_t job_id = 0;    // 0: a gang still waiting for its lease
+  std::uint64_t lease_id = 0;  // a gang's lease; 0 for a job on one node
+  std::string model;
+  std::string revision;
+  JobPurpose purpose = JobPurpose::measure;
+};
+
 struct RunReport {
   std::string run_id;
   Tier tier = Tier::nightly;
@@ -202,6 +212,7 @@ struct RunReport {
   TimeMs finished_at_ms = 0;
   // A nightly's reruns of earlier results: reported, never part of the verdict.
   std::vector<ReproductionReport> reproducibility;
+  std::vector<JobInFlight> jobs_in_flight;  // while it runs
 };
 
 

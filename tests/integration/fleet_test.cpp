@@ -155,3 +155,22 @@ TEST_CASE("keys and roles: an unknown key is refused, a developer may not drain 
   // An agent key cannot be used as a client, nor a client key as an agent.
   CHECK(fleet.kiln("n01", {"whoami"}, &out) == 3);
 }
+
+TEST_CASE("a job waiting for chips says what it waits for, who holds them, and how long so far") {
+  Fleet fleet("progress");
+  auto client = kiln::testing::start_nodes(fleet, {{"n01", "a"}});
+  SubmitJob holder = sleep_job("6", 1);
+  holder.chips = 8;
+  const auto held = submit(*client, holder);
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, held, JobState::running); }, 15s));
+  // Not on a terminal: plain lines on stderr, one per change, each with the time so far.
+  std::string out;
+  std::string err;
+  REQUIRE(fleet.kiln_split("dev", {"submit", "--workload", "sleep", "--chips", "8", "--wait", "--", "0"}, &out, &err,
+                           60s) == 0);
+  INFO(err);
+  CHECK(err.find("queued: no node of ") != std::string::npos);
+  CHECK(err.find("held by job " + std::to_string(held) + " (experiment, sleep on n01)") != std::string::npos);
+  CHECK(err.find(" so far)\n") != std::string::npos);
+  CHECK(err.find("\r") == std::string::npos);
+}

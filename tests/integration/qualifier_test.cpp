@@ -83,12 +83,18 @@ TEST_CASE("killing the client that asked for a nightly changes nothing: the run 
                                  fleet.dir() / "client.log");
   std::string out;
   // Killed once the run is under way: its report is recorded and jobs are running.
+  // `kiln run` says what the run waits for: its jobs in flight as the coordinator sees them; the
+  // waiting client says so too, as plain lines (its stderr is no terminal).
   REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"run", "nightly-1"}, &out) == 0 &&
-                                         contains(out, "still running") && !measured_per_config(fleet).empty(); },
+                                         contains(out, "(still running) run nightly-1: ") &&
+                                         contains(out, " for measure mlp-") && !measured_per_config(fleet).empty() &&
+                                         contains(read(fleet.dir() / "client.log"), " model runs decided; "); },
                             120s));
   client->signal(SIGKILL);
   client->wait(10s);
-  CHECK(contains(read(fleet.dir() / "client.log"), "run nightly-1 requested; waiting for its verdict"));
+  const std::string waited = read(fleet.dir() / "client.log");
+  CHECK(contains(waited, "run nightly-1 requested; waiting for its verdict"));
+  CHECK(contains(waited, " so far)\n"));
 
   // Asking again follows the same run to its verdict.
   const int verdict = fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-1", "--junit",

@@ -9,10 +9,15 @@
 #include "common/protocol/json.h"
 #include "coordinator/cli/duration.h"
 #include "coordinator/cli/exit_codes.h"
+#include "coordinator/cli/text.h"
+#include "coordinator/cli/wait_progress.h"
 
 namespace kiln::cli {
 
 namespace {
+
+// How often a waiting command looks at what the job waits for (a few listings each time).
+constexpr auto kProgressInterval = std::chrono::seconds(2);
 
 void print_output_tail(const std::string& tail) {
   std::cout << "  output (tail)\n";
@@ -49,19 +54,30 @@ void print_job_detail(const protocol::JobDetail& d) {
 
 Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet, DurationMs timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const TimeMs started_ms = wall_now_ms();
+  ProgressLine progress = ProgressLine::for_stderr();
   protocol::JobState last = protocol::JobState::queued;
   bool first = true;
+  auto last_look = std::chrono::steady_clock::now() - kProgressInterval;
   while (true) {
     auto detail = expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id}));
     if (!detail) return detail;
-    if (!quiet && (first || detail->job.state != last)) {
+    const bool ended = protocol::is_terminal(detail->job.state);
+    if (!quiet && (first || detail->job.state != last || ended)) {
+      progress.done();
       std::cerr << fmt::format("job {}: {}{}\n", job_id, protocol::enum_name(detail->job.state),
                                detail->job.node_id.empty() ? "" : " on " + detail->job.node_id);
     }
     first = false;
     last = detail->job.state;
-    if (protocol::is_terminal(detail->job.state)) return detail;
+    if (ended) return detail;
     if (timeout_ms > 0 && std::chrono::steady_clock::now() >= deadline) return detail;
+    // What it waits for: a queued job's reasons and who holds its chips; a running job's node.
+    if (!quiet && std::chrono::steady_clock::now() - last_look >= kProgressInterval) {
+      last_look = std::chrono::steady_clock::now();
+      const TimeMs now_ms = wall_now_ms();
+      progress.show(job_status_text(read_fleet(client, now_ms), job_id), now_ms - started_ms, now_ms);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
 }

@@ -11,6 +11,7 @@
 #include "coordinator/cli/commands/job_view.h"
 #include "coordinator/cli/duration.h"
 #include "coordinator/cli/exit_codes.h"
+#include "coordinator/cli/wait_progress.h"
 #include "coordinator/cli/ids.h"
 #include "coordinator/cli/text.h"
 
@@ -70,7 +71,7 @@ class LeaseFollower {
     switch (event.kind) {
       case protocol::LeaseEventKind::status: return show_status(event, changed);
       case protocol::LeaseEventKind::granted:
-        last_status_.clear();
+        progress_.done();
         if (!options_.json) print_granted(event.lease);
         return options_.detach;
       case protocol::LeaseEventKind::preempt_notice: say(notice_text(lease_id_, event.message)); return false;
@@ -85,13 +86,14 @@ class LeaseFollower {
     switch (event.lease.state) {
       case protocol::LeaseState::pending:
         if (changed) say(fmt::format("lease L{} is queued again: {}", lease_id_, event.lease.detail));
-        if (event.message != last_status_) {
-          std::cerr << fmt::format("lease L{} waiting: {}\n", lease_id_, event.message);
-          last_status_ = event.message;
+        if (!options_.json) {
+          const TimeMs now_ms = wall_now_ms();
+          progress_.show(fmt::format("lease L{} waiting: {}", lease_id_, event.message), now_ms - started_ms_, now_ms);
         }
         return false;
       case protocol::LeaseState::granted:
         if (!changed) return false;
+        progress_.done();
         if (!options_.json) print_granted(event.lease);
         return options_.detach;
       case protocol::LeaseState::preempting:
@@ -102,14 +104,16 @@ class LeaseFollower {
     return false;
   }
 
-  void say(const std::string& line) const {
+  void say(const std::string& line) {
+    progress_.done();
     if (!options_.json) std::cout << line << "\n" << std::flush;
   }
 
   std::uint64_t lease_id_;
   LeaseWatchOptions options_;
   protocol::LeaseState shown_;
-  std::string last_status_;
+  ProgressLine progress_ = ProgressLine::for_stderr();
+  TimeMs started_ms_ = wall_now_ms();
 };
 
 // Follows a lease until it ends (or, detached, until it is granted), from the event `seq` on,

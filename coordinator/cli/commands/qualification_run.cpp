@@ -15,6 +15,7 @@
 
 #include "coordinator/cli/exit_codes.h"
 #include "coordinator/cli/text.h"
+#include "coordinator/cli/wait_progress.h"
 #include "coordinator/qualification/run_report.h"
 #include "coordinator/qualification/run_request.h"
 #include "coordinator/qualification/shell/records_client.h"
@@ -37,23 +38,36 @@ std::string default_run_id(q::Tier tier, const q::Bundle& candidate, TimeMs now_
   return fmt::format("{}-{}-{}", q::to_string(tier), stamp, candidate.id.substr(0, 8));
 }
 
-// How often a waiting client reads the run's report, and when it says that nobody drives it.
+// How often a waiting client reads the run's report, how often it looks at what the run waits
+// for, and when it says that nobody drives it.
 constexpr auto kFollowInterval = std::chrono::milliseconds(500);
+constexpr auto kProgressInterval = std::chrono::seconds(2);
 constexpr auto kUndrivenNotice = std::chrono::seconds(30);
 
-// Follows the run's report until it is finished; a report not recorded yet is waited for.
-Result<nlohmann::json> follow(Client& client, const std::string& run_id) {
+// Follows the run's report until it is finished; a report not recorded yet is waited for. Unless
+// quiet, says what the run waits for (wait_progress.h).
+Result<nlohmann::json> follow(Client& client, const std::string& run_id, bool quiet) {
   const auto since = std::chrono::steady_clock::now();
-  bool told = false;
+  const TimeMs started_ms = wall_now_ms();
+  ProgressLine progress = ProgressLine::for_stderr();
+  auto last_look = since - kProgressInterval;
   while (true) {
     auto report = qs::get_run(client, run_id);
     if (report && report->value("finished", false)) return report;
     if (!report && report.error().code != Errc::not_found) return report;
-    if (!report && !told && std::chrono::steady_clock::now() - since > kUndrivenNotice) {
-      told = true;
-      std::cerr << fmt::format("kiln: no qualifier has taken up run {} yet; is kiln-qualifier running "
-                               "(docs/operations.md)?\n",
-                               run_id);
+    const auto now = std::chrono::steady_clock::now();
+    if (!quiet && now - last_look >= kProgressInterval) {
+      last_look = now;
+      const TimeMs now_ms = wall_now_ms();
+      if (report) {
+        progress.show_lines(run_status_lines(*report, read_fleet(client, now_ms)), now_ms - started_ms, now_ms);
+      } else {
+        progress.show(fmt::format("run {}: recorded, waiting for a qualifier to take it up{}", run_id,
+                                  now - since > kUndrivenNotice
+                                      ? "; none has yet: is kiln-qualifier running (docs/operations.md)?"
+                                      : ""),
+                      now_ms - started_ms, now_ms);
+      }
     }
     std::this_thread::sleep_for(kFollowInterval);
   }
@@ -116,7 +130,7 @@ int run_qualification(const RunOptions& options, q::Tier tier, Client& client, b
 }
 
 int follow_to_verdict(Client& client, const std::string& run_id, const std::string& junit_path, bool json) {
-  auto document = follow(client, run_id);
+  auto document = follow(client, run_id, json);
   if (!document) return report(document.error());
   if (!junit_path.empty()) {
     if (auto ok = write_junit(junit_path, *document); !ok) return report(ok.error());

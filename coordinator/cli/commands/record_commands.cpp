@@ -10,6 +10,8 @@
 #include "coordinator/cli/commands/qualification_options.h"
 #include "coordinator/cli/commands/qualification_run.h"
 #include "coordinator/cli/exit_codes.h"
+#include "coordinator/cli/text.h"
+#include "coordinator/cli/wait_progress.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/ticket_record.h"
 
@@ -74,7 +76,12 @@ class RunShowCommand : public RemoteCommand {
       std::cout << run->dump(2) << "\n";
     } else {
       std::cout << run->value("summary", std::string("(no summary recorded)"));
-      if (!run->value("finished", false)) std::cout << "(still running)\n";
+      if (!run->value("finished", false)) {
+        // What it waits for now, and why: the jobs it has in flight as the coordinator sees them.
+        const auto lines = run_status_lines(*run, read_fleet(client, wall_now_ms()));
+        std::cout << "(still running) " << lines.front() << "\n";
+        for (std::size_t i = 1; i < lines.size(); ++i) std::cout << "  " << lines[i] << "\n";
+      }
     }
     return run->value("finished", false) && !run->value("passed", false) ? kExitFailed : kExitOk;
   }

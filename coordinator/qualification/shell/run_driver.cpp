@@ -33,7 +33,7 @@ struct Gang {
   std::uint64_t lease_id = 0;  // 0: jobs taken up from an earlier driver of the run, no lease of ours
   std::string model;
   std::string revision;
-  bool measure = false;  // a measure job's gang: recorded for a rerun
+  JobPurpose purpose = JobPurpose::measure;
   int nodes = 0;
   protocol::SubmitJob job;             // what each node runs, before rank_job
   std::vector<std::uint64_t> job_ids;  // one per node, once the lease is granted
@@ -44,6 +44,7 @@ struct InFlight {
   std::uint64_t job_id = 0;  // 0: not accepted yet
   std::string model;
   std::string revision;
+  JobPurpose purpose = JobPurpose::measure;
   std::optional<protocol::SubmitJob> measure;  // a measure job: what was submitted, for a rerun
 };
 
@@ -211,7 +212,7 @@ class Driver {
     gang.tag = request.tag;
     gang.model = request.model;
     gang.revision = request.revision;
-    gang.measure = request.purpose == JobPurpose::measure;
+    gang.purpose = request.purpose;
     gang.nodes = request.nodes;
     gang.job = job;
     gang.job.node_id.clear();
@@ -301,12 +302,12 @@ class Driver {
       for (std::uint64_t id : gang.job_ids) {
         auto detail = cli::expect_reply<protocol::JobDetail>(client_.request(protocol::GetJob{id}));
         if (!detail) return {};  // asked again next turn
-        ranks.push_back(result_of(InFlight{gang.tag, id, gang.model, "", std::nullopt}, *detail));
+        ranks.push_back(result_of(InFlight{gang.tag, id, gang.model, "", gang.purpose, std::nullopt}, *detail));
       }
       done.push_back(tag);
       JobResult combined = combine_ranks(gang.tag, std::move(ranks));
       const QualificationModel* model = set_.find(gang.model);
-      if (combined.ran && gang.measure && model != nullptr) {
+      if (combined.ran && gang.purpose == JobPurpose::measure && model != nullptr) {
         measured_[{gang.model, gang.revision}] = MeasuredJob{gang.job_ids.front(), protocol::to_json(gang.job).dump(),
                                                              model->eval_threshold, gang.job_ids};
       }
@@ -423,7 +424,7 @@ class Driver {
   }
 
   static InFlight in_flight(const JobRequest& request, std::uint64_t job_id, const protocol::SubmitJob& job) {
-    InFlight flight{request.tag, job_id, request.model, request.revision, std::nullopt};
+    InFlight flight{request.tag, job_id, request.model, request.revision, request.purpose, std::nullopt};
     if (request.purpose == JobPurpose::measure) flight.measure = job;
     return flight;
   }
@@ -433,6 +434,16 @@ class Driver {
     RunReport report = run_.report();
     for (ModelReport& m : report.models) {
       if (auto it = measured_.find({m.model, m.revision}); it != measured_.end()) m.measure_job = it->second;
+    }
+    if (report.finished) return report;
+    for (const auto& [job_id, flight] : in_flight_) {
+      report.jobs_in_flight.push_back({job_id, 0, flight.model, flight.revision, flight.purpose});
+    }
+    for (const auto& [tag, gang] : gangs_) {
+      if (gang.job_ids.empty()) report.jobs_in_flight.push_back({0, gang.lease_id, gang.model, gang.revision, gang.purpose});
+      for (std::uint64_t job_id : gang.job_ids) {
+        report.jobs_in_flight.push_back({job_id, gang.lease_id, gang.model, gang.revision, gang.purpose});
+      }
     }
     return report;
   }
