@@ -39,7 +39,8 @@ AgentCore::AgentCore(AgentIdentity identity, SessionKnobs knobs)
       knobs_(knobs),
       heartbeat_interval_ms_(knobs.heartbeat_interval_ms),
       liveness_missed_beats_(knobs.liveness_missed_beats),
-      backoff_ms_(knobs.reconnect_backoff_initial_ms) {}
+      backoff_ms_(knobs.reconnect_backoff_initial_ms),
+      jitter_(stats::derive_seed(stats::stable_hash(identity_.node_id), stats::stable_hash("reconnect jitter"))) {}
 
 void AgentCore::on_start(TimeMs now) { connect(now); }
 
@@ -93,9 +94,18 @@ void AgentCore::send_hello(TimeMs now) {
 }
 
 void AgentCore::schedule_reconnect(TimeMs now, const std::string& why) {
+  // Jittered, so that the agents of a coordinator that stalled are not all back in the same
+  // second: a registered session that went silent tries again anywhere within half a liveness
+  // window (the coordinator gives every node a fresh one when its loop resumes), later tries
+  // between half and all of the backoff.
+  const bool was_registered = state_ == SessionState::registered;
   state_ = SessionState::disconnected;
-  reconnect_at_ = now + backoff_ms_;
-  log(action::Severity::warn, fmt::format("{}; reconnecting in {} ms", why, backoff_ms_));
+  const DurationMs liveness_ms = heartbeat_interval_ms_ * liveness_missed_beats_;
+  const DurationMs wait_ms =
+      was_registered ? static_cast<DurationMs>(jitter_.uniform01() * static_cast<double>(std::max(backoff_ms_, liveness_ms / 2)))
+                     : backoff_ms_ / 2 + static_cast<DurationMs>(jitter_.uniform01() * static_cast<double>(backoff_ms_ - backoff_ms_ / 2));
+  reconnect_at_ = now + wait_ms;
+  log(action::Severity::warn, fmt::format("{}; reconnecting in {} ms", why, wait_ms));
   backoff_ms_ = std::min(backoff_ms_ * 2, knobs_.reconnect_backoff_max_ms);
 }
 

@@ -15,6 +15,7 @@
 #include "agent/core/chip_owners.h"
 #include "common/enum_names.h"
 #include "common/protocol/codec.h"
+#include "common/stats/rng.h"
 #include "common/time.h"
 
 namespace kiln::agent {
@@ -135,6 +136,7 @@ class AgentCore {
   DurationMs heartbeat_interval_ms_;
   std::int64_t liveness_missed_beats_;
   DurationMs backoff_ms_;
+  stats::Rng jitter_;  // seeded by the node's name: agents differ, a replay of one does not
   TimeMs coordinator_last_seen_ = 0;
   TimeMs next_heartbeat_at_ = 0;
   std::optional<TimeMs> reconnect_at_;

@@ -235,6 +235,20 @@ void CoordinatorCore::get_record(const std::string& client, std::uint64_t corr, 
                                 protocol::enum_name(get.kind), get.key));
 }
 
+void CoordinatorCore::on_resumed(Now clock_now, DurationMs paused_ms) {
+  const TimeMs now = clock_.advance(clock_now);
+  // Longer than a liveness timeout, and the agents gave up on the coordinator and are in
+  // reconnect backoff: they get the grace they get after a restart.
+  const DurationMs window_ms = paused_ms > knobs_.liveness_timeout_ms()
+                                   ? std::max<DurationMs>(knobs_.restart_grace_ms, knobs_.liveness_timeout_ms())
+                                   : knobs_.liveness_timeout_ms();
+  registry_.fresh_window(now + window_ms);
+  sink_.log(action::Severity::warn,
+            fmt::format("the coordinator's loop did not run for {} ms (stopped, starved or swapped out): no node is "
+                        "lost in the next {} ms for its silence",
+                        paused_ms, window_ms));
+}
+
 void CoordinatorCore::on_tick(Now clock_now) {
   const TimeMs now = clock_.advance(clock_now);
   agents_.lose_silent_nodes(now);

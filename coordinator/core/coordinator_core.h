@@ -70,6 +70,11 @@ class CoordinatorCore {
   void on_client_message(const std::string& client, const Caller& caller,
                          const protocol::Envelope& message, Now now);
   void on_tick(Now now);
+  // The shell's loop did not run for `paused_ms` (the process was stopped, starved or swapped
+  // out): heartbeats sent meanwhile may still be unread, so no node is lost for that silence.
+  // Each gets a liveness timeout from now, or the restart grace when the pause was longer than
+  // that (its agent gave up and is reconnecting, as after a restart).
+  void on_resumed(Now now, DurationMs paused_ms);
   // What the environments repository says each environment runs (the shell reads it), or why
   // its newest commit could not be read.
   void on_desired_environments(DesiredFleet fleet, Now now);

@@ -71,7 +71,7 @@ std::optional<std::string> NodeRegistry::stale_hello(const std::string& node_id,
 
 TimeMs NodeRegistry::liveness_deadline(const NodeRecord& node) const {
   if (awaiting_registration_.count(node.summary.node_id)) return registration_deadline_ms_;
-  return node.last_seen_ms + liveness_timeout_ms_;
+  return std::max(node.last_seen_ms + liveness_timeout_ms_, window_deadline_ms_);
 }
 
 std::optional<TimeMs> NodeRegistry::released_from_quarantine_at(const std::string& node_id) const {

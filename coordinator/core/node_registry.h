@@ -51,8 +51,11 @@ class NodeRegistry {
   std::optional<std::string> stale_hello(const std::string& node_id, const std::string& peer, std::uint64_t hello_id);
 
   // When a node that stays silent is lost: a recovered node that has not registered since the
-  // start-up has until the registration deadline.
+  // start-up has until the registration deadline; none before a fresh window's end.
   TimeMs liveness_deadline(const NodeRecord& node) const;
+  // No node is lost before `until_ms`: the coordinator's loop did not run for a while, what the
+  // agents sent meanwhile may not have been read yet, and those that gave up on it reconnect.
+  void fresh_window(TimeMs until_ms) { window_deadline_ms_ = std::max(window_deadline_ms_, until_ms); }
 
   // When the diagnostics that released the node from quarantine started, on the wall clock
   // (the one health reports are stamped with); kept in the node's record, so it is stored.
@@ -79,6 +82,7 @@ class NodeRegistry {
 
  private:
   DurationMs liveness_timeout_ms_ = 0;
+  TimeMs window_deadline_ms_ = 0;
   std::map<std::string, NodeRecord> nodes_;
   // Recovered nodes that have not registered since the start-up, and until when they may.
   std::set<std::string> awaiting_registration_;

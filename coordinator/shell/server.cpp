@@ -24,6 +24,8 @@ constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kAgentDomain = "agents";
 constexpr const char* kClientDomain = "clients";
 constexpr int kMaxPollWaitMs = 200;  // also how quickly a stop request is noticed
+// A turn of the loop this much later than its poll's wait is a stall (docs/operations.md).
+constexpr TimeMs kStalledTurnMs = 1000;
 constexpr int kMaxMessagesPerTurn = 1000;
 
 TimeMs monotonic_ms() {
@@ -83,6 +85,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
 
   Status run(const std::atomic<bool>& stop) override {
     if (auto s = carry_out_actions(); !s) return s;
+    TimeMs last_tick_ms = monotonic_ms();
     while (!stop.load()) {
       const TimeMs now = monotonic_ms();
       int wait_ms = kMaxPollWaitMs;
@@ -106,7 +109,14 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         if (auto s = receive_all(clients_, false); !s) return s;
       }
       take_environments();
+      // From one tick to the next takes a poll's wait and a little work; far longer and the
+      // process was stopped, starved or buried in a backlog, and the agents' silence meanwhile
+      // is not theirs: the core must not lose them for it.
+      if (const TimeMs late_ms = monotonic_ms() - last_tick_ms - wait_ms; late_ms > kStalledTurnMs) {
+        core_.on_resumed(clocks_now(), late_ms);
+      }
       core_.on_tick(clocks_now());
+      last_tick_ms = monotonic_ms();
       if (auto s = carry_out_actions(); !s) return s;
     }
     logger_->info("stopping");

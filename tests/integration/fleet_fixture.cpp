@@ -147,6 +147,10 @@ void Fleet::start_coordinator() {
       dir_ / "coordinator.log");
 }
 
+void Fleet::signal_coordinator(int signo) {
+  if (coordinator_) coordinator_->signal(signo);
+}
+
 void Fleet::stop_coordinator(int signo) {
   if (!coordinator_) return;
   coordinator_->signal(signo);

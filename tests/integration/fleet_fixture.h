@@ -64,6 +64,8 @@ class Fleet {
 
   void start_coordinator();
   void stop_coordinator(int signo);
+  // Sends the running coordinator a signal and returns (SIGSTOP freezes it, SIGCONT resumes it).
+  void signal_coordinator(int signo);
   // More tables for coordinator.toml, e.g. "[environments]\nrepo = ...\n"; call before start_coordinator.
   void add_coordinator_tables(const std::string& toml) { coordinator_tables_ += toml; }
   // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05";

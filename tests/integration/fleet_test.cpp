@@ -174,3 +174,30 @@ TEST_CASE("a job waiting for chips says what it waits for, who holds them, and h
   CHECK(err.find(" so far)\n") != std::string::npos);
   CHECK(err.find("\r") == std::string::npos);
 }
+
+TEST_CASE("a coordinator frozen for twice the liveness timeout with jobs running fails nothing over") {
+  Fleet fleet("stall");
+  auto client = kiln::testing::start_nodes(fleet, {{"n01", "a"}, {"n02", "a"}});
+  SubmitJob whole_node = sleep_job("4", 2);
+  whole_node.chips = 8;
+  const auto first = submit(*client, whole_node);
+  const auto second = submit(*client, whole_node);
+  REQUIRE(Fleet::eventually([&] {
+    return job_state_is(*client, first, JobState::running) && job_state_is(*client, second, JobState::running);
+  }, 15s));
+  // Liveness is 3 beats of 200 ms: frozen for 1.5 s, every agent gives up on the coordinator and
+  // reconnects, and none of them is lost for it.
+  fleet.signal_coordinator(SIGSTOP);
+  std::this_thread::sleep_for(1500ms);
+  fleet.signal_coordinator(SIGCONT);
+  REQUIRE(Fleet::eventually([&] {
+    return job_state_is(*client, first, JobState::succeeded) && job_state_is(*client, second, JobState::succeeded);
+  }, 30s));
+  CHECK(kiln::testing::job(*client, first)->job.attempt == 1);
+  CHECK(kiln::testing::job(*client, second)->job.attempt == 1);
+  for (const char* name : {"n01", "n02"}) CHECK(node(*client, name)->state == NodeState::up);
+  const std::string log = fleet.log_of("coordinator");
+  CHECK(log.find("did not run for") != std::string::npos);
+  INFO(log);
+  CHECK(log.find(" lost: silent for ") == std::string::npos);
+}

@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <map>
+#include <set>
+
 #include "agent/core/agent_core.h"
 #include "tests/support/text.h"
 
@@ -110,12 +113,16 @@ TEST_CASE("a silent coordinator makes the agent reconnect, backing off up to the
   h.drain();
   CHECK(h.core.session_state() == AgentCore::SessionState::disconnected);
   REQUIRE(h.core.next_deadline().has_value());
-  CHECK(*h.core.next_deadline() == 5101);  // initial backoff
-  h.core.on_tick(5101);
+  // A session that went silent tries again within half a liveness window (1500 ms).
+  const TimeMs first = *h.core.next_deadline();
+  CHECK(first >= 5001);
+  CHECK(first <= 5001 + 1500);
+  h.core.on_tick(first);
   h.drain();
   CHECK(h.count<action::Connect>() == 2);
-  // No welcome: waits longer each time, never more than the maximum.
-  TimeMs now = 5101;
+  // No welcome: waits longer each time, never more than the maximum, each wait between half and
+  // all of its backoff.
+  TimeMs now = first;
   std::vector<TimeMs> waits;
   for (int i = 0; i < 5; ++i) {
     now += 3001;
@@ -128,7 +135,43 @@ TEST_CASE("a silent coordinator makes the agent reconnect, backing off up to the
     h.core.on_tick(now);
     h.drain();
   }
-  CHECK(waits == std::vector<TimeMs>{200, 400, 800, 800, 800});
+  const std::vector<TimeMs> backoffs = {200, 400, 800, 800, 800};
+  for (std::size_t i = 0; i < waits.size(); ++i) {
+    CHECK(waits[i] >= backoffs[i] / 2);
+    CHECK(waits[i] <= backoffs[i]);
+  }
+}
+
+TEST_CASE("agents whose coordinator went silent at once come back spread over the window, not in one burst") {
+  // 200 agents, silent at the same moment: their first reconnects fall across half a liveness
+  // window (1500 ms), no 100 ms of it taking more than a fifth of them.
+  std::map<TimeMs, int> per_100ms;
+  std::set<TimeMs> distinct;
+  for (int n = 0; n < 200; ++n) {
+    AgentIdentity id = Harness::identity();
+    id.node_id = "n" + std::to_string(n);
+    AgentCore core(id, Harness::knobs());
+    core.on_start(0);
+    core.on_message(make_envelope(welcome(), 1), 0);
+    core.on_tick(3001);
+    REQUIRE(core.session_state() == AgentCore::SessionState::disconnected);
+    const TimeMs at = *core.next_deadline();
+    CHECK(at >= 3001);
+    CHECK(at <= 3001 + 1500);
+    ++per_100ms[(at - 3001) / 100];
+    distinct.insert(at);
+  }
+  for (const auto& [bucket, count] : per_100ms) CHECK(count <= 40);
+  CHECK(distinct.size() > 100);
+  // The same agent replayed waits the same: the jitter is seeded by its name.
+  AgentCore again(Harness::identity(), Harness::knobs());
+  AgentCore once_more(Harness::identity(), Harness::knobs());
+  for (AgentCore* core : {&again, &once_more}) {
+    core->on_start(0);
+    core->on_message(make_envelope(welcome(), 1), 0);
+    core->on_tick(3001);
+  }
+  CHECK(again.next_deadline() == once_more.next_deadline());
 }
 
 TEST_CASE("a job's result is kept until acknowledged and resent after re-registering") {
@@ -253,7 +296,7 @@ TEST_CASE("after a successful install the next hello reports the installed drive
   install(3, R"({"kind": "firmware", "version": "2.0", "outcome": "installed"})", JobOutcome::succeeded, 30);
   // The coordinator falls silent; the agent registers again.
   h.core.on_tick(5000);
-  h.core.on_tick(5200);
+  h.core.on_tick(*h.core.next_deadline());
   h.drain();
   const auto hellos = h.sent<Hello>();
   REQUIRE(hellos.size() == 2);

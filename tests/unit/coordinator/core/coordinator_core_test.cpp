@@ -150,6 +150,34 @@ TEST_CASE("a silent node is lost and its jobs fail over; with no attempts left t
   CHECK(h.core.jobs().at(id).summary.state == JobState::lost);
 }
 
+TEST_CASE("after the coordinator's loop stalled, no node is lost for its silence meanwhile") {
+  CoordinatorKnobs knobs;
+  knobs.restart_grace_ms = 20000;
+  Harness h(knobs);
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.client("dev", Role::developer, smoke(1, "", 1), 10);
+  const auto id = std::get<JobAccepted>(h.last_client_reply()).job_id;
+  const JobState dispatched = h.core.jobs().at(id).summary.state;
+  // A pause shorter than the liveness timeout (4 s): a fresh liveness window from the resume.
+  h.core.on_resumed(3500, 3000);
+  h.core.on_tick(5000);
+  h.drain();
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
+  CHECK(*h.core.next_deadline() == 7501);
+  // The loop did not run from 1000 to 9000 (twice the liveness timeout): the agent gave up on the
+  // coordinator and may be in reconnect backoff, so it has the restart grace.
+  h.core.on_resumed(9000, 8000);
+  h.core.on_tick(13001);
+  h.drain();
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
+  CHECK(h.core.jobs().at(id).summary.state == dispatched);
+  CHECK(*h.core.next_deadline() == 29001);
+  // Silent through all of it, it is lost as ever.
+  h.core.on_tick(29001);
+  h.drain();
+  CHECK(h.core.nodes().at("n01").summary.state == NodeState::lost);
+}
+
 TEST_CASE("a lost attempt is requeued to another node while attempts remain") {
   Harness h;
   h.agent("p1", "n01", hello("n01", "a"), 0);
