@@ -17,11 +17,7 @@
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
-using kiln::testing::contains;
-using kiln::testing::Ran;
-using kiln::testing::read_file;
-using kiln::testing::run;
-using kiln::testing::TempDir;
+using namespace kiln::testing;
 namespace fs = std::filesystem;
 
 namespace {

@@ -23,13 +23,7 @@
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
-using kiln::testing::ChildProcess;
-using kiln::testing::contains;
-using kiln::testing::Fleet;
-using kiln::testing::Ran;
-using kiln::testing::read_file;
-using kiln::testing::run;
-using kiln::testing::TempDir;
+using namespace kiln::testing;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
@@ -287,9 +281,9 @@ TEST_CASE("the packaged coordinator, agent and client work together with the pac
   const fs::path etc = root / "etc/kiln";
   const fs::path state = root / "var/lib/kiln";
   const auto bin = [&](const std::string& program) { return (root / "usr/bin" / program).string(); };
-  const int agent_port = kiln::testing::free_loopback_port();
-  int client_port = kiln::testing::free_loopback_port();
-  while (client_port == agent_port) client_port = kiln::testing::free_loopback_port();
+  const int agent_port = free_loopback_port();
+  int client_port = free_loopback_port();
+  while (client_port == agent_port) client_port = free_loopback_port();
 
   // What the postinsts do (dpkg-deb -x runs none): the key pairs, the state folders; and what
   // systemd does for kiln-agent.service: /run/kiln.
