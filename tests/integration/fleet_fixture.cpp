@@ -22,8 +22,6 @@
 namespace kiln::testing {
 namespace fs = std::filesystem;
 
-namespace {
-
 int free_loopback_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -36,8 +34,6 @@ int free_loopback_port() {
   ::close(fd);
   return ntohs(addr.sin_port);
 }
-
-}  // namespace
 
 ChildProcess::ChildProcess(std::vector<std::string> argv, const fs::path& log_file, const fs::path& error_file) {
   pid_ = ::fork();

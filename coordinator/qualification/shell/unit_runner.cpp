@@ -15,10 +15,15 @@ namespace kiln::qualification::shell {
 namespace fs = std::filesystem;
 
 std::string installed_backend(const std::string& name) {
+  const std::string file = "lib" + name + ".so";
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "lib" + name + ".so";
-  return (self.parent_path().parent_path() / "lib" / ("lib" + name + ".so")).string();
+  if (ec) return file;
+  // The build tree keeps the backends in lib/ beside bin/; an installed kiln in its private
+  // library folder (KILN_BACKEND_DIR_FROM_BIN, from the install layout).
+  const fs::path in_build_tree = self.parent_path().parent_path() / "lib" / file;
+  if (fs::exists(in_build_tree, ec)) return in_build_tree.string();
+  return (self.parent_path() / KILN_BACKEND_DIR_FROM_BIN / file).lexically_normal().string();
 }
 
 UnitTierSetup default_unit_tier_setup() {

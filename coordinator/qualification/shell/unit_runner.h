@@ -21,7 +21,8 @@ struct UnitBackend {
   std::uint32_t chip = 0;
 };
 
-// A backend installed beside the running binary: bin/PROGRAM and lib/lib<name>.so.
+// A backend shipped with the running binary: lib/lib<name>.so beside bin/ in the build tree, else
+// in kiln's private library folder of the install (/usr/lib/<multiarch>/kiln/lib<name>.so).
 std::string installed_backend(const std::string& name);
 
 // Where the unit tier finds its backends (defaults: installed_backend).
