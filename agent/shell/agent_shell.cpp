@@ -155,17 +155,8 @@ class Shell final : public AgentShell {
     }
     telemetry_.follow(readable, kMetricsSampleIntervalMs);
     http::Router router;
-    router.exact("/metrics", [this](const http::Request&) {
-      auto text = question_.ask(kMetricsAnswerTimeout);
-      if (!text) {
-        return http::text_response(503, "the agent's loop did not render the metrics within 5 s; its log says what "
-                                        "it is doing");
-      }
-      http::Response response;
-      response.content_type = std::string(metrics::kContentType);
-      response.body = std::move(*text);
-      return response;
-    });
+    router.exact("/metrics", http::loop_page(question_, std::string(metrics::kContentType), "the agent's loop",
+                                             kMetricsAnswerTimeout));
     auto server = http::Server::start(config_.http_listen, std::move(router), {},
                                       fmt::format("change [http] listen in {}, or stop what listens there",
                                                   config_.config_path));

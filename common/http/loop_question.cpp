@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 
 namespace kiln::http {
@@ -39,6 +41,21 @@ void LoopQuestion::answer_pending(const std::function<std::string()>& answer) {
   answer_ = std::move(text);
   replied_ = number;
   answered_.notify_all();
+}
+
+Handler loop_page(LoopQuestion& question, std::string content_type, std::string loop,
+                  std::chrono::milliseconds timeout) {
+  return [&question, content_type = std::move(content_type), loop = std::move(loop), timeout](const Request&) {
+    auto page = question.ask(timeout);
+    if (!page) {
+      return text_response(503, fmt::format("{} did not make the page within {} ms; its log says what it is doing",
+                                            loop, timeout.count()));
+    }
+    Response response;
+    response.content_type = content_type;
+    response.body = std::move(*page);
+    return response;
+  };
 }
 
 }  // namespace kiln::http

@@ -12,6 +12,8 @@
 #include <optional>
 #include <string>
 
+#include "common/http/request.h"
+
 namespace kiln::http {
 
 class LoopQuestion {
@@ -39,5 +41,10 @@ class LoopQuestion {
   std::uint64_t replied_ = 0;   // number of the latest question answered
   std::string answer_;
 };
+
+// A page the loop makes: each request asks `question` and answers with `content_type`, or 503
+// saying `loop` (as in "the coordinator's loop") did not answer within `timeout`.
+Handler loop_page(LoopQuestion& question, std::string content_type, std::string loop,
+                  std::chrono::milliseconds timeout);
 
 }  // namespace kiln::http

@@ -23,14 +23,16 @@ bool valid_label_name(std::string_view name) {
   return valid_metric_name(name) && !name.starts_with("__");
 }
 
-// HELP text escapes backslash and newline only.
-std::string escape_help(std::string_view help) {
+// Backslash and newline escaped, and the double quote too in a label value (HELP text keeps it).
+std::string escaped(std::string_view text, bool quote) {
   std::string out;
-  for (char c : help) {
+  for (char c : text) {
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
     } else {
       out += c;
     }
@@ -62,21 +64,7 @@ std::string format_value(double value) {
   return fmt::format("{}", value);
 }
 
-std::string escape_label_value(std::string_view value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string escape_label_value(std::string_view value) { return escaped(value, /*quote=*/true); }
 
 void Exposition::family(Type type, std::string_view name, std::string_view help) {
   KILN_ASSERT(valid_metric_name(name), "a metric name is [a-zA-Z_][a-zA-Z0-9_]*");
@@ -85,7 +73,7 @@ void Exposition::family(Type type, std::string_view name, std::string_view help)
   names_.emplace_back(name);
   type_ = type;
   // In format 0.0.4 HELP and TYPE name the family as its samples do, a counter's _total included.
-  text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name,
+  text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escaped(help, /*quote=*/false), name,
                        type == Type::counter ? "counter" : type == Type::gauge ? "gauge" : "histogram");
 }
 

@@ -100,17 +100,8 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     if (!audit) return tl::unexpected(audit.error());
     metrics_.emplace(core_.jobs(), core_.leases(), quarantine_times(*audit));
     http::Router router;
-    router.exact("/metrics", [this](const http::Request&) {
-      auto text = question_.ask(kMetricsAnswerTimeout);
-      if (!text) {
-        return http::text_response(503, "the coordinator's loop did not render the metrics within 5 s (a slow store "
-                                        "write?); its log says what it is doing");
-      }
-      http::Response response;
-      response.content_type = std::string(metrics::kContentType);
-      response.body = std::move(*text);
-      return response;
-    });
+    router.exact("/metrics", http::loop_page(question_, std::string(metrics::kContentType), "the coordinator's loop",
+                                             kMetricsAnswerTimeout));
     auto server = http::Server::start(config_.http_listen, std::move(router), {},
                                       fmt::format("change [http] listen in {}, or stop what listens there",
                                                   config_.source_path));

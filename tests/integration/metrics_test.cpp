@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 
 #include <chrono>
-#include <cstdio>
 #include <regex>
 #include <set>
 #include <string>
@@ -42,22 +41,6 @@ std::string line_of(const std::string& page, const std::string& series) {
   return page.substr(at + 1, page.find('\n', at + 1) - at - 1);
 }
 
-// The schedule's clock put at 00:00:30 UTC of the next night: the qualifier asks for tonight's
-// nightly at once. Returns its [schedule] table and sets the night's run id.
-std::string schedule_starting_now(std::string& run_id) {
-  using namespace std::chrono;
-  const auto now_ms = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-  const std::int64_t day_ms = 24 * 3600 * 1000;
-  const std::int64_t midnight_ms = (now_ms / day_ms + 1) * day_ms;
-  const year_month_day night{sys_days{days{midnight_ms / day_ms}}};
-  char date[16];
-  std::snprintf(date, sizeof date, "%04d-%02u-%02u", static_cast<int>(night.year()),
-                static_cast<unsigned>(night.month()), static_cast<unsigned>(night.day()));
-  run_id = std::string("nightly-") + date;
-  return "[schedule]\nnightly_start = \"00:00\"\nnightly_deadline = \"07:00\"\nrevisions = [\"a\"]\n"
-         "clock_offset_ms = " + std::to_string(midnight_ms - now_ms + 30000) + "\n";
-}
-
 }  // namespace
 
 TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool accepts, counting what happened") {
@@ -66,11 +49,11 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
   const std::string qualifier_http = Fleet::free_loopback_address();
   const std::map<std::string, std::string> agent_http = {{"n01", Fleet::free_loopback_address()},
                                                          {"n02", Fleet::free_loopback_address()}};
-  std::string nightly_id;
+  const Tonight tonight = tonight_starting_now();
   fleet.add_coordinator_tables(http_table(coordinator_http));
   fleet.add_key("ci", "ci");
   fleet.add_qualifier("qualifier", {{"model_set", "\"bf16.toml\""}},
-                      http_table(qualifier_http) + "\n" + schedule_starting_now(nightly_id));
+                      http_table(qualifier_http) + "\n" + tonight.schedule_table);
   for (const auto& [node, address] : agent_http) fleet.add_agent({node, "a"}, "", "", http_table(address));
   fleet.start_coordinator();
   for (const auto& [node, address] : agent_http) fleet.start_agent(node);
@@ -125,7 +108,7 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
   }
 
   // Tonight's scheduled nightly counts in the qualifier's metrics, with its deadline and finish.
-  REQUIRE(fleet.kiln("ci", {"run", nightly_id, "--wait"}, &out, 240s) == 0);
+  REQUIRE(fleet.kiln("ci", {"run", tonight.run_id, "--wait"}, &out, 240s) == 0);
   std::string qualifier_page;
   CHECK(Fleet::eventually([&] {
     qualifier_page = scrape(qualifier_http);

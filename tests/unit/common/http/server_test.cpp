@@ -144,6 +144,9 @@ TEST_CASE("a handler gets its answer from the loop that owns the state, or gives
   CHECK(question.ask(std::chrono::seconds(10)) == std::optional<std::string>("state 2"));
   stop = true;
   loop.join();
-  // Nobody answers: the asker gets nothing rather than waiting for ever.
+  // Nobody answers: the asker gets nothing rather than waiting for ever, and a page says so.
   CHECK_FALSE(question.ask(std::chrono::milliseconds(10)).has_value());
+  const Response busy = loop_page(question, "text/plain", "the test's loop", std::chrono::milliseconds(10))(Request{});
+  CHECK(busy.status == 503);
+  CHECK(contains(busy.body, "the test's loop did not make the page within 10 ms"));
 }

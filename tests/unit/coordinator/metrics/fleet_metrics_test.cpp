@@ -14,20 +14,10 @@ using kiln::testing::contains;
 
 namespace {
 
-constexpr TimeMs kGraceMs = 60000;
-
-CoordinatorKnobs fast_preemption() {
-  CoordinatorKnobs knobs;
-  knobs.liveness_missed_beats = 1000;  // nodes stay alive through the long waits below
-  knobs.scheduler.grace_ms = kGraceMs;
-  knobs.scheduler.target_start_latency_ms[scheduler::rank(scheduler::RequestClass::presubmit)] = 0;
-  return knobs;
-}
-
 // The harness as the server: every save and audit line carried out reaches the metrics, at the
 // time the input that caused it was given.
 struct Observed : Harness {
-  explicit Observed(CoordinatorKnobs knobs = fast_preemption(), Snapshot snapshot = {}, Now start = 0,
+  explicit Observed(CoordinatorKnobs knobs = knobs_with_fast_preemption(), Snapshot snapshot = {}, Now start = 0,
                     std::map<std::string, TimeMs> quarantined = {})
       : Harness(knobs, std::move(snapshot), start), metrics(core.jobs(), core.leases(), std::move(quarantined)) {}
 
@@ -59,15 +49,6 @@ struct Observed : Harness {
   std::string text() const { return metrics.render(core); }
 };
 
-JobFinished finished(std::uint64_t id, JobOutcome outcome, std::string result = "", std::uint32_t attempt = 1) {
-  JobFinished fin;
-  fin.job_id = id;
-  fin.attempt = attempt;
-  fin.outcome = outcome;
-  fin.result = std::move(result);
-  return fin;
-}
-
 }  // namespace
 
 TEST_CASE("a job's class and outcome are counted once it ends; the gauges follow the fleet") {
@@ -91,13 +72,13 @@ TEST_CASE("a job's class and outcome are counted once it ends; the gauges follow
   CHECK(contains(text, "kiln_queue_wait_seconds_count{class=\"presubmit\"} 1\n"));
   CHECK(contains(text, "kiln_queue_wait_seconds_bucket{class=\"presubmit\",le=\"1\"} 1\n"));
 
-  o.from_agent("n01", finished(id, JobOutcome::succeeded), 5000);
+  o.from_agent("n01", finished(id, 1, JobOutcome::succeeded), 5000);
   text = o.text();
   CHECK(contains(text, "kiln_jobs_finished_total{class=\"presubmit\",outcome=\"succeeded\"} 1\n"));
   CHECK(contains(text, "kiln_jobs_finished_total{class=\"presubmit\",outcome=\"failed\"} 0\n"));
   CHECK(contains(text, "kiln_chips_leased{class=\"presubmit\",hw_revision=\"a\"} 0\n"));
   // The same result again changes nothing.
-  o.from_agent("n01", finished(id, JobOutcome::succeeded), 5100);
+  o.from_agent("n01", finished(id, 1, JobOutcome::succeeded), 5100);
   CHECK(contains(o.text(), "kiln_jobs_finished_total{class=\"presubmit\",outcome=\"succeeded\"} 1\n"));
 }
 
@@ -108,15 +89,17 @@ TEST_CASE("a queued job's wait runs from its submission to its dispatch, by clas
   const auto second = o.submitted("ci", Role::ci, sleep_job(8, PriorityClass::nightly), 2000);
   CHECK(contains(o.text(), "kiln_jobs_queued{class=\"nightly\"} 1\n"));
   o.from_agent("n01", JobStarted{first, 1}, 2100);
-  o.from_agent("n01", finished(first, JobOutcome::failed), 92000);
+  o.from_agent("n01", finished(first, 1, JobOutcome::failed), 92000);
   REQUIRE(o.job(second).summary.state == JobState::assigned);
   const std::string text = o.text();
-  CHECK(contains(text, "kiln_jobs_queued{class=\"nightly\"} 0\n"));
-  CHECK(contains(text, "kiln_jobs_finished_total{class=\"nightly\",outcome=\"failed\"} 1\n"));
   // 0 s for the first, 90 s for the second.
-  CHECK(contains(text, "kiln_queue_wait_seconds_bucket{class=\"nightly\",le=\"60\"} 1\n"));
-  CHECK(contains(text, "kiln_queue_wait_seconds_bucket{class=\"nightly\",le=\"120\"} 2\n"));
-  CHECK(contains(text, "kiln_queue_wait_seconds_sum{class=\"nightly\"} 90\n"));
+  for (const char* line : {"kiln_jobs_queued{class=\"nightly\"} 0\n",
+                           "kiln_jobs_finished_total{class=\"nightly\",outcome=\"failed\"} 1\n",
+                           "kiln_queue_wait_seconds_bucket{class=\"nightly\",le=\"60\"} 1\n",
+                           "kiln_queue_wait_seconds_bucket{class=\"nightly\",le=\"120\"} 2\n",
+                           "kiln_queue_wait_seconds_sum{class=\"nightly\"} 90\n"}) {
+    CHECK_MESSAGE(contains(text, line), line);
+  }
 }
 
 TEST_CASE("a preempted job counts for its class with the chip-seconds its attempt had run") {
@@ -127,7 +110,7 @@ TEST_CASE("a preempted job counts for its class with the chip-seconds its attemp
   const auto presubmit = o.submitted("ci", Role::ci, sleep_job(1, PriorityClass::presubmit), 1000);
   CHECK(contains(o.text(), "kiln_preemptions_total{class=\"experiment\"} 0\n"));
   // The workload checkpoints and lets go at 5.1 s: 8 chips had run it for 5 s.
-  o.from_agent("n01", finished(experiment, JobOutcome::succeeded, R"({"status": "preempted"})"), 5100);
+  o.from_agent("n01", finished(experiment, 1, JobOutcome::succeeded, R"({"status": "preempted"})"), 5100);
   REQUIRE(o.job(experiment).preemptions == 1);
   const std::string text = o.text();
   CHECK(contains(text, "kiln_preemptions_total{class=\"experiment\"} 1\n"));
@@ -135,7 +118,7 @@ TEST_CASE("a preempted job counts for its class with the chip-seconds its attemp
   CHECK(contains(text, "kiln_preemptions_total{class=\"presubmit\"} 0\n"));
   CHECK(contains(text, "kiln_jobs_queued{class=\"experiment\"} 1\n"));
   // Its wait in the queue again runs from the requeue, not from its submission.
-  o.from_agent("n01", finished(presubmit, JobOutcome::succeeded), 65100);
+  o.from_agent("n01", finished(presubmit, 1, JobOutcome::succeeded), 65100);
   REQUIRE(o.job(experiment).summary.state == JobState::assigned);
   CHECK(contains(o.text(), "kiln_queue_wait_seconds_sum{class=\"experiment\"} 60\n"));
 }
@@ -170,7 +153,7 @@ TEST_CASE("a quarantined node shows since when and why, also after a restart") {
   CHECK(contains(text, "\"} 3\n"));
 
   // Restarted later, the time comes from the audit log.
-  Observed restarted(fast_preemption(), o.store(), 50000, quarantine_times(o.audit));
+  Observed restarted(knobs_with_fast_preemption(), o.store(), 50000, quarantine_times(o.audit));
   text = restarted.text();
   CHECK(contains(text, "kiln_node_quarantined_since_timestamp_seconds{node=\"n01\""));
   CHECK(contains(text, "\"} 3\n"));
@@ -183,12 +166,12 @@ TEST_CASE("after a restart, ended jobs are not counted again and active ones are
   before.from_agent("n01", hello("n01", "a"), 0);
   const auto done = before.submitted("ci", Role::ci, sleep_job(8, PriorityClass::nightly), 100);
   const auto waiting = before.submitted("ci", Role::ci, sleep_job(8, PriorityClass::nightly), 200);
-  before.from_agent("n01", finished(done, JobOutcome::succeeded), 1000);
+  before.from_agent("n01", finished(done, 1, JobOutcome::succeeded), 1000);
   REQUIRE(before.job(waiting).summary.state == JobState::assigned);
 
-  Observed after(fast_preemption(), before.store(), 2000);
+  Observed after(knobs_with_fast_preemption(), before.store(), 2000);
   after.from_agent("n01", hello("n01", "a", {waiting}), 2100);
-  after.from_agent("n01", finished(waiting, JobOutcome::succeeded), 3000);
+  after.from_agent("n01", finished(waiting, 1, JobOutcome::succeeded), 3000);
   const std::string text = after.text();
   CHECK(contains(text, "kiln_jobs_finished_total{class=\"nightly\",outcome=\"succeeded\"} 1\n"));
 }
