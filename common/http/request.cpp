@@ -64,10 +64,13 @@ const std::string* Request::header(std::string_view lower_name) const {
 }
 
 Parsed parse_request(std::string_view bytes, const RequestLimits& limits) {
-  // RFC 9112 §2.2: empty lines before the request line are ignored.
+  // RFC 9112 §2.2: empty lines before the request line are ignored; they count in the limit, so
+  // a client cannot make the server keep an endless run of them.
+  const std::size_t received = bytes.size();
   while (bytes.substr(0, kLineEnd.size()) == kLineEnd) bytes.remove_prefix(kLineEnd.size());
+  const std::size_t skipped = received - bytes.size();
   const std::size_t head_end = bytes.find(kHeadEnd);
-  const std::size_t head_bytes = head_end == std::string_view::npos ? bytes.size() : head_end + kHeadEnd.size();
+  const std::size_t head_bytes = skipped + (head_end == std::string_view::npos ? bytes.size() : head_end + kHeadEnd.size());
   if (head_bytes > limits.max_head_bytes) {
     return refuse(431, fmt::format("the request line and headers are over {} bytes", limits.max_head_bytes));
   }

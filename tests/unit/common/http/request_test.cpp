@@ -94,6 +94,13 @@ TEST_CASE("a request over the limits is refused, also before its head is whole")
   CHECK(refusal_of("GET /" + std::string(16, 'a') + " HTTP/1.1\r\nHost: h\r\n\r\n", limits).status == 414);
   CHECK(refusal_of("GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\n\r\n", limits).status == 431);
   CHECK(std::holds_alternative<Request>(parse_request("GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\n\r\n", limits)));
+  // Empty lines before the request line count too (found by fuzzing: an endless run of them was
+  // kept waiting for a head).
+  CHECK(refusal_of("\r\n" + std::string(63, 'G'), limits).status == 431);
+  CHECK(refusal_of(std::string(64, '\r') + "\n", limits).status == 431);
+  std::string crlfs;
+  for (int i = 0; i < 40; ++i) crlfs += "\r\n";
+  CHECK(refusal_of(crlfs, limits).status == 431);
 }
 
 TEST_CASE("an answer carries its length and closes the connection; HEAD drops the body") {
