@@ -154,12 +154,8 @@ class Shell final : public AgentShell {
       if (unanswered_chips_.count(chip.index) == 0) readable.insert(chip.index);
     }
     telemetry_.follow(readable, kMetricsSampleIntervalMs);
-    http::Router router;
-    router.exact("/metrics", http::loop_page(question_, std::string(metrics::kContentType), "the agent's loop",
-                                             kMetricsAnswerTimeout));
-    auto server = http::Server::start(config_.http_listen, std::move(router), {},
-                                      fmt::format("change [http] listen in {}, or stop what listens there",
-                                                  config_.config_path));
+    auto server = http::serve_loop_page(config_.http_listen, "/metrics", question_, std::string(metrics::kContentType),
+                                        "the agent's loop", kMetricsAnswerTimeout, config_.config_path);
     if (!server) return tl::unexpected(server.error());
     http_ = std::move(*server);
     logger_->info("serving /metrics on http://{}/metrics", http_->address());

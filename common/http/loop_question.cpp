@@ -58,4 +58,13 @@ Handler loop_page(LoopQuestion& question, std::string content_type, std::string 
   };
 }
 
+Result<std::unique_ptr<Server>> serve_loop_page(const std::string& listen, const std::string& path,
+                                                LoopQuestion& question, std::string content_type, std::string loop,
+                                                std::chrono::milliseconds timeout, const std::string& config_file) {
+  Router router;
+  router.exact(path, loop_page(question, std::move(content_type), std::move(loop), timeout));
+  return Server::start(listen, std::move(router), {},
+                       fmt::format("change [http] listen in {}, or stop what listens there", config_file));
+}
+
 }  // namespace kiln::http

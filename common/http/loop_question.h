@@ -8,11 +8,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 
+#include "common/error.h"
 #include "common/http/request.h"
+#include "common/http/server.h"
 
 namespace kiln::http {
 
@@ -46,5 +49,11 @@ class LoopQuestion {
 // saying `loop` (as in "the coordinator's loop") did not answer within `timeout`.
 Handler loop_page(LoopQuestion& question, std::string content_type, std::string loop,
                   std::chrono::milliseconds timeout);
+
+// A server of one such page at `path` on `listen`; a bind that fails says to change [http] listen
+// in `config_file`.
+Result<std::unique_ptr<Server>> serve_loop_page(const std::string& listen, const std::string& path,
+                                                LoopQuestion& question, std::string content_type, std::string loop,
+                                                std::chrono::milliseconds timeout, const std::string& config_file);
 
 }  // namespace kiln::http

@@ -99,12 +99,8 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     auto audit = quarantine_audit_lines();
     if (!audit) return tl::unexpected(audit.error());
     metrics_.emplace(core_.jobs(), core_.leases(), quarantine_times(*audit));
-    http::Router router;
-    router.exact("/metrics", http::loop_page(question_, std::string(metrics::kContentType), "the coordinator's loop",
-                                             kMetricsAnswerTimeout));
-    auto server = http::Server::start(config_.http_listen, std::move(router), {},
-                                      fmt::format("change [http] listen in {}, or stop what listens there",
-                                                  config_.source_path));
+    auto server = http::serve_loop_page(config_.http_listen, "/metrics", question_, std::string(metrics::kContentType),
+                                        "the coordinator's loop", kMetricsAnswerTimeout, config_.source_path);
     if (!server) return tl::unexpected(server.error());
     http_ = std::move(*server);
     logger_->info("serving /metrics on http://{}/metrics", http_->address());
