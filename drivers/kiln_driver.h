@@ -121,6 +121,16 @@ struct kiln_chip_telemetry {
   uint32_t throttled;       /* 1 when clocks are reduced for thermal or power reasons */
 };
 
+/* Why a chip's clocks are reduced: bits of kiln_chip_activity.throttle_reasons. */
+#define KILN_THROTTLE_THERMAL 1u /* the chip is too hot */
+#define KILN_THROTTLE_POWER 2u   /* the chip is at its power limit */
+
+struct kiln_chip_activity {
+  double utilization;        /* fraction of the last second its compute units were busy, 0 to 1 */
+  uint32_t throttle_reasons; /* KILN_THROTTLE_* bits; 0 when the clocks are not reduced */
+  uint32_t reserved;         /* 0 */
+};
+
 struct kiln_firmware_slots {
   uint32_t active_slot;   /* KILN_FIRMWARE_SLOT_A or _B; the other one is the standby */
   uint32_t previous_slot; /* slot active before the last activation, or _NONE */
@@ -192,6 +202,11 @@ struct kiln_driver_api {
    * buffer too small gives E_BUFFER_TOO_SMALL with output_rows and output_cols set. */
   kiln_driver_status (*run_kernel)(kiln_driver* handle, uint32_t chip,
                                    struct kiln_kernel_launch* launch);
+
+  /* Added after run_kernel, likewise optional (a table whose table_size ends before it lacks it).
+   * How busy the chip is and why its clocks are reduced, beside chip_telemetry's figures. */
+  kiln_driver_status (*chip_activity)(kiln_driver* handle, uint32_t chip,
+                                      struct kiln_chip_activity* out);
 };
 
 /* Returns the table for requested_abi_version, or NULL when the backend does not implement

@@ -78,6 +78,18 @@ bool table_complete(const kiln_driver_api& api) {
 // only when table_size covers them.
 constexpr std::size_t kFirstTableSize = offsetof(kiln_driver_api, run_kernel);
 
+bool table_reaches(const kiln_driver_api& api, std::size_t entry_offset, std::size_t entry_size) {
+  return api.table_size >= entry_offset + entry_size;
+}
+
+// A call to an optional entry the backend was built without: what the backend itself would say.
+tl::unexpected<Error> built_without(const std::string& library, std::string_view entry, const std::string& operation,
+                                    std::string_view remedy) {
+  return fail(Errc::invalid_argument, "chip driver '" + library + "': " + operation +
+                                          " failed (KILN_DRIVER_E_UNSUPPORTED): the backend was built without " +
+                                          std::string(entry) + "; " + std::string(remedy));
+}
+
 }  // namespace
 
 std::string_view to_string(FirmwareSlot slot) { return slot == FirmwareSlot::a ? "a" : "b"; }
@@ -225,6 +237,19 @@ Result<ChipTelemetry> Driver::chip_telemetry(std::uint32_t chip) {
                        raw.link_up != 0,    raw.throttled != 0};
 }
 
+Result<ChipActivity> Driver::chip_activity(std::uint32_t chip) {
+  const std::string operation = chip_operation("chip_activity", chip);
+  if (!table_reaches(*api_, offsetof(kiln_driver_api, chip_activity), sizeof(api_->chip_activity)) ||
+      api_->chip_activity == nullptr) {
+    return built_without(library_path_, "chip_activity", operation,
+                         "its chips' utilization and throttle reasons cannot be read");
+  }
+  kiln_chip_activity raw{};
+  if (auto ok = check(api_->chip_activity(handle_, chip, &raw), operation); !ok) return tl::unexpected(ok.error());
+  return ChipActivity{raw.utilization, (raw.throttle_reasons & KILN_THROTTLE_THERMAL) != 0,
+                      (raw.throttle_reasons & KILN_THROTTLE_POWER) != 0};
+}
+
 Status Driver::reset_chip(std::uint32_t chip) {
   return check(api_->reset_chip(handle_, chip), chip_operation("reset_chip", chip));
 }
@@ -318,11 +343,9 @@ namespace kiln::drivers {
 
 Result<numerics::Matrix> Driver::run_kernel(std::uint32_t chip, const numerics::KernelLaunch& launch) {
   const std::string operation = chip_operation("run_kernel " + launch.kernel, chip);
-  if (api_->table_size < offsetof(kiln_driver_api, run_kernel) + sizeof(api_->run_kernel) ||
+  if (!table_reaches(*api_, offsetof(kiln_driver_api, run_kernel), sizeof(api_->run_kernel)) ||
       api_->run_kernel == nullptr) {
-    return fail(Errc::invalid_argument, "chip driver '" + library_path_ + "': " + operation +
-                                            " failed (KILN_DRIVER_E_UNSUPPORTED): the backend was built "
-                                            "without run_kernel; use a backend that runs kernels");
+    return built_without(library_path_, "run_kernel", operation, "use a backend that runs kernels");
   }
   if (launch.kernel.size() >= KILN_KERNEL_NAME_MAX || launch.inputs.size() > KILN_KERNEL_INPUTS_MAX) {
     return fail(Errc::invalid_argument, operation + ": the kernel name must be shorter than " +

@@ -38,6 +38,13 @@ struct ChipTelemetry {
   bool throttled = false;
 };
 
+// How busy a chip is and why its clocks are reduced (drivers/kiln_driver.h chip_activity).
+struct ChipActivity {
+  double utilization = 0;  // 0 to 1
+  bool thermal_throttle = false;
+  bool power_throttle = false;
+};
+
 enum class FirmwareSlot { a, b };
 
 std::string_view to_string(FirmwareSlot slot);
@@ -97,6 +104,9 @@ class Driver {
   Result<std::uint32_t> chip_count();
   Result<ChipIdentity> chip_identity(std::uint32_t chip);
   Result<ChipTelemetry> chip_telemetry(std::uint32_t chip);
+  // A backend built without chip_activity gives an invalid_argument error naming
+  // KILN_DRIVER_E_UNSUPPORTED.
+  Result<ChipActivity> chip_activity(std::uint32_t chip);
   Status reset_chip(std::uint32_t chip);
 
   Result<FirmwareSlots> firmware_slots(std::uint32_t chip);

@@ -19,6 +19,7 @@
 
 #include "agent/host/topology.h"
 #include "common/config/endpoint.h"
+#include "common/http/listen_address.h"
 #include "common/logging.h"
 #include "common/keys.h"
 #include "common/config/toml_errors.h"
@@ -106,11 +107,12 @@ const std::vector<std::pair<std::string, std::vector<std::string_view>>>& known_
     std::vector<std::pair<std::string, std::vector<std::string_view>>> out = {
         {"", {"node_id", "work_dir", "secret_key_file", "hardware_revision", "job_containment",
               "cgroup_root", "log_level", "rendezvous_address", "labels", "coordinator", "driver", "local_socket", "knobs", "workloads",
-              "artifacts"}},
+              "artifacts", "http"}},
         {"artifacts", {"cache_dir", "cache_limit_bytes", "http_store", "fetch_timeout_ms"}},
         {"coordinator", {"endpoint", "public_key_file"}},
         {"driver", {"library", "options"}},
         {"local_socket", {"path", "group"}},
+        {"http", {"listen"}},
         {"knobs", {}},
     };
     for (const KnobField& field : knob_fields()) out.back().second.emplace_back(field.spec.name);
@@ -492,6 +494,17 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
     }
   }
 
+  if (const toml::table* http = loader.table(root, "http")) {
+    loader.reject_unknown(*http, "http", keys_of("http"));
+    if (auto listen = loader.string(http, "http", "listen", "where /metrics is served, as in listen = \"127.0.0.1:9472\"")) {
+      if (auto address = http::parse_listen_address(*listen); address) {
+        out.http_listen = *listen;
+      } else {
+        loader.error_at(loader.last_key_region(), "http.listen " + address.error().message);
+      }
+    }
+  }
+
   load_knobs(loader, loader.table(root, "knobs"), out.knobs);
   load_workloads(loader, loader.table(root, "workloads"), out);
   load_artifacts(loader, loader.table(root, "artifacts"), out);
@@ -702,6 +715,8 @@ std::string describe_agent_config(const AgentConfig& config) {
   line("artifacts.http_store", config.artifacts.http_store.empty() ? std::string("none") : config.artifacts.http_store,
        "artifacts.http_store");
   line("artifacts.fetch_timeout_ms", std::to_string(config.artifacts.fetch_timeout_ms), "artifacts.fetch_timeout_ms");
+  line("http.listen", config.http_listen.empty() ? std::string("none: /metrics is not served") : config.http_listen,
+       "http.listen");
   out << "knobs\n";
   for (const KnobField& field : knob_fields()) {
     const std::string name = field.spec.name;

@@ -98,6 +98,8 @@ struct AgentConfig {
   std::map<std::string, std::string> workloads;
   AgentKnobs knobs;
   ArtifactSettings artifacts;
+  // [http] listen: HOST:PORT where /metrics is served (docs/metrics.md); empty: not served.
+  std::string http_listen;
 
   // Dotted key ("knobs.kill_grace_ms") -> "file:line:column" where it was set. Keys absent
   // here took their default; check-config shows which.

@@ -21,11 +21,15 @@
 #include "agent/host/containment.h"
 #include "agent/host/job_dirs.h"
 #include "agent/host/topology.h"
+#include "agent/metrics/agent_metrics.h"
 #include "agent/shell/agent_status.h"
 #include "agent/shell/local_socket.h"
 #include "agent/shell/telemetry_sampler.h"
 #include "common/clock.h"
+#include "common/http/loop_question.h"
+#include "common/http/server.h"
 #include "common/logging.h"
+#include "common/metrics/exposition.h"
 #include "common/process/cgroup.h"
 #include "common/process/process_runner.h"
 #include "common/protocol/artifacts.h"
@@ -44,6 +48,11 @@ constexpr DurationMs kTelemetryIntervalMs = 100;
 constexpr DurationMs kLocalDiagTimeoutMs = 2 * kHourMs;
 // How long start-up waits for what a previous incarnation left to die after SIGKILL.
 constexpr DurationMs kLeftoverKillWaitMs = 5 * kSecondMs;
+// /metrics: every chip is read this often; a reading three times older is not shown (the chip
+// stopped answering). A scrape waits this long for the loop's answer.
+constexpr DurationMs kMetricsSampleIntervalMs = kSecondMs;
+constexpr DurationMs kMetricsMaxSampleAgeMs = 3 * kMetricsSampleIntervalMs;
+constexpr auto kMetricsAnswerTimeout = std::chrono::seconds(5);
 
 // The live process groups of jobs and of the agent's own work, for the next incarnation.
 std::string group_record_path(const AgentConfig& config) {
@@ -115,6 +124,8 @@ class Shell final : public AgentShell {
         coordinator_key_(std::move(coordinator_key)),
         logger_(std::move(logger)),
         unanswered_chips_(unhealthy_chips_of(identity)),
+        hardware_revision_(identity.hardware_revision),
+        chips_(identity.chips),
         cgroup_dir_{containment.cgroup_dir},
         core_(std::move(identity), SessionKnobs{config_.knobs.heartbeat_interval_ms, config_.knobs.liveness_missed_beats,
                                                 config_.knobs.reconnect_backoff_initial_ms,
@@ -129,6 +140,26 @@ class Shell final : public AgentShell {
     } else {
       logger_->error("no local socket, so `kiln-agent diag` on this host runs standalone: {}", local.error().message);
     }
+  }
+
+  // /metrics, when [http] listen is set. What the agent knows of its chips and its session is
+  // this loop's state: the HTTP thread asks the loop (LoopQuestion), which renders between two
+  // events. The chips' readings come from the telemetry thread, which reads every chip that
+  // answered at start-up each second with its own driver handle, so a wedged chip never stalls
+  // the loop or a scrape; its readings then age out of the page.
+  Status serve_metrics() {
+    if (config_.http_listen.empty()) return {};
+    std::set<std::uint32_t> readable;
+    for (const protocol::ChipInfo& chip : chips_) {
+      if (unanswered_chips_.count(chip.index) == 0) readable.insert(chip.index);
+    }
+    telemetry_.follow(readable, kMetricsSampleIntervalMs);
+    auto server = http::serve_loop_page(config_.http_listen, "/metrics", question_, std::string(metrics::kContentType),
+                                        "the agent's loop", kMetricsAnswerTimeout, config_.config_path);
+    if (!server) return tl::unexpected(server.error());
+    http_ = std::move(*server);
+    logger_->info("serving /metrics on http://{}/metrics", http_->address());
+    return {};
   }
 
   Status run(const std::atomic<bool>& stop) override {
@@ -147,6 +178,8 @@ class Shell final : public AgentShell {
       if (local_) {
         for (int fd : local_->fds()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
       }
+      const std::size_t question_index = items.size();
+      items.push_back({nullptr, question_.wake_fd(), ZMQ_POLLIN, 0});
       const std::size_t socket_index = items.size();
       if (socket_) {
         items.push_back({socket_->handle(), 0, ZMQ_POLLIN, 0});
@@ -160,7 +193,7 @@ class Shell final : public AgentShell {
       }
       if (items[0].revents & ZMQ_POLLIN) collect_finished();
       bool local_ready = false;
-      for (std::size_t i = local_first; i < socket_index; ++i) local_ready = local_ready || items[i].revents != 0;
+      for (std::size_t i = local_first; i < question_index; ++i) local_ready = local_ready || items[i].revents != 0;
       if (local_ready) serve_local_requests();
       if (socket_) {
         if (auto auth = monitor_->poll(); !auth && !auth_error_logged_) {
@@ -172,6 +205,7 @@ class Shell final : public AgentShell {
       core_.on_tick(monotonic_clock_ms());
       carry_out_actions();
       clean_job_dirs_if_due();
+      if (items[question_index].revents & ZMQ_POLLIN) question_.answer_pending([this] { return metrics_text(); });
     }
     logger_->info("stopping: cancelling {} running jobs", runner_.running());
     return {};
@@ -268,6 +302,21 @@ class Shell final : public AgentShell {
     return out;
   }
 
+  std::string metrics_text() const {
+    AgentMetricsInput in;
+    in.node_id = config_.node_id;
+    in.hardware_revision = hardware_revision_;
+    in.chips = chips_;
+    in.samples = telemetry_.latest();
+    in.now_wall_ms = wall_clock_ms();
+    in.max_sample_age_ms = kMetricsMaxSampleAgeMs;
+    in.probe_checks = last_probe_checks_;
+    in.probe_at_wall_ms = last_probe_at_wall_ms_;
+    in.install_state = install_state_;
+    in.coordinator_connected = core_.session_state() == AgentCore::SessionState::registered;
+    return render_agent_metrics(in);
+  }
+
   void clean_job_dirs_if_due() {
     const TimeMs now = monotonic_clock_ms();
     if (now < next_job_dir_cleanup_ms_) return;
@@ -328,6 +377,8 @@ class Shell final : public AgentShell {
       report = *parsed;
     }
     last_probe_verdict_ = std::string(protocol::enum_name(report.verdict));
+    last_probe_checks_ = report.checks;
+    last_probe_at_wall_ms_ = probe_started_wall_ms_;
     core_.on_probe_result(report, probe_started_wall_ms_, monotonic_clock_ms());
   }
 
@@ -375,7 +426,9 @@ class Shell final : public AgentShell {
       process_by_job_.erase(job.job_id);
       artifacts_in_use_.erase(job.job_id);
       update_telemetry_watch();
-      core_.on_job_ended(ended_from(job, exit), monotonic_clock_ms());
+      JobEnded ended = ended_from(job, exit);
+      if (job.workload == protocol::kInstallWorkload) install_state_ = install_state_after(ended.result);
+      core_.on_job_ended(ended, monotonic_clock_ms());
     }
     carry_out_actions();
   }
@@ -591,6 +644,7 @@ class Shell final : public AgentShell {
     }
     process_by_job_[start.job_id] = *id;
     jobs_by_process_[*id] = job;
+    if (start.workload == protocol::kInstallWorkload) install_state_ = "installing";
     update_telemetry_watch();
   }
 
@@ -670,6 +724,8 @@ class Shell final : public AgentShell {
   std::string coordinator_key_;
   std::shared_ptr<spdlog::logger> logger_;
   std::set<std::uint32_t> unanswered_chips_;  // reported unhealthy at start-up; never probed
+  std::string hardware_revision_;             // as registered
+  std::vector<protocol::ChipInfo> chips_;     // as registered: index and serial
   OwnedCgroupDir cgroup_dir_;                 // declared before runner_, so it goes after it
   AgentCore core_;
   ProcessRunner runner_;
@@ -689,12 +745,18 @@ class Shell final : public AgentShell {
   std::uint64_t local_requests_ = 0;
   TimeMs probe_started_wall_ms_ = 0;  // of the probe running now, or of the last one
   std::string last_probe_verdict_;     // of the last probe that ended
+  std::vector<protocol::HealthCheck> last_probe_checks_;  // of the last probe that ended
+  TimeMs last_probe_at_wall_ms_ = 0;                      // when it began
+  std::string install_state_ = "none";                    // kInstallStates
   std::optional<TimeMs> last_heard_steady_ms_;  // the coordinator's last message
   // Start-up cleaned the job directories; the next pass is an interval later.
   TimeMs next_job_dir_cleanup_ms_ = monotonic_clock_ms() + config_.knobs.job_dir_cleanup_interval_ms;
   std::string self_;
   TelemetrySampler telemetry_;
   std::unique_ptr<LocalSocketServer> local_;
+  http::LoopQuestion question_;
+  // Last: stopped first, so no scrape waits on a loop that is gone.
+  std::unique_ptr<http::Server> http_;
 };
 
 }  // namespace
@@ -791,9 +853,10 @@ Result<std::unique_ptr<AgentShell>> AgentShell::create(AgentConfig config) {
   (*logger)->info("node {} (revision {}, {} chips of which {} unhealthy, driver {})", identity.node_id,
                   identity.hardware_revision, identity.chips.size(), found->unhealthy_chips.size(),
                   identity.driver_version);
-  return std::unique_ptr<AgentShell>(std::make_unique<Shell>(std::move(config), std::move(*keys),
-                                                             std::move(*coordinator_key), std::move(found->identity),
-                                                             *logger, *containment));
+  auto shell = std::make_unique<Shell>(std::move(config), std::move(*keys), std::move(*coordinator_key),
+                                       std::move(found->identity), *logger, *containment);
+  if (auto serving = shell->serve_metrics(); !serving) return tl::unexpected(serving.error());
+  return std::unique_ptr<AgentShell>(std::move(shell));
 }
 
 }  // namespace kiln::agent

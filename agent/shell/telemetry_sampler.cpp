@@ -25,6 +25,17 @@ void TelemetrySampler::watch(const std::set<std::uint32_t>& chips) {
   state_->chips = chips;
 }
 
+void TelemetrySampler::follow(const std::set<std::uint32_t>& chips, DurationMs every_ms) {
+  std::lock_guard lock(state_->mutex);
+  state_->followed = chips;
+  state_->follow_every_ms = every_ms;
+}
+
+std::map<std::uint32_t, ChipSample> TelemetrySampler::latest() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->latest;
+}
+
 std::vector<bench::TelemetrySample> TelemetrySampler::readings(const std::vector<std::uint32_t>& chips,
                                                                TimeMs from_ms, TimeMs to_ms) const {
   std::lock_guard lock(state_->mutex);
@@ -39,12 +50,31 @@ std::vector<bench::TelemetrySample> TelemetrySampler::readings(const std::vector
 void TelemetrySampler::run(std::shared_ptr<State> state, std::string driver_library, std::string driver_options,
                            DurationMs interval_ms) {
   auto driver = drivers::Driver::load(driver_library, driver_options);
-  if (!driver) return;  // the agent itself loaded it; a failure here only loses the flags
+  if (!driver) return;  // the agent itself loaded it; a failure here only loses the flags and /metrics' chips
+  TimeMs next_follow_ms = 0;
   while (!state->stop) {
     std::set<std::uint32_t> chips;
+    std::set<std::uint32_t> followed;
     {
       std::lock_guard lock(state->mutex);
       chips = state->chips;
+      if (state->follow_every_ms > 0 && monotonic_clock_ms() >= next_follow_ms) {
+        followed = state->followed;
+        next_follow_ms = monotonic_clock_ms() + state->follow_every_ms;
+      }
+    }
+    for (std::uint32_t chip : followed) {
+      auto t = (*driver)->chip_telemetry(chip);
+      if (!t) continue;
+      ChipSample sample{wall_clock_ms(), t->temperature_c, t->power_w, t->clock_mhz, t->ecc_corrected,
+                        t->ecc_uncorrected, t->throttled, std::nullopt, std::nullopt, std::nullopt};
+      if (auto activity = (*driver)->chip_activity(chip)) {
+        sample.utilization = activity->utilization;
+        sample.thermal_throttle = activity->thermal_throttle;
+        sample.power_throttle = activity->power_throttle;
+      }
+      std::lock_guard lock(state->mutex);
+      state->latest[chip] = sample;
     }
     for (std::uint32_t chip : chips) {
       auto t = (*driver)->chip_telemetry(chip);

@@ -81,11 +81,14 @@ int main(int argc, char** argv) {
   auto config = kiln::coordinator::load_coordinator_config_to_start(config_path);
   if (!config) return print_config_problems(config_path, config.error());
   if (check->parsed()) {
+    const std::string metrics =
+        config->http_listen.empty() ? std::string("not served (no [http] listen)") : "http://" + config->http_listen + "/metrics";
     std::printf("%s: OK\n  agents connect to  %s\n  clients connect to %s\n  database           %s\n"
-                "  authorized keys    %zu\n  heartbeat          %u ms, lost after %u missed\n  log level          %s\n",
+                "  authorized keys    %zu\n  heartbeat          %u ms, lost after %u missed\n  log level          %s\n"
+                "  metrics            %s\n",
                 config_path.c_str(), config->agent_endpoint.c_str(), config->client_endpoint.c_str(),
                 config->database.c_str(), config->keys_by_public_key.size(), config->knobs.heartbeat_interval_ms,
-                config->knobs.liveness_missed_beats, config->log_level.c_str());
+                config->knobs.liveness_missed_beats, config->log_level.c_str(), metrics.c_str());
     return 0;
   }
 

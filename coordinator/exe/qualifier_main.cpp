@@ -43,14 +43,16 @@ int main(int argc, char** argv) {
   auto set = kiln::qualifier::check_setup(*config);
   if (!set) return print_config_problems(config_path, set.error());
   if (check->parsed()) {
+    const std::string metrics = config->http_listen.empty() ? std::string("not served (no [http] listen)")
+                                                            : "http://" + config->http_listen + "/metrics";
     std::printf("%s: OK\n  name            %s\n  coordinator     %s\n  model set       %s (%zu models)\n"
                 "  bundle dir      %s\n  golden dir      %s\n  tickets dir     %s%s\n  claims          %lld ms\n"
-                "  runs at once    %u\n",
+                "  runs at once    %u\n  metrics         %s\n",
                 config_path.c_str(), config->name.c_str(), config->client.coordinator_endpoint.c_str(),
                 config->model_set.c_str(), set->models.size(), config->bundle_dir.c_str(), config->golden_dir.c_str(),
                 config->tickets_dir.c_str(),
                 config->webhook_config.empty() ? "" : (" (and the webhook of " + config->webhook_config + ")").c_str(),
-                static_cast<long long>(config->claim_ms), config->max_runs);
+                static_cast<long long>(config->claim_ms), config->max_runs, metrics.c_str());
     return 0;
   }
   struct sigaction sa {};

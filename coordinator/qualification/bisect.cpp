@@ -132,6 +132,7 @@ BisectPlan Bisection::next_probes(std::size_t free_nodes) {
   }
   std::sort(plan.start.begin(), plan.start.end(),
             [](const Probe& a, const Probe& b) { return a.change_index < b.change_index; });
+  if (!plan.start.empty()) ++rounds_;
   return plan;
 }
 
@@ -174,6 +175,7 @@ std::optional<BisectResult> Bisection::result() const {
   result.culprit_change_id = candidates_[bad_index_];
   result.evidence = evidence_;
   result.probes_started = probes_started_;
+  result.rounds = rounds_;
   result.contradictions = contradictions_;
   if (good_count_ == bad_index_) {
     result.outcome = BisectOutcome::culprit_found;
@@ -224,6 +226,7 @@ nlohmann::json to_json(const BisectResult& result) {
           {"culprit", result.culprit_change_id},
           {"suspects", result.suspects},
           {"probes_started", result.probes_started},
+          {"rounds", result.rounds},
           {"contradictions", result.contradictions},
           {"detail", result.detail},
           {"probes", evidence}};

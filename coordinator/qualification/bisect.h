@@ -91,6 +91,7 @@ struct BisectResult {
   std::vector<std::string> suspects;  // ambiguous: every change that may be the culprit, in order
   std::vector<ProbeRecord> evidence;  // every probe result, in arrival order
   std::size_t probes_started = 0;
+  std::size_t rounds = 0;  // plans that started probes: the rounds of the k-ary search
   std::size_t contradictions = 0;  // > 0: a flaky probe; rerun the culprit's neighbours to be sure
   std::string detail;
 };
@@ -115,6 +116,9 @@ class Bisection {
   std::size_t first_unknown() const { return good_count_; }
   std::size_t first_bad() const { return bad_index_; }
   const std::set<std::size_t>& running() const { return running_; }
+  std::size_t probes_started() const { return probes_started_; }
+  // Plans that started probes so far: the rounds of the k-ary search.
+  std::size_t rounds() const { return rounds_; }
 
  private:
   Bisection(std::vector<std::string> candidates, BisectOptions options);
@@ -134,6 +138,7 @@ class Bisection {
   std::set<std::size_t> skipped_;        // inconclusive max_attempts_per_change times
   std::vector<ProbeRecord> evidence_;
   std::size_t probes_started_ = 0;
+  std::size_t rounds_ = 0;
   std::size_t contradictions_ = 0;
 };
 

@@ -5,20 +5,22 @@
 
 namespace kiln::qualification {
 
+void record_report_runs(FlakeLedger& ledger, const nlohmann::json& report) {
+  if (!report.is_object() || !report.value("finished", false)) return;
+  const TimeMs at_ms = report.value("finished_at_ms", TimeMs{0});
+  const auto models = report.find("models");
+  if (models == report.end() || !models->is_array()) return;
+  for (const auto& model : *models) {
+    if (!model.is_object()) continue;
+    const std::string verdict = model.value("verdict", "");
+    if (verdict.empty() || verdict == "skipped" || verdict == "error") continue;
+    ledger.record_run(model.value("model", ""), model.value("owner_team", ""), at_ms, verdict == "flaky");
+  }
+}
+
 FlakeLedger flake_ledger_from_reports(std::span<const nlohmann::json> reports, FlakeBudgetOptions options) {
   FlakeLedger ledger(options);
-  for (const auto& report : reports) {
-    if (!report.is_object() || !report.value("finished", false)) continue;
-    const TimeMs at_ms = report.value("finished_at_ms", TimeMs{0});
-    const auto models = report.find("models");
-    if (models == report.end() || !models->is_array()) continue;
-    for (const auto& model : *models) {
-      if (!model.is_object()) continue;
-      const std::string verdict = model.value("verdict", "");
-      if (verdict.empty() || verdict == "skipped" || verdict == "error") continue;
-      ledger.record_run(model.value("model", ""), model.value("owner_team", ""), at_ms, verdict == "flaky");
-    }
-  }
+  for (const auto& report : reports) record_report_runs(ledger, report);
   return ledger;
 }
 

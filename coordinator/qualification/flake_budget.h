@@ -17,6 +17,8 @@ namespace kiln::qualification {
 // Reports in the order they were recorded (to_json(RunReport)); unfinished runs, skipped models
 // and models whose jobs could not run do not count.
 FlakeLedger flake_ledger_from_reports(std::span<const nlohmann::json> reports, FlakeBudgetOptions options = {});
+// One report's runs of its tests into the ledger, as above.
+void record_report_runs(FlakeLedger& ledger, const nlohmann::json& report);
 
 // One ticket per test over budget now: kind flake_budget, culprit "test:<name>", to its owner.
 std::vector<Ticket> flake_budget_tickets(const FlakeLedger& ledger, TimeMs now_ms);

@@ -63,7 +63,7 @@ struct QualificationRun::State {
         tickets(book, report),
         gate(with_baseline(pairs), input.settings.perf, input.settings.seed),
         triage(input.settings.triage, pairs.size()),
-        bisections(input, book, fleet, [this](std::size_t b) { finish_bisection(b); }) {}
+        bisections(input, book, fleet, report.bisections_running, [this](std::size_t b) { finish_bisection(b); }) {}
 
   RunInput input;
   RunReport report;

@@ -11,8 +11,8 @@
 namespace kiln::qualification {
 
 RunBisections::RunBisections(const RunInput& input, JobBook& book, const FleetView& fleet,
-                             std::function<void(std::size_t)> finished)
-    : input_(input), book_(book), fleet_(fleet), finished_(std::move(finished)) {
+                             std::vector<BisectionProgress>& progress, std::function<void(std::size_t)> finished)
+    : input_(input), book_(book), fleet_(fleet), progress_(progress), finished_(std::move(finished)) {
   for (std::size_t i = 0; i < input_.history.size(); ++i) history_index_[input_.history[i].id] = i;
 }
 
@@ -39,7 +39,7 @@ Result<RunBisections::Joined> RunBisections::join(std::size_t pair, TicketKind k
   const std::size_t b = runs_.size();
   by_probe_[key] = b;
   runs_.push_back(BisectionRun{pair, kind, probe != nullptr ? *probe : model, revision, baseline_bundle_id,
-                               std::move(*bisection), std::move(indexes), {pair}, std::nullopt, {}, {}});
+                               std::move(*bisection), std::move(indexes), {pair}, std::nullopt, {}, model.name, {}});
   book_.log(fmt::format("bisecting the {} of {} on revision {} over {} changes with {}", to_string(kind), model.name,
                         revision, candidates->size(), runs_.back().probe_model.name));
   return Joined{b, true};
@@ -50,6 +50,19 @@ void RunBisections::pump_all() {
 }
 
 void RunBisections::pump(std::size_t b) {
+  advance(b);
+  publish_progress();
+}
+
+void RunBisections::publish_progress() {
+  progress_.clear();
+  for (const BisectionRun& run : runs_) {
+    if (run.result) continue;
+    progress_.push_back({run.model, run.revision, run.bisection.rounds(), run.bisection.probes_started()});
+  }
+}
+
+void RunBisections::advance(std::size_t b) {
   for (;;) {
     BisectionRun& run = runs_[b];
     if (run.result) return;

@@ -36,6 +36,7 @@ struct BisectionRun {
   std::vector<std::size_t> pairs;          // waiting for the result, the owner first
   std::optional<BisectResult> result;
   std::vector<std::string> ticket_ids;     // filed for the result
+  std::string model;                       // whose regression it looks for: the owner pair's model
 
   struct Probe {
     std::uint64_t tag = 0;  // the job measuring it now; 0 while its bundle is being built
@@ -49,8 +50,9 @@ struct BisectionRun {
 class RunBisections {
  public:
   // `finished(b)` is called as soon as bisection b has its result (its probes cancelled).
+  // `progress` is kept listing the bisections without a result (the report's).
   RunBisections(const RunInput& input, JobBook& book, const FleetView& fleet,
-                std::function<void(std::size_t)> finished);
+                std::vector<BisectionProgress>& progress, std::function<void(std::size_t)> finished);
 
   struct Joined {
     std::size_t bisection = 0;
@@ -90,10 +92,14 @@ class RunBisections {
   void launch_probe_job(std::size_t b, std::size_t candidate, std::uint32_t repeats_per_side);
   void answer_probe(std::size_t b, std::size_t candidate, ProbeVerdict verdict, std::string detail);
   void finish(std::size_t b);
+  // Plans and starts probes until the bisection waits for results or has its answer.
+  void advance(std::size_t b);
+  void publish_progress();
 
   const RunInput& input_;
   JobBook& book_;
   const FleetView& fleet_;
+  std::vector<BisectionProgress>& progress_;
   std::function<void(std::size_t)> finished_;
   std::map<std::string, std::size_t> history_index_;
   std::vector<BisectionRun> runs_;

@@ -93,6 +93,11 @@ nlohmann::json to_json(const RunReport& report) {
   }
   json tickets = json::array();
   for (const Ticket& t : report.tickets) tickets.push_back(json::parse(to_json_text(t)));
+  json bisections = json::array();
+  for (const BisectionProgress& b : report.bisections_running) {
+    bisections.push_back(
+        {{"model", b.model}, {"revision", b.revision}, {"rounds", b.rounds}, {"probes_started", b.probes_started}});
+  }
   std::map<std::string, std::size_t> counts;
   for (const ModelReport& m : report.models) ++counts[std::string(to_string(m.verdict))];
   json in_flight = json::array();
@@ -117,7 +122,8 @@ nlohmann::json to_json(const RunReport& report) {
           {"models", std::move(models)},
           {"tickets", std::move(tickets)},
           {"reproducibility", reproducibility_json(report.reproducibility)},
-          {"jobs_in_flight", std::move(in_flight)}};
+          {"jobs_in_flight", std::move(in_flight)},
+          {"bisections_running", std::move(bisections)}};
 }
 
 std::string summary_text(const RunReport& report) {
@@ -219,6 +225,14 @@ Result<RunReport> report_outline_from_json(const nlohmann::json& document) {
                                       entry.at("detail").get<std::string>(), std::nullopt};
         }
         report.reproducibility.push_back(std::move(r));
+      }
+    }
+    // Reports recorded before bisections were followed have none.
+    if (document.contains("bisections_running")) {
+      for (const auto& entry : document.at("bisections_running")) {
+        report.bisections_running.push_back({entry.at("model").get<std::string>(), entry.at("revision").get<std::string>(),
+                                             entry.at("rounds").get<std::size_t>(),
+                                             entry.at("probes_started").get<std::size_t>()});
       }
     }
     for (const auto& entry : document.at("tickets")) {

@@ -17,8 +17,8 @@ std::string summary_text(const RunReport& report);
 // <failure> for verdicts that fail the run, <skipped/> for skipped.
 std::string to_junit_xml(const RunReport& report);
 // Back from to_json what the summary and JUnit show: the run, each model's verdict, detail,
-// owner, nodes, tickets, duration and measure job, the tickets and the reproducibility reruns
-// (not the gate, triage, bisection or rerun comparison evidence). A client that follows a run the qualifier drives reads its report this way.
+// owner, nodes, tickets, duration and measure job, the tickets, the reproducibility reruns and the
+// bisections under way (not the gate, triage, bisection or rerun comparison evidence). A client that follows a run the qualifier drives reads its report this way.
 Result<RunReport> report_outline_from_json(const nlohmann::json& document);
 
 }  // namespace kiln::qualification

@@ -198,6 +198,15 @@ struct JobInFlight {
   JobPurpose purpose = JobPurpose::measure;
 };
 
+// A bisection under way, in the report of a run in progress: the model whose regression it looks
+// for (the first one, when several share it), on which revision, and how far it got.
+struct BisectionProgress {
+  std::string model;
+  std::string revision;
+  std::size_t rounds = 0;  // plans that started probes so far
+  std::size_t probes_started = 0;
+};
+
 struct RunReport {
   std::string run_id;
   Tier tier = Tier::nightly;
@@ -213,6 +222,8 @@ struct RunReport {
   // A nightly's reruns of earlier results: reported, never part of the verdict.
   std::vector<ReproductionReport> reproducibility;
   std::vector<JobInFlight> jobs_in_flight;  // while it runs
+  // The bisections not finished yet (none once the run is).
+  std::vector<BisectionProgress> bisections_running;
 };
 
 

@@ -124,12 +124,18 @@ FlakeBudgetStatus FlakeLedger::status(std::string_view test, TimeMs now_ms) cons
   return status;
 }
 
-std::vector<FlakeBudgetStatus> FlakeLedger::over_budget(TimeMs now_ms) const {
+std::vector<FlakeBudgetStatus> FlakeLedger::statuses(TimeMs now_ms) const {
   std::vector<FlakeBudgetStatus> out;
   for (const auto& [name, entry] : tests_) {
     FlakeBudgetStatus status = this->status(name, now_ms);
-    if (status.over_budget) out.push_back(std::move(status));
+    if (status.runs > 0) out.push_back(std::move(status));
   }
+  return out;
+}
+
+std::vector<FlakeBudgetStatus> FlakeLedger::over_budget(TimeMs now_ms) const {
+  std::vector<FlakeBudgetStatus> out = statuses(now_ms);
+  std::erase_if(out, [](const FlakeBudgetStatus& status) { return !status.over_budget; });
   return out;
 }
 

@@ -113,6 +113,8 @@ class FlakeLedger {
   // Times should not go backwards per test; an older run is still counted while in the window.
   void record_run(std::string_view test, std::string_view owner_team, TimeMs at_ms, bool flaky);
   FlakeBudgetStatus status(std::string_view test, TimeMs now_ms) const;
+  // Every test with a run in the window now, by name.
+  std::vector<FlakeBudgetStatus> statuses(TimeMs now_ms) const;
   // Every test over its budget now, by name.
   std::vector<FlakeBudgetStatus> over_budget(TimeMs now_ms) const;
 

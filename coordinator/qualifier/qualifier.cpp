@@ -16,7 +16,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "common/http/server.h"
+#include "common/metrics/exposition.h"
 #include "common/protocol/roles.h"
+#include "coordinator/qualification/ci_metrics.h"
 #include "coordinator/qualification/flake_budget.h"
 #include "coordinator/qualification/run.h"
 #include "coordinator/qualification/run_service.h"
@@ -389,6 +392,71 @@ void ask_for_scheduled_nightly(cli::Client& client, const QualifierConfig& confi
                   built->bundle.id.substr(0, 12), built->at_change, q::utc_time_of_day(request.deadline_ms)));
 }
 
+// The qualifier's /metrics: CI's health from the coordinator's records, read on the HTTP server's
+// thread over a connection of its own (each run's connection is its thread's), and on each scrape
+// only what may have changed since the last: new requests and reports, the reports of runs not
+// finished, the tickets.
+class CiMetricsPage {
+ public:
+  explicit CiMetricsPage(const QualifierConfig& config) : config_(config) {}
+
+  http::Response answer() {
+    if (auto ok = refresh(); !ok) {
+      client_.reset();  // connect afresh on the next scrape
+      if (!read_once_) {
+        return http::text_response(503, "cannot read the coordinator's records yet: " + ok.error().message);
+      }
+      if (ok.error().message != problem_) say("/metrics shows what was read before: " + ok.error().message);
+      problem_ = ok.error().message;
+    } else {
+      read_once_ = true;
+      problem_.clear();
+    }
+    http::Response response;
+    response.content_type = std::string(metrics::kContentType);
+    response.body = metrics_.render(wall_now_ms());
+    return response;
+  }
+
+ private:
+  Status refresh() {
+    if (!client_) {
+      auto client = cli::Client::connect(config_.client);
+      if (!client) return tl::unexpected(client.error());
+      client_ = std::move(*client);
+    }
+    auto requests = qs::list_run_requests(*client_, requests_seq_);
+    if (!requests) return tl::unexpected(requests.error());
+    for (const auto& recorded : *requests) {
+      requests_seq_ = std::max(requests_seq_, recorded.seq);
+      metrics_.add_request(recorded.request, recorded.requested_at_ms);
+    }
+    auto reports = qs::list_runs_after(*client_, reports_seq_);
+    if (!reports) return tl::unexpected(reports.error());
+    for (const auto& report : *reports) metrics_.add_report(report);
+    for (const std::string& run_id : metrics_.unfinished_runs()) {
+      auto report = qs::get_run(*client_, run_id);
+      if (report) {
+        metrics_.add_report(*report);
+      } else if (report.error().code != Errc::not_found) {  // not_found: not started yet
+        return tl::unexpected(report.error());
+      }
+    }
+    auto tickets = qs::list_tickets(*client_);
+    if (!tickets) return tl::unexpected(tickets.error());
+    metrics_.set_tickets(*tickets);
+    return {};
+  }
+
+  const QualifierConfig& config_;
+  std::unique_ptr<cli::Client> client_;
+  std::uint64_t requests_seq_ = 0;
+  std::uint64_t reports_seq_ = 0;
+  q::CiMetrics metrics_;
+  bool read_once_ = false;
+  std::string problem_;  // the last one said
+};
+
 Status check_role(cli::Client& client) {
   auto me = cli::expect_reply<protocol::WhoamiReply>(client.request(protocol::Whoami{}));
   if (!me) return tl::unexpected(me.error());
@@ -430,6 +498,17 @@ Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, cons
   auto sink = open_ticket_sink(config.tickets_dir, config.webhook_config);
   if (!sink) return tl::unexpected(sink.error());
   const std::string sink_name = ticket_sink_name(config.webhook_config);
+  CiMetricsPage metrics_page(config);
+  std::unique_ptr<http::Server> metrics_server;  // after the page: stopped before it goes
+  if (!config.http_listen.empty()) {
+    http::Router router;
+    router.exact("/metrics", [&metrics_page](const http::Request&) { return metrics_page.answer(); });
+    auto server = http::Server::start(config.http_listen, std::move(router), {},
+                                      "change [http] listen in qualifier.toml, or stop what listens there");
+    if (!server) return tl::unexpected(server.error());
+    metrics_server = std::move(*server);
+    say(fmt::format("serves /metrics on http://{}/metrics", metrics_server->address()));
+  }
   say(fmt::format("{} drives the runs requested on {} (claims of {} ms) and delivers tickets to the {} sink", owner,
                   config.client.coordinator_endpoint, config.claim_ms, sink_name));
   if (config.schedule.enabled) {

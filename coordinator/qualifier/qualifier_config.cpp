@@ -8,6 +8,7 @@
 
 #include "common/config/endpoint.h"
 #include "common/config/toml_errors.h"
+#include "common/http/listen_address.h"
 
 namespace kiln::qualifier {
 namespace {
@@ -110,7 +111,8 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
   const toml::table* qualifier = (*root)["qualifier"].as_table();
   const toml::table* tickets = (*root)["tickets"].as_table();
   const toml::table* schedule = (*root)["schedule"].as_table();
-  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets", "schedule"});
+  const toml::table* http = (*root)["http"].as_table();
+  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets", "schedule", "http"});
   if (qualifier == nullptr) {
     problems.add("missing the [qualifier] table (coordinator, key files, model_set, bundle_dir, golden_dir)");
   } else {
@@ -185,6 +187,16 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     }
     r.number("max_models", config.schedule_max_models, 0, 100000);
     r.number("clock_offset_ms", config.clock_offset_ms, -(INT64_C(1) << 50), INT64_C(1) << 50);
+  }
+  if (http != nullptr) {
+    problems.unknown_keys(*http, "[http]", {"listen"});
+    Reader r(problems, *http, base);
+    r.text("listen", config.http_listen);
+    if (config.http_listen.empty()) {
+      problems.at(http->source(), "[http] needs listen: where /metrics is served, as in listen = \"127.0.0.1:9471\"");
+    } else if (auto address = http::parse_listen_address(config.http_listen); !address) {
+      problems.at(http->get("listen")->source(), "listen " + address.error().message);
+    }
   }
   if (config.name.empty()) config.name = host_name();
   if (auto ok = problems.status(); !ok) return tl::unexpected(ok.error());

@@ -47,6 +47,8 @@ struct QualifierConfig {
   // The schedule's clock is the wall clock plus this: tests and demos put midnight a few seconds
   // ahead instead of waiting for it. 0 in production.
   DurationMs clock_offset_ms = 0;
+  // [http] listen: HOST:PORT where /metrics is served (docs/metrics.md); empty: not served.
+  std::string http_listen;
 };
 
 // Every problem of the file at once (Errc::config, one a line, "file:line:column: what"). Paths

@@ -10,6 +10,7 @@
 
 #include "common/config/endpoint.h"
 #include "common/config/toml_errors.h"
+#include "common/http/listen_address.h"
 #include "common/logging.h"
 #include "coordinator/scheduler/knobs_toml.h"
 
@@ -181,6 +182,21 @@ void read_environments_table(config::Problems& problems, const toml::table& root
   if (config.environments_branch.empty()) r.bad_at("branch", "branch must name the branch to watch, such as \"main\"");
 }
 
+void read_http_table(config::Problems& problems, const toml::table& root, CoordinatorConfig& config) {
+  const toml::node* http = root.get("http");
+  if (!http) return;
+  const toml::table* t = http->as_table();
+  if (!t) return problems.at(http->source(), "http must be a table ([http])");
+  TableReader r(problems, *t, "http");
+  r.string("listen", config.http_listen);
+  r.no_unknown_keys();
+  if (config.http_listen.empty()) {
+    r.bad_at("listen", "[http] needs listen: where /metrics is served, as in listen = \"127.0.0.1:9470\"");
+  } else if (auto address = http::parse_listen_address(config.http_listen); !address) {
+    r.bad_at("listen", "listen " + address.error().message);
+  }
+}
+
 // The scheduler's loader stops at its first problem. To report them all, a table it refuses is
 // read again one entry at a time (one class of a per-class table at a time): each alone says
 // what is wrong with it. The entries are moved out, which keeps their positions.
@@ -274,18 +290,20 @@ Result<CoordinatorConfig> read_coordinator_config(std::string_view text, const s
   config.source_path = path;
   config::Problems problems(path);
 
-  static const std::vector<std::string_view> tables = {"coordinator", "knobs", "scheduler", "keys", "environments"};
+  static const std::vector<std::string_view> tables = {"coordinator", "knobs", "scheduler", "keys", "environments",
+                                                       "http"};
   for (const auto& [key, node] : root) {
     if (std::find(tables.begin(), tables.end(), key.str()) == tables.end()) {
       const auto near = config::nearest_name(key.str(), tables);
       problems.at(key.source(), fmt::format("unknown table '{}'{}; expected [coordinator], [knobs], [scheduler], "
-                                            "[environments] and [[keys]]",
+                                            "[environments], [http] and [[keys]]",
                                             key.str(), near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
     }
   }
   read_coordinator_table(problems, root, base, check_files, config);
   read_knobs_table(problems, root, config.knobs);
   read_environments_table(problems, root, base, check_files, config);
+  read_http_table(problems, root, config);
   if (toml::node* scheduler = root.get("scheduler")) {
     if (toml::table* t = scheduler->as_table()) {
       read_scheduler_table(problems, *t, config.knobs.scheduler);

@@ -39,6 +39,8 @@ struct CoordinatorConfig {
   std::string environments_repo;
   std::string environments_branch = "main";
   std::uint32_t environments_poll_interval_ms = 10000;
+  // [http] listen: HOST:PORT where /metrics is served (docs/metrics.md); empty: no HTTP server.
+  std::string http_listen;
   std::map<std::string, AuthorizedKey> keys_by_public_key;
 };
 

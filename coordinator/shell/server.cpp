@@ -8,10 +8,14 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "common/http/loop_question.h"
+#include "common/http/server.h"
 #include "common/logging.h"
+#include "common/metrics/exposition.h"
 #include "common/protocol/roles.h"
 #include "common/transport/zmq_transport.h"
 #include "coordinator/core/coordinator_core.h"
+#include "coordinator/metrics/fleet_metrics.h"
 #include "coordinator/shell/action_interpreter.h"
 #include "coordinator/shell/artifact_store.h"
 #include "coordinator/shell/environments_watcher.h"
@@ -27,6 +31,9 @@ constexpr int kMaxPollWaitMs = 200;  // also how quickly a stop request is notic
 // A turn of the loop this much later than its poll's wait is a stall (docs/operations.md).
 constexpr TimeMs kStalledTurnMs = 1000;
 constexpr int kMaxMessagesPerTurn = 1000;
+// How long a scrape waits for the loop to render /metrics: under Prometheus's default scrape
+// timeout (10 s), so a busy loop shows as a 503 with its reason rather than a timeout.
+constexpr auto kMetricsAnswerTimeout = std::chrono::seconds(5);
 
 TimeMs monotonic_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -50,7 +57,9 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         store_(std::move(store)),
         artifacts_(std::move(artifacts)),
         logger_(std::move(logger)),
-        core_(config_.knobs, std::move(snapshot), clocks_now()),
+        start_(clocks_now()),
+        core_(config_.knobs, std::move(snapshot), start_),
+        clock_(start_),
         zap_(context_, zmq::socket_type::rep),
         agents_(context_, zmq::socket_type::router),
         clients_(context_, zmq::socket_type::router) {
@@ -83,6 +92,23 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     return {};
   }
 
+  // /metrics, when [http] listen is set. The gauges are the core's state, which only this loop's
+  // thread may read: the HTTP thread asks the loop (LoopQuestion) and the loop renders between two
+  // messages, so a scrape sees the state as it is, never a copy up to a second old, and costs
+  // nothing while nobody scrapes.
+  Status serve_metrics() {
+    if (config_.http_listen.empty()) return {};
+    auto audit = quarantine_audit_lines();
+    if (!audit) return tl::unexpected(audit.error());
+    metrics_.emplace(core_.jobs(), core_.leases(), quarantine_times(*audit));
+    auto server = http::serve_loop_page(config_.http_listen, "/metrics", question_, std::string(metrics::kContentType),
+                                        "the coordinator's loop", kMetricsAnswerTimeout, config_.source_path);
+    if (!server) return tl::unexpected(server.error());
+    http_ = std::move(*server);
+    logger_->info("serving /metrics on http://{}/metrics", http_->address());
+    return {};
+  }
+
   Status run(const std::atomic<bool>& stop) override {
     if (auto s = carry_out_actions(); !s) return s;
     TimeMs last_tick_ms = monotonic_ms();
@@ -94,9 +120,10 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       }
       zmq::pollitem_t items[] = {{zap_.handle(), 0, ZMQ_POLLIN, 0},
                                  {agents_.handle(), 0, ZMQ_POLLIN, 0},
-                                 {clients_.handle(), 0, ZMQ_POLLIN, 0}};
+                                 {clients_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, question_.wake_fd(), ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
+        zmq::poll(items, 4, std::chrono::milliseconds(wait_ms));
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) continue;
         return fail(Errc::io, fmt::format("poll failed: {}", e.what()));
@@ -118,6 +145,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       core_.on_tick(clocks_now());
       last_tick_ms = monotonic_ms();
       if (auto s = carry_out_actions(); !s) return s;
+      if (items[3].revents & ZMQ_POLLIN) question_.answer_pending([this] { return metrics_->render(core_); });
     }
     logger_->info("stopping");
     return {};
@@ -328,10 +356,45 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     send_to(clients_, client, std::move(body), corr);
   }
   Status save_node(const NodeRecord& node) override { return store_->save_node(node); }
-  Status save_job(const JobRecord& job) override { return store_->save_job(job); }
+  Status save_job(const JobRecord& job) override {
+    auto saved = store_->save_job(job);
+    if (saved && metrics_) metrics_->job_saved(job, clock_.advance(clocks_now()));
+    return saved;
+  }
   Status save_record(const protocol::RecordEntry& record) override { return store_->save_record(record); }
-  Status save_lease(const LeaseRecord& lease) override { return store_->save_lease(lease); }
-  Status append_audit(const protocol::AuditEntry& entry) override { return store_->append_audit(entry); }
+  Status save_lease(const LeaseRecord& lease) override {
+    auto saved = store_->save_lease(lease);
+    if (saved && metrics_) metrics_->lease_saved(lease, clock_.advance(clocks_now()));
+    return saved;
+  }
+  Status append_audit(const protocol::AuditEntry& entry) override {
+    auto appended = store_->append_audit(entry);
+    if (appended && metrics_) metrics_->audited(entry);
+    return appended;
+  }
+
+  // The audit lines that may say when the nodes quarantined now were quarantined: those since the
+  // oldest start of their flapping windows (each quarantine is at or after its window's start).
+  Result<std::vector<protocol::AuditEntry>> quarantine_audit_lines() {
+    std::optional<TimeMs> since_ms;
+    for (const auto& [id, node] : core_.nodes()) {
+      if (node.summary.state != protocol::NodeState::quarantined) continue;
+      since_ms = std::min(since_ms.value_or(node.flap_window_start_ms), node.flap_window_start_ms);
+    }
+    std::vector<protocol::AuditEntry> lines;
+    if (!since_ms) return lines;
+    // The core's clock and the wall clock may differ by a step of the system clock: a minute's slack.
+    protocol::ListAudit query{std::max<TimeMs>(0, *since_ms - kMinuteMs), 0, 10000};
+    for (;;) {
+      auto page = store_->read_audit(query);
+      if (!page) return tl::unexpected(page.error());
+      if (page->empty()) return lines;
+      query.after_seq = page->back().seq;
+      for (auto& line : *page) {
+        if (line.action == "quarantined") lines.push_back(std::move(line));
+      }
+    }
+  }
   void log(action::Severity severity, const std::string& text) override {
     logger_->log(spdlog_level(severity), "{}", text);
   }
@@ -408,7 +471,9 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   std::unique_ptr<Store> store_;
   std::optional<ArtifactStore> artifacts_;
   std::shared_ptr<spdlog::logger> logger_;
+  Now start_;
   CoordinatorCore core_;
+  CoreClock clock_;  // the core's clock, as the core reads it: the time of what it saves
   protocol::CodecLimits limits_;
   zmq::context_t context_;
   zmq::socket_t zap_;
@@ -419,6 +484,10 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   std::unique_ptr<EnvironmentsWatcher> watcher_;
   std::string environments_problem_;
   std::string environments_fingerprint_;
+  std::optional<FleetMetrics> metrics_;
+  http::LoopQuestion question_;
+  // Last: stopped first, so no scrape waits on a loop that is gone.
+  std::unique_ptr<http::Server> http_;
 };
 
 }  // namespace
@@ -441,6 +510,7 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
   auto server = std::make_unique<Server>(std::move(config), std::move(*keys), std::move(*store), std::move(artifacts),
                                          std::move(*snapshot), *logger);
   if (auto s = server->bind(); !s) return tl::unexpected(s.error());
+  if (auto s = server->serve_metrics(); !s) return tl::unexpected(s.error());
   return std::unique_ptr<CoordinatorServer>(std::move(server));
 }
 

@@ -108,6 +108,9 @@ kiln_driver_status cpu_chip_identity(kiln_driver* handle, std::uint32_t chip, ki
 kiln_driver_status cpu_chip_telemetry(kiln_driver* handle, std::uint32_t, kiln_chip_telemetry*) {
   return unsupported(handle, "chip_telemetry");
 }
+kiln_driver_status cpu_chip_activity(kiln_driver* handle, std::uint32_t, kiln_chip_activity*) {
+  return unsupported(handle, "chip_activity");
+}
 kiln_driver_status cpu_reset_chip(kiln_driver* handle, std::uint32_t) {
   return unsupported(handle, "reset_chip");
 }
@@ -149,7 +152,7 @@ const kiln_driver_api kCpuApi = {
     KILN_DRIVER_ABI_VERSION, sizeof(kiln_driver_api), cpu_open, cpu_close, cpu_last_error,
     cpu_driver_version, cpu_chip_count, cpu_chip_identity, cpu_chip_telemetry, cpu_reset_chip,
     cpu_firmware_slots, cpu_flash_standby, cpu_activate_standby, cpu_rollback_firmware,
-    cpu_bind_workload, cpu_unbind_workload, cpu_chip_binding, cpu_run_self_test, cpu_run_kernel,
+    cpu_bind_workload, cpu_unbind_workload, cpu_chip_binding, cpu_run_self_test, cpu_run_kernel, cpu_chip_activity,
 };
 
 }  // namespace

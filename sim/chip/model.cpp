@@ -214,6 +214,7 @@ Telemetry chip_telemetry(const NodeState& node, std::uint32_t chip_index, TimeMs
     t.ecc_uncorrected = static_cast<std::uint64_t>(1.0 + 2.0 * seconds);
   }
   t.link_up = chip.fault(FaultKind::link_down) == nullptr && !chip.slot(chip.active).faulty;
+  t.utilization = chip.load.loaded ? 1.0 : 0.0;
   return t;
 }
 

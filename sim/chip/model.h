@@ -159,7 +159,8 @@ struct Telemetry {
   std::uint64_t ecc_corrected = 0;
   std::uint64_t ecc_uncorrected = 0;
   bool link_up = true;
-  bool throttled = false;
+  bool throttled = false;  // by heat: the thermal_throttle fault
+  double utilization = 0;  // 1 while a live workload is bound, else 0: the sim has no finer notion
 };
 
 double load_fraction(const LoadHistory& load, TimeMs now, DurationMs thermal_time_constant_ms);

@@ -111,6 +111,17 @@ kiln_driver_status sim_chip_telemetry(kiln_driver* handle, std::uint32_t chip,
   });
 }
 
+kiln_driver_status sim_chip_activity(kiln_driver* handle, std::uint32_t chip, kiln_chip_activity* out) {
+  return guarded(handle, [&](kiln_driver& h) -> Status {
+    if (out == nullptr) return null_argument("out");
+    auto t = h.node.telemetry(chip);
+    if (!t) return tl::unexpected(t.error());
+    // The sim's only reason to reduce clocks is heat.
+    *out = kiln_chip_activity{t->utilization, t->throttled ? KILN_THROTTLE_THERMAL : 0u, 0u};
+    return {};
+  });
+}
+
 kiln_driver_status sim_reset_chip(kiln_driver* handle, std::uint32_t chip) {
   return guarded(handle, [&](kiln_driver& h) { return h.node.reset(chip); });
 }
@@ -221,7 +232,7 @@ const kiln_driver_api kSimApi = {
     KILN_DRIVER_ABI_VERSION, sizeof(kiln_driver_api), sim_open, sim_close, sim_last_error,
     sim_driver_version, sim_chip_count, sim_chip_identity, sim_chip_telemetry, sim_reset_chip,
     sim_firmware_slots, sim_flash_standby, sim_activate_standby, sim_rollback_firmware,
-    sim_bind_workload, sim_unbind_workload, sim_chip_binding, sim_run_self_test, sim_run_kernel,
+    sim_bind_workload, sim_unbind_workload, sim_chip_binding, sim_run_self_test, sim_run_kernel, sim_chip_activity,
 };
 
 // The run-time fault functions work on the state directory alone, like kiln-sim-chip.

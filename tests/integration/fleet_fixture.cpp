@@ -156,8 +156,8 @@ void Fleet::stop_coordinator(int signo) {
 
 // probe_timeout_ms: generous, since a check that overruns fails the probe and quarantines the node;
 // on a loaded 2-core CI machine a telemetry read has taken over a second.
-void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_options,
-                      const std::string& extra_knobs) {
+void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_options, const std::string& extra_knobs,
+                      const std::string& extra_tables) {
   add_key(spec.node_id, "agent");
   agents_[spec.node_id] = spec;
   std::ofstream out(agent_config(spec.node_id));
@@ -175,6 +175,7 @@ void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_opt
       spec.node_id, agent_port_, KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
       liveness_missed_beats_, KILN_BIN_DIR, extra_driver_options.empty() ? "" : ";" + extra_driver_options,
       extra_knobs);
+  out << "\n" << extra_tables;
 }
 
 void Fleet::start_agent(const std::string& node_id) {
@@ -191,7 +192,8 @@ void Fleet::stop_agent(const std::string& node_id, int signo) {
   agent_processes_.erase(it);
 }
 
-void Fleet::add_qualifier(const std::string& name, const std::map<std::string, std::string>& settings) {
+void Fleet::add_qualifier(const std::string& name, const std::map<std::string, std::string>& settings,
+                          const std::string& extra_tables) {
   add_key(name, "ci");
   std::map<std::string, std::string> all = {
       {"name", fmt::format("\"{}\"", name)},
@@ -208,7 +210,7 @@ void Fleet::add_qualifier(const std::string& name, const std::map<std::string, s
   std::ofstream out(qualifier_config(name));
   out << "[qualifier]\n";
   for (const auto& [key, value] : all) out << key << " = " << value << "\n";
-  out << "\n[tickets]\ndir = \"tickets\"\n";
+  out << "\n[tickets]\ndir = \"tickets\"\n\n" << extra_tables;
 }
 
 void Fleet::start_qualifier(const std::string& name) {
@@ -269,6 +271,8 @@ std::unique_ptr<ChildProcess> Fleet::start_kiln(const std::string& key_name, con
   argv.insert(argv.end(), args.begin(), args.end());
   return std::make_unique<ChildProcess>(argv, log_file);
 }
+
+std::string Fleet::free_loopback_address() { return "127.0.0.1:" + std::to_string(free_loopback_port()); }
 
 bool Fleet::eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -72,17 +72,20 @@ class Fleet {
   // More tables for coordinator.toml, e.g. "[environments]\nrepo = ...\n"; call before start_coordinator.
   void add_coordinator_tables(const std::string& toml) { coordinator_tables_ += toml; }
   // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05";
-  // extra_knobs: more lines of its [knobs], e.g. "job_dirs_max_bytes = 1048576\n".
+  // extra_knobs: more lines of its [knobs], e.g. "job_dirs_max_bytes = 1048576\n"; extra_tables:
+  // more tables of its agent.toml, e.g. "[http]\nlisten = \"127.0.0.1:9472\"\n".
   void add_agent(const AgentSpec& spec, const std::string& extra_driver_options = "",
-                 const std::string& extra_knobs = "");
+                 const std::string& extra_knobs = "", const std::string& extra_tables = "");
   void start_agent(const std::string& node_id);
   void stop_agent(const std::string& node_id, int signo);
   std::filesystem::path agent_config(const std::string& node_id) const { return dir_ / (node_id + ".toml"); }
 
   // A kiln-qualifier NAME with its own key (role ci) and NAME.toml: the fleet directory's
   // models.toml, bundles/, golden/ and tickets/, claims of 3 s. `settings` ("key" -> TOML value)
-  // replace or add [qualifier] settings, e.g. {"claim_ms", "5000"}. Call before start_coordinator.
-  void add_qualifier(const std::string& name, const std::map<std::string, std::string>& settings = {});
+  // replace or add [qualifier] settings, e.g. {"claim_ms", "5000"}; `extra_tables` are more tables
+  // of NAME.toml. Call before start_coordinator.
+  void add_qualifier(const std::string& name, const std::map<std::string, std::string>& settings = {},
+                     const std::string& extra_tables = "");
   std::filesystem::path qualifier_config(const std::string& name) const { return dir_ / (name + ".toml"); }
   // Its log is log_of(NAME).
   void start_qualifier(const std::string& name);
@@ -101,6 +104,9 @@ class Fleet {
 
   // Runs kiln-sim-chip on a node's simulated chips (inject, clear, show); returns its exit code.
   int sim_chip(const std::string& node_id, const std::vector<std::string>& args);
+
+  // HOST:PORT of a loopback port free now, for a process's [http] listen.
+  static std::string free_loopback_address();
 
   // Polls `done` every 50 ms until it holds or the timeout passes.
   static bool eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,30 @@ inline std::string first_word_after(const std::string& text, const std::string& 
   if (at == std::string::npos) return "";
   at += prefix.size();
   return text.substr(at, text.find_first_of(" \n", at) - at);
+}
+
+// Tonight's nightly brought forward: a qualifier [schedule] (revision a, from 00:00, due 07:00 UTC)
+// whose clock reads 00:00:30 UTC of the next night, so the qualifier asks for the night's run at once.
+struct Tonight {
+  std::string run_id;          // nightly-YYYY-MM-DD of the next night
+  std::string schedule_table;  // the [schedule] table for qualifier.toml
+  std::int64_t now_ms = 0;     // the wall clock when it was made
+};
+
+inline Tonight tonight_starting_now() {
+  using namespace std::chrono;
+  Tonight tonight;
+  tonight.now_ms = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  const std::int64_t day_ms = 24 * 3600 * 1000;
+  const std::int64_t midnight_ms = (tonight.now_ms / day_ms + 1) * day_ms;
+  const year_month_day night{sys_days{days{midnight_ms / day_ms}}};
+  char date[16];
+  std::snprintf(date, sizeof date, "%04d-%02u-%02u", static_cast<int>(night.year()),
+                static_cast<unsigned>(night.month()), static_cast<unsigned>(night.day()));
+  tonight.run_id = std::string("nightly-") + date;
+  tonight.schedule_table = "[schedule]\nnightly_start = \"00:00\"\nnightly_deadline = \"07:00\"\nrevisions = [\"a\"]\n"
+                           "clock_offset_ms = " + std::to_string(midnight_ms - tonight.now_ms + 30000) + "\n";
+  return tonight;
 }
 
 // Each qualifier named gets these settings (Fleet::add_qualifier).

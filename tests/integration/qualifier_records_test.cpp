@@ -112,20 +112,10 @@ TEST_CASE("a qualifier whose nightly is due starts exactly one; restarted during
   REQUIRE(fleet.kiln("ci", {"bundle", "accept", first_word_after(out, "bundle ")}, &out) == 0);
 
   // The schedule's clock is put at 00:00:30 UTC of the next night.
-  using namespace std::chrono;
-  const auto now_ms = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-  const std::int64_t day_ms = 24 * 3600 * 1000;
-  const std::int64_t midnight_ms = (now_ms / day_ms + 1) * day_ms;
-  const year_month_day night{sys_days{days{midnight_ms / day_ms}}};
-  char date[16];
-  std::snprintf(date, sizeof date, "%04d-%02u-%02u", static_cast<int>(night.year()),
-                static_cast<unsigned>(night.month()), static_cast<unsigned>(night.day()));
-  const std::string run_id = std::string("nightly-") + date;
-  {
-    std::ofstream schedule(fleet.qualifier_config("qualifier"), std::ios::app);
-    schedule << "\n[schedule]\nnightly_start = \"00:00\"\nnightly_deadline = \"07:00\"\nrevisions = [\"a\"]\n"
-             << "clock_offset_ms = " << (midnight_ms - now_ms + 30000) << "\n";
-  }
+  const Tonight tonight = tonight_starting_now();
+  const std::string& run_id = tonight.run_id;
+  const std::int64_t now_ms = tonight.now_ms;
+  std::ofstream(fleet.qualifier_config("qualifier"), std::ios::app) << "\n" << tonight.schedule_table;
   fleet.start_qualifier("qualifier");
 
   const auto report = [&fleet](const std::string& id) {

@@ -125,6 +125,31 @@ struct Harness : CoordinatorIo {
   const protocol::Body& last_client_reply() const { return to_clients.back().body; }
 };
 
+// The preemption grace of knobs_with_fast_preemption.
+constexpr TimeMs kGraceMs = 60000;
+
+// Knobs under which presubmit preempts experiments as soon as it cannot start at once, with a
+// minute's grace, and nodes stay alive through long waits.
+inline CoordinatorKnobs knobs_with_fast_preemption() {
+  CoordinatorKnobs knobs;
+  knobs.heartbeat_interval_ms = 1000;
+  knobs.liveness_missed_beats = 1000;
+  knobs.scheduler.grace_ms = kGraceMs;
+  knobs.scheduler.target_start_latency_ms[scheduler::rank(scheduler::RequestClass::presubmit)] = 0;
+  return knobs;
+}
+
+// An agent's report that attempt `attempt` of job `id` ended.
+inline protocol::JobFinished finished(std::uint64_t id, std::uint32_t attempt, protocol::JobOutcome outcome,
+                                      std::string result = "") {
+  protocol::JobFinished fin;
+  fin.job_id = id;
+  fin.attempt = attempt;
+  fin.outcome = outcome;
+  fin.result = std::move(result);
+  return fin;
+}
+
 // An 8-chip node, chips 0-3 on NUMA node 0 and 4-7 on NUMA node 1.
 inline protocol::Hello hello(const std::string& node, const std::string& rev,
                              std::vector<std::uint64_t> running = {}) {

@@ -144,8 +144,14 @@ Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id) {
 }
 
 Result<std::vector<nlohmann::json>> list_runs(cli::Client& client) {
-  auto records = all(client, RecordKind::qualification_run);
+  std::uint64_t after_seq = 0;
+  return list_runs_after(client, after_seq);
+}
+
+Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq) {
+  auto records = all(client, RecordKind::qualification_run, after_seq);
   if (!records) return tl::unexpected(records.error());
+  for (const auto& record : *records) after_seq = std::max(after_seq, record.seq);
   std::vector<nlohmann::json> runs;
   for (const auto& record : *records) {
     auto json = document_of(record);
@@ -168,7 +174,7 @@ Result<std::vector<RecordedRequest>> list_run_requests(cli::Client& client, std:
     if (!json) return tl::unexpected(json.error());
     auto request = run_request_from_json(*json);
     if (!request) return tl::unexpected(request.error());
-    requests.push_back({record.seq, std::move(*request)});
+    requests.push_back({record.seq, std::move(*request), record.updated_at_ms});
   }
   std::sort(requests.begin(), requests.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
   return requests;

@@ -37,12 +37,15 @@ Status accept_baseline(cli::Client& client, const Baseline& baseline);
 Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report);
 Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id);
 Result<std::vector<nlohmann::json>> list_runs(cli::Client& client);
+// The reports first recorded after `after_seq` (record order); `after_seq` becomes the newest one's.
+Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq);
 
 // Asks for a run: the same request again is fine, another under a recorded run id is refused.
 Status request_run(cli::Client& client, const RunRequest& request);
 struct RecordedRequest {
   std::uint64_t seq = 0;  // the order of requests
   RunRequest request;
+  TimeMs requested_at_ms = 0;  // when the coordinator recorded it (a request never changes)
 };
 // The requests recorded after `after_seq`, in the order they were made.
 Result<std::vector<RecordedRequest>> list_run_requests(cli::Client& client, std::uint64_t after_seq);

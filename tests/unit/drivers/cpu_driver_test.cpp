@@ -50,6 +50,9 @@ TEST_CASE("the CPU backend answers E_UNSUPPORTED for what only a chip has") {
   REQUIRE_FALSE(telemetry);
   CHECK(telemetry.error().message.find("KILN_DRIVER_E_UNSUPPORTED") != std::string::npos);
   CHECK(telemetry.error().message.find("only runs kernels") != std::string::npos);
+  const auto activity = driver->chip_activity(0);
+  REQUIRE_FALSE(activity);
+  CHECK(activity.error().message.find("KILN_DRIVER_E_UNSUPPORTED") != std::string::npos);
   CHECK_FALSE(driver->firmware_slots(0));
   CHECK_FALSE(driver->bind_workload(1, {0}));
   CHECK_FALSE(driver->run_self_test(0, SelfTestKind::compute, 1));

@@ -129,3 +129,55 @@ TEST_CASE("a qualifier's [schedule] names the nightly's window, revisions and ho
   REQUIRE_FALSE(negative);
   CHECK(kiln::testing::contains(negative.error().message, "max_models"));
 }
+
+TEST_CASE("[http] listen in coordinator.toml, agent.toml and qualifier.toml: optional, HOST:PORT, problems at its line") {
+  const std::string coordinator = "[coordinator]\nsecret_key_file = \"coordinator.key\"\n\n";
+  const std::string agent =
+      "node_id = \"n01\"\nwork_dir = \"work\"\nsecret_key_file = \"n01.key\"\n\n[coordinator]\n"
+      "endpoint = \"tcp://127.0.0.1:7601\"\npublic_key_file = \"coordinator.pub\"\n\n[driver]\nlibrary = \"sim.so\"\n\n";
+  const std::string qualifier =
+      "[qualifier]\ncoordinator = \"tcp://127.0.0.1:7602\"\ncoordinator_public_key_file = \"coordinator.pub\"\n"
+      "secret_key_file = \"qualifier.key\"\nmodel_set = \"models.toml\"\nbundle_dir = \"bundles\"\n"
+      "golden_dir = \"golden\"\n\n[tickets]\ndir = \"tickets\"\n\n";
+  const auto listen_of = [&](const std::string& http) {
+    auto c = kiln::coordinator::coordinator_config_from_text(coordinator + http, "/etc/kiln/coordinator.toml");
+    auto a = kiln::agent::agent_config_from_text(agent + http, "/etc/kiln/agent.toml");
+    auto q = kiln::qualifier::qualifier_config_from_text(qualifier + http, "/etc/kiln/qualifier.toml");
+    REQUIRE_MESSAGE(c, (c ? "" : c.error().message));
+    REQUIRE_MESSAGE(a, (a ? "" : a.error().message));
+    REQUIRE_MESSAGE(q, (q ? "" : q.error().message));
+    CHECK(c->http_listen == a->http_listen);
+    CHECK(q->http_listen == a->http_listen);
+    return c->http_listen;
+  };
+  CHECK(listen_of("") == "");  // no table: nothing listens
+  CHECK(listen_of("[http]\nlisten = \"127.0.0.1:9470\"\n") == "127.0.0.1:9470");
+  CHECK(listen_of("[http]\nlisten = \"[::1]:9470\"\n") == "[::1]:9470");
+
+  for (const auto& [http, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"[http]\nlisten = \"127.0.0.1\"\n", "has no port"},
+           {"[http]\nlisten = \"127.0.0.1:70000\"\n", "port from 1 to 65535"},
+           {"[http]\nlisten = \"0.0.0.0:9470\"\nport = 9470\n", "port"},
+           {"[http]\n", "listen"}}) {
+    CAPTURE(http);
+    auto c = kiln::coordinator::coordinator_config_from_text(coordinator + http, "/etc/kiln/coordinator.toml");
+    auto a = kiln::agent::agent_config_from_text(agent + http, "/etc/kiln/agent.toml");
+    auto q = kiln::qualifier::qualifier_config_from_text(qualifier + http, "/etc/kiln/qualifier.toml");
+    REQUIRE_FALSE(c);
+    REQUIRE_FALSE(a);
+    REQUIRE_FALSE(q);
+    CHECK(kiln::testing::contains(c.error().message, problem));
+    CHECK(kiln::testing::contains(a.error().message, problem));
+    CHECK(kiln::testing::contains(q.error().message, problem));
+  }
+  // Each problem names the line of its key.
+  const std::string no_port = "[http]\nlisten = \"9470\"\n";
+  CHECK(kiln::testing::contains(
+      kiln::coordinator::coordinator_config_from_text(coordinator + no_port, "/etc/kiln/coordinator.toml").error().message,
+      "/etc/kiln/coordinator.toml:5:"));
+  CHECK(kiln::testing::contains(kiln::agent::agent_config_from_text(agent + no_port, "/etc/kiln/agent.toml").error().message,
+                                "/etc/kiln/agent.toml:13:"));
+  CHECK(kiln::testing::contains(
+      kiln::qualifier::qualifier_config_from_text(qualifier + no_port, "/etc/kiln/qualifier.toml").error().message,
+      "/etc/kiln/qualifier.toml:13:"));
+}

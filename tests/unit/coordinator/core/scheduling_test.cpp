@@ -17,26 +17,6 @@ using namespace kiln::coordinator::testing;
 
 namespace {
 
-constexpr TimeMs kGraceMs = 60000;
-
-CoordinatorKnobs knobs_with_fast_preemption() {
-  CoordinatorKnobs knobs;
-  knobs.heartbeat_interval_ms = 1000;
-  knobs.liveness_missed_beats = 1000;  // nodes stay alive through the long waits below
-  knobs.scheduler.grace_ms = kGraceMs;
-  // Presubmit preempts experiments as soon as it cannot start at once.
-  knobs.scheduler.target_start_latency_ms[scheduler::rank(scheduler::RequestClass::presubmit)] = 0;
-  return knobs;
-}
-
-JobFinished finished(std::uint64_t id, std::uint32_t attempt, JobOutcome outcome, std::string result = "") {
-  JobFinished fin;
-  fin.job_id = id;
-  fin.attempt = attempt;
-  fin.outcome = outcome;
-  fin.result = std::move(result);
-  return fin;
-}
 
 // Whether chips of the node are held for an attempt being stopped there.
 bool holds_stopping_chips(const Harness& h, const std::string& node) {

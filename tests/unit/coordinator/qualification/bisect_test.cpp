@@ -46,6 +46,9 @@ Run run_rounds(std::size_t n, std::size_t k, const Oracle& oracle, q::BisectOpti
   }
   REQUIRE(bisection->finished());
   run.result = *bisection->result();
+  // The bisection counts its own rounds as the caller does.
+  REQUIRE(run.result.rounds == run.rounds);
+  REQUIRE(bisection->rounds() == run.rounds);
   return run;
 }
 
@@ -180,6 +183,7 @@ TEST_CASE("the probe budget ends a bisection that cannot converge") {
   const nlohmann::json json = q::to_json(run.result);
   CHECK(json["outcome"] == "ambiguous");
   CHECK(json["probes"].size() == 5);
+  CHECK(json["rounds"] == 5);
   CHECK(q::Bisection::start({}).error().code == kiln::Errc::invalid_argument);
   CHECK_FALSE(q::Bisection::start({"a", "a"}).has_value());
 }

@@ -102,6 +102,10 @@ struct Outcome {
   std::size_t cancellations = 0;
   std::size_t builds = 0;
   std::set<std::size_t> built_indexes;
+  // The bisections under way, as progress reports showed them: the most at once, and the most
+  // rounds each model's reached.
+  std::size_t most_bisections_running = 0;
+  std::map<std::string, std::size_t> most_rounds;
   std::vector<q::JobRequest> started;
   std::string junit;
   std::string json_text;
@@ -143,6 +147,9 @@ class FakeFleet {
         now += 5 * kiln::kMinuteMs;
         REQUIRE(run.on_job_result(execute(request), now).has_value());
         if (scenario_.tell_nodes) run.set_nodes(node_view(), now);
+        const auto& bisecting = run.report().bisections_running;
+        outcome.most_bisections_running = std::max(outcome.most_bisections_running, bisecting.size());
+        for (const auto& b : bisecting) outcome.most_rounds[b.model] = std::max(outcome.most_rounds[b.model], b.rounds);
         continue;
       }
       if (auto* start = std::get_if<q::run_action::StartJob>(&*action)) {
@@ -422,6 +429,15 @@ TEST_CASE("probes run in parallel up to max_probes_per_bisection and obsolete pr
   const Outcome out = run_scenario(scenario);
   CHECK(out.max_probes_in_flight_seen == 3);
   CHECK(out.cancellations > 0);
+  // While they ran the report showed both bisections and their rounds; a finished run shows none.
+  CHECK(out.most_bisections_running >= 1);
+  for (const auto& m : out.report.models) {
+    if (!m.bisection || out.most_rounds.count(m.model) == 0) continue;
+    CHECK(m.bisection->rounds >= 1);
+    CHECK(out.most_rounds.at(m.model) <= m.bisection->rounds);
+  }
+  CHECK_FALSE(out.most_rounds.empty());
+  CHECK(out.report.bisections_running.empty());
 }
 
 TEST_CASE("a change whose bundle does not build leaves the bisection ambiguous: no ticket, the suspects listed") {

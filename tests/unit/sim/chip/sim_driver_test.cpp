@@ -104,6 +104,8 @@ TEST_CASE("telemetry moves with load: a bound live process heats the chip, its e
   testing::sleep_ms(400);  // four thermal time constants
   const auto loaded = telemetry(*d, 0);
   const auto peer = telemetry(*d, 2);
+  CHECK(d->chip_activity(0).value().utilization == 1.0);
+  CHECK(d->chip_activity(2).value().utilization == 0.0);
   CHECK(loaded.temperature_c > peer.temperature_c + 25.0);
   CHECK(loaded.power_w > peer.power_w * 3.0);
   CHECK(loaded.memory_used_bytes > peer.memory_used_bytes * 10);
@@ -115,6 +117,7 @@ TEST_CASE("telemetry moves with load: a bound live process heats the chip, its e
   const auto cooled = telemetry(*d, 0);
   CHECK(cooled.temperature_c < loaded.temperature_c - 25.0);
   CHECK(cooled.memory_used_bytes == peer.memory_used_bytes);
+  CHECK(d->chip_activity(0).value().utilization == 0.0);
 }
 
 TEST_CASE("a chip bound to a live process refuses other workloads, self-tests and resets") {
@@ -183,6 +186,11 @@ TEST_CASE("fault thermal_throttle: hot, throttled, lower clocks and less compute
   const auto peer = telemetry(*d, 5);
   CHECK(hot.throttled);
   CHECK_FALSE(peer.throttled);
+  // Heat is the reason the driver gives; a peer's clocks are not reduced at all.
+  const auto hot_activity = d->chip_activity(4).value();
+  CHECK(hot_activity.thermal_throttle);
+  CHECK_FALSE(hot_activity.power_throttle);
+  CHECK_FALSE(d->chip_activity(5).value().thermal_throttle);
   CHECK(hot.temperature_c >= 90.0);
   CHECK(hot.clock_mhz < 0.7 * peer.clock_mhz);
   const double ratio = self_test(*d, 4, SelfTestKind::compute).compute_tflop_per_s /
