@@ -20,6 +20,7 @@
 
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/run_command.h"
+#include "tests/support/http_get.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
@@ -150,7 +151,8 @@ std::set<std::string> expected_files(const std::string& package) {
 // A packaged config moved under the unpacked root: its installed paths point into `root`, its
 // ports are free ones (7601 and 7602 may be taken on a shared host), and the agent's socket group
 // is this user's (the kiln group is made by the postinst, which dpkg-deb -x does not run).
-std::string adjusted(std::string text, const fs::path& root, int agent_port, int client_port) {
+std::string adjusted(std::string text, const fs::path& root, int agent_port, int client_port,
+                     const std::map<std::string, int>& http_ports = {}) {
   const auto replace_all = [&](const std::string& from, const std::string& to) {
     for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
       text.replace(at, from.size(), to);
@@ -161,6 +163,7 @@ std::string adjusted(std::string text, const fs::path& root, int agent_port, int
   }
   replace_all("127.0.0.1:7601", "127.0.0.1:" + std::to_string(agent_port));
   replace_all("127.0.0.1:7602", "127.0.0.1:" + std::to_string(client_port));
+  for (const auto& [address, port] : http_ports) replace_all(address, "127.0.0.1:" + std::to_string(port));
   replace_all("group = \"kiln\"", std::string("group = \"") + ::getgrgid(::getgid())->gr_name + "\"");
   return text;
 }
@@ -294,9 +297,17 @@ TEST_CASE("the packaged coordinator, agent and client work together with the pac
     fs::create_directories(state / dir);
   }
   fs::create_directories(root / "run/kiln");
+  // The /metrics addresses of the packaged configs, moved to free ports too.
+  std::map<std::string, int> http_ports;
+  for (const char* packaged : {"127.0.0.1:9470", "127.0.0.1:9471", "127.0.0.1:9472"}) {
+    int port = free_loopback_port();
+    while (port == agent_port || port == client_port) port = free_loopback_port();
+    http_ports[packaged] = port;
+  }
   for (const char* config : {"coordinator.toml", "qualifier.toml", "agent.toml"}) {
     const std::string packaged = read_file(etc / config);
-    write_text(etc / config, adjusted(packaged, root, agent_port, client_port));
+    CHECK(contains(packaged, "[http]"));
+    write_text(etc / config, adjusted(packaged, root, agent_port, client_port, http_ports));
   }
   // The operator's step the coordinator's config asks for: list the agent's key and a person's.
   const fs::path client_dir = packages().dir / "home/.config/kiln";
@@ -346,6 +357,15 @@ TEST_CASE("the packaged coordinator, agent and client work together with the pac
   INFO(smoke.output);
   CHECK(smoke.status == 0);
   CHECK(contains(smoke.output, "succeeded"));
+  // The packaged configs serve /metrics: the coordinator's pool and the agent's chips.
+  const auto scrape = [&](const char* packaged) {
+    return http_get("127.0.0.1:" + std::to_string(http_ports.at(packaged)), "/metrics");
+  };
+  const auto pool = scrape("127.0.0.1:9470");
+  CHECK(pool.status == 200);
+  CHECK(contains(pool.body, "kiln_jobs_finished_total{"));
+  CHECK(Fleet::eventually([&] { return contains(scrape("127.0.0.1:9472").body, "kiln_chip_temperature_celsius{"); },
+                          15s));
   // The agent's local socket in /run/kiln answers on the host.
   const Ran status = run("timeout 60 " + bin("kiln-agent") + " --config " + (etc / "agent.toml").string() + " status");
   INFO(status.output);
