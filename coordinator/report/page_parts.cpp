@@ -59,6 +59,7 @@ svg.plot .reference-line { stroke: #333; stroke-dasharray: 5 3; }
 svg.plot .band { fill: #1f5fa8; fill-opacity: .12; stroke: none; }
 svg.plot .rule line { stroke: #333; stroke-dasharray: 6 4; }
 svg.plot .culprit line { stroke: #b00020; stroke-dasharray: 6 4; }
+svg.plot .rule text, svg.plot .culprit text { paint-order: stroke; stroke: #fff; stroke-width: 3px; }
 )";
 
 struct VerdictLook {
