@@ -193,10 +193,12 @@ std::vector<GateRequest> RunPerfGate::evaluate() {
     if (state.confirming) {
       verdict = decide(comparison, comparison.test.p_value, options_.alpha, options_);
       outcomes_[m].confirmation = comparison;
+      outcomes_[m].confirmation_samples = {state.baseline, state.candidate};
       outcomes_[m].confirmation_extra_rounds = state.extra_rounds_done;
     } else {
       verdict = decide(comparison, adjusted[m], options_.fdr_q, options_);
       outcomes_[m].initial = comparison;
+      outcomes_[m].initial_samples = {state.baseline, state.candidate};
       outcomes_[m].initial_adjusted_p_value = adjusted[m];
       outcomes_[m].initial_extra_rounds = state.extra_rounds_done;
     }

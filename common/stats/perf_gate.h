@@ -135,15 +135,23 @@ struct GateRequest {
   int repeats_per_side = 0;
 };
 
+// The two sides of one comparison, as measured.
+struct SamplePair {
+  std::vector<double> baseline;
+  std::vector<double> candidate;
+};
+
 struct ModelGateOutcome {
   bool finished = false;
   Verdict verdict = Verdict::inconclusive;  // final once finished
   bool regression_confirmed = false;        // verdict is regression and the rerun agreed
   bool regression_unconfirmed = false;      // the first stage said regression, the rerun did not
   std::optional<Comparison> initial;        // latest comparison of the first stage
+  SamplePair initial_samples;               // what it compared: the first measurement and extra rounds
   double initial_adjusted_p_value = 1;
   int initial_extra_rounds = 0;
   std::optional<Comparison> confirmation;
+  SamplePair confirmation_samples;
   int confirmation_extra_rounds = 0;
   std::optional<Error> error;               // the samples could not be compared
 };

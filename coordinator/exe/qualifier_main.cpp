@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   std::string config_path = "/etc/kiln/qualifier.toml";
   app.add_option("--config", config_path, "qualifier.toml to use")->capture_default_str();
   auto* check = app.add_subcommand("check-config", "load the configuration, the model set, the goldens, the ticket "
-                                                   "sink and the keys, print what they say, and exit");
+                                                   "sink, the report directory and the keys, print what they say, "
+                                                   "and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -47,12 +48,13 @@ int main(int argc, char** argv) {
                                                             : "http://" + config->http_listen + "/metrics";
     std::printf("%s: OK\n  name            %s\n  coordinator     %s\n  model set       %s (%zu models)\n"
                 "  bundle dir      %s\n  golden dir      %s\n  tickets dir     %s%s\n  claims          %lld ms\n"
-                "  runs at once    %u\n  metrics         %s\n",
+                "  runs at once    %u\n  metrics         %s\n  report pages    %s\n",
                 config_path.c_str(), config->name.c_str(), config->client.coordinator_endpoint.c_str(),
                 config->model_set.c_str(), set->models.size(), config->bundle_dir.c_str(), config->golden_dir.c_str(),
                 config->tickets_dir.c_str(),
                 config->webhook_config.empty() ? "" : (" (and the webhook of " + config->webhook_config + ")").c_str(),
-                static_cast<long long>(config->claim_ms), config->max_runs, metrics.c_str());
+                static_cast<long long>(config->claim_ms), config->max_runs, metrics.c_str(),
+                config->reports_dir.empty() ? "none ([reports] directory)" : config->reports_dir.c_str());
     return 0;
   }
   struct sigaction sa {};

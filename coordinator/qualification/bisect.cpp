@@ -118,6 +118,7 @@ BisectPlan Bisection::next_probes(std::size_t free_nodes) {
     if (best == nullptr) break;
     ++best->new_probes;
   }
+  if (std::any_of(segments.begin(), segments.end(), [](const Segment& part) { return part.new_probes > 0; })) ++rounds_;
   for (const auto& segment : segments) {
     const std::size_t m = segment.new_probes;
     const std::size_t p = segment.probeable.size();
@@ -126,6 +127,7 @@ BisectPlan Bisection::next_probes(std::size_t free_nodes) {
       const std::size_t index = segment.probeable[j * p / (m + 1)];
       const int attempt = ++attempts_[index];
       running_.insert(index);
+      round_of_[index] = rounds_;
       ++probes_started_;
       plan.start.push_back({index, candidates_[index], attempt});
     }
@@ -149,7 +151,7 @@ Status Bisection::on_probe_result(std::size_t change_index, ProbeVerdict verdict
                                             candidates_[change_index]));
   }
   ProbeRecord record{change_index, candidates_[change_index], attempts_[change_index], verdict, std::move(detail),
-                     !was_running, false};
+                     !was_running, false, round_of_[change_index]};
   record.contradicts = (verdict == ProbeVerdict::good && change_index >= bad_index_) ||
                        (verdict == ProbeVerdict::bad && change_index < good_count_);
   if (record.contradicts) {
@@ -173,6 +175,7 @@ std::optional<BisectResult> Bisection::result() const {
   BisectResult result;
   result.culprit_index = bad_index_;
   result.culprit_change_id = candidates_[bad_index_];
+  result.candidates = candidates_;
   result.evidence = evidence_;
   result.probes_started = probes_started_;
   result.rounds = rounds_;
@@ -219,12 +222,14 @@ nlohmann::json to_json(const BisectResult& result) {
                         {"verdict", to_string(record.verdict)},
                         {"detail", record.detail},
                         {"obsolete", record.obsolete},
-                        {"contradicts", record.contradicts}});
+                        {"contradicts", record.contradicts},
+                        {"round", record.round}});
   }
   return {{"outcome", to_string(result.outcome)},
           {"culprit_index", result.culprit_index},
           {"culprit", result.culprit_change_id},
           {"suspects", result.suspects},
+          {"candidates", result.candidates},
           {"probes_started", result.probes_started},
           {"rounds", result.rounds},
           {"contradictions", result.contradictions},

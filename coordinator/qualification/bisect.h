@@ -76,6 +76,7 @@ struct ProbeRecord {
   std::string detail;        // the caller's evidence: p-value, shift, failed points
   bool obsolete = false;     // arrived after its probe was cancelled
   bool contradicts = false;  // disagrees with what was known (good after a known bad, or the reverse)
+  std::size_t round = 1;     // the plan (next_probes that started probes) that started it, from 1
 };
 
 enum class BisectOutcome {
@@ -89,6 +90,7 @@ struct BisectResult {
   std::size_t culprit_index = 0;  // the first known bad candidate
   std::string culprit_change_id;
   std::vector<std::string> suspects;  // ambiguous: every change that may be the culprit, in order
+  std::vector<std::string> candidates;  // every change searched, in merge order
   std::vector<ProbeRecord> evidence;  // every probe result, in arrival order
   std::size_t probes_started = 0;
   std::size_t rounds = 0;  // plans that started probes: the rounds of the k-ary search
@@ -135,6 +137,8 @@ class Bisection {
   std::set<std::size_t> cancelled_;
   std::vector<std::size_t> pending_cancels_;
   std::map<std::size_t, int> attempts_;  // probes started per candidate
+  std::map<std::size_t, std::size_t> round_of_;  // the plan that started each candidate's latest probe
+  std::size_t rounds_ = 0;                        // plans that started probes
   std::set<std::size_t> skipped_;        // inconclusive max_attempts_per_change times
   std::vector<ProbeRecord> evidence_;
   std::size_t probes_started_ = 0;

@@ -48,6 +48,12 @@ nlohmann::json failures_to_json(const std::vector<LossPointFailure>& failures) {
   return out;
 }
 
+nlohmann::json curve_to_json(const std::vector<LossPoint>& curve) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& point : curve) out.push_back({{"step", point.step}, {"loss", number(point.loss)}});
+  return out;
+}
+
 }  // namespace
 
 Status validate(const LossCurveGateOptions& options) {
@@ -253,6 +259,22 @@ nlohmann::json to_json(const TrainingVerdict& verdict) {
                          {"summary", verdict.summary}};
   json["eval"] = verdict.eval ? to_json(*verdict.eval) : nlohmann::json(nullptr);
   return json;
+}
+
+nlohmann::json to_json(const TrainingEvidence& evidence) {
+  nlohmann::json verdict = to_json(evidence.verdict);
+  // The failing points are in the curves themselves: a report of a whole nightly keeps every
+  // training model's, and the lists would about double what each costs in the record.
+  verdict["loss_curve"].erase("pointwise_failures");
+  verdict["loss_curve"].erase("moving_average_failures");
+  return {{"reference_loss_curve", curve_to_json(evidence.reference_loss_curve)},
+          {"loss_curve", curve_to_json(evidence.loss_curve)},
+          {"warmup_steps", evidence.options.warmup_steps},
+          {"band_relative", evidence.options.pointwise_band_relative},
+          {"max_fraction_outside", evidence.options.max_fraction_outside},
+          {"moving_average_points", evidence.options.moving_average_points},
+          {"moving_average_band_relative", evidence.options.moving_average_band_relative},
+          {"verdict", std::move(verdict)}};
 }
 
 }  // namespace kiln::qualification

@@ -120,9 +120,19 @@ Result<TrainingVerdict> check_training(const TrainingReference& reference, const
                                        double eval_threshold = kDefaultEvalThreshold,
                                        const LossCurveGateOptions& options = {});
 
+// What a training job's gates saw, kept for its run's report: both curves as logged, the bands
+// they were held to and the verdicts (the report draws the curve against its band).
+struct TrainingEvidence {
+  std::vector<LossPoint> reference_loss_curve;
+  std::vector<LossPoint> loss_curve;
+  LossCurveGateOptions options;
+  TrainingVerdict verdict;
+};
+
 // Evidence for tickets and reports. Non-finite numbers appear as "nan", "inf", "-inf".
 nlohmann::json to_json(const LossCurveVerdict& verdict);
 nlohmann::json to_json(const EvalVerdict& verdict);
 nlohmann::json to_json(const TrainingVerdict& verdict);
+nlohmann::json to_json(const TrainingEvidence& evidence);
 
 }  // namespace kiln::qualification

@@ -308,6 +308,7 @@ struct QualificationRun::State {
     const std::size_t p = job.owner.pair;
     Pair& pair = pairs[p];
     if (pair.stage == Stage::done) return;
+    if (job.request.purpose == JobPurpose::measure && result.training) report_of(p).training = result.training;
     switch (job.request.purpose) {
       case JobPurpose::measure:
       case JobPurpose::extra_repeats:
@@ -416,10 +417,12 @@ Result<QualificationRun> QualificationRun::start(RunInput input, TimeMs now) {
   s.report.run_id = settings.run_id;
   s.report.tier = settings.tier;
   s.report.candidate_bundle_id = s.input.candidate.id;
+  s.report.candidate_bundle = s.input.candidate;
   s.report.started_at_ms = now;
   for (const auto& revision : settings.revisions) {
     if (auto it = s.input.baselines.find(revision); it != s.input.baselines.end()) {
       s.report.baseline_bundle_ids[revision] = it->second.id;
+      s.report.baseline_bundles[revision] = it->second;
     }
   }
   for (std::size_t p = 0; p < s.pairs.size(); ++p) {

@@ -17,6 +17,14 @@ json json_number(double value) {
   return std::isnan(value) ? json("nan") : json(value > 0 ? "inf" : "-inf");
 }
 
+json samples_json(const stats::SamplePair& samples) {
+  json baseline = json::array();
+  json candidate = json::array();
+  for (double value : samples.baseline) baseline.push_back(json_number(value));
+  for (double value : samples.candidate) candidate.push_back(json_number(value));
+  return {{"baseline", std::move(baseline)}, {"candidate", std::move(candidate)}};
+}
+
 }  // namespace
 
 std::string percent(double fraction) { return fmt::format("{:+.2f}%", fraction * 100.0); }
@@ -45,7 +53,9 @@ json to_json(const stats::ModelGateOutcome& o) {
               {"initial_extra_rounds", o.initial_extra_rounds},
               {"confirmation_extra_rounds", o.confirmation_extra_rounds}};
   out["initial"] = o.initial ? to_json(*o.initial) : json(nullptr);
+  out["initial_samples"] = samples_json(o.initial_samples);
   out["confirmation"] = o.confirmation ? to_json(*o.confirmation) : json(nullptr);
+  out["confirmation_samples"] = samples_json(o.confirmation_samples);
   out["error"] = o.error ? json(o.error->describe()) : json(nullptr);
   return out;
 }

@@ -215,12 +215,14 @@ Status apply_training_gate(const json& document, const QualificationModel& model
       run.eval_score = *score;
     }
   }
-  auto verdict = check_training(reference, run, model.eval_threshold);
+  const LossCurveGateOptions options;
+  auto verdict = check_training(reference, run, model.eval_threshold, options);
   if (!verdict) {
     return fail(Errc::bad_message, fmt::format("the training reference of {} in this result is broken ({}); regenerate "
                                                "the golden",
                                                model.name, verdict.error().message));
   }
+  result.training = TrainingEvidence{std::move(reference.loss_curve), std::move(run.loss_curve), options, *verdict};
   if (!verdict->passed) {
     if (result.correct) {
       result.correctness_detail = verdict->summary;

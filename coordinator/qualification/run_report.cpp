@@ -88,6 +88,7 @@ nlohmann::json to_json(const RunReport& report) {
     entry["performance"] = m.performance ? to_json(*m.performance) : json(nullptr);
     entry["triage"] = m.triage ? to_json(*m.triage) : json(nullptr);
     entry["bisection"] = m.bisection ? to_json(*m.bisection) : json(nullptr);
+    entry["training"] = m.training ? to_json(*m.training) : json(nullptr);
     entry["measure_job"] = m.measure_job ? measured_job_json(*m.measure_job) : json(nullptr);
     models.push_back(std::move(entry));
   }
@@ -108,11 +109,15 @@ nlohmann::json to_json(const RunReport& report) {
                          {"revision", job.revision},
                          {"purpose", to_string(job.purpose)}});
   }
+  json baseline_bundles = json::object();
+  for (const auto& [revision, bundle] : report.baseline_bundles) baseline_bundles[revision] = to_json(bundle);
   return {{"schema", "kiln.qualification-run/1"},
           {"run_id", report.run_id},
           {"tier", to_string(report.tier)},
           {"candidate_bundle_id", report.candidate_bundle_id},
           {"baseline_bundle_ids", report.baseline_bundle_ids},
+          {"candidate_bundle", report.candidate_bundle ? to_json(*report.candidate_bundle) : json(nullptr)},
+          {"baseline_bundles", std::move(baseline_bundles)},
           {"finished", report.finished},
           {"passed", report.passed},
           {"started_at_ms", report.started_at_ms},

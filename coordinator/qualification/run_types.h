@@ -17,6 +17,7 @@
 #include "common/time.h"
 #include "coordinator/qualification/bisect.h"
 #include "coordinator/qualification/change.h"
+#include "coordinator/qualification/correctness.h"
 #include "coordinator/qualification/model_set.h"
 #include "coordinator/qualification/reproducibility.h"
 #include "coordinator/qualification/ticket.h"
@@ -108,6 +109,7 @@ struct JobResult {
   std::string correctness_detail;  // why not, for people and tickets
   std::vector<double> baseline_samples;   // timed throughputs on the baseline bundle
   std::vector<double> candidate_samples;  // ... on the bundle under test
+  std::optional<TrainingEvidence> training;  // a training model's curves and gates
   std::string detail;  // the job's own detail (why it did not run)
 };
 
@@ -180,6 +182,7 @@ struct ModelReport {
   std::optional<stats::ModelGateOutcome> performance;
   std::optional<TriageAction> triage;
   std::optional<BisectResult> bisection;
+  std::optional<TrainingEvidence> training;  // its measure job's loss curve and eval, for training models
   std::vector<std::string> ticket_ids;
   std::vector<std::string> nodes;  // where its jobs ran
   DurationMs duration_ms = 0;      // first job start to verdict
@@ -212,6 +215,10 @@ struct RunReport {
   Tier tier = Tier::nightly;
   std::string candidate_bundle_id;
   std::map<std::string, std::string> baseline_bundle_ids;  // by revision
+  // The bundles themselves, for people to read their versions (absent in a report of a run that
+  // never started: its bundle was not found).
+  std::optional<Bundle> candidate_bundle;
+  std::map<std::string, Bundle> baseline_bundles;  // by revision
   std::vector<ModelReport> models;
   std::vector<Ticket> tickets;  // filed by this run, in order
   std::size_t jobs_started = 0;

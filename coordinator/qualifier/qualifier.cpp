@@ -32,6 +32,7 @@
 #include "coordinator/qualification/unit_tier.h"
 #include "coordinator/qualification/workload_catalog.h"
 #include "coordinator/qualifier/ticket_sinks.h"
+#include "coordinator/report/report_files.h"
 #include "sim/workloads/catalog.h"
 
 namespace kiln::qualifier {
@@ -117,6 +118,36 @@ nlohmann::json recorded(q::RunReport report, bool finished, const q::RunRequest&
   return document;
 }
 
+// The run's pages in the [reports] directory, written each time its report is recorded. The
+// other runs (the history and the index) are read from the coordinator when the run starts and
+// again before its last record, not on every record of its progress.
+class RunPages {
+ public:
+  RunPages(const std::string& directory, std::ostream& out) : directory_(directory), out_(out) {}
+
+  void read_other_runs(cli::Client& client) {
+    if (directory_.empty()) return;
+    auto runs = qs::list_runs(client);
+    if (!runs) {
+      out_ << "could not list the runs for the report pages' history: " << runs.error().message << "\n";
+      return;
+    }
+    others_ = report::digests_of(*runs);
+  }
+
+  void write(const nlohmann::json& document) {
+    if (directory_.empty()) return;
+    if (auto ok = report::write_run_files(directory_, document, others_); !ok) {
+      out_ << "could not write the run's report pages: " << ok.error().message << "\n";
+    }
+  }
+
+ private:
+  const std::string& directory_;
+  std::ostream& out_;
+  std::vector<report::RunDigest> others_;
+};
+
 // The claim on one run while it is driven: renewed every third of its length; lost when another
 // qualifier holds it, or when it could not be renewed for as long as it lasts.
 class Claim {
@@ -187,13 +218,14 @@ class RequestedRun {
   RequestedRun(const QualifierConfig& config, const q::ModelSet& set, q::RunRequest request, std::string owner,
                const std::atomic<bool>& stop)
       : config_(config), set_(set), request_(std::move(request)), owner_(std::move(owner)), stop_(stop),
-        lines_(request_.run_id), out_(&lines_) {}
+        lines_(request_.run_id), out_(&lines_), pages_(config_.reports_dir, out_) {}
 
   Status drive() {
     auto client = connect(config_);
     if (!client) return tl::unexpected(client.error());
     cli::Client& c = **client;
     Claim claim(c, config_, request_.run_id, owner_);
+    pages_.read_other_runs(c);
     auto facts = gather_facts(c, request_, set_);
     if (!facts) return tl::unexpected(facts.error());
     for (const auto& revision : q::revisions_skipped(facts->candidate, facts->fleet_revisions)) {
@@ -239,7 +271,8 @@ class RequestedRun {
       out_ << fmt::format("bundle {} is now the baseline of {}\n", input->candidate.id.substr(0, 12),
                           fmt::join(accepted, ", "));
     }
-    if (auto ok = qs::record_run(c, request_.run_id, recorded(*whole, true, request_)); !ok) return ok;
+    pages_.read_other_runs(c);
+    if (auto ok = record(c, request_.run_id, recorded(*whole, true, request_)); !ok) return ok;
     out_ << (whole->passed ? "passed\n" : "FAILED\n");
     return {};
   }
@@ -254,7 +287,7 @@ class RequestedRun {
                         input.candidate.id.substr(0, 12), input.settings.revisions.size() == 1 ? "" : "s",
                         fmt::join(input.settings.revisions, ", "), run->report().models.size());
     options.record = [&client, this, last](const q::RunReport& report) {
-      if (auto ok = qs::record_run(client, report.run_id, recorded(report, last, request_)); !ok) {
+      if (auto ok = record(client, report.run_id, recorded(report, last, request_)); !ok) {
         out_ << "could not record the run's progress on the coordinator: " << ok.error().message << "\n";
       }
     };
@@ -280,7 +313,7 @@ class RequestedRun {
     out_ << fmt::format("reproducibility: rerunning {} earlier result{}\n", picks.size(), picks.size() == 1 ? "" : "s");
     const auto record_progress = [&](const std::vector<q::ReproductionReport>& so_far) {
       whole.reproducibility = so_far;
-      if (auto ok = qs::record_run(client, request_.run_id, recorded(whole, false, request_)); !ok) {
+      if (auto ok = record(client, request_.run_id, recorded(whole, false, request_)); !ok) {
         out_ << "could not record the run's progress on the coordinator: " << ok.error().message << "\n";
       }
     };
@@ -322,12 +355,22 @@ class RequestedRun {
     return q::admit_smoke(*change, *unit);
   }
 
+  // The report on the coordinator (under its run id: a soak round has its own), then its pages.
+  Status record(cli::Client& client, const std::string& run_id, const nlohmann::json& document) {
+    if (auto ok = qs::record_run(client, run_id, document); !ok) return ok;
+    pages_.write(document);
+    return {};
+  }
+
   // A run that cannot start (its change unknown, no node of its revisions): finished,
   // failed, its summary saying why, so whoever waits for it learns it.
-  Status unrunnable(cli::Client& client, const Error& error) { return finish_without_jobs(client, "cannot run: " + error.message); }
+  Status unrunnable(cli::Client& client, const Error& error) {
+    return finish_without_jobs(client, "cannot run: " + error.message, /*could_not_run=*/true);
+  }
 
-  // A run that ends before any job: finished, failed, its summary saying why.
-  Status finish_without_jobs(cli::Client& client, const std::string& why) {
+  // A run that ends before any job: finished, failed, its summary saying why. `could_not_run`:
+  // the run itself is in error (as opposed to its change refused by the unit tier).
+  Status finish_without_jobs(cli::Client& client, const std::string& why, bool could_not_run = false) {
     out_ << why << "\n";
     q::RunReport report;
     report.run_id = request_.run_id;
@@ -338,7 +381,9 @@ class RequestedRun {
     nlohmann::json document = recorded(report, true, request_);
     document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})\n  {}\n", q::to_string(report.tier),
                                       report.run_id, report.candidate_bundle_id.substr(0, 12), why);
-    return qs::record_run(client, request_.run_id, document);
+    document["reason"] = why;
+    document["could_not_run"] = could_not_run;
+    return record(client, request_.run_id, document);
   }
 
   const QualifierConfig& config_;
@@ -348,6 +393,7 @@ class RequestedRun {
   const std::atomic<bool>& stop_;
   RunLines lines_;
   std::ostream out_;
+  RunPages pages_;
 };
 
 // A run being driven on its own thread.
@@ -485,6 +531,9 @@ Result<q::ModelSet> check_setup(const QualifierConfig& config) {
   if (auto ok = check_golden_dir(config.golden_dir); !ok) return tl::unexpected(ok.error());
   if (auto sink = open_ticket_sink(config.tickets_dir, config.webhook_config); !sink) {
     return tl::unexpected(sink.error());
+  }
+  if (!config.reports_dir.empty()) {
+    if (auto ok = report::prepare_report_directory(config.reports_dir); !ok) return tl::unexpected(ok.error());
   }
   if (auto client = cli::Client::connect(config.client); !client) return tl::unexpected(client.error());
   return set;

@@ -24,6 +24,7 @@ const std::vector<std::string_view> kScheduleKeys = {"nightly", "nightly_start",
                                                      "max_models",       "clock_offset_ms"};
 const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config", "retry_backoff_ms",
                                                    "max_retry_backoff_ms"};
+const std::vector<std::string_view> kReportKeys = {"directory"};
 
 std::string host_name() {
   char name[256] = {};
@@ -112,7 +113,8 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
   const toml::table* tickets = (*root)["tickets"].as_table();
   const toml::table* schedule = (*root)["schedule"].as_table();
   const toml::table* http = (*root)["http"].as_table();
-  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets", "schedule", "http"});
+  const toml::table* reports = (*root)["reports"].as_table();
+  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets", "schedule", "http", "reports"});
   if (qualifier == nullptr) {
     problems.add("missing the [qualifier] table (coordinator, key files, model_set, bundle_dir, golden_dir)");
   } else {
@@ -197,6 +199,15 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     } else if (auto address = http::parse_listen_address(config.http_listen); !address) {
       problems.at(http->get("listen")->source(), "listen " + address.error().message);
     }
+  }
+  if (reports == nullptr && root->contains("reports")) {
+    problems.at(root->get("reports")->source(), "reports must be a table: [reports] with directory = \"...\"");
+  }
+  if (reports != nullptr) {
+    problems.unknown_keys(*reports, "[reports]", kReportKeys);
+    Reader r(problems, *reports, base);
+    r.path("directory", config.reports_dir);
+    r.required("[reports] directory", config.reports_dir, "where each run's pages are written (or leave out [reports])");
   }
   if (config.name.empty()) config.name = host_name();
   if (auto ok = problems.status(); !ok) return tl::unexpected(ok.error());

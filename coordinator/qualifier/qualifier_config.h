@@ -33,6 +33,8 @@ struct QualifierConfig {
   std::string sim_driver;
   std::string cpu_driver;
   std::string webhook_config;  // empty: tickets go to the directory only
+  // [reports] directory: each run's report as <run>.json and <run>.html, and index.html (empty: none).
+  std::string reports_dir;
   qualification::DeliveryPolicy delivery;  // retrying a ticket its sink did not take
   DurationMs claim_ms = 30000;
   DurationMs poll_interval_ms = 1000;

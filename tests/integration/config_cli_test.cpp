@@ -270,6 +270,9 @@ TEST_CASE("kiln: configuration errors exit 2 naming the line, and the command li
   const Ran state = run(kiln + " tickets --state closed");
   CHECK(state.status == 2);
   CHECK(contains(state.output, "--state closed is not a ticket state; give open, acknowledged, fixed or duplicate"));
+  const Ran page = run(kiln + " run nightly-1 --html " + dir.file("no-such-dir/page.html"));
+  CHECK(page.status == 2);
+  CHECK(contains(page.output, "--html " + dir.file("no-such-dir/page.html") + ": cannot write there"));
 
 }
 
@@ -287,4 +290,25 @@ TEST_CASE("kiln-qualifier: every problem of qualifier.toml at once, each naming 
   CHECK(contains(checked.output, file + ": model_set is required: the qualification set (TOML)"));
   CHECK(contains(checked.output, file + ": dir is required: the ticket directory (one JSON file per ticket)"));
   CHECK(contains(checked.output, "run `kiln-qualifier --config " + file + " check-config` again"));
+}
+
+TEST_CASE("kiln-qualifier: [reports] is checked like the other tables") {
+  TempDir dir("kiln-config-reports");
+  const std::string file = dir.file("qualifier.toml");
+  const std::string valid = "[qualifier]\nmodel_set = \"models.toml\"\ncoordinator_public_key_file = \"c.pub\"\n"
+                            "secret_key_file = \"q.key\"\nbundle_dir = \"bundles\"\ngolden_dir = \"golden\"\n\n"
+                            "[tickets]\ndir = \"tickets\"\n\n";
+  // Line 12: a misspelt key; directory itself missing.
+  dir.write("qualifier.toml", valid + "[reports]\ndirectry = \"pages\"\n");
+  const Ran misspelt = run(bin("kiln-qualifier") + " --config " + file + " check-config");
+  CHECK(misspelt.status == 2);
+  CHECK(contains(misspelt.output, file + ":12:1: unknown key 'directry' in [reports]; did you mean 'directory'?"));
+  CHECK(contains(misspelt.output, file + ": [reports] directory is required: where each run's pages are written (or "
+                                         "leave out [reports])"));
+  dir.write("qualifier.toml", valid + "[reports]\ndirectory = 5\n");
+  CHECK(contains(run(bin("kiln-qualifier") + " --config " + file + " check-config").output,
+                 file + ":12:13: directory must be a string"));
+  dir.write("qualifier.toml", "reports = \"pages\"\n" + valid);
+  CHECK(contains(run(bin("kiln-qualifier") + " --config " + file + " check-config").output,
+                 file + ":1:11: reports must be a table: [reports] with directory = \"...\""));
 }

@@ -84,15 +84,15 @@ Status write_junit(const std::string& path, const nlohmann::json& document) {
 
 }  // namespace
 
-Status check_run_locally(const RunOptions& options) { return check_junit_path(options.junit_path); }
+Status check_run_locally(const RunOptions& options) { return check_output_path("--junit", options.junit_path); }
 
 // Opens the file for appending (creating it only to remove it again), so nothing is lost.
-Status check_junit_path(const std::string& path) {
+Status check_output_path(std::string_view option, const std::string& path) {
   if (path.empty()) return {};
   const bool existed = fs::exists(path);
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return fail(Errc::config, fmt::format("--junit {}: cannot write there ({}); give a path in a writable directory",
+    return fail(Errc::config, fmt::format("{} {}: cannot write there ({}); give a path in a writable directory", option,
                                           path, std::strerror(errno)));
   }
   ::close(fd);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 #include "coordinator/cli/client.h"
@@ -28,8 +29,8 @@ struct RunOptions {
 // What can be checked without the coordinator: the --junit file can be written (Errc::config,
 // exit 2); it is left as it was.
 Status check_run_locally(const RunOptions& options);
-// The same for any --junit path ("" for none).
-Status check_junit_path(const std::string& path);
+// The same for any output file given with `option` (--junit, --html; "" for none).
+Status check_output_path(std::string_view option, const std::string& path);
 
 // Records the request and prints the run id; with --wait, follows the run to its verdict.
 int run_qualification(const RunOptions& options, qualification::Tier tier, Client& client, bool json);

@@ -14,6 +14,7 @@
 #include "coordinator/cli/wait_progress.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/ticket_record.h"
+#include "coordinator/report/report_files.h"
 
 namespace kiln::cli {
 
@@ -61,15 +62,26 @@ class RunShowCommand : public RemoteCommand {
     command.add_flag("--wait", wait_, "follow the run until its verdict (also one not asked for yet, such as "
                                       "tonight's scheduled nightly); the exit code is the verdict");
     command.add_option("--junit", junit_path_, "with --wait: write the verdict as JUnit XML here");
+    command.add_option("--html", html_path_, "also write the run's page here (HTML with its plots, for a browser; "
+                                             "with --wait, once the run has its verdict)");
   }
   Status check_arguments() override {
     if (!junit_path_.empty() && !wait_) {
       return fail(Errc::invalid_argument, "--junit needs --wait: the verdict is written once the run has one");
     }
-    return check_junit_path(junit_path_);
+    if (auto ok = check_output_path("--junit", junit_path_); !ok) return ok;
+    return check_output_path("--html", html_path_);
   }
   int run_with(Client& client, CommandContext& context) override {
-    if (wait_) return follow_to_verdict(client, id_, junit_path_, context.json());
+    const int verdict = wait_ ? follow_to_verdict(client, id_, junit_path_, context.json()) : show(client, context);
+    if (html_path_.empty() || verdict > kExitFailed) return verdict;
+    if (auto ok = write_page(client); !ok) return report(ok.error());
+    std::cerr << fmt::format("kiln: wrote the page of run {} to {}; open it in a browser\n", id_, html_path_);
+    return verdict;
+  }
+
+ private:
+  int show(Client& client, CommandContext& context) {
     auto run = qs::get_run(client, id_);
     if (!run) return report(run.error());
     if (context.json()) {
@@ -86,9 +98,19 @@ class RunShowCommand : public RemoteCommand {
     return run->value("finished", false) && !run->value("passed", false) ? kExitFailed : kExitOk;
   }
 
- private:
+  // The page as the qualifier writes it, from the recorded report and every other run's (its history).
+  Status write_page(Client& client) {
+    auto run = qs::get_run(client, id_);
+    if (!run) return tl::unexpected(run.error());
+    auto runs = qs::list_runs(client);
+    if (!runs) return tl::unexpected(runs.error());
+    return kiln::report::write_file_atomically(html_path_,
+                                               kiln::report::render_run_page(*run, kiln::report::digests_of(*runs)));
+  }
+
   std::string id_;
   std::string junit_path_;
+  std::string html_path_;
   bool wait_ = false;
 };
 

@@ -42,7 +42,7 @@ class UnitCommand : public RemoteCommand {
     if (all_ && !change_.empty()) {
       return fail(Errc::invalid_argument, "--all and --change choose the tests both ways; give one of them");
     }
-    return check_junit_path(junit_path_);
+    return check_output_path("--junit", junit_path_);
   }
 
  protected:

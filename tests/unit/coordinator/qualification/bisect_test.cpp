@@ -97,6 +97,23 @@ TEST_CASE("the last candidate is the culprit when everything before it is good, 
   CHECK(single->result()->culprit_change_id == "only");
 }
 
+TEST_CASE("the result names every candidate and, for each probe, the round that started it") {
+  const Run run = run_rounds(100, 3, [](std::size_t i, int) { return monotone(i, 42); });
+  CHECK(run.result.candidates == candidates(100));
+  std::size_t last_round = 0;
+  std::map<std::size_t, std::size_t> probes_per_round;
+  for (const auto& record : run.result.evidence) {
+    CHECK(record.round >= last_round);  // synchronous rounds: answers arrive round by round
+    last_round = record.round;
+    ++probes_per_round[record.round];
+  }
+  CHECK(last_round == run.rounds);
+  for (const auto& [round, probes] : probes_per_round) CHECK(probes <= 3);
+  const nlohmann::json json = q::to_json(run.result);
+  CHECK(json.at("candidates").size() == 100);
+  CHECK(json.at("probes").at(0).at("round") == 1);
+}
+
 TEST_CASE("inconclusive probes are retried, bounded, and the evidence keeps every verdict") {
   // Every change needs two probes for an answer.
   const Run run = run_rounds(400, 3, [](std::size_t i, int attempt) {

@@ -359,6 +359,17 @@ TEST_CASE("a nightly catches a 3% slowdown and a broken kernel, bisects both to 
     CHECK(tfm.ticket_ids.size() == 1);
 
     CHECK(find_report(report, "fp8-small", revision).verdict == q::ModelVerdict::passed);
+    // The report keeps the samples each comparison judged, and the bisection's rounds.
+    REQUIRE(mlp.performance->initial.has_value());
+    CHECK(mlp.performance->initial_samples.baseline.size() == mlp.performance->initial->test.n_baseline);
+    CHECK(mlp.performance->initial_samples.candidate.size() == mlp.performance->initial->test.n_candidate);
+    REQUIRE(mlp.performance->confirmation.has_value());
+    CHECK(mlp.performance->confirmation_samples.candidate.size() == mlp.performance->confirmation->test.n_candidate);
+    CHECK(tfm.bisection->candidates.size() == kCandidateIndex - kBaselineIndex);
+    for (const auto& probe : tfm.bisection->evidence) {
+      CHECK(probe.round >= 1);
+      CHECK(tfm.bisection->candidates.at(probe.change_index) == probe.change_id);
+    }
     // The 32-chip model runs on 4 whole nodes; failing there points at no one node, so it is
     // bisected at once, to the same culprit as tfm-small and under the same ticket.
     const auto& large = find_report(report, "llm-large", revision);
@@ -843,6 +854,16 @@ TEST_CASE("read_workload_result: training runs go through the loss-curve and eva
   auto good = q::read_workload_result(training_document(*reference, *chip).dump(), m);
   REQUIRE(good.has_value());
   CHECK(good->correct);
+  // The curves the gates saw are kept for the run's report, with the band they were held to.
+  REQUIRE(good->training.has_value());
+  CHECK(good->training->loss_curve.size() == chip->loss_curve.size());
+  CHECK(good->training->reference_loss_curve.size() == reference->loss_curve.size());
+  CHECK(good->training->options.pointwise_band_relative == doctest::Approx(0.05));
+  REQUIRE(good->training->verdict.eval.has_value());
+  const json evidence = q::to_json(*good->training);
+  CHECK(evidence.at("loss_curve").size() == chip->loss_curve.size());
+  CHECK(evidence.at("band_relative") == 0.05);
+  CHECK(evidence.at("verdict").at("eval").at("passed") == true);
 
   w::ModelRun diverged = *chip;
   diverged.loss_curve[diverged.loss_curve.size() / 2].loss = std::nan("");

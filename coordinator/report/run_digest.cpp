@@ -1,0 +1,136 @@
+// What every page shows of a run: its verdict and why, its throughputs, its files' names.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "coordinator/report/pages.h"
+#include "coordinator/report/report_fields.h"
+
+namespace kiln::report {
+
+namespace {
+
+// Reports written before `fails_run` was kept name the failing verdicts only.
+bool model_fails_run(const Json& model) {
+  const Json& flag = member(model, "fails_run");
+  if (flag.is_boolean()) return flag.get<bool>();
+  static const std::set<std::string> failing = {"performance_regression", "correctness_regression",
+                                                "hardware_suspect", "error"};
+  return failing.count(text_of(model, "verdict")) > 0;
+}
+
+std::string counts_text(const std::vector<std::string>& verdicts) {
+  std::map<std::string, std::size_t> counts;
+  for (const auto& verdict : verdicts) ++counts[verdict];
+  std::vector<std::string> parts;
+  for (const auto& [verdict, count] : counts) parts.push_back(fmt::format("{} {}", count, verdict));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// The summary's second line: what a report of a run that ended before any job says about why.
+std::string summary_reason(const Json& report) {
+  const std::string summary = text_of(report, "summary");
+  const auto first_end = summary.find('\n');
+  if (first_end == std::string::npos) return "";
+  std::string line = summary.substr(first_end + 1, summary.find('\n', first_end + 1) - first_end - 1);
+  line.erase(0, line.find_first_not_of(' '));
+  return line;
+}
+
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+bool file_safe(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '-';
+}
+
+std::string file_stem(std::string_view run_id) {
+  const bool plain = !run_id.empty() && run_id.front() != '.' && run_id != "index" &&
+                     std::all_of(run_id.begin(), run_id.end(), file_safe);
+  if (plain) return std::string(run_id);
+  std::string stem;
+  for (const char c : run_id.substr(0, 64)) stem += file_safe(c) && !(stem.empty() && c == '.') ? c : '_';
+  return fmt::format("{}-{:016x}", stem, fnv1a(run_id));
+}
+
+}  // namespace
+
+RunVerdict run_verdict(const Json& report) {
+  const Json& models = items(report, "models");
+  std::vector<std::string> verdicts;
+  std::vector<std::string> failing;
+  for (const Json& model : models) {
+    verdicts.push_back(text_of(model, "verdict"));
+    if (model_fails_run(model)) failing.push_back(verdicts.back());
+  }
+  if (!flag_of(report, "finished")) {
+    if (models.empty()) return {"running", "no model run has started yet"};
+    const auto decided = std::count_if(verdicts.begin(), verdicts.end(), [](const auto& v) { return v != "pending"; });
+    return {"running", fmt::format("{} of {} model runs have a verdict so far", decided, models.size())};
+  }
+  if (flag_of(report, "passed")) {
+    if (models.empty()) return {"passed", "no model to run"};
+    return {"passed", fmt::format("{} model runs: {}", models.size(), counts_text(verdicts))};
+  }
+  const std::string reason = !text_of(report, "reason").empty() ? text_of(report, "reason") : summary_reason(report);
+  if (flag_of(report, "could_not_run")) return {"error", reason};
+  if (failing.empty()) return {"failed", reason};
+  if (std::all_of(failing.begin(), failing.end(), [](const auto& v) { return v == "error"; })) {
+    return {"error", fmt::format("{} of {} model runs could not be measured: their jobs did not run", failing.size(),
+                                 models.size())};
+  }
+  return {"failed", fmt::format("{} of {} model runs fail it: {}", failing.size(), models.size(), counts_text(failing))};
+}
+
+RunDigest digest_of(const Json& report) {
+  RunDigest digest;
+  digest.run_id = text_of(report, "run_id");
+  digest.tier = text_of(report, "tier");
+  digest.verdict = run_verdict(report);
+  digest.finished = flag_of(report, "finished");
+  digest.started_at_ms = integer_of(report, "started_at_ms");
+  digest.finished_at_ms = integer_of(report, "finished_at_ms");
+  digest.candidate_bundle_id = text_of(report, "candidate_bundle_id");
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const Json& model : items(report, "models")) {
+    ModelThroughput entry{text_of(model, "model"), text_of(model, "revision"), text_of(model, "verdict"), 0, false};
+    // A release's soak rounds list the models again, correctness only: the first entry counts.
+    if (!seen.insert({entry.model, entry.revision}).second) continue;
+    const Json& performance = member(model, "performance");
+    const auto samples = finite_numbers(member(member(performance, "initial_samples"), "candidate"));
+    const Json& initial = member(performance, "initial");
+    const auto baseline_median = number_of(initial, "baseline_median");
+    const auto shift = number_of(initial, "hodges_lehmann");
+    if (!samples.empty()) {
+      entry.throughput = median(samples);
+    } else if (baseline_median && shift) {
+      entry.throughput = *baseline_median + *shift;
+      entry.estimated = true;
+    } else {
+      continue;
+    }
+    digest.throughputs.push_back(std::move(entry));
+  }
+  return digest;
+}
+
+std::vector<RunDigest> digests_of(std::span<const Json> reports) {
+  std::vector<RunDigest> digests;
+  for (const Json& report : reports) digests.push_back(digest_of(report));
+  return digests;
+}
+
+std::string run_page_name(std::string_view run_id) { return file_stem(run_id) + ".html"; }
+std::string run_json_name(std::string_view run_id) { return file_stem(run_id) + ".json"; }
+
+}  // namespace kiln::report
