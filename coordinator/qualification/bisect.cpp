@@ -134,7 +134,6 @@ BisectPlan Bisection::next_probes(std::size_t free_nodes) {
   }
   std::sort(plan.start.begin(), plan.start.end(),
             [](const Probe& a, const Probe& b) { return a.change_index < b.change_index; });
-  if (!plan.start.empty()) ++rounds_;
   return plan;
 }
 

@@ -142,7 +142,6 @@ class Bisection {
   std::set<std::size_t> skipped_;        // inconclusive max_attempts_per_change times
   std::vector<ProbeRecord> evidence_;
   std::size_t probes_started_ = 0;
-  std::size_t rounds_ = 0;
   std::size_t contradictions_ = 0;
 };
 

@@ -1,5 +1,8 @@
 #include "coordinator/qualifier/qualifier.h"
 
+#include <iterator>
+#include <fstream>
+#include <cctype>
 #include <unistd.h>
 
 #include <algorithm>
@@ -539,6 +542,30 @@ Result<q::ModelSet> check_setup(const QualifierConfig& config) {
   return set;
 }
 
+// The report pages of [reports] directory, as they are written there: `/` is the index, `/NAME`
+// a run's page or JSON. Only plain file names of that directory are served (no path can leave it).
+http::Response report_file(const std::string& directory, const http::Request& request) {
+  const std::string name = request.path == "/" ? "index.html" : request.path.substr(1);
+  const bool plain = !name.empty() && name.front() != '.' &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
+                     });
+  const std::filesystem::path file = std::filesystem::path(directory) / name;
+  const bool html = name.ends_with(".html");
+  if (!plain || !(html || name.ends_with(".json"))) {
+    return http::text_response(404, "no such page: the run pages are /, /RUN.html and /RUN.json");
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    return http::text_response(404, name == "index.html" ? "no run has been recorded yet: the index comes with the first"
+                                                         : "no such run page: " + name + "; the index at / lists them");
+  }
+  http::Response response;
+  response.content_type = html ? "text/html; charset=utf-8" : "application/json";
+  response.body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return response;
+}
+
 Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, const std::atomic<bool>& stop) {
   auto client = connect(config);
   if (!client) return tl::unexpected(client.error());
@@ -552,11 +579,19 @@ Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, cons
   if (!config.http_listen.empty()) {
     http::Router router;
     router.exact("/metrics", [&metrics_page](const http::Request&) { return metrics_page.answer(); });
+    if (!config.reports_dir.empty()) {
+      router.prefix("/", [directory = config.reports_dir](const http::Request& request) {
+        return report_file(directory, request);
+      });
+    }
     auto server = http::Server::start(config.http_listen, std::move(router), {},
                                       "change [http] listen in qualifier.toml, or stop what listens there");
     if (!server) return tl::unexpected(server.error());
     metrics_server = std::move(*server);
-    say(fmt::format("serves /metrics on http://{}/metrics", metrics_server->address()));
+    say(fmt::format("serves /metrics on http://{}/metrics{}", metrics_server->address(),
+                    config.reports_dir.empty() ? ""
+                                               : fmt::format(" and the report pages on http://{}/",
+                                                             metrics_server->address())));
   }
   say(fmt::format("{} drives the runs requested on {} (claims of {} ms) and delivers tickets to the {} sink", owner,
                   config.client.coordinator_endpoint, config.claim_ms, sink_name));
