@@ -72,6 +72,7 @@ function(kiln_man_page program section component name)
   set(page ${CMAKE_BINARY_DIR}/packaging/man/${program}.${section})
   # Run by name from PATH, so that the page's usage line says `kiln`, not build/bin/kiln.
   add_custom_command(OUTPUT ${page}.gz
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/packaging/man
     COMMAND ${CMAKE_COMMAND} -E env PATH=$<TARGET_FILE_DIR:${program}>:/usr/bin:/bin
             ${KILN_HELP2MAN} --no-info --no-discard-stderr --section=${section} --name=${name}
             --include=${KILN_SOURCE_ROOT}/scripts/packaging/man/see-also.h2m --output=${page} ${program}

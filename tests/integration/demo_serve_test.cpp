@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "tests/integration/run_command.h"
+#include "tests/support/http_get.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
 using kiln::testing::contains;
+using kiln::testing::http_get;
 using kiln::testing::run;
 using kiln::testing::TempDir;
 namespace fs = std::filesystem;
@@ -41,6 +43,15 @@ std::string demo_command() {
   return std::string("KILN_DEMO_NO_BUILD=1 KILN_BUILD_DIR=") + KILN_BIN_DIR + "/.. " + KILN_SOURCE_DIR + "/scripts/demo";
 }
 
+// The HOST:PORT of the http://HOST:PORT URL that `marker` follows in `text`; empty when none does.
+std::string address_before(const std::string& text, const std::string& marker) {
+  const auto at = text.find(marker);
+  if (at == std::string::npos) return "";
+  const auto start = text.rfind("http://", at);
+  if (start == std::string::npos) return "";
+  return text.substr(start + 7, at - start - 7);
+}
+
 }  // namespace
 
 TEST_CASE("scripts/demo --serve leaves the fleet up with a config per role, and --stop stops it all") {
@@ -57,6 +68,13 @@ TEST_CASE("scripts/demo --serve leaves the fleet up with a config per role, and 
   for (const char* role : {"developer", "ci", "ops", "lab", "admin"}) {
     CHECK(contains(served.output, dir + "/client-" + role + ".toml"));
   }
+  // Where it says /metrics is, a Prometheus scrape finds the pool and CI's health.
+  const std::string coordinator_metrics = address_before(served.output, "/metrics (coordinator)");
+  const std::string qualifier_metrics = address_before(served.output, "/metrics\n              (qualifier");
+  REQUIRE(!coordinator_metrics.empty());
+  REQUIRE(!qualifier_metrics.empty());
+  CHECK(contains(http_get(coordinator_metrics, "/metrics").body, "kiln_agents_connected 4"));
+  CHECK(contains(http_get(qualifier_metrics, "/metrics").body, "kiln_runs_total"));
 
   // Another process, later: the ops config sees all four nodes up.
   const auto nodes = run("KILN_CONFIG=" + dir + "/client-ops.toml " + KILN_BIN_DIR + "/kiln nodes");
@@ -198,6 +216,13 @@ TEST_CASE("the walkthrough of docs/operations.md runs as written against scripts
     return outputs[static_cast<std::size_t>(step - walkthrough.commands.begin()) - 1];
   };
   CHECK(contains(output_of("kiln nodes"), "n04 "));
+  // The qualifier serves the runs' pages where it said: the index links the nightly's page.
+  const std::string pages = address_before(served.output, "/ (served by the qualifier)");
+  REQUIRE(!pages.empty());
+  const auto index = http_get(pages, "/");
+  CHECK(index.status == 200);
+  CHECK(contains(index.body, "<svg"));
+  CHECK(http_get(pages, "/../coordinator.toml").status == 404);
   // The audit log has the walkthrough's own steps, with the keys that took them.
   const std::string audit = output_of("kiln audit --since 1h");
   CHECK(contains(audit, "lease_requested"));
