@@ -32,23 +32,14 @@ TEST_CASE("on PostgreSQL the coordinator killed and restarted keeps its jobs and
   fleet.add_agent({"n01", "a"});
   fleet.start_coordinator();
   fleet.start_agent("n01");
-  std::uint64_t done_id = 0;
-  std::uint64_t running_id = 0;
+  JobsInFlight jobs;
   {
     auto client = fleet.client("dev");
     REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
-    SubmitJob smoke;
-    smoke.workload = "smoke";
-    done_id = submit(*client, smoke);
-    REQUIRE(Fleet::eventually([&] { return job_state_is(*client, done_id, JobState::succeeded); }, 15s));
-    SubmitJob sleeper;
-    sleeper.workload = "sleep";
-    sleeper.args = {"3"};
-    sleeper.chips = 1;
-    sleeper.max_attempts = 1;
-    running_id = submit(*client, sleeper);
-    REQUIRE(Fleet::eventually([&] { return job_state_is(*client, running_id, JobState::running); }, 10s));
+    jobs = finished_and_running_jobs(*client);
   }
+  const std::uint64_t done_id = jobs.done_id;
+  const std::uint64_t running_id = jobs.running_id;
   REQUIRE(fleet.kiln("ops1", {"drain", "n01", "--reason", "fan noise"}) == 0);
   CHECK(contains(fleet.log_of("coordinator"), "keeping what it acknowledges in the PostgreSQL database " + database));
   fleet.stop_coordinator(SIGKILL);

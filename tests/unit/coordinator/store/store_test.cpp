@@ -21,6 +21,16 @@ void save_smoke_job(Store& store, std::uint64_t job_id) {
   REQUIRE(store.save_job(job).has_value());
 }
 
+LeaseRecord lease_record(std::uint64_t lease_id, const std::string& owner, std::uint32_t chips,
+                         protocol::LeaseState state) {
+  LeaseRecord lease;
+  lease.summary.lease_id = lease_id;
+  lease.summary.owner = owner;
+  lease.summary.chips = chips;
+  lease.summary.state = state;
+  return lease;
+}
+
 protocol::AuditEntry audit_line(std::int64_t at_ms, const std::string& action) {
   return protocol::AuditEntry{0, at_ms, "alice", "developer", action, "lease L1 of alice", "8 chips for 1h"};
 }
@@ -73,10 +83,7 @@ TEST_CASE_TEMPLATE("the store keeps developer leases and qualification records a
   {
     auto store = backend.open();
     REQUIRE(store.has_value());
-    LeaseRecord lease;
-    lease.summary.lease_id = 7;
-    lease.summary.owner = "alice";
-    lease.summary.chips = 4;
+    LeaseRecord lease = lease_record(7, "alice", 4, protocol::LeaseState::pending);
     lease.summary.hardware_revision = "b";
     lease.summary.duration_ms = 7200000;
     lease.summary.requested_at_ms = 1000;
@@ -89,11 +96,7 @@ TEST_CASE_TEMPLATE("the store keeps developer leases and qualification records a
     lease.summary.expires_at_ms = 7205000;
     lease.summary.event_seq = 1;
     REQUIRE((*store)->save_lease(lease).has_value());
-    LeaseRecord ended;
-    ended.summary.lease_id = 8;
-    ended.summary.owner = "bob";
-    ended.summary.chips = 1;
-    ended.summary.state = protocol::LeaseState::ended;
+    LeaseRecord ended = lease_record(8, "bob", 1, protocol::LeaseState::ended);
     ended.summary.detail = "released by bob";
     REQUIRE((*store)->save_lease(ended).has_value());
     protocol::RecordEntry ticket;
@@ -130,19 +133,10 @@ TEST_CASE_TEMPLATE("only the newest ended leases are kept", Backend, SqliteBacke
   KILN_STORE_BACKEND(backend);
   auto store = backend.open();
   REQUIRE(store.has_value());
-  LeaseRecord active;
-  active.summary.lease_id = 1;
-  active.summary.owner = "alice";
-  active.summary.chips = 1;
-  REQUIRE((*store)->save_lease(active).has_value());
+  REQUIRE((*store)->save_lease(lease_record(1, "alice", 1, protocol::LeaseState::granted)).has_value());
   constexpr std::uint64_t kEnded = 1005;
   for (std::uint64_t id = 2; id < 2 + kEnded; ++id) {
-    LeaseRecord ended;
-    ended.summary.lease_id = id;
-    ended.summary.owner = "bob";
-    ended.summary.chips = 1;
-    ended.summary.state = protocol::LeaseState::ended;
-    REQUIRE((*store)->save_lease(ended).has_value());
+    REQUIRE((*store)->save_lease(lease_record(id, "bob", 1, protocol::LeaseState::ended)).has_value());
   }
   auto snapshot = (*store)->load();
   REQUIRE(snapshot.has_value());
