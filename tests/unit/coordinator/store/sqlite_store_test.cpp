@@ -122,6 +122,7 @@ TEST_CASE("a new database carries kiln's application id; one from before applica
     JobRecord job;
     job.summary.job_id = 4;
     job.summary.workload = "smoke";
+    job.timeout_ms = 60000;
     REQUIRE((*store)->save_job(job).has_value());
   }
   CHECK(application_id_of(path) == 0x4B494C4E);
