@@ -204,9 +204,10 @@ class Session {
 
 std::string server_name(const std::string& database, const std::string& host, const std::string& port,
                         const std::string& user) {
-  return fmt::format("PostgreSQL database {} on {}:{} as {}", database.empty() ? "(default)" : database,
-                     host.empty() ? "the default socket" : host, port.empty() ? "5432" : port,
-                     user.empty() ? "(default)" : user);
+  const std::string at_port = port.empty() ? "5432" : port;
+  return fmt::format("PostgreSQL database {} on {} as {}", database.empty() ? "(the user's name)" : database,
+                     host.empty() ? "the local default socket, port " + at_port : host + ":" + at_port,
+                     user.empty() ? "(the system user)" : user);
 }
 
 Result<Session> connect(const PostgresLocation& location, bool read_only) {
