@@ -102,16 +102,7 @@ TEST_CASE("a job whose node is lost is failed over to another node when attempts
 
 TEST_CASE("the coordinator killed and restarted recovers its state; agents re-register and reconcile") {
   Fleet fleet("restart");
-  fleet.add_key("dev", "developer");
-  fleet.add_agent({"n01", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  JobsInFlight jobs;
-  {
-    auto client = fleet.client("dev");
-    REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
-    jobs = finished_and_running_jobs(*client);
-  }
+  const JobsInFlight jobs = finished_and_running_jobs(*start_one_node(fleet));
   const std::uint64_t done_id = jobs.done_id;
   const std::uint64_t running_id = jobs.running_id;
   fleet.stop_coordinator(SIGKILL);

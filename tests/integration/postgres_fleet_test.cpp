@@ -27,17 +27,8 @@ TEST_CASE("on PostgreSQL the coordinator killed and restarted keeps its jobs and
   Fleet fleet("postgres-restart");
   const std::string database = server->create_database();
   fleet.use_postgres(server->url(database));
-  fleet.add_key("dev", "developer");
   fleet.add_key("ops1", "ops");
-  fleet.add_agent({"n01", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  JobsInFlight jobs;
-  {
-    auto client = fleet.client("dev");
-    REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
-    jobs = finished_and_running_jobs(*client);
-  }
+  const JobsInFlight jobs = finished_and_running_jobs(*start_one_node(fleet));
   const std::uint64_t done_id = jobs.done_id;
   const std::uint64_t running_id = jobs.running_id;
   REQUIRE(fleet.kiln("ops1", {"drain", "n01", "--reason", "fan noise"}) == 0);

@@ -35,6 +35,16 @@ protocol::AuditEntry audit_line(std::int64_t at_ms, const std::string& action) {
   return protocol::AuditEntry{0, at_ms, "alice", "developer", action, "lease L1 of alice", "8 chips for 1h"};
 }
 
+// Opens the store again, as the next coordinator would, and loads what it holds.
+template <class Backend>
+std::pair<Result<std::unique_ptr<Store>>, Result<Snapshot>> reopen(const Backend& backend) {
+  auto store = backend.open();
+  REQUIRE_MESSAGE(store.has_value(), store.error().message);
+  auto snapshot = (*store)->load();
+  REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+  return {std::move(store), std::move(snapshot)};
+}
+
 }  // namespace
 
 // Each case starts with a fresh database of its backend, or returns where it has none.
@@ -65,10 +75,7 @@ TEST_CASE_TEMPLATE("the store keeps nodes and jobs across reopening", Backend, S
     job.summary.state = protocol::JobState::succeeded;
     REQUIRE((*store)->save_job(job).has_value());
   }
-  auto store = backend.open();
-  REQUIRE(store.has_value());
-  auto snapshot = (*store)->load();
-  REQUIRE(snapshot.has_value());
+  auto [store, snapshot] = reopen(backend);
   REQUIRE(snapshot->nodes.size() == 1);
   CHECK(snapshot->nodes[0].draining);
   REQUIRE(snapshot->jobs.size() == 1);
@@ -107,10 +114,7 @@ TEST_CASE_TEMPLATE("the store keeps developer leases and qualification records a
     ticket.document = R"({"state": "fixed"})";
     REQUIRE((*store)->save_record(ticket).has_value());
   }
-  auto store = backend.open();
-  REQUIRE(store.has_value());
-  auto snapshot = (*store)->load();
-  REQUIRE(snapshot.has_value());
+  auto [store, snapshot] = reopen(backend);
   REQUIRE(snapshot->leases.size() == 2);
   const LeaseRecord& lease = snapshot->leases[0];
   CHECK(lease.summary.lease_id == 7);
@@ -160,10 +164,7 @@ TEST_CASE_TEMPLATE("a version 1 database (before leases, records and job attribu
   run_sql(backend, backend.remove_fields(backend.table("jobs"), {"summary.bundle_id", "summary.config_hash"}));
   run_sql(backend, backend.set_schema_version(1));
   {
-    auto store = backend.open();
-    REQUIRE_MESSAGE(store.has_value(), store.error().message);
-    auto snapshot = (*store)->load();
-    REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+    auto [store, snapshot] = reopen(backend);
     REQUIRE(snapshot->jobs.size() == 1);
     CHECK(snapshot->jobs[0].summary.bundle_id.empty());
     CHECK(snapshot->leases.empty());
@@ -193,10 +194,7 @@ TEST_CASE_TEMPLATE("a version 2 database is upgraded: its nodes read back, never
   // What a version 2 coordinator wrote: nodes without the release time.
   run_sql(backend, backend.remove_fields(backend.table("nodes"), {"released_from_quarantine_wall_ms"}));
   run_sql(backend, backend.set_schema_version(2));
-  auto store = backend.open();
-  REQUIRE_MESSAGE(store.has_value(), store.error().message);
-  auto snapshot = (*store)->load();
-  REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+  auto [store, snapshot] = reopen(backend);
   REQUIRE(snapshot->nodes.size() == 1);
   CHECK(snapshot->nodes[0].summary.node_id == "n01");
   CHECK(snapshot->nodes[0].released_from_quarantine_wall_ms == 0);
@@ -221,10 +219,7 @@ TEST_CASE_TEMPLATE("a version 3 database is upgraded: its nodes name no rendezvo
   run_sql(backend, backend.remove_fields(backend.table("jobs"), {"summary.gang_id", "summary.gang_rank",
                                                                  "summary.gang_size", "cancel_reason", "artifacts"}));
   run_sql(backend, backend.set_schema_version(3));
-  auto store = backend.open();
-  REQUIRE_MESSAGE(store.has_value(), store.error().message);
-  auto snapshot = (*store)->load();
-  REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+  auto [store, snapshot] = reopen(backend);
   REQUIRE(snapshot->nodes.size() == 1);
   CHECK(snapshot->nodes[0].summary.rendezvous_address.empty());
   REQUIRE(snapshot->jobs.size() == 1);
@@ -251,10 +246,7 @@ TEST_CASE_TEMPLATE("a version 4 database is upgraded: it gains an empty audit lo
   run_sql(backend, backend.drop_audit_log());
   run_sql(backend, backend.remove_fields(backend.table("nodes"), {"summary.labels"}));
   run_sql(backend, backend.set_schema_version(4));
-  auto store = backend.open();
-  REQUIRE_MESSAGE(store.has_value(), store.error().message);
-  auto snapshot = (*store)->load();
-  REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+  auto [store, snapshot] = reopen(backend);
   CHECK(snapshot->jobs.size() == 1);
   REQUIRE(snapshot->nodes.size() == 1);
   CHECK(snapshot->nodes[0].summary.labels.empty());
