@@ -12,6 +12,7 @@
 using namespace kiln;
 using namespace kiln::coordinator;
 using kiln::testing::contains;
+using kiln::testing::why;
 using kiln::testing::PostgresBackend;
 using kiln::testing::PostgresServer;
 
@@ -58,7 +59,7 @@ TEST_CASE("a role with a password logs in with password_file; a wrong or exposed
   REQUIRE(::chmod(password_file.c_str(), 0600) == 0);
   {
     auto store = open_postgres_store({url, password_file});
-    REQUIRE_MESSAGE(store.has_value(), store.error().message);
+    REQUIRE_MESSAGE(store.has_value(), why(store));
     CHECK((*store)->load().has_value());
   }
   const std::string wrong_file = dir.write("wrong", "battery staple\n");
@@ -97,7 +98,7 @@ TEST_CASE("a schema kiln that kiln did not make is refused untouched, saying wha
   PostgresBackend shared;
   kiln::testing::run_sql(shared, "CREATE TABLE public.jobs (id INTEGER PRIMARY KEY);");
   auto beside = shared.open();
-  CHECK_MESSAGE(beside.has_value(), beside.error().message);
+  CHECK_MESSAGE(beside.has_value(), why(beside));
 }
 
 TEST_CASE("coordinators starting together on a new PostgreSQL database make its schema once") {
@@ -112,7 +113,7 @@ TEST_CASE("coordinators starting together on a new PostgreSQL database make its 
   std::vector<std::thread> threads;
   for (int i = 0; i < kStarting; ++i) threads.emplace_back([&, i] { opened[i] = backend.open(); });
   for (std::thread& thread : threads) thread.join();
-  for (const auto& store : opened) CHECK_MESSAGE(store.has_value(), store.error().message);
+  for (const auto& store : opened) CHECK_MESSAGE(store.has_value(), why(store));
   CHECK(backend.server().query(backend.database(), "SELECT version FROM kiln.schema_version ORDER BY version;") ==
         "1\n2\n3\n4\n5\n");
 }

@@ -98,6 +98,12 @@ class PostgresBackend {
   std::string database_ = server_ ? server_->create_database() : "";
 };
 
+// Why a result failed, for a test's message: doctest builds messages of passing checks too.
+template <class R>
+std::string why(const R& result) {
+  return result ? std::string() : result.error().message;
+}
+
 // Runs SQL that must succeed.
 template <class Backend>
 void run_sql(const Backend& backend, const std::string& sql) {

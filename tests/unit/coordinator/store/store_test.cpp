@@ -7,6 +7,7 @@
 using namespace kiln;
 using namespace kiln::coordinator;
 using kiln::testing::contains;
+using kiln::testing::why;
 using kiln::testing::PostgresBackend;
 using kiln::testing::run_sql;
 using kiln::testing::SqliteBackend;
@@ -39,9 +40,9 @@ protocol::AuditEntry audit_line(std::int64_t at_ms, const std::string& action) {
 template <class Backend>
 std::pair<Result<std::unique_ptr<Store>>, Result<Snapshot>> reopen(const Backend& backend) {
   auto store = backend.open();
-  REQUIRE_MESSAGE(store.has_value(), store.error().message);
+  REQUIRE_MESSAGE(store.has_value(), why(store));
   auto snapshot = (*store)->load();
-  REQUIRE_MESSAGE(snapshot.has_value(), snapshot.error().message);
+  REQUIRE_MESSAGE(snapshot.has_value(), why(snapshot));
   return {std::move(store), std::move(snapshot)};
 }
 
@@ -59,7 +60,7 @@ TEST_CASE_TEMPLATE("the store keeps nodes and jobs across reopening", Backend, S
   KILN_STORE_BACKEND(backend);
   {
     auto store = backend.open();
-    REQUIRE_MESSAGE(store.has_value(), store.error().message);
+    REQUIRE_MESSAGE(store.has_value(), why(store));
     NodeRecord node;
     node.summary.node_id = "n01";
     node.summary.hardware_revision = "a";
@@ -272,7 +273,7 @@ TEST_CASE_TEMPLATE("check-store finds damaged records and key columns that disag
     REQUIRE((*store)->save_node(node).has_value());
   }
   auto healthy = backend.check();
-  REQUIRE_MESSAGE(healthy.has_value(), healthy.error().message);
+  REQUIRE_MESSAGE(healthy.has_value(), why(healthy));
   CHECK(healthy->problems.empty());
   CHECK(contains(healthy->summary, "kiln database, schema version 5; 1 nodes, 3 jobs"));
 
