@@ -35,17 +35,19 @@ int print_config_problems(const std::string& config_path, const kiln::Error& err
 }
 
 // Reads the database without writing to it and says what to do about what it finds.
-int check_store(const std::string& database) {
-  auto check = kiln::coordinator::check_sqlite_store(database);
+int check_store(const kiln::Result<kiln::coordinator::StoreCheck>& check, bool sqlite) {
   if (!check) return print_error(check.error(), check.error().code == kiln::Errc::not_found ? kExitConfig : kExitProblem);
   std::printf("%s\n", check->summary.c_str());
   if (check->problems.empty()) {
-    std::printf("OK: SQLite's integrity check and kiln's own checks found nothing wrong\n");
+    std::printf(sqlite ? "OK: SQLite's integrity check and kiln's own checks found nothing wrong\n"
+                       : "OK: kiln's own checks found nothing wrong\n");
     return 0;
   }
   for (const std::string& problem : check->problems) std::printf("  %s\n", problem.c_str());
-  std::printf("%zu problem(s). Stop the coordinator, keep a copy of the file, restore it from your latest backup "
-              "and run check-store on what you restored before starting the coordinator on it.\n",
+  std::printf(sqlite ? "%zu problem(s). Stop the coordinator, keep a copy of the file, restore it from your latest "
+                       "backup and run check-store on what you restored before starting the coordinator on it.\n"
+                     : "%zu problem(s). Stop the coordinator, restore the database from your latest backup and run "
+                       "check-store on what you restored before starting the coordinator on it.\n",
               check->problems.size());
   return kExitProblem;
 }
@@ -60,7 +62,7 @@ int main(int argc, char** argv) {
   auto* config_option = app.add_option("--config", config_path, "coordinator.toml to use")->capture_default_str();
   auto* check = app.add_subcommand("check-config", "load the configuration and the secret key, print what they say, "
                                                    "and exit");
-  auto* store_check = app.add_subcommand("check-store", "check the database read-only: SQLite's integrity check "
+  auto* store_check = app.add_subcommand("check-store", "check the store read-only: SQLite's integrity check "
                                                         "and kiln's own, and say what to do");
   std::string database;
   store_check->add_option("--database", database, "the database to check (default: the one coordinator.toml names)")
@@ -71,11 +73,14 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitConfig;  // --help and --version exit 0
   }
 
-  if (store_check->parsed() && !database.empty()) return check_store(database);
+  if (store_check->parsed() && !database.empty()) return check_store(kiln::coordinator::check_sqlite_store(database), true);
   if (store_check->parsed()) {
     auto config = kiln::coordinator::load_coordinator_config(config_path);
     if (!config) return print_config_problems(config_path, config.error());
-    return check_store(config->database);
+    if (config->store_backend == kiln::coordinator::StoreBackend::postgresql) {
+      return check_store(kiln::coordinator::check_postgres_store(config->postgres), false);
+    }
+    return check_store(kiln::coordinator::check_sqlite_store(config->database), true);
   }
   // What the coordinator would refuse at start, check-config refuses too, and both with status 2.
   auto config = kiln::coordinator::load_coordinator_config_to_start(config_path);
@@ -83,12 +88,13 @@ int main(int argc, char** argv) {
   if (check->parsed()) {
     const std::string metrics =
         config->http_listen.empty() ? std::string("not served (no [http] listen)") : "http://" + config->http_listen + "/metrics";
-    std::printf("%s: OK\n  agents connect to  %s\n  clients connect to %s\n  database           %s\n"
+    std::printf("%s: OK\n  agents connect to  %s\n  clients connect to %s\n  store              %s\n"
                 "  authorized keys    %zu\n  heartbeat          %u ms, lost after %u missed\n  log level          %s\n"
                 "  metrics            %s\n",
                 config_path.c_str(), config->agent_endpoint.c_str(), config->client_endpoint.c_str(),
-                config->database.c_str(), config->keys_by_public_key.size(), config->knobs.heartbeat_interval_ms,
-                config->knobs.liveness_missed_beats, config->log_level.c_str(), metrics.c_str());
+                kiln::coordinator::store_description(*config).c_str(), config->keys_by_public_key.size(),
+                config->knobs.heartbeat_interval_ms, config->knobs.liveness_missed_beats, config->log_level.c_str(),
+                metrics.c_str());
     return 0;
   }
 

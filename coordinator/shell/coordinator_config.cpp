@@ -112,10 +112,17 @@ void read_coordinator_table(config::Problems& problems, const toml::table& root,
   }
   if (!config.artifact_dir.empty()) {
     config.artifact_dir = resolve(base, config.artifact_dir);
+  } else if (config.store_backend == StoreBackend::postgresql) {
+    config.artifact_dir = resolve(base, "artifacts");
   } else if (config.database != ":memory:") {
     config.artifact_dir = resolve(base, config.database) + ".artifacts";
   }
-  if (config.database != ":memory:") {
+  if (config.store_backend == StoreBackend::postgresql) {
+    if (t->contains("database")) {
+      r.bad_at("database", "database is the SQLite store's file, and [store] chooses PostgreSQL; remove database "
+                           "(artifact_dir says where artifacts go)");
+    }
+  } else if (config.database != ":memory:") {
     config.database = resolve(base, config.database);
     const fs::path dir = fs::path(config.database).parent_path();
     std::error_code ec;
@@ -127,6 +134,50 @@ void read_coordinator_table(config::Problems& problems, const toml::table& root,
       r.bad_at("database", fmt::format("database {}: the directory {} is not writable by this user; the coordinator "
                                        "writes the database and its journal there",
                                        config.database, dir.string()));
+    }
+  }
+}
+
+// [store]: which store keeps what the coordinator acknowledges. Read before [coordinator], whose
+// database is the SQLite store's file.
+void read_store_table(config::Problems& problems, const toml::table& root, const fs::path& base, bool check_files,
+                      CoordinatorConfig& config) {
+  const toml::table* t = root["store"].as_table();
+  if (!t) return;
+  TableReader r(problems, *t, "store");
+  std::string backend(enum_name(config.store_backend));
+  r.string("backend", backend);
+  r.string("url", config.postgres.url);
+  r.string("password_file", config.postgres.password_file);
+  r.no_unknown_keys();
+  if (auto parsed = enum_from_name<StoreBackend>(backend)) {
+    config.store_backend = *parsed;
+  } else {
+    const auto near = config::nearest_name(backend, {"sqlite", "postgresql"});
+    r.bad_at("backend", fmt::format("backend '{}' is not one of sqlite, postgresql{}", backend,
+                                    near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
+    return;
+  }
+  if (config.store_backend == StoreBackend::sqlite) {
+    for (const char* key : {"url", "password_file"}) {
+      if (t->contains(key)) {
+        r.bad_at(key, fmt::format("{} is for backend = \"postgresql\"; set backend, or remove {} to keep the "
+                                  "SQLite store ([coordinator] database)",
+                                  key, key));
+      }
+    }
+    return;
+  }
+  if (config.postgres.url.empty()) {
+    r.bad_at("url", "backend = \"postgresql\" needs url, a libpq connection string such as "
+                    "\"host=db.example.com dbname=kiln user=kiln\" (docs/operations.md, \"PostgreSQL\")");
+  } else if (auto problem = postgres_url_problem(config.postgres.url)) {
+    r.bad_at("url", "url " + *problem);
+  }
+  if (!config.postgres.password_file.empty()) {
+    config.postgres.password_file = resolve(base, config.postgres.password_file);
+    if (check_files) {
+      if (auto problem = postgres_password_file_problem(config.postgres.password_file)) r.bad_at("password_file", *problem);
     }
   }
 }
@@ -290,16 +341,17 @@ Result<CoordinatorConfig> read_coordinator_config(std::string_view text, const s
   config.source_path = path;
   config::Problems problems(path);
 
-  static const std::vector<std::string_view> tables = {"coordinator", "knobs", "scheduler", "keys", "environments",
-                                                       "http"};
+  static const std::vector<std::string_view> tables = {"coordinator", "knobs",        "scheduler", "keys",
+                                                       "environments", "http", "store"};
   for (const auto& [key, node] : root) {
     if (std::find(tables.begin(), tables.end(), key.str()) == tables.end()) {
       const auto near = config::nearest_name(key.str(), tables);
       problems.at(key.source(), fmt::format("unknown table '{}'{}; expected [coordinator], [knobs], [scheduler], "
-                                            "[environments], [http] and [[keys]]",
+                                            "[environments], [http], [store] and [[keys]]",
                                             key.str(), near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
     }
   }
+  read_store_table(problems, root, base, check_files, config);
   read_coordinator_table(problems, root, base, check_files, config);
   read_knobs_table(problems, root, config.knobs);
   read_environments_table(problems, root, base, check_files, config);
@@ -334,6 +386,11 @@ Result<CoordinatorConfig> coordinator_config_from_text(std::string_view text, co
 
 Result<CoordinatorConfig> load_coordinator_config_to_start(const std::string& path) {
   return read_coordinator_file(path, /*check_files=*/true);
+}
+
+std::string store_description(const CoordinatorConfig& config) {
+  if (config.store_backend == StoreBackend::postgresql) return postgres_server_name(config.postgres);
+  return "SQLite database " + config.database;
 }
 
 Result<KeyPair> load_coordinator_keys(const CoordinatorConfig& config) {

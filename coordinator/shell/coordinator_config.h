@@ -10,6 +10,7 @@
 #include "common/keys.h"
 #include "common/protocol/messages.h"
 #include "coordinator/core/knobs.h"
+#include "coordinator/store/store.h"
 
 namespace kiln::coordinator {
 
@@ -25,7 +26,10 @@ struct CoordinatorConfig {
   std::string client_endpoint = "tcp://127.0.0.1:7602";
   std::string secret_key_file;
   std::string secret_key_file_origin;  // "file:line:column" of the key that names it
-  std::string database = "kiln.db";
+  std::string database = "kiln.db";  // the SQLite store's file
+  // [store]: SQLite (database above) or PostgreSQL (docs/operations.md, "The store").
+  StoreBackend store_backend = StoreBackend::sqlite;
+  PostgresLocation postgres;
   std::string log_level = "info";
   std::size_t max_message_bytes = 1 << 20;
   // Content-addressed job artifacts (docs/protocol.md §14); empty: <database>.artifacts, or none
@@ -52,8 +56,12 @@ Result<CoordinatorConfig> coordinator_config_from_text(std::string_view text, co
 // What kiln-coordinator and its check-config load: the file as above and, among its problems in
 // the order of the file, those of the files it names that would stop the coordinator at start
 // (the secret key missing, unreadable or open to others; the database's directory missing or
-// not writable). Every one of them is a configuration error (exit status 2).
+// not writable; the PostgreSQL password file missing or open to others). Every one of them is a configuration error (exit status 2).
 Result<CoordinatorConfig> load_coordinator_config_to_start(const std::string& path);
+
+// Where the store keeps its data, for logs and check-config: the SQLite file, or the PostgreSQL
+// server and database (never a password).
+std::string store_description(const CoordinatorConfig& config);
 
 // The coordinator's keypair from secret_key_file; a problem (missing, unreadable, open
 // permissions) names the file and line of the config that points at it.

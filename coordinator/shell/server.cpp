@@ -89,6 +89,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     }
     logger_->info("listening for agents on {} and clients on {} ({} authorized keys)", config_.agent_endpoint,
                   config_.client_endpoint, config_.keys_by_public_key.size());
+    logger_->info("keeping what it acknowledges in the {}", store_description(config_));
     return {};
   }
 
@@ -497,7 +498,8 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
   if (!logger) return tl::unexpected(logger.error());
   auto keys = load_coordinator_keys(config);
   if (!keys) return tl::unexpected(keys.error());
-  auto store = open_sqlite_store(config.database);
+  auto store = config.store_backend == StoreBackend::postgresql ? open_postgres_store(config.postgres)
+                                                                : open_sqlite_store(config.database);
   if (!store) return tl::unexpected(store.error());
   auto snapshot = (*store)->load();
   if (!snapshot) return tl::unexpected(snapshot.error());

@@ -1,6 +1,6 @@
 // kiln-coordinator's imperative shell: two CURVE ROUTER sockets (agents, clients), a ZAP
-// handler that maps each public key to its role, the SQLite store, and the clock. It feeds
-// the pure core and carries out its actions in order.
+// handler that maps each public key to its role, the store (SQLite or PostgreSQL), and the
+// clock. It feeds the pure core and carries out its actions in order.
 #pragma once
 
 #include <atomic>

@@ -12,27 +12,21 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "common/protocol/json.h"
 #include "coordinator/store/store.h"
+#include "coordinator/store/stored_records.h"
 
 namespace kiln::coordinator {
 namespace {
 
-// Version 2 added the leases and records tables and each job's bundle_id and config_hash;
-// version 3 each node's released_from_quarantine_wall_ms; version 4 each node's
-// rendezvous_address, each job's gang, cancel reason and artifacts; version 5 the audit log and
-// each node's labels.
+using stored::kSchemaVersion;
 // Older databases are upgraded in place (version 1 gains the tables and its jobs empty
 // attributions, nodes of 1 and 2 a release time of 0: never released, nodes and jobs of 1 to 3
-// no address and no gang, 1 to 4 an empty audit log and no labels); a coordinator refuses a database of a
-// newer version than its own, so it cannot drop what it does not know about.
-constexpr int kSchemaVersion = 5;
+// no address and no gang, 1 to 4 an empty audit log and no labels); stored_records.h has the
+// versions' history.
 // SQLite's application id (a field of the file header) of a database kiln created: "KILN".
 // Databases from before it was set have kiln's tables only and a schema version; they get it
 // when a coordinator next opens them.
 constexpr std::int32_t kApplicationId = 0x4B494C4E;
-// Ended leases kept for `kiln leases --all` after a restart; the oldest go first.
-constexpr int kEndedLeasesKept = 1000;
 
 constexpr const char* kCreateTables[] = {
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
@@ -315,34 +309,31 @@ Result<int> existing_kiln_database(const std::string& path) {
   return kiln_schema_version(*found, path);
 }
 
-template <class T>
-Result<T> parse_record(sqlite3_stmt* st, int column, const std::string& path, std::string_view what) {
+stored::Place place_of(const std::string& path) { return {path, restore_advice(path)}; }
+
+std::string column_text(sqlite3_stmt* st, int column) {
   const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st, column));
-  auto doc = nlohmann::json::parse(text ? text : "", nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    return fail(Errc::io, fmt::format("{} holds a {} record that is not JSON; {}", path, what, restore_advice(path)));
-  }
-  auto record = protocol::from_json<T>(doc);
-  if (!record) {
-    return fail(Errc::io, fmt::format("{} holds an invalid {} record ({}); {}", path, what, record.error().message,
-                                      restore_advice(path)));
-  }
-  return record;
+  return text ? text : "";
 }
 
-// Reads every row of `sql`, whose last column is a record's JSON document, and hands it to
-// `visit` parsed as a T (or the error saying why it is not one). Fails when SQLite does.
-template <class T, class Visit>
-Status read_records(sqlite3* db, const std::string& path, const char* sql, std::string_view what, Visit&& visit) {
-  Statement st(db, sql);
-  if (!st) return fail(Errc::io, sqlite_failure(db, path, fmt::format("read the {} records", what)));
-  const int doc_column = sqlite3_column_count(st.get()) - 1;
-  int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
-    if (auto s = visit(st.get(), parse_record<T>(st.get(), doc_column, path, what)); !s) return s;
-  }
-  if (rc != SQLITE_DONE) return fail(Errc::io, sqlite_failure(db, path, fmt::format("read the {} records", what)));
-  return {};
+// Reads kiln's tables for the shared loading and checking (stored_records.h).
+stored::RowReader row_reader(sqlite3* db, const std::string& path) {
+  return [db, &path](std::string_view table, std::string_view key_columns, std::string_view order,
+                     const std::function<Status(const stored::Row&)>& visit) -> Status {
+    const std::string sql = fmt::format("SELECT {}, doc FROM {} ORDER BY {};", key_columns, table, order);
+    Statement st(db, sql.c_str());
+    if (!st) return fail(Errc::io, sqlite_failure(db, path, fmt::format("read the {} table", table)));
+    const int doc_column = sqlite3_column_count(st.get()) - 1;
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      stored::Row row;
+      for (int i = 0; i < doc_column; ++i) row.keys.push_back(column_text(st.get(), i));
+      if (sqlite3_column_type(st.get(), doc_column) != SQLITE_NULL) row.doc = column_text(st.get(), doc_column);
+      if (auto s = visit(row); !s) return s;
+    }
+    if (rc != SQLITE_DONE) return fail(Errc::io, sqlite_failure(db, path, fmt::format("read the {} table", table)));
+    return {};
+  };
 }
 
 class SqliteStore final : public Store {
@@ -421,7 +412,7 @@ class SqliteStore final : public Store {
     return exec(db_.get(), path_,
                 fmt::format("DELETE FROM leases WHERE state='ended' AND lease_id NOT IN (SELECT lease_id FROM "
                             "leases WHERE state='ended' ORDER BY lease_id DESC LIMIT {});",
-                            kEndedLeasesKept));
+                            stored::kEndedLeasesKept));
   }
 
   Status append_audit(const protocol::AuditEntry& entry) override {
@@ -443,7 +434,9 @@ class SqliteStore final : public Store {
     std::vector<protocol::AuditEntry> entries;
     int rc = SQLITE_ROW;
     while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
-      auto entry = parse_record<protocol::AuditEntry>(st.get(), 1, path_, "audit");
+      std::optional<std::string> doc;
+      if (sqlite3_column_type(st.get(), 1) != SQLITE_NULL) doc = column_text(st.get(), 1);
+      auto entry = stored::parse_record<protocol::AuditEntry>(doc, place_of(path_), "audit");
       if (!entry) return tl::unexpected(entry.error());
       entry->seq = static_cast<std::uint64_t>(sqlite3_column_int64(st.get(), 0));
       entries.push_back(std::move(*entry));
@@ -452,27 +445,7 @@ class SqliteStore final : public Store {
     return entries;
   }
 
-  Result<Snapshot> load() override {
-    Snapshot snapshot;
-    const auto into = [](auto& list) {
-      return [&list](sqlite3_stmt*, auto record) -> Status {
-        if (!record) return tl::unexpected(record.error());
-        list.push_back(std::move(*record));
-        return {};
-      };
-    };
-    for (auto s : {read_records<NodeRecord>(db_.get(), path_, "SELECT doc FROM nodes ORDER BY node_id;", "node",
-                                            into(snapshot.nodes)),
-                   read_records<JobRecord>(db_.get(), path_, "SELECT doc FROM jobs ORDER BY job_id;", "job",
-                                           into(snapshot.jobs)),
-                   read_records<protocol::RecordEntry>(db_.get(), path_, "SELECT doc FROM records ORDER BY kind, key;",
-                                                       "qualification", into(snapshot.records)),
-                   read_records<LeaseRecord>(db_.get(), path_, "SELECT doc FROM leases ORDER BY lease_id;", "lease",
-                                             into(snapshot.leases))}) {
-      if (!s) return tl::unexpected(s.error());
-    }
-    return snapshot;
-  }
+  Result<Snapshot> load() override { return stored::load_snapshot(row_reader(db_.get(), path_), place_of(path_)); }
 
  private:
   Status error(std::string_view what) const { return fail(Errc::io, sqlite_failure(db_.get(), path_, what)); }
@@ -480,32 +453,6 @@ class SqliteStore final : public Store {
   Database db_;
   std::string path_;
 };
-
-// Checks that the key columns of a row (all but its last, the document) are what its record says.
-template <class T, class Keys>
-Status check_table(sqlite3* db, const std::string& path, const char* sql, std::string_view what, Keys&& keys_of,
-                   StoreCheck& check, std::size_t& rows) {
-  return read_records<T>(db, path, sql, what, [&](sqlite3_stmt* st, Result<T> record) -> Status {
-    ++rows;
-    const auto column = [st](int i) {
-      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
-      return std::string(text ? text : "");
-    };
-    if (!record) {
-      check.problems.push_back(fmt::format("{} row {}: {}", what, column(0), record.error().message));
-      return {};
-    }
-    const std::vector<std::string> expected = keys_of(*record);
-    for (int i = 0; i < static_cast<int>(expected.size()); ++i) {
-      if (column(i) != expected[static_cast<std::size_t>(i)]) {
-        check.problems.push_back(fmt::format("{} row {}: column {} is '{}' but its record says '{}'", what, column(0),
-                                             sqlite3_column_name(st, i), column(i),
-                                             expected[static_cast<std::size_t>(i)]));
-      }
-    }
-    return {};
-  });
-}
 
 }  // namespace
 
@@ -557,42 +504,13 @@ Result<StoreCheck> check_sqlite_store(const std::string& path) {
     }
     if (rc != SQLITE_DONE) check.problems.push_back(sqlite_failure(db->get(), path, "run its integrity check"));
   }
-  std::size_t nodes = 0, jobs = 0, records = 0, leases = 0, audit_lines = 0;
-  const auto name = [](auto value) { return std::string(protocol::enum_name(value)); };
-  for (auto s : {check_table<NodeRecord>(
-                     db->get(), path, "SELECT node_id, doc FROM nodes;", "node",
-                     [](const NodeRecord& r) { return std::vector<std::string>{r.summary.node_id}; }, check, nodes),
-                 check_table<JobRecord>(
-                     db->get(), path, "SELECT job_id, state, node_id, doc FROM jobs;", "job",
-                     [&](const JobRecord& r) {
-                       return std::vector<std::string>{std::to_string(r.summary.job_id), name(r.summary.state),
-                                                       r.summary.node_id};
-                     },
-                     check, jobs),
-                 check_table<protocol::RecordEntry>(
-                     db->get(), path, "SELECT kind, key, doc FROM records;", "qualification",
-                     [&](const protocol::RecordEntry& r) { return std::vector<std::string>{name(r.kind), r.key}; },
-                     check, records),
-                 check_table<LeaseRecord>(
-                     db->get(), path, "SELECT lease_id, state, doc FROM leases;", "lease",
-                     [&](const LeaseRecord& r) {
-                       return std::vector<std::string>{std::to_string(r.summary.lease_id), name(r.summary.state)};
-                     },
-                     check, leases),
-                 check_table<protocol::AuditEntry>(
-                     db->get(), path, "SELECT at_ms, doc FROM audit;", "audit",
-                     [&](const protocol::AuditEntry& r) { return std::vector<std::string>{std::to_string(r.at_ms)}; },
-                     check, audit_lines)}) {
-    if (!s) check.problems.push_back(s.error().message);
-  }
-  check.summary = fmt::format("{}: kiln database, schema version {}{}; {} nodes, {} jobs, {} qualification records, "
-                              "{} leases, {} audit lines",
-                              path, *version,
-                              found->application_id == kApplicationId
-                                  ? ""
-                                  : " (from before kiln set an application id; the coordinator adds it when it "
-                                    "next opens the database)",
-                              nodes, jobs, records, leases, audit_lines);
+  const std::string what =
+      fmt::format("{}: kiln database, schema version {}{}", path, *version,
+                  found->application_id == kApplicationId
+                      ? ""
+                      : " (from before kiln set an application id; the coordinator adds it when it next opens the "
+                        "database)");
+  stored::check_records(row_reader(db->get(), path), place_of(path), what, check);
   return check;
 }
 

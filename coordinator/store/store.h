@@ -4,9 +4,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "coordinator/core/records.h"
 
@@ -26,12 +28,39 @@ class Store {
   virtual Result<Snapshot> load() = 0;
 };
 
+// Which store coordinator.toml chose, and where it is.
+enum class StoreBackend { sqlite, postgresql };
+constexpr EnumTable<StoreBackend, 2> enum_names(StoreBackend) {
+  return {{{StoreBackend::sqlite, "sqlite"}, {StoreBackend::postgresql, "postgresql"}}};
+}
+
+struct PostgresLocation {
+  std::string url;            // a libpq connection string or URI, without a password
+  std::string password_file;  // empty: libpq's own sources (~/.pgpass, PGPASSWORD)
+};
+
 // SQLite in WAL mode with synchronous=FULL: a save has reached the disk when it returns.
 // A path that does not exist becomes a new kiln database. An existing file is written to only
 // if kiln created it (its SQLite application id is kiln's, or it is a kiln database from before
 // application ids, which is then upgraded); anything else, an empty file included, is refused
 // untouched with an error that says what the file holds.
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path);
+
+// PostgreSQL through libpq, each save committed with synchronous_commit on: it has reached the
+// server's disk (and its synchronous standbys, if any) when it returns. kiln keeps its tables in
+// the database's schema `kiln`, made on first start; one it did not make is refused untouched.
+// Migrations run on start, under an advisory lock so that two coordinators starting together
+// upgrade once. A server it cannot reach is an error naming the server and what to check.
+Result<std::unique_ptr<Store>> open_postgres_store(const PostgresLocation& location);
+
+// How logs and check-config name the server: "database D on HOST:PORT as USER", never a password.
+std::string postgres_server_name(const PostgresLocation& location);
+// What is wrong with a [store] url, if anything: not a libpq connection string, or it holds a
+// password (which belongs in password_file, not in coordinator.toml).
+std::optional<std::string> postgres_url_problem(const std::string& url);
+
+// What is wrong with a password_file, if anything: missing, unreadable, empty, or open to others.
+std::optional<std::string> postgres_password_file_problem(const std::string& path);
 
 // What `kiln-coordinator check-store` found, without writing to the database.
 struct StoreCheck {
@@ -42,5 +71,8 @@ struct StoreCheck {
 // Refuses what open_sqlite_store refuses; otherwise runs SQLite's integrity check and kiln's
 // own: every stored record is valid and its key columns match it.
 Result<StoreCheck> check_sqlite_store(const std::string& path);
+// The same for PostgreSQL, in a read-only session: kiln's own checks (the server keeps its own
+// pages consistent).
+Result<StoreCheck> check_postgres_store(const PostgresLocation& location);
 
 }  // namespace kiln::coordinator

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <sstream>
@@ -206,6 +207,48 @@ TEST_CASE("kiln-coordinator check-store reports a foreign or damaged database an
   CHECK(missing.status == 2);
   CHECK(contains(missing.output, "does not exist"));
   CHECK_FALSE(std::filesystem::exists(dir.file("none.db")));
+}
+
+TEST_CASE("kiln-coordinator check-config: [store] chooses SQLite or PostgreSQL, and every problem of it is named") {
+  TempDir dir("kiln-config-postgres");
+  make_keys(dir, "coordinator");
+  const std::string file = dir.file("coordinator.toml");
+  dir.write("coordinator.toml", "[coordinator]\nsecret_key_file = \"coordinator.key\"\n\n[store]\n"
+                                "backend = \"postgresql\"\nurl = \"host=db.example.com dbname=kiln user=kiln\"\n");
+  const Ran chosen = run(bin("kiln-coordinator") + " --config " + file + " check-config");
+  CHECK(chosen.status == 0);
+  CHECK(contains(chosen.output, "store              PostgreSQL database kiln on db.example.com:5432 as kiln"));
+
+  const std::string exposed = dir.write("password", "hunter2\n");
+  REQUIRE(::chmod(exposed.c_str(), 0644) == 0);
+  dir.write("coordinator.toml", "[coordinator]\n"
+                                "secret_key_file = \"coordinator.key\"\n"
+                                "database = \"kiln.db\"\n"                                // 3: SQLite's file
+                                "\n[store]\n"
+                                "backend = \"postgresql\"\n"
+                                "url = \"postgresql://kiln:hunter2@db.example.com/kiln\"\n"  // 7: a password
+                                "password_file = \"password\"\n"                          // 8: open to others
+                                "pasword_file = \"password\"\n");                         // 9: a typo
+  check_every_problem(bin("kiln-coordinator") + " --config " + file + " check-config", file,
+                      {file + ":3:1: database is the SQLite store's file, and [store] chooses PostgreSQL",
+                       file + ":7:1: url holds a password; put it in password_file",
+                       file + ":8:1: password_file " + exposed + " can be read by others (mode 0644); run `chmod 600",
+                       file + ":9:1: unknown key 'pasword_file' in [store]; did you mean 'password_file'?"});
+  // Nothing of the password reaches the output.
+  CHECK_FALSE(contains(run(bin("kiln-coordinator") + " --config " + file + " check-config").output, "hunter2"));
+
+  dir.write("coordinator.toml", "[coordinator]\nsecret_key_file = \"coordinator.key\"\n\n[store]\n"
+                                "backend = \"postgres\"\n");
+  check_every_problem(bin("kiln-coordinator") + " --config " + file + " check-config", file,
+                      {file + ":5:1: backend 'postgres' is not one of sqlite, postgresql (did you mean 'postgresql'?)"});
+  dir.write("coordinator.toml", "[coordinator]\nsecret_key_file = \"coordinator.key\"\n\n[store]\n"
+                                "backend = \"postgresql\"\n");
+  check_every_problem(bin("kiln-coordinator") + " --config " + file + " check-config", file,
+                      {file + ":4:1: backend = \"postgresql\" needs url"});
+  dir.write("coordinator.toml", "[coordinator]\nsecret_key_file = \"coordinator.key\"\n\n[store]\n"
+                                "url = \"host=db\"\n");
+  check_every_problem(bin("kiln-coordinator") + " --config " + file + " check-config", file,
+                      {file + ":5:1: url is for backend = \"postgresql\""});
 }
 
 TEST_CASE("kiln-agent refuses an endpoint port over 65535, names the line of a missing key file and an unusable "

@@ -69,6 +69,9 @@ class Fleet {
   void stop_coordinator(int signo);
   // Sends the running coordinator a signal and returns (SIGSTOP freezes it, SIGCONT resumes it).
   void signal_coordinator(int signo);
+  // Keeps the coordinator's state in PostgreSQL at `url` (a libpq connection string) instead of
+  // SQLite; call before start_coordinator.
+  void use_postgres(const std::string& url) { postgres_url_ = url; }
   // More tables for coordinator.toml, e.g. "[environments]\nrepo = ...\n"; call before start_coordinator.
   void add_coordinator_tables(const std::string& toml) { coordinator_tables_ += toml; }
   // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05";
@@ -125,6 +128,7 @@ class Fleet {
   int client_port_ = 0;
   std::vector<std::pair<std::string, std::string>> keys_;  // name, role
   std::string coordinator_tables_;
+  std::string postgres_url_;
   std::map<std::string, AgentSpec> agents_;
   std::unique_ptr<ChildProcess> coordinator_;
   std::map<std::string, std::unique_ptr<ChildProcess>> agent_processes_;

@@ -78,4 +78,27 @@ inline std::unique_ptr<cli::Client> start_one_node(Fleet& fleet, const std::stri
   return start_nodes(fleet, {{"n01", "a"}}, key_name, role);
 }
 
+// What a test restarts the coordinator under: on an up node, a smoke job that has succeeded and
+// a 3 s sleep job running (one attempt).
+struct JobsInFlight {
+  std::uint64_t done_id = 0;
+  std::uint64_t running_id = 0;
+};
+inline JobsInFlight finished_and_running_jobs(cli::Client& client) {
+  using namespace std::chrono_literals;
+  JobsInFlight jobs;
+  protocol::SubmitJob smoke;
+  smoke.workload = "smoke";
+  jobs.done_id = submit(client, smoke);
+  REQUIRE(Fleet::eventually([&] { return job_state_is(client, jobs.done_id, protocol::JobState::succeeded); }, 15s));
+  protocol::SubmitJob sleeper;
+  sleeper.workload = "sleep";
+  sleeper.args = {"3"};
+  sleeper.chips = 1;
+  sleeper.max_attempts = 1;
+  jobs.running_id = submit(client, sleeper);
+  REQUIRE(Fleet::eventually([&] { return job_state_is(client, jobs.running_id, protocol::JobState::running); }, 10s));
+  return jobs;
+}
+
 }  // namespace kiln::testing

@@ -102,22 +102,9 @@ TEST_CASE("a job whose node is lost is failed over to another node when attempts
 
 TEST_CASE("the coordinator killed and restarted recovers its state; agents re-register and reconcile") {
   Fleet fleet("restart");
-  fleet.add_key("dev", "developer");
-  fleet.add_agent({"n01", "a"});
-  fleet.start_coordinator();
-  fleet.start_agent("n01");
-  std::uint64_t done_id = 0;
-  std::uint64_t running_id = 0;
-  {
-    auto client = fleet.client("dev");
-    REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
-    SubmitJob smoke;
-    smoke.workload = "smoke";
-    done_id = submit(*client, smoke);
-    REQUIRE(Fleet::eventually([&] { return job_state_is(*client, done_id, JobState::succeeded); }, 15s));
-    running_id = submit(*client, sleep_job("3", 1));
-    REQUIRE(Fleet::eventually([&] { return job_state_is(*client, running_id, JobState::running); }, 10s));
-  }
+  const JobsInFlight jobs = finished_and_running_jobs(*start_one_node(fleet));
+  const std::uint64_t done_id = jobs.done_id;
+  const std::uint64_t running_id = jobs.running_id;
   fleet.stop_coordinator(SIGKILL);
   fleet.start_coordinator();
   auto client = fleet.client("dev");

@@ -1,0 +1,344 @@
+// The store suite: every case runs against SQLite and against PostgreSQL (a server the suite
+// starts itself; skipped, saying so, only where PostgreSQL is not installed).
+#include <doctest/doctest.h>
+
+#include "tests/unit/coordinator/store/store_backends.h"
+
+using namespace kiln;
+using namespace kiln::coordinator;
+using kiln::testing::contains;
+using kiln::testing::why;
+using kiln::testing::PostgresBackend;
+using kiln::testing::run_sql;
+using kiln::testing::SqliteBackend;
+
+namespace {
+
+void save_smoke_job(Store& store, std::uint64_t job_id) {
+  JobRecord job;
+  job.summary.job_id = job_id;
+  job.summary.workload = "smoke";
+  job.timeout_ms = 60000;
+  REQUIRE(store.save_job(job).has_value());
+}
+
+LeaseRecord lease_record(std::uint64_t lease_id, const std::string& owner, std::uint32_t chips,
+                         protocol::LeaseState state) {
+  LeaseRecord lease;
+  lease.summary.lease_id = lease_id;
+  lease.summary.owner = owner;
+  lease.summary.chips = chips;
+  lease.summary.state = state;
+  return lease;
+}
+
+protocol::AuditEntry audit_line(std::int64_t at_ms, const std::string& action) {
+  return protocol::AuditEntry{0, at_ms, "alice", "developer", action, "lease L1 of alice", "8 chips for 1h"};
+}
+
+// Opens the store again, as the next coordinator would, and loads what it holds.
+template <class Backend>
+std::pair<Result<std::unique_ptr<Store>>, Result<Snapshot>> reopen(const Backend& backend) {
+  auto store = backend.open();
+  REQUIRE_MESSAGE(store.has_value(), why(store));
+  auto snapshot = (*store)->load();
+  REQUIRE_MESSAGE(snapshot.has_value(), why(snapshot));
+  return {std::move(store), std::move(snapshot)};
+}
+
+}  // namespace
+
+// Each case starts with a fresh database of its backend, or returns where it has none.
+#define KILN_STORE_BACKEND(backend)                                                         \
+  Backend backend;                                                                          \
+  if (!backend.available()) {                                                               \
+    MESSAGE("skipped: PostgreSQL is not installed here (scripts/setup installs it)");       \
+    return;                                                                                 \
+  }
+
+TEST_CASE_TEMPLATE("the store keeps nodes and jobs across reopening", Backend, SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE_MESSAGE(store.has_value(), why(store));
+    NodeRecord node;
+    node.summary.node_id = "n01";
+    node.summary.hardware_revision = "a";
+    node.draining = true;
+    REQUIRE((*store)->save_node(node).has_value());
+    JobRecord job;
+    job.summary.job_id = 5;
+    job.summary.workload = "smoke";
+    job.summary.args = {"--steps", "10"};
+    job.timeout_ms = 60000;
+    job.result = R"({"tokens_per_s": 1234.5})";
+    REQUIRE((*store)->save_job(job).has_value());
+    job.summary.state = protocol::JobState::succeeded;
+    REQUIRE((*store)->save_job(job).has_value());
+  }
+  auto [store, snapshot] = reopen(backend);
+  REQUIRE(snapshot->nodes.size() == 1);
+  CHECK(snapshot->nodes[0].draining);
+  REQUIRE(snapshot->jobs.size() == 1);
+  CHECK(snapshot->jobs[0].summary.state == protocol::JobState::succeeded);
+  CHECK(snapshot->jobs[0].summary.args == std::vector<std::string>{"--steps", "10"});
+  CHECK(snapshot->jobs[0].result == R"({"tokens_per_s": 1234.5})");
+}
+
+TEST_CASE_TEMPLATE("the store keeps developer leases and qualification records across reopening", Backend,
+                   SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    LeaseRecord lease = lease_record(7, "alice", 4, protocol::LeaseState::pending);
+    lease.summary.hardware_revision = "b";
+    lease.summary.duration_ms = 7200000;
+    lease.summary.requested_at_ms = 1000;
+    lease.requested_at_ms = 1000;
+    lease.start_at_ms = 5000;
+    REQUIRE((*store)->save_lease(lease).has_value());
+    lease.summary.state = protocol::LeaseState::granted;
+    lease.summary.placement = {protocol::LeasePlacement{"n03", {4, 5, 6, 7}}};
+    lease.summary.granted_at_ms = 5000;
+    lease.summary.expires_at_ms = 7205000;
+    lease.summary.event_seq = 1;
+    REQUIRE((*store)->save_lease(lease).has_value());
+    LeaseRecord ended = lease_record(8, "bob", 1, protocol::LeaseState::ended);
+    ended.summary.detail = "released by bob";
+    REQUIRE((*store)->save_lease(ended).has_value());
+    protocol::RecordEntry ticket;
+    ticket.kind = protocol::RecordKind::ticket;
+    ticket.key = "T1";
+    ticket.document = R"({"state": "open"})";
+    REQUIRE((*store)->save_record(ticket).has_value());
+    ticket.document = R"({"state": "fixed"})";
+    REQUIRE((*store)->save_record(ticket).has_value());
+  }
+  auto [store, snapshot] = reopen(backend);
+  REQUIRE(snapshot->leases.size() == 2);
+  const LeaseRecord& lease = snapshot->leases[0];
+  CHECK(lease.summary.lease_id == 7);
+  CHECK(lease.summary.state == protocol::LeaseState::granted);
+  CHECK(lease.summary.owner == "alice");
+  REQUIRE(lease.summary.placement.size() == 1);
+  CHECK(lease.summary.placement[0].node_id == "n03");
+  CHECK(lease.summary.placement[0].chip_indices == std::vector<std::uint32_t>{4, 5, 6, 7});
+  CHECK(lease.summary.expires_at_ms == 7205000);
+  CHECK(lease.requested_at_ms == 1000);
+  CHECK(lease.start_at_ms == 5000);
+  CHECK(snapshot->leases[1].summary.state == protocol::LeaseState::ended);
+  CHECK(snapshot->leases[1].summary.detail == "released by bob");
+  REQUIRE(snapshot->records.size() == 1);
+  CHECK(snapshot->records[0].key == "T1");
+  CHECK(snapshot->records[0].document == R"({"state": "fixed"})");
+}
+
+TEST_CASE_TEMPLATE("only the newest ended leases are kept", Backend, SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  auto store = backend.open();
+  REQUIRE(store.has_value());
+  REQUIRE((*store)->save_lease(lease_record(1, "alice", 1, protocol::LeaseState::granted)).has_value());
+  constexpr std::uint64_t kEnded = 1005;
+  for (std::uint64_t id = 2; id < 2 + kEnded; ++id) {
+    REQUIRE((*store)->save_lease(lease_record(id, "bob", 1, protocol::LeaseState::ended)).has_value());
+  }
+  auto snapshot = (*store)->load();
+  REQUIRE(snapshot.has_value());
+  // The active lease and the 1000 newest ended ones: 2 to 6 went first.
+  REQUIRE(snapshot->leases.size() == 1001);
+  CHECK(snapshot->leases[0].summary.lease_id == 1);
+  CHECK(snapshot->leases[1].summary.lease_id == 7);
+  CHECK(snapshot->leases.back().summary.lease_id == 1 + kEnded);
+}
+
+TEST_CASE_TEMPLATE("a version 1 database (before leases, records and job attribution) is upgraded; a newer one is "
+                   "refused",
+                   Backend, SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    save_smoke_job(**store, 3);
+  }
+  // What a version 1 coordinator wrote: jobs without the bundle attribution.
+  run_sql(backend, backend.remove_fields(backend.table("jobs"), {"summary.bundle_id", "summary.config_hash"}));
+  run_sql(backend, backend.set_schema_version(1));
+  {
+    auto [store, snapshot] = reopen(backend);
+    REQUIRE(snapshot->jobs.size() == 1);
+    CHECK(snapshot->jobs[0].summary.bundle_id.empty());
+    CHECK(snapshot->leases.empty());
+    CHECK(snapshot->records.empty());
+  }
+  run_sql(backend, backend.set_schema_version(99));
+  const std::string before = backend.contents();
+  auto refused = backend.open();
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(contains(refused.error().message, "schema version 99"));
+  CHECK(contains(refused.error().message, "use a matching coordinator"));
+  CHECK(backend.contents() == before);
+}
+
+TEST_CASE_TEMPLATE("a version 2 database is upgraded: its nodes read back, never released from quarantine", Backend,
+                   SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    NodeRecord node;
+    node.summary.node_id = "n01";
+    node.summary.hardware_revision = "a";
+    node.released_from_quarantine_wall_ms = 1234;
+    REQUIRE((*store)->save_node(node).has_value());
+  }
+  // What a version 2 coordinator wrote: nodes without the release time.
+  run_sql(backend, backend.remove_fields(backend.table("nodes"), {"released_from_quarantine_wall_ms"}));
+  run_sql(backend, backend.set_schema_version(2));
+  auto [store, snapshot] = reopen(backend);
+  REQUIRE(snapshot->nodes.size() == 1);
+  CHECK(snapshot->nodes[0].summary.node_id == "n01");
+  CHECK(snapshot->nodes[0].released_from_quarantine_wall_ms == 0);
+}
+
+TEST_CASE_TEMPLATE("a version 3 database is upgraded: its nodes name no rendezvous address, its jobs are no gang's "
+                   "and name no artifacts",
+                   Backend, SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    NodeRecord node;
+    node.summary.node_id = "n01";
+    node.summary.hardware_revision = "a";
+    node.summary.rendezvous_address = "10.0.0.1";
+    REQUIRE((*store)->save_node(node).has_value());
+    save_smoke_job(**store, 5);
+  }
+  // What a version 3 coordinator wrote.
+  run_sql(backend, backend.remove_fields(backend.table("nodes"), {"summary.rendezvous_address"}));
+  run_sql(backend, backend.remove_fields(backend.table("jobs"), {"summary.gang_id", "summary.gang_rank",
+                                                                 "summary.gang_size", "cancel_reason", "artifacts"}));
+  run_sql(backend, backend.set_schema_version(3));
+  auto [store, snapshot] = reopen(backend);
+  REQUIRE(snapshot->nodes.size() == 1);
+  CHECK(snapshot->nodes[0].summary.rendezvous_address.empty());
+  REQUIRE(snapshot->jobs.size() == 1);
+  CHECK(snapshot->jobs[0].summary.job_id == 5);
+  CHECK(snapshot->jobs[0].summary.gang_size == 0);
+  CHECK(snapshot->jobs[0].cancel_reason.empty());
+  CHECK(snapshot->jobs[0].artifacts.empty());
+}
+
+TEST_CASE_TEMPLATE("a version 4 database is upgraded: it gains an empty audit log, its nodes no labels", Backend,
+                   SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    save_smoke_job(**store, 7);
+    NodeRecord node;
+    node.summary.node_id = "n01";
+    node.summary.hardware_revision = "a";
+    node.summary.labels = {"rack=r1"};
+    REQUIRE((*store)->save_node(node).has_value());
+  }
+  // What a version 4 coordinator wrote: no audit table, nodes without labels.
+  run_sql(backend, backend.drop_audit_log());
+  run_sql(backend, backend.remove_fields(backend.table("nodes"), {"summary.labels"}));
+  run_sql(backend, backend.set_schema_version(4));
+  auto [store, snapshot] = reopen(backend);
+  CHECK(snapshot->jobs.size() == 1);
+  REQUIRE(snapshot->nodes.size() == 1);
+  CHECK(snapshot->nodes[0].summary.labels.empty());
+  REQUIRE((*store)->append_audit(audit_line(5000, "drained")).has_value());
+  auto lines = (*store)->read_audit(protocol::ListAudit{0, 0, 10});
+  REQUIRE(lines.has_value());
+  REQUIRE(lines->size() == 1);
+  CHECK((*lines)[0].action == "drained");
+  // The upgraded log is append-only too.
+  CHECK_FALSE(backend.try_sql("DELETE FROM " + backend.table("audit") + ";").first);
+}
+
+TEST_CASE_TEMPLATE("check-store finds damaged records and key columns that disagree with their record", Backend,
+                   SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    for (std::uint64_t id : {1, 2, 3}) save_smoke_job(**store, id);
+    NodeRecord node;
+    node.summary.node_id = "n01";
+    node.summary.hardware_revision = "a";
+    REQUIRE((*store)->save_node(node).has_value());
+  }
+  auto healthy = backend.check();
+  REQUIRE_MESSAGE(healthy.has_value(), why(healthy));
+  CHECK(healthy->problems.empty());
+  CHECK(contains(healthy->summary, "kiln database, schema version 5; 1 nodes, 3 jobs"));
+
+  const std::string jobs = backend.table("jobs");
+  run_sql(backend, "UPDATE " + jobs + " SET state='succeeded' WHERE job_id=2;");
+  run_sql(backend, "UPDATE " + jobs + " SET doc='{not json' WHERE job_id=3;");
+  const std::string before = backend.contents();
+  auto damaged = backend.check();
+  REQUIRE(damaged.has_value());
+  REQUIRE(damaged->problems.size() == 2);
+  CHECK(contains(damaged->problems[0], "job row 2: column state is 'succeeded' but its record says 'queued'"));
+  CHECK(contains(damaged->problems[1], "job row 3"));
+  CHECK(contains(damaged->problems[1], "not JSON"));
+  CHECK(backend.contents() == before);
+  // The coordinator refuses to start on it, saying what to do.
+  auto store = backend.open();
+  REQUIRE(store.has_value());
+  auto refused = (*store)->load();
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(contains(refused.error().message, "restore"));
+
+  auto missing = backend.check_elsewhere();
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.error().code == Errc::not_found);
+}
+
+TEST_CASE_TEMPLATE("the audit log is kept across reopening, read by time and in pages, and the database refuses to "
+                   "change it",
+                   Backend, SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    for (std::int64_t at : {1000, 2000, 3000, 4000}) {
+      REQUIRE((*store)->append_audit(audit_line(at, "lease_requested")).has_value());
+    }
+  }
+  auto store = backend.open();
+  REQUIRE(store.has_value());
+  auto since = (*store)->read_audit(protocol::ListAudit{2000, 0, 100});
+  REQUIRE(since.has_value());
+  REQUIRE(since->size() == 3);
+  CHECK((*since)[0].seq == 2);
+  CHECK((*since)[0].at_ms == 2000);
+  CHECK((*since)[0].actor == "alice");
+  CHECK((*since)[2].seq == 4);
+  auto page = (*store)->read_audit(protocol::ListAudit{0, 2, 1});
+  REQUIRE(page.has_value());
+  REQUIRE(page->size() == 1);
+  CHECK((*page)[0].seq == 3);
+
+  // Append-only, also for a hand with the database's own shell.
+  const std::string audit = backend.table("audit");
+  const auto changed = backend.try_sql("UPDATE " + audit + " SET doc = '{}' WHERE seq = 1;");
+  CHECK_FALSE(changed.first);
+  CHECK(contains(changed.second, "the kiln audit log is append-only"));
+  const auto removed = backend.try_sql("DELETE FROM " + audit + ";");
+  CHECK_FALSE(removed.first);
+  CHECK(contains(removed.second, "the kiln audit log is append-only"));
+  auto all = (*store)->read_audit(protocol::ListAudit{0, 0, 100});
+  REQUIRE(all.has_value());
+  CHECK(all->size() == 4);
+
+  auto checked = backend.check();
+  REQUIRE(checked.has_value());
+  CHECK(checked->problems.empty());
+  CHECK(contains(checked->summary, "4 audit lines"));
+}
