@@ -33,8 +33,9 @@ enum class Errc {
   conflict,             // the request contradicts current state
   integrity,            // digest mismatch, tampered data
   internal,             // a dependency failed in a way we cannot classify
+  standby,              // a standby coordinator: nothing was done; ask the next coordinator listed
 };
-constexpr EnumTable<Errc, 17> enum_names(Errc) {
+constexpr EnumTable<Errc, 18> enum_names(Errc) {
   return {{
       {Errc::invalid_argument, "invalid_argument"},
       {Errc::bad_message, "bad_message"},
@@ -53,6 +54,7 @@ constexpr EnumTable<Errc, 17> enum_names(Errc) {
       {Errc::conflict, "conflict"},
       {Errc::integrity, "integrity"},
       {Errc::internal, "internal"},
+      {Errc::standby, "standby"},
   }};
 }
 

@@ -126,7 +126,7 @@ Status fetch_coordinator(const AgentConfig& config, const protocol::ArtifactRef&
                                          config.node_id);
   std::optional<transport::RequestChannel> channel;
   try {
-    channel.emplace(config.coordinator_endpoint, std::move(*keys), std::move(*coordinator_key), kPieceTimeoutMs,
+    channel.emplace(coordinator_endpoints(config), std::move(*keys), std::move(*coordinator_key), kPieceTimeoutMs,
                     std::move(reconnect));
   } catch (const zmq::error_t& e) {
     return fail(Errc::io, fmt::format("cannot connect to {}: {}", config.coordinator_endpoint, e.what()));

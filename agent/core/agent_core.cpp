@@ -193,6 +193,9 @@ void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
               log(action::Severity::info, "the coordinator does not know this session; registering again");
               send_hello(now);
             }
+          } else if (body.code == to_string(Errc::standby)) {
+            // Another coordinator listed leads the store: the next session tries it.
+            schedule_reconnect(now, fmt::format("the coordinator is a standby: {}", body.message));
           } else if (state_ == SessionState::registering) {
             // Refused registration (wrong key name, no common version): retrying soon would only
             // repeat it, so wait the longest backoff.

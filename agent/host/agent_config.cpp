@@ -435,15 +435,16 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
   const toml::table* coordinator = loader.table(root, "coordinator");
   if (coordinator != nullptr) loader.reject_unknown(*coordinator, "coordinator",
                                                     keys_of("coordinator"));
-  if (auto endpoint = loader.string(coordinator, "coordinator", "endpoint",
-                                    "the coordinator's address, e.g. endpoint = "
-                                    "\"tcp://coordinator.example:5555\" under [coordinator]")) {
-    if (auto problem = config::tcp_endpoint_problem(*endpoint, /*binds=*/false)) {
-      loader.error_at(loader.last_key_region(),
-                      "endpoint \"" + *endpoint + "\" " + *problem);
-    } else {
-      out.coordinator_endpoint = *endpoint;
-    }
+  if (coordinator == nullptr || coordinator->find("endpoint") == coordinator->end()) {
+    loader.error("missing required key \"coordinator.endpoint\" (the coordinator's address, e.g. endpoint = "
+                 "\"tcp://coordinator.example:5555\" under [coordinator], or a list of the active coordinator and "
+                 "its standbys)");
+  } else if (auto endpoints = config::coordinator_endpoints(loader.at(coordinator->find("endpoint")->first.source()),
+                                                            *coordinator->get("endpoint"), "endpoint")) {
+    out.coordinator_endpoint = endpoints->front();
+    out.standby_endpoints.assign(endpoints->begin() + 1, endpoints->end());
+  } else {
+    loader.problems.add_located(coordinator->find("endpoint")->first.source().begin, endpoints.error().message);
   }
   if (auto key = loader.path(coordinator, "coordinator", "public_key_file",
                              "the coordinator's public key file, under [coordinator]")) {
@@ -565,6 +566,12 @@ AgentConfigReading read_agent_config_text(std::string_view text, const std::stri
   reading.problems = loader.problems.sorted();
   reading.config.key_origins = std::move(loader.origins);
   return reading;
+}
+
+std::vector<std::string> coordinator_endpoints(const AgentConfig& config) {
+  std::vector<std::string> endpoints{config.coordinator_endpoint};
+  endpoints.insert(endpoints.end(), config.standby_endpoints.begin(), config.standby_endpoints.end());
+  return endpoints;
 }
 
 Result<AgentConfig> load_agent_config(const std::string& path) {

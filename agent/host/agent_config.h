@@ -74,6 +74,9 @@ struct AgentConfig {
 
   std::string node_id;
   std::string coordinator_endpoint;         // tcp://host:port
+  // The other coordinators sharing its store, tried in turn when it stops answering or is a
+  // standby ([coordinator] endpoint = [...]; docs/operations.md, "A standby coordinator").
+  std::vector<std::string> standby_endpoints;
   std::string coordinator_public_key_file;  // the only key the agent accepts commands from
   std::string agent_secret_key_file;        // this agent's CURVE keypair file (mode 0600)
   std::string driver_library_path;          // chip backend loaded with dlopen
@@ -118,6 +121,9 @@ AgentConfigReading read_agent_config_text(std::string_view text, const std::stri
 // Reads and validates agent.toml. Every problem found is reported (one per line) as
 // "file:line:column: what is wrong", unknown keys included. Relative paths resolve against
 // the directory of the config file.
+// Every coordinator the agent may register with, in the order to try them.
+std::vector<std::string> coordinator_endpoints(const AgentConfig& config);
+
 Result<AgentConfig> load_agent_config(const std::string& path);
 // The same from the file's text; `path` names the file in errors and is the base of relative paths.
 Result<AgentConfig> agent_config_from_text(std::string_view text, const std::string& path);

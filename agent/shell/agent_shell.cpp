@@ -271,7 +271,7 @@ class Shell final : public AgentShell {
   AgentStatus status() const {
     AgentStatus out;
     out.node_id = config_.node_id;
-    out.coordinator_endpoint = config_.coordinator_endpoint;
+    out.coordinator_endpoint = endpoints_[endpoint_index_];
     out.session = std::string(enum_name(core_.session_state()));
     if (last_heard_steady_ms_) out.coordinator_last_heard_ms_ago = monotonic_clock_ms() - *last_heard_steady_ms_;
     bool probe_running = false;
@@ -666,13 +666,17 @@ class Shell final : public AgentShell {
     monitor_ = std::make_unique<transport::HandshakeMonitor>(context_, *socket_,
                                                              fmt::format("agent-{}", ++connection_count_));
     auth_error_logged_ = false;
+    // Each new session after the first tries the next coordinator listed: the one before went
+    // silent or is a standby, and one of the others may lead the store now.
+    if (connection_count_ > 1) endpoint_index_ = (endpoint_index_ + 1) % endpoints_.size();
+    const std::string& endpoint = endpoints_[endpoint_index_];
     try {
-      socket_->connect(config_.coordinator_endpoint);
+      socket_->connect(endpoint);
     } catch (const zmq::error_t& e) {
-      logger_->error("cannot connect to {}: {}; check coordinator_endpoint in {}", config_.coordinator_endpoint,
-                     e.what(), config_.config_path);
+      logger_->error("cannot connect to {}: {}; check [coordinator] endpoint in {}", endpoint, e.what(),
+                     config_.config_path);
     }
-    logger_->info("connecting to the coordinator at {}", config_.coordinator_endpoint);
+    logger_->info("connecting to the coordinator at {}", endpoint);
   }
 
   void send(protocol::Body body, std::uint64_t corr) {
@@ -735,6 +739,8 @@ class Shell final : public AgentShell {
   std::unique_ptr<transport::HandshakeMonitor> monitor_;
   bool auth_error_logged_ = false;
   int connection_count_ = 0;
+  std::vector<std::string> endpoints_ = coordinator_endpoints(config_);
+  std::size_t endpoint_index_ = 0;
   std::uint64_t next_message_id_ = 1;
   std::map<std::uint64_t, ProcessId> process_by_job_;
   std::map<ProcessId, RunningJob> jobs_by_process_;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/config/endpoint.h"
 #include "common/text/edit_distance.h"
 
 namespace kiln::config {
@@ -119,6 +120,36 @@ std::vector<std::string> Problems::sorted() const {
 Status Problems::status() const {
   if (problems_.empty()) return {};
   return fail(Errc::config, fmt::format("{}", fmt::join(sorted(), "\n")));
+}
+
+Result<std::vector<std::string>> coordinator_endpoints(std::string_view at, const toml::node& node,
+                                                       std::string_view key) {
+  const auto wrong = [&](std::string_view why) {
+    return fail(Errc::config, fmt::format("{}: {} {}; write one address, {} = \"tcp://host:port\", or the active "
+                                          "coordinator and its standbys, {} = [\"tcp://a:port\", \"tcp://b:port\"]",
+                                          at, key, why, key, key));
+  };
+  std::vector<std::string> endpoints;
+  if (const auto* one = node.as_string()) {
+    endpoints.push_back(one->get());
+  } else if (const auto* list = node.as_array()) {
+    for (const toml::node& entry : *list) {
+      if (!entry.is_string()) return wrong("must hold strings only");
+      endpoints.push_back(entry.as_string()->get());
+    }
+    if (endpoints.empty()) return wrong("is an empty list");
+  } else {
+    return wrong("must be a string or a list of strings");
+  }
+  for (const std::string& endpoint : endpoints) {
+    if (auto problem = tcp_endpoint_problem(endpoint, /*binds=*/false)) {
+      return fail(Errc::config, fmt::format("{}: {} \"{}\" {}", at, key, endpoint, *problem));
+    }
+    if (std::count(endpoints.begin(), endpoints.end(), endpoint) > 1) {
+      return wrong(fmt::format("lists \"{}\" twice", endpoint));
+    }
+  }
+  return endpoints;
 }
 
 }  // namespace kiln::config

@@ -40,6 +40,12 @@ std::string suggestion(std::string_view name, const std::vector<std::string_view
 Status check_known_keys(std::string_view source, const toml::table& table, std::string_view place,
                         const std::vector<std::string_view>& known);
 
+// A coordinator's address, or the list of the coordinators sharing one store (the active one
+// and its standbys, in the order to try them): each a "tcp://host:port" to connect to. The
+// error says "AT: KEY ..." (AT: where the key stands, "file:line:column") and what to write.
+Result<std::vector<std::string>> coordinator_endpoints(std::string_view at, const toml::node& node,
+                                                       std::string_view key);
+
 // Every problem of one file, so that one run reports all that needs fixing: each
 // "source:line:column: what", in the order of the file; those with no position (a missing key)
 // come last.

@@ -1,11 +1,14 @@
 // One request at a time to the coordinator over a DEALER socket with CURVE, the reply matched
 // by corr, and what to do when the connection drops: the kiln client and the agent's artifact
-// fetcher both talk to the coordinator this way.
+// fetcher both talk to the coordinator this way. With several coordinators listed (an active
+// one and its standbys, docs/operations.md), a request that none of them took (a standby's
+// `standby`, or no connection ever made) goes to the next one in the list.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -19,8 +22,9 @@ namespace kiln::transport {
 
 class RequestChannel {
  public:
-  // Throws zmq::error_t when the endpoint cannot be used at all (a malformed address).
-  RequestChannel(std::string endpoint, KeyPair keys, std::string server_key, std::uint32_t timeout_ms,
+  // `endpoints` holds one or more addresses, tried in order. Throws zmq::error_t when an
+  // endpoint cannot be used at all (a malformed address).
+  RequestChannel(std::vector<std::string> endpoints, KeyPair keys, std::string server_key, std::uint32_t timeout_ms,
                  Reconnect reconnect);
   ~RequestChannel();
 
@@ -37,12 +41,19 @@ class RequestChannel {
     Result<protocol::Body> reply;
     bool connection_lost = false;  // no reply can come on this connection: ask again on a new one
     bool answered = false;         // the coordinator replied (maybe with an error)
+    bool untaken = false;          // certainly not carried out: a standby's refusal, or never connected
   };
 
   void open();
+  // The next coordinator of the list, on a new connection.
+  void move_on();
+  Result<protocol::Body> none_took(std::uint64_t elapsed_ms);
   Exchange exchange(const protocol::Body& body, bool following);
+  const std::string& endpoint() const { return endpoints_[current_]; }
 
-  std::string endpoint_;
+  std::vector<std::string> endpoints_;
+  std::size_t current_ = 0;
+  std::vector<std::string> last_answers_;  // per endpoint: why it did not take the last request
   KeyPair keys_;
   std::string server_key_;
   std::uint32_t timeout_ms_;

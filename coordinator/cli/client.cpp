@@ -26,7 +26,7 @@ bool may_repeat(const protocol::Body& body) {
 class ZmqClient final : public Client {
  public:
   ZmqClient(const ClientConfig& config, KeyPair keys, std::string server_key, Reconnect reconnect)
-      : channel_(config.coordinator_endpoint, std::move(keys), std::move(server_key), config.timeout_ms,
+      : channel_(coordinator_endpoints(config), std::move(keys), std::move(server_key), config.timeout_ms,
                  std::move(reconnect)) {}
 
   Result<protocol::Body> request(protocol::Body body) override { return channel_.request(body, may_repeat(body)); }
@@ -41,6 +41,12 @@ std::string resolve(const fs::path& base, const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> coordinator_endpoints(const ClientConfig& config) {
+  std::vector<std::string> endpoints{config.coordinator_endpoint};
+  endpoints.insert(endpoints.end(), config.standby_endpoints.begin(), config.standby_endpoints.end());
+  return endpoints;
+}
 
 Result<ClientConfig> load_client_config(const std::string& path) {
   auto text = config::read_text_file(path, "the client config",
@@ -70,14 +76,16 @@ Result<ClientConfig> client_config_from_text(std::string_view text, const std::s
       config.timeout_ms = static_cast<std::uint32_t>(node.as_integer()->get());
       continue;
     }
+    if (k == "coordinator") {
+      auto endpoints = config::coordinator_endpoints(at, node, k);
+      if (!endpoints) return tl::unexpected(endpoints.error());
+      config.coordinator_endpoint = endpoints->front();
+      config.standby_endpoints.assign(endpoints->begin() + 1, endpoints->end());
+      continue;
+    }
     if (!node.is_string()) return fail(Errc::config, fmt::format("{}: {} must be a string", at, k));
     const std::string value = node.as_string()->get();
-    if (k == "coordinator") {
-      if (auto problem = config::tcp_endpoint_problem(value, /*binds=*/false)) {
-        return fail(Errc::config, fmt::format("{}: coordinator \"{}\" {}", at, value, *problem));
-      }
-      config.coordinator_endpoint = value;
-    } else if (k == "coordinator_public_key_file") {
+    if (k == "coordinator_public_key_file") {
       config.coordinator_public_key_file = resolve(base, value);
       config.coordinator_public_key_file_origin = at;
     } else {

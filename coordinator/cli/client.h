@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 #include "common/keys.h"
@@ -16,6 +17,9 @@ namespace kiln::cli {
 
 struct ClientConfig {
   std::string coordinator_endpoint = "tcp://127.0.0.1:7602";
+  // The other coordinators sharing its store, tried in order when it is a standby or cannot be
+  // reached (docs/operations.md, "A standby coordinator"): client.toml's coordinator = [...].
+  std::vector<std::string> standby_endpoints;
   std::string coordinator_public_key_file;
   std::string secret_key_file;
   std::uint32_t timeout_ms = 10000;
@@ -23,6 +27,9 @@ struct ClientConfig {
   std::string coordinator_public_key_file_origin;
   std::string secret_key_file_origin;
 };
+
+// Every coordinator the client may talk to, in the order to try them.
+std::vector<std::string> coordinator_endpoints(const ClientConfig& config);
 
 // Reads client.toml: coordinator, coordinator_public_key_file, secret_key_file, timeout_ms.
 // A missing, unreadable or invalid key file is found by connect(), as an Errc::config error

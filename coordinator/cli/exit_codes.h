@@ -23,6 +23,7 @@ inline int exit_code_for(const Error& e) {
     case Errc::unauthorized: return kExitRefused;
     case Errc::timeout:
     case Errc::unavailable:
+    case Errc::standby:
     case Errc::io: return kExitUnreachable;
     case Errc::not_found: return kExitNotFound;
     case Errc::config:

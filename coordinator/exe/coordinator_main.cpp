@@ -2,10 +2,12 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 
 #include <CLI/CLI.hpp>
 
 #include "coordinator/shell/server.h"
+#include "coordinator/store/copy_store.h"
 #include "coordinator/store/store.h"
 #include "common/version.h"
 
@@ -52,6 +54,41 @@ int check_store(const kiln::Result<kiln::coordinator::StoreCheck>& check, bool s
   return kExitProblem;
 }
 
+// Copies the configured store into an empty PostgreSQL database (docs/operations.md, "Moving
+// from SQLite to PostgreSQL").
+int migrate_store(const std::string& config_path, const kiln::coordinator::PostgresLocation& target) {
+  namespace coord = kiln::coordinator;
+  auto config = coord::load_coordinator_config(config_path);
+  if (!config) return print_config_problems(config_path, config.error());
+  if (auto problem = coord::postgres_url_problem(target.url)) {
+    return print_error(kiln::Error{kiln::Errc::config, "--to: " + *problem}, kExitConfig);
+  }
+  if (!target.password_file.empty()) {
+    if (auto problem = coord::postgres_password_file_problem(target.password_file)) {
+      return print_error(kiln::Error{kiln::Errc::config, "--password-file: " + *problem}, kExitConfig);
+    }
+  }
+  if (config->store_backend == coord::StoreBackend::sqlite && !std::filesystem::exists(config->database)) {
+    return print_error(kiln::Error{kiln::Errc::not_found,
+                                   "there is no SQLite database at " + config->database + " to migrate; check "
+                                   "[coordinator] database in " + config_path},
+                       kExitConfig);
+  }
+  auto from = config->store_backend == coord::StoreBackend::postgresql ? coord::open_postgres_store(config->postgres)
+                                                                       : coord::open_sqlite_store(config->database);
+  if (!from) return print_error(from.error(), kExitProblem);
+  auto to = coord::open_postgres_store(target);
+  if (!to) return print_error(to.error(), kExitProblem);
+  const std::string into = coord::postgres_server_name(target);
+  std::printf("copying the %s into the %s\n", coord::store_description(*config).c_str(), into.c_str());
+  auto copied = coord::copy_store(**from, **to, [](const std::string& step) { std::printf("  %s\n", step.c_str()); });
+  if (!copied) return print_error(copied.error(), kExitProblem);
+  std::printf("copied %s; read back from the target, every count matches.\nNow set [store] backend = \"postgresql\" "
+              "and its url in %s, and start the coordinator.\n",
+              coord::to_string(*copied).c_str(), config_path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +104,13 @@ int main(int argc, char** argv) {
   std::string database;
   store_check->add_option("--database", database, "the database to check (default: the one coordinator.toml names)")
       ->excludes(config_option);
+  auto* migrate = app.add_subcommand("migrate-store", "copy the store coordinator.toml names into an empty "
+                                                     "PostgreSQL database (stop the coordinator first)");
+  kiln::coordinator::PostgresLocation target;
+  migrate->add_option("--to", target.url, "the target: a libpq connection string or postgresql:// URI, without a "
+                                          "password")
+      ->required();
+  migrate->add_option("--password-file", target.password_file, "a file holding the target role's password (mode 0600)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -82,6 +126,7 @@ int main(int argc, char** argv) {
     }
     return check_store(kiln::coordinator::check_sqlite_store(config->database), true);
   }
+  if (migrate->parsed()) return migrate_store(config_path, target);
   // What the coordinator would refuse at start, check-config refuses too, and both with status 2.
   auto config = kiln::coordinator::load_coordinator_config_to_start(config_path);
   if (!config) return print_config_problems(config_path, config.error());
@@ -103,8 +148,9 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  auto server = kiln::coordinator::CoordinatorServer::create(std::move(*config));
+  auto server = kiln::coordinator::CoordinatorServer::create(std::move(*config), g_stop);
   if (!server) return print_error(server.error(), kExitProblem);
+  if (!*server) return 0;  // stopped while standing by
   if (auto s = (*server)->run(g_stop); !s) return print_error(s.error(), kExitProblem);
   return 0;
 }

@@ -121,10 +121,13 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     problems.unknown_keys(*qualifier, "[qualifier]", kQualifierKeys);
     Reader r(problems, *qualifier, base);
     r.text("name", config.name);
-    r.text("coordinator", config.client.coordinator_endpoint);
-    if (auto problem = config::tcp_endpoint_problem(config.client.coordinator_endpoint, /*binds=*/false)) {
-      problems.at(qualifier->get("coordinator") ? qualifier->get("coordinator")->source() : qualifier->source(),
-                  fmt::format("coordinator \"{}\" {}", config.client.coordinator_endpoint, *problem));
+    if (const toml::node* coordinator = qualifier->get("coordinator")) {
+      if (auto endpoints = config::coordinator_endpoints(r.origin("coordinator"), *coordinator, "coordinator")) {
+        config.client.coordinator_endpoint = endpoints->front();
+        config.client.standby_endpoints.assign(endpoints->begin() + 1, endpoints->end());
+      } else {
+        problems.add_located(coordinator->source().begin, endpoints.error().message);
+      }
     }
     r.path("coordinator_public_key_file", config.client.coordinator_public_key_file);
     config.client.coordinator_public_key_file_origin = r.origin("coordinator_public_key_file");

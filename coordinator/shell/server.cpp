@@ -18,19 +18,20 @@
 #include "coordinator/metrics/fleet_metrics.h"
 #include "coordinator/shell/action_interpreter.h"
 #include "coordinator/shell/artifact_store.h"
+#include "coordinator/shell/coordinator_sockets.h"
 #include "coordinator/shell/environments_watcher.h"
+#include "coordinator/shell/standby.h"
 #include "coordinator/store/store.h"
 
 namespace kiln::coordinator {
 namespace {
 
-constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
-constexpr const char* kAgentDomain = "agents";
-constexpr const char* kClientDomain = "clients";
 constexpr int kMaxPollWaitMs = 200;  // also how quickly a stop request is noticed
 // A turn of the loop this much later than its poll's wait is a stall (docs/operations.md).
 constexpr TimeMs kStalledTurnMs = 1000;
 constexpr int kMaxMessagesPerTurn = 1000;
+// How often a coordinator on a shared store checks that it still leads it.
+constexpr TimeMs kLeadCheckIntervalMs = 1000;
 // How long a scrape waits for the loop to render /metrics: under Prometheus's default scrape
 // timeout (10 s), so a busy loop shows as a 503 with its reason rather than a timeout.
 constexpr auto kMetricsAnswerTimeout = std::chrono::seconds(5);
@@ -60,9 +61,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         start_(clocks_now()),
         core_(config_.knobs, std::move(snapshot), start_),
         clock_(start_),
-        zap_(context_, zmq::socket_type::rep),
-        agents_(context_, zmq::socket_type::router),
-        clients_(context_, zmq::socket_type::router) {
+        sockets_(context_) {
     limits_.max_message_bytes = config_.max_message_bytes;
     if (!config_.environments_repo.empty()) {
       watcher_ = std::make_unique<EnvironmentsWatcher>(config_.environments_repo, config_.environments_branch,
@@ -71,22 +70,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   }
 
   Status bind() {
-    try {
-      // The ZAP handler must exist before any CURVE socket accepts a connection.
-      zap_.bind(kZapEndpoint);
-      for (auto* s : {&agents_, &clients_}) {
-        transport::configure_curve_server(*s, keys_, s == &agents_ ? kAgentDomain : kClientDomain,
-                                          config_.max_message_bytes);
-        s->set(zmq::sockopt::router_mandatory, 1);
-      }
-      agents_.bind(config_.agent_endpoint);
-      clients_.bind(config_.client_endpoint);
-    } catch (const zmq::error_t& e) {
-      return fail(Errc::io, fmt::format("cannot listen on {} / {}: {}; is another coordinator running, or is "
-                                        "the address wrong in {}?",
-                                        config_.agent_endpoint, config_.client_endpoint, e.what(),
-                                        config_.source_path));
-    }
+    if (auto s = bind_sockets(sockets_, config_, keys_); !s) return s;
     logger_->info("listening for agents on {} and clients on {} ({} authorized keys)", config_.agent_endpoint,
                   config_.client_endpoint, config_.keys_by_public_key.size());
     logger_->info("keeping what it acknowledges in the {}", store_description(config_));
@@ -129,7 +113,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         if (e.num() == EINTR) continue;
         return fail(Errc::io, fmt::format("poll failed: {}", e.what()));
       }
-      if (items[0].revents & ZMQ_POLLIN) handle_zap();
+      if (items[0].revents & ZMQ_POLLIN) answer_zap(sockets_, config_, *logger_);
       if (items[1].revents & ZMQ_POLLIN) {
         if (auto s = receive_all(agents_, true); !s) return s;
       }
@@ -145,6 +129,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       }
       core_.on_tick(clocks_now());
       last_tick_ms = monotonic_ms();
+      if (auto s = confirm_lead(last_tick_ms); !s) return s;
       if (auto s = carry_out_actions(); !s) return s;
       if (items[3].revents & ZMQ_POLLIN) question_.answer_pending([this] { return metrics_->render(core_); });
     }
@@ -153,59 +138,6 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   }
 
  private:
-  // ZAP (RFC 27): the handshake of every CURVE connection asks us whether its public key
-  // may connect to that socket. We answer with the key itself as the user id, so each
-  // later message can be traced to one authorized key and its role.
-  void handle_zap() {
-    std::vector<zmq::message_t> frames;
-    do {
-      zmq::message_t f;
-      if (!zap_.recv(f, zmq::recv_flags::dontwait)) break;
-      frames.push_back(std::move(f));
-    } while (zap_.get(zmq::sockopt::rcvmore));
-    if (frames.size() < 6) return;
-    const std::string version = frames[0].to_string();
-    const std::string request_id = frames[1].to_string();
-    const std::string domain = frames[2].to_string();
-    const std::string address = frames[3].to_string();
-    const std::string mechanism = frames[5].to_string();
-    std::string status = "400";
-    std::string text = "unknown key";
-    std::string user_id;
-    if (mechanism == "CURVE" && frames.size() >= 7 && frames[6].size() == 32) {
-      char z85[41] = {};
-      zmq_z85_encode(z85, static_cast<const uint8_t*>(frames[6].data()), 32);
-      auto it = config_.keys_by_public_key.find(z85);
-      if (it == config_.keys_by_public_key.end()) {
-        logger_->warn("refused a connection from {} with unknown key {} on the {} socket", address, z85, domain);
-      } else {
-        const bool is_agent = it->second.role == protocol::Role::agent;
-        if (is_agent != (domain == kAgentDomain)) {
-          text = "wrong socket for this role";
-          logger_->warn("refused key '{}' ({}) from {} on the {} socket: agent keys use the agent endpoint, "
-                        "other roles the client endpoint",
-                        it->second.name, protocol::enum_name(it->second.role), address, domain);
-        } else {
-          status = "200";
-          text = "OK";
-          user_id = z85;
-        }
-      }
-    } else {
-      logger_->warn("refused a connection from {} using {}: only CURVE is accepted", address, mechanism);
-    }
-    try {
-      zap_.send(zmq::buffer(version), zmq::send_flags::sndmore);
-      zap_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
-      zap_.send(zmq::buffer(status), zmq::send_flags::sndmore);
-      zap_.send(zmq::buffer(text), zmq::send_flags::sndmore);
-      zap_.send(zmq::buffer(user_id), zmq::send_flags::sndmore);
-      zap_.send(zmq::str_buffer(""), zmq::send_flags::none);
-    } catch (const zmq::error_t& e) {
-      logger_->error("cannot answer a ZAP request: {}", e.what());
-    }
-  }
-
   Status receive_all(zmq::socket_t& socket, bool from_agents) {
     for (int i = 0; i < kMaxMessagesPerTurn; ++i) {
       auto received = transport::receive(socket, true);
@@ -428,6 +360,16 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     return status;
   }
 
+  // A coordinator that lost its store's leadership (its connection dropped: a standby may lead
+  // now) must not answer anything more from what it holds.
+  Status confirm_lead(TimeMs now_ms) {
+    if (!store_->shared() || now_ms < next_lead_check_ms_) return {};
+    next_lead_check_ms_ = now_ms + kLeadCheckIntervalMs;
+    auto held = store_->confirm_lead();
+    if (!held) logger_->critical("{}; stopping so that a standby can serve", held.error().message);
+    return held;
+  }
+
   // The newest reading of the environments repository, with the firmware packages' sizes from
   // the artifact store, goes to the core when it differs from the last one given.
   void take_environments() {
@@ -477,10 +419,12 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   CoreClock clock_;  // the core's clock, as the core reads it: the time of what it saves
   protocol::CodecLimits limits_;
   zmq::context_t context_;
-  zmq::socket_t zap_;
-  zmq::socket_t agents_;
-  zmq::socket_t clients_;
+  CoordinatorSockets sockets_;
+  zmq::socket_t& zap_ = sockets_.zap;
+  zmq::socket_t& agents_ = sockets_.agents;
+  zmq::socket_t& clients_ = sockets_.clients;
   std::uint64_t next_message_id_ = 1;
+  TimeMs next_lead_check_ms_ = 0;
   std::set<std::string> req_peers_;  // REQ clients, whose replies need an empty delimiter frame
   std::unique_ptr<EnvironmentsWatcher> watcher_;
   std::string environments_problem_;
@@ -493,7 +437,8 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
 
 }  // namespace
 
-Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(CoordinatorConfig config) {
+Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(CoordinatorConfig config,
+                                                                      const std::atomic<bool>& stop) {
   auto logger = make_logger("coordinator", config.log_level);
   if (!logger) return tl::unexpected(logger.error());
   auto keys = load_coordinator_keys(config);
@@ -501,6 +446,25 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
   auto store = config.store_backend == StoreBackend::postgresql ? open_postgres_store(config.postgres)
                                                                 : open_sqlite_store(config.database);
   if (!store) return tl::unexpected(store.error());
+  // The snapshot is read only once this coordinator leads: what a leader acknowledged before
+  // it died is all in the store by then.
+  auto leading = wait_until_leading(**store, config, *keys, **logger, stop);
+  if (!leading) return tl::unexpected(leading.error());
+  if (!*leading) return std::unique_ptr<CoordinatorServer>();
+  if ((*store)->shared()) {
+    const auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+    protocol::AuditEntry line{0,
+                              wall_ms,
+                              "coordinator",
+                              "coordinator",
+                              "coordinator_active",
+                              coordinator_name(),
+                              fmt::format("leads the {}; agents at {}, clients at {}", store_description(config),
+                                          config.agent_endpoint, config.client_endpoint)};
+    if (auto s = (*store)->append_audit(line); !s) return tl::unexpected(s.error());
+  }
   auto snapshot = (*store)->load();
   if (!snapshot) return tl::unexpected(snapshot.error());
   std::optional<ArtifactStore> artifacts;

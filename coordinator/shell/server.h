@@ -13,7 +13,9 @@ namespace kiln::coordinator {
 
 class CoordinatorServer {
  public:
-  static Result<std::unique_ptr<CoordinatorServer>> create(CoordinatorConfig config);
+  // Opens the store and, when another coordinator leads it, stands by until this one can take
+  // over (standby.h). Null when `stop` was set while standing by.
+  static Result<std::unique_ptr<CoordinatorServer>> create(CoordinatorConfig config, const std::atomic<bool>& stop);
   virtual ~CoordinatorServer() = default;
 
   // Serves until `stop` becomes true. Returns an error when the store fails: nothing more

@@ -21,6 +21,9 @@ namespace {
 
 // Held while a coordinator inspects and upgrades the schema: "KILN", as SQLite's application id.
 constexpr std::int64_t kSchemaLockKey = 0x4B494C4E;
+// The active coordinator's session lock: held while its connection lives (pg_locks shows a
+// one-key advisory lock as classid 0, objid the key, objsubid 1).
+constexpr std::int64_t kLeaderLockKey = 0x4B494C41;
 
 // Each step brings a database from the version before it to its own, in the same transaction
 // as the schema_version row that records it. The steps are those of SQLite's versions (see
@@ -380,6 +383,47 @@ class PostgresStore final : public Store {
   }
 
   Result<Snapshot> load() override { return stored::load_snapshot(session_.row_reader(), session_.place()); }
+
+  bool shared() const override { return true; }
+
+  Result<bool> try_lead(const std::string& name) override {
+    // The name shows in pg_stat_activity, where a standby reads who leads; PostgreSQL keeps 63 bytes of it.
+    if (auto s = session_.run("name this session", "SELECT set_config('application_name', $1, false);",
+                              {name.substr(0, 63)});
+        !s) {
+      return tl::unexpected(s.error());
+    }
+    auto taken = session_.run("try to take the coordinators' leadership", "SELECT pg_try_advisory_lock($1);",
+                              {std::to_string(kLeaderLockKey)});
+    if (!taken) return tl::unexpected(taken.error());
+    return std::string_view(PQgetvalue(taken->get(), 0, 0)) == "t";
+  }
+
+  Result<std::string> leader() override {
+    auto holder = session_.run(
+        "read who leads",
+        "SELECT a.application_name, coalesce(host(a.client_addr), 'a local socket'), "
+        "to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') FROM pg_catalog.pg_locks l "
+        "JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid = 0 "
+        "AND l.objid = $1 AND l.objsubid = 1 AND l.granted;",
+        {std::to_string(kLeaderLockKey)});
+    if (!holder) return tl::unexpected(holder.error());
+    if (PQntuples(holder->get()) == 0) return std::string("no coordinator (the leadership is free)");
+    return fmt::format("{}, connected from {} since {} UTC", PQgetvalue(holder->get(), 0, 0),
+                       PQgetvalue(holder->get(), 0, 1), PQgetvalue(holder->get(), 0, 2));
+  }
+
+  Status confirm_lead() override {
+    auto held = session_.run("confirm the coordinators' leadership",
+                             "SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = 0 "
+                             "AND objid = $1 AND objsubid = 1 AND granted AND pid = pg_backend_pid();",
+                             {std::to_string(kLeaderLockKey)});
+    if (!held) return tl::unexpected(held.error());
+    if (std::string_view(PQgetvalue(held->get(), 0, 0)) != "1") {
+      return fail(Errc::unavailable, fmt::format("this coordinator no longer leads the {}", session_.name()));
+    }
+    return {};
+  }
 
  private:
   static Status done(Result<QueryResult> result) {

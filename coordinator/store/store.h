@@ -26,6 +26,24 @@ class Store {
   // Its lines at or after `since_ms` and after `after_seq`, oldest first, at most `limit`.
   virtual Result<std::vector<protocol::AuditEntry>> read_audit(const protocol::ListAudit& query) = 0;
   virtual Result<Snapshot> load() = 0;
+
+  // Leadership, for coordinators sharing one store (PostgreSQL; docs/operations.md, "A standby
+  // coordinator"). The active coordinator holds it for as long as its connection to the store
+  // lives, so one that is killed loses it at once and a standby can take it. An embedded store
+  // (SQLite) has a single coordinator, which always leads.
+  virtual bool shared() const { return false; }
+  // Takes the leadership if no other coordinator holds it; true when this one holds it now.
+  // `name` says who holds it to the standbys' callers (the host, for people).
+  virtual Result<bool> try_lead(const std::string& name) {
+    (void)name;
+    return true;
+  }
+  // Who holds the leadership now, in words for people ("kiln-coordinator on h1, connected from
+  // 10.0.0.5 since ..."), or why that cannot be read.
+  virtual Result<std::string> leader() { return std::string("this coordinator"); }
+  // Fails once this coordinator no longer holds the leadership (its connection was lost and
+  // another may have taken it): it must then stop acknowledging anything.
+  virtual Status confirm_lead() { return {}; }
 };
 
 // Which store coordinator.toml chose, and where it is.

@@ -107,6 +107,7 @@ Fleet::~Fleet() {
     }
   }
   coordinator_.reset();
+  standby_.reset();
   if (!std::getenv("KILN_KEEP_TEST_DIRS")) fs::remove_all(dir_);
 }
 
@@ -123,12 +124,44 @@ void Fleet::add_unknown_key(const std::string& name) {
 }
 
 void Fleet::write_coordinator_config() {
-  std::ofstream out(dir_ / "coordinator.toml");
+  write_coordinator_config("coordinator.toml", agent_port_, client_port_);
+  if (standby_client_port_ != 0) write_coordinator_config("standby.toml", standby_agent_port_, standby_client_port_);
+}
+
+std::string Fleet::coordinators_toml(int port, int standby_port) const {
+  if (standby_client_port_ == 0) return fmt::format("\"tcp://127.0.0.1:{}\"", port);
+  return fmt::format("[\"tcp://127.0.0.1:{}\", \"tcp://127.0.0.1:{}\"]", port, standby_port);
+}
+
+void Fleet::add_standby() {
+  KILN_ASSERT(!postgres_url_.empty(), "a standby shares a PostgreSQL store");
+  standby_agent_port_ = free_loopback_port();
+  standby_client_port_ = free_loopback_port();
+  write_coordinator_config();
+}
+
+void Fleet::start_standby() {
+  write_coordinator_config();
+  standby_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{std::string(KILN_BIN_DIR) + "/kiln-coordinator", "--config",
+                               (dir_ / "standby.toml").string()},
+      dir_ / "standby.log");
+}
+
+void Fleet::stop_standby(int signo) {
+  if (!standby_) return;
+  standby_->signal(signo);
+  standby_->wait(std::chrono::seconds(10));
+  standby_.reset();
+}
+
+void Fleet::write_coordinator_config(const std::string& file, int agent_port, int client_port) {
+  std::ofstream out(dir_ / file);
   out << fmt::format(
       "[coordinator]\nagent_endpoint = \"tcp://127.0.0.1:{}\"\nclient_endpoint = \"tcp://127.0.0.1:{}\"\n"
       "secret_key_file = \"coordinator.key\"\n{}log_level = \"debug\"\n\n"
       "[knobs]\nheartbeat_interval_ms = {}\nliveness_missed_beats = {}\njob_timeout_slack_ms = 5000\n",
-      agent_port_, client_port_, postgres_url_.empty() ? "database = \"kiln.db\"\n" : "", heartbeat_interval_ms_,
+      agent_port, client_port, postgres_url_.empty() ? "database = \"kiln.db\"\n" : "", heartbeat_interval_ms_,
       liveness_missed_beats_);
   if (!postgres_url_.empty()) out << fmt::format("\n[store]\nbackend = \"postgresql\"\nurl = \"{}\"\n", postgres_url_);
   out << "\n" << coordinator_tables_;
@@ -166,7 +199,7 @@ void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_opt
   if (!spec.labels.empty()) out << fmt::format("labels = [\"{}\"]\n", fmt::join(spec.labels, "\", \""));
   out << fmt::format(
       "node_id = \"{0}\"\nwork_dir = \"work-{0}\"\nsecret_key_file = \"{0}.key\"\n\n"
-      "[coordinator]\nendpoint = \"tcp://127.0.0.1:{1}\"\npublic_key_file = \"coordinator.pub\"\n\n"
+      "[coordinator]\nendpoint = {1}\npublic_key_file = \"coordinator.pub\"\n\n"
       "[driver]\nlibrary = \"{2}/libkiln_sim_driver.so\"\n"
       "options = \"state_dir={3}/sim-{0};node_id={0};hardware_revision={4};seed=7{8}\"\n\n"
       "[local_socket]\npath = \"{3}/{0}.sock\"\ngroup = \"root\"\n\n"
@@ -174,7 +207,7 @@ void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_opt
       "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 3000\nprobe_timeout_ms = 3000\n{9}\n"
       "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n"
       "model = \"{7}/kiln-workload-model\"\nshell = \"/bin/sh\"\n",
-      spec.node_id, agent_port_, KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
+      spec.node_id, coordinators_toml(agent_port_, standby_agent_port_), KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
       liveness_missed_beats_, KILN_BIN_DIR, extra_driver_options.empty() ? "" : ";" + extra_driver_options,
       extra_knobs);
   out << "\n" << extra_tables;
@@ -199,7 +232,7 @@ void Fleet::add_qualifier(const std::string& name, const std::map<std::string, s
   add_key(name, "ci");
   std::map<std::string, std::string> all = {
       {"name", fmt::format("\"{}\"", name)},
-      {"coordinator", fmt::format("\"tcp://127.0.0.1:{}\"", client_port_)},
+      {"coordinator", coordinators_toml(client_port_, standby_client_port_)},
       {"coordinator_public_key_file", "\"coordinator.pub\""},
       {"secret_key_file", fmt::format("\"{}.key\"", name)},
       {"timeout_ms", "3000"},
@@ -233,9 +266,9 @@ void Fleet::stop_qualifier(const std::string& name, int signo) {
 std::string Fleet::client_config(const std::string& key_name, std::uint32_t timeout_ms) {
   const fs::path path = dir_ / ("client-" + key_name + ".toml");
   std::ofstream(path) << fmt::format(
-      "coordinator = \"tcp://127.0.0.1:{}\"\ncoordinator_public_key_file = \"coordinator.pub\"\n"
+      "coordinator = {}\ncoordinator_public_key_file = \"coordinator.pub\"\n"
       "secret_key_file = \"{}.key\"\ntimeout_ms = {}\n",
-      client_port_, key_name, timeout_ms);
+      coordinators_toml(client_port_, standby_client_port_), key_name, timeout_ms);
   return path.string();
 }
 

@@ -72,6 +72,14 @@ class Fleet {
   // Keeps the coordinator's state in PostgreSQL at `url` (a libpq connection string) instead of
   // SQLite; call before start_coordinator.
   void use_postgres(const std::string& url) { postgres_url_ = url; }
+  // A second coordinator on the same PostgreSQL store with ports of its own, logging to
+  // standby.log; the agents, clients and qualifiers added after this list both coordinators.
+  // Call after use_postgres and before add_agent, add_qualifier and client.
+  void add_standby();
+  void start_standby();
+  void stop_standby(int signo);
+  bool standby_running() { return standby_ && standby_->running(); }
+  std::string standby_client_endpoint() const { return "tcp://127.0.0.1:" + std::to_string(standby_client_port_); }
   // More tables for coordinator.toml, e.g. "[environments]\nrepo = ...\n"; call before start_coordinator.
   void add_coordinator_tables(const std::string& toml) { coordinator_tables_ += toml; }
   // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05";
@@ -118,6 +126,9 @@ class Fleet {
 
  private:
   void write_coordinator_config();
+  void write_coordinator_config(const std::string& file, int agent_port, int client_port);
+  // The value of a config's coordinator address: one, or both with a standby.
+  std::string coordinators_toml(int port, int standby_port) const;
   std::string client_config(const std::string& key_name, std::uint32_t timeout_ms);
 
   std::string name_;
@@ -130,7 +141,10 @@ class Fleet {
   std::string coordinator_tables_;
   std::string postgres_url_;
   std::map<std::string, AgentSpec> agents_;
+  int standby_agent_port_ = 0;
+  int standby_client_port_ = 0;
   std::unique_ptr<ChildProcess> coordinator_;
+  std::unique_ptr<ChildProcess> standby_;
   std::map<std::string, std::unique_ptr<ChildProcess>> agent_processes_;
   std::map<std::string, std::unique_ptr<ChildProcess>> qualifier_processes_;
 };

@@ -76,3 +76,41 @@ TEST_CASE("a PostgreSQL server the coordinator cannot reach stops it at start, n
   CHECK(checked.status == 1);
   CHECK(contains(checked.output, "cannot connect to the PostgreSQL database kiln"));
 }
+
+TEST_CASE("migrate-store copies a SQLite fleet into PostgreSQL, and the coordinator goes on from there") {
+  PostgresServer* server = PostgresServer::shared();
+  if (!server) {
+    MESSAGE("skipped: PostgreSQL is not installed here (scripts/setup installs it)");
+    return;
+  }
+  Fleet fleet("postgres-migrate");
+  fleet.add_key("ops1", "ops");
+  const JobsInFlight jobs = finished_and_running_jobs(*start_one_node(fleet));
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*fleet.client("dev"), jobs.running_id, JobState::succeeded); },
+                            15s));
+  REQUIRE(fleet.kiln("ops1", {"drain", "n01", "--reason", "moving to PostgreSQL"}) == 0);
+  fleet.stop_coordinator(SIGTERM);
+
+  const std::string database = server->create_database();
+  const std::string config = (fleet.dir() / "coordinator.toml").string();
+  const std::string migrate = bin("kiln-coordinator") + " --config " + config + " migrate-store --to '" +
+                              server->url(database) + "'";
+  const Ran migrated = run(migrate);
+  INFO(migrated.output);
+  REQUIRE(migrated.status == 0);
+  CHECK(contains(migrated.output, "copied 1 nodes, 2 jobs, 0 records, 0 leases"));
+  CHECK(contains(migrated.output, "every count matches"));
+  // A second copy would mix two fleets: the target must be empty.
+  const Ran again = run(migrate);
+  CHECK(again.status == 1);
+  CHECK(contains(again.output, "the target store already holds kiln data (1 nodes, 2 jobs"));
+
+  fleet.use_postgres(server->url(database));
+  fleet.start_coordinator();
+  auto client = fleet.client("dev");
+  REQUIRE(Fleet::eventually([&] { return job_state_is(*client, jobs.done_id, JobState::succeeded); }, 10s));
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::draining); }, 10s));
+  std::string audit;
+  REQUIRE(fleet.kiln("ops1", {"audit"}, &audit) == 0);
+  CHECK(contains(audit, "moving to PostgreSQL"));
+}

@@ -181,3 +181,28 @@ TEST_CASE("[http] listen in coordinator.toml, agent.toml and qualifier.toml: opt
       kiln::qualifier::qualifier_config_from_text(qualifier + no_port, "/etc/kiln/qualifier.toml").error().message,
       "/etc/kiln/qualifier.toml:13:"));
 }
+
+TEST_CASE("client and agent configs list an active coordinator and its standbys, in order") {
+  kiln::testing::TempDir dir("kiln-from-text");
+  const std::string keys = "coordinator_public_key_file = \"c.pub\"\nsecret_key_file = \"me.key\"\n";
+  auto client = kiln::cli::client_config_from_text(
+      "coordinator = [\"tcp://a.example:7602\", \"tcp://b.example:7602\"]\n" + keys, dir.file("client.toml"));
+  REQUIRE(client);
+  CHECK(kiln::cli::coordinator_endpoints(*client) ==
+        std::vector<std::string>{"tcp://a.example:7602", "tcp://b.example:7602"});
+
+  const auto problem = [&](const std::string& value) {
+    auto loaded = kiln::cli::client_config_from_text("coordinator = " + value + "\n" + keys, dir.file("client.toml"));
+    REQUIRE_FALSE(loaded);
+    return loaded.error().message;
+  };
+  CHECK(kiln::testing::contains(problem("[]"), "client.toml:1:1: coordinator is an empty list"));
+  CHECK(kiln::testing::contains(problem("[\"tcp://a:1\", \"tcp://a:1\"]"), "lists \"tcp://a:1\" twice"));
+  CHECK(kiln::testing::contains(problem("[\"tcp://a:1\", 7]"), "must hold strings only"));
+  CHECK(kiln::testing::contains(problem("[\"tcp://a:1\", \"udp://b:1\"]"), "coordinator \"udp://b:1\""));
+
+  const auto reading = kiln::agent::read_agent_config_text(
+      "[coordinator]\nendpoint = [\"tcp://a.example:7601\", \"tcp://b.example:7601\"]\n", dir.file("agent.toml"));
+  CHECK(reading.config.coordinator_endpoint == "tcp://a.example:7601");
+  CHECK(reading.config.standby_endpoints == std::vector<std::string>{"tcp://b.example:7601"});
+}

@@ -1,5 +1,6 @@
 // The request channel against a stand-in coordinator on loopback: a read asked of a coordinator
-// that dies before answering is asked again of the next one, a submit never is.
+// that dies before answering is asked again of the next one, a submit never is; with several
+// coordinators listed, what a standby refused or none could receive goes to the next.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -67,7 +68,7 @@ TEST_CASE("a read whose coordinator dies before answering is asked again of the 
   Keys keys;
   auto first = std::make_optional<StandIn>(keys.server, "tcp://127.0.0.1:*");
   const std::string endpoint = first->endpoint();
-  transport::RequestChannel channel(endpoint, keys.client, keys.server.public_key, 10000, following_from_the_start());
+  transport::RequestChannel channel({endpoint}, keys.client, keys.server.public_key, 10000, following_from_the_start());
   auto reply = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, true); });
 
   // The request arrives, and its coordinator goes away without a word.
@@ -88,7 +89,7 @@ TEST_CASE("a request that may not be repeated fails when its connection drops, a
   Keys keys;
   auto first = std::make_optional<StandIn>(keys.server, "tcp://127.0.0.1:*");
   const std::string endpoint = first->endpoint();
-  transport::RequestChannel channel(endpoint, keys.client, keys.server.public_key, 10000, following_from_the_start());
+  transport::RequestChannel channel({endpoint}, keys.client, keys.server.public_key, 10000, following_from_the_start());
   auto reply = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, false); });
   REQUIRE(first->take(10s).has_value());
   first.reset();
@@ -105,7 +106,7 @@ TEST_CASE("a submit sent while the coordinator is away fails, and is not carried
   Keys keys;
   auto first = std::make_optional<StandIn>(keys.server, "tcp://127.0.0.1:*");
   const std::string endpoint = first->endpoint();
-  transport::RequestChannel channel(endpoint, keys.client, keys.server.public_key, 2000, following_from_the_start());
+  transport::RequestChannel channel({endpoint}, keys.client, keys.server.public_key, 2000, following_from_the_start());
   // Connected and answered once, as a qualifier is before the coordinator restarts.
   auto hello = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, true); });
   auto asked_first = first->take(10s);
@@ -132,7 +133,7 @@ TEST_CASE("connections given up while the coordinator is away leave the channel 
   Keys keys;
   auto first = std::make_optional<StandIn>(keys.server, "tcp://127.0.0.1:*");
   const std::string endpoint = first->endpoint();
-  transport::RequestChannel channel(endpoint, keys.client, keys.server.public_key, 300, following_from_the_start());
+  transport::RequestChannel channel({endpoint}, keys.client, keys.server.public_key, 300, following_from_the_start());
   first.reset();
   // Each failed request closes its connection while ZeroMQ reports retries on it.
   for (int i = 0; i < 5; ++i) CHECK_FALSE(channel.request(protocol::Whoami{}, false).has_value());
@@ -150,7 +151,7 @@ TEST_CASE("a person's client that never heard the coordinator reports the silenc
   StandIn silent(keys.server, "tcp://127.0.0.1:*");
   transport::Reconnect reconnect = following_from_the_start();
   reconnect.before_first_answer = false;
-  transport::RequestChannel channel(silent.endpoint(), keys.client, keys.server.public_key, 500, reconnect);
+  transport::RequestChannel channel({silent.endpoint()}, keys.client, keys.server.public_key, 500, reconnect);
   auto body = channel.request(protocol::Whoami{}, true);
   REQUIRE_FALSE(body.has_value());
   CHECK(body.error().code == Errc::timeout);
@@ -158,4 +159,58 @@ TEST_CASE("a person's client that never heard the coordinator reports the silenc
   // It was asked once.
   CHECK(silent.take(100ms).has_value());
   CHECK_FALSE(silent.take(300ms).has_value());
+}
+
+TEST_CASE("a submission a standby refused, or that found no coordinator listening, goes to the next one listed") {
+  Keys keys;
+  StandIn standby(keys.server, "tcp://127.0.0.1:*");
+  StandIn active(keys.server, "tcp://127.0.0.1:*");
+  // Nothing listens on the first address: its connection is refused.
+  std::string nobody;
+  {
+    StandIn gone(keys.server, "tcp://127.0.0.1:*");
+    nobody = gone.endpoint();
+  }
+  transport::Reconnect once;  // a person's client: never asks twice what may have been done
+  transport::RequestChannel channel({nobody, standby.endpoint(), active.endpoint()}, keys.client,
+                                    keys.server.public_key, 10000, once);
+  protocol::SubmitJob submit;
+  submit.workload = "smoke";
+  auto reply = std::async(std::launch::async, [&] { return channel.request(submit, false); });
+  auto refused = standby.take(10s);
+  REQUIRE(refused.has_value());
+  standby.answer(*refused, protocol::ErrorReply{"standby", "this coordinator is a standby and did nothing", {}});
+  auto taken = active.take(10s);
+  REQUIRE(taken.has_value());
+  active.answer(*taken, protocol::JobAccepted{7});
+  REQUIRE(reply.wait_for(10s) == std::future_status::ready);
+  auto body = reply.get();
+  REQUIRE(body.has_value());
+  CHECK(std::get<protocol::JobAccepted>(*body).job_id == 7);
+  // Each coordinator was asked once.
+  CHECK_FALSE(standby.take(200ms).has_value());
+  CHECK_FALSE(active.take(200ms).has_value());
+}
+
+TEST_CASE("when every coordinator listed refuses, the error says what each one said") {
+  Keys keys;
+  StandIn standby(keys.server, "tcp://127.0.0.1:*");
+  std::string nobody;
+  {
+    StandIn gone(keys.server, "tcp://127.0.0.1:*");
+    nobody = gone.endpoint();
+  }
+  transport::Reconnect once;
+  transport::RequestChannel channel({standby.endpoint(), nobody}, keys.client, keys.server.public_key, 1000, once);
+  auto reply = std::async(std::launch::async, [&] { return channel.request(protocol::Whoami{}, true); });
+  while (auto asked = standby.take(1500ms)) {
+    standby.answer(*asked, protocol::ErrorReply{"standby", "a standby: the active one is elsewhere", {}});
+  }
+  REQUIRE(reply.wait_for(10s) == std::future_status::ready);
+  auto body = reply.get();
+  REQUIRE_FALSE(body.has_value());
+  CHECK(body.error().code == Errc::unavailable);
+  CHECK(body.error().message.find("none of the 2 coordinators listed took the request") != std::string::npos);
+  CHECK(body.error().message.find(standby.endpoint() + ": a standby: the active one is elsewhere") != std::string::npos);
+  CHECK(body.error().message.find(nobody + ": refused the connection") != std::string::npos);
 }
