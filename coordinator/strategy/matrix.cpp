@@ -5,6 +5,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/config/toml_errors.h"
 
@@ -134,6 +135,12 @@ namespace {
 
 constexpr std::string_view kRemedy = "fix the matrix file (docs/strategy.md, \"The matrix file\")";
 
+// "; did you mean 'y'?" for a near miss, else "; the WHAT are a, b, c".
+std::string near_or_list(std::string_view name, const std::vector<std::string_view>& names, std::string_view what) {
+  if (auto near = config::nearest_name(name, names)) return fmt::format("; did you mean '{}'?", *near);
+  return fmt::format("; the {} are {}", what, fmt::join(names, ", "));
+}
+
 std::optional<double> number_of(const toml::node& node) {
   if (auto d = node.value<double>()) return *d;
   return std::nullopt;
@@ -158,7 +165,7 @@ void read_value_table(const toml::table& factor_table, std::string_view key, Fac
                               [&](const FactorValue& value) { return value.name == name.str(); });
     if (found == factor.values.end()) {
       problems.at(name.source(), fmt::format("'{}' in {} of factor '{}' is not one of its values{}", name.str(), key,
-                                             factor.name, config::suggestion(name.str(), names)));
+                                             factor.name, near_or_list(name.str(), names, "values")));
       continue;
     }
     auto number = number_of(entry);
@@ -219,7 +226,7 @@ std::optional<Factor> read_factor(const toml::table& table, std::size_t position
         if (found == factor.values.end()) {
           problems.at(entry.source(),
                       fmt::format("'changed' of factor '{}' names '{}', not one of its values{}", factor.name,
-                                  value.value_or("?"), config::suggestion(value.value_or(""), names)));
+                                  value.value_or("?"), near_or_list(value.value_or(""), names, "values")));
           continue;
         }
         found->changed = true;
@@ -297,7 +304,7 @@ Result<MatrixFile> parse_matrix(std::string_view text, std::string_view source) 
     for (const Factor& f : factors) names.push_back(f.name);
     if (std::find(names.begin(), names.end(), records_factor) == names.end()) {
       problems.at(node->source(), fmt::format("records_factor '{}' is not a factor{}", records_factor,
-                                              config::suggestion(records_factor, names)));
+                                              near_or_list(records_factor, names, "factors")));
     }
   }
   if (auto ok = problems.status(); !ok) return tl::unexpected(ok.error());

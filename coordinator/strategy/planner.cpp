@@ -275,10 +275,11 @@ Plan plan_night(const Matrix& matrix, const NightHistory& history, const PlanReq
   const double cover_cost = pairwise_cover_cost(matrix, request.seed, request.candidates_per_row);
   Rotation& rotation = plan.rotation;
   rotation.capacity_chip_hours = std::max(0.0, request.budget_chip_hours - cover_cost - matrix.max_cell_cost());
-  if (rotation.capacity_chip_hours > 0) {
-    const double nights = std::ceil(plan.cost_total_chip_hours / rotation.capacity_chip_hours);
-    rotation.nights = static_cast<std::uint32_t>(
-        std::min<double>(std::max<double>(nights, request.rotation_nights), std::numeric_limits<std::uint32_t>::max()));
+  const double nights = rotation.capacity_chip_hours > 0
+                           ? std::ceil(plan.cost_total_chip_hours / rotation.capacity_chip_hours)
+                           : std::numeric_limits<double>::infinity();
+  if (nights <= kMaxRotationNights) {
+    rotation.nights = std::max(static_cast<std::uint32_t>(nights), request.rotation_nights);
     rotation.within_promise = rotation.nights == request.rotation_nights;
   }
   const std::uint32_t period = rotation.nights > 0 ? rotation.nights : request.rotation_nights;
@@ -346,9 +347,9 @@ Plan plan_night(const Matrix& matrix, const NightHistory& history, const PlanReq
     }
   } else {
     plan.notes.push_back(fmt::format(
-        "no rotation: the budget ({:.1f} chip-hours) leaves nothing after the pairwise cover ({:.1f}) and one cell "
-        "({:.1f}); cells outside the cover run by risk only",
-        request.budget_chip_hours, cover_cost, matrix.max_cell_cost()));
+        "no rotation: after the pairwise cover ({:.1f} chip-hours) and one cell ({:.1f}) the budget ({:.1f}) leaves "
+        "too little for every cell to run within {} nights; cells outside the cover run by risk only",
+        cover_cost, matrix.max_cell_cost(), request.budget_chip_hours, kMaxRotationNights));
   }
 
   // 2. The pairwise covering set, cheaply.

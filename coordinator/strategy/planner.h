@@ -42,9 +42,12 @@ struct PlannedCell {
   std::int64_t age_nights = -1;  // since its last run; -1 never ran
 };
 
+// A rotation longer than this (ten years of nights) is no rotation.
+constexpr std::uint32_t kMaxRotationNights = 3660;
+
 struct Rotation {
   // Nights in which every cell runs at least once: rotation_nights when the budget pays for it,
-  // more when it does not; 0 when the budget leaves nothing for rotation after the pairwise cover.
+  // more when it does not; 0 when it would take over kMaxRotationNights.
   std::uint32_t nights = 0;
   bool within_promise = false;         // nights == the requested rotation_nights
   double capacity_chip_hours = 0;      // kept for rotation each night: budget - pairwise cover - one cell
