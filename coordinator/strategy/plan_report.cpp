@@ -11,14 +11,14 @@ double percent(double part, double whole) { return whole > 0 ? 100.0 * part / wh
 
 std::string age_text(std::int64_t age_nights) { return age_nights < 0 ? "never" : fmt::format("{}", age_nights); }
 
-std::string rotation_text(const Plan& plan, std::uint32_t promised) {
+std::string rotation_text(const Plan& plan) {
   const Rotation& r = plan.rotation;
   if (r.nights == 0) return "none: the budget pays for the pairwise cover only";
   if (r.within_promise) return fmt::format("every cell runs within {} nights", r.nights);
   return fmt::format("a full rotation takes {} nights ({:.0f} chip-hours of cells at {:.1f} a night kept for "
                      "rotation); {} nights would need a budget of about {:.0f}",
-                     r.nights, plan.cost_total_chip_hours, r.capacity_chip_hours, promised,
-                     plan.budget_chip_hours + plan.cost_total_chip_hours / promised - r.capacity_chip_hours);
+                     r.nights, plan.cost_total_chip_hours, r.capacity_chip_hours, r.promised_nights,
+                     plan.budget_chip_hours + plan.cost_total_chip_hours / r.promised_nights - r.capacity_chip_hours);
 }
 
 nlohmann::json cell_json(const Matrix& matrix, const PlannedCell& cell) {
@@ -51,7 +51,6 @@ std::string plan_text(const Matrix& matrix, const Plan& plan) {
     pairwise += cell.reason == ChoiceReason::pairwise;
     rotation += cell.reason == ChoiceReason::rotation;
   }
-  const std::uint32_t promised = plan.rotation.within_promise ? plan.rotation.nights : 7;
   out += fmt::format("\nnight {}: {} of {} cells, {:.1f} of {:.1f} chip-hours\n", plan.night, plan.chosen.size(),
                      plan.cells_total, plan.chip_hours, plan.budget_chip_hours);
   out += fmt::format("  pairs covered: {} of {} ({:.1f}%), by {} cover cells ({:.1f} chip-hours) and the rest\n",
@@ -61,7 +60,7 @@ std::string plan_text(const Matrix& matrix, const Plan& plan) {
                      percent(plan.risk_covered, plan.risk_total));
   out += fmt::format("  skipped: {} cells, risk left uncovered {:.1f} ({:.1f}%)\n", plan.skipped_count,
                      plan.skipped_risk, percent(plan.skipped_risk, plan.risk_total));
-  out += fmt::format("  rotation: {}; {} cells ({:.1f} chip-hours) due tonight\n", rotation_text(plan, promised),
+  out += fmt::format("  rotation: {}; {} cells ({:.1f} chip-hours) due tonight\n", rotation_text(plan),
                      rotation, plan.rotation.due_tonight_chip_hours);
   for (const std::string& note : plan.notes) out += "  note: " + note + "\n";
   return out;
@@ -91,6 +90,7 @@ std::string plan_json_text(const Matrix& matrix, const Plan& plan, const std::ve
       {"skipped", {{"count", plan.skipped_count}, {"risk", plan.skipped_risk}, {"top", skipped_top}}},
       {"rotation",
        {{"nights", r.nights},
+        {"promised_nights", r.promised_nights},
         {"within_promise", r.within_promise},
         {"capacity_chip_hours", r.capacity_chip_hours},
         {"due_tonight_chip_hours", r.due_tonight_chip_hours},

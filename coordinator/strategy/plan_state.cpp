@@ -61,7 +61,7 @@ NightHistory history_of(const PlanState& state, const Matrix& matrix) {
 
 Status record_plan(PlanState& state, const Matrix& matrix, const Plan& plan, std::string_view source) {
   if (state.first_night > 0 && plan.night <= state.last_night) {
-    return fail(Errc::conflict, fmt::format("{} has night {} recorded already; nights go forward: give --night {} or "
+    return fail(Errc::invalid_argument, fmt::format("{} has night {} recorded already; nights go forward: give --night {} or "
                                             "more, or another --state file",
                                             source, state.last_night, state.last_night + 1));
   }

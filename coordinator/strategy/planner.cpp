@@ -274,6 +274,7 @@ Plan plan_night(const Matrix& matrix, const NightHistory& history, const PlanReq
   // Rotation: what each night keeps for it, and so how many nights a full one takes.
   const double cover_cost = pairwise_cover_cost(matrix, request.seed, request.candidates_per_row);
   Rotation& rotation = plan.rotation;
+  rotation.promised_nights = request.rotation_nights;
   rotation.capacity_chip_hours = std::max(0.0, request.budget_chip_hours - cover_cost - matrix.max_cell_cost());
   const double nights = rotation.capacity_chip_hours > 0
                            ? std::ceil(plan.cost_total_chip_hours / rotation.capacity_chip_hours)

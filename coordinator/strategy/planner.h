@@ -49,7 +49,8 @@ struct Rotation {
   // Nights in which every cell runs at least once: rotation_nights when the budget pays for it,
   // more when it does not; 0 when it would take over kMaxRotationNights.
   std::uint32_t nights = 0;
-  bool within_promise = false;         // nights == the requested rotation_nights
+  std::uint32_t promised_nights = 7;   // the request's rotation_nights
+  bool within_promise = false;         // nights == promised_nights
   double capacity_chip_hours = 0;      // kept for rotation each night: budget - pairwise cover - one cell
   double due_tonight_chip_hours = 0;   // what tonight must run so that no cell misses its deadline
   double due_unpaid_chip_hours = 0;    // of that, what did not fit the budget (rotation falls behind)

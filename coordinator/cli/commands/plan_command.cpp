@@ -166,7 +166,7 @@ class PlanCommand : public Command {
                         "matrix file's cost for the rest; {} of them failed in the last {}",
                         recorded->runs_read, recorded->evidence.chip_hours.size(),
                         matrix.factors()[*matrix.records_factor()].values.size(), matrix.records_factor_name(),
-                        failing, duration_text(failures_since_ms_))};
+                        failing, failures_since_)};
   }
 
   std::string matrix_path_;
