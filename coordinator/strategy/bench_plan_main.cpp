@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   const Matrix& matrix = file->matrix;
 
   std::vector<double> plan_share, random_share, ratio, plan_ms;
-  std::vector<double> cells, chip_hours, pairs_share, random_pairs_share;
+  std::vector<double> cells, chip_hours, pairs_share, random_pairs_share, cover;
   Plan first_plan;
   for (int s = 1; s <= seeds; ++s) {
     PlanRequest request;
@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
     random_share.push_back(random.risk / plan.risk_total);
     ratio.push_back(random.risk > 0 ? plan.risk_covered / random.risk : 0);
     cells.push_back(static_cast<double>(plan.chosen.size()));
+    cover.push_back(plan.full_cover_chip_hours);
     chip_hours.push_back(plan.chip_hours);
     pairs_share.push_back(static_cast<double>(plan.pairs_covered) / plan.pairs_total);
     random_pairs_share.push_back(static_cast<double>(random.pairs_covered) / plan.pairs_total);
@@ -179,7 +180,7 @@ int main(int argc, char** argv) {
         {"chip_hours_median", median(chip_hours)},
         {"pairs_total", first_plan.pairs_total},
         {"pairs_covered_share_min", *std::min_element(pairs_share.begin(), pairs_share.end())},
-        {"pairwise_chip_hours_seed1", first_plan.pairwise_chip_hours},
+        {"full_cover_chip_hours_median", median(cover)},
         {"risk_covered_share_median", median(plan_share)},
         {"random_risk_covered_share_median", median(random_share)},
         {"risk_ratio_to_random_median", median(ratio)},
@@ -207,7 +208,7 @@ int main(int argc, char** argv) {
   std::cout << fmt::format("  pairs covered (worst seed):     {:.1f}% of {} (random choice, median: {:.1f}%)\n",
                            100 * *std::min_element(pairs_share.begin(), pairs_share.end()), first_plan.pairs_total,
                            100 * median(random_pairs_share));
-  std::cout << fmt::format("  pairwise cover (seed 1):        {:.1f} chip-hours\n", first_plan.pairwise_chip_hours);
+  std::cout << fmt::format("  pairwise cover alone (median):  {:.1f} chip-hours\n", median(cover));
   std::cout << fmt::format("  risk covered (median):          {:.1f}% (random choice of the same cost: {:.1f}%; "
                            "{:.2f}x)\n",
                            100 * median(plan_share), 100 * median(random_share), median(ratio));

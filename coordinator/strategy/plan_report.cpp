@@ -53,9 +53,10 @@ std::string plan_text(const Matrix& matrix, const Plan& plan) {
   }
   out += fmt::format("\nnight {}: {} of {} cells, {:.1f} of {:.1f} chip-hours\n", plan.night, plan.chosen.size(),
                      plan.cells_total, plan.chip_hours, plan.budget_chip_hours);
-  out += fmt::format("  pairs covered: {} of {} ({:.1f}%), by {} cover cells ({:.1f} chip-hours) and the rest\n",
+  out += fmt::format("  pairs covered: {} of {} ({:.1f}%); {} cells ({:.1f} chip-hours) added for pairs the "
+                     "rotation's left; a cover from nothing costs {:.1f}\n",
                      plan.pairs_covered, plan.pairs_total, percent(plan.pairs_covered, plan.pairs_total), pairwise,
-                     plan.pairwise_chip_hours);
+                     plan.pairwise_chip_hours, plan.full_cover_chip_hours);
   out += fmt::format("  risk covered: {:.1f} of {:.1f} ({:.1f}%)\n", plan.risk_covered, plan.risk_total,
                      percent(plan.risk_covered, plan.risk_total));
   out += fmt::format("  skipped: {} cells, risk left uncovered {:.1f} ({:.1f}%)\n", plan.skipped_count,
@@ -85,6 +86,7 @@ std::string plan_json_text(const Matrix& matrix, const Plan& plan, const std::ve
       {"pairs_total", plan.pairs_total},
       {"pairs_covered", plan.pairs_covered},
       {"pairwise_chip_hours", plan.pairwise_chip_hours},
+      {"full_cover_chip_hours", plan.full_cover_chip_hours},
       {"risk_total", plan.risk_total},
       {"risk_covered", plan.risk_covered},
       {"skipped", {{"count", plan.skipped_count}, {"risk", plan.skipped_risk}, {"top", skipped_top}}},

@@ -273,6 +273,7 @@ Plan plan_night(const Matrix& matrix, const NightHistory& history, const PlanReq
 
   // Rotation: what each night keeps for it, and so how many nights a full one takes.
   const double cover_cost = pairwise_cover_cost(matrix, request.seed, request.candidates_per_row);
+  plan.full_cover_chip_hours = cover_cost;
   Rotation& rotation = plan.rotation;
   rotation.promised_nights = request.rotation_nights;
   rotation.capacity_chip_hours = std::max(0.0, request.budget_chip_hours - cover_cost - matrix.max_cell_cost());

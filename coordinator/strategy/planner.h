@@ -65,7 +65,8 @@ struct Plan {
   std::size_t pairs_covered = 0;
   double pair_weight_total = 0;
   double pair_weight_covered = 0;
-  double pairwise_chip_hours = 0;  // of chip_hours, spent on the covering set
+  double pairwise_chip_hours = 0;  // of chip_hours, spent on the covering set after the rotation's cells
+  double full_cover_chip_hours = 0;  // what a covering set costs from nothing (no rotation cells first)
   double risk_total = 0;           // every cell's risk
   double risk_covered = 0;         // the chosen cells'
   std::size_t cells_total = 0;
