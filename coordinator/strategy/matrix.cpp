@@ -273,7 +273,8 @@ Result<MatrixFile> parse_matrix(std::string_view text, std::string_view source) 
   if (!list || list->size() < 2) {
     problems.add("the matrix needs two [[factor]] tables at least (name and values each): pairwise coverage is of "
                  "pairs of factors");
-  } else {
+  }
+  if (list) {
     std::size_t cells = 1;
     for (std::size_t i = 0; i < list->size(); ++i) {
       const toml::table* table = (*list)[i].as_table();
