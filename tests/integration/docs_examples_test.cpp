@@ -27,6 +27,7 @@
 #include "coordinator/release/environments.h"
 #include "coordinator/release/shell/release_config.h"
 #include "coordinator/shell/coordinator_config.h"
+#include "coordinator/strategy/matrix.h"
 #include "sim/chip/sim_files.h"
 #include "sim/workloads/stack_effects.h"
 #include "tests/integration/run_command.h"
@@ -185,13 +186,15 @@ std::string toml_example_problem(const Block& block, const fs::path& root) {
   if (block.marker == "bundle.toml") return problem(kiln::release::parse_bundle_file(text, path));
   if (block.marker == "environment.toml") return problem(kiln::release::parse_environment_file(text, path, "staging"));
   if (block.marker == "compatibility.toml") return problem(kiln::release::parse_compatibility(text, path));
+  if (block.marker == "matrix.toml") return problem(kiln::strategy::parse_matrix(block.text, path));
   if (block.marker == "webhook.toml") {
     auto config = kiln::qualifier::webhook_config_from_text(text, path);
     return config ? problem(kiln::qualification::webhook_endpoint(*config)) : config.error().message;
   }
   return "no loader for the marker '" + block.marker + "'; mark a TOML example with <!-- example: FILE --> (agent.toml, "
          "coordinator.toml, client.toml, qualifier.toml, webhook.toml, sim-node.toml, faults.toml, "
-         "health-targets.toml, stack-effects.toml, release.toml, bundle.toml, environment.toml, compatibility.toml) or <!-- example: partial -->";
+         "health-targets.toml, stack-effects.toml, release.toml, bundle.toml, environment.toml, compatibility.toml, "
+         "matrix.toml) or <!-- example: partial -->";
 }
 
 // ---- shell examples ----
@@ -320,7 +323,7 @@ Surface surface(const std::string& command) {
 const std::set<std::string>& kiln_programs() {
   static const std::set<std::string> programs = {
       "kiln",           "kiln-agent",           "kiln-coordinator", "kiln-sim-chip", "kiln-workload-model",
-      "kiln-fleet-sim", "kiln-bench-detection", "kiln-sim-sweep",   "kiln-workload-smoke"};
+      "kiln-fleet-sim", "kiln-bench-detection", "kiln-sim-sweep",   "kiln-workload-smoke", "kiln-bench-plan"};
   return programs;
 }
 

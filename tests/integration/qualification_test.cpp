@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -136,6 +137,38 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   CHECK(runs.size() >= 3);
   for (const auto& run : runs) CHECK(difference(run, documented_fields("runs`, `run ID")) == "");
   CHECK(difference(tickets.at(0), documented_fields("tickets")) == "");
+
+  // kiln plan reads these records: every model the runs measured has its measured cost, and the
+  // models that failed a run have more risk (docs/strategy.md).
+  std::set<std::string> models, failed, failing;
+  for (const auto& run : runs) {
+    for (const auto& model : run.at("models")) {
+      if (model.at("fails_run").get<bool>()) failed.insert(model.at("model").get<std::string>());
+      if (!model.at("measure_job").is_null()) models.insert(model.at("model").get<std::string>());
+    }
+  }
+  for (const std::string& model : failed) {
+    if (models.contains(model)) failing.insert(model);
+  }
+  REQUIRE_FALSE(failing.empty());
+  std::string values;
+  for (const std::string& model : models) values += (values.empty() ? "\"" : ", \"") + model + "\"";
+  std::ofstream(dir / "matrix.toml") << "records_factor = \"model\"\n[[factor]]\nname = \"model\"\nvalues = [" << values
+                                     << "]\n[[factor]]\nname = \"env\"\nvalues = [\"bare-metal\", \"kubernetes\"]\n";
+  std::string plan_out, plan_err;
+  REQUIRE(fleet.kiln_split("ci", {"plan", "--matrix", (dir / "matrix.toml").string(), "--budget-chip-hours", "1000",
+                                  "--json"},
+                           &plan_out, &plan_err) == 0);
+  INFO(plan_err);
+  CHECK(contains(plan_err, "measured chip-hours for " + std::to_string(models.size()) + " of " +
+                               std::to_string(models.size()) + " values of 'model'"));
+  CHECK(contains(plan_err, std::to_string(failing.size()) + " of them failed in the last 7d"));
+  const auto plan = nlohmann::json::parse(plan_out);
+  CHECK(plan.at("pairs_covered") == plan.at("pairs_total"));
+  for (const auto& cell : plan.at("cells")) {
+    if (failing.contains(cell.at("values").at("model").get<std::string>())) CHECK(cell.at("risk").get<double>() > 2.0);
+  }
+  CHECK(difference(plan, documented_fields("plan")) == "");
 }
 
 TEST_CASE("a model that fails on one node only quarantines that node and tickets the lab, without bisecting") {
