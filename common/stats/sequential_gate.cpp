@@ -191,6 +191,20 @@ SequentialDesign compute_design(int looks, const SequentialOptions& options) {
   return design;
 }
 
+// The corrected standardized Mann-Whitney statistic when every baseline sample beats every
+// candidate one, n a side: a first look smaller than this cannot stop a clear regression.
+double largest_rank_z(int n) {
+  const double size = n;
+  return (size * size / 2 - 0.5) / std::sqrt(size * size * (2 * size + 1) / 12);
+}
+
+// The smallest group whose first look a clear regression can cross.
+int smallest_crossing_group(double first_bound) {
+  int n = 2;
+  while (largest_rank_z(n) <= first_bound) ++n;
+  return n;
+}
+
 }  // namespace
 
 Status validate(const SequentialOptions& options) {
@@ -250,22 +264,30 @@ SequentialPlan plan_sequential(const NoiseEstimate& noise, const SequentialOptio
   SequentialPlan plan;
   plan.noise = noise;
   plan.fixed_repeats_per_side = rank_test_repeats_per_side(noise, options);
-  for (int looks = options.max_looks; looks >= 1; --looks) {
+  // The look count whose plan costs an unchanged model least (most models, most nights); fewer
+  // looks on a tie, since every look is a round the night waits for.
+  double best_cost = 0;
+  for (int looks = 1; looks <= options.max_looks; ++looks) {
     const SequentialDesign& design = sequential_design(looks, options);
-    const int per_look = static_cast<int>(std::ceil(design.inflation * plan.fixed_repeats_per_side / looks));
-    if (per_look < options.min_repeats_per_look && looks > 1) continue;
+    int per_look = static_cast<int>(std::ceil(design.inflation * plan.fixed_repeats_per_side / looks));
+    per_look = std::max(per_look, options.min_repeats_per_look);
+    if (looks > 1) per_look = std::max(per_look, smallest_crossing_group(design.efficacy_z.front()));
+    const double cost = design.expected_fraction_no_change * looks * per_look;
+    if (looks > 1 && cost >= best_cost) continue;
+    best_cost = cost;
     plan.looks = looks;
-    plan.repeats_per_look = std::max(per_look, options.min_repeats_per_look);
-    if (plan.max_repeats_per_side() > options.max_repeats_per_side) {
-      plan.repeats_per_look = options.max_repeats_per_side / looks;
-      plan.capped = true;
-    }
+    plan.repeats_per_look = per_look;
     plan.efficacy_z = design.efficacy_z;
     plan.futility_z = design.futility_z;
-    const double maximum = plan.max_repeats_per_side();
-    plan.expected_repeats_no_change = design.expected_fraction_no_change * maximum;
-    plan.expected_repeats_at_min_effect = design.expected_fraction_at_min_effect * maximum;
-    break;
+    plan.expected_repeats_no_change = cost;
+    plan.expected_repeats_at_min_effect = design.expected_fraction_at_min_effect * looks * per_look;
+  }
+  plan.capped = plan.max_repeats_per_side() > options.max_repeats_per_side;
+  if (plan.capped) {
+    const double scale = static_cast<double>(options.max_repeats_per_side / plan.looks) / plan.repeats_per_look;
+    plan.repeats_per_look = options.max_repeats_per_side / plan.looks;
+    plan.expected_repeats_no_change *= scale;
+    plan.expected_repeats_at_min_effect *= scale;
   }
   return plan;
 }
@@ -280,7 +302,11 @@ double worse_rank_z(const MannWhitneyResult& test, bool higher_is_better) {
   const double centre = static_cast<double>(test.n_baseline) * static_cast<double>(test.n_candidate) / 2;
   // A drop in throughput puts baseline samples above candidate ones.
   const double worse_u = higher_is_better ? test.u_baseline : test.u_candidate;
-  return (worse_u - centre) / test.u_standard_deviation;
+  // Continuity correction towards 0: without it the normal tail overstates how rare a discrete U
+  // is at the sizes of a first look, and the bounds leak false alarms.
+  const double distance = worse_u - centre;
+  const double corrected = distance > 0 ? std::max(0.0, distance - 0.5) : std::min(0.0, distance + 0.5);
+  return corrected / test.u_standard_deviation;
 }
 
 LookDecision decide_look(const SequentialPlan& plan, int look, double worse_z) {

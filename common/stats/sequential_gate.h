@@ -81,7 +81,9 @@ struct SequentialPlan {
   int extra_rounds() const { return looks - 1; }
 };
 
-// The most looks whose equal groups still hold min_repeats_per_look each. Asserts valid options.
+// The look count (up to max_looks) whose plan costs an unchanged model least, with equal groups of
+// at least min_repeats_per_look, large enough for a clear regression to cross the first look's
+// bound. Asserts valid options.
 SequentialPlan plan_sequential(const NoiseEstimate& noise, const SequentialOptions& options);
 
 // What a model costs per side, for a planner charging repeats to a budget.
@@ -103,7 +105,7 @@ constexpr EnumTable<LookDecision, 4> enum_names(LookDecision) {
 }
 inline std::string_view to_string(LookDecision value) { return enum_name(value); }
 
-// The standardized Mann-Whitney statistic (no continuity correction), positive when the candidate
+// The standardized Mann-Whitney statistic (continuity-corrected), positive when the candidate
 // is worse: lower throughput when higher is better, higher time otherwise.
 double worse_rank_z(const MannWhitneyResult& test, bool higher_is_better);
 
