@@ -30,6 +30,8 @@ Status validate(const PerfGateOptions& options) {
   if (!(options.min_point_effect_fraction >= 0 && options.min_point_effect_fraction <= 1)) {
     return fail(Errc::invalid_argument, "min_point_effect_fraction must be between 0 and 1, e.g. 0.5");
   }
+  if (auto ok = validate(options.sequential); !ok) return ok;
+  if (auto ok = validate(options.noise); !ok) return ok;
   BootstrapOptions bootstrap{options.bootstrap_resamples, options.ci_confidence, 1};
   return validate(bootstrap);
 }
@@ -117,7 +119,19 @@ Result<std::vector<RunVerdict>> evaluate_run(std::span<const Comparison> compari
 
 RunPerfGate::RunPerfGate(std::size_t model_count, PerfGateOptions options, std::uint64_t seed)
     : options_(options), seed_(seed), states_(model_count), outcomes_(model_count) {
+  KILN_ASSERT(options_.rule == GateRule::fixed, "the sequential rule needs a plan per model");
   KILN_ASSERT(validate(options_).has_value(), "validate PerfGateOptions before building a gate");
+}
+
+RunPerfGate::RunPerfGate(PerfGateOptions options, std::uint64_t seed, std::vector<SequentialPlan> plans)
+    : plans_(std::move(plans)), options_(options), seed_(seed), states_(plans_.size()), outcomes_(plans_.size()) {
+  KILN_ASSERT(options_.rule == GateRule::sequential, "plans are for the sequential rule");
+  KILN_ASSERT(validate(options_).has_value(), "validate PerfGateOptions before building a gate");
+  for (std::size_t m = 0; m < plans_.size(); ++m) {
+    KILN_ASSERT(plans_[m].looks >= 1 && plans_[m].efficacy_z.size() == static_cast<std::size_t>(plans_[m].looks),
+                "a sequential plan from plan_sequential");
+    outcomes_[m].plan = plans_[m];
+  }
 }
 
 void RunPerfGate::add_samples(std::size_t model, std::span<const double> baseline,
@@ -147,7 +161,53 @@ void RunPerfGate::finish_with_error(std::size_t model, Error error) {
   outcomes_[model].error = std::move(error);
 }
 
+std::vector<GateRequest> RunPerfGate::evaluate_sequential() {
+  std::vector<GateRequest> requests;
+  for (std::size_t m = 0; m < states_.size(); ++m) {
+    ModelState& state = states_[m];
+    if (!state.has_new_samples) continue;
+    state.has_new_samples = false;
+    state.awaiting_samples = false;
+    const SequentialPlan& plan = plans_[m];
+    ModelGateOutcome& outcome = outcomes_[m];
+    auto test = mann_whitney_u(state.baseline, state.candidate);
+    if (!test) {
+      finish_with_error(m, test.error());
+      continue;
+    }
+    const double z = worse_rank_z(*test, options_.higher_is_better);
+    const LookDecision decision = decide_look(plan, outcome.looks_taken, z);
+    ++outcome.looks_taken;
+    outcome.sequential_z = z;
+    outcome.initial_extra_rounds = outcome.looks_taken - 1;
+    if (decision == LookDecision::go_on) {
+      state.awaiting_samples = true;
+      requests.push_back({m, GateRequest::Kind::extra_repeats, plan.repeats_per_look});
+      continue;
+    }
+    // The shift and interval for the report; the verdict is the bound's.
+    auto comparison = compare(state.baseline, state.candidate, options_, derive_seed(seed_, m));
+    if (!comparison) {
+      finish_with_error(m, comparison.error());
+      continue;
+    }
+    outcome.initial = std::move(*comparison);
+    outcome.initial_samples = {state.baseline, state.candidate};
+    outcome.initial_adjusted_p_value = test->p_value;
+    outcome.finished = true;
+    switch (decision) {
+      case LookDecision::regression: outcome.verdict = Verdict::regression; break;
+      case LookDecision::improvement: outcome.verdict = Verdict::improvement; break;
+      case LookDecision::no_change:
+      case LookDecision::go_on: outcome.verdict = Verdict::no_change; break;
+    }
+    outcome.regression_confirmed = outcome.verdict == Verdict::regression;
+  }
+  return requests;
+}
+
 std::vector<GateRequest> RunPerfGate::evaluate() {
+  if (options_.rule == GateRule::sequential) return evaluate_sequential();
   std::vector<GateRequest> requests;
   std::vector<std::optional<Comparison>> fresh(states_.size());
 

@@ -30,6 +30,7 @@
 #include "common/enum_names.h"
 #include "common/error.h"
 #include "common/stats/mann_whitney.h"
+#include "common/stats/sequential_gate.h"
 #include "common/stats/shift.h"
 
 namespace kiln::stats {
@@ -57,7 +58,21 @@ constexpr EnumTable<IntervalMethod, 2> enum_names(IntervalMethod) {
 }
 inline std::string_view to_string(IntervalMethod value) { return enum_name(value); }
 
+// How a run decides: `fixed` is the rule above (a fixed first measurement, BH across models,
+// bounded extra rounds while inconclusive, a confirmation rerun); `sequential` sizes each model's
+// repeats and looks from its measured noise and stops at a group-sequential bound
+// (sequential_gate.h): no BH, no rerun, never inconclusive.
+enum class GateRule { fixed, sequential };
+constexpr EnumTable<GateRule, 2> enum_names(GateRule) {
+  return {{
+      {GateRule::fixed, "fixed"},
+      {GateRule::sequential, "sequential"},
+  }};
+}
+inline std::string_view to_string(GateRule value) { return enum_name(value); }
+
 struct PerfGateOptions {
+  GateRule rule = GateRule::fixed;
   double alpha = 0.01;                     // significance of one comparison (compare, rerun)
   double min_effect = 0.02;                // smallest relative change worth a verdict
   double fdr_q = 0.05;                     // Benjamini-Hochberg level across a run's models
@@ -69,6 +84,8 @@ struct PerfGateOptions {
   IntervalMethod interval_method = IntervalMethod::rank_based;
   int bootstrap_resamples = 2000;
   bool bootstrap_for_report = true;  // compute the bootstrap interval even when the rule does not use it
+  SequentialOptions sequential;      // the sequential rule's targets: false alarms, power, the drop
+  NoiseOptions noise;                // how the sequential rule estimates a model's noise
 };
 
 Status validate(const PerfGateOptions& options);
@@ -154,6 +171,10 @@ struct ModelGateOutcome {
   SamplePair confirmation_samples;
   int confirmation_extra_rounds = 0;
   std::optional<Error> error;               // the samples could not be compared
+  // The sequential rule: the model's plan, the looks taken and the statistic at the last one.
+  std::optional<SequentialPlan> plan;
+  int looks_taken = 0;
+  double sequential_z = 0;
 };
 
 // The gate over one run (a nightly, a smoke), sans-IO: the shell measures, hands samples in
@@ -161,9 +182,17 @@ struct ModelGateOutcome {
 // repeats appended to the same stage, or a fresh independent rerun for a confirmation) until
 // finished(). Deterministic for a seed. Hand in every model's first samples before the first
 // evaluate: models still without samples count as p = 1 in the Benjamini-Hochberg family.
+//
+// Under the sequential rule every model has its plan (plan_sequential); the shell measures
+// plan.repeats_per_look per side first, and each extra round asks for as many again. A model stops
+// at the first look whose statistic crosses a bound: regression (reported, regression_confirmed:
+// the bound is the false-alarm guarantee, there is no rerun), improvement or no_change. The shift
+// and interval are computed once, at the end, for the report.
 class RunPerfGate {
  public:
   RunPerfGate(std::size_t model_count, PerfGateOptions options, std::uint64_t seed);
+  // The sequential rule: one plan per model.
+  RunPerfGate(PerfGateOptions options, std::uint64_t seed, std::vector<SequentialPlan> plans);
 
   // Appends samples to the model's current stage. Only valid while that model is awaiting
   // samples (at the start, or after a request for it).
@@ -192,6 +221,9 @@ class RunPerfGate {
 
   void apply(std::size_t model, Verdict verdict, std::vector<GateRequest>& requests);
   void finish_with_error(std::size_t model, Error error);
+  std::vector<GateRequest> evaluate_sequential();
+
+  std::vector<SequentialPlan> plans_;
 
   PerfGateOptions options_;
   std::uint64_t seed_;

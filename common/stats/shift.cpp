@@ -58,8 +58,18 @@ double weighted_sorted_median(std::span<const double> sorted, std::span<const st
   return 0;
 }
 
-// Inverse standard normal CDF (Acklam's rational approximation, relative error < 1.2e-9),
-// enough for critical values.
+
+double quantile_of_sorted(const std::vector<double>& sorted, double probability) {
+  const double position = probability * static_cast<double>(sorted.size() - 1);
+  const auto below = static_cast<std::size_t>(std::floor(position));
+  const std::size_t above = std::min(below + 1, sorted.size() - 1);
+  const double fraction = position - static_cast<double>(below);
+  return sorted[below] + fraction * (sorted[above] - sorted[below]);
+}
+
+}  // namespace
+
+// Acklam's rational approximation, relative error < 1.2e-9: enough for critical values.
 double normal_quantile(double p) {
   KILN_ASSERT(p > 0 && p < 1, "normal quantile of a probability outside (0, 1)");
   static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
@@ -86,16 +96,6 @@ double normal_quantile(double p) {
   return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
          (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
 }
-
-double quantile_of_sorted(const std::vector<double>& sorted, double probability) {
-  const double position = probability * static_cast<double>(sorted.size() - 1);
-  const auto below = static_cast<std::size_t>(std::floor(position));
-  const std::size_t above = std::min(below + 1, sorted.size() - 1);
-  const double fraction = position - static_cast<double>(below);
-  return sorted[below] + fraction * (sorted[above] - sorted[below]);
-}
-
-}  // namespace
 
 Status validate(const BootstrapOptions& options) {
   if (options.resamples < 100 || options.resamples > 1'000'000) {

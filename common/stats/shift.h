@@ -29,6 +29,9 @@ struct BootstrapOptions {
 
 Status validate(const BootstrapOptions& options);
 
+// Inverse standard normal CDF, for p in (0, 1).
+double normal_quantile(double p);
+
 // Median of a non-empty sample (mean of the two middle values for an even size).
 double median(std::span<const double> sample);
 

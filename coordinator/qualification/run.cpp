@@ -10,6 +10,7 @@
 #include "coordinator/qualification/run_bisect.h"
 #include "coordinator/qualification/run_context.h"
 #include "coordinator/qualification/run_evidence.h"
+#include "coordinator/qualification/noise_history.h"
 #include "coordinator/qualification/run_gate.h"
 #include "coordinator/qualification/run_tickets.h"
 #include "coordinator/qualification/run_triage.h"
@@ -61,9 +62,30 @@ struct QualificationRun::State {
         now_ms(now),
         pairs(make_pairs(input)),
         tickets(book, report),
-        gate(with_baseline(pairs), input.settings.perf, input.settings.seed),
+        plans(plans_for(input, pairs, book)),
+        gate(with_baseline(pairs), input.settings.perf, input.settings.seed, plans),
         triage(input.settings.triage, pairs.size()),
         bisections(input, book, fleet, report.bisections_running, [this](std::size_t b) { finish_bisection(b); }) {}
+
+  // The sequential rule: every judged pair's plan from its recorded noise; logged, because the
+  // repeats a model gets are a decision people should be able to read back.
+  static std::vector<stats::SequentialPlan> plans_for(const RunInput& input, const std::vector<Pair>& pairs,
+                                                      JobBook& book) {
+    std::vector<stats::SequentialPlan> plans;
+    if (input.settings.perf.rule != stats::GateRule::sequential) return plans;
+    static const std::vector<std::vector<double>> no_records;
+    for (const Pair& pair : pairs) {
+      const std::string& model = input.models[pair.model].name;
+      auto records = input.baseline_history.find({model, pair.revision});
+      std::string note;
+      plans.push_back(plan_for_pair(records == input.baseline_history.end() ? no_records : records->second,
+                                    input.settings.perf, &note));
+      if (pair.baseline_bundle_id.empty()) continue;
+      if (!note.empty()) book.log(fmt::format("{} on revision {}: {}", model, pair.revision, note));
+      book.log(fmt::format("{} on revision {}: {}", model, pair.revision, describe_plan(plans.back())));
+    }
+    return plans;
+  }
 
   RunInput input;
   RunReport report;
@@ -72,6 +94,7 @@ struct QualificationRun::State {
   JobBook book;
   FleetView fleet;
   RunTickets tickets;
+  std::vector<stats::SequentialPlan> plans;  // by pair; empty under the fixed rule
   RunGate gate;
   RunTriage triage;
   RunBisections bisections;
@@ -433,9 +456,12 @@ Result<QualificationRun> QualificationRun::start(RunInput input, TimeMs now) {
     model_report.revision = pair.revision;
     model_report.owner_team = model.owner_team;
     s.report.models.push_back(std::move(model_report));
-    pair.measure_tag = s.book.enqueue(measure_job(model, pair.revision, s.input.candidate.id, pair.baseline_bundle_id,
-                                                  settings, s.input.chips_per_node),
-                                      JobOwner{p, std::nullopt, 0}, false);
+    JobRequest job =
+        measure_job(model, pair.revision, s.input.candidate.id, pair.baseline_bundle_id, settings, s.input.chips_per_node);
+    if (!s.plans.empty() && job.repeats_per_side > 0) {
+      job.repeats_per_side = static_cast<std::uint32_t>(s.plans[p].repeats_per_look);
+    }
+    pair.measure_tag = s.book.enqueue(std::move(job), JobOwner{p, std::nullopt, 0}, false);
   }
   return QualificationRun(std::move(state));
 }

@@ -1,5 +1,6 @@
 #include "coordinator/qualification/run_evidence.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -57,6 +58,26 @@ json to_json(const stats::ModelGateOutcome& o) {
   out["confirmation"] = o.confirmation ? to_json(*o.confirmation) : json(nullptr);
   out["confirmation_samples"] = samples_json(o.confirmation_samples);
   out["error"] = o.error ? json(o.error->describe()) : json(nullptr);
+  if (o.plan) {
+    const stats::SequentialPlan& plan = *o.plan;
+    out["sequential"] = {
+        {"noise",
+         {{"relative_sigma", plan.noise.relative_sigma},
+          {"measured_relative_sigma", plan.noise.measured_relative_sigma},
+          {"outlier_fraction", plan.noise.outlier_fraction},
+          {"recorded_samples", plan.noise.samples},
+          {"recorded_jobs", plan.noise.batches}}},
+        {"repeats_per_look", plan.repeats_per_look},
+        {"looks", plan.looks},
+        {"max_repeats_per_side", plan.max_repeats_per_side()},
+        {"capped", plan.capped},
+        {"efficacy_z", plan.efficacy_z},
+        {"futility_z", plan.futility_z},
+        {"expected_repeats_no_change", plan.expected_repeats_no_change},
+        {"expected_repeats_at_min_effect", plan.expected_repeats_at_min_effect},
+        {"looks_taken", o.looks_taken},
+        {"z", json_number(o.sequential_z)}};
+  }
   return out;
 }
 
@@ -76,8 +97,28 @@ std::string describe_comparison(const stats::Comparison& c, double p_value) {
                      c.test.n_candidate, c.test.n_baseline);
 }
 
+std::string describe_plan(const stats::SequentialPlan& plan) {
+  const stats::NoiseEstimate& noise = plan.noise;
+  const std::string source =
+      noise.samples == 0
+          ? "no recorded baseline samples: the prior"
+          : fmt::format("measured {:.2f}% from {} recorded baseline samples in {} jobs, {:.1f}% outliers",
+                        noise.measured_relative_sigma * 100, noise.samples, noise.batches, noise.outlier_fraction * 100);
+  return fmt::format("noise {:.2f}% ({}); {} repeats per side per look, up to {} looks ({} at most){}",
+                     noise.relative_sigma * 100, source, plan.repeats_per_look, plan.looks, plan.max_repeats_per_side(),
+                     plan.capped ? ", capped: less power than the target" : "");
+}
+
 std::string describe_outcome(const stats::ModelGateOutcome& o) {
   if (o.error) return "the samples could not be compared: " + o.error->message;
+  if (o.plan) {
+    const stats::SequentialPlan& plan = *o.plan;
+    const auto look = static_cast<std::size_t>(std::max(o.looks_taken, 1) - 1);
+    std::string text = o.initial ? describe_comparison(*o.initial, o.initial_adjusted_p_value) : std::string();
+    return text + fmt::format("; sequential rule: stopped at look {} of {}, z {:.2f} against the regression bound "
+                              "{:.2f}; {}",
+                              o.looks_taken, plan.looks, o.sequential_z, plan.efficacy_z[look], describe_plan(plan));
+  }
   std::string text;
   if (o.initial) text = describe_comparison(*o.initial, o.initial_adjusted_p_value) + " (BH-adjusted p)";
   if (o.confirmation) {

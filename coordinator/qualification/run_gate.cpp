@@ -4,7 +4,8 @@
 
 namespace kiln::qualification {
 
-RunGate::RunGate(const std::vector<bool>& judged, const stats::PerfGateOptions& options, std::uint64_t seed)
+RunGate::RunGate(const std::vector<bool>& judged, const stats::PerfGateOptions& options, std::uint64_t seed,
+                 const std::vector<stats::SequentialPlan>& plans)
     : member_of_pair_(judged.size()) {
   for (std::size_t p = 0; p < judged.size(); ++p) {
     if (!judged[p]) continue;
@@ -13,7 +14,15 @@ RunGate::RunGate(const std::vector<bool>& judged, const stats::PerfGateOptions& 
   }
   states_.assign(pair_of_member_.size(), MemberState::waiting_first);
   waiting_first_ = pair_of_member_.size();
-  if (!pair_of_member_.empty()) gate_.emplace(pair_of_member_.size(), options, seed);
+  if (pair_of_member_.empty()) return;
+  if (options.rule == stats::GateRule::fixed) {
+    gate_.emplace(pair_of_member_.size(), options, seed);
+    return;
+  }
+  KILN_ASSERT(plans.size() == judged.size(), "the sequential rule needs a plan for every pair");
+  std::vector<stats::SequentialPlan> member_plans;
+  for (std::size_t pair : pair_of_member_) member_plans.push_back(plans[pair]);
+  gate_.emplace(options, seed, std::move(member_plans));
 }
 
 std::optional<std::size_t> RunGate::member(std::size_t pair) const {

@@ -36,8 +36,10 @@ struct GateStep {
 
 class RunGate {
  public:
-  // judged[p]: pair p has a baseline, so the gate judges it.
-  RunGate(const std::vector<bool>& judged, const stats::PerfGateOptions& options, std::uint64_t seed);
+  // judged[p]: pair p has a baseline, so the gate judges it. Under the sequential rule
+  // plans[p] is pair p's plan (one per pair; only the judged ones' are used).
+  RunGate(const std::vector<bool>& judged, const stats::PerfGateOptions& options, std::uint64_t seed,
+          const std::vector<stats::SequentialPlan>& plans = {});
 
   bool judges(std::size_t pair) const { return member(pair).has_value(); }
   bool left(std::size_t pair) const;

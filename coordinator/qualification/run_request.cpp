@@ -36,7 +36,13 @@ nlohmann::json to_json(const RunRequest& request) {
                          {"max_models", request.max_models}, {"soak_rounds", request.soak_rounds},
                          {"accept", request.accept}};
   if (request.deadline_ms != 0) json["deadline_ms"] = request.deadline_ms;
+  if (request.perf_rule) json["perf_rule"] = stats::to_string(*request.perf_rule);
   return json;
+}
+
+stats::GateRule perf_rule_for(const RunRequest& request) {
+  if (request.perf_rule) return *request.perf_rule;
+  return request.tier == Tier::nightly ? stats::GateRule::sequential : stats::GateRule::fixed;
 }
 
 Result<RunRequest> run_request_from_json(const nlohmann::json& json) {
@@ -78,6 +84,15 @@ Result<RunRequest> run_request_from_json(const nlohmann::json& json) {
   auto deadline = count_field(json, "deadline_ms", 0, INT64_MAX, 0, what);
   if (!deadline) return tl::unexpected(deadline.error());
   request.deadline_ms = static_cast<TimeMs>(*deadline);
+  auto rule = string_field(json, "perf_rule", false, what);
+  if (!rule) return tl::unexpected(rule.error());
+  if (!rule->empty()) {
+    request.perf_rule = enum_from_name<stats::GateRule>(*rule);
+    if (!request.perf_rule) {
+      return fail(Errc::invalid_argument, fmt::format("run request {}: perf_rule '{}' is not sequential or fixed",
+                                                      request.run_id, *rule));
+    }
+  }
   return request;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
@@ -26,7 +27,13 @@ struct RunRequest {
   std::uint32_t soak_rounds = 2;  // release only
   bool accept = true;             // nightly and release: a passing bundle becomes the baseline
   TimeMs deadline_ms = 0;  // a scheduled nightly: finished by then (wall clock), or late; 0: none
+  // The performance gate's rule; absent: the tier's (perf_rule_for).
+  std::optional<stats::GateRule> perf_rule;
 };
+
+// A nightly decides with the sequential rule (repeats from each model's measured noise), a smoke
+// and a release with the fixed one, unless the request names one.
+stats::GateRule perf_rule_for(const RunRequest& request);
 
 nlohmann::json to_json(const RunRequest& request);
 // Every field checked: a missing or out-of-range one is Errc::invalid_argument naming it.

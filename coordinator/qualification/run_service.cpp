@@ -71,6 +71,8 @@ Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts)
   settings.repeats_multiplier = request.tier == Tier::release ? 2 : 1;
   settings.max_jobs_in_flight = request.max_jobs;
   settings.seed = stats::stable_hash(request.run_id);
+  settings.perf.rule = perf_rule_for(request);
+  if (settings.perf.rule == stats::GateRule::sequential) input.baseline_history = facts.baseline_history;
   for (const auto& revision : candidate.hardware_revisions) {
     if (std::find(facts.fleet_revisions.begin(), facts.fleet_revisions.end(), revision) != facts.fleet_revisions.end()) {
       settings.revisions.push_back(revision);

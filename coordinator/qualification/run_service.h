@@ -36,12 +36,14 @@ struct RunFacts {
   // The baselines an earlier driver of this run compared against (its recorded report): a run
   // taken up again keeps them, even if it had already made its candidate the new baseline.
   std::map<std::string, std::string> recorded_baseline_ids;
+  BaselineHistory baseline_history;  // earlier runs' baseline samples (noise_history.h)
 };
 
 // The run's input: the tier's models (smoke: select_presubmit for the change under test, at most
 // max_models; the others the set, or its first max_models), the candidate's revisions the fleet
 // has (none: Errc::unavailable), each revision's baseline (not the candidate itself), the repeats
-// (a release doubles them) and the seed of the run id.
+// (a release doubles them), the performance gate's rule (perf_rule_for) with the recorded baseline
+// samples it sizes repeats from, and the seed of the run id.
 Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts);
 
 // The candidate's revisions without nodes in the fleet: the run skips them (the shell says so).

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct RunSettings {
   // the gate's extra rounds add more. A release multiplies every model's by repeats_multiplier.
   std::uint32_t repeats_per_side = 10;
   std::uint32_t repeats_multiplier = 1;
+  // perf.rule sequential: each pair's first measurement and extra rounds come from its plan
+  // (input.baseline_history's noise) instead, and repeats_per_side and the multiplier do not count.
   stats::PerfGateOptions perf;
   BisectOptions bisect;
   TriageOptions triage;                 // min_reruns on the other node
@@ -53,6 +56,10 @@ struct RunSettings {
   bool bisect_regressions = true;
   std::uint64_t seed = 1;  // the perf gate's bootstrap
 };
+
+// (model, revision) -> the baseline samples of that pair's earlier jobs, one batch per job, oldest
+// first: what the sequential gate estimates the pair's noise from (noise_history.h).
+using BaselineHistory = std::map<std::pair<std::string, std::string>, std::vector<std::vector<double>>>;
 
 struct RunInput {
   RunSettings settings;
@@ -67,6 +74,7 @@ struct RunInput {
   ModelSet set;                  // proxies for bisection probes
   std::vector<Change> history;   // merged changes, in merge order: the bisection candidates
   int chips_per_node = 8;
+  BaselineHistory baseline_history;  // the sequential gate's noise records (settings.perf.rule)
 };
 
 enum class JobPurpose { measure, extra_repeats, confirmation, triage_rerun, origin_rerun, bisect_probe };

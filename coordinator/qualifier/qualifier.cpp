@@ -24,6 +24,7 @@
 #include "common/protocol/roles.h"
 #include "coordinator/qualification/ci_metrics.h"
 #include "coordinator/qualification/flake_budget.h"
+#include "coordinator/qualification/noise_history.h"
 #include "coordinator/qualification/run.h"
 #include "coordinator/qualification/run_service.h"
 #include "coordinator/qualification/schedule.h"
@@ -184,6 +185,10 @@ class Claim {
   Clock::time_point tried_;
 };
 
+// The newest recorded jobs per (model, revision) the sequential gate estimates noise from: about
+// 10 to 20 repeats each, so a few hundred samples, enough for a standard error near 5%.
+constexpr std::size_t kNoiseRecordJobs = 20;
+
 // What the coordinator holds that the run's input is made of.
 Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& request, const q::ModelSet& set) {
   q::RunFacts facts;
@@ -207,6 +212,11 @@ Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& reque
   std::set<std::string> revisions;
   for (const auto& node : nodes->nodes) revisions.insert(node.hardware_revision);
   facts.fleet_revisions.assign(revisions.begin(), revisions.end());
+  if (q::perf_rule_for(request) == stats::GateRule::sequential) {
+    auto runs = qs::list_runs(client);
+    if (!runs) return tl::unexpected(runs.error());
+    facts.baseline_history = q::baseline_history(*runs, kNoiseRecordJobs);
+  }
   if (auto earlier = qs::get_run(client, request.run_id); earlier && earlier->contains("baseline_bundle_ids")) {
     facts.recorded_baseline_ids = earlier->at("baseline_bundle_ids").get<std::map<std::string, std::string>>();
   }

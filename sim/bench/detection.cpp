@@ -134,4 +134,73 @@ DetectionRow run_detection(const DetectionBenchOptions& options, int repeats) {
   return row;
 }
 
+SequentialRow run_sequential_detection(const SequentialBenchOptions& options, double sigma) {
+  SequentialRow row;
+  row.sigma = sigma;
+  const stats::SequentialOptions& targets = options.gate.sequential;
+  row.oracle_repeats = stats::oracle_repeats_per_side(sigma, options.drop, targets.false_alarm, options.target_power);
+  DetectionBenchOptions measuring;
+  measuring.noise = options.noise;
+  measuring.noise.relative_sigma = sigma;
+  measuring.steady = options.steady;
+  const std::uint64_t row_seed = stats::derive_seed(options.seed, static_cast<std::uint64_t>(sigma * 1e6));
+  long repeats_drop = 0;
+  long repeats_null = 0;
+  long looks_drop = 0;
+  long looks_null = 0;
+  double sigma_sum = 0;
+  double max_sum = 0;
+  const long trials = options.drop_trials + options.null_trials;
+
+  for (long trial = 0; trial < trials; ++trial) {
+    const bool dropping = trial < options.drop_trials;
+    const std::uint64_t trial_seed = stats::derive_seed(row_seed, static_cast<std::uint64_t>(trial));
+    Rng rng(stats::derive_seed(trial_seed, 0));
+    const ModelSetup model{rng.uniform(100.0, 5000.0), dropping ? 1.0 - options.drop : 1.0};
+
+    // The recorded baseline samples: earlier nights' jobs, each on some chip.
+    std::vector<std::vector<double>> history;
+    for (int b = 0; b < options.history_batches; ++b) {
+      const double chip = 1.0 + options.chip_speed_sigma * rng.normal();
+      history.push_back(measure(measuring, steady_throughput(model.base, 1.0, chip, false), options.history_repeats, rng));
+    }
+    auto noise = stats::estimate_noise(history, options.gate.noise);
+    KILN_ASSERT(noise.has_value(), "simulated throughputs are positive and finite");
+    stats::SequentialPlan plan = stats::plan_sequential(*noise, targets);
+    sigma_sum += plan.noise.relative_sigma;
+    max_sum += plan.max_repeats_per_side();
+
+    const double chip = 1.0 + options.chip_speed_sigma * rng.normal();
+    RunPerfGate gate(options.gate, stats::derive_seed(trial_seed, 1), {plan});
+    long measured = 0;
+    measure_pair(measuring, model, plan.repeats_per_look, rng, gate, 0, chip, measured);
+    while (!gate.finished()) {
+      for (const GateRequest& request : gate.evaluate()) {
+        measure_pair(measuring, model, request.repeats_per_side, rng, gate, 0, chip, measured);
+      }
+    }
+    const stats::ModelGateOutcome& outcome = gate.outcomes()[0];
+    const bool reported = outcome.verdict == Verdict::regression;
+    if (dropping) {
+      ++row.detection.trials;
+      row.detection.events += reported ? 1 : 0;
+      repeats_drop += measured;
+      looks_drop += outcome.looks_taken;
+    } else {
+      ++row.false_alarm.trials;
+      row.false_alarm.events += reported ? 1 : 0;
+      repeats_null += measured;
+      looks_null += outcome.looks_taken;
+    }
+  }
+  auto mean = [](long total, long count) { return count > 0 ? static_cast<double>(total) / static_cast<double>(count) : 0.0; };
+  row.mean_repeats_drop = mean(repeats_drop, options.drop_trials);
+  row.mean_repeats_null = mean(repeats_null, options.null_trials);
+  row.mean_looks_drop = mean(looks_drop, options.drop_trials);
+  row.mean_looks_null = mean(looks_null, options.null_trials);
+  row.mean_estimated_sigma = trials > 0 ? sigma_sum / static_cast<double>(trials) : 0;
+  row.mean_max_repeats = trials > 0 ? max_sum / static_cast<double>(trials) : 0;
+  return row;
+}
+
 }  // namespace kiln::sim

@@ -61,6 +61,10 @@ void QualificationRunCommand::add_options(CLI::App& command) {
                                            "with a run's id follows that run");
   command.add_option("--max-models", o.max_models, "at most this many models (0: all the tier selects)")
       ->capture_default_str();
+  command.add_option("--perf-rule", o.perf_rule,
+                     "performance gate: sequential (repeats and rounds from each model's recorded noise; the "
+                     "nightly's default) or fixed (--repeats, extra rounds, a confirmation rerun; smoke and release)")
+      ->check(CLI::IsMember({"sequential", "fixed"}));
   add_tier_options(command);
 }
 

@@ -113,6 +113,7 @@ int run_qualification(const RunOptions& options, q::Tier tier, Client& client, b
   request.max_models = options.max_models;
   request.soak_rounds = tier == q::Tier::release ? options.soak_rounds : 0;
   request.accept = !options.no_accept;
+  if (!options.perf_rule.empty()) request.perf_rule = enum_from_name<stats::GateRule>(options.perf_rule);
   if (auto ok = qs::request_run(client, request); !ok) {
     if (ok.error().code != Errc::conflict) return report(ok.error());
     return report({Errc::invalid_argument, fmt::format("run {} was asked for before with other options; run the same "

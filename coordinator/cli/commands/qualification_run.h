@@ -24,6 +24,7 @@ struct RunOptions {
   std::uint32_t max_models = 0;  // 0: all the tier selects
   bool wait = false;
   bool no_accept = false;
+  std::string perf_rule;  // "sequential" or "fixed"; empty: the tier's
 };
 
 // What can be checked without the coordinator: the --junit file can be written (Errc::config,

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coordinator/qualification/noise_history.h"
 #include "coordinator/qualification/run_report.h"
 #include "coordinator/qualification/run_request.h"
 #include "coordinator/qualification/run_service.h"
@@ -347,4 +348,44 @@ TEST_CASE("a run's report keeps its measure jobs and its reproducibility reruns"
   CHECK(summary.find("reproducibility: 2 earlier results rerun: 1 not_reproduced, 1 pending") != std::string::npos);
   CHECK(summary.find("job 3 (mlp-fp8 on revision b, run nightly-1) rerun as job 9: not_reproduced") !=
         std::string::npos);
+}
+
+TEST_CASE("the nightly gates with the sequential rule unless the request names one") {
+  q::RunRequest nightly;
+  nightly.run_id = "n1";
+  nightly.bundle_id = "b";
+  CHECK(q::perf_rule_for(nightly) == stats::GateRule::sequential);
+  q::RunRequest release = nightly;
+  release.tier = q::Tier::release;
+  CHECK(q::perf_rule_for(release) == stats::GateRule::fixed);
+  nightly.perf_rule = stats::GateRule::fixed;
+  auto back = q::run_request_from_json(q::to_json(nightly));
+  REQUIRE(back.has_value());
+  CHECK(back->perf_rule == stats::GateRule::fixed);
+  auto json = q::to_json(nightly);
+  json["perf_rule"] = "bayesian";
+  CHECK(q::run_request_from_json(json).error().message == "run request n1: perf_rule 'bayesian' is not sequential or fixed");
+}
+
+TEST_CASE("recorded reports give each pair's baseline batches, the newest kept") {
+  auto entry = [](const char* model, const char* revision, nlohmann::json baseline) {
+    return nlohmann::json{{"model", model},
+                          {"revision", revision},
+                          {"performance", {{"initial_samples", {{"baseline", baseline}, {"candidate", {1.0}}}}}}};
+  };
+  std::vector<nlohmann::json> reports;
+  for (int night = 0; night < 4; ++night) {
+    const double level = 100 + night;
+    reports.push_back({{"models",
+                        {entry("mlp", "a", {level, level + 1, level + 2}), entry("mlp", "b", {"nan", level}),
+                         {{"model", "tfm"}, {"revision", "a"}, {"performance", nullptr}}}}});
+  }
+  const q::BaselineHistory history = q::baseline_history(reports, 3);
+  REQUIRE(history.count({"mlp", "a"}) == 1);
+  const auto& batches = history.at({"mlp", "a"});
+  REQUIRE(batches.size() == 3);
+  CHECK(batches.front().front() == 101);  // the oldest night fell out
+  CHECK(batches.back() == std::vector<double>{103, 104, 105});
+  CHECK(history.count({"mlp", "b"}) == 0);  // one finite sample a batch says nothing about spread
+  CHECK(history.count({"tfm", "a"}) == 0);
 }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/stats/rng.h"
+#include "coordinator/qualification/noise_history.h"
 #include "coordinator/qualification/run.h"
 #include "sim/perf/perf_model.h"
 #include "sim/workloads/golden.h"
@@ -91,6 +92,8 @@ struct Scenario {
   std::size_t max_jobs_in_flight = 32;
   std::size_t min_reruns = 1;
   bool tell_nodes = true;
+  kiln::stats::GateRule perf_rule = kiln::stats::GateRule::fixed;
+  q::BaselineHistory baseline_history;
 };
 
 struct Outcome {
@@ -303,6 +306,8 @@ q::RunInput make_input(FakeFleet& fleet, const Scenario& scenario) {
   input.set.models = scenario.models;
   input.history = fleet.history();
   input.chips_per_node = 8;
+  input.settings.perf.rule = scenario.perf_rule;
+  input.baseline_history = scenario.baseline_history;
   return input;
 }
 
@@ -935,6 +940,74 @@ TEST_CASE("a model's own repeats replace the run's, and a release multiplies the
   }
   CHECK(repeats.at(first) == 40);
   CHECK(repeats.at(second) == 2 * q::RunSettings{}.repeats_per_side);
+}
+
+// Earlier jobs' baseline samples of one model: `jobs` batches of 10 at relative noise `sigma`.
+std::vector<std::vector<double>> recorded_batches(double sigma, int jobs, std::uint64_t seed) {
+  kiln::stats::Rng rng(seed);
+  std::vector<std::vector<double>> batches(static_cast<std::size_t>(jobs));
+  for (auto& batch : batches) {
+    for (int i = 0; i < 10; ++i) batch.push_back(500 * (1 + sigma * rng.normal()));
+  }
+  return batches;
+}
+
+TEST_CASE("the sequential rule sizes each model's first measurement from its recorded noise") {
+  Scenario scenario;
+  scenario.perf_rule = kiln::stats::GateRule::sequential;
+  const auto quiet = recorded_batches(0.01, 20, 1);
+  const auto noisy = recorded_batches(0.03, 20, 2);
+  scenario.baseline_history[{"mlp-small", "a"}] = quiet;
+  scenario.baseline_history[{"fp8-small", "a"}] = noisy;
+  FakeFleet fleet(scenario);
+  auto run = q::QualificationRun::start(make_input(fleet, scenario), 0);
+  REQUIRE(run.has_value());
+  std::map<std::pair<std::string, std::string>, std::uint32_t> repeats;
+  while (auto action = run->poll_action()) {
+    if (auto* start = std::get_if<q::run_action::StartJob>(&*action)) {
+      if (!start->request.baseline_bundle_id.empty()) {
+        repeats[{start->request.model, start->request.revision}] = start->request.repeats_per_side;
+      }
+    }
+  }
+  const kiln::stats::PerfGateOptions options;
+  const auto plan = [&](const std::vector<std::vector<double>>& batches) {
+    return static_cast<std::uint32_t>(q::plan_for_pair(batches, options, nullptr).repeats_per_look);
+  };
+  CHECK(repeats.at({"mlp-small", "a"}) == plan(quiet));
+  CHECK(repeats.at({"fp8-small", "a"}) == plan(noisy));
+  CHECK(repeats.at({"fp8-small", "a"}) > 2 * repeats.at({"mlp-small", "a"}));
+  // No records on revision b: the prior, the same for both.
+  CHECK(repeats.at({"mlp-small", "b"}) == plan({}));
+  CHECK(repeats.at({"fp8-small", "b"}) == plan({}));
+}
+
+TEST_CASE("a nightly under the sequential rule catches the 3% slowdown and says the plan it used") {
+  Scenario scenario;
+  scenario.perf_rule = kiln::stats::GateRule::sequential;
+  for (const char* model : {"mlp-small", "mlp-medium", "fp8-small"}) {
+    scenario.baseline_history[{model, "a"}] = recorded_batches(0.01, 10, 3);
+  }
+  const Outcome out = run_scenario(scenario);
+  const q::RunReport& report = out.report;
+  INFO(q::summary_text(report));
+  REQUIRE(report.finished);
+  for (const char* revision : {"a", "b"}) {
+    const auto& mlp = find_report(report, "mlp-small", revision);
+    CHECK(mlp.verdict == q::ModelVerdict::performance_regression);
+    REQUIRE(mlp.performance.has_value());
+    REQUIRE(mlp.performance->plan.has_value());
+    CHECK(mlp.performance->looks_taken >= 1);
+    CHECK_FALSE(mlp.performance->confirmation.has_value());  // the bound is the guarantee: no rerun
+    CHECK(mlp.detail.find("sequential rule: stopped at look") != std::string::npos);
+    const auto& fp8 = find_report(report, "fp8-small", revision);
+    CHECK(fp8.verdict == q::ModelVerdict::passed);
+    CHECK(fp8.detail.find("noise") != std::string::npos);
+  }
+  CHECK(find_report(report, "fp8-small", "a").detail.find("from 100 recorded baseline samples") != std::string::npos);
+  CHECK(find_report(report, "fp8-small", "b").detail.find("no recorded baseline samples: the prior") !=
+        std::string::npos);
+  CHECK(out.json_text.find("\"repeats_per_look\"") != std::string::npos);
 }
 
 TEST_CASE("a model larger than the nodes a revision has is skipped, saying how many it needs") {
