@@ -29,6 +29,7 @@ const std::vector<Field>& fields() {
       {"run", "confidence", &StabilityCriteria::confidence},
       {"loss_spike", "band_relative", &StabilityCriteria::loss_spike_band_relative},
       {"loss_spike", "window_steps", &StabilityCriteria::loss_spike_window_steps},
+      {"loss_spike", "smoothing_steps", &StabilityCriteria::loss_spike_smoothing_steps},
       {"hang", "minutes", &StabilityCriteria::hang_minutes},
       {"throughput_decay", "window_minutes", &StabilityCriteria::decay_window_minutes},
       {"throughput_decay", "max_drop", &StabilityCriteria::decay_max_drop},
@@ -94,6 +95,9 @@ Status validate(const StabilityCriteria& c) {
   }
   if (c.loss_spike_window_steps < 5 || c.loss_spike_window_steps > 10000) {
     return out_of_range("loss_spike.window_steps", c.loss_spike_window_steps, "5 to 10000");
+  }
+  if (c.loss_spike_smoothing_steps < 1 || c.loss_spike_smoothing_steps > 1000) {
+    return out_of_range("loss_spike.smoothing_steps", c.loss_spike_smoothing_steps, "1 to 1000");
   }
   if (!(c.hang_minutes > 0 && c.hang_minutes <= 7 * 24 * 60)) {
     return out_of_range("hang.minutes", c.hang_minutes, "(0, 10080] (a week)");

@@ -19,9 +19,11 @@ struct StabilityCriteria {
   // real time, so 3600 runs a simulated hour in a wall second.
   double time_scale = 1.0;
   double confidence = 0.95;  // of the failure-rate intervals
-  // [loss_spike]: a loss above (1 + band_relative) x the median of the last window_steps losses.
-  double loss_spike_band_relative = 1.0;
+  // [loss_spike]: the loss, averaged over the last smoothing_steps steps (as training logs it),
+  // above (1 + band_relative) x the median of that average over the window_steps before.
+  double loss_spike_band_relative = 3.0;
   std::uint32_t loss_spike_window_steps = 50;
+  std::uint32_t loss_spike_smoothing_steps = 5;
   // [hang]: no new step for this many (simulated) minutes.
   double hang_minutes = 30.0;
   // [throughput_decay]: the median throughput of the latest window below the first window's by

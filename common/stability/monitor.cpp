@@ -116,22 +116,29 @@ std::optional<Failure> StabilityMonitor::check_loss(const StepReport& step) {
     return Failure{FailureKind::nan, step.step, step.time_s, std::nullopt, step.loss, 0,
                    fmt::format("the loss at step {} is {}", step.step, std::isnan(step.loss) ? "NaN" : "infinite")};
   }
+  recent_losses_.push_back(step.loss);
+  if (recent_losses_.size() > criteria_.loss_spike_smoothing_steps) recent_losses_.pop_front();
+  if (recent_losses_.size() < criteria_.loss_spike_smoothing_steps) return std::nullopt;
+  double smoothed = 0;
+  for (double loss : recent_losses_) smoothed += loss;
+  smoothed /= static_cast<double>(recent_losses_.size());
   std::optional<Failure> spike;
-  if (recent_losses_.size() == criteria_.loss_spike_window_steps) {
-    const double reference = median({recent_losses_.begin(), recent_losses_.end()});
+  if (recent_smoothed_.size() == criteria_.loss_spike_window_steps) {
+    const double reference = median({recent_smoothed_.begin(), recent_smoothed_.end()});
     const double band = reference * (1 + criteria_.loss_spike_band_relative);
-    const bool above = step.loss > band;
+    const bool above = smoothed > band;
     if (above && !in_spike_) {
-      spike = Failure{FailureKind::loss_spike, step.step, step.time_s, std::nullopt, step.loss, band,
-                      fmt::format("the loss at step {} is {:.4g}, above the band {:.4g} ({:.0f}% over the median "
-                                  "{:.4g} of the last {} steps)",
-                                  step.step, step.loss, band, 100 * criteria_.loss_spike_band_relative, reference,
+      spike = Failure{FailureKind::loss_spike, step.step, step.time_s, std::nullopt, smoothed, band,
+                      fmt::format("the loss averaged over the {} steps to step {} is {:.4g} (this step's {:.4g}), "
+                                  "above the band {:.4g}: {:.0f}% over its median {:.4g} of the {} steps before",
+                                  criteria_.loss_spike_smoothing_steps, step.step, smoothed, step.loss, band,
+                                  100 * criteria_.loss_spike_band_relative, reference,
                                   criteria_.loss_spike_window_steps)};
     }
     in_spike_ = above;
-    recent_losses_.pop_front();
+    recent_smoothed_.pop_front();
   }
-  recent_losses_.push_back(step.loss);
+  recent_smoothed_.push_back(smoothed);
   return spike;
 }
 

@@ -93,7 +93,8 @@ class StabilityMonitor {
   std::uint64_t last_step_ = 0;
   double last_step_time_s_ = 0;
   std::map<std::uint32_t, std::uint64_t> ecc_baseline_;
-  std::deque<double> recent_losses_;
+  std::deque<double> recent_losses_;    // the last smoothing_steps losses
+  std::deque<double> recent_smoothed_;  // their averages over the last window_steps steps
   bool in_spike_ = false;  // one failure per excursion above the band
   std::vector<double> first_window_;
   double first_window_median_ = 0;
