@@ -14,6 +14,7 @@ confidence = 0.9
 [loss_spike]
 band_relative = 2.5
 window_steps = 20
+smoothing_steps = 3
 [hang]
 minutes = 15
 [throughput_decay]
@@ -29,6 +30,7 @@ link_down = false
   CHECK(c->confidence == 0.9);
   CHECK(c->loss_spike_band_relative == 2.5);
   CHECK(c->loss_spike_window_steps == 20);
+  CHECK(c->loss_spike_smoothing_steps == 3);
   CHECK(c->hang_minutes == 15);
   CHECK(c->decay_window_minutes == 5);
   CHECK(c->decay_max_drop == 0.2);

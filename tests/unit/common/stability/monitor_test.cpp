@@ -15,6 +15,7 @@ StabilityCriteria criteria() {
   StabilityCriteria c;
   c.loss_spike_band_relative = 1.0;
   c.loss_spike_window_steps = 10;
+  c.loss_spike_smoothing_steps = 1;  // each step's loss judged alone
   c.hang_minutes = 30;
   c.decay_window_minutes = 10;
   c.decay_max_drop = 0.1;
@@ -87,6 +88,25 @@ TEST_CASE("a loss just inside the band is no spike") {
   StepReport high = healthy(21);
   high.loss *= 1.8;  // band is 2x the median
   CHECK(monitor.observe_step(high).empty());
+}
+
+TEST_CASE("a smoothed loss: one noisy step is no spike, one far out is") {
+  StabilityCriteria c = criteria();
+  c.loss_spike_smoothing_steps = 5;
+  StabilityMonitor monitor(c);
+  for (std::uint64_t step = 1; step <= 30; ++step) CHECK(monitor.observe_step(healthy(step)).empty());
+  StepReport noisy = healthy(31);
+  noisy.loss *= 5;  // the 5-step average rises by 80%: inside the 100% band
+  CHECK(monitor.observe_step(noisy).empty());
+  for (std::uint64_t step = 32; step <= 60; ++step) CHECK(monitor.observe_step(healthy(step)).empty());
+  StepReport spike = healthy(61);
+  spike.loss *= 20;  // the average rises by 380%
+  const auto seen = monitor.observe_step(spike);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].kind == FailureKind::loss_spike);
+  CHECK(seen[0].step == 61);
+  CHECK(seen[0].value < spike.loss);  // the smoothed loss
+  for (std::uint64_t step = 62; step <= 66; ++step) CHECK(monitor.observe_step(healthy(step)).empty());
 }
 
 TEST_CASE("no step for longer than the hang minutes is a hang, naming the chip waited on") {
