@@ -16,8 +16,10 @@ extern "C" {
 #define KILN_SIM_CLEAR_FAULTS_SYMBOL "kiln_sim_clear_faults"
 
 /* Injects a fault on one chip of the node kept in state_dir (which a driver open created).
- * kind: ecc_storm, thermal_throttle, hang, link_down, slow, sdc, flash_fail.
- * factor: slow speed factor or sdc corruption rate in (0, 1]; 0 for the kind's default.
+ * kind: ecc_storm, thermal_throttle, hang, link_down, slow, sdc, flash_fail, nan_loss,
+ * loss_spike, throughput_decay.
+ * factor: slow speed factor or sdc corruption rate in (0, 1], loss_spike multiplier in
+ * (1, 1000], throughput_decay fraction per hour in (0, 1]; 0 for the kind's default.
  * mode: flash_fail mode "flash" or "activate"; NULL or "" for "flash".
  * Replaces an earlier fault of the same kind on that chip. */
 typedef kiln_driver_status (*kiln_sim_inject_fault_fn)(const char* state_dir, uint32_t chip,

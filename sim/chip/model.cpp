@@ -67,14 +67,10 @@ const RevisionProfile& profile(Revision revision) {
 }
 
 Result<FaultKind> parse_fault_kind(std::string_view text) {
-  for (auto kind : {FaultKind::ecc_storm, FaultKind::thermal_throttle, FaultKind::hang,
-                    FaultKind::link_down, FaultKind::slow, FaultKind::sdc, FaultKind::flash_fail}) {
-    if (text == to_string(kind)) return kind;
-  }
-  return fail(Errc::invalid_argument,
-              "fault kind '" + std::string(text) +
-                  "' is unknown; use one of ecc_storm, thermal_throttle, hang, link_down, slow, "
-                  "sdc, flash_fail");
+  if (auto kind = enum_from_name<FaultKind>(text)) return *kind;
+  std::string known;
+  for (const auto& [kind, name] : enum_names(FaultKind{})) known += (known.empty() ? "" : ", ") + std::string(name);
+  return fail(Errc::invalid_argument, "fault kind '" + std::string(text) + "' is unknown; use one of " + known);
 }
 
 std::string_view to_string(FlashFailMode mode) {
@@ -99,6 +95,22 @@ Result<Fault> make_fault(FaultKind kind, double factor, FlashFailMode mode, Time
                       std::string(to_string(kind)) + " is out of range; give a value in (0, 1]");
     }
   }
+  if (kind == FaultKind::throughput_decay) {
+    fault.factor = factor == 0.0 ? 0.5 : factor;
+    if (!(fault.factor > 0.0 && fault.factor <= 1.0)) {
+      return fail(Errc::invalid_argument, "factor " + std::to_string(factor) +
+                                              " for fault throughput_decay (the fraction lost per hour) is out of "
+                                              "range; give a value in (0, 1]");
+    }
+  }
+  if (kind == FaultKind::loss_spike) {
+    fault.factor = factor == 0.0 ? 10.0 : factor;
+    if (!(fault.factor > 1.0 && fault.factor <= 1000.0)) {
+      return fail(Errc::invalid_argument, "factor " + std::to_string(factor) +
+                                              " for fault loss_spike (how many times the true loss) is out of "
+                                              "range; give a value in (1, 1000]");
+    }
+  }
   return fault;
 }
 
@@ -109,6 +121,11 @@ const Fault* ChipState::fault(FaultKind kind) const {
     if (f.kind == kind) return &f;
   }
   return nullptr;
+}
+
+double loss_spike_multiplier(double factor, std::uint64_t step) {
+  const std::uint64_t since_spike = step % kLossSpikeEverySteps;
+  return 1.0 + (factor - 1.0) * std::exp(-static_cast<double>(since_spike) / 4.0);
 }
 
 std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c,
@@ -293,6 +310,9 @@ ChipConditions chip_conditions(const NodeState& node, std::uint32_t chip_index) 
   }
   c.link_up = chip.fault(FaultKind::link_down) == nullptr && c.firmware_healthy;
   c.hung = chip.fault(FaultKind::hang) != nullptr;
+  c.nan_loss = chip.fault(FaultKind::nan_loss) != nullptr;
+  if (const Fault* spike = chip.fault(FaultKind::loss_spike)) c.loss_spike_factor = spike->factor;
+  if (const Fault* decay = chip.fault(FaultKind::throughput_decay)) c.decay_per_hour = decay->factor;
   return c;
 }
 

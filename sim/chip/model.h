@@ -46,8 +46,12 @@ inline constexpr std::uint64_t kIdleMemoryUsedBytes = 512ull << 20;
 // Fraction of memory a bound workload occupies.
 inline constexpr double kLoadedMemoryFraction = 0.75;
 
-enum class FaultKind { ecc_storm, thermal_throttle, hang, link_down, slow, sdc, flash_fail };
-constexpr EnumTable<FaultKind, 7> enum_names(FaultKind) {
+// nan_loss, loss_spike and throughput_decay are what a training run on the chip sees (a stability
+// run's failure kinds, docs/stability.md); the chip itself reports nothing for them.
+enum class FaultKind {
+  ecc_storm, thermal_throttle, hang, link_down, slow, sdc, flash_fail, nan_loss, loss_spike, throughput_decay
+};
+constexpr EnumTable<FaultKind, 10> enum_names(FaultKind) {
   return {{
       {FaultKind::ecc_storm, "ecc_storm"},
       {FaultKind::thermal_throttle, "thermal_throttle"},
@@ -56,6 +60,9 @@ constexpr EnumTable<FaultKind, 7> enum_names(FaultKind) {
       {FaultKind::slow, "slow"},
       {FaultKind::sdc, "sdc"},
       {FaultKind::flash_fail, "flash_fail"},
+      {FaultKind::nan_loss, "nan_loss"},
+      {FaultKind::loss_spike, "loss_spike"},
+      {FaultKind::throughput_decay, "throughput_decay"},
   }};
 }
 inline std::string_view to_string(FaultKind value) { return enum_name(value); }
@@ -72,6 +79,9 @@ struct Fault {
   FaultKind kind = FaultKind::ecc_storm;
   // slow: the chip's speed relative to a healthy peer, in (0, 1]; default 0.5.
   // sdc: the fraction of outputs a workload corrupts, in (0, 1]; default 0.01.
+  // loss_spike: how many times the true loss a spike starts at, in (1, 1000]; default 10.
+  // throughput_decay: the fraction of throughput lost per hour of a run's clock, in (0, 1];
+  // default 0.5.
   // Ignored by the other kinds.
   double factor = 1.0;
   FlashFailMode flash_mode = FlashFailMode::flash;
@@ -220,7 +230,17 @@ struct ChipConditions {
   double sdc_rate = 0.0;  // fraction of outputs to corrupt when sdc_active
   bool link_up = true;
   bool hung = false;  // a workload touching a hung chip should block forever
+  // What a training step on the chip sees (a stability run's failure kinds):
+  bool nan_loss = false;          // the loss read back is NaN from now on
+  double loss_spike_factor = 0;   // > 0: the loss spikes this many times higher (loss_spike_multiplier)
+  double decay_per_hour = 0;      // > 0: throughput falls by this fraction per hour of the run's clock
 };
+
+// A chip with the loss_spike fault starts a spike every this many training steps.
+inline constexpr std::uint64_t kLossSpikeEverySteps = 200;
+// What a training step's loss is multiplied by under the loss_spike fault: like a real spike,
+// it jumps by `factor` at the first step of each period and falls back over the next ten or so.
+double loss_spike_multiplier(double factor, std::uint64_t step);
 ChipConditions chip_conditions(const NodeState& node, std::uint32_t chip);
 
 // Deterministic noise: a hash of the seed and keys mapped to [0, 1).

@@ -91,11 +91,13 @@ int main(int argc, char** argv) {
   inject->add_option("--state-dir", state_dir, "the sim node's state directory")->required();
   inject->add_option("--chip", chip, "chip index")->required();
   inject->add_option("--fault", fault,
-                     "ecc_storm, thermal_throttle, hang, link_down, slow, sdc, flash_fail")
+                     "ecc_storm, thermal_throttle, hang, link_down, slow, sdc, flash_fail, nan_loss, "
+                     "loss_spike, throughput_decay")
       ->required();
   inject->add_option("--factor", factor,
                      "slow: speed factor in (0,1], default 0.5; sdc: corruption rate, "
-                     "default 0.01");
+                     "default 0.01; loss_spike: loss multiplier in (1,1000], default 10; "
+                     "throughput_decay: fraction lost per hour in (0,1], default 0.5");
   inject->add_option("--mode", mode, "flash_fail: flash (default) or activate");
 
   auto* clear = app.add_subcommand("clear", "clear the faults of one chip, or of all chips");

@@ -17,20 +17,26 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/stability/report.h"
 #include "common/stats/rng.h"
 #include "drivers/loader.h"
 #include "sim/chip/sim_node.h"
@@ -237,31 +243,71 @@ kiln::Result<std::optional<GangPlace>> gang_place() {
   return std::optional<GangPlace>{place};
 }
 
-int run_job(const JobArgs& args) {
-  const wl::ModelSpec& spec = *args.spec;
-  const auto library = env("KILN_DRIVER_LIBRARY");
-  if (!library || library->empty()) return cannot_run("KILN_DRIVER_LIBRARY is not set; run me through kiln-agent");
+// What kiln-agent tells every job through its environment (docs/workloads.md).
+struct JobEnv {
+  std::string library;
+  std::vector<std::uint32_t> chips;
+  fs::path result_file;
+  fs::path work_dir;
+  std::uint64_t seed = 1;
+  std::optional<GangPlace> gang;
+  std::string driver_options;
+};
+
+kiln::Result<JobEnv> read_job_env() {
+  JobEnv job;
+  job.library = env("KILN_DRIVER_LIBRARY").value_or("");
+  if (job.library.empty()) {
+    return kiln::fail(kiln::Errc::invalid_argument, "KILN_DRIVER_LIBRARY is not set; run me through kiln-agent");
+  }
   auto chips = parse_chips(env("KILN_CHIPS").value_or(""));
-  if (!chips) return cannot_run(chips.error().message + "; kiln-agent sets it");
-  const fs::path result_file = env("KILN_RESULT_FILE").value_or("result.json");
-  const fs::path work_dir = env("KILN_WORK_DIR").value_or(".");
+  if (!chips) return kiln::fail(chips.error().code, chips.error().message + "; kiln-agent sets it");
+  job.chips = *chips;
+  job.result_file = env("KILN_RESULT_FILE").value_or("result.json");
+  job.work_dir = env("KILN_WORK_DIR").value_or(".");
   const std::string seed_text = env("KILN_SEED").value_or("1");
   char* seed_end = nullptr;
-  const std::uint64_t seed = std::strtoull(seed_text.c_str(), &seed_end, 10);
+  job.seed = std::strtoull(seed_text.c_str(), &seed_end, 10);
   if (seed_text.empty() || *seed_end != '\0') {
-    return cannot_run(fmt::format("KILN_SEED='{}' is not an unsigned 64-bit number; kiln-agent sets it", seed_text));
+    return kiln::fail(kiln::Errc::invalid_argument,
+                      fmt::format("KILN_SEED='{}' is not an unsigned 64-bit number; kiln-agent sets it", seed_text));
   }
-  auto bench = wl::bench_settings_from_env(env);
-  if (!bench) return cannot_run(bench.error().message);
   // The simulated models compute each node's share alone; the rank is said and recorded, so a
   // gang's output shows each node's place in it.
   auto gang = gang_place();
-  if (!gang) return cannot_run(gang.error().message);
-  if (*gang) {
+  if (!gang) return tl::unexpected(gang.error());
+  job.gang = *gang;
+  if (job.gang) {
     std::fprintf(stderr, "kiln-workload-model: rank %llu of %llu, rendezvous at %s\n",
-                 static_cast<unsigned long long>((*gang)->rank), static_cast<unsigned long long>((*gang)->world_size),
-                 (*gang)->master.c_str());
+                 static_cast<unsigned long long>(job.gang->rank), static_cast<unsigned long long>(job.gang->world_size),
+                 job.gang->master.c_str());
   }
+  job.driver_options = env("KILN_DRIVER_OPTIONS").value_or("");
+  return job;
+}
+
+nlohmann::json job_json(const JobEnv& job, std::uint64_t data_seed) {
+  return {{"id", env("KILN_JOB_ID").value_or("")},
+          {"attempt", env("KILN_ATTEMPT").value_or("")},
+          {"node_id", env("KILN_NODE_ID").value_or("")},
+          {"chips", job.chips},
+          {"seed", job.seed},
+          {"data_seed", data_seed},
+          {"rank", job.gang ? job.gang->rank : 0},
+          {"world_size", job.gang ? job.gang->world_size : 1}};
+}
+
+int run_job(const JobArgs& args) {
+  const wl::ModelSpec& spec = *args.spec;
+  auto job = read_job_env();
+  if (!job) return cannot_run(job.error().message);
+  const std::vector<std::uint32_t>* chips = &job->chips;
+  const std::uint64_t seed = job->seed;
+  const fs::path& result_file = job->result_file;
+  const fs::path& work_dir = job->work_dir;
+  const std::string& options = job->driver_options;
+  auto bench = wl::bench_settings_from_env(env);
+  if (!bench) return cannot_run(bench.error().message);
   wl::StackEffects effects;
   if (args.stack_effects_file) {
     auto read = read_effects(*args.stack_effects_file, "--stack-effects");
@@ -284,8 +330,7 @@ int run_job(const JobArgs& args) {
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGUSR1, &action, nullptr);
 
-  const std::string options = env("KILN_DRIVER_OPTIONS").value_or("");
-  auto driver = kiln::drivers::Driver::load(*library, options);
+  auto driver = kiln::drivers::Driver::load(job->library, options);
   if (!driver) return cannot_run(driver.error().message);
   if (auto bound = (*driver)->bind_workload(::getpid(), *chips); !bound) {
     return cannot_run("cannot bind chips: " + bound.error().message);
@@ -355,15 +400,7 @@ int run_job(const JobArgs& args) {
       {"components", spec.components},
       {"status", g_preempted ? "preempted" : "completed"},
       {"passed", correct},
-      {"job",
-       {{"id", env("KILN_JOB_ID").value_or("")},
-        {"attempt", env("KILN_ATTEMPT").value_or("")},
-        {"node_id", env("KILN_NODE_ID").value_or("")},
-        {"chips", *chips},
-        {"seed", seed},
-        {"data_seed", args.data_seed},
-        {"rank", *gang ? (*gang)->rank : 0},
-        {"world_size", *gang ? (*gang)->world_size : 1}}},
+      {"job", job_json(*job, args.data_seed)},
       {"chips", chips_json},
       {"stack_effects", wl::to_json(effects)},
       {"benchmark", benchmark},
@@ -405,6 +442,197 @@ int run_job(const JobArgs& args) {
   return correct ? kExitOk : kExitIncorrect;
 }
 
+
+// A stability run (docs/stability.md): train-tiny trains step after step for `hours` of the run's
+// clock while the detectors watch each step's loss and throughput and the chips' error counters,
+// read through the driver before each step. A watchdog thread reports a hang when no step ends
+// for the criteria's minutes: a call touching a hung chip never returns, as on hardware. The
+// result's `stability` object holds what was seen; failures are data, not a crash: the job
+// exits 0 once it has written them.
+//
+// A step stands for kStabilityStepSeconds of a large model's step at the chips' nominal
+// throughput (longer when they run slower); the run's clock goes criteria.time_scale times
+// faster than the wall clock, so the simulated chip runs hours in seconds.
+constexpr double kStabilityStepSeconds = 5.0;
+
+struct StabilityArgs {
+  double hours = 0;
+  kiln::stability::StabilityCriteria criteria;
+};
+
+// What the training loop and its watchdog share, under one lock.
+struct StabilityState {
+  std::mutex mutex;
+  std::condition_variable finished_changed;
+  kiln::stability::StabilityMonitor monitor;
+  double run_s = 0;  // the run's clock
+  double last_step_wall_ms = 0;
+  std::optional<std::uint32_t> waiting_on;  // the chip a driver call is waiting on
+  bool finished = false;
+
+  explicit StabilityState(const kiln::stability::StabilityCriteria& criteria) : monitor(criteria) {}
+};
+
+// Reports a hang when no step ends for the criteria's minutes, from the moment it starts (a
+// chip can hang the very binding); `on_hang` writes the result, then the process ends, since
+// the training thread is stuck in the driver. Stopped and joined when it goes out of scope.
+class Watchdog {
+ public:
+  Watchdog(StabilityState& state, double time_scale, std::function<bool(double run_hours)> on_hang)
+      : state_(state), thread_([this, time_scale, on_hang = std::move(on_hang)] {
+          std::unique_lock lock(state_.mutex);
+          while (!state_.finished_changed.wait_for(lock, std::chrono::milliseconds(20),
+                                                   [&] { return state_.finished; })) {
+            // Idle time on the run's clock since the last step ended: a loop that falls behind
+            // the wall clock but still makes steps is slow, not hung.
+            const double idle_s = (now_epoch_ms() - state_.last_step_wall_ms) / 1000 * time_scale;
+            auto& monitor = state_.monitor;
+            if (auto hang = monitor.check_progress(monitor.last_step_time_s() + idle_s, state_.waiting_on)) {
+              std::fprintf(stderr, "kiln-workload-model: hang: %s\n", hang->detail.c_str());
+              std::_Exit(on_hang((state_.run_s + idle_s) / 3600) ? kExitOk : kExitCannotRun);
+            }
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(state_.mutex);
+      state_.finished = true;
+    }
+    state_.finished_changed.notify_all();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  StabilityState& state_;
+  std::thread thread_;
+};
+
+// The chips' conditions that shape a training step.
+struct StepConditions {
+  double slowest = 1e9;
+  bool throttled = false;
+  bool nan_loss = false;
+  double spike_factor = 0;
+  double decay_per_hour = 0;
+};
+
+kiln::Result<StepConditions> step_conditions(const kiln::sim::SimNode& node, const std::vector<std::uint32_t>& chips) {
+  StepConditions out;
+  for (std::uint32_t chip : chips) {
+    auto c = node.conditions(chip);
+    if (!c) return tl::unexpected(c.error());
+    out.slowest = std::min(out.slowest, c->silicon_factor * c->slow_factor);
+    out.throttled = out.throttled || c->throttled;
+    out.nan_loss = out.nan_loss || c->nan_loss;
+    out.spike_factor = std::max(out.spike_factor, c->loss_spike_factor);
+    out.decay_per_hour = std::max(out.decay_per_hour, c->decay_per_hour);
+  }
+  return out;
+}
+
+int run_stability(const JobArgs& args, const StabilityArgs& stability) {
+  namespace st = kiln::stability;
+  const wl::ModelSpec& spec = *args.spec;
+  if (spec.kind != wl::ModelKind::training || spec.name != "train-tiny") {
+    return cannot_run(fmt::format("a stability run trains; {} is not a training model the sim can run step by step "
+                                  "(use train-tiny)",
+                                  spec.name));
+  }
+  auto job = read_job_env();
+  if (!job) return cannot_run(job.error().message);
+  const st::StabilityCriteria& criteria = stability.criteria;
+  const auto chip_count = static_cast<std::uint32_t>(job->chips.size());
+  StabilityState state(criteria);
+  const double wall_start_ms = now_epoch_ms();
+  state.last_step_wall_ms = wall_start_ms;
+  // Called with the lock held.
+  const auto write_result = [&](double run_hours) {
+    nlohmann::json result = {{"schema", "kiln.workload-result/1"},
+                             {"workload", "kiln-workload-model"},
+                             {"model", spec.name},
+                             {"kind", wl::to_string(spec.kind)},
+                             {"dtype", spec.dtype},
+                             {"components", spec.components},
+                             {"status", "completed"},
+                             {"passed", true},
+                             {"job", job_json(*job, args.data_seed)},
+                             {"benchmark", nullptr},
+                             {"correctness", {{"checked", false}, {"passed", true}}},
+                             {"stability", st::rank_section(state.monitor, chip_count, run_hours)},
+                             {"wall_time_ms", now_epoch_ms() - wall_start_ms}};
+    return write_file_atomically(job->result_file, result.dump() + "\n");
+  };
+  Watchdog watchdog(state, criteria.time_scale, write_result);
+
+  auto driver = kiln::drivers::Driver::load(job->library, job->driver_options);
+  if (!driver) return cannot_run(driver.error().message);
+  if (auto bound = (*driver)->bind_workload(::getpid(), job->chips); !bound) {  // blocks on a hung chip
+    return cannot_run("cannot bind chips: " + bound.error().message);
+  }
+  auto node = kiln::sim::SimNode::open(job->driver_options);
+  if (!node) {
+    return cannot_run("the simulated models need the sim driver's node (KILN_DRIVER_OPTIONS): " + node.error().message);
+  }
+  const double nominal = spec.base_throughput(kiln::sim::to_string(node->revision())) * chip_count;
+  wl::ModelRunOptions run_options;
+  run_options.data_seed = args.data_seed;
+  wl::TinyTrainer trainer(spec, run_options);
+  kiln::sim::PerfNoiseModel noise;
+  kiln::stats::Rng rng(kiln::stats::derive_seed(job->seed, 0x57AB));
+
+  const double run_limit_s = stability.hours * 3600;
+  for (std::uint64_t step = 1; !g_preempted; ++step) {
+    {
+      std::lock_guard lock(state.mutex);
+      if (state.run_s >= run_limit_s || state.monitor.ended()) break;
+    }
+    std::vector<st::DeviceReading> readings;
+    for (std::uint32_t chip : job->chips) {
+      {
+        std::lock_guard lock(state.mutex);
+        state.waiting_on = chip;
+      }
+      auto telemetry = (*driver)->chip_telemetry(chip);  // never returns from a hung chip
+      if (!telemetry) return cannot_run(fmt::format("chip {}: {}", chip, telemetry.error().message));
+      readings.push_back({chip, telemetry->ecc_uncorrected, telemetry->link_up});
+    }
+    auto chips_now = step_conditions(*node, job->chips);
+    if (!chips_now) return cannot_run(chips_now.error().message);
+    double loss = trainer.step();
+    if (chips_now->nan_loss) loss = std::nan("");
+    if (chips_now->spike_factor > 0) loss *= kiln::sim::loss_spike_multiplier(chips_now->spike_factor, step);
+
+    std::unique_lock lock(state.mutex);
+    state.waiting_on.reset();
+    state.monitor.observe_devices(step, state.run_s, readings);
+    if (state.monitor.ended()) break;
+    const double decay = std::max(0.05, 1 - chips_now->decay_per_hour * state.run_s / 3600);
+    const double steady = kiln::sim::steady_throughput(nominal, 1.0, chips_now->slowest, chips_now->throttled) * decay;
+    // Past warmup: a stability run is long, its first iterations are no concern of the detectors.
+    const double throughput = noise.sample_throughput(steady, noise.warmup_iterations_to_steady, rng);
+    state.run_s += kStabilityStepSeconds * nominal / throughput;
+    for (const auto& failure : state.monitor.observe_step({step, state.run_s, loss, throughput})) {
+      std::fprintf(stderr, "kiln-workload-model: %s at step %llu: %s\n",
+                   std::string(kiln::enum_name(failure.kind)).c_str(), static_cast<unsigned long long>(step),
+                   failure.detail.c_str());
+    }
+    state.last_step_wall_ms = now_epoch_ms();
+    const double target_ms = wall_start_ms + state.run_s * 1000 / criteria.time_scale;
+    lock.unlock();
+    sleep_until_epoch_ms(target_ms);
+  }
+  std::lock_guard lock(state.mutex);
+  if (!write_result(state.run_s / 3600)) {
+    return cannot_run("cannot write the result file " + job->result_file.string());
+  }
+  (void)(*driver)->unbind_workload(::getpid());
+  std::printf("%s: stability run of %.2f h on %u chips: %zu failure(s)%s\n", spec.name.c_str(), state.run_s / 3600,
+              chip_count, state.monitor.failures().size(), state.monitor.ended() ? ", ended early" : "");
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -426,6 +654,13 @@ int main(int argc, char** argv) {
   app.add_option("--data-seed", data_seed, "seed of the model's weights and inputs (default 1)");
   app.add_option("--stack-effects", stack_effects_file,
                  "the simulated stack under test (TOML); wins over KILN_SIM_STACK_EFFECTS when both are given");
+  double stability_hours = 0;
+  std::string stability_criteria;
+  app.add_option("--stability-hours", stability_hours,
+                 "a stability run (train-tiny): train for this many hours of the run's clock, watching for the "
+                 "failures of --stability-criteria (docs/stability.md)");
+  app.add_option("--stability-criteria", stability_criteria,
+                 "with --stability-hours: the criteria as JSON (what `kiln stability` passes)");
   app.add_option("--baseline-stack-effects", baseline_stack_effects_file,
                  "also benchmark this baseline stack on the same chips, interleaved with the candidate, into "
                  "baseline_benchmark (correctness is judged on the candidate only)");
@@ -460,5 +695,14 @@ int main(int argc, char** argv) {
   if (!golden_dir.empty()) args.golden_dir = golden_dir;
   if (!stack_effects_file.empty()) args.stack_effects_file = stack_effects_file;
   if (!baseline_stack_effects_file.empty()) args.baseline_stack_effects_file = baseline_stack_effects_file;
+  if (stability_hours > 0 || !stability_criteria.empty()) {
+    if (!(stability_hours > 0 && stability_hours <= 10000)) {
+      return cannot_run("--stability-hours must be in (0, 10000]; give how long the stability run trains");
+    }
+    const auto json = nlohmann::json::parse(stability_criteria, nullptr, false);
+    auto criteria = kiln::stability::criteria_from_json(json);
+    if (!criteria) return cannot_run("--stability-criteria: " + criteria.error().message);
+    return run_stability(args, StabilityArgs{stability_hours, *criteria});
+  }
   return run_job(args);
 }

@@ -137,29 +137,59 @@ ModelRun run_transformer(const ModelSpec& spec, const ModelRunOptions& options) 
   return run;
 }
 
+ModelRun run_training(const ModelSpec& spec, const ModelRunOptions& options) {
+  constexpr int kSteps = 100;
+  TinyTrainer trainer(spec, options);
+  ModelRun run;
+  double interval_loss = 0;
+  for (int step = 1; step <= kSteps; ++step) {
+    // Each point is the mean over its logging interval, as Megatron-LM logs its lm loss.
+    interval_loss += trainer.step();
+    if (step % kLossCurveEverySteps == 0) {
+      run.loss_curve.push_back({step, interval_loss / kLossCurveEverySteps});
+      interval_loss = 0;
+    }
+  }
+  run.eval_score = trainer.eval();
+  return run;
+}
+
+}  // namespace
+
 // A 16-32-4 classifier learning a random linear teacher: bf16 forward and backward on the chip
 // with fp32 master weights (mixed precision), plain fp32 for the reference.
-ModelRun run_training(const ModelSpec& spec, const ModelRunOptions& options) {
-  constexpr int kIn = 16;
-  constexpr int kHidden = 32;
-  constexpr int kClasses = 4;
-  constexpr int kBatch = 128;
-  constexpr int kSteps = 100;
-  constexpr int kEval = 512;
-  constexpr float kLearningRate = 0.05f;
-  constexpr float kMomentum = 0.9f;
-  const KernelContext ctx = context_for(options);
-  const std::uint64_t seed = options.data_seed;
-  const std::string gemm_name = gemm_kernel(spec);
+namespace {
+constexpr int kTrainIn = 16;
+constexpr int kTrainHidden = 32;
+constexpr int kTrainClasses = 4;
+constexpr int kTrainBatch = 128;
+constexpr int kTrainEval = 512;
+constexpr float kLearningRate = 0.05f;
+constexpr float kMomentum = 0.9f;
+}  // namespace
 
-  const Matrix teacher = random_matrix(kIn, kClasses, 1.0, seed, kTeacher);
-  auto labels_for = [&](const Matrix& x) {
+struct TinyTrainer::State {
+  struct Forward {
+    Matrix pre, hidden, probs;
+  };
+
+  State(const ModelSpec& spec, const ModelRunOptions& run_options)
+      : options(run_options),
+        ctx(context_for(run_options)),
+        gemm_name(gemm_kernel(spec)),
+        teacher(random_matrix(kTrainIn, kTrainClasses, 1.0, run_options.data_seed, kTeacher)),
+        w1(random_matrix(kTrainIn, kTrainHidden, 1.0 / std::sqrt(kTrainIn), run_options.data_seed, kW1)),
+        w2(random_matrix(kTrainHidden, kTrainClasses, 1.0 / std::sqrt(kTrainHidden), run_options.data_seed, kW2)),
+        v1(kTrainIn, kTrainHidden),
+        v2(kTrainHidden, kTrainClasses) {}
+
+  std::vector<int> labels_for(const Matrix& x) const {
     std::vector<int> labels(static_cast<std::size_t>(x.rows));
     for (int r = 0; r < x.rows; ++r) {
       float best = -1e30f;
-      for (int c = 0; c < kClasses; ++c) {
+      for (int c = 0; c < kTrainClasses; ++c) {
         float s = 0;
-        for (int i = 0; i < kIn; ++i) s += x.at(r, i) * teacher.at(i, c);
+        for (int i = 0; i < kTrainIn; ++i) s += x.at(r, i) * teacher.at(i, c);
         if (s > best) {
           best = s;
           labels[static_cast<std::size_t>(r)] = c;
@@ -167,17 +197,9 @@ ModelRun run_training(const ModelSpec& spec, const ModelRunOptions& options) {
       }
     }
     return labels;
-  };
+  }
 
-  Matrix w1 = random_matrix(kIn, kHidden, 1.0 / std::sqrt(kIn), seed, kW1);
-  Matrix w2 = random_matrix(kHidden, kClasses, 1.0 / std::sqrt(kHidden), seed, kW2);
-  Matrix v1(kIn, kHidden), v2(kHidden, kClasses);  // momentum
-
-  struct Forward {
-    Matrix pre, hidden, probs;
-  };
-  std::uint64_t sdc_stream = 100;
-  auto forward = [&](const Matrix& x) {
+  Forward forward(const Matrix& x) {
     Matrix w1_chip = w1, w2_chip = w2;
     store_bf16(ctx, w1_chip);
     store_bf16(ctx, w2_chip);
@@ -189,46 +211,40 @@ ModelRun run_training(const ModelSpec& spec, const ModelRunOptions& options) {
     out.probs = gemm(ctx, gemm_name, out.hidden, w2_chip);
     softmax_rows(ctx, out.probs, false);
     return out;
-  };
+  }
 
-  ModelRun run;
-  double interval_loss = 0;
-  for (int step = 1; step <= kSteps; ++step) {
-    Matrix x = random_matrix(kBatch, kIn, 1.0, stats::derive_seed(seed, kTrainData), static_cast<std::uint64_t>(step));
+  double step() {
+    ++steps_done;
+    Matrix x = random_matrix(kTrainBatch, kTrainIn, 1.0, stats::derive_seed(options.data_seed, kTrainData),
+                             steps_done);
     store_bf16(ctx, x);
     const std::vector<int> labels = labels_for(x);
     Forward fw = forward(x);
     double loss = 0;
     Matrix dlogits = fw.probs;
-    for (int r = 0; r < kBatch; ++r) {
+    for (int r = 0; r < kTrainBatch; ++r) {
       const int y = labels[static_cast<std::size_t>(r)];
       loss -= std::log(std::max(static_cast<double>(fw.probs.at(r, y)), 1e-30));
       dlogits.at(r, y) -= 1.0f;
-      for (int c = 0; c < kClasses; ++c) dlogits.at(r, c) /= static_cast<float>(kBatch);
+      for (int c = 0; c < kTrainClasses; ++c) dlogits.at(r, c) /= static_cast<float>(kTrainBatch);
     }
-    loss /= kBatch;
+    loss /= kTrainBatch;
     store_as(ctx, "cross-entropy", dlogits);
-    // Each point is the mean over its logging interval, as Megatron-LM logs its lm loss.
-    interval_loss += loss;
-    if (step % kLossCurveEverySteps == 0) {
-      run.loss_curve.push_back({step, interval_loss / kLossCurveEverySteps});
-      interval_loss = 0;
-    }
 
     // Backward: the gradient products are gemms on the chip too.
-    Matrix hidden_t(kHidden, kBatch), x_t(kIn, kBatch), w2_t(kClasses, kHidden);
-    for (int r = 0; r < kBatch; ++r) {
-      for (int c = 0; c < kHidden; ++c) hidden_t.at(c, r) = fw.hidden.at(r, c);
-      for (int c = 0; c < kIn; ++c) x_t.at(c, r) = x.at(r, c);
+    Matrix hidden_t(kTrainHidden, kTrainBatch), x_t(kTrainIn, kTrainBatch), w2_t(kTrainClasses, kTrainHidden);
+    for (int r = 0; r < kTrainBatch; ++r) {
+      for (int c = 0; c < kTrainHidden; ++c) hidden_t.at(c, r) = fw.hidden.at(r, c);
+      for (int c = 0; c < kTrainIn; ++c) x_t.at(c, r) = x.at(r, c);
     }
-    for (int r = 0; r < kHidden; ++r) {
-      for (int c = 0; c < kClasses; ++c) w2_t.at(c, r) = w2.at(r, c);
+    for (int r = 0; r < kTrainHidden; ++r) {
+      for (int c = 0; c < kTrainClasses; ++c) w2_t.at(c, r) = w2.at(r, c);
     }
     store_bf16(ctx, w2_t);
     const Matrix g2 = gemm(ctx, gemm_name, hidden_t, dlogits);
     Matrix dhidden = gemm(ctx, gemm_name, dlogits, w2_t);
-    for (int r = 0; r < kBatch; ++r) {
-      for (int c = 0; c < kHidden; ++c) {
+    for (int r = 0; r < kTrainBatch; ++r) {
+      for (int c = 0; c < kTrainHidden; ++c) {
         const float p = fw.pre.at(r, c);
         const float inner = 0.7978845608f * (p + 0.044715f * p * p * p);
         const float t = std::tanh(inner);
@@ -249,25 +265,38 @@ ModelRun run_training(const ModelSpec& spec, const ModelRunOptions& options) {
     }
     apply_kernel_fault(ctx, "sgd", w1);
     apply_kernel_fault(ctx, "sgd", w2);
+    return loss;
   }
 
-  Matrix eval_x = random_matrix(kEval, kIn, 1.0, seed, kEvalData);
-  store_bf16(ctx, eval_x);
-  const std::vector<int> eval_labels = labels_for(eval_x);
-  const Forward fw = forward(eval_x);
-  int correct = 0;
-  for (int r = 0; r < kEval; ++r) {
-    int best = 0;
-    for (int c = 1; c < kClasses; ++c) {
-      if (fw.probs.at(r, c) > fw.probs.at(r, best)) best = c;
+  double eval() {
+    Matrix eval_x = random_matrix(kTrainEval, kTrainIn, 1.0, options.data_seed, kEvalData);
+    store_bf16(ctx, eval_x);
+    const std::vector<int> eval_labels = labels_for(eval_x);
+    const Forward fw = forward(eval_x);
+    int correct = 0;
+    for (int r = 0; r < kTrainEval; ++r) {
+      int best = 0;
+      for (int c = 1; c < kTrainClasses; ++c) {
+        if (fw.probs.at(r, c) > fw.probs.at(r, best)) best = c;
+      }
+      correct += best == eval_labels[static_cast<std::size_t>(r)] ? 1 : 0;
     }
-    correct += best == eval_labels[static_cast<std::size_t>(r)] ? 1 : 0;
+    return static_cast<double>(correct) / kTrainEval;
   }
-  run.eval_score = static_cast<double>(correct) / kEval;
-  return run;
-}
 
-}  // namespace
+  ModelRunOptions options;
+  KernelContext ctx;
+  std::string gemm_name;
+  Matrix teacher, w1, w2, v1, v2;  // v: momentum
+  std::uint64_t sdc_stream = 100;
+  std::uint64_t steps_done = 0;
+};
+
+TinyTrainer::TinyTrainer(const ModelSpec& spec, const ModelRunOptions& options)
+    : state_(std::make_unique<State>(spec, options)) {}
+TinyTrainer::~TinyTrainer() = default;
+double TinyTrainer::step() { return state_->step(); }
+double TinyTrainer::eval() { return state_->eval(); }
 
 Result<ModelRun> run_model(const ModelSpec& spec, const ModelRunOptions& options) {
   if (spec.name == "mlp-bf16" || spec.name == "mlp-fp8") return run_mlp(spec, options);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,6 +40,22 @@ struct ModelRun {
 };
 
 Result<ModelRun> run_model(const ModelSpec& spec, const ModelRunOptions& options);
+
+// train-tiny one SGD step at a time: its golden run is the first 100 steps, a stability run
+// trains for as long as it lasts. The same data seed gives the same steps.
+class TinyTrainer {
+ public:
+  TinyTrainer(const ModelSpec& spec, const ModelRunOptions& options);
+  ~TinyTrainer();
+  TinyTrainer(const TinyTrainer&) = delete;
+  TinyTrainer& operator=(const TinyTrainer&) = delete;
+  double step();  // the step's mean loss over its batch
+  double eval();  // held-out accuracy in [0, 1]
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // How one output is compared with its golden.
 struct OutputCheck {

@@ -20,6 +20,7 @@
 #include "agent/health/targets.h"
 #include "agent/host/agent_config.h"
 #include "common/keys.h"
+#include "common/stability/criteria.h"
 #include "coordinator/cli/client.h"
 #include "coordinator/qualification/webhook_sink.h"
 #include "coordinator/qualifier/qualifier_config.h"
@@ -181,6 +182,7 @@ std::string toml_example_problem(const Block& block, const fs::path& root) {
   if (block.marker == "faults.toml") return problem(kiln::sim::parse_fault_file(text, path, 0));
   if (block.marker == "health-targets.toml") return problem(kiln::agent::health::parse_health_targets(text, path));
   if (block.marker == "stack-effects.toml") return problem(kiln::sim::workloads::parse_stack_effects(text, path));
+  if (block.marker == "stability.toml") return problem(kiln::stability::parse_criteria_toml(text, path));
   if (block.marker == "qualifier.toml") return problem(kiln::qualifier::qualifier_config_from_text(text, path));
   if (block.marker == "release.toml") return problem(kiln::release::release_config_from_text(text, path));
   if (block.marker == "bundle.toml") return problem(kiln::release::parse_bundle_file(text, path));
@@ -193,8 +195,8 @@ std::string toml_example_problem(const Block& block, const fs::path& root) {
   }
   return "no loader for the marker '" + block.marker + "'; mark a TOML example with <!-- example: FILE --> (agent.toml, "
          "coordinator.toml, client.toml, qualifier.toml, webhook.toml, sim-node.toml, faults.toml, "
-         "health-targets.toml, stack-effects.toml, release.toml, bundle.toml, environment.toml, compatibility.toml, "
-         "matrix.toml) or <!-- example: partial -->";
+         "health-targets.toml, stack-effects.toml, stability.toml, release.toml, bundle.toml, environment.toml, "
+         "compatibility.toml, matrix.toml) or <!-- example: partial -->";
 }
 
 // ---- shell examples ----

@@ -1,7 +1,8 @@
 // kiln rerun and the nightly's reproducibility sample, with the real binaries: a nightly's measure
 // job rerun from its recorded bundle, config and seed reproduces; one whose rerun lands on chips
 // that corrupt outputs does not; what cannot be rerun is refused before anything is submitted;
-// and a later nightly reruns earlier results and reports them in `kiln run`.
+// and a later nightly reruns earlier results and reports them in `kiln run`. The same nightly
+// feeds `kiln switchover`: its gates, measured on the simulated chip only, rest on the simulator.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -47,6 +48,25 @@ TEST_CASE("kiln rerun: a nightly's measure job reproduces; on corrupting chips i
                      &out, 240s) == 0);
   const auto jobs = measure_jobs(fleet, "nightly-r1");
   REQUIRE(jobs.size() == 2);
+
+  // Before silicon: the nightly measured on the simulated chip, so every gate still relies on it,
+  // and the switch-over report says what remains (docs/qualification.md).
+  std::string switchover_err;
+  CHECK(fleet.kiln_split("ci", {"switchover", "--json"}, &out, &switchover_err) == 1);
+  const auto switchover = nlohmann::json::parse(out);
+  CHECK(difference(switchover, documented_fields("switchover")) == "");
+  CHECK(switchover.at("ready") == false);
+  CHECK(switchover.at("calibrated") == 0);
+  int mlp_gates = 0;
+  for (const auto& g : switchover.at("gates")) {
+    if (g.at("model") != "mlp-bf16-it") continue;
+    ++mlp_gates;
+    CHECK(g.at("calibrated_on_silicon") == false);
+    CHECK(g.at("evidence").at("silicon") == 0);
+    CHECK(g.at("evidence").at("sim").get<int>() > 0);
+    CHECK(contains(g.at("remaining").get<std::string>(), "on silicon"));
+  }
+  CHECK(mlp_gates == 2);
   const std::string job = std::to_string(jobs.at("mlp-bf16-it"));
   // The first nightly had nothing earlier to rerun.
   CHECK(contains(fleet.log_of("qualifier"), "reproducibility: no earlier result"));

@@ -17,6 +17,8 @@ void add_change_commands(CommandList& commands);         // change add|import, c
 void add_bundle_commands(CommandList& commands);         // bundle build|show|accept, bundles
 void add_unit_command(CommandList& commands);            // unit
 void add_qualification_commands(CommandList& commands);  // smoke, nightly, qualify-release
+void add_stability_command(CommandList& commands);       // stability
+void add_switchover_command(CommandList& commands);      // switchover
 void add_record_commands(CommandList& commands);         // runs, run, tickets, ticket ack|fix|duplicate|reopen
 void add_release_commands(CommandList& commands);        // release promote|approve|merge|rollback|status
 void add_environment_commands(CommandList& commands);    // envs, artifact upload
@@ -27,8 +29,9 @@ inline CommandList all_commands() {
   CommandList commands;
   for (auto add : {add_account_commands, add_node_commands, add_diag_command, add_job_commands, add_rerun_command,
                    add_lease_commands, add_queue_command, add_compare_commands, add_change_commands,
-                   add_bundle_commands, add_unit_command, add_qualification_commands, add_record_commands,
-                   add_release_commands, add_environment_commands, add_audit_command, add_plan_command}) {
+                   add_bundle_commands, add_unit_command, add_qualification_commands, add_stability_command,
+                   add_switchover_command, add_record_commands, add_release_commands, add_environment_commands,
+                   add_audit_command, add_plan_command}) {
     add(commands);
   }
   return commands;

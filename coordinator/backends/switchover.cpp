@@ -1,0 +1,189 @@
+#include "coordinator/backends/switchover.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+namespace kiln::backends {
+
+Backend backend_of(std::string_view driver_version) {
+  if (driver_version.starts_with("kiln-sim")) return Backend::sim;
+  if (driver_version.starts_with("kiln-cpu")) return Backend::cpu;
+  return Backend::silicon;
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Run-to-run noise of one run's samples: the median absolute deviation scaled to a standard
+// deviation (1.4826), relative to the median; robust to the sim's and real hosts' outliers.
+std::optional<double> relative_noise(const std::vector<double>& samples) {
+  if (samples.size() < 3) return std::nullopt;
+  const double center = median_of(samples);
+  if (!(center > 0)) return std::nullopt;
+  std::vector<double> deviations;
+  for (double s : samples) deviations.push_back(std::abs(s - center));
+  return 1.4826 * median_of(deviations) / center;
+}
+
+// Verdicts whose outputs agreed with the golden: the correctness gate passed on those nodes.
+bool correct(std::string_view verdict) {
+  return verdict == "passed" || verdict == "improved" || verdict == "performance_regression" ||
+         verdict == "inconclusive";
+}
+
+struct Evidence {
+  std::map<Backend, std::size_t> correct_runs;
+  std::map<Backend, std::size_t> baseline_samples;
+  std::vector<std::pair<double, std::size_t>> silicon_noise;  // per run: noise, samples
+};
+
+}  // namespace
+
+SwitchoverReport switchover_report(const std::vector<json>& runs, const std::map<std::string, std::string>& node_drivers,
+                                   const SwitchoverOptions& options) {
+  SwitchoverReport report;
+  std::map<std::pair<std::string, std::string>, Evidence> by_model;
+  std::set<std::string> unknown;
+  for (const json& run : runs) {
+    if (!run.is_object() || !run.value("finished", false) || !run.contains("models")) continue;
+    ++report.runs_read;
+    for (const json& m : run["models"]) {
+      const std::string model = m.value("model", "");
+      const std::string revision = m.value("revision", "");
+      if (model.empty() || !m.contains("nodes") || !m["nodes"].is_array() || m["nodes"].empty()) continue;
+      // A result's backend is its nodes'; one on nodes of several backends calibrates none.
+      std::set<Backend> backends;
+      for (const json& node : m["nodes"]) {
+        const auto driver = node_drivers.find(node.get<std::string>());
+        if (driver == node_drivers.end()) {
+          unknown.insert(node.get<std::string>());
+          continue;
+        }
+        backends.insert(backend_of(driver->second));
+      }
+      if (backends.size() != 1) continue;
+      const Backend backend = *backends.begin();
+      Evidence& evidence = by_model[{model, revision}];
+      if (correct(m.value("verdict", ""))) ++evidence.correct_runs[backend];
+      const json* samples = nullptr;
+      if (m.contains("performance") && m["performance"].is_object() && m["performance"].contains("initial_samples")) {
+        samples = &m["performance"]["initial_samples"];
+      }
+      if (samples == nullptr || !samples->contains("baseline") || !(*samples)["baseline"].is_array()) continue;
+      std::vector<double> baseline;
+      for (const json& s : (*samples)["baseline"]) {
+        if (s.is_number()) baseline.push_back(s.get<double>());
+      }
+      evidence.baseline_samples[backend] += baseline.size();
+      if (backend == Backend::silicon) {
+        if (auto noise = relative_noise(baseline)) evidence.silicon_noise.emplace_back(*noise, baseline.size());
+      }
+    }
+  }
+  for (const auto& [key, evidence] : by_model) {
+    const auto& [model, revision] = key;
+    GateStatus correctness{model, revision, "correctness", evidence.correct_runs, false, std::nullopt, ""};
+    correctness.calibrated = evidence.correct_runs.count(Backend::silicon) > 0;
+    if (!correctness.calibrated) {
+      correctness.remaining = fmt::format("confirm the golden on silicon: a correct run of {} on a silicon node of "
+                                          "revision {} (its correctness now rests on the simulator and the CPU "
+                                          "reference)",
+                                          model, revision);
+    }
+    report.gates.push_back(std::move(correctness));
+
+    GateStatus performance{model, revision, "performance", evidence.baseline_samples, false, std::nullopt, ""};
+    const auto silicon = evidence.baseline_samples.find(Backend::silicon);
+    const std::size_t have = silicon == evidence.baseline_samples.end() ? 0 : silicon->second;
+    if (!evidence.silicon_noise.empty()) {
+      // Pooled over runs by their samples: each run's noise around its own level (bundles and
+      // nodes move the level between runs, not the noise).
+      double weighted = 0;
+      std::size_t weight = 0;
+      for (const auto& [noise, n] : evidence.silicon_noise) {
+        weighted += noise * static_cast<double>(n);
+        weight += n;
+      }
+      performance.silicon_noise = weighted / static_cast<double>(weight);
+    }
+    performance.calibrated = have >= options.min_noise_samples && performance.silicon_noise.has_value();
+    if (!performance.calibrated) {
+      // Runs of fewer than 3 samples each give no noise, however many there are: at least one more.
+      const std::size_t missing = std::max<std::size_t>(options.min_noise_samples - std::min(have, options.min_noise_samples), 1);
+      performance.remaining = fmt::format("measure the noise on silicon: {} more baseline sample{} of {} on revision "
+                                          "{} (has {} of {}; its repeats and thresholds now come from the "
+                                          "simulator's noise)",
+                                          missing, missing == 1 ? "" : "s", model, revision, have,
+                                          options.min_noise_samples);
+    }
+    report.gates.push_back(std::move(performance));
+  }
+  for (const auto& g : report.gates) report.calibrated += g.calibrated ? 1 : 0;
+  report.ready = !report.gates.empty() && report.calibrated == report.gates.size();
+  report.unknown_nodes.assign(unknown.begin(), unknown.end());
+  return report;
+}
+
+json to_json(const SwitchoverReport& report) {
+  json gates = json::array();
+  for (const auto& g : report.gates) {
+    json evidence = json::object();
+    for (const Backend b : enum_values<Backend>()) {
+      const auto found = g.evidence.find(b);
+      evidence[std::string(enum_name(b))] = found == g.evidence.end() ? 0 : found->second;
+    }
+    gates.push_back({{"model", g.model},
+                     {"revision", g.revision},
+                     {"gate", g.gate},
+                     {"evidence", evidence},
+                     {"calibrated_on_silicon", g.calibrated},
+                     {"silicon_noise", g.silicon_noise ? json(*g.silicon_noise) : json(nullptr)},
+                     {"remaining", g.remaining}});
+  }
+  return {{"schema", "kiln.switchover/1"},
+          {"runs_read", report.runs_read},
+          {"gates", gates},
+          {"calibrated", report.calibrated},
+          {"ready", report.ready},
+          {"unknown_nodes", report.unknown_nodes}};
+}
+
+std::string to_text(const SwitchoverReport& report) {
+  std::string out = fmt::format("{} of {} gates calibrated on silicon ({} recorded runs read)\n", report.calibrated,
+                                report.gates.size(), report.runs_read);
+  for (const auto& g : report.gates) {
+    std::vector<std::string> parts;
+    for (const Backend b : enum_values<Backend>()) {
+      const auto found = g.evidence.find(b);
+      parts.push_back(fmt::format("{} {}", enum_name(b), found == g.evidence.end() ? 0 : found->second));
+    }
+    out += fmt::format("  {:<24} {:<3} {:<12} {:<9} {}: {}{}\n", g.model, g.revision, g.gate,
+                       g.calibrated ? "silicon" : "simulator",
+                       g.gate == "correctness" ? "correct runs" : "baseline samples", fmt::join(parts, ", "),
+                       g.silicon_noise ? fmt::format("; noise on silicon {:.2f}%", 100 * *g.silicon_noise)
+                                       : std::string());
+    if (!g.remaining.empty()) out += "      to do: " + g.remaining + "\n";
+  }
+  if (!report.unknown_nodes.empty()) {
+    out += fmt::format("  results on nodes the coordinator no longer knows were left out: {}\n",
+                       fmt::join(report.unknown_nodes, ", "));
+  }
+  out += report.ready ? "READY: every gate is calibrated on silicon\n"
+                      : "NOT READY: gates still rely on the simulator\n";
+  return out;
+}
+
+}  // namespace kiln::backends

@@ -1,0 +1,104 @@
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/backends/switchover.h"
+
+namespace kiln::backends {
+
+namespace {
+
+using json = nlohmann::json;
+
+// A finished run's report with one model entry, as the coordinator keeps it.
+json run_with(const std::string& model, const std::vector<std::string>& nodes, const std::string& verdict,
+              const std::vector<double>& baseline) {
+  json entry = {{"model", model}, {"revision", "a"}, {"verdict", verdict}, {"nodes", nodes}};
+  entry["performance"] = {{"initial_samples", {{"baseline", baseline}, {"candidate", baseline}}}};
+  return {{"finished", true}, {"models", json::array({entry})}};
+}
+
+const std::map<std::string, std::string> kNodes = {
+    {"n01", "kiln-sim 0.1.0"}, {"n02", "kiln-cpu 0.1.0"}, {"s01", "acme-npu 2.3.1"}, {"s02", "acme-npu 2.3.1"}};
+
+// Ten samples around `level` with a relative spread of about `noise`.
+std::vector<double> samples(double level, double noise) {
+  std::vector<double> out;
+  for (int i = 0; i < 10; ++i) out.push_back(level * (1 + noise * ((i % 5) - 2) / 2.0));
+  return out;
+}
+
+const GateStatus& gate(const SwitchoverReport& report, const std::string& model, const std::string& name) {
+  for (const auto& g : report.gates) {
+    if (g.model == model && g.gate == name) return g;
+  }
+  FAIL("no gate " << name << " of " << model);
+  return report.gates.front();
+}
+
+}  // namespace
+
+TEST_CASE("a node's backend is read from its driver's version") {
+  CHECK(backend_of("kiln-sim 0.1.0") == Backend::sim);
+  CHECK(backend_of("kiln-cpu 0.1.0") == Backend::cpu);
+  CHECK(backend_of("acme-npu 2.3.1") == Backend::silicon);
+}
+
+TEST_CASE("before silicon every gate relies on the simulator and says what remains") {
+  const std::vector<json> runs = {run_with("mlp-bf16", {"n01"}, "passed", samples(1000, 0.01)),
+                                  run_with("mlp-bf16", {"n02"}, "passed", samples(10, 0.02))};
+  const SwitchoverReport report = switchover_report(runs, kNodes);
+  CHECK(report.runs_read == 2);
+  REQUIRE(report.gates.size() == 2);
+  CHECK_FALSE(report.ready);
+  CHECK(report.calibrated == 0);
+  const GateStatus& correctness = gate(report, "mlp-bf16", "correctness");
+  CHECK(correctness.evidence.at(Backend::sim) == 1);
+  CHECK(correctness.evidence.at(Backend::cpu) == 1);
+  CHECK(correctness.remaining.find("confirm the golden on silicon") != std::string::npos);
+  const GateStatus& performance = gate(report, "mlp-bf16", "performance");
+  CHECK(performance.evidence.at(Backend::sim) == 10);
+  CHECK_FALSE(performance.silicon_noise);
+  CHECK(performance.remaining.find("20 more baseline samples") != std::string::npos);
+  CHECK(to_text(report).find("NOT READY") != std::string::npos);
+}
+
+TEST_CASE("silicon runs calibrate: a correct run confirms the golden, enough baseline samples measure the noise") {
+  std::vector<json> runs = {run_with("mlp-bf16", {"n01"}, "passed", samples(1000, 0.01)),
+                            run_with("mlp-bf16", {"s01"}, "performance_regression", samples(500, 0.02))};
+  SwitchoverReport report = switchover_report(runs, kNodes);
+  CHECK(gate(report, "mlp-bf16", "correctness").calibrated);
+  const GateStatus& partial = gate(report, "mlp-bf16", "performance");
+  CHECK_FALSE(partial.calibrated);  // 10 of 20 samples
+  CHECK(partial.remaining.find("10 more baseline samples") != std::string::npos);
+  REQUIRE(partial.silicon_noise);
+
+  runs.push_back(run_with("mlp-bf16", {"s02"}, "passed", samples(600, 0.02)));
+  report = switchover_report(runs, kNodes);
+  const GateStatus& performance = gate(report, "mlp-bf16", "performance");
+  CHECK(performance.calibrated);
+  CHECK(performance.evidence.at(Backend::silicon) == 20);
+  // The noise is each run's spread around its own level, not the gap between the two levels.
+  REQUIRE(performance.silicon_noise);
+  CHECK(*performance.silicon_noise < 0.03);
+  CHECK(report.ready);
+  CHECK(to_json(report)["ready"] == true);
+}
+
+TEST_CASE("what does not count: a failed run, mixed backends, unfinished runs, unknown nodes") {
+  const std::vector<json> runs = {
+      run_with("train-tiny", {"s01"}, "correctness_regression", {}),   // the golden disagreed
+      run_with("train-tiny", {"s01", "n01"}, "passed", samples(1, 0.01)),  // a gang across backends
+      run_with("train-tiny", {"gone"}, "passed", samples(1, 0.01)),
+      json{{"finished", false}, {"models", json::array()}}};
+  const SwitchoverReport report = switchover_report(runs, kNodes);
+  CHECK(report.runs_read == 3);
+  CHECK_FALSE(gate(report, "train-tiny", "correctness").calibrated);
+  CHECK(gate(report, "train-tiny", "performance").evidence.count(Backend::silicon) == 1);  // 0 samples
+  CHECK(gate(report, "train-tiny", "performance").evidence.at(Backend::silicon) == 0);
+  REQUIRE(report.unknown_nodes.size() == 1);
+  CHECK(report.unknown_nodes[0] == "gone");
+  CHECK(to_text(report).find("gone") != std::string::npos);
+}
+
+}  // namespace kiln::backends
