@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -55,6 +56,8 @@ struct Settings {
 
 std::atomic<bool> g_stop{false};
 
+constexpr rlim_t kFilesWanted = 65536;
+
 int free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -70,6 +73,8 @@ int free_loopback_port() {
 pid_t spawn(const std::vector<std::string>& argv, const fs::path& log) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    // A benchmark that dies leaves no server behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
@@ -149,6 +154,7 @@ struct Run {
   Latency lease;
   Latency release;
   std::uint64_t timeouts = 0;      // sessions the agents gave up on in steady state
+  std::uint64_t connect_failures = 0;  // sockets the bench itself could not open
   std::size_t lost = 0;            // nodes the coordinator declared lost in steady state
   double submit_jobs_per_second = NAN;
   double cpu_per_submit_ms = NAN;
@@ -289,6 +295,7 @@ class Bench {
     if (r.burst_accepted > 0) r.cpu_per_submit_ms = (cpu_ms(pid) - cpu0) / static_cast<double>(r.burst_accepted);
 
     r.timeouts = fleet.counts().timeouts - timeouts_before;
+    r.connect_failures = fleet.counts().connect_failures;
     r.lost = echo ? 0 : count_lines(log, kLostMarker) - lost_before;
     progress("{} agents on the {}: {:.3f} ms CPU per heartbeat, {:.0f}% CPU, heartbeat p99 {:.1f} ms, {:.0f} jobs/s",
              n, echo ? "echo" : "coordinator", r.cpu_per_heartbeat_ms, r.cpu_percent, r.heartbeat.p99_ms,
@@ -403,6 +410,7 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       {"echo_lease", latency_json(e.lease)},
       {"lease_p99_vs_echo", number(ratio(c.lease.p99_ms, e.lease.p99_ms))},
       {"agent_timeouts", c.timeouts},
+      {"bench_connect_failures", c.connect_failures},
       {"lost", c.lost},
       {"queued_at_burst", c.queued_at_burst},
       {"burst_accepted", c.burst_accepted},
@@ -506,12 +514,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::sort(s.agents.begin(), s.agents.end());
-  // Every agent is a socket with a connection at both ends: raise the file limit as far as allowed.
+  // Every agent is a socket and a connection here (two files) and a connection in the server:
+  // raise the file limit as far as allowed (beyond the hard limit where the user may), for this
+  // process and the servers it starts.
   rlimit files{};
   ::getrlimit(RLIMIT_NOFILE, &files);
-  files.rlim_cur = files.rlim_max;
-  ::setrlimit(RLIMIT_NOFILE, &files);
-  const std::size_t fd_room = files.rlim_cur > 200 ? (files.rlim_cur - 200) / 4 : 0;
+  rlimit wanted{std::max<rlim_t>(files.rlim_max, kFilesWanted), std::max<rlim_t>(files.rlim_max, kFilesWanted)};
+  if (::setrlimit(RLIMIT_NOFILE, &wanted) != 0) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  const std::size_t fd_room = files.rlim_cur > 500 ? (files.rlim_cur - 500) / 2 : 0;
   std::vector<std::size_t> sizes;
   for (std::size_t n : s.agents) {
     if (n <= fd_room) {

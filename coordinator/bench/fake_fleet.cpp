@@ -138,8 +138,12 @@ struct FakeFleet::Worker {
     Agent& a = agents_[i];
     if (a.state == State::disconnected) {
       if (now >= a.reconnect_at_ms) connect(i, now);
-      return reschedule(i);
+      reschedule(i);
+      return drain(static_cast<std::uint32_t>(i));
     }
+    // What arrived first: a send may have taken the socket's wake-up for a message now waiting.
+    drain(static_cast<std::uint32_t>(i));
+    if (a.state == State::disconnected) return;
     if (now - a.last_heard_ms > liveness_timeout_ms()) {
       // §8.1: a session that went silent waits a draw from 0 to max(backoff, half the timeout).
       const bool was_registered = a.state == State::registered;
@@ -181,10 +185,18 @@ struct FakeFleet::Worker {
   void connect(std::size_t i, TimeMs now) {
     Agent& a = agents_[i];
     disconnect(a);
-    a.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    transport::configure_curve_client(*a.socket, *a.keys, options_.server_public_key, kMaxMessageBytes);
-    a.socket->set(zmq::sockopt::linger, 0);
-    a.socket->connect(options_.endpoint);
+    try {
+      a.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+      transport::configure_curve_client(*a.socket, *a.keys, options_.server_public_key, kMaxMessageBytes);
+      a.socket->set(zmq::sockopt::linger, 0);
+      a.socket->connect(options_.endpoint);
+    } catch (const zmq::error_t&) {
+      // Out of sockets or files for now: the agent tries again after its backoff, as a real one would.
+      a.socket.reset();
+      a.reconnect_at_ms = now + a.backoff_ms;
+      count([](FleetCounts& c) { ++c.connect_failures; });
+      return;
+    }
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u32 = static_cast<std::uint32_t>(i);
@@ -314,7 +326,8 @@ struct FakeFleet::Worker {
 };
 
 FakeFleet::FakeFleet(FleetOptions options) : options_(std::move(options)) {
-  context_ = std::make_unique<zmq::context_t>(1, static_cast<int>(options_.keys.size()) + 64);
+  // A closed socket counts until ZeroMQ's reaper has taken it: room for a reconnect storm's.
+  context_ = std::make_unique<zmq::context_t>(1, static_cast<int>(4 * options_.keys.size()) + 1024);
   const std::size_t n = options_.keys.size();
   const std::size_t threads = std::clamp<std::size_t>(static_cast<std::size_t>(options_.threads), 1, std::max<std::size_t>(n, 1));
   for (std::size_t t = 0; t < threads; ++t) {
@@ -343,6 +356,7 @@ FleetCounts FakeFleet::counts() const {
     sum.timeouts += c.timeouts;
     sum.jobs_started += c.jobs_started;
     sum.jobs_finished += c.jobs_finished;
+    sum.connect_failures += c.connect_failures;
   }
   return sum;
 }

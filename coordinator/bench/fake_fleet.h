@@ -54,6 +54,7 @@ struct FleetCounts {
   std::uint64_t timeouts = 0;        // sessions the agents gave up on (silence over the liveness timeout)
   std::uint64_t jobs_started = 0;
   std::uint64_t jobs_finished = 0;
+  std::uint64_t connect_failures = 0;  // sockets the bench could not open (files, sockets)
 };
 
 class FakeFleet {

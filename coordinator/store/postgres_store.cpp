@@ -356,6 +356,13 @@ class PostgresStore final : public Store {
     });
   }
 
+  Status begin() override { return session_.run_script("begin a group of writes", "BEGIN;"); }
+  Status commit() override {
+    Status committed = session_.run_script("commit a group of writes", "COMMIT;");
+    if (!committed) (void)session_.run_script("roll back a group of writes", "ROLLBACK;");
+    return committed;
+  }
+
   Status append_audit(const protocol::AuditEntry& entry) override {
     return done(session_.run("append to the audit log: " + entry.action,
                              "INSERT INTO kiln.audit (at_ms, doc) VALUES ($1, $2);",
