@@ -361,22 +361,27 @@ FleetCounts FakeFleet::counts() const {
   return sum;
 }
 
-std::vector<double> FakeFleet::take_heartbeat_rtts_us() {
-  std::vector<double> all;
-  for (auto& w : workers_) {
-    auto some = w->take_rtts();
+namespace {
+
+// What every worker measured, in one list.
+template <class T, class Workers, class Take>
+std::vector<T> gather(Workers& workers, Take take) {
+  std::vector<T> all;
+  for (auto& w : workers) {
+    std::vector<T> some = take(*w);
     all.insert(all.end(), some.begin(), some.end());
   }
   return all;
 }
 
+}  // namespace
+
+std::vector<double> FakeFleet::take_heartbeat_rtts_us() {
+  return gather<double>(workers_, [](Worker& w) { return w.take_rtts(); });
+}
+
 std::vector<TimeMs> FakeFleet::take_hello_times_ms() {
-  std::vector<TimeMs> all;
-  for (auto& w : workers_) {
-    auto some = w->take_hellos();
-    all.insert(all.end(), some.begin(), some.end());
-  }
-  return all;
+  return gather<TimeMs>(workers_, [](Worker& w) { return w.take_hellos(); });
 }
 
 Requester::Requester(const std::string& endpoint, const KeyPair& keys, const std::string& server_public_key, bool echo)
