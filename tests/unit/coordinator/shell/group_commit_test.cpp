@@ -72,6 +72,20 @@ JobRecord stored_job(std::uint64_t id) {
   return j;
 }
 
+// A turn of the loop over a fresh database: the store, its group commit and what was sent.
+struct Turn {
+  TempDatabase db;
+  FlakyCommitStore store{opened(db)};
+  GroupCommit batch{store};
+  std::vector<std::string> sent;
+
+  static std::unique_ptr<Store> opened(const TempDatabase& db) {
+    auto store = open_sqlite_store(db.path());
+    REQUIRE(store.has_value());
+    return std::move(*store);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a message sent before any write of the turn goes out at once") {
@@ -87,12 +101,8 @@ TEST_CASE("a message sent before any write of the turn goes out at once") {
 }
 
 TEST_CASE("the writes of a turn are one transaction, and what follows them waits for its commit") {
-  TempDatabase db;
-  auto opened = open_sqlite_store(db.path());
-  REQUIRE(opened.has_value());
-  FlakyCommitStore store(std::move(*opened));
-  GroupCommit batch(store);
-  std::vector<std::string> sent;
+  Turn turn;
+  auto& [db, store, batch, sent] = turn;
   for (std::uint64_t id = 1; id <= 3; ++id) {
     REQUIRE(batch.before_write().has_value());
     REQUIRE(store.save_job(stored_job(id)).has_value());
@@ -113,12 +123,8 @@ TEST_CASE("the writes of a turn are one transaction, and what follows them waits
 }
 
 TEST_CASE("when the commit fails, nothing that waited for it is sent and nothing of it is kept") {
-  TempDatabase db;
-  auto opened = open_sqlite_store(db.path());
-  REQUIRE(opened.has_value());
-  FlakyCommitStore store(std::move(*opened));
-  GroupCommit batch(store);
-  std::vector<std::string> sent;
+  Turn turn;
+  auto& [db, store, batch, sent] = turn;
   batch.send([&] { sent.push_back("before the write"); });
   REQUIRE(batch.before_write().has_value());
   REQUIRE(store.save_job(stored_job(1)).has_value());
