@@ -49,6 +49,7 @@ void AgentSessions::hello(const std::string& peer, const Caller& caller, const p
   NodeRecord& node = ctx_.registry.nodes()[hello.node_id];
   const bool was_lost = node.summary.node_id.empty() || node.summary.state == NodeState::lost;
   take_inventory(node, hello, now);
+  ctx_.bridge.node_changed(hello.node_id);
 
   // Reconcile what the agent runs with what this coordinator assigned to it.
   protocol::Welcome welcome;
@@ -87,7 +88,7 @@ std::optional<std::string> AgentSessions::node_of_session(const std::string& pee
   }
   NodeRecord* node = ctx_.registry.find(session->node_id);
   KILN_ASSERT(node != nullptr, "a session always belongs to a registered node");
-  node->last_seen_ms = now;
+  ctx_.registry.heard_from(*node, now);
   return session->node_id;
 }
 
@@ -129,19 +130,13 @@ void AgentSessions::quarantine_request(const std::string& client, const Caller& 
 }
 
 void AgentSessions::lose_silent_nodes(TimeMs now) {
-  for (auto& [id, node] : ctx_.registry.nodes()) {
-    if (node.summary.state != NodeState::lost && now > ctx_.registry.liveness_deadline(node)) mark_node_lost(node, now);
-  }
+  for (const std::string& id : ctx_.registry.silent_nodes(now)) mark_node_lost(ctx_.registry.nodes().at(id), now);
 }
 
 std::optional<TimeMs> AgentSessions::next_deadline() const {
-  std::optional<TimeMs> next;
-  for (const auto& [id, node] : ctx_.registry.nodes()) {
-    if (node.summary.state == NodeState::lost) continue;
-    const TimeMs deadline = ctx_.registry.liveness_deadline(node) + 1;
-    if (!next || deadline < *next) next = deadline;
-  }
-  return next;
+  const std::optional<TimeMs> deadline = ctx_.registry.next_liveness_deadline();
+  if (!deadline) return std::nullopt;
+  return *deadline + 1;
 }
 
 std::optional<std::uint32_t> AgentSessions::admit_hello(const std::string& peer, const Caller& caller,
@@ -192,14 +187,14 @@ void AgentSessions::take_inventory(NodeRecord& node, const protocol::Hello& hell
   // An agent that names no address is reached at its host name, as most fleets resolve them.
   node.summary.rendezvous_address = hello.rendezvous_address.empty() ? hello.host.hostname : hello.rendezvous_address;
   node.summary.labels = hello.labels;
-  ctx_.registry.declare_workloads(hello.node_id, hello.workloads);
+  ctx_.registry.inventory_taken(hello.node_id, hello.workloads);
   // A quarantine outlives the node being lost: only passing diagnostics ends it.
   if (!node.summary.quarantine_reason.empty()) {
     node.summary.state = NodeState::quarantined;
   } else {
     node.summary.state = node.draining ? NodeState::draining : NodeState::up;
   }
-  node.last_seen_ms = now;
+  ctx_.registry.heard_from(node, now);
 }
 
 void AgentSessions::health_report(const std::string& node_id, const protocol::HealthReport& report, TimeMs now) {
@@ -323,6 +318,7 @@ std::uint32_t AgentSessions::release_diag_level(const NodeRecord& node) const {
 void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now,
                                const Caller* by) {
   node.summary.state = NodeState::quarantined;
+  ctx_.bridge.node_changed(node.summary.node_id);
   if (node.recent_quarantines == 0 || now - node.flap_window_start_ms > ctx_.knobs.flap_window_ms) {
     node.recent_quarantines = 0;
     node.flap_window_start_ms = now;
@@ -382,6 +378,7 @@ void AgentSessions::mark_node_lost(NodeRecord& node, TimeMs now) {
   const std::string node_id = node.summary.node_id;
   node.summary.state = NodeState::lost;
   ctx_.registry.close_session(node_id);
+  ctx_.bridge.node_changed(node_id);
   jobs_.forget_stopping_on(node_id);
   // The scheduler first, so that nothing requeued below is placed on this node again.
   scheduling_.sync_node_states(now);

@@ -95,6 +95,9 @@ class CoordinatorCore {
     return bridge_.find_request(request_owner::Job{job_id});
   }
   std::vector<protocol::LeaseSummary> leases() const { return leases_.summaries(); }
+  // Nodes whose state in the scheduler went stale without being marked for the next sync: none,
+  // or an index of the core is wrong (SchedulerDecisions::nodes_out_of_sync).
+  std::vector<std::string> nodes_out_of_sync() const { return scheduling_.nodes_out_of_sync(); }
 
  private:
   CoreContext context() { return CoreContext{knobs_, sink_, clock_, registry_, bridge_}; }

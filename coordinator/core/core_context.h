@@ -78,8 +78,16 @@ struct CoreContext {
     sink.reply_error(client, corr, code, std::move(message));
   }
   void log(action::Severity severity, std::string text) const { sink.log(severity, std::move(text)); }
-  void save(const JobRecord& job) const { sink.save(job); }
-  void save(const NodeRecord& node) const { sink.save(node); }
+  // Every change of a node's record, and of a maintenance job (which drains its node), is saved:
+  // saving is also what tells the scheduler bridge the node may take other work now.
+  void save(const JobRecord& job) const {
+    if (protocol::is_maintenance_workload(job.summary.workload)) bridge.node_changed(job.requested_node_id);
+    sink.save(job);
+  }
+  void save(const NodeRecord& node) const {
+    bridge.node_changed(node.summary.node_id);
+    sink.save(node);
+  }
   // A line of the audit log, now (docs/protocol.md §16): what a caller did.
   void audit(const Caller& actor, std::string action, std::string subject, std::string detail) const {
     sink.audit(clock.latest_wall_ms(), actor.key_name, std::string(protocol::enum_name(actor.role)),

@@ -36,7 +36,7 @@ bool finished_its_work(const protocol::JobFinished& fin) {
 void JobTable::recover(std::vector<JobRecord> jobs) {
   for (auto& job : jobs) {
     next_job_id_ = std::max(next_job_id_, job.summary.job_id + 1);
-    if (!protocol::is_terminal(job.summary.state)) active_jobs_.insert(job.summary.job_id);
+    if (!protocol::is_terminal(job.summary.state)) activate(job.summary.job_id, job);
     // An attempt assigned or running before the restart was dispatched; its chips are held
     // again when its agent reports it (reconcile_reported_jobs).
     if (job.summary.state == JobState::assigned || job.summary.state == JobState::running) {
@@ -122,7 +122,9 @@ void JobTable::give_up_stopping(TimeMs now) {
   }
   for (std::uint64_t id : stopped) attempt_stopped(id, now);
   for (auto& [node_id, stopping] : stopping_on_node_) {
-    std::erase_if(stopping, [&](const auto& entry) { return now >= stopping_given_up_at(entry.second); });
+    if (std::erase_if(stopping, [&](const auto& entry) { return now >= stopping_given_up_at(entry.second); }) > 0) {
+      ctx_.bridge.node_changed(node_id);
+    }
     start_deferred_on(node_id, now);
   }
 }
@@ -250,7 +252,7 @@ Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::Sub
     if (auto s = submit_to_scheduler(job, now); !s) return tl::unexpected(s.error());
   }
   const std::uint64_t id = next_job_id_++;
-  active_jobs_.insert(id);
+  activate(id, job);
   auto& stored = jobs_[id] = std::move(job);
   ctx_.save(stored);
   ctx_.log(action::Severity::info,
@@ -283,7 +285,7 @@ void JobTable::submit_gang(const std::string& client, const Caller& caller, cons
     job.summary.detail = fmt::format("rank {} of {} of gang {} inside lease L{}; the ranks start together", rank,
                                      size, gang_id, gang.lease_id);
     const std::uint64_t id = next_job_id_++;
-    active_jobs_.insert(id);
+    activate(id, job);
     ctx_.save(jobs_[id] = std::move(job));
     accepted.job_ids.push_back(id);
   }
@@ -597,6 +599,7 @@ void JobTable::hold_chips_told_to_stop(const NodeRecord& node, const std::vector
   // What it is told to stop keeps its chips until it is gone: held where the core knows them,
   // otherwise the whole node takes no new work meanwhile.
   const std::string& node_id = node.summary.node_id;
+  ctx_.bridge.node_changed(node_id);
   auto& stopping_here = stopping_on_node_[node_id];
   stopping_here.clear();
   for (std::uint64_t id : cancelled) {
@@ -644,7 +647,9 @@ void JobTable::reconcile_heartbeat(const std::string& peer, const std::string& n
         it != jobs_.end() && !protocol::is_terminal(it->second.summary.state) && it->second.summary.node_id == node_id;
     if (!ours) {
       ctx_.to_agent(peer, protocol::JobCancel{id, "the coordinator no longer assigns this job to this node"});
-      if (!ctx_.bridge.stop_hold_of(id, node_id)) stopping.emplace(id, now);
+      if (!ctx_.bridge.stop_hold_of(id, node_id) && stopping.emplace(id, now).second) {
+        ctx_.bridge.node_changed(node_id);
+      }
     } else if (attempts_.in(id, AttemptPhase::start_deferred)) {
       // What runs is the attempt being stopped; the new one waits for it to go.
       ctx_.to_agent(peer, protocol::JobCancel{id, "an earlier attempt of this job must stop before the next starts"});
@@ -712,7 +717,7 @@ void JobTable::rerun(std::uint64_t id, const NodeRecord& node, TimeMs now) {
     return;
   }
   const std::uint64_t rerun_id = next_job_id_++;
-  active_jobs_.insert(rerun_id);
+  activate(rerun_id, rerun);
   ctx_.save(jobs_[rerun_id] = std::move(rerun));
   JobRecord& first = jobs_.at(id);
   first.rerun_job_id = rerun_id;
@@ -769,6 +774,7 @@ void JobTable::finish(JobRecord& job, JobState state, std::string detail, TimeMs
   job.summary.detail = std::move(detail);
   job.finished_at_ms = now;
   active_jobs_.erase(job.summary.job_id);
+  active_maintenance_jobs_.erase(job.summary.job_id);
   forget_request(job, now);
   ctx_.save(job);
   ctx_.log(state == JobState::succeeded ? action::Severity::info : action::Severity::warn,
@@ -942,7 +948,7 @@ void JobTable::hold_stopping_chips(std::uint64_t job_id, const std::string& node
 void JobTable::old_attempt_gone(std::uint64_t job_id, const std::string& node_id, TimeMs now) {
   if (auto request = ctx_.bridge.stop_hold_of(job_id, node_id)) ctx_.bridge.end_stop_hold(*request, now);
   auto& stopping = stopping_on_node_[node_id];
-  stopping.erase(job_id);
+  if (stopping.erase(job_id) > 0) ctx_.bridge.node_changed(node_id);
   if (const auto& earlier = attempts_.earlier_stopping(job_id); earlier && earlier->node_id == node_id) {
     attempt_stopped(job_id, now);
   }
@@ -1079,15 +1085,17 @@ std::map<std::string, std::set<std::uint32_t>> JobTable::chips_in_use() const {
   return used;
 }
 
-std::map<std::string, std::uint64_t> JobTable::maintenance_waiting() const {
-  std::map<std::string, std::uint64_t> waiting;
-  for (std::uint64_t id : active_jobs_) {
+void JobTable::activate(std::uint64_t id, const JobRecord& job) {
+  active_jobs_.insert(id);
+  if (protocol::is_maintenance_workload(job.summary.workload)) active_maintenance_jobs_.insert(id);
+}
+
+std::optional<std::uint64_t> JobTable::maintenance_waiting_on(const std::string& node_id) const {
+  for (std::uint64_t id : active_maintenance_jobs_) {
     const JobRecord& job = jobs_.at(id);
-    if (protocol::is_maintenance_workload(job.summary.workload) && job.summary.state == JobState::queued) {
-      waiting.emplace(job.requested_node_id, id);
-    }
+    if (job.requested_node_id == node_id && job.summary.state == JobState::queued) return id;
   }
-  return waiting;
+  return std::nullopt;
 }
 
 std::size_t JobTable::unheld_stopping_on(const std::string& node_id) const {

@@ -45,8 +45,8 @@ class JobTable {
   protocol::JobList list(const protocol::ListJobs& request) const;
   // The chips active jobs use, by node.
   std::map<std::string, std::set<std::uint32_t>> chips_in_use() const;
-  // The node each queued maintenance job waits for, with the job.
-  std::map<std::string, std::uint64_t> maintenance_waiting() const;
+  // The queued maintenance job (the oldest, if several) the node drains for, if any.
+  std::optional<std::uint64_t> maintenance_waiting_on(const std::string& node_id) const;
   // How many jobs a node was told to stop without their chips being held.
   std::size_t unheld_stopping_on(const std::string& node_id) const;
   std::optional<TimeMs> next_deadline() const;
@@ -84,7 +84,10 @@ class JobTable {
                            TimeMs now);
   // The node was lost: nothing it was stopping is waited for (first, before the scheduler
   // learns it), then its attempts are failed over; returns how many were.
-  void forget_stopping_on(const std::string& node_id) { stopping_on_node_.erase(node_id); }
+  void forget_stopping_on(const std::string& node_id) {
+    stopping_on_node_.erase(node_id);
+    ctx_.bridge.node_changed(node_id);
+  }
   std::size_t fail_over_from(const std::string& node_id, TimeMs now);
   // CI jobs that failed on a node now quarantined run again on a healthy node of its revision.
   void rerun_failures_of(const NodeRecord& node, TimeMs now);
@@ -178,12 +181,17 @@ class JobTable {
   void forget_request(JobRecord& job, TimeMs now);
   // The active job a decision is about, if the job still holds `lease`.
   JobRecord* job_holding(std::uint64_t job_id, scheduler::LeaseId lease);
+  // The job is queued, assigned or running.
+  void activate(std::uint64_t id, const JobRecord& job);
 
   CoreContext ctx_;
   const LeaseLifecycle& leases_;
   SchedulerDecisions& scheduling_;
   std::map<std::uint64_t, JobRecord> jobs_;
   std::set<std::uint64_t> active_jobs_;  // queued, assigned or running
+  // The maintenance jobs among them: few, however long the queue, so what a node drains for is
+  // found without reading the queue.
+  std::set<std::uint64_t> active_maintenance_jobs_;
   std::uint64_t next_job_id_ = 1;
   // The phase of each job's current attempt, the chips it holds as a lease of its own, and an
   // earlier attempt still stopping (job_attempt.h). A new attempt granted on the node where an

@@ -10,8 +10,39 @@ namespace kiln::coordinator {
 void NodeRegistry::recover(NodeRecord node, TimeMs now) {
   node.last_seen_ms = now;
   std::string id = node.summary.node_id;
-  awaiting_registration_.insert(id);
+  if (node.summary.state != protocol::NodeState::lost) awaiting_registration_.insert(id);
   nodes_.emplace(std::move(id), std::move(node));
+  shape_.reset();
+}
+
+void NodeRegistry::heard_from(NodeRecord& node, TimeMs now) {
+  const std::string& id = node.summary.node_id;
+  by_last_heard_.erase({node.last_seen_ms, id});
+  node.last_seen_ms = now;
+  if (node.summary.state != protocol::NodeState::lost && peer_by_node_.count(id) != 0) by_last_heard_.emplace(now, id);
+}
+
+std::optional<TimeMs> NodeRegistry::next_liveness_deadline() const {
+  std::optional<TimeMs> next;
+  if (!awaiting_registration_.empty()) next = registration_deadline_ms_;
+  if (!by_last_heard_.empty()) {
+    const TimeMs deadline = std::max(by_last_heard_.begin()->first + liveness_timeout_ms_, window_deadline_ms_);
+    next = std::min(next.value_or(deadline), deadline);
+  }
+  return next;
+}
+
+std::vector<std::string> NodeRegistry::silent_nodes(TimeMs now) const {
+  std::vector<std::string> silent;
+  if (now > registration_deadline_ms_) silent.assign(awaiting_registration_.begin(), awaiting_registration_.end());
+  if (now > window_deadline_ms_) {
+    for (const auto& [last_heard_ms, id] : by_last_heard_) {
+      if (now <= last_heard_ms + liveness_timeout_ms_) break;
+      silent.push_back(id);
+    }
+  }
+  std::sort(silent.begin(), silent.end());
+  return silent;
 }
 
 NodeRecord* NodeRegistry::find(const std::string& node_id) {
@@ -30,6 +61,7 @@ void NodeRegistry::open_session(const std::string& peer, const std::string& node
 
 void NodeRegistry::close_session(const std::string& node_id) {
   awaiting_registration_.erase(node_id);
+  if (auto node = nodes_.find(node_id); node != nodes_.end()) by_last_heard_.erase({node->second.last_seen_ms, node_id});
   if (auto peer = peer_by_node_.find(node_id); peer != peer_by_node_.end()) {
     sessions_.erase(peer->second);
     peer_by_node_.erase(peer);
@@ -69,11 +101,6 @@ std::optional<std::string> NodeRegistry::stale_hello(const std::string& node_id,
   return std::nullopt;
 }
 
-TimeMs NodeRegistry::liveness_deadline(const NodeRecord& node) const {
-  if (awaiting_registration_.count(node.summary.node_id)) return registration_deadline_ms_;
-  return std::max(node.last_seen_ms + liveness_timeout_ms_, window_deadline_ms_);
-}
-
 std::optional<TimeMs> NodeRegistry::released_from_quarantine_at(const std::string& node_id) const {
   auto it = nodes_.find(node_id);
   if (it == nodes_.end() || it->second.released_from_quarantine_wall_ms == 0) return std::nullopt;
@@ -98,19 +125,36 @@ std::string count_text(std::size_t n, std::string_view one) {
 
 }  // namespace
 
-void NodeRegistry::declare_workloads(const std::string& node_id, const std::vector<std::string>& workloads) {
+void NodeRegistry::inventory_taken(const std::string& node_id, const std::vector<std::string>& workloads) {
   declared_workloads_[node_id] = std::set<std::string>(workloads.begin(), workloads.end());
+  shape_.reset();
+}
+
+const NodeRegistry::FleetShape& NodeRegistry::shape() const {
+  if (shape_) return *shape_;
+  FleetShape& shape = shape_.emplace();
+  for (const auto& [id, node] : nodes_) {
+    const std::string& revision = node.summary.hardware_revision;
+    ++shape.nodes_by_revision[revision];
+    std::uint32_t& most = shape.most_chips_by_revision[revision];
+    most = std::max(most, node.summary.chips_total);
+    auto declared = declared_workloads_.find(id);
+    if (declared == declared_workloads_.end()) {
+      ++shape.undeclared;
+      continue;
+    }
+    for (const std::string& workload : declared->second) ++shape.nodes_declaring[workload];
+  }
+  return shape;
 }
 
 std::optional<std::string> NodeRegistry::never_runs(std::string_view workload) const {
   if (nodes_.empty()) return std::nullopt;
+  const FleetShape& fleet = shape();
+  if (fleet.undeclared > 0 || fleet.nodes_declaring.count(std::string(workload)) != 0) return std::nullopt;
+  // Written only for a refusal.
   std::set<std::string> declared;
-  for (const auto& [id, node] : nodes_) {
-    auto it = declared_workloads_.find(id);
-    if (it == declared_workloads_.end()) return std::nullopt;  // not heard from since the start
-    if (it->second.count(std::string(workload)) != 0) return std::nullopt;
-    declared.insert(it->second.begin(), it->second.end());
-  }
+  for (const auto& [name, nodes] : fleet.nodes_declaring) declared.insert(name);
   if (declared.empty()) {
     return fmt::format("no agent declares workload '{}', nor any other: add it to the agents' [workloads]", workload);
   }
@@ -120,8 +164,7 @@ std::optional<std::string> NodeRegistry::never_runs(std::string_view workload) c
 std::optional<std::string> NodeRegistry::never_placeable(std::string_view revision, std::uint32_t nodes,
                                                          std::uint32_t chips, std::string_view node_id) const {
   if (nodes_.empty()) return std::nullopt;
-  std::map<std::string, std::size_t> nodes_by_revision;
-  for (const auto& [id, node] : nodes_) ++nodes_by_revision[node.summary.hardware_revision];
+  const std::map<std::string, std::size_t>& nodes_by_revision = shape().nodes_by_revision;
   // Written only for a refusal: every submission passes through here.
   const auto has = [&] {
     std::vector<std::string> fleet;
@@ -147,9 +190,8 @@ std::optional<std::string> NodeRegistry::never_placeable(std::string_view revisi
     return std::nullopt;
   }
   std::uint32_t largest = 0;
-  for (const auto& [id, node] : nodes_) {
-    if (!revision.empty() && node.summary.hardware_revision != revision) continue;
-    largest = std::max(largest, node.summary.chips_total);
+  for (const auto& [rev, most] : shape().most_chips_by_revision) {
+    if (revision.empty() || rev == revision) largest = std::max(largest, most);
   }
   // Whole nodes of one lease are all of one revision (the scheduler places them so).
   std::size_t most_of_one_revision = 0;

@@ -52,7 +52,14 @@ class NodeRegistry {
 
   // When a node that stays silent is lost: a recovered node that has not registered since the
   // start-up has until the registration deadline; none before a fresh window's end.
-  TimeMs liveness_deadline(const NodeRecord& node) const;
+  //
+  // The node's agent was heard from: its liveness deadline moves to `now` plus the timeout.
+  void heard_from(NodeRecord& node, TimeMs now);
+  // The earliest liveness deadline of a node that is not lost, and the nodes not lost whose deadline
+  // is before `now` (in order of their ids). Both read an index of the nodes by when they were
+  // last heard from, so a turn of the loop costs the same with 10 nodes or 10,000.
+  std::optional<TimeMs> next_liveness_deadline() const;
+  std::vector<std::string> silent_nodes(TimeMs now) const;
   // No node is lost before `until_ms`: the coordinator's loop did not run for a while, what the
   // agents sent meanwhile may not have been read yet, and those that gave up on it reconnect.
   void fresh_window(TimeMs until_ms) { window_deadline_ms_ = std::max(window_deadline_ms_, until_ms); }
@@ -73,9 +80,10 @@ class NodeRegistry {
   std::optional<std::string> never_placeable(std::string_view revision, std::uint32_t nodes, std::uint32_t chips,
                                              std::string_view node_id) const;
 
-  // The workloads a node's agent declared in its latest hello. Not stored: a recovered node's are
-  // unknown until its agent says hello to this coordinator.
-  void declare_workloads(const std::string& node_id, const std::vector<std::string>& workloads);
+  // A hello's inventory was taken into the node's record (its revision and chips), with the
+  // workloads its agent declares. Those are not stored: a recovered node's are unknown until its
+  // agent says hello to this coordinator.
+  void inventory_taken(const std::string& node_id, const std::vector<std::string>& workloads);
   // Why `workload` can never run, in words that list what the agents declare: no known node
   // declares it. Nothing if one does, or while a known node has not declared its workloads yet.
   std::optional<std::string> never_runs(std::string_view workload) const;
@@ -84,8 +92,12 @@ class NodeRegistry {
   DurationMs liveness_timeout_ms_ = 0;
   TimeMs window_deadline_ms_ = 0;
   std::map<std::string, NodeRecord> nodes_;
-  // Recovered nodes that have not registered since the start-up, and until when they may.
+  // Recovered nodes that are not lost and have not registered since the start-up, and until when
+  // they may.
   std::set<std::string> awaiting_registration_;
+  // The other nodes with a session, by when they were last heard from (their last_seen_ms): the
+  // order of their liveness deadlines. A node enters at its hello and leaves when it is lost.
+  std::set<std::pair<TimeMs, std::string>> by_last_heard_;
   TimeMs registration_deadline_ms_ = 0;
   std::map<std::string, Session> sessions_;  // by peer
   std::map<std::string, std::string> peer_by_node_;
@@ -96,6 +108,16 @@ class NodeRegistry {
   };
   std::map<std::string, std::deque<HelloConnection>> hello_connections_;
   std::map<std::string, std::set<std::string>> declared_workloads_;  // by node
+  // What never_placeable and never_runs read, counted over the nodes when first needed after a
+  // hello or a recovery changed it: every submission asks, hellos are rare.
+  struct FleetShape {
+    std::map<std::string, std::size_t> nodes_by_revision;
+    std::map<std::string, std::uint32_t> most_chips_by_revision;
+    std::map<std::string, std::size_t> nodes_declaring;  // by workload
+    std::size_t undeclared = 0;                          // nodes not heard from since the start
+  };
+  const FleetShape& shape() const;
+  mutable std::optional<FleetShape> shape_;
 };
 
 }  // namespace kiln::coordinator

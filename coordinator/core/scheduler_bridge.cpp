@@ -151,6 +151,8 @@ void SchedulerBridge::upsert_node(const scheduler::NodeInfo& info, TimeMs now) {
   }
   auto pending = inventory_pending_.find(node_id);
   if (refused.empty()) {
+    // A node new to the scheduler learns its state at the next sync.
+    node_changed(node_id);
     if (pending != inventory_pending_.end()) {
       if (!pending->second.empty()) {
         sink_.log(action::Severity::info,
@@ -163,6 +165,7 @@ void SchedulerBridge::upsert_node(const scheduler::NodeInfo& info, TimeMs now) {
   if (pending == inventory_pending_.end() || pending->second != refused) {
     sink_.log(action::Severity::warn, fmt::format("node {} takes no new work: {}", node_id, refused));
     inventory_pending_[node_id] = refused;
+    node_changed(node_id);
   }
 }
 

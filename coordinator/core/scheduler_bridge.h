@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -82,11 +84,29 @@ class SchedulerBridge {
   void set_node_state(const std::string& node_id, scheduler::NodeState state, std::string reason, std::string owner,
                       TimeMs now);
   // The scheduler's view of the node is stale: the next state is told whatever it is.
-  void forget_node_state(const std::string& node_id) { node_states_.erase(node_id); }
+  void forget_node_state(const std::string& node_id) {
+    node_states_.erase(node_id);
+    node_changed(node_id);
+  }
+  // What the node can take may have changed (its record, its session, the jobs stopping or the
+  // maintenance waiting on it): the next sync works it out again. A sync looks at these nodes
+  // only, so a heartbeat costs the same with 10 nodes or 10,000.
+  void node_changed(const std::string& node_id) { changed_nodes_.insert(node_id); }
+  std::set<std::string> take_changed_nodes() { return std::exchange(changed_nodes_, {}); }
+  bool changed(const std::string& node_id) const { return changed_nodes_.count(node_id) != 0; }
+  // The state the scheduler was last told of the node, if any.
+  std::optional<scheduler::NodeState> told_state(const std::string& node_id) const {
+    auto it = node_states_.find(node_id);
+    if (it == node_states_.end()) return std::nullopt;
+    return it->second;
+  }
 
   // The chips of a node's latest hello: until the scheduler has taken them the node takes no new
   // work, and the upsert is tried again at every sync.
-  void inventory_changed(const std::string& node_id) { inventory_pending_.insert_or_assign(node_id, ""); }
+  void inventory_changed(const std::string& node_id) {
+    inventory_pending_.insert_or_assign(node_id, "");
+    node_changed(node_id);
+  }
   // Why the chips of the node's latest hello are not scheduled yet (empty: not tried yet), or
   // nullptr when they are.
   const std::string* inventory_pending(const std::string& node_id) const;
@@ -107,6 +127,7 @@ class SchedulerBridge {
   std::map<scheduler::RequestId, request_owner::StopHold> stop_holds_;  // the live ones
   std::map<std::string, scheduler::NodeState> node_states_;
   std::map<std::string, std::string> inventory_pending_;
+  std::set<std::string> changed_nodes_;
 };
 
 }  // namespace kiln::coordinator

@@ -20,10 +20,12 @@ using namespace detail;
 void SchedulerDecisions::pump(TimeMs now) {
   // Handlers may call the scheduler again; what that decides is carried out in the same loop.
   // The nodes' states are brought up to date before each decision is carried out.
+  bool decided = false;
   while (true) {
     sync_node_states(now);
     auto decision = ctx_.bridge.poll_decision();
     if (!decision) break;
+    decided = true;
     // Each decision goes to the room of the request's owner.
     auto to_owner = [&](auto&& for_lease, auto&& for_job) {
       std::visit(Exhaustive{
@@ -70,10 +72,13 @@ void SchedulerDecisions::pump(TimeMs now) {
                decision->action);
   }
   leases_.dispatch_jobs(now);
-  refresh_chip_counts();
+  // Counting the chips in use reads every active job and node: only when a decision or a saved
+  // job or lease may have changed them, never for a heartbeat that changed nothing.
+  if (decided || ctx_.sink.jobs_and_leases_saved() != saves_counted_) refresh_chip_counts();
 }
 
 void SchedulerDecisions::recovered_node(const NodeRecord& node, TimeMs now) {
+  ctx_.bridge.node_changed(node.summary.node_id);
   upsert_node(node, now);
   ctx_.bridge.set_node_state(node.summary.node_id, scheduler::NodeState::lost, "waiting for its agent to register", "",
                              now);
@@ -90,6 +95,7 @@ void SchedulerDecisions::upsert_node(const NodeRecord& node, TimeMs now) {
 }
 
 void SchedulerDecisions::refresh_chip_counts() {
+  saves_counted_ = ctx_.sink.jobs_and_leases_saved();
   std::map<std::string, std::set<std::uint32_t>> used = jobs_.chips_in_use();
   for (const auto& lease : ctx_.scheduler().leases()) {
     // Chips held while a cancelled attempt stops belong to no active job: not shown as used.
@@ -224,30 +230,45 @@ void SchedulerDecisions::sync_node_states(TimeMs now) {
 }
 
 void SchedulerDecisions::set_scheduler_node_states(TimeMs now) {
-  const std::map<std::string, std::uint64_t> maintenance_waiting = jobs_.maintenance_waiting();
-  for (const auto& [id, node] : ctx_.registry.nodes()) {
-    const auto& s = node.summary;
-    if (s.state == NodeState::lost || !ctx_.registry.has_session(id)) {
-      ctx_.bridge.set_node_state(id, scheduler::NodeState::lost, "no agent session", "", now);
-    } else if (s.state == NodeState::quarantined) {
-      ctx_.bridge.set_node_state(id, scheduler::NodeState::quarantined, s.quarantine_reason, s.quarantine_owner, now);
-    } else if (node.draining) {
-      ctx_.bridge.set_node_state(id, scheduler::NodeState::draining, node.drain_reason, "", now);
-    } else if (const std::string* pending = ctx_.bridge.inventory_pending(id)) {
-      ctx_.bridge.set_node_state(id, scheduler::NodeState::draining,
-                                 pending->empty() ? "registering its chips" : *pending, "", now);
-    } else if (const std::size_t stopping = jobs_.unheld_stopping_on(id); stopping > 0) {
-      ctx_.bridge.set_node_state(id, scheduler::NodeState::draining,
-                                 fmt::format("stopping {} jobs it no longer runs for the coordinator", stopping), "",
-                                 now);
-    } else if (auto m = maintenance_waiting.find(id); m != maintenance_waiting.end()) {
-      // Maintenance takes the whole node: it drains first and takes no new regular work.
-      ctx_.bridge.set_node_state(id, scheduler::NodeState::draining,
-                                 fmt::format("draining for maintenance job {}", m->second), "", now);
-    } else {
-      ctx_.bridge.set_node_state(id, scheduler::NodeState::up, "", "", now);
-    }
+  for (const std::string& id : ctx_.bridge.take_changed_nodes()) {
+    const NodeRecord* node = ctx_.registry.find(id);
+    if (node == nullptr) continue;  // a maintenance job's node that never registered
+    NodeStateToTell told = state_to_tell(*node);
+    ctx_.bridge.set_node_state(id, told.state, std::move(told.reason), std::move(told.owner), now);
   }
+}
+
+SchedulerDecisions::NodeStateToTell SchedulerDecisions::state_to_tell(const NodeRecord& node) const {
+  const auto& s = node.summary;
+  const std::string& id = s.node_id;
+  if (s.state == NodeState::lost || !ctx_.registry.has_session(id)) {
+    return {scheduler::NodeState::lost, "no agent session", ""};
+  }
+  if (s.state == NodeState::quarantined) {
+    return {scheduler::NodeState::quarantined, s.quarantine_reason, s.quarantine_owner};
+  }
+  if (node.draining) return {scheduler::NodeState::draining, node.drain_reason, ""};
+  if (const std::string* pending = ctx_.bridge.inventory_pending(id)) {
+    return {scheduler::NodeState::draining, pending->empty() ? "registering its chips" : *pending, ""};
+  }
+  if (const std::size_t stopping = jobs_.unheld_stopping_on(id); stopping > 0) {
+    return {scheduler::NodeState::draining,
+            fmt::format("stopping {} jobs it no longer runs for the coordinator", stopping), ""};
+  }
+  if (const std::optional<std::uint64_t> m = jobs_.maintenance_waiting_on(id)) {
+    // Maintenance takes the whole node: it drains first and takes no new regular work.
+    return {scheduler::NodeState::draining, fmt::format("draining for maintenance job {}", *m), ""};
+  }
+  return {scheduler::NodeState::up, "", ""};
+}
+
+std::vector<std::string> SchedulerDecisions::nodes_out_of_sync() const {
+  std::vector<std::string> stale;
+  for (const auto& [id, node] : ctx_.registry.nodes()) {
+    const std::optional<scheduler::NodeState> told = ctx_.bridge.told_state(id);
+    if (told && !ctx_.bridge.changed(id) && *told != state_to_tell(node).state) stale.push_back(id);
+  }
+  return stale;
 }
 
 std::string SchedulerDecisions::preempted_for_text(scheduler::RequestId demand) const {

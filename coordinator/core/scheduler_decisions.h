@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/protocol/messages.h"
 #include "coordinator/core/core_context.h"
@@ -45,7 +47,20 @@ class SchedulerDecisions {
   // The queue in scheduling order (queue_listing.cpp).
   protocol::QueueList queue_list(const protocol::ListQueue& request, TimeMs now) const;
 
+  // The nodes the scheduler was told a state of that is no longer theirs, though not marked
+  // changed (SchedulerBridge::node_changed): none, unless a change of a node went unmarked. Reads
+  // every node: for the simulation's invariants and the tests, never per message.
+  std::vector<std::string> nodes_out_of_sync() const;
+
  private:
+  struct NodeStateToTell {
+    scheduler::NodeState state;
+    std::string reason;
+    std::string owner;
+  };
+  // What the node can take now: lost (no session), quarantined, draining (asked to, registering
+  // its chips, stopping jobs, or waiting for maintenance), or up.
+  NodeStateToTell state_to_tell(const NodeRecord& node) const;
   void set_scheduler_node_states(TimeMs now);
   scheduler::NodeInfo scheduler_node_info(const NodeRecord& node) const;
   protocol::QueueExplanation explain(const protocol::QueueWhy& why, TimeMs now) const;
@@ -55,6 +70,8 @@ class SchedulerDecisions {
   CoreContext ctx_;
   JobTable& jobs_;
   LeaseLifecycle& leases_;
+  // The jobs and leases saved when the chips in use were last counted (refresh_chip_counts).
+  std::uint64_t saves_counted_ = 0;
 };
 
 }  // namespace kiln::coordinator

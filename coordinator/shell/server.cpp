@@ -21,6 +21,7 @@
 #include "coordinator/shell/coordinator_sockets.h"
 #include "coordinator/shell/environments_watcher.h"
 #include "coordinator/shell/standby.h"
+#include "coordinator/shell/group_commit.h"
 #include "coordinator/store/store.h"
 
 namespace kiln::coordinator {
@@ -56,6 +57,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       : config_(std::move(config)),
         keys_(std::move(keys)),
         store_(std::move(store)),
+        batch_(*store_),
         artifacts_(std::move(artifacts)),
         logger_(std::move(logger)),
         start_(clocks_now()),
@@ -96,6 +98,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
 
   Status run(const std::atomic<bool>& stop) override {
     if (auto s = carry_out_actions(); !s) return s;
+    if (auto s = commit(); !s) return s;
     TimeMs last_tick_ms = monotonic_ms();
     while (!stop.load()) {
       const TimeMs now = monotonic_ms();
@@ -131,6 +134,8 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       last_tick_ms = monotonic_ms();
       if (auto s = confirm_lead(last_tick_ms); !s) return s;
       if (auto s = carry_out_actions(); !s) return s;
+      // The turn's writes in one transaction; what was acknowledged after them goes out now.
+      if (auto s = commit(); !s) return s;
       if (items[3].revents & ZMQ_POLLIN) question_.answer_pending([this] { return metrics_->render(core_); });
     }
     logger_->info("stopping");
@@ -288,19 +293,28 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   void send_to_client(const std::string& client, protocol::Body body, std::uint64_t corr) override {
     send_to(clients_, client, std::move(body), corr);
   }
-  Status save_node(const NodeRecord& node) override { return store_->save_node(node); }
+  Status save_node(const NodeRecord& node) override {
+    if (auto s = batch_.before_write(); !s) return s;
+    return store_->save_node(node);
+  }
   Status save_job(const JobRecord& job) override {
+    if (auto s = batch_.before_write(); !s) return s;
     auto saved = store_->save_job(job);
     if (saved && metrics_) metrics_->job_saved(job, clock_.advance(clocks_now()));
     return saved;
   }
-  Status save_record(const protocol::RecordEntry& record) override { return store_->save_record(record); }
+  Status save_record(const protocol::RecordEntry& record) override {
+    if (auto s = batch_.before_write(); !s) return s;
+    return store_->save_record(record);
+  }
   Status save_lease(const LeaseRecord& lease) override {
+    if (auto s = batch_.before_write(); !s) return s;
     auto saved = store_->save_lease(lease);
     if (saved && metrics_) metrics_->lease_saved(lease, clock_.advance(clocks_now()));
     return saved;
   }
   Status append_audit(const protocol::AuditEntry& entry) override {
+    if (auto s = batch_.before_write(); !s) return s;
     auto appended = store_->append_audit(entry);
     if (appended && metrics_) metrics_->audited(entry);
     return appended;
@@ -332,7 +346,14 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     logger_->log(spdlog_level(severity), "{}", text);
   }
 
+  // Every message goes out through the group commit: after the writes made before it are durable.
   void send_to(zmq::socket_t& socket, const std::string& peer, protocol::Body body, std::uint64_t corr) {
+    batch_.send([this, &socket, peer, body = std::move(body), corr]() mutable {
+      send_now(socket, peer, std::move(body), corr);
+    });
+  }
+
+  void send_now(zmq::socket_t& socket, const std::string& peer, protocol::Body body, std::uint64_t corr) {
     auto envelope = protocol::make_envelope(std::move(body), next_message_id_++, corr);
     const bool delimited = req_peers_.count(peer) != 0;
     auto s = transport::send_envelope(socket, &peer, envelope, limits_, delimited);
@@ -368,6 +389,16 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     auto held = store_->confirm_lead();
     if (!held) logger_->critical("{}; stopping so that a standby can serve", held.error().message);
     return held;
+  }
+
+  Status commit() {
+    auto status = batch_.commit();
+    if (!status) {
+      logger_->critical("the store could not commit the writes of a turn: {}; stopping with their "
+                        "acknowledgements unsent",
+                        status.error().message);
+    }
+    return status;
   }
 
   // The newest reading of the environments repository, with the firmware packages' sizes from
@@ -412,6 +443,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   CoordinatorConfig config_;
   KeyPair keys_;
   std::unique_ptr<Store> store_;
+  GroupCommit batch_;  // the writes of the current turn, and what waits for them
   std::optional<ArtifactStore> artifacts_;
   std::shared_ptr<spdlog::logger> logger_;
   Now start_;

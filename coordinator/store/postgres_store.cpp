@@ -159,14 +159,17 @@ class Session {
   }
 
   // Runs `body` in one transaction: committed when it succeeds, rolled back when it fails.
+  // Inside a group of writes (begin() to commit()) it is a savepoint of that transaction instead,
+  // so the group still commits as one.
   Status transaction(std::string_view doing, const std::function<Status()>& body) {
-    if (auto s = run_script(doing, "BEGIN;"); !s) return s;
+    const bool nested = PQtransactionStatus(connection_.get()) == PQTRANS_INTRANS;
+    if (auto s = run_script(doing, nested ? "SAVEPOINT kiln_step;" : "BEGIN;"); !s) return s;
     Status done = body();
     if (!done) {
-      (void)run_script(doing, "ROLLBACK;");
+      (void)run_script(doing, nested ? "ROLLBACK TO SAVEPOINT kiln_step;" : "ROLLBACK;");
       return done;
     }
-    return run_script(doing, "COMMIT;");
+    return run_script(doing, nested ? "RELEASE SAVEPOINT kiln_step;" : "COMMIT;");
   }
 
   // Reads kiln's tables for the shared loading and checking (stored_records.h).
@@ -357,6 +360,13 @@ class PostgresStore final : public Store {
                                "FROM kiln.leases WHERE state = 'ended' ORDER BY lease_id DESC LIMIT $1);",
                                {std::to_string(stored::kEndedLeasesKept)}));
     });
+  }
+
+  Status begin() override { return session_.run_script("begin a group of writes", "BEGIN;"); }
+  Status commit() override {
+    Status committed = session_.run_script("commit a group of writes", "COMMIT;");
+    if (!committed) (void)session_.run_script("roll back a group of writes", "ROLLBACK;");
+    return committed;
   }
 
   Status append_audit(const protocol::AuditEntry& entry) override {

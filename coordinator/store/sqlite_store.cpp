@@ -415,6 +415,14 @@ class SqliteStore final : public Store {
                             stored::kEndedLeasesKept));
   }
 
+  Status begin() override { return exec(db_.get(), path_, "BEGIN IMMEDIATE;"); }
+  Status commit() override {
+    Status committed = exec(db_.get(), path_, "COMMIT;");
+    // A transaction SQLite could not commit stays open: rolled back, nothing of it is kept.
+    if (!committed && sqlite3_get_autocommit(db_.get()) == 0) (void)exec(db_.get(), path_, "ROLLBACK;");
+    return committed;
+  }
+
   Status append_audit(const protocol::AuditEntry& entry) override {
     Statement st(db_.get(), "INSERT INTO audit (at_ms, doc) VALUES (?1, ?2);");
     if (!st) return error("prepare an audit line");

@@ -26,6 +26,11 @@ class Store {
   // Its lines at or after `since_ms` and after `after_seq`, oldest first, at most `limit`.
   virtual Result<std::vector<protocol::AuditEntry>> read_audit(const protocol::ListAudit& query) = 0;
   virtual Result<Snapshot> load() = 0;
+  // Group commit: the writes from begin() to commit() are one transaction, durable when commit()
+  // returns success (each write's own Status then says only that it was taken). The server batches
+  // the writes of one turn of its loop this way (coordinator/shell/group_commit.h).
+  virtual Status begin() = 0;
+  virtual Status commit() = 0;
 
   // Leadership, for coordinators sharing one store (PostgreSQL; docs/operations.md, "A standby
   // coordinator"). The active coordinator holds it for as long as its connection to the store

@@ -44,6 +44,9 @@ void Simulation::World::check_coordinator() {
   if (auto s = coordinator->scheduler().check_invariants(); !s) {
     return fail("the scheduler's own invariants: " + s.error().message);
   }
+  if (const auto stale = coordinator->nodes_out_of_sync(); !stale.empty()) {
+    return fail(fmt::format("the scheduler holds a stale state of node {}, which no sync will correct", stale.front()));
+  }
   // Developer leases: chips held, and no lease living past its expiry.
   std::map<std::uint64_t, std::map<std::string, std::set<std::uint32_t>>> lease_chips;
   std::map<std::string, std::map<std::uint32_t, std::string>> chip_owner;  // node -> chip -> holder

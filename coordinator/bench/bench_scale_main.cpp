@@ -1,0 +1,593 @@
+// kiln-bench-scale: one real kiln-coordinator (SQLite in a temporary directory, on loopback, CURVE
+// keys made for the run) under N fake agents at 1 Hz and request/reply clients, beside a raw ZeroMQ
+// CURVE echo server under the same load as the reference. See docs/performance.md, "Scale".
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/keys.h"
+#include "common/version.h"
+#include "coordinator/bench/fake_fleet.h"
+
+namespace fs = std::filesystem;
+using kiln::KeyPair;
+using kiln::TimeMs;
+using namespace kiln::bench;
+
+namespace {
+
+struct Settings {
+  std::vector<std::size_t> agents = {100, 1000, 3000, 10000};
+  int threads = 1;
+  int measure_seconds = 10;
+  int requests = 200;        // sequential submits and leases timed
+  std::size_t queued = 10000;  // the queue the throughput is measured at
+  std::size_t burst = 2000;    // jobs submitted, pipelined, at that queue
+  std::uint32_t heartbeat_interval_ms = 1000;
+  std::uint32_t liveness_missed_beats = 4;
+  std::uint32_t connects_per_second = 1000;
+  bool stall = true;
+  std::string coordinator;
+  bool json = false;
+  bool keep = false;
+};
+
+std::atomic<bool> g_stop{false};
+
+constexpr rlim_t kFilesWanted = 65536;
+
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // A benchmark that dies leaves no server behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+void stop_process(pid_t pid) {
+  ::kill(pid, SIGCONT);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+}
+
+bool running(pid_t pid) {
+  int status = 0;
+  return ::waitpid(pid, &status, WNOHANG) == 0;
+}
+
+// User and system CPU time of a process so far, from /proc/PID/stat (fields 14 and 15).
+double cpu_ms(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double utime = 0;
+  double stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return NAN;
+  std::sort(values.begin(), values.end());
+  const auto at = static_cast<std::size_t>(std::ceil(p * static_cast<double>(values.size()))) ;
+  return values[std::clamp<std::size_t>(at, 1, values.size()) - 1];
+}
+
+double median(std::vector<double> values) { return percentile(std::move(values), 0.5); }
+
+struct Latency {
+  double p50_ms = NAN;
+  double p99_ms = NAN;
+  std::size_t samples = 0;
+};
+
+Latency latency(const std::vector<double>& rtts_us) {
+  return {percentile(rtts_us, 0.5) / 1000, percentile(rtts_us, 0.99) / 1000, rtts_us.size()};
+}
+
+// What one server (the coordinator or the echo) did under N agents.
+struct Run {
+  std::size_t agents = 0;
+  std::size_t registered = 0;
+  double registration_seconds = 0;
+  double cpu_per_heartbeat_ms = NAN;  // median of the windows
+  double cpu_percent = NAN;
+  double heartbeats_per_second = 0;
+  Latency heartbeat;
+  Latency submit;
+  Latency lease;
+  Latency release;
+  std::uint64_t timeouts = 0;      // sessions the agents gave up on in steady state
+  std::uint64_t connect_failures = 0;  // sockets the bench itself could not open
+  std::size_t lost = 0;            // nodes the coordinator declared lost in steady state
+  double submit_jobs_per_second = NAN;
+  double cpu_per_submit_ms = NAN;
+  std::size_t queued_at_burst = 0;
+  std::size_t burst_accepted = 0;
+  // After a SIGSTOP of twice the liveness timeout.
+  bool stalled = false;
+  std::size_t stall_hellos = 0;
+  std::size_t stall_largest_slot = 0;  // hellos in the busiest 100 ms
+  std::uint64_t stall_agent_timeouts = 0;
+  std::size_t stall_lost = 0;
+  std::size_t registered_after_stall = 0;
+};
+
+std::size_t count_lines(const fs::path& log, const std::string& marker) {
+  std::ifstream in(log);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(marker) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+constexpr const char* kLostMarker = " lost: silent for ";
+
+class Bench {
+ public:
+  Bench(Settings settings, fs::path dir) : s_(std::move(settings)), dir_(std::move(dir)) {
+    server_keys_ = *kiln::generate_keypair();
+    client_keys_ = *kiln::generate_keypair();
+    const std::size_t most = *std::max_element(s_.agents.begin(), s_.agents.end());
+    for (std::size_t i = 0; i < most; ++i) agent_keys_.push_back(*kiln::generate_keypair());
+    (void)kiln::write_keypair((dir_ / "coordinator").string(), server_keys_);
+  }
+
+  Run run(std::size_t n, bool echo, bool stall) {
+    const int agent_port = free_loopback_port();
+    const int client_port = free_loopback_port();
+    const std::string agent_endpoint = fmt::format("tcp://127.0.0.1:{}", agent_port);
+    const std::string client_endpoint = fmt::format("tcp://127.0.0.1:{}", client_port);
+    const fs::path log = dir_ / fmt::format("{}-{}.log", echo ? "echo" : "coordinator", n);
+    pid_t pid = 0;
+    if (echo) {
+      pid = spawn({self_, "--echo-server", agent_endpoint, client_endpoint, (dir_ / "coordinator.key").string()}, log);
+    } else {
+      const fs::path db_dir = dir_ / fmt::format("store-{}", n);
+      fs::remove_all(db_dir);
+      fs::create_directories(db_dir);
+      write_config(db_dir / "coordinator.toml", n, agent_endpoint, client_endpoint);
+      pid = spawn({s_.coordinator, "--config", (db_dir / "coordinator.toml").string()}, log);
+    }
+    Run r;
+    r.agents = n;
+    FleetOptions options;
+    options.endpoint = agent_endpoint;
+    options.server_public_key = server_keys_.public_key;
+    options.keys.assign(agent_keys_.begin(), agent_keys_.begin() + static_cast<std::ptrdiff_t>(n));
+    options.threads = s_.threads;
+    options.echo = echo;
+    options.heartbeat_interval_ms = s_.heartbeat_interval_ms;
+    options.liveness_missed_beats = s_.liveness_missed_beats;
+    options.connects_per_second = s_.connects_per_second;
+    const TimeMs started = steady_ms();
+    FakeFleet fleet(options);
+    const TimeMs patience_ms = 20000 + static_cast<TimeMs>(n) * 10;
+    while (fleet.counts().registered < n && steady_ms() - started < patience_ms && running(pid)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    r.registered = fleet.counts().registered;
+    r.registration_seconds = static_cast<double>(steady_ms() - started) / 1000;
+    progress("{} agents: {} registered with the {} in {:.1f} s", n, r.registered, echo ? "echo" : "coordinator",
+             r.registration_seconds);
+    // The hellos' aftermath (welcomes, first scheduling) settles before measuring.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int>(2000, s_.measure_seconds * 500)));
+    (void)fleet.take_heartbeat_rtts_us();
+    const std::size_t lost_before = echo ? 0 : count_lines(log, kLostMarker);
+    const std::uint64_t timeouts_before = fleet.counts().timeouts;
+
+    // Steady heartbeats only: three windows, the median of their CPU per heartbeat.
+    std::vector<double> per_beat;
+    std::vector<double> percent;
+    std::vector<double> rates;
+    const int window_ms = std::max(300, s_.measure_seconds * 1000 / 3);
+    for (int w = 0; w < 3; ++w) {
+      const double cpu0 = cpu_ms(pid);
+      const auto beats0 = fleet.counts().heartbeats_answered;
+      const TimeMs t0 = steady_ms();
+      std::this_thread::sleep_for(std::chrono::milliseconds(window_ms));
+      const double cpu = cpu_ms(pid) - cpu0;
+      const auto beats = fleet.counts().heartbeats_answered - beats0;
+      const double seconds = static_cast<double>(steady_ms() - t0) / 1000;
+      if (beats > 0) per_beat.push_back(cpu / static_cast<double>(beats));
+      percent.push_back(cpu / 10 / seconds);
+      rates.push_back(static_cast<double>(beats) / seconds);
+    }
+    r.cpu_per_heartbeat_ms = median(per_beat);
+    r.cpu_percent = median(percent);
+    r.heartbeats_per_second = median(rates);
+    r.heartbeat = latency(fleet.take_heartbeat_rtts_us());
+
+    // Round trips of one client at a time, under the agents' load.
+    Requester client(client_endpoint, client_keys_, server_keys_.public_key, echo);
+    std::vector<double> submit_us;
+    std::vector<double> lease_us;
+    std::vector<double> release_us;
+    for (int i = 0; i < s_.requests; ++i) {
+      if (auto reply = client.call(submit_body(), 10000)) submit_us.push_back(reply->rtt_us);
+    }
+    for (int i = 0; i < s_.requests; ++i) {
+      kiln::protocol::RequestLease ask;
+      ask.chips = 1;
+      ask.duration_ms = 60000;
+      auto reply = client.call(ask, 10000);
+      if (!reply) continue;
+      lease_us.push_back(reply->rtt_us);
+      std::uint64_t lease_id = 1;
+      if (const auto* granted = std::get_if<kiln::protocol::LeaseGranted>(&reply->body)) lease_id = granted->lease.lease_id;
+      if (const auto* pending = std::get_if<kiln::protocol::LeasePending>(&reply->body)) lease_id = pending->lease.lease_id;
+      if (auto released = client.call(kiln::protocol::ReleaseLease{lease_id}, 10000)) {
+        release_us.push_back(released->rtt_us);
+      }
+    }
+    r.submit = latency(submit_us);
+    r.lease = latency(lease_us);
+    r.release = latency(release_us);
+
+    // Throughput: the queue filled to `queued`, then `burst` more, pipelined, each acknowledged
+    // only once stored.
+    const std::size_t fill = s_.queued > static_cast<std::size_t>(s_.requests) ? s_.queued - s_.requests : 0;
+    (void)client.pipeline(std::vector<kiln::protocol::Body>(fill, submit_body()), 64, 20000);
+    r.queued_at_burst = fill + static_cast<std::size_t>(s_.requests);
+    const double cpu0 = cpu_ms(pid);
+    const double t0 = steady_us();
+    auto accepted = client.pipeline(std::vector<kiln::protocol::Body>(s_.burst, submit_body()), 64, 20000);
+    const double seconds = (steady_us() - t0) / 1e6;
+    r.burst_accepted = static_cast<std::size_t>(std::count_if(accepted.begin(), accepted.end(), [&](const auto& a) {
+      return echo || std::holds_alternative<kiln::protocol::JobAccepted>(a.body);
+    }));
+    r.submit_jobs_per_second = static_cast<double>(r.burst_accepted) / seconds;
+    if (r.burst_accepted > 0) r.cpu_per_submit_ms = (cpu_ms(pid) - cpu0) / static_cast<double>(r.burst_accepted);
+
+    r.timeouts = fleet.counts().timeouts - timeouts_before;
+    r.connect_failures = fleet.counts().connect_failures;
+    r.lost = echo ? 0 : count_lines(log, kLostMarker) - lost_before;
+    progress("{} agents on the {}: {:.3f} ms CPU per heartbeat, {:.0f}% CPU, heartbeat p99 {:.1f} ms, {:.0f} jobs/s",
+             n, echo ? "echo" : "coordinator", r.cpu_per_heartbeat_ms, r.cpu_percent, r.heartbeat.p99_ms,
+             r.submit_jobs_per_second);
+
+    if (stall) stall_and_resume(r, fleet, pid, log);
+    stop_process(pid);
+    return r;
+  }
+
+ private:
+  template <class... A>
+  void progress(fmt::format_string<A...> format, A&&... args) {
+    std::cerr << fmt::format(format, std::forward<A>(args)...) << "\n";
+  }
+
+  static kiln::protocol::Body submit_body() {
+    kiln::protocol::SubmitJob job;
+    job.workload = "bench";
+    job.chips = 8;
+    // All on one node: one runs, the rest stay queued, so the queue grows as it would behind a busy fleet.
+    job.node_id = node_id(0);
+    job.timeout_ms = 3600000;
+    return job;
+  }
+
+  // SIGSTOP for twice the liveness timeout, then: the hellos of the agents that timed the
+  // coordinator out, per 100 ms, and the nodes it declared lost.
+  void stall_and_resume(Run& r, FakeFleet& fleet, pid_t pid, const fs::path& log) {
+    const TimeMs liveness_ms = static_cast<TimeMs>(s_.heartbeat_interval_ms) * s_.liveness_missed_beats;
+    const std::size_t lost_before = count_lines(log, kLostMarker);
+    const std::uint64_t timeouts_before = fleet.counts().timeouts;
+    (void)fleet.take_hello_times_ms();
+    const TimeMs stopped = steady_ms();
+    ::kill(pid, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * liveness_ms));
+    ::kill(pid, SIGCONT);
+    const std::size_t n = r.agents;
+    const TimeMs patience_ms = 4 * liveness_ms + static_cast<TimeMs>(n) * 5;
+    const TimeMs resumed = steady_ms();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * liveness_ms));
+    while (fleet.counts().registered < n && steady_ms() - resumed < patience_ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const auto hellos = fleet.take_hello_times_ms();
+    std::map<TimeMs, std::size_t> slots;
+    for (TimeMs t : hellos) ++slots[(t - stopped) / 100];
+    r.stalled = true;
+    r.stall_hellos = hellos.size();
+    for (const auto& [slot, count] : slots) r.stall_largest_slot = std::max(r.stall_largest_slot, count);
+    r.stall_agent_timeouts = fleet.counts().timeouts - timeouts_before;
+    r.stall_lost = count_lines(log, kLostMarker) - lost_before;
+    r.registered_after_stall = fleet.counts().registered;
+    progress("{} agents after a {} ms stall: {} hellos, at most {} in 100 ms, {} lost", n, 2 * liveness_ms,
+             r.stall_hellos, r.stall_largest_slot, r.stall_lost);
+  }
+
+  void write_config(const fs::path& path, std::size_t n, const std::string& agent_endpoint,
+                    const std::string& client_endpoint) {
+    std::ofstream out(path);
+    out << fmt::format(
+        "[coordinator]\nagent_endpoint = \"{}\"\nclient_endpoint = \"{}\"\nsecret_key_file = \"{}\"\n"
+        "database = \"kiln.db\"\nlog_level = \"info\"\n\n"
+        "[knobs]\nheartbeat_interval_ms = {}\nliveness_missed_beats = {}\nmax_queued_jobs = {}\n"
+        "max_active_leases = {}\n",
+        agent_endpoint, client_endpoint, (dir_ / "coordinator.key").string(), s_.heartbeat_interval_ms,
+        s_.liveness_missed_beats, s_.queued + s_.burst + 1000, s_.requests + 100);
+    out << fmt::format("\n[[keys]]\nname = \"bench-developer\"\nrole = \"developer\"\npublic_key = \"{}\"\n",
+                       client_keys_.public_key);
+    for (std::size_t i = 0; i < n; ++i) {
+      out << fmt::format("\n[[keys]]\nname = \"{}\"\nrole = \"agent\"\npublic_key = \"{}\"\n", node_id(i),
+                         agent_keys_[i].public_key);
+    }
+  }
+
+ public:
+  std::string self_;
+
+ private:
+  Settings s_;
+  fs::path dir_;
+  KeyPair server_keys_;
+  KeyPair client_keys_;
+  std::vector<KeyPair> agent_keys_;
+};
+
+double ratio(double a, double b) { return b > 0 ? a / b : NAN; }
+
+nlohmann::json latency_json(const Latency& l) { return {{"p50_ms", l.p50_ms}, {"p99_ms", l.p99_ms}, {"samples", l.samples}}; }
+
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json row_json(const Run& c, const Run& e) {
+  nlohmann::json row = {
+      {"agents", c.agents},
+      {"registered", c.registered},
+      {"echo_registered", e.registered},
+      // Not every agent registered even with the echo: the machine could not run this many fake
+      // agents, and the row measures the load generator as much as the server.
+      {"load_generator_saturated", e.registered < e.agents},
+      {"registration_seconds", c.registration_seconds},
+      {"heartbeats_per_second", c.heartbeats_per_second},
+      {"cpu_per_heartbeat_ms", number(c.cpu_per_heartbeat_ms)},
+      {"echo_cpu_per_heartbeat_ms", number(e.cpu_per_heartbeat_ms)},
+      {"cpu_per_heartbeat_vs_echo", number(ratio(c.cpu_per_heartbeat_ms, e.cpu_per_heartbeat_ms))},
+      {"cpu_percent", number(c.cpu_percent)},
+      {"echo_cpu_percent", number(e.cpu_percent)},
+      {"heartbeat", latency_json(c.heartbeat)},
+      {"echo_heartbeat", latency_json(e.heartbeat)},
+      {"heartbeat_p99_vs_echo", number(ratio(c.heartbeat.p99_ms, e.heartbeat.p99_ms))},
+      {"submit", latency_json(c.submit)},
+      {"echo_submit", latency_json(e.submit)},
+      {"submit_p99_vs_echo", number(ratio(c.submit.p99_ms, e.submit.p99_ms))},
+      {"lease", latency_json(c.lease)},
+      {"release", latency_json(c.release)},
+      {"echo_lease", latency_json(e.lease)},
+      {"lease_p99_vs_echo", number(ratio(c.lease.p99_ms, e.lease.p99_ms))},
+      {"agent_timeouts", c.timeouts},
+      {"bench_connect_failures", c.connect_failures},
+      {"lost", c.lost},
+      {"queued_at_burst", c.queued_at_burst},
+      {"burst_accepted", c.burst_accepted},
+      {"submit_jobs_per_second", number(c.submit_jobs_per_second)},
+      {"cpu_per_submit_ms", number(c.cpu_per_submit_ms)},
+  };
+  if (c.stalled) {
+    row["stall"] = {{"hellos", c.stall_hellos},
+                    {"largest_100ms_slot", c.stall_largest_slot},
+                    {"agent_timeouts", c.stall_agent_timeouts},
+                    {"lost", c.stall_lost},
+                    {"registered_after", c.registered_after_stall}};
+  }
+  return row;
+}
+
+std::string ms(double v) { return std::isfinite(v) ? fmt::format("{:.3f}", v) : "-"; }
+std::string x(double v) { return std::isfinite(v) ? fmt::format("{:.1f}x", v) : "-"; }
+
+void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::json& extrapolation) {
+  fmt::print("{:>7} {:>10} {:>12} {:>7} {:>7} {:>17} {:>7} {:>17} {:>7} {:>17} {:>7} {:>6} {:>9}\n", "agents",
+             "registered", "cpu/beat ms", "vs echo", "cpu %", "beat p50/p99 ms", "vs echo", "submit p50/p99",
+             "vs echo", "lease p50/p99", "vs echo", "lost", "jobs/s");
+  for (const auto& [c, e] : rows) {
+    fmt::print("{:>7} {:>10} {:>12} {:>7} {:>7.1f} {:>17} {:>7} {:>17} {:>7} {:>17} {:>7} {:>6} {:>9.0f}\n", c.agents,
+               c.registered, ms(c.cpu_per_heartbeat_ms), x(ratio(c.cpu_per_heartbeat_ms, e.cpu_per_heartbeat_ms)),
+               c.cpu_percent, fmt::format("{}/{}", ms(c.heartbeat.p50_ms), ms(c.heartbeat.p99_ms)),
+               x(ratio(c.heartbeat.p99_ms, e.heartbeat.p99_ms)),
+               fmt::format("{}/{}", ms(c.submit.p50_ms), ms(c.submit.p99_ms)),
+               x(ratio(c.submit.p99_ms, e.submit.p99_ms)), fmt::format("{}/{}", ms(c.lease.p50_ms), ms(c.lease.p99_ms)),
+               x(ratio(c.lease.p99_ms, e.lease.p99_ms)), c.lost, c.submit_jobs_per_second);
+    fmt::print("{:>7} {:>10} {:>12} {:>7} {:>7.1f} {:>17}{}\n", "echo", e.registered, ms(e.cpu_per_heartbeat_ms), "",
+               e.cpu_percent, fmt::format("{}/{}", ms(e.heartbeat.p50_ms), ms(e.heartbeat.p99_ms)),
+               e.registered < e.agents ? "   (not all registered even with the echo: the load generator saturated)" : "");
+  }
+  for (const auto& [c, e] : rows) {
+    if (c.stalled) {
+      fmt::print("after a SIGSTOP of twice the liveness timeout at {} agents: {} hellos, at most {} in one 100 ms "
+                 "slot; {} agents timed the coordinator out; {} declared lost; {} registered after\n",
+                 c.agents, c.stall_hellos, c.stall_largest_slot, c.stall_agent_timeouts, c.stall_lost,
+                 c.registered_after_stall);
+    }
+  }
+  fmt::print("job submission with {} queued: {:.0f} jobs/s ({} accepted, {} ms coordinator CPU per job)\n",
+             rows.back().first.queued_at_burst, rows.back().first.submit_jobs_per_second,
+             rows.back().first.burst_accepted, ms(rows.back().first.cpu_per_submit_ms));
+  if (!extrapolation.is_null()) fmt::print("{}\n", extrapolation["text"].get<std::string>());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  bool quick = false;
+  std::vector<std::string> echo_server;
+  CLI::App app{"kiln-coordinator under N fake agents at 1 Hz and request/reply clients, against a raw ZeroMQ CURVE "
+               "echo server under the same load (docs/performance.md, \"Scale\")"};
+  app.set_version_flag("--version", kiln::version_text("kiln-bench-scale"));
+  app.add_option("--agents", s.agents, "fleet sizes, comma-separated")->delimiter(',')->check(CLI::Range(1, 60000));
+  app.add_flag("--quick", quick, "a small run of a few seconds: 20 and 50 agents, a short liveness timeout");
+  app.add_flag("--json", s.json, "print the figures as JSON");
+  app.add_option("--threads", s.threads, "threads running the fake agents")->check(CLI::Range(1, 16));
+  app.add_option("--measure-seconds", s.measure_seconds, "length of the steady heartbeat window")
+      ->check(CLI::Range(1, 600));
+  app.add_option("--requests", s.requests, "sequential submits and leases timed per fleet size")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--queued", s.queued, "jobs queued before the throughput burst")->check(CLI::Range(0, 1000000));
+  app.add_option("--burst", s.burst, "jobs submitted, pipelined, for the throughput")->check(CLI::Range(1, 1000000));
+  app.add_option("--connects-per-second", s.connects_per_second, "how fast the agents first connect")
+      ->check(CLI::Range(1, 100000));
+  app.add_flag("!--no-stall", s.stall, "skip the SIGSTOP of the coordinator at the largest fleet size");
+  app.add_option("--coordinator", s.coordinator, "the kiln-coordinator to run (default: beside this program)");
+  app.add_flag("--keep", s.keep, "keep the temporary directory (configs, logs, stores)");
+  app.add_option("--echo-server", echo_server, "internal: run the echo server (AGENT_ENDPOINT CLIENT_ENDPOINT KEY)")
+      ->expected(3)
+      ->group("");
+  CLI11_PARSE(app, argc, argv);
+
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  if (!echo_server.empty()) {
+    std::signal(SIGTERM, [](int) { g_stop = true; });
+    auto keys = kiln::load_secret_key_file(echo_server[2]);
+    if (!keys) {
+      std::cerr << keys.error().message << "\n";
+      return 1;
+    }
+    return run_echo_server(echo_server[0], echo_server[1], *keys, g_stop);
+  }
+  if (quick) {
+    s.agents = {20, 50};
+    s.measure_seconds = 1;
+    s.requests = 10;
+    s.queued = 50;
+    s.burst = 50;
+    s.heartbeat_interval_ms = 250;
+  }
+  if (s.coordinator.empty()) s.coordinator = (self.parent_path() / "kiln-coordinator").string();
+  if (!fs::exists(s.coordinator)) {
+    std::cerr << fmt::format("no kiln-coordinator at {}; build it (scripts/build --target kiln-coordinator) or name "
+                             "it with --coordinator\n",
+                             s.coordinator);
+    return 2;
+  }
+  std::sort(s.agents.begin(), s.agents.end());
+  // Every agent is a socket and a connection here (two files) and a connection in the server:
+  // raise the file limit as far as allowed (beyond the hard limit where the user may), for this
+  // process and the servers it starts.
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  rlimit wanted{std::max<rlim_t>(files.rlim_max, kFilesWanted), std::max<rlim_t>(files.rlim_max, kFilesWanted)};
+  if (::setrlimit(RLIMIT_NOFILE, &wanted) != 0) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  const std::size_t fd_room = files.rlim_cur > 500 ? (files.rlim_cur - 500) / 2 : 0;
+  std::vector<std::size_t> sizes;
+  for (std::size_t n : s.agents) {
+    if (n <= fd_room) {
+      sizes.push_back(n);
+    } else {
+      std::cerr << fmt::format("skipping {} agents: the file limit ({}) allows about {}\n", n, files.rlim_cur,
+                               fd_room);
+    }
+  }
+  if (sizes.empty()) {
+    std::cerr << "no fleet size fits the file limit; raise it (ulimit -n) or ask for fewer agents\n";
+    return 2;
+  }
+  s.agents = sizes;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-bench-scale-{}", ::getpid());
+  fs::create_directories(dir);
+  std::vector<std::pair<Run, Run>> rows;
+  {
+    Bench bench(s, dir);
+    bench.self_ = self.string();
+    for (std::size_t n : s.agents) {
+      Run echo = bench.run(n, true, false);
+      Run coordinator = bench.run(n, false, s.stall && n == s.agents.back());
+      rows.emplace_back(coordinator, echo);
+    }
+  }
+  // Extrapolation to 10,000 agents from the per-heartbeat cost measured at the largest size this
+  // machine ran whole: every agent registered with the echo and with the coordinator. Beyond it the
+  // load generator, not the server, is what the figures show.
+  nlohmann::json extrapolation;
+  const Run* whole = nullptr;
+  for (const auto& [c, e] : rows) {
+    if (c.registered == c.agents && e.registered == e.agents) whole = &c;
+  }
+  const Run& largest = whole != nullptr ? *whole : rows.back().first;
+  if (rows.back().first.agents < 10000 && std::isfinite(largest.cpu_per_heartbeat_ms)) {
+    const double beats_per_second = 10000.0 * 1000.0 / s.heartbeat_interval_ms;
+    const double percent = largest.cpu_per_heartbeat_ms * beats_per_second / 10;
+    extrapolation = {{"agents", 10000},
+                     {"from_agents", largest.agents},
+                     {"cpu_percent", percent},
+                     {"text", fmt::format("extrapolated, not measured: 10000 agents at {:.3f} ms per heartbeat (as "
+                                          "measured at {}) would take {:.0f}% of a core",
+                                          largest.cpu_per_heartbeat_ms, largest.agents, percent)}};
+  }
+  if (s.json) {
+    nlohmann::json out = {{"heartbeat_interval_ms", s.heartbeat_interval_ms},
+                          {"liveness_missed_beats", s.liveness_missed_beats},
+                          {"rows", nlohmann::json::array()},
+                          {"extrapolation", extrapolation}};
+    for (const auto& [c, e] : rows) out["rows"].push_back(row_json(c, e));
+    std::cout << out.dump(2) << "\n";
+  } else {
+    print_text(rows, extrapolation);
+  }
+  if (!s.keep) fs::remove_all(dir);
+  return 0;
+}
