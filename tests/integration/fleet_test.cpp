@@ -91,9 +91,11 @@ TEST_CASE("a job whose node is lost is failed over to another node when attempts
   REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
   const auto id = submit(*client, sleep_job("1", 2));
   REQUIRE(Fleet::eventually([&] { return job_state_is(*client, id, JobState::running); }, 10s));
-  fleet.start_agent("n02");
-  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n02", NodeState::up); }, 10s));
+  // n01 dies with the job running; the job waits for a node, then runs on the one that comes up.
+  // (Killing n01 only after n02 is up raced the 1 s job on a loaded machine.)
   fleet.stop_agent("n01", SIGKILL);
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::lost); }, 10s));
+  fleet.start_agent("n02");
   REQUIRE(Fleet::eventually([&] { return job_state_is(*client, id, JobState::succeeded); }, 15s));
   auto detail = job(*client, id);
   CHECK(detail->job.node_id == "n02");
