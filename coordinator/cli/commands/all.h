@@ -21,13 +21,14 @@ void add_record_commands(CommandList& commands);         // runs, run, tickets, 
 void add_release_commands(CommandList& commands);        // release promote|approve|merge|rollback|status
 void add_environment_commands(CommandList& commands);    // envs, artifact upload
 void add_audit_command(CommandList& commands);           // audit
+void add_risk_commands(CommandList& commands);           // risks, waive, waivers
 
 inline CommandList all_commands() {
   CommandList commands;
   for (auto add : {add_account_commands, add_node_commands, add_diag_command, add_job_commands, add_rerun_command,
                    add_lease_commands, add_queue_command, add_compare_commands, add_change_commands,
                    add_bundle_commands, add_unit_command, add_qualification_commands, add_record_commands,
-                   add_release_commands, add_environment_commands, add_audit_command}) {
+                   add_release_commands, add_risk_commands, add_environment_commands, add_audit_command}) {
     add(commands);
   }
   return commands;
