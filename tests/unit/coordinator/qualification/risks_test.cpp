@@ -8,6 +8,7 @@
 #include "coordinator/qualification/model_set.h"
 #include "coordinator/qualification/risk_register.h"
 #include "coordinator/qualification/risk_status.h"
+#include "coordinator/qualification/run_report.h"
 #include "coordinator/qualification/waiver.h"
 
 namespace q = kiln::qualification;
@@ -408,4 +409,30 @@ TEST_CASE("a failing gate pages its risk's team with its severity, once per run,
                     kNow + kHourMs};
   REQUIRE(q::apply_waivers(waived, {w}, r, kNow).size() == 1);
   CHECK(q::risk_gate_tickets(r, waived, kNow).empty());
+}
+
+TEST_CASE("a waived model run is no JUnit failure, and says so") {
+  q::RunReport run;
+  run.run_id = "nightly-7";
+  run.finished = true;
+  run.finished_at_ms = kNow;
+  q::ModelReport model;
+  model.model = "moe-large";
+  model.revision = "a";
+  model.owner_team = "llm-models";
+  model.verdict = q::ModelVerdict::performance_regression;
+  model.detail = "throughput -4%";
+  run.models.push_back(model);
+  json document = q::to_json(run);
+  const auto failing = q::report_outline_from_json(document);
+  REQUIRE(failing);
+  CHECK(q::to_junit_xml(*failing).find("<failure") != std::string::npos);
+  const q::Waiver w{"nightly-7", "moe-large", q::GateMetric::throughput, "kernels", "mei", "fix in c9", kNow,
+                    kNow + kHourMs};
+  REQUIRE(q::apply_waivers(document, {w}, reg(), kNow).size() == 1);
+  const auto waived = q::report_outline_from_json(document);
+  REQUIRE(waived);
+  const std::string junit = q::to_junit_xml(*waived);
+  CHECK(junit.find("<failure") == std::string::npos);
+  CHECK(junit.find("waived by mei until ") != std::string::npos);
 }
