@@ -46,7 +46,9 @@ install(TARGETS kiln_sim_driver kiln_cpu_driver
 # Workloads are run by the agent by the paths agent.toml's [workloads] gives, not from PATH.
 install(TARGETS kiln-workload-smoke kiln-workload-model RUNTIME DESTINATION ${KILN_INSTALL_PKGLIBDIR}/workloads
   COMPONENT sim)
+# The risk register lives beside the set it names (docs/risks.md).
 install(FILES ${KILN_SOURCE_ROOT}/coordinator/qualification/data/qualification-set.toml
+  ${KILN_SOURCE_ROOT}/coordinator/qualification/data/risks.toml
   DESTINATION ${KILN_DATADIR}/sim COMPONENT sim)
 
 # What the packages ship, to build before packaging (scripts/package) without the tests.

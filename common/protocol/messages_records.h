@@ -15,8 +15,10 @@ namespace kiln::protocol {
 // ticket: a proven problem filed by a qualifier (key = the ticket id), its state set by people.
 // promotion: a commit of the environments repository that changed an environment's bundle
 // (key = environment@commit; docs/releases.md), immutable.
-enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim, ticket, promotion };
-constexpr EnumTable<RecordKind, 8> enum_names(RecordKind) {
+// waiver: a failing gate let through until an expiry by an approver of its owning team (key =
+// scope/model/metric; docs/risks.md), written by a person's key, audited.
+enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim, ticket, promotion, waiver };
+constexpr EnumTable<RecordKind, 9> enum_names(RecordKind) {
   return {{
       {RecordKind::change, "change"},
       {RecordKind::bundle, "bundle"},
@@ -26,6 +28,7 @@ constexpr EnumTable<RecordKind, 8> enum_names(RecordKind) {
       {RecordKind::run_claim, "run_claim"},
       {RecordKind::ticket, "ticket"},
       {RecordKind::promotion, "promotion"},
+      {RecordKind::waiver, "waiver"},
   }};
 }
 
@@ -177,10 +180,11 @@ struct AuditEntry {
 };
 
 // The actions a client reports itself, for what it does outside the coordinator (the
-// environments repository of `kiln release`); every other action is the coordinator's own.
+// environments repository of `kiln release`); every other action is the coordinator's own (a
+// `waiver` is written when the coordinator stores a waiver record, so no client can claim one).
 inline constexpr std::string_view kClientAuditActions[] = {
     "bundle_added", "promotion_proposed", "promotion_approved", "promotion_merged",
-    "rollback",     "environment_changed", "one_way_override",  "waiver",
+    "rollback",     "environment_changed", "one_way_override",
 };
 
 // Adds a line to the audit log; the coordinator stamps who and when. Replies `ok`.

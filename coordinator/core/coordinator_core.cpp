@@ -6,8 +6,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "coordinator/core/core_rules.h"
+#include "coordinator/qualification/waiver.h"
 
 namespace kiln::coordinator {
 
@@ -174,17 +176,28 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
 
 void CoordinatorCore::put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                                  const protocol::PutRecord& put, TimeMs now) {
-  if (caller.role != Role::ci && !privileged(caller.role)) {
+  // A waiver is a person's word (an approver of the gate's team); every other record is CI's.
+  const bool waiver = put.kind == protocol::RecordKind::waiver;
+  if (waiver ? caller.role == Role::ci : caller.role != Role::ci && !privileged(caller.role)) {
     sink_.reply_error(client, m.header.id, Errc::unauthorized,
-                      fmt::format("role {} may not write {} records; CI, ops and admin keys record changes, bundles "
-                                  "and qualification results",
-                                  protocol::enum_name(caller.role), protocol::enum_name(put.kind)));
+                      waiver ? fmt::format("role {} may not waive a gate; an approver of the gate's team does, with "
+                                           "their own key (kiln waive)",
+                                           protocol::enum_name(caller.role))
+                             : fmt::format("role {} may not write {} records; CI, ops and admin keys record changes, "
+                                           "bundles and qualification results",
+                                           protocol::enum_name(caller.role), protocol::enum_name(put.kind)));
     return;
   }
   auto record = records_.put(put, caller.key_name, now);
   if (!record) {
     sink_.reply_error(client, m.header.id, record.error().code, record.error().message);
     return;
+  }
+  if (waiver) {
+    const auto held = qualification::waiver_from_json(nlohmann::json::parse(record->document));
+    KILN_ASSERT(held.has_value(), "the record book stores checked waivers");
+    context().audit(caller, "waiver", fmt::format("gate {} {}", held->model, kiln::enum_name(held->metric)),
+                    fmt::format("{} ({}, team {})", qualification::waiver_text(*held), held->scope, held->team));
   }
   sink_.push(action::SaveRecord{*record});
   sink_.to_client(client, protocol::Ok{}, m.header.id);

@@ -8,6 +8,7 @@
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/run_request.h"
 #include "coordinator/qualification/ticket_record.h"
+#include "coordinator/qualification/waiver.h"
 
 namespace kiln::coordinator {
 
@@ -126,6 +127,11 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       }
       return key_matches(put.key, environment + "@" + commit, put.kind);
     }
+    case RecordKind::waiver: {
+      auto waiver = qualification::waiver_from_json(*json);
+      if (!waiver) return tl::unexpected(waiver.error());
+      return key_matches(put.key, qualification::waiver_key(*waiver), put.kind);
+    }
   }
   return {};
 }
@@ -147,6 +153,18 @@ Result<std::string> RecordBook::claim_document(const protocol::PutRecord& put, T
   return qualification::to_json(*claim).dump();
 }
 
+// A waiver names its approver and time as the coordinator saw them, not as the client said: the
+// key that wrote it, and now. Its expiry is checked against this clock.
+Result<std::string> RecordBook::waiver_document(const protocol::PutRecord& put, const std::string& written_by,
+                                                TimeMs now) const {
+  auto waiver = qualification::waiver_from_json(nlohmann::json::parse(put.document));
+  KILN_ASSERT(waiver.has_value(), "check() accepted the waiver");
+  waiver->approver = written_by;
+  waiver->created_at_ms = std::max<TimeMs>(now, 0);
+  if (auto ok = qualification::validate_new_waiver(*waiver, now); !ok) return tl::unexpected(ok.error());
+  return qualification::to_json(*waiver).dump();
+}
+
 Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now) {
   if (auto ok = check(put); !ok) return tl::unexpected(ok.error());
   const auto key = std::make_pair(put.kind, put.key);
@@ -166,6 +184,11 @@ Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, co
     auto claim = claim_document(put, now);
     if (!claim) return tl::unexpected(claim.error());
     document = std::move(*claim);
+  }
+  if (put.kind == RecordKind::waiver) {
+    auto waiver = waiver_document(put, written_by, now);
+    if (!waiver) return tl::unexpected(waiver.error());
+    document = std::move(*waiver);
   }
   if (put.kind == RecordKind::ticket && it != records_.end()) {
     // Both documents passed check(): the held one when it was stored.

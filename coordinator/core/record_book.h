@@ -27,8 +27,9 @@ class RecordBook {
   // requested run, refused while another owner's claim has not expired at `now`, stored with
   // its expiry (now + lease_ms); a ticket keyed by its id, the id of its dedupe key: filing one
   // already held keeps the held ticket and state and merges the deliveries (merge_filing in
-  // ticket_record.h), so a culprit has one ticket however often it is filed. Returns the record
-  // to save.
+  // ticket_record.h), so a culprit has one ticket however often it is filed; a waiver keyed by
+  // scope/model/metric, stamped with the writer as approver and now as its time, expiring after
+  // now and at most 30 days ahead (waiver.h). Returns the record to save.
   Result<protocol::RecordEntry> put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now);
   // A person's state change of a recorded ticket (with_state in ticket_record.h).
   Result<protocol::RecordEntry> set_ticket_state(const protocol::SetTicketState& request, const std::string& written_by,
@@ -39,6 +40,7 @@ class RecordBook {
  private:
   Status check(const protocol::PutRecord& put) const;
   Result<std::string> claim_document(const protocol::PutRecord& put, TimeMs now) const;
+  Result<std::string> waiver_document(const protocol::PutRecord& put, const std::string& written_by, TimeMs now) const;
   protocol::RecordEntry store(protocol::RecordKind kind, const std::string& key, std::string document,
                               const std::string& written_by, TimeMs now);
 

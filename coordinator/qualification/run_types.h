@@ -197,6 +197,9 @@ struct ModelReport {
   // Its measure job, for a rerun (kiln rerun, the nightly's reproducibility sample): set by the
   // shell, which knows the jobs; absent when it did not run, or ran on several nodes.
   std::optional<MeasuredJob> measure_job;
+  // A recorded report's waivers that let its failure through ("waived by X until T: reason";
+  // waiver.h): read back for JUnit, never set by the run itself.
+  std::vector<std::string> waived;
 };
 
 // A job (or a gang's lease) a run is waiting for, so that whoever follows the run can say what is

@@ -29,7 +29,7 @@ std::string ticket_id(TicketKind kind, std::string_view culprit) {
 Ticket make_ticket(TicketKind kind, std::string team, std::string title, std::string culprit_change,
                    std::optional<Layer> layer, std::string evidence_json, TimeMs created_at_ms) {
   Ticket ticket{"", kind, std::move(team), std::move(title), std::move(culprit_change), layer, std::move(evidence_json),
-                created_at_ms};
+                created_at_ms, ""};
   ticket.id = ticket_id(ticket.kind, ticket.culprit_change);
   return ticket;
 }
@@ -54,7 +54,7 @@ Result<nlohmann::json> parse_object(std::string_view text, std::string_view what
 
 nlohmann::json to_json(const Ticket& ticket) {
   auto evidence = parse_object(ticket.evidence_json, "evidence");
-  return {{"schema", "kiln.ticket/1"},
+  nlohmann::json json = {{"schema", "kiln.ticket/1"},
           {"id", ticket.id},
           {"kind", to_string(ticket.kind)},
           {"team", ticket.team},
@@ -64,6 +64,8 @@ nlohmann::json to_json(const Ticket& ticket) {
           {"dedupe_key", dedupe_key(ticket)},
           {"evidence", evidence ? *evidence : nlohmann::json::object()},
           {"created_at_ms", ticket.created_at_ms}};
+  if (!ticket.severity.empty()) json["severity"] = ticket.severity;
+  return json;
 }
 
 }  // namespace
@@ -103,6 +105,7 @@ Result<Ticket> ticket_from_json_text(std::string_view text, std::string_view sou
     }
     ticket.evidence_json = json->at("evidence").dump();
     ticket.created_at_ms = json->at("created_at_ms").get<TimeMs>();
+    ticket.severity = json->value("severity", "");
     return ticket;
   } catch (const nlohmann::json::exception& error) {
     return fail(Errc::bad_message, fmt::format("{}: malformed ticket ({})", source, error.what()));

@@ -21,13 +21,15 @@
 
 namespace kiln::qualification {
 
-enum class TicketKind { performance_regression, correctness_regression, hardware_suspect, flake_budget };
-constexpr EnumTable<TicketKind, 4> enum_names(TicketKind) {
+// risk_gate: a gate of the risk register failed (risk_status.h); its culprit is "risk:ID@RUN".
+enum class TicketKind { performance_regression, correctness_regression, hardware_suspect, flake_budget, risk_gate };
+constexpr EnumTable<TicketKind, 5> enum_names(TicketKind) {
   return {{
       {TicketKind::performance_regression, "performance_regression"},
       {TicketKind::correctness_regression, "correctness_regression"},
       {TicketKind::hardware_suspect, "hardware_suspect"},
       {TicketKind::flake_budget, "flake_budget"},
+      {TicketKind::risk_gate, "risk_gate"},
   }};
 }
 inline std::string_view to_string(TicketKind value) { return enum_name(value); }
@@ -42,6 +44,7 @@ struct Ticket {
   std::optional<Layer> layer;  // the culprit change's layer
   std::string evidence_json;   // a JSON object: verdicts, bisection probes, samples
   TimeMs created_at_ms = 0;
+  std::string severity;  // a risk gate's page: sev1 (most urgent) to sev4; empty for the other kinds
 };
 
 std::string dedupe_key(TicketKind kind, std::string_view culprit);

@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <iostream>
 #include <list>
+#include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <streambuf>
 #include <thread>
 
@@ -25,6 +27,7 @@
 #include "coordinator/qualification/ci_metrics.h"
 #include "coordinator/qualification/flake_budget.h"
 #include "coordinator/qualification/noise_history.h"
+#include "coordinator/qualification/risk_status.h"
 #include "coordinator/qualification/run.h"
 #include "coordinator/qualification/run_service.h"
 #include "coordinator/qualification/schedule.h"
@@ -34,6 +37,7 @@
 #include "coordinator/qualification/shell/run_driver.h"
 #include "coordinator/qualification/shell/unit_runner.h"
 #include "coordinator/qualification/unit_tier.h"
+#include "coordinator/qualification/waiver.h"
 #include "coordinator/qualification/workload_catalog.h"
 #include "coordinator/qualifier/ticket_sinks.h"
 #include "coordinator/report/report_files.h"
@@ -223,14 +227,44 @@ Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& reque
   return facts;
 }
 
+// The runs whose recorded verdict relies on waivers, each with the first expiry among them: once
+// it passes, the run is judged again without them (waiver.h revoke_expired_waivers). Shared by
+// the threads that drive runs and the main loop.
+class WaivedRuns {
+ public:
+  // Keeps the run when its report relies on waivers, forgets it otherwise.
+  void note(const nlohmann::json& report) {
+    const std::string run_id = report.value("run_id", "");
+    std::lock_guard lock(mutex_);
+    if (auto first = q::first_waiver_expiry(report)) {
+      first_expiry_[run_id] = *first;
+    } else {
+      first_expiry_.erase(run_id);
+    }
+  }
+  std::vector<std::string> due(TimeMs now) const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> runs;
+    for (const auto& [run_id, expiry] : first_expiry_) {
+      if (expiry <= now) runs.push_back(run_id);
+    }
+    return runs;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, TimeMs> first_expiry_;
+};
+
 // One requested run from its request to its finished report. Returns early (the run stays
 // unfinished, for this or another qualifier to take up) when stopped, when the claim is lost or
 // when the coordinator stops answering.
 class RequestedRun {
  public:
-  RequestedRun(const QualifierConfig& config, const q::ModelSet& set, q::RunRequest request, std::string owner,
-               const std::atomic<bool>& stop)
-      : config_(config), set_(set), request_(std::move(request)), owner_(std::move(owner)), stop_(stop),
+  RequestedRun(const QualifierConfig& config, const Setup& setup, WaivedRuns& waived, q::RunRequest request,
+               std::string owner, const std::atomic<bool>& stop)
+      : config_(config), set_(setup.set), risks_(setup.risks), waived_(waived), request_(std::move(request)),
+        owner_(std::move(owner)), stop_(stop),
         lines_(request_.run_id), out_(&lines_), pages_(config_.reports_dir, out_) {}
 
   Status drive() {
@@ -285,8 +319,11 @@ class RequestedRun {
                           fmt::join(accepted, ", "));
     }
     pages_.read_other_runs(c);
-    if (auto ok = record(c, request_.run_id, recorded(*whole, true, request_)); !ok) return ok;
-    out_ << (whole->passed ? "passed\n" : "FAILED\n");
+    nlohmann::json document = recorded(*whole, true, request_);
+    judge_risks(c, document, sink);
+    if (auto ok = record(c, request_.run_id, document); !ok) return ok;
+    waived_.note(document);
+    out_ << (whole->passed ? "passed\n" : document.value("passed", false) ? "passed with waivers\n" : "FAILED\n");
     return {};
   }
 
@@ -335,6 +372,25 @@ class RequestedRun {
     if (!reruns) return tl::unexpected(reruns.error());
     whole.reproducibility = std::move(*reruns);
     return {};
+  }
+
+  // The risk register's word on the finished run: the waivers in force let their failures through
+  // (the report shows each), then every risk gate still failing pages its team (risk_status.h).
+  // Without the waivers (the coordinator did not list them) the run stays failed: a waiver is
+  // never assumed.
+  void judge_risks(cli::Client& client, nlohmann::json& document, q::TicketSink& sink) {
+    if (auto waivers = qs::list_waivers(client); !waivers) {
+      out_ << "could not list the waivers; none is applied: " << waivers.error().message << "\n";
+    } else {
+      for (const auto& text : q::apply_waivers(document, *waivers, risks_, wall_now_ms())) out_ << text << "\n";
+    }
+    for (const auto& ticket : q::risk_gate_tickets(risks_, document, wall_now_ms())) {
+      if (auto filed = sink.file(ticket); !filed) {
+        out_ << fmt::format("could not page {} for {}: {}\n", ticket.team, ticket.title, filed.error().message);
+      } else if (*filed == q::FileResult::filed) {
+        out_ << fmt::format("paged {} ({}): {}\n", ticket.team, ticket.severity, ticket.title);
+      }
+    }
   }
 
   // Every flaky test over its budget, counting this run, gets a ticket to its owner (once).
@@ -401,6 +457,8 @@ class RequestedRun {
 
   const QualifierConfig& config_;
   const q::ModelSet& set_;
+  const q::RiskRegister& risks_;
+  WaivedRuns& waived_;
   q::RunRequest request_;
   std::string owner_;
   const std::atomic<bool>& stop_;
@@ -408,6 +466,49 @@ class RequestedRun {
   std::ostream out_;
   RunPages pages_;
 };
+
+// A waiver written after the run it names had finished and failed: that run is judged again with
+// the waivers in force, and its report (and pages) recorded again when they let it through, so
+// whoever relies on the run (a promotion, `kiln run`) sees the waiver. `seen`: the waivers
+// already looked at (key and time written).
+void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const q::RiskRegister& risks,
+                       std::set<std::string>& seen, WaivedRuns& waived) {
+  const auto record_again = [&](nlohmann::json& report, const std::string& run_id) {
+    if (auto ok = qs::record_run(client, run_id, report); !ok) {
+      say(fmt::format("run {}: could not record it judged again: {}", run_id, ok.error().message));
+      return false;
+    }
+    waived.note(report);
+    std::ostringstream problems;
+    RunPages pages(config.reports_dir, problems);
+    pages.read_other_runs(client);
+    pages.write(report);
+    if (!problems.str().empty()) say(problems.str());
+    return true;
+  };
+  for (const auto& run_id : waived.due(wall_now_ms())) {
+    auto report = qs::get_run(client, run_id);
+    if (!report) continue;
+    const auto expired = q::revoke_expired_waivers(*report, wall_now_ms());
+    if (expired.empty()) {
+      waived.note(*report);
+    } else if (record_again(*report, run_id)) {
+      say(fmt::format("run {} judged again: its waiver expired, it fails: {}", run_id, fmt::join(expired, "; ")));
+    }
+  }
+  auto waivers = qs::list_waivers(client);
+  if (!waivers) return;
+  for (const auto& waiver : *waivers) {
+    if (!seen.insert(fmt::format("{}@{}", q::waiver_key(waiver), waiver.created_at_ms)).second) continue;
+    if (risks.find(waiver.scope) != nullptr) continue;  // a risk's waiver: for the runs to come
+    auto report = qs::get_run(client, waiver.scope);
+    if (!report || !report->value("finished", false) || report->value("passed", false)) continue;
+    const auto texts = q::apply_waivers(*report, *waivers, risks, wall_now_ms());
+    if (texts.empty() || !record_again(*report, waiver.scope)) continue;
+    say(fmt::format("run {} judged again: {}{}", waiver.scope, report->value("passed", false) ? "passed, " : "",
+                    fmt::join(texts, "; ")));
+  }
+}
 
 // A run being driven on its own thread.
 struct Driving {
@@ -532,9 +633,15 @@ Status check_role(cli::Client& client) {
 
 }  // namespace
 
-Result<q::ModelSet> check_setup(const QualifierConfig& config) {
+Result<Setup> check_setup(const QualifierConfig& config) {
   auto set = q::load_model_set_file(config.model_set);
   if (!set) return fail(Errc::config, fmt::format("model_set: {}", set.error().message));
+  q::RiskRegister risks;
+  if (!config.risk_register.empty()) {
+    auto loaded = q::load_risk_register_file(config.risk_register);
+    if (!loaded) return fail(Errc::config, fmt::format("risk_register: {}", loaded.error().message));
+    risks = std::move(*loaded);
+  }
   Result<q::WorkloadCatalog> catalog = kiln::sim::workloads::sim_workload_catalog();
   if (!config.workload_catalog.empty()) catalog = q::load_workload_catalog_file(config.workload_catalog);
   if (!catalog) return fail(Errc::config, fmt::format("workload_catalog: {}", catalog.error().message));
@@ -549,7 +656,7 @@ Result<q::ModelSet> check_setup(const QualifierConfig& config) {
     if (auto ok = report::prepare_report_directory(config.reports_dir); !ok) return tl::unexpected(ok.error());
   }
   if (auto client = cli::Client::connect(config.client); !client) return tl::unexpected(client.error());
-  return set;
+  return Setup{std::move(*set), std::move(risks)};
 }
 
 // The report pages of [reports] directory, as they are written there: `/` is the index, `/NAME`
@@ -576,7 +683,7 @@ http::Response report_file(const std::string& directory, const http::Request& re
   return response;
 }
 
-Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, const std::atomic<bool>& stop) {
+Status run_qualifier(const QualifierConfig& config, const Setup& setup, const std::atomic<bool>& stop) {
   auto client = connect(config);
   if (!client) return tl::unexpected(client.error());
   if (auto ok = check_role(**client); !ok) return ok;
@@ -617,6 +724,12 @@ Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, cons
   std::set<std::string> finished;
   std::list<Driving> driving;
   std::string schedule_problem;
+  std::set<std::string> waivers_seen;
+  // The runs recorded before it started that rely on waivers, so that their expiry is seen too.
+  WaivedRuns waived;
+  if (auto runs = qs::list_runs(**client); runs) {
+    for (const auto& report : *runs) waived.note(report);
+  }
   while (!stop.load()) {
     driving.remove_if([](Driving& d) {
       if (!d.done.load()) return false;
@@ -633,6 +746,7 @@ Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, cons
     }
     if (config.schedule.enabled) ask_for_scheduled_nightly(**client, config, requests, schedule_problem);
     deliver_due_tickets(**client, **sink, sink_name, config.delivery, wall_now_ms(), say);
+    judge_waived_runs(**client, config, setup.risks, waivers_seen, waived);
     std::set<std::string> busy;
     for (const auto& d : driving) busy.insert(d.run_id);
     for (const auto& run_id : q::runs_to_take_up(requests, finished, busy)) {
@@ -649,8 +763,8 @@ Status run_qualifier(const QualifierConfig& config, const q::ModelSet& set, cons
       say("drives run " + run_id);
       Driving& d = driving.emplace_back();
       d.run_id = run_id;
-      d.thread = std::thread([&config, &set, &stop, &d, owner, request = *request] {
-        RequestedRun run(config, set, request, owner, stop);
+      d.thread = std::thread([&config, &setup, &waived, &stop, &d, owner, request = *request] {
+        RequestedRun run(config, setup, waived, request, owner, stop);
         if (auto ok = run.drive(); !ok) say(fmt::format("run {}: {}", request.run_id, ok.error().message));
         d.done.store(true);
       });

@@ -12,18 +12,25 @@
 
 #include "common/error.h"
 #include "coordinator/qualification/model_set.h"
+#include "coordinator/qualification/risk_register.h"
 #include "coordinator/qualifier/qualifier_config.h"
 
 namespace kiln::qualifier {
 
+// What the qualifier's runs are judged by: the qualification set and the risk register (empty
+// without [qualifier] risk_register).
+struct Setup {
+  qualification::ModelSet set;
+  qualification::RiskRegister risks;
+};
+
 // What check-config and the start check before anything runs: the model set reads and matches
-// the workload catalog, the golden directory holds references, the ticket sink opens, the key
-// files load. Errc::config, saying what to fix.
-Result<qualification::ModelSet> check_setup(const QualifierConfig& config);
+// the workload catalog, the risk register reads, the golden directory holds references, the
+// ticket sink opens, the key files load. Errc::config, saying what to fix.
+Result<Setup> check_setup(const QualifierConfig& config);
 
 // Runs until `stop` is set. Fails only when it cannot start (the coordinator's answer to its
 // first request says it may not be a qualifier: a role other than ci, or an unknown key).
-Status run_qualifier(const QualifierConfig& config, const qualification::ModelSet& set,
-                     const std::atomic<bool>& stop);
+Status run_qualifier(const QualifierConfig& config, const Setup& setup, const std::atomic<bool>& stop);
 
 }  // namespace kiln::qualifier

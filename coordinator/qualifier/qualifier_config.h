@@ -20,6 +20,9 @@ struct QualifierConfig {
   std::string name;  // in every claim it makes, with its process id and host (default: the host name)
   cli::ClientConfig client;
   std::string model_set;
+  // The risk register (risks.toml, docs/risks.md): its gates page their teams when a run fails
+  // them, and its approvers' waivers let failures through. Empty: no register, no waiver applies.
+  std::string risk_register;
   std::string workload_catalog;  // empty: the sim's workloads
   std::string bundle_dir;
   std::string golden_dir;

@@ -81,6 +81,13 @@ Result<GateRun> gate_run_from_json(const json& report) {
     }
     run.models.push_back(std::move(model));
   }
+  if (auto waivers = report.find("waivers"); waivers != report.end() && waivers->is_array()) {
+    for (const auto& entry : *waivers) {
+      if (!entry.is_object()) return bad("waivers[]");
+      run.waivers.push_back({entry.value("model", ""), entry.value("metric", ""), entry.value("text", ""),
+                             entry.value("expires_at_ms", TimeMs{0})});
+    }
+  }
   return run;
 }
 
@@ -106,17 +113,35 @@ std::string evidence_path(std::string_view environment, std::string_view bundle_
 
 namespace {
 
-// The newest passing run of `gate` for the bundle, or why there is none.
+// The first waiver of the run expired at `now_ms`, if any.
+const GateWaiver* expired_waiver(const GateRun& run, TimeMs now_ms) {
+  for (const auto& waiver : run.waivers) {
+    if (waiver.expires_at_ms <= now_ms) return &waiver;
+  }
+  return nullptr;
+}
+
+// The newest passing run of `gate` for the bundle, or why there is none. A run that passed by a
+// waiver passes while every waiver it relies on is in force.
 Result<GateRun> passing_run(const std::vector<GateRun>& runs, const std::string& gate, const std::string& bundle_id,
-                            const std::string& environment) {
+                            const std::string& environment, TimeMs now_ms) {
   const GateRun* newest_passed = nullptr;
   const GateRun* newest_other = nullptr;
   for (const auto& run : runs) {
     if (run.tier != gate || run.bundle_id != bundle_id) continue;
-    const GateRun*& slot = run.finished && run.passed ? newest_passed : newest_other;
+    const GateRun*& slot = run.finished && run.passed && expired_waiver(run, now_ms) == nullptr ? newest_passed
+                                                                                                : newest_other;
     if (slot == nullptr || run.finished_at_ms > slot->finished_at_ms) slot = &run;
   }
   if (newest_passed != nullptr) return *newest_passed;
+  if (const GateWaiver* expired = newest_other != nullptr && newest_other->passed ? expired_waiver(*newest_other, now_ms)
+                                                                                   : nullptr) {
+    return fail(Errc::conflict, fmt::format("{} requires a passing {} run of bundle {}: {} passed only by a waiver that "
+                                            "has expired (gate {} {}, {}); the gate blocks again: fix it, or have an "
+                                            "approver waive it again (`kiln waive`)",
+                                            environment, gate, short_id(bundle_id), newest_other->run_id,
+                                            expired->model, expired->metric, expired->text));
+  }
   const std::string command = gate == "release" ? "qualify-release" : gate;
   if (newest_other == nullptr) {
     return fail(Errc::conflict, fmt::format("{} requires a passing {} run of bundle {}, and none is recorded; run "
@@ -235,7 +260,7 @@ Result<Promotion> decide_promotion(const Snapshot& snapshot, const PromotionRequ
 
   // The gates, for this exact bundle.
   for (const auto& gate : required_gates(snapshot, name)) {
-    auto run = passing_run(runs, gate, bundle.id, name);
+    auto run = passing_run(runs, gate, bundle.id, name, request.now_ms);
     if (!run) return tl::unexpected(run.error());
     promotion.gates.push_back(std::move(*run));
   }
@@ -307,8 +332,12 @@ Result<Promotion> decide_promotion(const Snapshot& snapshot, const PromotionRequ
 json evidence_json(const Promotion& promotion) {
   json gates = json::array();
   for (const auto& run : promotion.gates) {
+    json waivers = json::array();
+    for (const auto& w : run.waivers) {
+      waivers.push_back({{"model", w.model}, {"metric", w.metric}, {"text", w.text}, {"expires_at_ms", w.expires_at_ms}});
+    }
     gates.push_back({{"gate", run.tier}, {"run_id", run.run_id}, {"passed", run.passed},
-                     {"finished_at_ms", run.finished_at_ms}});
+                     {"finished_at_ms", run.finished_at_ms}, {"waivers", std::move(waivers)}});
   }
   json models = json::array();
   for (const auto& m : promotion.models) {
@@ -341,12 +370,18 @@ std::string promotion_message(const Promotion& p) {
     for (const auto& m : run.models) failing += m.verdict != "passed" && m.verdict != "improved";
     body += fmt::format("- {} gate: {} passed ({} model results, {} not plain passes)\n", run.tier, run.run_id,
                         run.models.size(), failing);
+    for (const auto& w : run.waivers) body += fmt::format("  - gate {} {} {}\n", w.model, w.metric, w.text);
   }
   if (p.soaked_hours) body += fmt::format("- soaked {} in the previous environment\n", hours(*p.soaked_hours));
   std::string trailers = fmt::format("Kiln-Action: promote\nKiln-Environment: {}\nKiln-Bundle: {}\n", p.environment,
                                      p.bundle_id);
   if (!p.previous_bundle_id.empty()) trailers += fmt::format("Kiln-Previous-Bundle: {}\n", p.previous_bundle_id);
-  for (const auto& run : p.gates) trailers += fmt::format("Kiln-Gate: {} {} passed\n", run.tier, run.run_id);
+  for (const auto& run : p.gates) {
+    trailers += fmt::format("Kiln-Gate: {} {} passed\n", run.tier, run.run_id);
+    for (const auto& w : run.waivers) {
+      trailers += fmt::format("Kiln-Waiver: {} {} {} {}: {}\n", run.tier, run.run_id, w.model, w.metric, w.text);
+    }
+  }
   trailers += fmt::format("Kiln-Evidence: {}\n", evidence_path(p.environment, p.bundle_id));
   if (!p.one_way_override.empty()) trailers += fmt::format("Kiln-One-Way-Override: {}\n", p.one_way_override);
   trailers += fmt::format("Kiln-Promoted-By: {}\n", to_string(p.promoted_by));

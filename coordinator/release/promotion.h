@@ -37,6 +37,15 @@ struct ModelResult {
   std::optional<double> eval_reference;  // the reference's score it is held against
 };
 
+// A waiver a run's verdict relies on (its report's `waivers`, docs/risks.md): the gate of a model
+// and metric let through by an approver until an expiry.
+struct GateWaiver {
+  std::string model;
+  std::string metric;
+  std::string text;  // "waived by X until T: reason"
+  TimeMs expires_at_ms = 0;
+};
+
 // A qualification run report as evidence for a gate.
 struct GateRun {
   std::string run_id;
@@ -46,6 +55,7 @@ struct GateRun {
   bool passed = false;
   TimeMs finished_at_ms = 0;
   std::vector<ModelResult> models;
+  std::vector<GateWaiver> waivers;  // a run that passed by waivers passes only until the first expires
 };
 // From a kiln.qualification-run/1 document; Errc::bad_message naming what is missing.
 Result<GateRun> gate_run_from_json(const nlohmann::json& report);
@@ -103,7 +113,8 @@ std::vector<std::string> required_gates(const Snapshot& snapshot, const std::str
 // what to do: Errc::conflict for a gate, environment, soak, compatibility or eval refusal,
 // Errc::unauthorized never (proposing is open to every key), Errc::not_found for a missing
 // environment or bundle file, Errc::integrity when the file's pins are not the recorded bundle,
-// Errc::invalid_argument for an override a bundle does not need.
+// Errc::invalid_argument for an override a bundle does not need. A run that passed by a waiver
+// expired at request.now_ms does not pass: the gate blocks again.
 Result<Promotion> decide_promotion(const Snapshot& snapshot, const PromotionRequest& request,
                                    const std::vector<GateRun>& runs, const RecordedBundle& recorded,
                                    std::optional<TimeMs> arrived_in_previous_ms);
@@ -115,8 +126,9 @@ std::string evidence_path(std::string_view environment, std::string_view bundle_
 nlohmann::json evidence_json(const Promotion& promotion);
 // The promotion commit's message: a subject, the gates in words, and the trailers
 // Kiln-Action, Kiln-Environment, Kiln-Bundle, Kiln-Previous-Bundle, Kiln-Gate (one per gate:
-// "<gate> <run id> passed"), Kiln-Evidence, Kiln-Promoted-By and, when given,
-// Kiln-One-Way-Override.
+// "<gate> <run id> passed"), Kiln-Waiver (one per waiver a gate relies on: "<gate> <run id>
+// <model> <metric>: waived by X until T: reason"), Kiln-Evidence, Kiln-Promoted-By and, when
+// given, Kiln-One-Way-Override.
 std::string promotion_message(const Promotion& promotion);
 
 // What the shell reads back from a promotion branch: its commit's trailers and the approvals

@@ -150,6 +150,17 @@ class RunPage {
                                   met.is_boolean() ? (met.get<bool>() ? ": met" : ": MISSED") : ""));
     }
     out += escape(fmt::format("{}", fmt::join(facts, " \u00B7 "))) + "</p>\n";
+    // The waivers the verdict relies on, each as `kiln waivers` says it (docs/risks.md).
+    const Json& waivers = items(report_, "waivers");
+    if (!waivers.empty()) {
+      out += "<ul class=\"waivers\">\n";
+      for (const Json& waiver : waivers) {
+        out += fmt::format("<li>Gate {} {} ({}): {}</li>\n", escape(text_of(waiver, "model")),
+                           escape(text_of(waiver, "metric")), escape(text_of(waiver, "scope")),
+                           escape(text_of(waiver, "text")));
+      }
+      out += "</ul>\n";
+    }
     if (!text_of(report_, "summary").empty()) {
       out += fmt::format("<details><summary>Summary as <code>kiln run</code> prints it</summary><pre>{}</pre></details>\n",
                          escape(text_of(report_, "summary")));
@@ -233,11 +244,18 @@ class RunPage {
       out += fmt::format("<tr><td><a href=\"#model-{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
                          "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
                          i, escape(text_of(model, "model")), escape(text_of(model, "revision")),
-                         model_verdict_html(text_of(model, "verdict")), correctness_cell(model),
+                         model_verdict_html(text_of(model, "verdict")) + waived_note(model), correctness_cell(model),
                          performance_cell(model, has_baseline(model)), eval_cell(model), ticket_links(model),
                          escape(text_of(model, "owner_team")));
     }
     return out + "</tbody>\n</table>\n</section>\n";
+  }
+
+  // " (waived by X until T: reason)" under a model's verdict that a waiver let through.
+  static std::string waived_note(const Json& model) {
+    std::string out;
+    for (const Json& waiver : items(model, "waivers")) out += "<br>" + escape(text_of(waiver, "text"));
+    return out;
   }
 
   std::string tickets_section() const {

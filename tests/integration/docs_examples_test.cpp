@@ -22,6 +22,7 @@
 #include "common/keys.h"
 #include "common/stability/criteria.h"
 #include "coordinator/cli/client.h"
+#include "coordinator/qualification/risk_register.h"
 #include "coordinator/qualification/webhook_sink.h"
 #include "coordinator/qualifier/qualifier_config.h"
 #include "coordinator/qualifier/ticket_sinks.h"
@@ -184,6 +185,7 @@ std::string toml_example_problem(const Block& block, const fs::path& root) {
   if (block.marker == "stack-effects.toml") return problem(kiln::sim::workloads::parse_stack_effects(text, path));
   if (block.marker == "stability.toml") return problem(kiln::stability::parse_criteria_toml(text, path));
   if (block.marker == "qualifier.toml") return problem(kiln::qualifier::qualifier_config_from_text(text, path));
+  if (block.marker == "risks.toml") return problem(kiln::qualification::parse_risk_register(text, path));
   if (block.marker == "release.toml") return problem(kiln::release::release_config_from_text(text, path));
   if (block.marker == "bundle.toml") return problem(kiln::release::parse_bundle_file(text, path));
   if (block.marker == "environment.toml") return problem(kiln::release::parse_environment_file(text, path, "staging"));
@@ -194,7 +196,7 @@ std::string toml_example_problem(const Block& block, const fs::path& root) {
     return config ? problem(kiln::qualification::webhook_endpoint(*config)) : config.error().message;
   }
   return "no loader for the marker '" + block.marker + "'; mark a TOML example with <!-- example: FILE --> (agent.toml, "
-         "coordinator.toml, client.toml, qualifier.toml, webhook.toml, sim-node.toml, faults.toml, "
+         "coordinator.toml, client.toml, qualifier.toml, risks.toml, webhook.toml, sim-node.toml, faults.toml, "
          "health-targets.toml, stack-effects.toml, stability.toml, release.toml, bundle.toml, environment.toml, "
          "compatibility.toml, matrix.toml) or <!-- example: partial -->";
 }

@@ -142,7 +142,7 @@ std::set<std::string> expected_files(const std::string& package) {
   } else {
     files.insert({"/usr/bin/kiln-sim-chip", kPkgLibDir + "/libkiln_sim_driver.so", kPkgLibDir + "/libkiln_cpu_driver.so",
                   kPkgLibDir + "/workloads/kiln-workload-smoke", kPkgLibDir + "/workloads/kiln-workload-model",
-                  "/usr/share/kiln/sim/qualification-set.toml"});
+                  "/usr/share/kiln/sim/qualification-set.toml", "/usr/share/kiln/sim/risks.toml"});
     man("kiln-sim-chip.1");
   }
   return files;

@@ -24,14 +24,15 @@ void add_release_commands(CommandList& commands);        // release promote|appr
 void add_environment_commands(CommandList& commands);    // envs, artifact upload
 void add_audit_command(CommandList& commands);           // audit
 void add_plan_command(CommandList& commands);            // plan
+void add_risk_commands(CommandList& commands);           // risks, waive, waivers
 
 inline CommandList all_commands() {
   CommandList commands;
   for (auto add : {add_account_commands, add_node_commands, add_diag_command, add_job_commands, add_rerun_command,
                    add_lease_commands, add_queue_command, add_compare_commands, add_change_commands,
                    add_bundle_commands, add_unit_command, add_qualification_commands, add_stability_command,
-                   add_switchover_command, add_record_commands, add_release_commands, add_environment_commands,
-                   add_audit_command, add_plan_command}) {
+                   add_switchover_command, add_record_commands, add_release_commands, add_risk_commands,
+                   add_environment_commands, add_audit_command, add_plan_command}) {
     add(commands);
   }
   return commands;

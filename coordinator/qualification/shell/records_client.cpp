@@ -212,4 +212,28 @@ Result<TicketRecord> set_ticket_state(cli::Client& client, const protocol::SetTi
   return ticket_of(*record);
 }
 
+Result<Waiver> record_waiver(cli::Client& client, const Waiver& waiver) {
+  const std::string key = waiver_key(waiver);
+  if (auto ok = put(client, RecordKind::waiver, key, to_json(waiver)); !ok) return tl::unexpected(ok.error());
+  auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{RecordKind::waiver, key}));
+  if (!record) return tl::unexpected(record.error());
+  auto json = document_of(*record);
+  if (!json) return tl::unexpected(json.error());
+  return waiver_from_json(*json);
+}
+
+Result<std::vector<Waiver>> list_waivers(cli::Client& client) {
+  auto records = all(client, RecordKind::waiver);
+  if (!records) return tl::unexpected(records.error());
+  std::vector<Waiver> waivers;
+  for (const auto& record : *records) {
+    auto json = document_of(record);
+    if (!json) return tl::unexpected(json.error());
+    auto waiver = waiver_from_json(*json);
+    if (!waiver) return tl::unexpected(waiver.error());
+    waivers.push_back(std::move(*waiver));
+  }
+  return waivers;
+}
+
 }  // namespace kiln::qualification::shell

@@ -13,6 +13,7 @@
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/run_request.h"
 #include "coordinator/qualification/ticket_record.h"
+#include "coordinator/qualification/waiver.h"
 
 namespace kiln::qualification::shell {
 
@@ -61,5 +62,10 @@ Result<TicketRecord> get_ticket(cli::Client& client, const std::string& id);
 Result<std::vector<TicketRecord>> list_tickets(cli::Client& client);
 // A person's state change; the ticket as it is now.
 Result<TicketRecord> set_ticket_state(cli::Client& client, const protocol::SetTicketState& request);
+
+// Records a waiver (the coordinator stamps the approver and the time) and returns it as stored.
+Result<Waiver> record_waiver(cli::Client& client, const Waiver& waiver);
+// Every recorded waiver, expired ones included, in the order they were first written.
+Result<std::vector<Waiver>> list_waivers(cli::Client& client);
 
 }  // namespace kiln::qualification::shell

@@ -10,6 +10,7 @@
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/run_request.h"
 #include "coordinator/qualification/ticket_record.h"
+#include "coordinator/qualification/waiver.h"
 #include "coordinator/store/store.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/core_harness.h"
@@ -329,4 +330,42 @@ TEST_CASE("a run request names a recorded bundle and never changes; a claim on i
   CHECK(error_of(restarted.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 9200)).starts_with("conflict"));
   CHECK(std::holds_alternative<protocol::Ok>(
       restarted.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 14000)));
+}
+
+TEST_CASE("a waiver is a person's word: stamped with its key and the coordinator's time, bounded, audited, kept") {
+  Harness h;
+  const kiln::TimeMs now = 1'800'000'000'000;
+  const kiln::TimeMs day = 24 * 3600 * 1000;
+  const auto put = [&](kiln::TimeMs expires_at_ms, std::string reason = "4% low, fix in c9") {
+    const q::Waiver w{"release-7", "moe-large", q::GateMetric::throughput, "kernels", "someone else", std::move(reason),
+                      0, expires_at_ms};
+    return protocol::PutRecord{RecordKind::waiver, q::waiver_key(w), q::to_json(w).dump()};
+  };
+  CHECK(error_of(h.client("ci", Role::ci, put(now + day), now)).starts_with("unauthorized"));
+  CHECK(error_of(h.client("mei", Role::developer, put(now + day, ""), now)).starts_with("invalid_argument"));
+  CHECK(error_of(h.client("mei", Role::developer, put(now - 1), now)).find("not in the future") != std::string::npos);
+  CHECK(error_of(h.client("mei", Role::developer, put(now + 31 * day), now)).find("30 days") != std::string::npos);
+  auto bad_key = put(now + day);
+  bad_key.key = "release-7/moe-large/eval";
+  CHECK(error_of(h.client("mei", Role::developer, bad_key, now)).starts_with("invalid_argument"));
+  CHECK(h.audit.empty());
+
+  auto reply = h.client("mei", Role::developer, put(now + day), now);
+  REQUIRE_MESSAGE(std::holds_alternative<protocol::Ok>(reply), error_of(reply));
+  auto stored = q::waiver_from_json(nlohmann::json::parse(h.saved_records.back().document));
+  REQUIRE(stored);
+  CHECK(stored->approver == "mei");  // not what the document said
+  CHECK(stored->created_at_ms == now);
+  REQUIRE(h.audit.size() == 1);
+  CHECK(h.audit[0].action == "waiver");
+  CHECK(h.audit[0].actor == "mei");
+  CHECK(h.audit[0].subject == "gate moe-large throughput");
+  CHECK(h.audit[0].detail.find("waived by mei until ") != std::string::npos);
+  // A client cannot write a waiver line of its own.
+  CHECK(error_of(h.client("mei", Role::developer, protocol::PutAudit{"waiver", "gate x", "forged"}, now))
+            .starts_with("invalid_argument"));
+
+  Harness restarted({}, h.store(), now + 1);
+  auto got = restarted.client("ops", Role::ops, protocol::ListRecords{RecordKind::waiver}, now + 2);
+  REQUIRE(std::get<protocol::RecordList>(got).records.size() == 1);
 }

@@ -15,7 +15,7 @@ constexpr TimeMs kNow = 1'800'000'000'000;
 
 GateRun run_of(const std::string& tier, char bundle, bool passed, TimeMs finished_at_ms = kNow - kHourMs,
                std::optional<double> eval_score = std::nullopt) {
-  GateRun run{tier + "-" + std::string(1, bundle), tier, bundle_id(bundle), true, passed, finished_at_ms, {}};
+  GateRun run{tier + "-" + std::string(1, bundle), tier, bundle_id(bundle), true, passed, finished_at_ms, {}, {}};
   for (const char* revision : {"a", "b"}) {
     ModelResult model{"llm-70b", revision, passed ? "passed" : "correctness_regression", passed ? "" : "logits off",
                       eval_score, eval_score ? std::optional<double>(1.0) : std::nullopt};
@@ -74,6 +74,25 @@ TEST_CASE("dev takes a bundle whose nightly passed, with every model's evidence"
   auto evidence = evidence_json(*promotion);
   CHECK(evidence["schema"] == "kiln.promotion-evidence/1");
   CHECK(evidence["models"][1]["revision"] == "b");
+}
+
+TEST_CASE("a gate passed by a waiver promotes while the waiver holds, shows it, and blocks again after expiry") {
+  auto snapshot = snapshot_of("", "");
+  GateRun waived = run_of("nightly", 'a', false);
+  waived.passed = true;  // its failure let through by the waiver
+  waived.waivers.push_back({"llm-70b", "correctness", "waived by mei until 2027-01-15 08:00 UTC: fix in c9", kNow + kHourMs});
+  auto promotion = decide_promotion(snapshot, request('a', "dev"), {waived}, recorded('a'), std::nullopt);
+  REQUIRE(promotion.has_value());
+  const std::string message = promotion_message(*promotion);
+  CHECK(message.find("  - gate llm-70b correctness waived by mei") != std::string::npos);
+  CHECK(message.find("Kiln-Waiver: nightly nightly-a llm-70b correctness: waived by mei") != std::string::npos);
+  CHECK(evidence_json(*promotion)["gates"][0]["waivers"][0]["text"] == waived.waivers[0].text);
+
+  auto later = request('a', "dev");
+  later.now_ms = kNow + kHourMs;
+  const std::string expired = refusal(decide_promotion(snapshot, later, {waived}, recorded('a'), std::nullopt));
+  CHECK(expired.find("nightly-a passed only by a waiver that has expired (gate llm-70b correctness") !=
+        std::string::npos);
 }
 
 TEST_CASE("every refusal says why and what to do") {

@@ -1,0 +1,357 @@
+#include "coordinator/qualification/risk_status.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/config/toml_errors.h"
+#include "common/text/duration_text.h"
+#include "coordinator/qualification/waiver.h"
+
+namespace kiln::qualification {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr DurationMs kDayMs = 24 * 60 * kMinuteMs;
+
+std::string text_member(const json& object, const char* name) {
+  auto it = object.find(name);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// The waiver text for `metric` of a model entry, or "" when none lets it through at `now`.
+std::string waiver_of(const json& entry, GateMetric metric, TimeMs now) {
+  auto waivers = entry.find("waivers");
+  if (waivers == entry.end() || !waivers->is_array()) return "";
+  for (const json& w : *waivers) {
+    if (text_member(w, "metric") == enum_name(metric) && w.value("expires_at_ms", TimeMs{0}) > now) {
+      return text_member(w, "text");
+    }
+  }
+  return "";
+}
+
+// The training gate's part (eval or loss_curve): passed or not, nullopt when not judged.
+std::optional<bool> training_part(const json& entry, const char* part) {
+  auto training = entry.find("training");
+  if (training == entry.end() || !training->is_object()) return std::nullopt;
+  auto verdict = training->find("verdict");
+  if (verdict == training->end() || !verdict->is_object()) return std::nullopt;
+  auto judged = verdict->find(part);
+  if (judged == verdict->end() || !judged->is_object()) return std::nullopt;
+  auto passed = judged->find("passed");
+  if (passed == judged->end() || !passed->is_boolean()) return std::nullopt;
+  return passed->get<bool>();
+}
+
+int badness(GateState state) {
+  switch (state) {
+    case GateState::passed: return 0;
+    case GateState::flaky: return 1;
+    case GateState::inconclusive: return 2;
+    case GateState::waived: return 3;
+    case GateState::failed: return 4;
+  }
+  return 0;
+}
+
+bool touches(const Change& change, const QualificationModel& model) {
+  if (change.components.empty()) return true;  // a change that names nothing may touch anything
+  return std::any_of(change.components.begin(), change.components.end(), [&](const std::string& c) {
+    return c == model.name ||
+           std::find(model.components.begin(), model.components.end(), c) != model.components.end();
+  });
+}
+
+std::string age_text(DurationMs age_ms) { return duration_text(static_cast<std::uint64_t>(std::max<DurationMs>(age_ms, 0))); }
+
+}  // namespace
+
+std::optional<MetricVerdict> metric_verdict(const json& entry, GateMetric metric, TimeMs now) {
+  const std::string verdict = text_member(entry, "verdict");
+  const std::string detail = text_member(entry, "detail");
+  const auto judged = [&](bool passed, std::string what) -> MetricVerdict {
+    if (passed) return {GateState::passed, std::move(what), ""};
+    std::string waiver = waiver_of(entry, metric, now);
+    return {waiver.empty() ? GateState::failed : GateState::waived, std::move(what), std::move(waiver)};
+  };
+  switch (metric) {
+    case GateMetric::throughput: {
+      auto performance = entry.find("performance");
+      if (performance == entry.end() || performance->is_null()) return std::nullopt;
+      if (verdict == "inconclusive") return MetricVerdict{GateState::inconclusive, detail, ""};
+      if (verdict == "performance_regression") return judged(false, detail);
+      if (verdict == "passed" || verdict == "improved") return judged(true, detail);
+      return std::nullopt;
+    }
+    case GateMetric::correctness:
+      if (verdict == "correctness_regression" || verdict == "hardware_suspect") return judged(false, detail);
+      if (verdict == "flaky") return MetricVerdict{GateState::flaky, detail, ""};
+      if (verdict == "passed" || verdict == "improved" || verdict == "performance_regression" ||
+          verdict == "inconclusive") {
+        return judged(true, "outputs within the golden's tolerance");
+      }
+      return std::nullopt;
+    case GateMetric::eval:
+    case GateMetric::loss_curve: {
+      const char* part = metric == GateMetric::eval ? "eval" : "loss_curve";
+      const auto passed = training_part(entry, part);
+      if (!passed) return std::nullopt;
+      return judged(*passed, *passed ? fmt::format("{} within its gate", part) : detail);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<GateRun> gate_runs_from_reports(const std::vector<json>& reports) {
+  std::vector<GateRun> runs;
+  for (const json& report : reports) {
+    if (!report.is_object() || report.value("schema", "") != "kiln.qualification-run/1") continue;
+    if (!report.value("finished", false)) continue;
+    GateRun run;
+    run.run_id = text_member(report, "run_id");
+    run.tier = text_member(report, "tier");
+    run.started_at_ms = report.value("started_at_ms", TimeMs{0});
+    run.finished_at_ms = report.value("finished_at_ms", TimeMs{0});
+    if (auto models = report.find("models"); models != report.end() && models->is_array()) {
+      run.models.assign(models->begin(), models->end());
+    }
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+std::string_view run_tier_of(RiskTier tier) {
+  switch (tier) {
+    case RiskTier::presubmit: return "smoke";
+    case RiskTier::nightly: return "nightly";
+    case RiskTier::release: return "release";
+    case RiskTier::stability: return "stability";
+  }
+  return "";
+}
+
+namespace {
+
+// The gate's result in one run: the worst over the model's revisions; nullopt when not judged.
+std::optional<GateResult> result_in(const GateRun& run, const RiskGate& gate, GateMetric metric, TimeMs now) {
+  std::optional<GateResult> result;
+  for (const json& entry : run.models) {
+    if (text_member(entry, "model") != gate.model) continue;
+    auto verdict = metric_verdict(entry, metric, now);
+    if (!verdict) continue;
+    if (result && badness(verdict->state) <= badness(result->state)) continue;
+    const std::string revision = text_member(entry, "revision");
+    result = GateResult{run.run_id,
+                        verdict->state,
+                        revision.empty() ? verdict->detail : fmt::format("revision {}: {}", revision, verdict->detail),
+                        verdict->waiver,
+                        run.finished_at_ms,
+                        0};
+  }
+  return result;
+}
+
+void check_period(const Risk& risk, const QualificationModel& model, const GateResult& latest,
+                  const std::vector<GateRun>& runs, const std::vector<Change>& changes, TimeMs now,
+                  std::vector<Gap>& gaps) {
+  const std::string ran = fmt::format("its gate last ran in {} ({} ago)", latest.run_id, age_text(now - latest.finished_at_ms));
+  switch (risk.tier) {
+    case RiskTier::presubmit: {
+      const GateRun* judged = nullptr;
+      for (const GateRun& run : runs) {
+        if (run.run_id == latest.run_id) judged = &run;
+      }
+      const TimeMs since = judged != nullptr ? judged->started_at_ms : latest.finished_at_ms;
+      for (const Change& change : changes) {
+        if (change.merged_at_ms > since && touches(change, model)) {
+          gaps.push_back({GapKind::stale, fmt::format("change {} touching {} merged after {}; a presubmit gate runs "
+                                                      "for every change that touches its model",
+                                                      change.id, model.name, ran)});
+          return;
+        }
+      }
+      return;
+    }
+    case RiskTier::nightly:
+      if (now - latest.finished_at_ms > kDayMs) {
+        gaps.push_back({GapKind::stale, fmt::format("{}, more than the nightly's 1 day; check the qualifier's "
+                                                    "[schedule]",
+                                                    ran)});
+      }
+      return;
+    case RiskTier::stability: {
+      const DurationMs period_ms = static_cast<DurationMs>(risk.period_days) * kDayMs;
+      if (now - latest.finished_at_ms > period_ms) {
+        gaps.push_back({GapKind::stale, fmt::format("{}, more than its period of {} days", ran, risk.period_days)});
+      }
+      return;
+    }
+    case RiskTier::release: {
+      const GateRun* last_release = nullptr;
+      for (const GateRun& run : runs) {
+        if (run.tier == "release" && (last_release == nullptr || run.finished_at_ms > last_release->finished_at_ms)) {
+          last_release = &run;
+        }
+      }
+      if (last_release != nullptr && last_release->run_id != latest.run_id &&
+          last_release->finished_at_ms > latest.finished_at_ms) {
+        gaps.push_back({GapKind::stale, fmt::format("the last release qualification {} did not judge it; {}",
+                                                    last_release->run_id, ran)});
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<RiskStatus> assess_risks(const RiskRegister& reg, const ModelSet& set, const std::vector<GateRun>& runs,
+                                     const std::vector<Change>& changes, TimeMs now) {
+  std::vector<std::string_view> model_names;
+  for (const auto& m : set.models) model_names.push_back(m.name);
+  std::vector<std::string_view> metric_names;
+  for (const auto& entry : enum_names(GateMetric{})) metric_names.push_back(entry.second);
+  std::vector<RiskStatus> statuses;
+  for (const Risk& risk : reg.risks) {
+    RiskStatus status{&risk, std::nullopt, {}};
+    if (risk.owner_team.empty()) {
+      status.gaps.push_back({GapKind::no_owner, "no owner_team; every risk needs a team that owns it and can waive "
+                                                "its gate"});
+    }
+    if (!risk.gate) {
+      status.gaps.push_back({GapKind::no_gate, "no gate; name a model of the set and a metric (throughput, "
+                                               "correctness, eval, loss_curve) that would catch it"});
+      statuses.push_back(std::move(status));
+      continue;
+    }
+    const QualificationModel* model = set.find(risk.gate->model);
+    const auto metric = enum_from_name<GateMetric>(risk.gate->metric);
+    if (model == nullptr) {
+      const auto near = config::nearest_name(risk.gate->model, model_names);
+      status.gaps.push_back({GapKind::unknown_model,
+                             fmt::format("the gate's model '{}' is not in the qualification set{}", risk.gate->model,
+                                         near ? fmt::format("; did you mean '{}'?", *near)
+                                              : "; name a model of the set")});
+    }
+    if (!metric) {
+      const auto near = config::nearest_name(risk.gate->metric, metric_names);
+      status.gaps.push_back({GapKind::unknown_metric,
+                             fmt::format("the gate's metric '{}' is not one kiln judges (throughput, correctness, "
+                                         "eval, loss_curve){}",
+                                         risk.gate->metric, near ? fmt::format("; did you mean '{}'?", *near) : "")});
+    }
+    if (model == nullptr || !metric) {
+      statuses.push_back(std::move(status));
+      continue;
+    }
+    for (const GateRun& run : runs) {
+      if (run.tier != run_tier_of(risk.tier)) continue;
+      auto result = result_in(run, *risk.gate, *metric, now);
+      if (result && (!status.latest || result->finished_at_ms > status.latest->finished_at_ms)) status.latest = result;
+    }
+    if (!status.latest) {
+      status.gaps.push_back({GapKind::never_run, fmt::format("no finished {} run has judged {} {}; {}",
+                                                             run_tier_of(risk.tier), model->name, risk.gate->metric,
+                                                             risk.tier == RiskTier::stability
+                                                                 ? "schedule its stability run"
+                                                                 : "make sure the tier's runs include the model")});
+    } else {
+      status.latest->age_ms = std::max<DurationMs>(now - status.latest->finished_at_ms, 0);
+      check_period(risk, *model, *status.latest, runs, changes, now, status.gaps);
+    }
+    statuses.push_back(std::move(status));
+  }
+  return statuses;
+}
+
+std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const json& report, TimeMs now) {
+  std::vector<Ticket> tickets;
+  const auto runs = gate_runs_from_reports({report});
+  if (runs.empty()) return tickets;
+  const GateRun& run = runs.front();
+  for (const Risk& risk : reg.risks) {
+    if (!risk.gate || run.tier != run_tier_of(risk.tier)) continue;
+    const auto metric = enum_from_name<GateMetric>(risk.gate->metric);
+    if (!metric) continue;
+    auto result = result_in(run, *risk.gate, *metric, now);
+    if (!result || result->state != GateState::failed) continue;
+    const json evidence = {{"risk", risk.id},          {"run_id", run.run_id},         {"model", risk.gate->model},
+                           {"metric", risk.gate->metric}, {"rule", gate_rule_text(*metric)}, {"detail", result->detail},
+                           {"owner_team", risk.owner_team}, {"layer", enum_name(risk.layer)}};
+    Ticket ticket = make_ticket(TicketKind::risk_gate, risk.page.team,
+                                fmt::format("risk {} ({}): gate {} {} failed in {}", risk.id, risk.title,
+                                            risk.gate->model, risk.gate->metric, run.run_id),
+                                fmt::format("risk:{}@{}", risk.id, run.run_id),
+                                layer_from_string(enum_name(risk.layer)), evidence.dump(), now);
+    ticket.severity = std::string(enum_name(risk.page.severity));
+    tickets.push_back(std::move(ticket));
+  }
+  return tickets;
+}
+
+std::size_t gap_count(const std::vector<RiskStatus>& statuses) {
+  std::size_t count = 0;
+  for (const RiskStatus& s : statuses) count += s.gaps.size();
+  return count;
+}
+
+std::string risks_text(const std::vector<RiskStatus>& statuses) {
+  std::string out = fmt::format("{:<30} {:<16} {:<9} {:<10} {:<46} {:<12} {}\n", "RISK", "OWNER", "LAYER", "TIER",
+                                "GATE", "VERDICT", "AGE");
+  for (const RiskStatus& s : statuses) {
+    const Risk& r = *s.risk;
+    const std::string gate = r.gate ? fmt::format("{} {}", r.gate->model, r.gate->metric) : "-";
+    out += fmt::format("{:<30} {:<16} {:<9} {:<10} {:<46} {:<12} {}\n", r.id, r.owner_team.empty() ? "-" : r.owner_team,
+                       enum_name(r.layer), enum_name(r.tier), gate,
+                       s.latest ? enum_name(s.latest->state) : std::string_view("-"),
+                       s.latest ? age_text(s.latest->age_ms) : "-");
+    if (s.latest && !s.latest->waiver.empty()) out += fmt::format("    {}\n", s.latest->waiver);
+    if (s.latest && s.latest->state == GateState::failed) {
+      out += fmt::format("    FAILED in {}: {} (paged {} {})\n", s.latest->run_id, s.latest->detail, r.page.team,
+                         enum_name(r.page.severity));
+    }
+  }
+  const std::size_t gaps = gap_count(statuses);
+  if (gaps == 0) return out + "no gaps: every risk has an owner and a gate judged within its tier's period\n";
+  out += fmt::format("{} gap{}:\n", gaps, gaps == 1 ? "" : "s");
+  for (const RiskStatus& s : statuses) {
+    for (const Gap& gap : s.gaps) out += fmt::format("  GAP {} ({}): {}\n", s.risk->id, enum_name(gap.kind), gap.detail);
+  }
+  return out;
+}
+
+json to_json(const std::vector<RiskStatus>& statuses) {
+  json risks = json::array();
+  for (const RiskStatus& s : statuses) {
+    const Risk& r = *s.risk;
+    json entry = {{"id", r.id},
+                  {"title", r.title},
+                  {"owner_team", r.owner_team},
+                  {"layer", enum_name(r.layer)},
+                  {"tier", enum_name(r.tier)},
+                  {"page", {{"team", r.page.team}, {"severity", enum_name(r.page.severity)}}}};
+    entry["gate"] = r.gate ? json{{"model", r.gate->model}, {"metric", r.gate->metric}} : json(nullptr);
+    if (r.gate) {
+      if (auto metric = enum_from_name<GateMetric>(r.gate->metric)) entry["gate"]["rule"] = gate_rule_text(*metric);
+    }
+    entry["latest"] = s.latest ? json{{"run_id", s.latest->run_id},
+                                      {"verdict", enum_name(s.latest->state)},
+                                      {"detail", s.latest->detail},
+                                      {"waiver", s.latest->waiver},
+                                      {"finished_at_ms", s.latest->finished_at_ms},
+                                      {"age_ms", s.latest->age_ms}}
+                               : json(nullptr);
+    json gaps = json::array();
+    for (const Gap& gap : s.gaps) gaps.push_back({{"kind", enum_name(gap.kind)}, {"detail", gap.detail}});
+    entry["gaps"] = std::move(gaps);
+    risks.push_back(std::move(entry));
+  }
+  return {{"risks", std::move(risks)}, {"gaps", gap_count(statuses)}};
+}
+
+}  // namespace kiln::qualification

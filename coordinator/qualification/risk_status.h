@@ -1,0 +1,114 @@
+// Each risk of the register with its gate's latest verdict, from the recorded qualification runs
+// of its tier, and the register's gaps: a risk without an owner or a gate, a gate naming a model
+// the set lacks or a metric kiln does not judge, a gate never judged or not judged within its
+// tier's period (presubmit: since every change touching its model; nightly: 1 day; release: in
+// the last release qualification; stability: its period_days). Pure: the shell lists the runs
+// and changes and passes the time in.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/enum_names.h"
+#include "common/time.h"
+#include "coordinator/qualification/change.h"
+#include "coordinator/qualification/model_set.h"
+#include "coordinator/qualification/risk_register.h"
+#include "coordinator/qualification/ticket.h"
+
+namespace kiln::qualification {
+
+enum class GateState { passed, failed, waived, inconclusive, flaky };
+constexpr EnumTable<GateState, 5> enum_names(GateState) {
+  return {{
+      {GateState::passed, "passed"},
+      {GateState::failed, "failed"},
+      {GateState::waived, "waived"},
+      {GateState::inconclusive, "inconclusive"},
+      {GateState::flaky, "flaky"},
+  }};
+}
+
+// The verdict of one metric of one model run (a model on one revision), as its report recorded it;
+// nullopt when the run did not judge that metric (the model was skipped, could not run, or has no
+// training evidence for eval and loss_curve). A failure waived by a waiver expired at `now` is
+// failed again.
+struct MetricVerdict {
+  GateState state = GateState::passed;
+  std::string detail;
+  std::string waiver;  // "waived by X until T: reason" when a waiver let the failure through
+};
+std::optional<MetricVerdict> metric_verdict(const nlohmann::json& model_entry, GateMetric metric, TimeMs now);
+
+// A finished run as the register reads it: its tier, when it started and finished, and its
+// model entries (the report's `models`).
+struct GateRun {
+  std::string run_id;
+  std::string tier;  // the report's: smoke, nightly, release, stability
+  TimeMs started_at_ms = 0;
+  TimeMs finished_at_ms = 0;
+  std::vector<nlohmann::json> models;
+};
+// The finished runs among recorded run reports (kiln.qualification-run/1); others are left out.
+std::vector<GateRun> gate_runs_from_reports(const std::vector<nlohmann::json>& reports);
+
+// The run tier a risk tier's gate is judged in ("smoke" for presubmit).
+std::string_view run_tier_of(RiskTier tier);
+
+enum class GapKind { no_owner, no_gate, unknown_model, unknown_metric, never_run, stale };
+constexpr EnumTable<GapKind, 6> enum_names(GapKind) {
+  return {{
+      {GapKind::no_owner, "no_owner"},
+      {GapKind::no_gate, "no_gate"},
+      {GapKind::unknown_model, "unknown_model"},
+      {GapKind::unknown_metric, "unknown_metric"},
+      {GapKind::never_run, "never_run"},
+      {GapKind::stale, "stale"},
+  }};
+}
+
+struct Gap {
+  GapKind kind = GapKind::no_gate;
+  std::string detail;  // what is missing and what to do
+};
+
+struct GateResult {
+  std::string run_id;
+  GateState state = GateState::passed;  // the worst over the run's revisions
+  std::string detail;
+  std::string waiver;
+  TimeMs finished_at_ms = 0;
+  DurationMs age_ms = 0;
+};
+
+struct RiskStatus {
+  const Risk* risk = nullptr;
+  std::optional<GateResult> latest;
+  std::vector<Gap> gaps;
+};
+
+// `runs`: any order. `changes`: the recorded changes (for the presubmit period). `now`: the wall
+// clock, against which ages and periods are measured. The statuses point into `reg`, which must
+// outlive them.
+std::vector<RiskStatus> assess_risks(const RiskRegister& reg, const ModelSet& set, const std::vector<GateRun>& runs,
+                                     const std::vector<Change>& changes, TimeMs now);
+
+std::size_t gap_count(const std::vector<RiskStatus>& statuses);
+
+// Gates fire on their own: the pages a finished run's report (kiln.qualification-run/1, waivers
+// applied) calls for. Every risk of the run's tier whose gate failed on some revision gets one
+// risk_gate ticket to its page team with its severity, culprit "risk:ID@RUN" (so a run taken up
+// again pages once); a waived failure pages no one.
+std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const nlohmann::json& report, TimeMs now);
+
+// `kiln risks`: one line per risk, then every gap.
+std::string risks_text(const std::vector<RiskStatus>& statuses);
+// `kiln risks --json`: {"risks": [...], "gaps": N}.
+nlohmann::json to_json(const std::vector<RiskStatus>& statuses);
+
+}  // namespace kiln::qualification

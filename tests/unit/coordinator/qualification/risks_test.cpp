@@ -1,0 +1,438 @@
+// The risk register: its loader, gap detection from recorded runs, and the waiver rule.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/qualification/model_set.h"
+#include "coordinator/qualification/risk_register.h"
+#include "coordinator/qualification/risk_status.h"
+#include "coordinator/qualification/run_report.h"
+#include "coordinator/qualification/waiver.h"
+
+namespace q = kiln::qualification;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::int64_t kHourMs = 3600 * 1000;
+constexpr std::int64_t kNow = 1'800'000'000'000;
+
+constexpr const char* kSet = R"(
+[[model]]
+name = "moe-large"
+size_class = "large"
+chips = 32
+minutes = 45
+components = ["gemm-bf16", "attention"]
+owner_team = "llm-models"
+
+[[model]]
+name = "mlp-small"
+size_class = "small"
+chips = 1
+minutes = 10
+components = ["gemm-fp8"]
+owner_team = "recsys-models"
+
+[[model]]
+name = "train-small"
+size_class = "small"
+chips = 1
+minutes = 10
+components = ["sgd"]
+owner_team = "training-models"
+)";
+
+constexpr const char* kRegister = R"(
+model_set = "set.toml"
+
+[[team]]
+name = "kernels"
+approvers = ["mei"]
+
+[[team]]
+name = "compiler"
+approvers = ["priya"]
+
+[[risk]]
+id = "moe-tokens"
+title = "MoE tokens/s"
+owner_team = "kernels"
+layer = "kernels"
+tier = "nightly"
+gate = { model = "moe-large", metric = "throughput" }
+page = { team = "kernels", severity = "sev1" }
+
+[[risk]]
+id = "fp8-presubmit"
+title = "fp8 numerics"
+owner_team = "compiler"
+layer = "compiler"
+tier = "presubmit"
+gate = { model = "mlp-small", metric = "correctness" }
+page = { team = "compiler", severity = "sev2" }
+
+[[risk]]
+id = "release-fp8"
+title = "fp8 throughput at release"
+owner_team = "compiler"
+layer = "compiler"
+tier = "release"
+gate = { model = "mlp-small", metric = "throughput" }
+page = { team = "compiler", severity = "sev2" }
+)";
+
+q::ModelSet set() {
+  auto s = q::parse_model_set(kSet, "set.toml");
+  REQUIRE(s);
+  return *s;
+}
+
+q::RiskRegister reg(const std::string& text = kRegister) {
+  auto r = q::parse_risk_register(text, "risks.toml");
+  INFO((r ? "" : r.error().message));
+  REQUIRE(r);
+  return *r;
+}
+
+json model_entry(const std::string& model, const std::string& verdict, bool performance = true) {
+  const bool fails = verdict == "performance_regression" || verdict == "correctness_regression";
+  return {{"model", model},         {"revision", "a"},          {"verdict", verdict}, {"fails_run", fails},
+          {"detail", "the detail"}, {"performance", performance ? json::object() : json(nullptr)}};
+}
+
+json report(const std::string& run_id, const std::string& tier, std::int64_t finished_at_ms, std::vector<json> models) {
+  bool passed = true;
+  for (const auto& m : models) passed = passed && !m.at("fails_run").get<bool>();
+  return {{"schema", "kiln.qualification-run/1"},
+          {"run_id", run_id},
+          {"tier", tier},
+          {"finished", true},
+          {"passed", passed},
+          {"started_at_ms", finished_at_ms - kHourMs},
+          {"finished_at_ms", finished_at_ms},
+          {"models", models},
+          {"summary", "kiln " + tier + " " + run_id + ": " + (passed ? "passed" : "FAILED") + " (candidate abc)\n"}};
+}
+
+const q::RiskStatus& status_of(const std::vector<q::RiskStatus>& statuses, const std::string& id) {
+  for (const auto& s : statuses) {
+    if (s.risk->id == id) return s;
+  }
+  FAIL("no status for " << id);
+  return statuses.front();
+}
+
+bool has_gap(const q::RiskStatus& s, q::GapKind kind) {
+  for (const auto& gap : s.gaps) {
+    if (gap.kind == kind) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("the risk register loads its teams, risks, gates and pages") {
+  const auto r = reg();
+  REQUIRE(r.risks.size() == 3);
+  CHECK(r.model_set == "set.toml");
+  const q::Risk* moe = r.find("moe-tokens");
+  REQUIRE(moe);
+  CHECK(moe->layer == q::RiskLayer::kernels);
+  CHECK(moe->tier == q::RiskTier::nightly);
+  CHECK(moe->page.severity == q::Severity::sev1);
+  CHECK(moe->gate->model == "moe-large");
+  REQUIRE(r.team("kernels"));
+  CHECK(r.team("kernels")->approvers == std::vector<std::string>{"mei"});
+  CHECK(r.risks_of_gate("mlp-small", q::GateMetric::correctness).size() == 1);
+}
+
+TEST_CASE("the checked-in register loads, and its gates name models of the checked-in set") {
+  const auto path = std::filesystem::path(KILN_SOURCE_DIR) / q::kRiskRegisterPath;
+  auto r = q::load_risk_register_file(path);
+  INFO((r ? "" : r.error().message));
+  REQUIRE(r);
+  auto s = q::load_model_set_file(r->model_set);
+  REQUIRE(s);
+  CHECK(r->risks.size() >= 10);
+  for (const auto layer : {q::RiskLayer::compiler, q::RiskLayer::kernels, q::RiskLayer::runtime,
+                           q::RiskLayer::firmware, q::RiskLayer::hardware}) {
+    CHECK(std::any_of(r->risks.begin(), r->risks.end(), [&](const q::Risk& risk) { return risk.layer == layer; }));
+  }
+  // With no run recorded every gate is a gap of one kind only: it has never run.
+  const auto statuses = q::assess_risks(*r, *s, {}, {}, kNow);
+  for (const auto& status : statuses) {
+    REQUIRE(status.gaps.size() == 1);
+    CHECK(status.gaps[0].kind == q::GapKind::never_run);
+  }
+}
+
+TEST_CASE("the register's mistakes are reported with file:line and the nearest name") {
+  std::string text = kRegister;
+  text.replace(text.find("layer = \"kernels\""), 17, "layer = \"kernel\"");
+  text.replace(text.find("severity = \"sev2\""), 17, "severity = \"high\"");
+  text.replace(text.find("owner_team = \"compiler\""), 23, "owner_team = \"compilr\"");
+  text += "\n[[risk]]\nid = \"moe-tokens\"\ntitle = \"again\"\nlayer = \"runtime\"\ntier = \"weekly\"\n"
+          "page = { team = \"runtime\", severity = \"sev3\" }\ngates = \"x\"\n";
+  auto r = q::parse_risk_register(text, "risks.toml");
+  REQUIRE(!r);
+  const std::string message = r.error().message;
+  CHECK(message.find("risks.toml:16:9: layer 'kernel' of risk 'moe-tokens' is not one of") != std::string::npos);
+  CHECK(message.find("did you mean 'kernels'?") != std::string::npos);
+  CHECK(message.find("severity 'high'") != std::string::npos);
+  CHECK(message.find("owner_team 'compilr' is not a declared [[team]]; did you mean 'compiler'?") != std::string::npos);
+  CHECK(message.find("risk 'moe-tokens' is declared twice") != std::string::npos);
+  CHECK(message.find("tier 'weekly'") != std::string::npos);
+  CHECK(message.find("unknown key 'gates' in [[risk]]; did you mean 'gate'?") != std::string::npos);
+}
+
+TEST_CASE("a risk without an owner or a gate, or whose gate names an unknown model or metric, is a gap") {
+  std::string text = kRegister;
+  text += R"(
+[[risk]]
+id = "orphan"
+title = "nobody owns it"
+layer = "firmware"
+tier = "nightly"
+gate = { model = "moe-large", metric = "throughput" }
+page = { team = "firmware", severity = "sev3" }
+
+[[risk]]
+id = "ungated"
+title = "no gate covers it"
+owner_team = "kernels"
+layer = "kernels"
+tier = "nightly"
+page = { team = "kernels", severity = "sev3" }
+
+[[risk]]
+id = "typos"
+title = "its gate names nothing real"
+owner_team = "kernels"
+layer = "kernels"
+tier = "nightly"
+gate = { model = "moe-larg", metric = "tokens" }
+page = { team = "kernels", severity = "sev3" }
+)";
+  const auto runs = q::gate_runs_from_reports({report("n1", "nightly", kNow - kHourMs, {model_entry("moe-large", "passed")})});
+  const auto r = reg(text);
+  const auto statuses = q::assess_risks(r, set(), runs, {}, kNow);
+  const auto& orphan = status_of(statuses, "orphan");
+  CHECK(has_gap(orphan, q::GapKind::no_owner));
+  CHECK(orphan.latest->state == q::GateState::passed);
+  CHECK(has_gap(status_of(statuses, "ungated"), q::GapKind::no_gate));
+  const auto& typos = status_of(statuses, "typos");
+  CHECK(has_gap(typos, q::GapKind::unknown_model));
+  CHECK(has_gap(typos, q::GapKind::unknown_metric));
+  CHECK(typos.gaps[0].detail.find("did you mean 'moe-large'?") != std::string::npos);
+  CHECK(q::risks_text(statuses).find("GAP orphan (no_owner)") != std::string::npos);
+  CHECK(q::to_json(statuses).at("gaps").get<std::size_t>() == q::gap_count(statuses));
+}
+
+TEST_CASE("each risk's verdict is its gate's in the latest run of its tier, with its age") {
+  const auto runs = q::gate_runs_from_reports({
+      report("n1", "nightly", kNow - 30 * kHourMs, {model_entry("moe-large", "passed")}),
+      report("n2", "nightly", kNow - 2 * kHourMs, {model_entry("moe-large", "performance_regression")}),
+      // A smoke does not judge a nightly gate; a run still going judges nothing.
+      report("s1", "smoke", kNow - kHourMs, {model_entry("moe-large", "passed"), model_entry("mlp-small", "passed")}),
+  });
+  const auto r = reg();
+  const auto statuses = q::assess_risks(r, set(), runs, {}, kNow);
+  const auto& moe = status_of(statuses, "moe-tokens");
+  REQUIRE(moe.latest);
+  CHECK(moe.latest->run_id == "n2");
+  CHECK(moe.latest->state == q::GateState::failed);
+  CHECK(moe.latest->age_ms == 2 * kHourMs);
+  CHECK(moe.gaps.empty());
+  CHECK(status_of(statuses, "fp8-presubmit").latest->run_id == "s1");
+  CHECK(q::risks_text(statuses).find("FAILED in n2") != std::string::npos);
+}
+
+TEST_CASE("a gate not judged within its tier's period is a gap") {
+  const auto r = reg();
+  SUBCASE("nightly: more than a day") {
+    const auto runs = q::gate_runs_from_reports({report("n1", "nightly", kNow - 25 * kHourMs,
+                                                        {model_entry("moe-large", "passed")})});
+    CHECK(has_gap(status_of(q::assess_risks(r, set(), runs, {}, kNow), "moe-tokens"), q::GapKind::stale));
+    CHECK(!has_gap(status_of(q::assess_risks(r, set(), runs, {}, kNow - 2 * kHourMs), "moe-tokens"),
+                   q::GapKind::stale));
+  }
+  SUBCASE("presubmit: a change touching the model merged after its last smoke") {
+    const auto runs = q::gate_runs_from_reports({report("s1", "smoke", kNow - kHourMs, {model_entry("mlp-small", "passed")})});
+    q::Change other{"c1", q::Layer::kernels, "kernels", {"attention"}, kNow - 10 * 60 * 1000, "", std::nullopt};
+    CHECK(!has_gap(status_of(q::assess_risks(r, set(), runs, {other}, kNow), "fp8-presubmit"), q::GapKind::stale));
+    q::Change touching{"c2", q::Layer::compiler, "compiler", {"gemm-fp8"}, kNow - 10 * 60 * 1000, "", std::nullopt};
+    const auto statuses = q::assess_risks(r, set(), runs, {other, touching}, kNow);
+    const auto& s = status_of(statuses, "fp8-presubmit");
+    REQUIRE(has_gap(s, q::GapKind::stale));
+    CHECK(s.gaps[0].detail.find("change c2") != std::string::npos);
+  }
+  SUBCASE("release: the last release qualification did not judge it") {
+    const auto judged = report("r1", "release", kNow - 48 * kHourMs, {model_entry("mlp-small", "passed")});
+    CHECK(status_of(q::assess_risks(r, set(), q::gate_runs_from_reports({judged}), {}, kNow), "release-fp8")
+              .gaps.empty());
+    const auto later = report("r2", "release", kNow - kHourMs, {model_entry("moe-large", "passed")});
+    const auto statuses = q::assess_risks(r, set(), q::gate_runs_from_reports({judged, later}), {}, kNow);
+    const auto& s = status_of(statuses, "release-fp8");
+    CHECK(has_gap(s, q::GapKind::stale));
+    CHECK(s.latest->run_id == "r1");
+  }
+  SUBCASE("never judged") {
+    CHECK(has_gap(status_of(q::assess_risks(r, set(), {}, {}, kNow), "moe-tokens"), q::GapKind::never_run));
+  }
+}
+
+TEST_CASE("only an approver of the gate's owning team may waive it") {
+  const auto r = reg();
+  auto team = q::waiving_team(r, "moe-tokens", "moe-large", q::GateMetric::throughput, "mei");
+  REQUIRE(team);
+  CHECK(*team == "kernels");
+  // By run id: the risks gating that model and metric decide.
+  CHECK(q::waiving_team(r, "nightly-1", "moe-large", q::GateMetric::throughput, "mei"));
+  auto refused = q::waiving_team(r, "nightly-1", "moe-large", q::GateMetric::throughput, "priya");
+  REQUIRE(!refused);
+  CHECK(refused.error().code == kiln::Errc::unauthorized);
+  CHECK(refused.error().message.find("ask one of kernels (mei)") != std::string::npos);
+  auto ungated = q::waiving_team(r, "nightly-1", "moe-large", q::GateMetric::correctness, "mei");
+  REQUIRE(!ungated);
+  CHECK(ungated.error().code == kiln::Errc::not_found);
+}
+
+TEST_CASE("a waiver needs a reason and an expiry within 30 days") {
+  q::Waiver w{"moe-tokens", "moe-large", q::GateMetric::throughput, "kernels", "mei", "fix in c9", kNow,
+              kNow + kHourMs};
+  CHECK(q::validate_new_waiver(w, kNow));
+  auto no_reason = w;
+  no_reason.reason.clear();
+  CHECK(!q::validate_new_waiver(no_reason, kNow));
+  auto past = w;
+  past.expires_at_ms = kNow;
+  CHECK(!q::validate_new_waiver(past, kNow));
+  auto too_long = w;
+  too_long.expires_at_ms = kNow + q::kMaxWaiverMs + 1;
+  CHECK(q::validate_new_waiver(too_long, kNow).error().message.find("30 days") != std::string::npos);
+  auto back = q::waiver_from_json(q::to_json(w));
+  REQUIRE(back);
+  CHECK(q::waiver_key(*back) == "moe-tokens/moe-large/throughput");
+  CHECK(q::waiver_text(*back).starts_with("waived by mei until "));
+}
+
+TEST_CASE("a waived failing gate lets its run through until the waiver expires") {
+  const auto r = reg();
+  const q::Waiver w{"nightly-7", "moe-large", q::GateMetric::throughput, "kernels", "mei", "4% low, fix in c9", kNow,
+                    kNow + 2 * kHourMs};
+  const json failed = report("nightly-7", "nightly", kNow, {model_entry("moe-large", "performance_regression"),
+                                                            model_entry("mlp-small", "passed")});
+  REQUIRE(!failed.at("passed").get<bool>());
+
+  json waived = failed;
+  const auto texts = q::apply_waivers(waived, {w}, r, kNow + kHourMs);
+  REQUIRE(texts.size() == 1);
+  CHECK(waived.at("passed").get<bool>());
+  CHECK(!waived.at("models")[0].at("fails_run").get<bool>());
+  CHECK(waived.at("summary").get<std::string>().find("passed with waivers") != std::string::npos);
+  CHECK(waived.at("summary").get<std::string>().find("WAIVED moe-large on revision a (throughput): waived by mei") !=
+        std::string::npos);
+  // The register reads the waived verdict as such.
+  const auto statuses = q::assess_risks(r, set(), q::gate_runs_from_reports({waived}), {}, kNow + kHourMs);
+  CHECK(status_of(statuses, "moe-tokens").latest->state == q::GateState::waived);
+  CHECK(status_of(statuses, "moe-tokens").latest->waiver.starts_with("waived by mei"));
+  CHECK(q::expired_waivers_in(waived, kNow + kHourMs).empty());
+  CHECK(q::expired_waivers_in(waived, kNow + 2 * kHourMs).size() == 1);
+
+  SUBCASE("after expiry the next evaluation fails the gate") {
+    json again = failed;
+    CHECK(q::apply_waivers(again, {w}, r, kNow + 2 * kHourMs).empty());
+    CHECK(!again.at("passed").get<bool>());
+    // The report that relied on it is failed again, and the register reads the gate as failed.
+    CHECK(q::first_waiver_expiry(waived) == kNow + 2 * kHourMs);
+    CHECK(q::revoke_expired_waivers(waived, kNow + kHourMs).empty());
+    CHECK(status_of(q::assess_risks(r, set(), q::gate_runs_from_reports({waived}), {}, kNow + 2 * kHourMs),
+                    "moe-tokens")
+              .latest->state == q::GateState::failed);
+    REQUIRE(q::revoke_expired_waivers(waived, kNow + 2 * kHourMs).size() == 1);
+    CHECK(!waived.at("passed").get<bool>());
+    CHECK(waived.at("models")[0].at("fails_run").get<bool>());
+    CHECK(waived.at("waivers").empty());
+    CHECK(!q::first_waiver_expiry(waived));
+    const std::string summary = waived.at("summary").get<std::string>();
+    CHECK(summary.starts_with("kiln nightly nightly-7: FAILED ("));
+    CHECK(summary.find("EXPIRED moe-large on revision a (throughput): waived by mei") != std::string::npos);
+  }
+  SUBCASE("another run is not waived by a waiver of one run") {
+    json other = failed;
+    other["run_id"] = "nightly-8";
+    CHECK(q::apply_waivers(other, {w}, r, kNow + kHourMs).empty());
+  }
+  SUBCASE("a waiver by someone the register does not list lets nothing through") {
+    auto forged = w;
+    forged.approver = "priya";
+    json again = failed;
+    CHECK(q::apply_waivers(again, {forged}, r, kNow + kHourMs).empty());
+  }
+  SUBCASE("a waiver of the risk covers its gate in every run") {
+    auto by_risk = w;
+    by_risk.scope = "moe-tokens";
+    json other = failed;
+    other["run_id"] = "nightly-8";
+    CHECK(q::apply_waivers(other, {by_risk}, r, kNow + kHourMs).size() == 1);
+  }
+  SUBCASE("a failure the waiver does not name still fails the run") {
+    json two = report("nightly-7", "nightly", kNow, {model_entry("moe-large", "performance_regression"),
+                                                     model_entry("mlp-small", "correctness_regression")});
+    CHECK(q::apply_waivers(two, {w}, r, kNow + kHourMs).size() == 1);
+    CHECK(!two.at("passed").get<bool>());
+  }
+}
+
+TEST_CASE("a failing gate pages its risk's team with its severity, once per run, and a waived one pages no one") {
+  const auto r = reg();
+  const json failed = report("nightly-7", "nightly", kNow, {model_entry("moe-large", "performance_regression")});
+  const auto tickets = q::risk_gate_tickets(r, failed, kNow);
+  REQUIRE(tickets.size() == 1);
+  CHECK(tickets[0].kind == q::TicketKind::risk_gate);
+  CHECK(tickets[0].team == "kernels");
+  CHECK(tickets[0].severity == "sev1");
+  CHECK(tickets[0].culprit_change == "risk:moe-tokens@nightly-7");
+  CHECK(q::validate(tickets[0]));
+  auto back = q::ticket_from_json_text(q::to_json_text(tickets[0]), "ticket");
+  REQUIRE(back);
+  CHECK(back->severity == "sev1");
+  // A smoke does not judge the nightly's gate; a passing nightly pages no one.
+  CHECK(q::risk_gate_tickets(r, report("s1", "smoke", kNow, {model_entry("moe-large", "performance_regression")}), kNow)
+            .empty());
+  CHECK(q::risk_gate_tickets(r, report("n8", "nightly", kNow, {model_entry("moe-large", "passed")}), kNow).empty());
+  json waived = failed;
+  const q::Waiver w{"moe-tokens", "moe-large", q::GateMetric::throughput, "kernels", "mei", "fix in c9", kNow,
+                    kNow + kHourMs};
+  REQUIRE(q::apply_waivers(waived, {w}, r, kNow).size() == 1);
+  CHECK(q::risk_gate_tickets(r, waived, kNow).empty());
+}
+
+TEST_CASE("a waived model run is no JUnit failure, and says so") {
+  q::RunReport run;
+  run.run_id = "nightly-7";
+  run.finished = true;
+  run.finished_at_ms = kNow;
+  q::ModelReport model;
+  model.model = "moe-large";
+  model.revision = "a";
+  model.owner_team = "llm-models";
+  model.verdict = q::ModelVerdict::performance_regression;
+  model.detail = "throughput -4%";
+  run.models.push_back(model);
+  json document = q::to_json(run);
+  const auto failing = q::report_outline_from_json(document);
+  REQUIRE(failing);
+  CHECK(q::to_junit_xml(*failing).find("<failure") != std::string::npos);
+  const q::Waiver w{"nightly-7", "moe-large", q::GateMetric::throughput, "kernels", "mei", "fix in c9", kNow,
+                    kNow + kHourMs};
+  REQUIRE(q::apply_waivers(document, {w}, reg(), kNow).size() == 1);
+  const auto waived = q::report_outline_from_json(document);
+  REQUIRE(waived);
+  const std::string junit = q::to_junit_xml(*waived);
+  CHECK(junit.find("<failure") == std::string::npos);
+  CHECK(junit.find("waived by mei until ") != std::string::npos);
+}
