@@ -24,7 +24,7 @@
 namespace kiln::cli {
 
 namespace q = kiln::qualification;
-namespace st = kiln::strategy;
+namespace strategy = kiln::strategy;
 
 namespace {
 
@@ -44,18 +44,18 @@ std::optional<double> measured_chip_hours(Client& client, const q::MeasuredJob& 
 }
 
 struct RecordedEvidence {
-  st::Evidence evidence;
+  strategy::Evidence evidence;
   std::size_t runs_read = 0;
 };
 
 // The newest measured cost of each model of the matrix's records factor, and its failing
 // verdicts in runs finished since `since_ms`.
-Result<RecordedEvidence> read_evidence(Client& client, const st::Matrix& matrix, std::int64_t since_ms) {
+Result<RecordedEvidence> read_evidence(Client& client, const strategy::Matrix& matrix, std::int64_t since_ms) {
   RecordedEvidence out;
   const auto factor = matrix.records_factor();
   if (!factor) return out;
   std::set<std::string> models;
-  for (const st::FactorValue& value : matrix.factors()[*factor].values) models.insert(value.name);
+  for (const strategy::FactorValue& value : matrix.factors()[*factor].values) models.insert(value.name);
   auto runs = q::shell::list_runs(client);
   if (!runs) return tl::unexpected(runs.error());
   for (auto run = runs->rbegin(); run != runs->rend(); ++run) {  // the newest first
@@ -114,15 +114,15 @@ class PlanCommand : public Command {
   int run(CommandContext& context) override {
     auto text = config::read_text_file(matrix_path_, "the matrix file", "give --matrix FILE (docs/strategy.md)");
     if (!text) return report(Error{Errc::config, text.error().message});
-    auto file = st::parse_matrix(*text, matrix_path_);
+    auto file = strategy::parse_matrix(*text, matrix_path_);
     if (!file) return report(file.error());
-    st::Matrix& matrix = file->matrix;
+    strategy::Matrix& matrix = file->matrix;
 
-    st::PlanState state;
+    strategy::PlanState state;
     if (!state_path_.empty() && std::filesystem::exists(state_path_)) {
       auto state_text = config::read_text_file(state_path_, "the state file", "give another --state file");
       if (!state_text) return report(state_text.error());
-      auto parsed = st::parse_plan_state(*state_text, state_path_);
+      auto parsed = strategy::parse_plan_state(*state_text, state_path_);
       if (!parsed) return report(parsed.error());
       state = std::move(*parsed);
     }
@@ -131,24 +131,24 @@ class PlanCommand : public Command {
     std::vector<std::string> sources = evidence(context, matrix);
     for (const std::string& source : sources) std::cerr << "kiln: " << source << "\n";
 
-    st::PlanRequest request;
+    strategy::PlanRequest request;
     request.budget_chip_hours = budget_;
     request.night = night;
     request.seed = seed_;
     request.rotation_nights = file->rotation_nights;
     request.top_skipped = top_;
-    const st::Plan plan = st::plan_night(matrix, st::history_of(state, matrix), request);
-    std::cout << (context.json() ? st::plan_json_text(matrix, plan, sources) : st::plan_text(matrix, plan));
+    const strategy::Plan plan = strategy::plan_night(matrix, strategy::history_of(state, matrix), request);
+    std::cout << (context.json() ? strategy::plan_json_text(matrix, plan, sources) : strategy::plan_text(matrix, plan));
     if (!record_) return kExitOk;
-    if (auto ok = st::record_plan(state, matrix, plan, state_path_); !ok) return report(ok.error());
-    if (auto ok = report::write_file_atomically(state_path_, st::plan_state_text(state)); !ok) return report(ok.error());
+    if (auto ok = strategy::record_plan(state, matrix, plan, state_path_); !ok) return report(ok.error());
+    if (auto ok = report::write_file_atomically(state_path_, strategy::plan_state_text(state)); !ok) return report(ok.error());
     std::cerr << fmt::format("kiln: recorded night {} ({} cells) in {}\n", night, plan.chosen.size(), state_path_);
     return kExitOk;
   }
 
  private:
   // Applies the coordinator's records to the matrix unless offline; says where the figures came from.
-  std::vector<std::string> evidence(CommandContext& context, st::Matrix& matrix) {
+  std::vector<std::string> evidence(CommandContext& context, strategy::Matrix& matrix) {
     const std::string file_only = "costs and risks from the matrix file alone";
     if (offline_) return {"offline (--offline): " + file_only};
     if (!matrix.records_factor()) {
