@@ -18,7 +18,6 @@
 #include <fmt/ranges.h>
 
 #include "agent/host/topology.h"
-#include "common/config/endpoint.h"
 #include "common/http/listen_address.h"
 #include "common/logging.h"
 #include "common/keys.h"

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
-#include "common/config/endpoint.h"
 #include "common/config/toml_errors.h"
 #include "common/transport/request_channel.h"
 

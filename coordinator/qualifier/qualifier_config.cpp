@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "common/config/endpoint.h"
 #include "common/config/toml_errors.h"
 #include "common/http/listen_address.h"
 
