@@ -220,8 +220,12 @@ TEST_CASE("a child dies when the thread that started it exits") {
 TEST_CASE("cancel stops a process and reports it cancelled") {
   TempDir dir;
   ProcessRunner runner;
-  const Result<ProcessId> id = runner.start(shell(dir, "sleep 30", 30000));
+  // The program ignores SIGTERM, so it is still stopping (for its kill grace) when the second
+  // cancel arrives, whatever the scheduler does.
+  const Result<ProcessId> id =
+      runner.start(shell(dir, "trap '' TERM; echo ready > ready; sleep 30", 30000));
   REQUIRE(id.has_value());
+  wait_for_file(dir.file("ready"));
   CHECK(runner.running() == 1);
   REQUIRE(runner.cancel(*id).has_value());
   CHECK(runner.cancel(*id).has_value());  // a second cancel while stopping is harmless
