@@ -166,16 +166,17 @@ TEST_CASE("what a process started dies with it") {
   SUBCASE("at its deadline") {
     // Long enough for a shell on a loaded machine to start its child before the deadline.
     const ProcessExit exit =
-        run_one(runner, shell(dir, "sleep 30 & echo $! > child.pid; sleep 30", 2000));
+        run_one(runner, shell(dir, "sleep 30 & echo $! > child.tmp; mv child.tmp child.pid; sleep 30", 2000));
     CHECK(exit.outcome == ProcessOutcome::timed_out);
   }
   SUBCASE("when it exits on its own") {
-    const ProcessExit exit = run_one(runner, shell(dir, "sleep 30 & echo $! > child.pid"));
+    const ProcessExit exit = run_one(runner, shell(dir, "sleep 30 & echo $! > child.tmp; mv child.tmp child.pid"));
     CHECK(exit.succeeded());
   }
   SUBCASE("when it is cancelled") {
+    // child.pid appears whole (by rename), so the pid is there once the file is.
     const Result<ProcessId> id =
-        runner.start(shell(dir, "sleep 30 & echo $! > child.pid; sleep 30", 30000));
+        runner.start(shell(dir, "sleep 30 & echo $! > child.tmp; mv child.tmp child.pid; sleep 30", 30000));
     REQUIRE(id.has_value());
     wait_for_file(dir.file("child.pid"));
     REQUIRE(runner.cancel(*id).has_value());
