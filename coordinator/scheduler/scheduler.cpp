@@ -7,28 +7,60 @@ namespace kiln::scheduler {
 // --- applying decisions ---------------------------------------------------------------------
 
 std::vector<RequestId> Scheduler::Impl::pending_order() const {
-  std::vector<const RequestRec*> list;
-  for (const auto& [id, r] : requests) {
-    if (!r.lease) list.push_back(&r);
-  }
-  std::sort(list.begin(), list.end(), [this](const RequestRec* a, const RequestRec* b) {
-    return order_key(*a) < order_key(*b);
-  });
   std::vector<RequestId> out;
-  out.reserve(list.size());
-  for (const RequestRec* r : list) out.push_back(r->req.id);
+  out.reserve(queue.size());
+  for (const auto& [key, r] : queue) out.push_back(r->req.id);
   return out;
+}
+
+RequestRec& Scheduler::Impl::add_request(RequestRec rec) {
+  const RequestId id = rec.req.id;
+  auto [it, added] = requests.emplace(id, std::move(rec));
+  KILN_ASSERT(added, "validate() refuses a known request id");
+  if (!it->second.lease) queue.emplace(order_key(it->second.req), &it->second);
+  return it->second;
+}
+
+void Scheduler::Impl::erase_request(RequestId id) {
+  auto it = requests.find(id);
+  KILN_ASSERT(it != requests.end() && !it->second.lease, "erasing a request that is unknown or holds a lease");
+  queue.erase(order_key(it->second.req));
+  claimants.erase(id);
+  requests.erase(it);
+}
+
+void Scheduler::Impl::add_lease(LeaseRec l) {
+  for (const ChipRef& c : l.chips) {
+    KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == 0, "granting a chip that is leased");
+    nodes[c.node].chip_lease[c.pos] = l.id;
+  }
+  RequestRec& r = requests.at(l.request);
+  if (!r.lease) queue.erase(order_key(r.req));
+  r.lease = l.id;
+  chips_in_use[{l.cls, l.revision}] += static_cast<int>(l.chips.size());
+  lease_deadlines.insert({deadline_of(l), l.id});
+  const LeaseId id = l.id;
+  leases.emplace(id, std::move(l));
 }
 
 void Scheduler::Impl::end_lease(LeaseId id) {
   auto it = leases.find(id);
   KILN_ASSERT(it != leases.end(), "ending a lease that does not exist");
-  for (const ChipRef& c : it->second.chips) {
+  const LeaseRec& l = it->second;
+  for (const ChipRef& c : l.chips) {
     KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == id, "chip not held by the lease ending");
     nodes[c.node].chip_lease[c.pos] = 0;
   }
-  auto req = requests.find(it->second.request);
-  if (req != requests.end() && req->second.lease == id) req->second.lease.reset();
+  lease_deadlines.erase({deadline_of(l), id});
+  auto used = chips_in_use.find({l.cls, l.revision});
+  KILN_ASSERT(used != chips_in_use.end(), "a lease's chips are counted in use");
+  used->second -= static_cast<int>(l.chips.size());
+  if (used->second == 0) chips_in_use.erase(used);
+  auto req = requests.find(l.request);
+  if (req != requests.end() && req->second.lease == id) {
+    req->second.lease.reset();
+    queue.emplace(order_key(req->second.req), &req->second);
+  }
   leases.erase(it);
 }
 
@@ -64,12 +96,7 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
     l.borrowed = g.borrowed;
     l.last_ack_ms = now;
     l.checkpoint_interval_ms = r.req.checkpoint_interval_ms;
-    for (const ChipRef& c : g.chips) {
-      KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == 0, "granting a chip that is leased");
-      nodes[c.node].chip_lease[c.pos] = l.id;
-    }
-    r.lease = l.id;
-    r.claim.reset();
+    clear_claim(r);
     LeaseGranted action;
     action.lease = l.id;
     action.request = l.request;
@@ -82,19 +109,19 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
       pl.chips.push_back(nodes[c.node].info.chips[c.pos].index);
     }
     for (auto& [n, pl] : by_node) action.placement.push_back(std::move(pl));
-    leases.emplace(l.id, std::move(l));
+    add_lease(std::move(l));
     actions.push_back(std::move(action));
   }
   for (Preemption& pre : p.preemptions) {
     RequestRec& r = requests.at(pre.request);
     for (LeaseId v : pre.claim.victims) {
       LeaseRec& l = leases.at(v);
-      l.grace_deadline_ms = now + knobs.grace_ms;
+      set_grace_deadline(l, now + knobs.grace_ms);
       l.preempted_for = pre.request;
       requests.at(l.request).preempted_by.insert(pre.request);
       actions.push_back(PreemptNotice{l.id, l.request, pre.request, *l.grace_deadline_ms});
     }
-    r.claim = std::move(pre.claim);
+    set_claim(r, std::move(pre.claim));
   }
   wake = p.wake;
 }
@@ -102,20 +129,57 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
 void Scheduler::Impl::schedule(TimeMs now) {
   // A claim whose victims are long gone but whose request still cannot start (reservations
   // moved, say) would hold chips idle: let it go, the request plans afresh.
-  for (auto& [id, r] : requests) {
-    if (r.claim && !r.lease && now >= r.claim->ready_ms + knobs.grace_ms) r.claim.reset();
+  for (RequestId id : std::vector<RequestId>(claimants.begin(), claimants.end())) {
+    RequestRec& r = requests.at(id);
+    if (!r.lease && now >= r.claim->ready_ms + knobs.grace_ms) clear_claim(r);
   }
   Plan p = plan(now, false);
   apply(p, now);
+  settled = std::move(p.settled);
+  settled.claims = !claimants.empty();
 }
 
 void Scheduler::Impl::drop_claims_on(std::size_t node) {
-  for (auto& [id, r] : requests) {
-    if (!r.claim) continue;
+  for (RequestId id : std::vector<RequestId>(claimants.begin(), claimants.end())) {
+    RequestRec& r = requests.at(id);
     bool touches = std::any_of(r.claim->chips.begin(), r.claim->chips.end(),
                                [&](const ChipRef& c) { return c.node == node; });
-    if (touches) r.claim.reset();
+    if (touches) clear_claim(r);
   }
+}
+
+bool Scheduler::Impl::lacks_free_chips(const RequestRec& r, const FreeChips& free) const {
+  const Request& q = r.req;
+  // Maintenance may enter nodes that are not up, and a claim's chips are its own: both are
+  // looked at in full.
+  if (q.maintenance || r.claim) return false;
+  if (q.node) {
+    auto it = node_index.find(*q.node);
+    if (it == node_index.end()) return true;
+    const int on_node = free.on_node[it->second];
+    if (q.nodes > 0) return q.nodes > 1 || on_node < static_cast<int>(nodes[it->second].info.chips.size());
+    return on_node < q.chips;
+  }
+  if (q.nodes > 0) return free.whole_free_nodes < q.nodes;
+  return free.most_on_a_node < q.chips;
+}
+
+bool Scheduler::Impl::settled_without_pass(const RequestRec& r) const {
+  if (!settled.valid || settled.claims) return false;
+  const Request& q = r.req;
+  if (q.not_before_ms || q.maintenance || may_preempt(r)) return false;
+  if (!queue.empty() && order_key(q) < queue.rbegin()->first) return false;
+  switch (knobs.policy) {
+    case Policy::kiln:
+      if (!settled.reservations_taken) return false;
+      break;
+    case Policy::fifo:
+      // Behind a waiting head nothing starts, whatever is free.
+      return settled.fifo_blocked;
+    case Policy::strict_priority:
+      break;
+  }
+  return lacks_free_chips(r, settled.free);
 }
 
 Status Scheduler::Impl::validate(const Request& q) const {
@@ -139,9 +203,7 @@ Status Scheduler::Impl::validate(const Request& q) const {
                 fmt::format("{} asks for a lease of {} ms; the limit is {} ms", name_of(q),
                             *q.lease_ms, knobs.max_lease_ms));
   }
-  std::size_t pending = 0;
-  for (const auto& [id, r] : requests) pending += r.lease ? 0 : 1;
-  if (pending >= knobs.max_pending_requests) {
+  if (queue.size() >= knobs.max_pending_requests) {
     return fail(Errc::unavailable,
                 fmt::format("the queue is full ({} pending requests); retry later",
                             knobs.max_pending_requests));
@@ -227,8 +289,9 @@ Status Scheduler::submit(const Request& request, TimeMs now) {
   RequestRec rec;
   rec.req = request;
   rec.remaining_ms = request.expected_duration_ms;
-  s.requests.emplace(request.id, std::move(rec));
-  s.schedule(now);
+  const RequestRec& queued = s.add_request(std::move(rec));
+  // Checked once it is queued: it then sorts last, as it must to change nothing ahead of it.
+  if (!s.settled_without_pass(queued)) s.schedule(now);
   return {};
 }
 
@@ -332,11 +395,9 @@ Result<LeaseId> Scheduler::Impl::hold(const Request& request, const std::vector<
   l.expiry_ms = start_ms + std::min(std::max<DurationMs>(length, rec.remaining_ms), s.knobs.max_lease_ms);
   l.last_ack_ms = start_ms;
   l.checkpoint_interval_ms = request.checkpoint_interval_ms;
-  for (const ChipRef& c : chips) s.nodes[c.node].chip_lease[c.pos] = l.id;
-  rec.lease = l.id;
   const LeaseId id = l.id;
-  s.requests.emplace(request.id, std::move(rec));
-  s.leases.emplace(id, std::move(l));
+  s.add_request(std::move(rec));
+  s.add_lease(std::move(l));
   return id;
 }
 
@@ -349,7 +410,7 @@ Status Scheduler::cancel(RequestId request, TimeMs now) {
   if (it->second.lease) {
     s.finish_request(*it->second.lease);
   } else {
-    s.requests.erase(it);
+    s.erase_request(request);
   }
   s.schedule(now);
   return {};
@@ -384,13 +445,13 @@ void Scheduler::on_tick(TimeMs now) {
   Impl& s = *impl_;
   std::vector<LeaseId> revoke;
   std::vector<LeaseId> expire;
-  for (const auto& [id, l] : s.leases) {
-    if (l.grace_deadline_ms && *l.grace_deadline_ms <= now) {
-      revoke.push_back(id);
-    } else if (l.expiry_ms <= now) {
-      expire.push_back(id);
-    }
+  for (auto it = s.lease_deadlines.begin(); it != s.lease_deadlines.end() && it->first <= now; ++it) {
+    const LeaseRec& l = s.leases.at(it->second);
+    (l.grace_deadline_ms && *l.grace_deadline_ms <= now ? revoke : expire).push_back(it->second);
   }
+  // In lease order, as they are reported.
+  std::sort(revoke.begin(), revoke.end());
+  std::sort(expire.begin(), expire.end());
   for (LeaseId id : revoke) {
     const LeaseRec& l = s.leases.at(id);
     s.actions.push_back(Revoke{id, l.request});
@@ -412,10 +473,8 @@ std::optional<Action> Scheduler::poll_action() {
 
 std::optional<TimeMs> Scheduler::next_deadline() const {
   TimeMs t = impl_->wake;
-  for (const auto& [id, l] : impl_->leases) {
-    // A lease under notice still ends at its expiry if that comes before the grace deadline.
-    t = std::min({t, l.grace_deadline_ms.value_or(kNever), l.expiry_ms});
-  }
+  // A lease under notice still ends at its expiry if that comes before the grace deadline.
+  if (!impl_->lease_deadlines.empty()) t = std::min(t, impl_->lease_deadlines.begin()->first);
   if (t == kNever) return std::nullopt;
   return t;
 }
@@ -535,11 +594,32 @@ Status Scheduler::check_invariants() const {
       return fail(Errc::internal, fmt::format("lease {} belongs to no running request", id));
     }
   }
+  std::size_t pending = 0;
   for (const auto& [id, r] : s.requests) {
     if (r.lease && !s.leases.count(*r.lease)) {
       return fail(Errc::internal, fmt::format("request {} points at a dead lease", id));
     }
+    if (!r.lease) {
+      ++pending;
+      auto queued = s.queue.find(s.order_key(r.req));
+      if (queued == s.queue.end() || queued->second != &r) {
+        return fail(Errc::internal, fmt::format("pending request {} is not queued", id));
+      }
+    }
+    if (r.claim.has_value() != (s.claimants.count(id) != 0)) {
+      return fail(Errc::internal, fmt::format("request {}'s claim and the claim index disagree", id));
+    }
   }
+  if (pending != s.queue.size()) return fail(Errc::internal, "the queue holds requests that are not pending");
+  if (s.claimants.size() > s.requests.size()) return fail(Errc::internal, "the claim index names unknown requests");
+  std::map<std::pair<RequestClass, std::string>, int> used;
+  std::set<std::pair<TimeMs, LeaseId>> deadlines;
+  for (const auto& [id, l] : s.leases) {
+    used[{l.cls, l.revision}] += static_cast<int>(l.chips.size());
+    deadlines.insert({Impl::deadline_of(l), id});
+  }
+  if (used != s.chips_in_use) return fail(Errc::internal, "the chips counted in use disagree with the leases");
+  if (deadlines != s.lease_deadlines) return fail(Errc::internal, "the lease deadline index disagrees with the leases");
   return {};
 }
 

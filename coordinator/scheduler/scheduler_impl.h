@@ -102,11 +102,37 @@ struct PendingInfo {
   std::vector<std::string> reasons;
 };
 
+
+
+// Chips free now (not leased), counted per node over the nodes new work may enter (`up`), as a
+// pass starts and as its grants take chips: an upper bound on what any non-maintenance request
+// could take, so that one that cannot fit is passed over without looking at every node.
+struct FreeChips {
+  std::vector<int> on_node;         // 0 on nodes that are not up
+  std::vector<int> nodes_with;      // nodes_with[k]: up nodes with exactly k free chips
+  int whole_free_nodes = 0;         // up nodes with every chip free
+  int most_on_a_node = 0;
+
+  void count(const std::vector<NodeRec>& nodes);
+  void take(std::size_t node, int chips, const std::vector<NodeRec>& nodes);
+};
+
+// What the last planning pass left: while nothing but queued requests that can neither start nor
+// hold a reservation has been added since, a new pass would decide nothing new.
+struct SettledPass {
+  bool valid = false;
+  FreeChips free;
+  bool reservations_taken = false;  // kiln: max_reservations requests hold reservations
+  bool fifo_blocked = false;        // fifo: the queue's head waits
+  bool claims = false;              // some pending request holds chips for a preemption
+};
+
 struct Plan {
   std::vector<Grant> grants;
   std::vector<Preemption> preemptions;
-  std::map<RequestId, PendingInfo> pending;
+  std::map<RequestId, PendingInfo> pending;  // filled when asked for reasons
   TimeMs wake = kNever;
+  SettledPass settled;
 };
 
 struct ReservationInfo {
@@ -117,6 +143,8 @@ struct ReservationInfo {
 
 
 struct Scheduler::Impl {
+  using OrderKey = std::tuple<int, TimeMs, RequestId>;
+
   SchedulerKnobs knobs;
   std::vector<NodeRec> nodes;
   std::map<std::string, std::size_t, std::less<>> node_index;
@@ -125,6 +153,14 @@ struct Scheduler::Impl {
   std::deque<Action> actions;
   LeaseId next_lease = 1;
   TimeMs wake = kNever;
+  // Indexes kept with every change, so that no step scans every request or lease: the pending
+  // requests in scheduling order, the requests holding a claim, each lease's next deadline
+  // (grace or expiry), and the chips leased per class and revision.
+  std::map<OrderKey, RequestRec*> queue;
+  std::set<RequestId> claimants;
+  std::set<std::pair<TimeMs, LeaseId>> lease_deadlines;
+  std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
+  SettledPass settled;
 
   // --- helpers --------------------------------------------------------------------------------
 
@@ -147,21 +183,54 @@ struct Scheduler::Impl {
 
   bool kiln_policy() const { return knobs.policy == Policy::kiln; }
 
-  auto order_key(const RequestRec& r) const {
-    const Request& q = r.req;
-    if (knobs.policy == Policy::fifo) {
-      return std::make_tuple(0, std::max(q.submit_ms, q.not_before_ms.value_or(q.submit_ms)), q.id);
+  // The nodes a request may run on by name: its pinned node alone, else every node.
+  template <typename F>
+  void for_each_candidate(const Request& q, F&& f) const {
+    if (q.node) {
+      if (auto it = node_index.find(*q.node); it != node_index.end()) f(it->second);
+      return;
     }
-    return std::make_tuple(rank(q.cls), q.submit_ms, q.id);
+    for (std::size_t n = 0; n < nodes.size(); ++n) f(n);
+  }
+
+  OrderKey order_key(const Request& q) const {
+    if (knobs.policy == Policy::fifo) {
+      return {0, std::max(q.submit_ms, q.not_before_ms.value_or(q.submit_ms)), q.id};
+    }
+    return {rank(q.cls), q.submit_ms, q.id};
   }
 
   std::vector<RequestId> pending_order() const;
 
-  std::map<std::pair<RequestClass, std::string>, int> usage() const {
-    std::map<std::pair<RequestClass, std::string>, int> used;
-    for (const auto& [id, l] : leases) used[{l.cls, l.revision}] += static_cast<int>(l.chips.size());
-    return used;
+  // --- keeping the indexes ---------------------------------------------------------------------
+
+  // Every request enters here; it is queued unless it already holds a lease.
+  RequestRec& add_request(RequestRec rec);
+  // Forgets a request that holds no lease.
+  void erase_request(RequestId id);
+  void set_claim(RequestRec& r, Claim claim) {
+    r.claim = std::move(claim);
+    claimants.insert(r.req.id);
   }
+  void clear_claim(RequestRec& r) {
+    r.claim.reset();
+    claimants.erase(r.req.id);
+  }
+  static TimeMs deadline_of(const LeaseRec& l) { return std::min(l.grace_deadline_ms.value_or(kNever), l.expiry_ms); }
+  // Takes the lease's chips for its request, which leaves the queue.
+  void add_lease(LeaseRec l);
+  void set_grace_deadline(LeaseRec& l, TimeMs at) {
+    lease_deadlines.erase({deadline_of(l), l.id});
+    l.grace_deadline_ms = at;
+    lease_deadlines.insert({deadline_of(l), l.id});
+  }
+
+  // A request the last pass's outcome already settles: it sorts after every queued request,
+  // starts no window, preempts nothing and cannot fit in the chips free now, and there is no
+  // reservation left for it to hold. Queuing it needs no pass.
+  bool settled_without_pass(const RequestRec& r) const;
+  // Whether `r` cannot start now for want of free chips alone (reservations and claims aside).
+  bool lacks_free_chips(const RequestRec& r, const FreeChips& free) const;
 
   TimeMs last_checkpoint(const LeaseRec& l, TimeMs at) const {
     TimeMs periodic = l.start_ms;
@@ -292,7 +361,7 @@ struct Scheduler::Impl {
   void finish_request(LeaseId id) {
     RequestId request = leases.at(id).request;
     end_lease(id);
-    requests.erase(request);
+    erase_request(request);
   }
 
   void apply(Plan& p, TimeMs now);

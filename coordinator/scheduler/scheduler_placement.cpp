@@ -22,11 +22,37 @@ std::vector<std::vector<ChipPlan>> Scheduler::Impl::initial_view(TimeMs now) con
       }
     }
   }
-  for (const auto& [id, r] : requests) {
-    if (!r.claim) continue;
-    for (const ChipRef& c : r.claim->chips) view[c.node][c.pos].claimed_by = id;
+  for (RequestId id : claimants) {
+    for (const ChipRef& c : requests.at(id).claim->chips) view[c.node][c.pos].claimed_by = id;
   }
   return view;
+}
+
+void FreeChips::count(const std::vector<NodeRec>& nodes) {
+  on_node.assign(nodes.size(), 0);
+  nodes_with.assign(1, 0);
+  whole_free_nodes = 0;
+  most_on_a_node = 0;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].state != NodeState::up) continue;
+    const int free = static_cast<int>(std::count(nodes[n].chip_lease.begin(), nodes[n].chip_lease.end(), 0));
+    on_node[n] = free;
+    if (static_cast<std::size_t>(free) >= nodes_with.size()) nodes_with.resize(free + 1, 0);
+    ++nodes_with[free];
+    if (free == static_cast<int>(nodes[n].chip_lease.size())) ++whole_free_nodes;
+    most_on_a_node = std::max(most_on_a_node, free);
+  }
+}
+
+void FreeChips::take(std::size_t node, int chips, const std::vector<NodeRec>& nodes) {
+  if (nodes[node].state != NodeState::up) return;  // maintenance on a node not counted
+  int& free = on_node[node];
+  KILN_ASSERT(free >= chips, "a grant takes only free chips");
+  if (free == static_cast<int>(nodes[node].chip_lease.size())) --whole_free_nodes;
+  --nodes_with[free];
+  free -= chips;
+  ++nodes_with[free];
+  while (most_on_a_node > 0 && nodes_with[most_on_a_node] == 0) --most_on_a_node;
 }
 
 // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
@@ -87,15 +113,15 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
   if (q.nodes == 0) {
     std::optional<std::tuple<int, int, std::size_t, std::size_t>> best_score;
     Grant best;
-    for (std::size_t n = 0; n < nodes.size(); ++n) {
-      if (!eligible(nodes[n], q)) continue;
+    for_each_candidate(q, [&](std::size_t n) {
+      if (!eligible(nodes[n], q)) return;
       std::vector<std::size_t> usable;
       for (std::size_t p = 0; p < view[n].size(); ++p) {
         if (chip_usable_now(view[n][p], q.id, end)) usable.push_back(p);
       }
-      if (static_cast<int>(usable.size()) < q.chips) continue;
+      if (static_cast<int>(usable.size()) < q.chips) return;
       QuotaCheck quota = check_quota(r, nodes[n].info.revision, q.chips, used);
-      if (!quota.allowed) continue;
+      if (!quota.allowed) return;
       auto [penalty, chosen] = choose_chips(n, usable, q.chips);
       // Claimed node first, then topology, then best fit (fewest chips left over), so whole
       // nodes stay free for large requests.
@@ -108,18 +134,18 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
         best.chips.clear();
         for (std::size_t p : chosen) best.chips.push_back({n, p});
       }
-    }
+    });
     if (best_score) return best;
     return std::nullopt;
   }
   std::map<std::string, std::vector<std::size_t>> by_rev;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    if (!eligible(nodes[n], q)) continue;
+  for_each_candidate(q, [&](std::size_t n) {
+    if (!eligible(nodes[n], q)) return;
     bool whole = std::all_of(view[n].begin(), view[n].end(), [&](const ChipPlan& c) {
       return chip_usable_now(c, q.id, end);
     });
     if (whole) by_rev[nodes[n].info.revision].push_back(n);
-  }
+  });
   for (auto& [rev, list] : by_rev) {
     if (static_cast<int>(list.size()) < q.nodes) continue;
     std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) {
@@ -151,8 +177,8 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
   Reservation best;
   if (q.nodes == 0) {
     std::optional<std::tuple<TimeMs, std::size_t, std::size_t>> best_score;
-    for (std::size_t n = 0; n < nodes.size(); ++n) {
-      if (!eligible(nodes[n], q)) continue;
+    for_each_candidate(q, [&](std::size_t n) {
+      if (!eligible(nodes[n], q)) return;
       std::vector<std::pair<TimeMs, std::size_t>> times;
       std::size_t free_now = 0;
       for (std::size_t p = 0; p < view[n].size(); ++p) {
@@ -168,15 +194,15 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
         best.chips.clear();
         for (int i = 0; i < q.chips; ++i) best.chips.push_back({n, times[i].second});
       }
-    }
+    });
   } else {
     std::map<std::string, std::vector<std::pair<TimeMs, std::size_t>>> by_rev;
-    for (std::size_t n = 0; n < nodes.size(); ++n) {
-      if (!eligible(nodes[n], q)) continue;
+    for_each_candidate(q, [&](std::size_t n) {
+      if (!eligible(nodes[n], q)) return;
       TimeMs t = now;
       for (const ChipPlan& c : view[n]) t = std::max(t, avail(c));
       by_rev[nodes[n].info.revision].push_back({t, n});
-    }
+    });
     for (auto& [rev, list] : by_rev) {
       if (static_cast<int>(list.size()) < q.nodes) continue;
       std::sort(list.begin(), list.end());
@@ -211,23 +237,26 @@ void Scheduler::Impl::mark_reserved(std::vector<std::vector<ChipPlan>>& view, co
 Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   Plan out;
   auto view = initial_view(now);
-  auto used = usage();
-  std::vector<RequestId> order = pending_order();
+  auto used = chips_in_use;
+  FreeChips free;
+  free.count(nodes);
   bool fifo_blocked = false;
   std::size_t reservations = 0;
   std::size_t position = 0;
-  for (RequestId id : order) {
-    const RequestRec& r = requests.at(id);
+  for (const auto& [key, queued] : queue) {
+    const RequestRec& r = *queued;
+    const RequestId id = r.req.id;
     const Request& q = r.req;
     ++position;
     bool window_open = !q.not_before_ms || *q.not_before_ms <= now;
     if (!window_open) out.wake = std::min(out.wake, *q.not_before_ms);
-    if (window_open && !fifo_blocked) {
+    if (window_open && !fifo_blocked && !lacks_free_chips(r, free)) {
       if (auto grant = place_now(r, now, view, used)) {
         for (const ChipRef& c : grant->chips) {
           view[c.node][c.pos].lease = kPlannedLease;
           view[c.node][c.pos].busy_until = now + r.remaining_ms;
           view[c.node][c.pos].claimed_by = 0;
+          free.take(c.node, 1, nodes);
         }
         used[{q.cls, nodes[grant->chips.front().node].info.revision}] +=
             static_cast<int>(grant->chips.size());
@@ -236,6 +265,12 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
       }
     }
     if (knobs.policy == Policy::fifo && window_open) fifo_blocked = true;
+    // Past the reservations, a request that opens no window and preempts nothing only waits:
+    // the pass need not look for its place, unless it is asked why.
+    if (!with_reasons && !q.not_before_ms && !r.claim && !may_preempt(r) &&
+        (!kiln_policy() || reservations >= knobs.max_reservations)) {
+      continue;
+    }
 
     PendingInfo info;
     if (kiln_policy()) {
@@ -282,9 +317,15 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
         }
       }
     }
-    if (with_reasons) info.reasons = reasons_for(r, now, view, used, position - 1);
-    out.pending[id] = std::move(info);
+    if (with_reasons) {
+      info.reasons = reasons_for(r, now, view, used, position - 1);
+      out.pending[id] = std::move(info);
+    }
   }
+  out.settled.valid = true;
+  out.settled.free = std::move(free);
+  out.settled.reservations_taken = reservations >= knobs.max_reservations;
+  out.settled.fifo_blocked = fifo_blocked;
   return out;
 }
 
