@@ -76,18 +76,9 @@ class ActionSink {
     to_client(client, protocol::ErrorReply{std::string(to_string(code)), std::move(message), {}}, corr);
   }
   void log(action::Severity severity, std::string text) { push(action::Log{severity, std::move(text)}); }
-  void save(const JobRecord& job) {
-    ++jobs_and_leases_saved_;
-    push(action::SaveJob{job});
-  }
+  void save(const JobRecord& job) { push(action::SaveJob{job}); }
   void save(const NodeRecord& node) { push(action::SaveNode{node}); }
-  void save(const LeaseRecord& lease) {
-    ++jobs_and_leases_saved_;
-    push(action::SaveLease{lease});
-  }
-  // How many job and lease records were saved so far: every change of what runs where is one,
-  // so a count that did not move says the chips in use did not either.
-  std::uint64_t jobs_and_leases_saved() const { return jobs_and_leases_saved_; }
+  void save(const LeaseRecord& lease) { push(action::SaveLease{lease}); }
   // `actor`, `role`: a caller's key and role, or "coordinator" for its own decisions.
   void audit(TimeMs at_wall_ms, std::string actor, std::string role, std::string action, std::string subject,
              std::string detail) {
@@ -106,7 +97,6 @@ class ActionSink {
 
  private:
   std::deque<Action> actions_;
-  std::uint64_t jobs_and_leases_saved_ = 0;
 };
 
 }  // namespace kiln::coordinator

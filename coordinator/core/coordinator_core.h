@@ -98,6 +98,9 @@ class CoordinatorCore {
   // Nodes whose state in the scheduler went stale without being marked for the next sync: none,
   // or an index of the core is wrong (SchedulerDecisions::nodes_out_of_sync).
   std::vector<std::string> nodes_out_of_sync() const { return scheduling_.nodes_out_of_sync(); }
+  // What the index of active jobs gets wrong, if anything (JobTable::index_error).
+  std::optional<std::string> job_index_error() const { return jobs_.index_error(); }
+  std::optional<std::string> chip_count_error() const { return scheduling_.chip_count_error(); }
 
  private:
   CoreContext context() { return CoreContext{knobs_, sink_, clock_, registry_, bridge_}; }

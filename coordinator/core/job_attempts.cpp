@@ -37,6 +37,7 @@ void JobTable::recover(std::vector<JobRecord> jobs) {
   for (auto& job : jobs) {
     next_job_id_ = std::max(next_job_id_, job.summary.job_id + 1);
     if (!protocol::is_terminal(job.summary.state)) activate(job.summary.job_id, job);
+    index_.update(job, ctx_.knobs.job_timeout_slack_ms);
     // An attempt assigned or running before the restart was dispatched; its chips are held
     // again when its agent reports it (reconcile_reported_jobs).
     if (job.summary.state == JobState::assigned || job.summary.state == JobState::running) {
@@ -75,12 +76,7 @@ std::optional<TimeMs> JobTable::next_deadline() const {
   auto consider = [&](TimeMs t) {
     if (!next || t < *next) next = t;
   };
-  for (std::uint64_t id : active_jobs_) {
-    const JobRecord& job = jobs_.at(id);
-    if (job.summary.state != JobState::queued) {
-      consider(job.started_at_ms + job.timeout_ms + ctx_.knobs.job_timeout_slack_ms + 1);
-    }
-  }
+  if (auto timeout = index_.next_timeout()) consider(*timeout);
   for (const auto& [id, attempt] : attempts_.all()) {
     if (attempt.phase == AttemptPhase::under_notice) consider(attempt.grace_deadline_ms);
     if (attempt.earlier_stopping) consider(stopping_given_up_at(attempt.earlier_stopping->since_ms));
@@ -92,15 +88,7 @@ std::optional<TimeMs> JobTable::next_deadline() const {
 }
 
 void JobTable::time_out_overdue(TimeMs now) {
-  std::vector<std::uint64_t> overdue;
-  for (std::uint64_t id : active_jobs_) {
-    const JobRecord& job = jobs_.at(id);
-    if (job.summary.state != JobState::queued &&
-        now > job.started_at_ms + job.timeout_ms + ctx_.knobs.job_timeout_slack_ms) {
-      overdue.push_back(id);
-    }
-  }
-  for (std::uint64_t id : overdue) {
+  for (std::uint64_t id : index_.overdue(now)) {
     JobRecord& job = jobs_.at(id);
     if (auto peer = ctx_.peer_of(job.summary.node_id)) {
       ctx_.to_agent(*peer, protocol::JobCancel{id, "the coordinator timed it out: no result after its timeout"});
@@ -138,7 +126,7 @@ void JobTable::job_started(const std::string& node_id, const protocol::JobStarte
     return;
   }
   job.summary.state = JobState::running;
-  ctx_.save(job);
+  save(job);
 }
 
 const JobRecord* JobTable::job_finished(const std::string& node_id, const protocol::JobFinished& fin, TimeMs now) {
@@ -254,7 +242,7 @@ Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::Sub
   const std::uint64_t id = next_job_id_++;
   activate(id, job);
   auto& stored = jobs_[id] = std::move(job);
-  ctx_.save(stored);
+  save(stored);
   ctx_.log(action::Severity::info,
            fmt::format("job {} ({} on {} chips, {}{}) submitted by {}", id, submit.workload, submit.chips,
                        protocol::enum_name(stored.summary.priority_class),
@@ -286,7 +274,7 @@ void JobTable::submit_gang(const std::string& client, const Caller& caller, cons
                                      size, gang_id, gang.lease_id);
     const std::uint64_t id = next_job_id_++;
     activate(id, job);
-    ctx_.save(jobs_[id] = std::move(job));
+    save(jobs_[id] = std::move(job));
     accepted.job_ids.push_back(id);
   }
   ctx_.sink.push(action::ToClient{client, std::move(accepted), m.header.id});
@@ -378,8 +366,7 @@ std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protoco
       return Error{Errc::invalid_argument, fmt::format("this job could never start: {}", *never)};
     }
   }
-  std::size_t queued = 0;
-  for (std::uint64_t id : active_jobs_) queued += jobs_.at(id).summary.state == JobState::queued ? 1 : 0;
+  const std::size_t queued = index_.queued();
   if (queued >= ctx_.knobs.max_queued_jobs) {
     return Error{Errc::unavailable, fmt::format("the queue is full ({} jobs waiting); try again later", queued)};
   }
@@ -453,7 +440,7 @@ void JobTable::cancel(const std::string& client, const Caller& caller, const pro
 void JobTable::request_cancel(JobRecord& job, const std::string& why) {
   job.cancel_requested = true;
   job.cancel_reason = text::utf8_head(why, protocol::kMessageText.max_len);
-  ctx_.save(job);
+  save(job);
   if (auto peer = ctx_.peer_of(job.summary.node_id)) ctx_.to_agent(*peer, protocol::JobCancel{job.summary.job_id, why});
 }
 
@@ -517,9 +504,9 @@ void JobTable::resume_on(const std::string& peer, const std::string& node_id, co
                          const std::vector<std::uint64_t>& stopped, TimeMs now) {
   // A cancel decided while the node had no session (its lease ended while the coordinator was
   // down, say) reaches the agent now.
-  for (std::uint64_t id : active_jobs_) {
+  for (std::uint64_t id : index_.on_node(node_id)) {
     const JobRecord& job = jobs_.at(id);
-    if (job.cancel_requested && job.summary.node_id == node_id && running.count(id) && attempts_.own_lease(id)) {
+    if (job.cancel_requested && running.count(id) && attempts_.own_lease(id)) {
       ctx_.to_agent(peer, protocol::JobCancel{id, job.lease_id != 0 ? fmt::format("its lease L{} ended", job.lease_id)
                                                                     : std::string("cancel requested")});
     }
@@ -562,7 +549,7 @@ std::vector<std::uint64_t> JobTable::reconcile_reported_jobs(const protocol::Hel
     // A deferred start has not been sent: what runs under its id is the earlier attempt.
     if (job.summary.state == JobState::assigned && running.count(id) && !attempts_.in(id, AttemptPhase::start_deferred)) {
       job.summary.state = JobState::running;
-      ctx_.save(job);
+      save(job);
     }
   }
   return unrestorable;
@@ -575,9 +562,9 @@ std::size_t JobTable::fail_vanished_jobs(const protocol::Hello& hello, TimeMs no
     return ids;
   }();
   std::vector<std::uint64_t> vanished;
-  for (std::uint64_t id : active_jobs_) {
+  for (std::uint64_t id : index_.on_node(hello.node_id)) {
     const JobRecord& job = jobs_.at(id);
-    if (job.summary.node_id == hello.node_id && job.summary.state != JobState::queued && !reported.count(id) &&
+    if (job.summary.state != JobState::queued && !reported.count(id) &&
         !attempts_.in(id, AttemptPhase::start_deferred)) {
       vanished.push_back(id);
     }
@@ -659,9 +646,8 @@ void JobTable::reconcile_heartbeat(const std::string& peer, const std::string& n
 
 std::size_t JobTable::fail_over_from(const std::string& node_id, TimeMs now) {
   std::vector<std::uint64_t> affected;
-  for (std::uint64_t id : active_jobs_) {
-    const JobRecord& job = jobs_.at(id);
-    if (job.summary.node_id == node_id && job.summary.state != JobState::queued) affected.push_back(id);
+  for (std::uint64_t id : index_.on_node(node_id)) {
+    if (jobs_.at(id).summary.state != JobState::queued) affected.push_back(id);
   }
   for (std::uint64_t id : affected) {
     attempt_lost(jobs_.at(id),
@@ -718,10 +704,10 @@ void JobTable::rerun(std::uint64_t id, const NodeRecord& node, TimeMs now) {
   }
   const std::uint64_t rerun_id = next_job_id_++;
   activate(rerun_id, rerun);
-  ctx_.save(jobs_[rerun_id] = std::move(rerun));
+  save(jobs_[rerun_id] = std::move(rerun));
   JobRecord& first = jobs_.at(id);
   first.rerun_job_id = rerun_id;
-  ctx_.save(first);
+  save(first);
   ctx_.log(action::Severity::info,
            fmt::format("job {} failed on quarantined node {}: rerun as job {} on a healthy node "
                        "of revision {}",
@@ -760,7 +746,7 @@ void JobTable::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) 
         return;
       }
     }
-    ctx_.save(job);
+    save(job);
     ctx_.log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, job.summary.detail));
   } else {
     finish(job, JobState::lost,
@@ -776,7 +762,7 @@ void JobTable::finish(JobRecord& job, JobState state, std::string detail, TimeMs
   active_jobs_.erase(job.summary.job_id);
   active_maintenance_jobs_.erase(job.summary.job_id);
   forget_request(job, now);
-  ctx_.save(job);
+  save(job);
   ctx_.log(state == JobState::succeeded ? action::Severity::info : action::Severity::warn,
            fmt::format("job {} {}: {}", job.summary.job_id, protocol::enum_name(state), job.summary.detail));
   // A job that fails on a node already quarantined is rerun as one that failed just before
@@ -819,7 +805,7 @@ void JobTable::start_attempt(JobRecord& job, const std::string& node_id, std::ve
   job.summary.chip_indices = chips;
   job.summary.attempt += 1;
   job.started_at_ms = now;
-  ctx_.save(job);
+  save(job);
   // Every chip an attempt of the job used on the node: an older attempt may still run there.
   auto& placed = last_placement_[job.summary.job_id][node_id];
   for (std::uint32_t chip : job.summary.chip_indices) {
@@ -985,7 +971,7 @@ void JobTable::revoke_due(TimeMs now) {
       finish(job, JobState::failed, "cannot be queued again after its preemption: " + s.error().message, now);
       continue;
     }
-    ctx_.save(job);
+    save(job);
     ctx_.log(action::Severity::info, fmt::format("job {}: {}", id, job.summary.detail));
   }
 }
@@ -1002,7 +988,7 @@ void JobTable::attempt_stopped(std::uint64_t job_id, TimeMs now) {
   attempts_.to(job_id, AttemptPhase::dispatched);
   if (!ctx_.registry.has_session(job.summary.node_id)) return;
   job.started_at_ms = now;
-  ctx_.save(job);
+  save(job);
   send_job_start(job);
 }
 
@@ -1075,14 +1061,34 @@ const JobRecord* JobTable::find(std::uint64_t job_id) const {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-std::map<std::string, std::set<std::uint32_t>> JobTable::chips_in_use() const {
-  std::map<std::string, std::set<std::uint32_t>> used;
+std::optional<std::string> JobTable::index_error() const {
+  std::size_t queued = 0;
+  std::map<std::string, std::set<std::uint32_t>> chips;
+  std::optional<TimeMs> next_timeout;
   for (std::uint64_t id : active_jobs_) {
     const JobRecord& job = jobs_.at(id);
-    if (job.summary.state == JobState::queued) continue;
-    used[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
+    if (!index_.on_node(job.summary.node_id).count(id) && !job.summary.node_id.empty()) {
+      return fmt::format("job {} on {} is not indexed on its node", id, job.summary.node_id);
+    }
+    if (job.summary.state == JobState::queued) {
+      ++queued;
+      continue;
+    }
+    chips[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
+    const TimeMs timeout = job.started_at_ms + job.timeout_ms + ctx_.knobs.job_timeout_slack_ms + 1;
+    if (!next_timeout || timeout < *next_timeout) next_timeout = timeout;
   }
-  return used;
+  if (queued != index_.queued()) return fmt::format("{} jobs are queued, the index counts {}", queued, index_.queued());
+  if (next_timeout != index_.next_timeout()) return "the index's next job timeout is not the earliest";
+  for (const auto& [node_id, held] : chips) {
+    if (held != index_.chips_on(node_id)) return fmt::format("the index's chips of the jobs on {} are wrong", node_id);
+  }
+  return std::nullopt;
+}
+
+void JobTable::save(const JobRecord& job) {
+  index_.update(job, ctx_.knobs.job_timeout_slack_ms);
+  ctx_.save(job);
 }
 
 void JobTable::activate(std::uint64_t id, const JobRecord& job) {

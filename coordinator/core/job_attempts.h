@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/protocol/codec.h"
 #include "common/protocol/messages.h"
+#include "coordinator/core/active_jobs.h"
 #include "coordinator/core/core_context.h"
 #include "coordinator/core/job_attempt.h"
 #include "coordinator/core/records.h"
@@ -43,8 +44,12 @@ class JobTable {
   // Whether a job of the lease is assigned or running.
   bool runs_in_lease(std::uint64_t lease_id) const;
   protocol::JobList list(const protocol::ListJobs& request) const;
-  // The chips active jobs use, by node.
-  std::map<std::string, std::set<std::uint32_t>> chips_in_use() const;
+  // The active jobs by state, node and timeout, as last saved.
+  const ActiveJobIndex& index() const { return index_; }
+  ActiveJobIndex& index() { return index_; }
+  // What the index gets wrong against a reading of every job, if anything (for the simulation's
+  // invariants).
+  std::optional<std::string> index_error() const;
   // The queued maintenance job (the oldest, if several) the node drains for, if any.
   std::optional<std::uint64_t> maintenance_waiting_on(const std::string& node_id) const;
   // How many jobs a node was told to stop without their chips being held.
@@ -183,6 +188,8 @@ class JobTable {
   JobRecord* job_holding(std::uint64_t job_id, scheduler::LeaseId lease);
   // The job is queued, assigned or running.
   void activate(std::uint64_t id, const JobRecord& job);
+  // Every change of a job is saved through here, which keeps the index with it.
+  void save(const JobRecord& job);
 
   CoreContext ctx_;
   const LeaseLifecycle& leases_;
@@ -198,6 +205,7 @@ class JobTable {
   // earlier one is still being stopped starts only once it has (the agent knows a job by its id
   // and would take the start for a duplicate); until then the job holds its chips as `assigned`.
   AttemptBook attempts_;
+  ActiveJobIndex index_;
   // Where each job's latest attempt ran, to hold its chips while it is being stopped.
   std::map<std::uint64_t, std::map<std::string, std::vector<std::uint32_t>>> last_placement_;
   // Jobs a node was told to stop because they are no longer its (after a partition, say), by

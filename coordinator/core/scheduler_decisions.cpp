@@ -20,12 +20,10 @@ using namespace detail;
 void SchedulerDecisions::pump(TimeMs now) {
   // Handlers may call the scheduler again; what that decides is carried out in the same loop.
   // The nodes' states are brought up to date before each decision is carried out.
-  bool decided = false;
   while (true) {
     sync_node_states(now);
     auto decision = ctx_.bridge.poll_decision();
     if (!decision) break;
-    decided = true;
     // Each decision goes to the room of the request's owner.
     auto to_owner = [&](auto&& for_lease, auto&& for_job) {
       std::visit(Exhaustive{
@@ -72,12 +70,11 @@ void SchedulerDecisions::pump(TimeMs now) {
                decision->action);
   }
   leases_.dispatch_jobs(now);
-  // Counting the chips in use reads every active job and node: only when a decision or a saved
-  // job or lease may have changed them, never for a heartbeat that changed nothing.
-  if (decided || ctx_.sink.jobs_and_leases_saved() != saves_counted_) refresh_chip_counts();
+  refresh_chip_counts();
 }
 
 void SchedulerDecisions::recovered_node(const NodeRecord& node, TimeMs now) {
+  recount_.insert(node.summary.node_id);
   ctx_.bridge.node_changed(node.summary.node_id);
   upsert_node(node, now);
   ctx_.bridge.set_node_state(node.summary.node_id, scheduler::NodeState::lost, "waiting for its agent to register", "",
@@ -95,18 +92,21 @@ void SchedulerDecisions::upsert_node(const NodeRecord& node, TimeMs now) {
 }
 
 void SchedulerDecisions::refresh_chip_counts() {
-  saves_counted_ = ctx_.sink.jobs_and_leases_saved();
-  std::map<std::string, std::set<std::uint32_t>> used = jobs_.chips_in_use();
-  for (const auto& lease : ctx_.scheduler().leases()) {
-    // Chips held while a cancelled attempt stops belong to no active job: not shown as used.
-    if (ctx_.bridge.is_stop_hold(lease.request)) continue;
-    for (const auto& p : lease.placement) {
-      for (int chip : p.chips) used[p.node].insert(static_cast<std::uint32_t>(chip));
+  // Only the nodes where a job was placed or left, or a lease granted or ended, since the last
+  // count: a heartbeat that changed nothing counts nothing.
+  std::set<std::string> changed = jobs_.index().take_nodes_changed();
+  changed.merge(recount_);
+  recount_.clear();
+  for (std::string& node_id : ctx_.scheduler().take_nodes_with_lease_changes()) changed.insert(std::move(node_id));
+  for (const std::string& node_id : changed) {
+    auto node = ctx_.registry.nodes().find(node_id);
+    if (node == ctx_.registry.nodes().end()) continue;
+    std::set<std::uint32_t> used = jobs_.index().chips_on(node_id);
+    for (const auto& [chip, request] : ctx_.scheduler().leased_chips(node_id)) {
+      // Chips held while a cancelled attempt stops belong to no active job: not shown as used.
+      if (!ctx_.bridge.is_stop_hold(request)) used.insert(static_cast<std::uint32_t>(chip));
     }
-  }
-  for (auto& [id, node] : ctx_.registry.nodes()) {
-    auto it = used.find(id);
-    node.summary.chips_used = it == used.end() ? 0 : static_cast<std::uint32_t>(it->second.size());
+    node->second.summary.chips_used = static_cast<std::uint32_t>(used.size());
   }
 }
 
@@ -262,6 +262,30 @@ SchedulerDecisions::NodeStateToTell SchedulerDecisions::state_to_tell(const Node
   return {scheduler::NodeState::up, "", ""};
 }
 
+std::optional<std::string> SchedulerDecisions::chip_count_error() const {
+  std::map<std::string, std::set<std::uint32_t>> used;
+  for (const auto& [id, job] : jobs_.all()) {
+    const auto state = job.summary.state;
+    if (state != protocol::JobState::assigned && state != protocol::JobState::running) continue;
+    used[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
+  }
+  for (const auto& lease : ctx_.scheduler().leases()) {
+    if (ctx_.bridge.is_stop_hold(lease.request)) continue;
+    for (const auto& p : lease.placement) {
+      for (int chip : p.chips) used[p.node].insert(static_cast<std::uint32_t>(chip));
+    }
+  }
+  for (const auto& [id, node] : ctx_.registry.nodes()) {
+    auto it = used.find(id);
+    const std::size_t counted = it == used.end() ? 0 : it->second.size();
+    if (node.summary.chips_used != counted) {
+      return fmt::format("node {} shows {} chips in use, its jobs and leases hold {}", id, node.summary.chips_used,
+                         counted);
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> SchedulerDecisions::nodes_out_of_sync() const {
   std::vector<std::string> stale;
   for (const auto& [id, node] : ctx_.registry.nodes()) {
@@ -359,7 +383,7 @@ void JobTable::preempt_notice(const scheduler::PreemptNotice& notice, std::uint6
   attempts_.to(id, AttemptPhase::under_notice);
   attempts_.of(id).grace_deadline_ms = now + grace_ms;
   job->summary.detail = fmt::format("{}; notice given, {} to checkpoint", reason, human_duration(grace_ms));
-  ctx_.save(*job);
+  save(*job);
   send_preempt(*job, grace_ms, reason);
   ctx_.log(action::Severity::info,
            fmt::format("job {} on {}: {}", job->summary.job_id, job->summary.node_id, job->summary.detail));
@@ -396,7 +420,7 @@ void JobTable::requeued(const scheduler::Requeued& requeued, std::uint64_t job_i
   if (revoked) attempts_.of(id).earlier_stopping = StoppingAttempt{job->summary.node_id, job->summary.attempt, now};
   job->summary.node_id.clear();
   job->summary.chip_indices.clear();
-  ctx_.save(*job);
+  save(*job);
   ctx_.log(action::Severity::info, fmt::format("job {}: {}", job->summary.job_id, job->summary.detail));
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ class SchedulerDecisions {
   // The chips in use on each node: those of active jobs and of the scheduler's leases, except
   // those held while a stopped attempt goes.
   void refresh_chip_counts();
+  // A node whose count of chips in use disagrees with a count over every job and lease, if any
+  // (for the simulation's invariants).
+  std::optional<std::string> chip_count_error() const;
 
   std::string explanation_text(const scheduler::Explanation& explanation, TimeMs now) const;
   void queue_why(const std::string& client, std::uint64_t corr, const protocol::QueueWhy& why, TimeMs now) const;
@@ -70,8 +74,8 @@ class SchedulerDecisions {
   CoreContext ctx_;
   JobTable& jobs_;
   LeaseLifecycle& leases_;
-  // The jobs and leases saved when the chips in use were last counted (refresh_chip_counts).
-  std::uint64_t saves_counted_ = 0;
+  // Nodes recovered from the store, whose saved count of chips in use is counted again.
+  std::set<std::string> recount_;
 };
 
 }  // namespace kiln::coordinator

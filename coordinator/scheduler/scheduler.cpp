@@ -33,6 +33,7 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
   for (const ChipRef& c : l.chips) {
     KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == 0, "granting a chip that is leased");
     nodes[c.node].chip_lease[c.pos] = l.id;
+    nodes_with_lease_changes.insert(c.node);
   }
   RequestRec& r = requests.at(l.request);
   if (!r.lease) queue.erase(order_key(r.req));
@@ -50,6 +51,7 @@ void Scheduler::Impl::end_lease(LeaseId id) {
   for (const ChipRef& c : l.chips) {
     KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == id, "chip not held by the lease ending");
     nodes[c.node].chip_lease[c.pos] = 0;
+    nodes_with_lease_changes.insert(c.node);
   }
   lease_deadlines.erase({deadline_of(l), id});
   auto used = chips_in_use.find({l.cls, l.revision});
@@ -561,6 +563,24 @@ std::optional<LeaseId> Scheduler::lease_of(RequestId request) const {
   auto it = impl_->requests.find(request);
   if (it == impl_->requests.end()) return std::nullopt;
   return it->second.lease;
+}
+
+std::vector<std::pair<int, RequestId>> Scheduler::leased_chips(std::string_view node) const {
+  std::vector<std::pair<int, RequestId>> out;
+  auto it = impl_->node_index.find(node);
+  if (it == impl_->node_index.end()) return out;
+  const NodeRec& rec = impl_->nodes[it->second];
+  for (std::size_t p = 0; p < rec.chip_lease.size(); ++p) {
+    if (rec.chip_lease[p] != 0) out.push_back({rec.info.chips[p].index, impl_->leases.at(rec.chip_lease[p]).request});
+  }
+  return out;
+}
+
+std::vector<std::string> Scheduler::take_nodes_with_lease_changes() {
+  std::vector<std::string> out;
+  for (std::size_t n : impl_->nodes_with_lease_changes) out.push_back(impl_->nodes[n].info.id);
+  impl_->nodes_with_lease_changes.clear();
+  return out;
 }
 
 Status Scheduler::check_invariants() const {

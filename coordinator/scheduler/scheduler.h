@@ -76,6 +76,10 @@ class Scheduler {
   std::vector<RequestId> pending() const;  // in scheduling order
   bool is_pending(RequestId request) const;
   std::optional<LeaseId> lease_of(RequestId request) const;
+  // The chips of a node that leases hold (chip index, holding request).
+  std::vector<std::pair<int, RequestId>> leased_chips(std::string_view node) const;
+  // The nodes where a lease was granted, ended or handed over since the last call.
+  std::vector<std::string> take_nodes_with_lease_changes();
   // Internal consistency: no chip in two leases, every known request either pending or
   // holding exactly one live lease. Meant to run after every step of a simulation.
   Status check_invariants() const;

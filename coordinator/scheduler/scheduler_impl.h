@@ -160,6 +160,7 @@ struct Scheduler::Impl {
   std::set<RequestId> claimants;
   std::set<std::pair<TimeMs, LeaseId>> lease_deadlines;
   std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
+  std::set<std::size_t> nodes_with_lease_changes;
   SettledPass settled;
 
   // --- helpers --------------------------------------------------------------------------------
