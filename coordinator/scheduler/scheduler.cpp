@@ -13,18 +13,46 @@ std::vector<RequestId> Scheduler::Impl::pending_order() const {
   return out;
 }
 
+Scheduler::Impl::Shape Scheduler::Impl::shape_of(const Request& q) { return {q.node.value_or(""), q.nodes, q.chips}; }
+
+bool Scheduler::Impl::plain(const RequestRec& r) const {
+  return !r.req.not_before_ms && !r.req.maintenance && !may_preempt(r);
+}
+
+void Scheduler::Impl::enqueue(RequestRec& r) {
+  const OrderKey key = order_key(r.req);
+  queue.emplace(key, &r);
+  if (plain(r)) {
+    plain_by_shape[shape_of(r.req)].emplace(key, &r);
+  } else {
+    unplain.emplace(key, &r);
+  }
+}
+
+void Scheduler::Impl::dequeue(const RequestRec& r) {
+  const OrderKey key = order_key(r.req);
+  queue.erase(key);
+  if (plain(r)) {
+    auto shape = plain_by_shape.find(shape_of(r.req));
+    shape->second.erase(key);
+    if (shape->second.empty()) plain_by_shape.erase(shape);
+  } else {
+    unplain.erase(key);
+  }
+}
+
 RequestRec& Scheduler::Impl::add_request(RequestRec rec) {
   const RequestId id = rec.req.id;
   auto [it, added] = requests.emplace(id, std::move(rec));
   KILN_ASSERT(added, "validate() refuses a known request id");
-  if (!it->second.lease) queue.emplace(order_key(it->second.req), &it->second);
+  if (!it->second.lease) enqueue(it->second);
   return it->second;
 }
 
 void Scheduler::Impl::erase_request(RequestId id) {
   auto it = requests.find(id);
   KILN_ASSERT(it != requests.end() && !it->second.lease, "erasing a request that is unknown or holds a lease");
-  queue.erase(order_key(it->second.req));
+  dequeue(it->second);
   claimants.erase(id);
   requests.erase(it);
 }
@@ -36,7 +64,7 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
     nodes_with_lease_changes.insert(c.node);
   }
   RequestRec& r = requests.at(l.request);
-  if (!r.lease) queue.erase(order_key(r.req));
+  if (!r.lease) dequeue(r);
   r.lease = l.id;
   chips_in_use[{l.cls, l.revision}] += static_cast<int>(l.chips.size());
   lease_deadlines.insert({deadline_of(l), l.id});
@@ -61,7 +89,7 @@ void Scheduler::Impl::end_lease(LeaseId id) {
   auto req = requests.find(l.request);
   if (req != requests.end() && req->second.lease == id) {
     req->second.lease.reset();
-    queue.emplace(order_key(req->second.req), &req->second);
+    enqueue(req->second);
   }
   leases.erase(it);
 }
@@ -135,10 +163,19 @@ void Scheduler::Impl::schedule(TimeMs now) {
     RequestRec& r = requests.at(id);
     if (!r.lease && now >= r.claim->ready_ms + knobs.grace_ms) clear_claim(r);
   }
-  Plan p = plan(now, false);
-  apply(p, now);
-  settled = std::move(p.settled);
+  // A pass decides against the leases and reservations as it found them; once its grants are
+  // applied, another may find more that can start (a reservation that moved with them). Passes
+  // repeat until one grants nothing, so that nothing that can start waits for an unrelated
+  // event. Each grant takes chips, so this ends; the bound is a guard.
+  for (int pass = 0; pass < kMaxPassesPerStep; ++pass) {
+    Plan p = plan(now, false);
+    const bool granted = !p.grants.empty();
+    apply(p, now);
+    settled = std::move(p.settled);
+    if (!granted) break;
+  }
   settled.claims = !claimants.empty();
+  settled.at_ms = now;
 }
 
 void Scheduler::Impl::drop_claims_on(std::size_t node) {
@@ -166,10 +203,10 @@ bool Scheduler::Impl::lacks_free_chips(const RequestRec& r, const FreeChips& fre
   return free.most_on_a_node < q.chips;
 }
 
-bool Scheduler::Impl::settled_without_pass(const RequestRec& r) const {
-  if (!settled.valid || settled.claims) return false;
+bool Scheduler::Impl::settled_without_pass(const RequestRec& r, TimeMs now) const {
+  if (!settled.valid || settled.claims || settled.at_ms != now) return false;
   const Request& q = r.req;
-  if (q.not_before_ms || q.maintenance || may_preempt(r)) return false;
+  if (!plain(r)) return false;
   if (!queue.empty() && order_key(q) < queue.rbegin()->first) return false;
   switch (knobs.policy) {
     case Policy::kiln:
@@ -293,7 +330,7 @@ Status Scheduler::submit(const Request& request, TimeMs now) {
   rec.remaining_ms = request.expected_duration_ms;
   const RequestRec& queued = s.add_request(std::move(rec));
   // Checked once it is queued: it then sorts last, as it must to change nothing ahead of it.
-  if (!s.settled_without_pass(queued)) s.schedule(now);
+  if (!s.settled_without_pass(queued, now)) s.schedule(now);
   return {};
 }
 

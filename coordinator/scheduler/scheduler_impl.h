@@ -25,6 +25,8 @@ inline constexpr DurationMs kOverrunStepMs = kMinuteMs;
 // Victim search enumerates subsets of the preemptible leases on one node; nodes hold at most a
 // handful, this bounds the work if one ever holds more.
 inline constexpr std::size_t kMaxVictimCandidates = 12;
+// Planning passes in one step at most, until one grants nothing (Impl::schedule).
+inline constexpr int kMaxPassesPerStep = 16;
 // Marks a chip granted earlier in the same planning pass.
 inline constexpr LeaseId kPlannedLease = std::numeric_limits<LeaseId>::max();
 
@@ -121,6 +123,9 @@ struct FreeChips {
 // hold a reservation has been added since, a new pass would decide nothing new.
 struct SettledPass {
   bool valid = false;
+  // Its time: expected lease ends pass and reservations move with the clock, so what it
+  // settled holds at this moment only.
+  TimeMs at_ms = 0;
   FreeChips free;
   bool reservations_taken = false;  // kiln: max_reservations requests hold reservations
   bool fifo_blocked = false;        // fifo: the queue's head waits
@@ -157,6 +162,12 @@ struct Scheduler::Impl {
   // requests in scheduling order, the requests holding a claim, each lease's next deadline
   // (grace or expiry), and the chips leased per class and revision.
   std::map<OrderKey, RequestRec*> queue;
+  // The same requests split for the planning pass: the plain ones (no window, no preemption, no
+  // maintenance) by shape, and the others. Plain requests of one shape that lack free chips once
+  // the reservations are taken all do: the pass leaves the rest of that shape unread.
+  using Shape = std::tuple<std::string, int, int>;  // pinned node, whole nodes, chips
+  std::map<Shape, std::map<OrderKey, RequestRec*>> plain_by_shape;
+  std::map<OrderKey, RequestRec*> unplain;
   std::set<RequestId> claimants;
   std::set<std::pair<TimeMs, LeaseId>> lease_deadlines;
   std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
@@ -205,6 +216,10 @@ struct Scheduler::Impl {
 
   // --- keeping the indexes ---------------------------------------------------------------------
 
+  static Shape shape_of(const Request& q);
+  bool plain(const RequestRec& r) const;
+  void enqueue(RequestRec& r);
+  void dequeue(const RequestRec& r);
   // Every request enters here; it is queued unless it already holds a lease.
   RequestRec& add_request(RequestRec rec);
   // Forgets a request that holds no lease.
@@ -226,10 +241,10 @@ struct Scheduler::Impl {
     lease_deadlines.insert({deadline_of(l), l.id});
   }
 
-  // A request the last pass's outcome already settles: it sorts after every queued request,
-  // starts no window, preempts nothing and cannot fit in the chips free now, and there is no
-  // reservation left for it to hold. Queuing it needs no pass.
-  bool settled_without_pass(const RequestRec& r) const;
+  // A request the last pass's outcome already settles: made at that same moment, it sorts after
+  // every queued request, starts no window, preempts nothing and cannot fit in the chips free
+  // now, and there is no reservation left for it to hold. Queuing it needs no pass.
+  bool settled_without_pass(const RequestRec& r, TimeMs now) const;
   // Whether `r` cannot start now for want of free chips alone (reservations and claims aside).
   bool lacks_free_chips(const RequestRec& r, const FreeChips& free) const;
 

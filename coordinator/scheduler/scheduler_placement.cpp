@@ -2,6 +2,8 @@
 // planning pass that decides both for every pending request.
 #include "coordinator/scheduler/scheduler_impl.h"
 
+#include <queue>
+
 #include <fmt/format.h>
 
 namespace kiln::scheduler {
@@ -243,8 +245,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   bool fifo_blocked = false;
   std::size_t reservations = 0;
   std::size_t position = 0;
-  for (const auto& [key, queued] : queue) {
-    const RequestRec& r = *queued;
+  auto consider = [&](const RequestRec& r) {
     const RequestId id = r.req.id;
     const Request& q = r.req;
     ++position;
@@ -261,16 +262,13 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
         used[{q.cls, nodes[grant->chips.front().node].info.revision}] +=
             static_cast<int>(grant->chips.size());
         out.grants.push_back(std::move(*grant));
-        continue;
+        return;
       }
     }
     if (knobs.policy == Policy::fifo && window_open) fifo_blocked = true;
-    // Past the reservations, a request that opens no window and preempts nothing only waits:
-    // the pass need not look for its place, unless it is asked why.
-    if (!with_reasons && !q.not_before_ms && !r.claim && !may_preempt(r) &&
-        (!kiln_policy() || reservations >= knobs.max_reservations)) {
-      continue;
-    }
+    // Past the reservations, a plain request only waits: the pass need not look for its place,
+    // unless it is asked why.
+    if (!with_reasons && plain(r) && (!kiln_policy() || reservations >= knobs.max_reservations)) return;
 
     PendingInfo info;
     if (kiln_policy()) {
@@ -320,6 +318,34 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     if (with_reasons) {
       info.reasons = reasons_for(r, now, view, used, position - 1);
       out.pending[id] = std::move(info);
+    }
+  };
+
+  if (with_reasons) {
+    for (const auto& [key, queued] : queue) consider(*queued);
+  } else {
+    // The other requests and each shape's plain ones, merged in scheduling order. A shape is read
+    // no further once its next request can take nothing: no chips free for it now (there are
+    // only fewer later in the pass) and no reservation left, or a fifo queue whose head waits.
+    using Entries = std::map<OrderKey, RequestRec*>;
+    std::vector<std::pair<Entries::const_iterator, Entries::const_iterator>> cursors;
+    cursors.push_back({unplain.begin(), unplain.end()});
+    for (const auto& [shape, entries] : plain_by_shape) cursors.push_back({entries.begin(), entries.end()});
+    using Head = std::pair<OrderKey, std::size_t>;
+    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
+    for (std::size_t c = 0; c < cursors.size(); ++c) {
+      if (cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
+    }
+    while (!heads.empty()) {
+      const std::size_t c = heads.top().second;
+      heads.pop();
+      const RequestRec& r = *cursors[c].first->second;
+      const bool may_reserve = kiln_policy() && reservations < knobs.max_reservations;
+      const bool takes_nothing =
+          !may_reserve && (knobs.policy == Policy::fifo ? fifo_blocked : lacks_free_chips(r, free));
+      if (c != 0 && takes_nothing) continue;
+      consider(r);
+      if (++cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
     }
   }
   out.settled.valid = true;
