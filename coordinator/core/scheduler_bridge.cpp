@@ -118,24 +118,17 @@ std::vector<std::string> SchedulerBridge::nodes_with_inventory_pending() const {
 }
 
 bool SchedulerBridge::knows_other_chips(const scheduler::NodeInfo& info) const {
-  for (const auto& known : scheduler_.nodes()) {
-    if (known.info.id != info.id) continue;
-    if (known.info.chips.size() != info.chips.size() || known.info.revision != info.revision) return true;
-    for (std::size_t i = 0; i < info.chips.size(); ++i) {
-      if (known.info.chips[i].index != info.chips[i].index) return true;
-    }
-    return false;
+  const auto known = scheduler_.node(info.id);
+  if (!known) return true;
+  if (known->info.chips.size() != info.chips.size() || known->info.revision != info.revision) return true;
+  for (std::size_t i = 0; i < info.chips.size(); ++i) {
+    if (known->info.chips[i].index != info.chips[i].index) return true;
   }
-  return true;
+  return false;
 }
 
 bool SchedulerBridge::node_holds_leases(const std::string& node_id) const {
-  for (const auto& lease : scheduler_.leases()) {
-    for (const auto& p : lease.placement) {
-      if (p.node == node_id) return true;
-    }
-  }
-  return false;
+  return !scheduler_.leased_chips(node_id).empty();
 }
 
 void SchedulerBridge::upsert_node(const scheduler::NodeInfo& info, TimeMs now) {

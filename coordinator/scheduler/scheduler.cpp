@@ -157,23 +157,24 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
 }
 
 void Scheduler::Impl::schedule(TimeMs now) {
+  if (queue.empty() && !knobs.exhaustive_passes) {
+    // Nothing waits: a pass would decide nothing, and there is no window or target to wake for.
+    KILN_ASSERT(claimants.empty(), "only pending requests hold claims");
+    wake = kNever;
+    settled = {};
+    return;
+  }
   // A claim whose victims are long gone but whose request still cannot start (reservations
   // moved, say) would hold chips idle: let it go, the request plans afresh.
   for (RequestId id : std::vector<RequestId>(claimants.begin(), claimants.end())) {
     RequestRec& r = requests.at(id);
     if (!r.lease && now >= r.claim->ready_ms + knobs.grace_ms) clear_claim(r);
   }
-  // A pass decides against the leases and reservations as it found them; once its grants are
-  // applied, another may find more that can start (a reservation that moved with them). Passes
-  // repeat until one grants nothing, so that nothing that can start waits for an unrelated
-  // event. Each grant takes chips, so this ends; the bound is a guard.
-  for (int pass = 0; pass < kMaxPassesPerStep; ++pass) {
-    Plan p = plan(now, false);
-    const bool granted = !p.grants.empty();
-    apply(p, now);
-    settled = std::move(p.settled);
-    if (!granted) break;
-  }
+  Plan p = plan(now, false);
+  const bool decided_nothing = p.grants.empty() && p.preemptions.empty();
+  apply(p, now);
+  settled = std::move(p.settled);
+  settled.decided_nothing = decided_nothing;
   settled.claims = !claimants.empty();
   settled.at_ms = now;
 }
@@ -204,7 +205,10 @@ bool Scheduler::Impl::lacks_free_chips(const RequestRec& r, const FreeChips& fre
 }
 
 bool Scheduler::Impl::settled_without_pass(const RequestRec& r, TimeMs now) const {
-  if (!settled.valid || settled.claims || settled.at_ms != now) return false;
+  if (knobs.exhaustive_passes || !settled.valid || !settled.decided_nothing || settled.claims ||
+      settled.at_ms != now) {
+    return false;
+  }
   const Request& q = r.req;
   if (!plain(r)) return false;
   if (!queue.empty() && order_key(q) < queue.rbegin()->first) return false;
@@ -563,6 +567,13 @@ std::vector<NodeView> Scheduler::nodes() const {
     out.push_back({n.info, n.state, n.reason, n.owner, n.since_ms});
   }
   return out;
+}
+
+std::optional<NodeView> Scheduler::node(std::string_view id) const {
+  auto it = impl_->node_index.find(id);
+  if (it == impl_->node_index.end()) return std::nullopt;
+  const NodeRec& n = impl_->nodes[it->second];
+  return NodeView{n.info, n.state, n.reason, n.owner, n.since_ms};
 }
 
 std::vector<LeaseView> Scheduler::leases() const {

@@ -72,6 +72,7 @@ class Scheduler {
   // --- views ----------------------------------------------------------------------------------
   const SchedulerKnobs& knobs() const;
   std::vector<NodeView> nodes() const;
+  std::optional<NodeView> node(std::string_view id) const;
   std::vector<LeaseView> leases() const;
   std::vector<RequestId> pending() const;  // in scheduling order
   bool is_pending(RequestId request) const;

@@ -25,8 +25,6 @@ inline constexpr DurationMs kOverrunStepMs = kMinuteMs;
 // Victim search enumerates subsets of the preemptible leases on one node; nodes hold at most a
 // handful, this bounds the work if one ever holds more.
 inline constexpr std::size_t kMaxVictimCandidates = 12;
-// Planning passes in one step at most, until one grants nothing (Impl::schedule).
-inline constexpr int kMaxPassesPerStep = 16;
 // Marks a chip granted earlier in the same planning pass.
 inline constexpr LeaseId kPlannedLease = std::numeric_limits<LeaseId>::max();
 
@@ -126,6 +124,10 @@ struct SettledPass {
   // Its time: expected lease ends pass and reservations move with the clock, so what it
   // settled holds at this moment only.
   TimeMs at_ms = 0;
+  // It granted and preempted nothing, so it left everything as it found it: a pass run again at
+  // that moment decides the same. (One that granted may not: a second pass over what the first
+  // granted can find more that fits.)
+  bool decided_nothing = false;
   FreeChips free;
   bool reservations_taken = false;  // kiln: max_reservations requests hold reservations
   bool fifo_blocked = false;        // fifo: the queue's head waits

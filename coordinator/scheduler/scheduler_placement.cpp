@@ -268,7 +268,10 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     if (knobs.policy == Policy::fifo && window_open) fifo_blocked = true;
     // Past the reservations, a plain request only waits: the pass need not look for its place,
     // unless it is asked why.
-    if (!with_reasons && plain(r) && (!kiln_policy() || reservations >= knobs.max_reservations)) return;
+    if (!with_reasons && !knobs.exhaustive_passes && plain(r) &&
+        (!kiln_policy() || reservations >= knobs.max_reservations)) {
+      return;
+    }
 
     PendingInfo info;
     if (kiln_policy()) {
@@ -321,7 +324,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     }
   };
 
-  if (with_reasons) {
+  if (with_reasons || knobs.exhaustive_passes) {
     for (const auto& [key, queued] : queue) consider(*queued);
   } else {
     // The other requests and each shape's plain ones, merged in scheduling order. A shape is read
