@@ -109,12 +109,18 @@ void JobTable::give_up_stopping(TimeMs now) {
     }
   }
   for (std::uint64_t id : stopped) attempt_stopped(id, now);
-  for (auto& [node_id, stopping] : stopping_on_node_) {
-    if (std::erase_if(stopping, [&](const auto& entry) { return now >= stopping_given_up_at(entry.second); }) > 0) {
-      ctx_.bridge.node_changed(node_id);
+  for (auto it = stopping_on_node_.begin(); it != stopping_on_node_.end();) {
+    if (std::erase_if(it->second, [&](const auto& entry) { return now >= stopping_given_up_at(entry.second); }) > 0) {
+      ctx_.bridge.node_changed(it->first);
     }
-    start_deferred_on(node_id, now);
+    it = it->second.empty() ? stopping_on_node_.erase(it) : std::next(it);
   }
+  // Only nodes with a deferred start have anything to start: read once, not once per node.
+  std::set<std::string> deferred_on;
+  for (const auto& [id, attempt] : attempts_.all()) {
+    if (attempt.phase == AttemptPhase::start_deferred) deferred_on.insert(jobs_.at(id).summary.node_id);
+  }
+  for (const std::string& node_id : deferred_on) start_deferred_on(node_id, now);
 }
 
 void JobTable::job_started(const std::string& node_id, const protocol::JobStarted& started) {
@@ -185,7 +191,8 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
     // waits for the heartbeats.
     const bool latest_attempt = fin.attempt >= job.summary.attempt;
     if (stopping_attempt || (latest_attempt && (ctx_.bridge.stop_hold_of(fin.job_id, node_id) ||
-                                                stopping_on_node_[node_id].count(fin.job_id)))) {
+                                                (stopping_on_node_.count(node_id) != 0 &&
+                                                 stopping_on_node_.at(node_id).count(fin.job_id) != 0)))) {
       old_attempt_gone(fin.job_id, node_id, now);
     }
   }
@@ -620,21 +627,22 @@ void JobTable::reconcile_heartbeat(const std::string& peer, const std::string& n
                                    TimeMs now) {
   const std::set<std::uint64_t> running(beat.running_jobs.begin(), beat.running_jobs.end());
   std::vector<std::uint64_t> gone;
-  for (const auto& [id, since] : stopping_on_node_[node_id]) {
-    if (!running.count(id)) gone.push_back(id);
+  if (auto stopping_here = stopping_on_node_.find(node_id); stopping_here != stopping_on_node_.end()) {
+    for (const auto& [id, since] : stopping_here->second) {
+      if (!running.count(id)) gone.push_back(id);
+    }
   }
   for (const auto& [request, hold] : ctx_.bridge.stop_holds()) {
     if (hold.node_id == node_id && !running.count(hold.job_id)) gone.push_back(hold.job_id);
   }
   for (std::uint64_t id : gone) old_attempt_gone(id, node_id, now);
-  auto& stopping = stopping_on_node_[node_id];
   for (std::uint64_t id : running) {
     auto it = jobs_.find(id);
     const bool ours =
         it != jobs_.end() && !protocol::is_terminal(it->second.summary.state) && it->second.summary.node_id == node_id;
     if (!ours) {
       ctx_.to_agent(peer, protocol::JobCancel{id, "the coordinator no longer assigns this job to this node"});
-      if (!ctx_.bridge.stop_hold_of(id, node_id) && stopping.emplace(id, now).second) {
+      if (!ctx_.bridge.stop_hold_of(id, node_id) && stopping_on_node_[node_id].emplace(id, now).second) {
         ctx_.bridge.node_changed(node_id);
       }
     } else if (attempts_.in(id, AttemptPhase::start_deferred)) {
