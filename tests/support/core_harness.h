@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,9 @@ struct Harness : CoordinatorIo {
   std::vector<protocol::AuditEntry> audit;
   std::uint64_t next_id = 1;
 
-  explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, Now now = 0)
-      : core(knobs, std::move(snapshot), now) {
+  explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, Now now = 0,
+                   std::optional<qualification::RiskRegister> waiver_register = std::nullopt)
+      : core(knobs, std::move(snapshot), now, std::move(waiver_register)) {
     drain();
   }
 
