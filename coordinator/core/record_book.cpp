@@ -94,6 +94,12 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
     }
     case RecordKind::qualification_run:
       return key_matches(put.key, string_member(*json, "run_id"), put.kind);
+    case RecordKind::stability_run:
+      if (json->value("schema", std::string()) != "kiln.stability-run/1" || !json->contains("models")) {
+        return fail(Errc::bad_message, "a stability_run record needs schema kiln.stability-run/1 and its models; send "
+                                       "the document kiln stability writes");
+      }
+      return key_matches(put.key, string_member(*json, "run_id"), put.kind);
     case RecordKind::run_request: {
       auto request = qualification::run_request_from_json(*json);
       if (!request) return tl::unexpected(request.error());
