@@ -20,7 +20,7 @@ std::string CoreClock::text(TimeMs core_ms, bool with_seconds) const {
 }
 
 CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now clock_now,
-                                 std::optional<qualification::RiskRegister> waiver_register)
+                                 std::shared_ptr<const qualification::RiskRegister> waiver_register)
     : knobs_(knobs),
       clock_(clock_now),
       registry_(knobs.liveness_timeout_ms(),

@@ -62,7 +62,7 @@ class CoordinatorCore {
   // queued again if a node of theirs does not register within the liveness timeout.
   // `waiver_register`: whose approvers may waive which gates (RecordBook).
   CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now now,
-                  std::optional<qualification::RiskRegister> waiver_register = std::nullopt);
+                  std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr);
   // The rooms hold references to each other and to the context.
   CoordinatorCore(const CoordinatorCore&) = delete;
   CoordinatorCore& operator=(const CoordinatorCore&) = delete;

@@ -44,7 +44,7 @@ Status key_matches(const std::string& key, const std::string& id, RecordKind kin
 }  // namespace
 
 RecordBook::RecordBook(std::vector<protocol::RecordEntry> recovered,
-                       std::optional<qualification::RiskRegister> waiver_register)
+                       std::shared_ptr<const qualification::RiskRegister> waiver_register)
     : waiver_register_(std::move(waiver_register)) {
   for (auto& record : recovered) {
     next_seq_ = std::max(next_seq_, record.seq + 1);

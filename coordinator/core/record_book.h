@@ -5,7 +5,7 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,7 +13,10 @@
 #include "common/error.h"
 #include "common/protocol/messages.h"
 #include "common/time.h"
-#include "coordinator/qualification/risk_register.h"
+
+namespace kiln::qualification {
+struct RiskRegister;
+}
 
 namespace kiln::coordinator {
 
@@ -22,7 +25,7 @@ class RecordBook {
   // `waiver_register`: the register whose teams' approvers may waive their gates (coordinator.toml
   // risk_register); without one every waiver is refused.
   explicit RecordBook(std::vector<protocol::RecordEntry> recovered = {},
-                      std::optional<qualification::RiskRegister> waiver_register = std::nullopt);
+                      std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr);
 
   // Checks the document for its kind (docs/protocol.md, qualification records): a change or
   // bundle keyed by its id, immutable once written (writing the same content again is fine);
@@ -52,7 +55,7 @@ class RecordBook {
 
   std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> records_;
   std::uint64_t next_seq_ = 1;
-  std::optional<qualification::RiskRegister> waiver_register_;
+  std::shared_ptr<const qualification::RiskRegister> waiver_register_;
 };
 
 }  // namespace kiln::coordinator

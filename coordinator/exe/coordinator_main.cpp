@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
   if (check->parsed()) {
     const std::string approvers =
         config->waiver_register
-            ? fmt::format("the [[team]]s of {} ({} teams)", config->risk_register, config->waiver_register->teams.size())
+            ? fmt::format("the [[team]]s of {} ({} team{})", config->risk_register,
+                          config->waiver_register->teams.size(), config->waiver_register->teams.size() == 1 ? "" : "s")
             : std::string("none: no waiver is taken ([coordinator] risk_register)");
     const std::string metrics =
         config->http_listen.empty() ? std::string("not served (no [http] listen)") : "http://" + config->http_listen + "/metrics";

@@ -117,7 +117,7 @@ void read_coordinator_table(config::Problems& problems, const toml::table& root,
       // The register's own problems name its file and lines; they stop the coordinator as the
       // config's do, since a waiver would otherwise be judged against a register no one checked.
       if (auto reg = qualification::load_risk_register_file(config.risk_register)) {
-        config.waiver_register = std::move(*reg);
+        config.waiver_register = std::make_shared<const qualification::RiskRegister>(std::move(*reg));
       } else {
         problems.add_located(r.region("risk_register").begin, reg.error().message);
       }

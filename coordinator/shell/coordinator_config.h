@@ -3,7 +3,7 @@
 #pragma once
 
 #include <map>
-#include <optional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -51,7 +51,7 @@ struct CoordinatorConfig {
   // gates; the coordinator refuses every other key's waiver, and every waiver without one.
   // Loaded at start (load_coordinator_config_to_start), its problems among the file's.
   std::string risk_register;
-  std::optional<qualification::RiskRegister> waiver_register;
+  std::shared_ptr<const qualification::RiskRegister> waiver_register;
   std::map<std::string, AuthorizedKey> keys_by_public_key;
 };
 

@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,7 +32,7 @@ struct Harness : CoordinatorIo {
   std::uint64_t next_id = 1;
 
   explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, Now now = 0,
-                   std::optional<qualification::RiskRegister> waiver_register = std::nullopt)
+                   std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr)
       : core(knobs, std::move(snapshot), now, std::move(waiver_register)) {
     drain();
   }

@@ -334,7 +334,7 @@ TEST_CASE("a run request names a recorded bundle and never changes; a claim on i
 
 // The register the coordinator checks waivers against: mei and jonas approve for kernels, whose
 // risk gates moe-large throughput.
-q::RiskRegister kernels_register() {
+std::shared_ptr<const q::RiskRegister> kernels_register() {
   auto reg = q::parse_risk_register(R"(
 model_set = "set.toml"
 [[team]]
@@ -354,7 +354,7 @@ page = { team = "kernels", severity = "sev2" }
 )",
                                     "risks.toml");
   REQUIRE_MESSAGE(reg, reg.error().message);
-  return *reg;
+  return std::make_shared<const q::RiskRegister>(std::move(*reg));
 }
 
 TEST_CASE("a waiver is a person's word: stamped with its key and the coordinator's time, bounded, audited, kept") {
