@@ -17,8 +17,21 @@ namespace kiln::protocol {
 // (key = environment@commit; docs/releases.md), immutable.
 // waiver: a failing gate let through until an expiry by an approver of its owning team (key =
 // scope/model/metric; docs/risks.md), written by a person's key, audited.
-enum class RecordKind { change, bundle, baseline, qualification_run, run_request, run_claim, ticket, promotion, waiver };
-constexpr EnumTable<RecordKind, 9> enum_names(RecordKind) {
+// stability_run: a finished stability run (kiln stability) with the gates it judged (key = its
+// run id; docs/stability.md), judged again by the qualifier for waivers and pages.
+enum class RecordKind {
+  change,
+  bundle,
+  baseline,
+  qualification_run,
+  run_request,
+  run_claim,
+  ticket,
+  promotion,
+  waiver,
+  stability_run
+};
+constexpr EnumTable<RecordKind, 10> enum_names(RecordKind) {
   return {{
       {RecordKind::change, "change"},
       {RecordKind::bundle, "bundle"},
@@ -29,6 +42,7 @@ constexpr EnumTable<RecordKind, 9> enum_names(RecordKind) {
       {RecordKind::ticket, "ticket"},
       {RecordKind::promotion, "promotion"},
       {RecordKind::waiver, "waiver"},
+      {RecordKind::stability_run, "stability_run"},
   }};
 }
 

@@ -64,17 +64,33 @@ SwitchoverReport switchover_report(const std::vector<json>& runs, const std::map
       const std::string model = m.value("model", "");
       const std::string revision = m.value("revision", "");
       if (model.empty() || !m.contains("nodes") || !m["nodes"].is_array() || m["nodes"].empty()) continue;
-      // A result's backend is its nodes'; one on nodes of several backends calibrates none.
+      // A result's backend is its nodes' when it was made (node_backends); one on nodes of several
+      // backends calibrates none. A report from before backends were recorded has no
+      // node_backends: its nodes' drivers now stand in, and the report counts those results.
+      const auto recorded = m.find("node_backends");
+      const bool by_record = recorded != m.end() && recorded->is_object();
       std::set<Backend> backends;
+      bool unknown_backend = false;
       for (const json& node : m["nodes"]) {
-        const auto driver = node_drivers.find(node.get<std::string>());
+        const std::string id = node.get<std::string>();
+        if (by_record) {
+          const auto at = recorded->find(id);
+          const auto backend = at != recorded->end() && at->is_string()
+                                   ? enum_from_name<Backend>(at->get<std::string>())
+                                   : std::nullopt;
+          if (backend) backends.insert(*backend);
+          unknown_backend = unknown_backend || !backend;
+          continue;
+        }
+        const auto driver = node_drivers.find(id);
         if (driver == node_drivers.end()) {
-          unknown.insert(node.get<std::string>());
+          unknown.insert(id);
           continue;
         }
         backends.insert(backend_of(driver->second));
       }
-      if (backends.size() != 1) continue;
+      if (backends.size() != 1 || unknown_backend) continue;
+      if (!by_record) ++report.results_by_current_driver;
       const Backend backend = *backends.begin();
       Evidence& evidence = by_model[{model, revision}];
       if (correct(m.value("verdict", ""))) ++evidence.correct_runs[backend];
@@ -158,7 +174,8 @@ json to_json(const SwitchoverReport& report) {
           {"gates", gates},
           {"calibrated", report.calibrated},
           {"ready", report.ready},
-          {"unknown_nodes", report.unknown_nodes}};
+          {"unknown_nodes", report.unknown_nodes},
+          {"results_by_current_driver", report.results_by_current_driver}};
 }
 
 std::string to_text(const SwitchoverReport& report) {
@@ -176,6 +193,12 @@ std::string to_text(const SwitchoverReport& report) {
                        g.silicon_noise ? fmt::format("; noise on silicon {:.2f}%", 100 * *g.silicon_noise)
                                        : std::string());
     if (!g.remaining.empty()) out += "      to do: " + g.remaining + "\n";
+  }
+  if (report.results_by_current_driver > 0) {
+    const bool one = report.results_by_current_driver == 1;
+    out += fmt::format("  {} result{} recorded without a backend (before kiln kept it) {} counted by {} driver now\n",
+                       report.results_by_current_driver, one ? "" : "s", one ? "is" : "are",
+                       one ? "its node's" : "their nodes'");
   }
   if (!report.unknown_nodes.empty()) {
     out += fmt::format("  results on nodes the coordinator no longer knows were left out: {}\n",

@@ -1,6 +1,7 @@
 // The backend dimension before silicon: the same qualification gates run on the simulated chip,
-// the CPU reference and, once it exists, the real chip. A result's backend is its nodes'
-// (a node's backend is read from its driver's version); the switch-over report says, per model,
+// the CPU reference and, once it exists, the real chip. A result's backend is the one recorded
+// with it (a model run's node_backends: each node's driver when the result was made); a report
+// from before that was recorded falls back to its nodes' drivers now. The switch-over report says, per model,
 // revision and gate, on which backends the recorded runs measured it and whether it is calibrated
 // on silicon (correctness: the golden confirmed by a correct run there; performance: the noise
 // measured on enough silicon baseline samples) or still relies on the simulator, and what remains
@@ -49,12 +50,15 @@ struct SwitchoverReport {
   std::vector<GateStatus> gates;  // by model, revision, gate
   std::size_t calibrated = 0;
   bool ready = false;  // every gate calibrated on silicon, and there is at least one
-  std::vector<std::string> unknown_nodes;  // named by runs, unknown to the coordinator now
+  std::vector<std::string> unknown_nodes;  // named by old runs, unknown to the coordinator now
   std::size_t runs_read = 0;
+  // Model runs recorded without node_backends, attributed by their nodes' drivers now.
+  std::size_t results_by_current_driver = 0;
 };
 
 // `runs`: run reports as the coordinator keeps them (docs/qualification.md); unfinished ones are
-// skipped. `node_drivers`: node id -> its driver's version (`kiln nodes`).
+// skipped. `node_drivers`: node id -> its driver's version now (`kiln nodes`), read only for
+// results recorded without their backend.
 SwitchoverReport switchover_report(const std::vector<nlohmann::json>& runs,
                                    const std::map<std::string, std::string>& node_drivers,
                                    const SwitchoverOptions& options = {});

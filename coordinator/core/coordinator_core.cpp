@@ -19,13 +19,14 @@ std::string CoreClock::text(TimeMs core_ms, bool with_seconds) const {
   return wall_clock_text(core_ms + wall_offset_ms_, with_seconds);
 }
 
-CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now clock_now)
+CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now clock_now,
+                                 std::shared_ptr<const qualification::RiskRegister> waiver_register)
     : knobs_(knobs),
       clock_(clock_now),
       registry_(knobs.liveness_timeout_ms(),
                 clock_now.wall_ms + std::max<TimeMs>(knobs.restart_grace_ms, knobs.liveness_timeout_ms())),
       bridge_(knobs.scheduler, clock_now.wall_ms, sink_),
-      records_(std::move(recovered.records)),
+      records_(std::move(recovered.records), std::move(waiver_register)),
       jobs_(context(), leases_, scheduling_),
       leases_(context(), jobs_, scheduling_),
       scheduling_(context(), jobs_, leases_),

@@ -60,7 +60,9 @@ class CoordinatorCore {
   // when their agent re-registers still running them. Pending developer leases are queued again
   // keeping their age; granted ones hold their chips again at once (until their expiry), and are
   // queued again if a node of theirs does not register within the liveness timeout.
-  CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now now);
+  // `waiver_register`: whose approvers may waive which gates (RecordBook).
+  CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now now,
+                  std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr);
   // The rooms hold references to each other and to the context.
   CoordinatorCore(const CoordinatorCore&) = delete;
   CoordinatorCore& operator=(const CoordinatorCore&) = delete;

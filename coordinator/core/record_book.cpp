@@ -43,7 +43,9 @@ Status key_matches(const std::string& key, const std::string& id, RecordKind kin
 
 }  // namespace
 
-RecordBook::RecordBook(std::vector<protocol::RecordEntry> recovered) {
+RecordBook::RecordBook(std::vector<protocol::RecordEntry> recovered,
+                       std::shared_ptr<const qualification::RiskRegister> waiver_register)
+    : waiver_register_(std::move(waiver_register)) {
   for (auto& record : recovered) {
     next_seq_ = std::max(next_seq_, record.seq + 1);
     const auto key = std::make_pair(record.kind, record.key);
@@ -91,6 +93,12 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       return {};
     }
     case RecordKind::qualification_run:
+      return key_matches(put.key, string_member(*json, "run_id"), put.kind);
+    case RecordKind::stability_run:
+      if (json->value("schema", std::string()) != "kiln.stability-run/1" || !json->contains("models")) {
+        return fail(Errc::bad_message, "a stability_run record needs schema kiln.stability-run/1 and its models; send "
+                                       "the document kiln stability writes");
+      }
       return key_matches(put.key, string_member(*json, "run_id"), put.kind);
     case RecordKind::run_request: {
       auto request = qualification::run_request_from_json(*json);
@@ -153,12 +161,22 @@ Result<std::string> RecordBook::claim_document(const protocol::PutRecord& put, T
   return qualification::to_json(*claim).dump();
 }
 
-// A waiver names its approver and time as the coordinator saw them, not as the client said: the
-// key that wrote it, and now. Its expiry is checked against this clock.
+// A waiver names its approver, team and time as the coordinator saw them, not as the client said:
+// the key that wrote it, the team of the register that owns the gate and lists that key among its
+// approvers, and now. A client that skips its own check of the register gets no further. Its
+// expiry is checked against this clock.
 Result<std::string> RecordBook::waiver_document(const protocol::PutRecord& put, const std::string& written_by,
                                                 TimeMs now) const {
   auto waiver = qualification::waiver_from_json(nlohmann::json::parse(put.document));
   KILN_ASSERT(waiver.has_value(), "check() accepted the waiver");
+  if (!waiver_register_) {
+    return fail(Errc::unauthorized, "this coordinator has no risk register to check the approver against, so it takes "
+                                    "no waiver; set [coordinator] risk_register in coordinator.toml to the register "
+                                    "the qualifier uses and restart it (docs/operations.md, \"Waivers\")");
+  }
+  auto team = qualification::waiving_team(*waiver_register_, waiver->scope, waiver->model, waiver->metric, written_by);
+  if (!team) return tl::unexpected(team.error());
+  waiver->team = std::move(*team);
   waiver->approver = written_by;
   waiver->created_at_ms = std::max<TimeMs>(now, 0);
   if (auto ok = qualification::validate_new_waiver(*waiver, now); !ok) return tl::unexpected(ok.error());

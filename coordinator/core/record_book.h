@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,11 +14,18 @@
 #include "common/protocol/messages.h"
 #include "common/time.h"
 
+namespace kiln::qualification {
+struct RiskRegister;
+}
+
 namespace kiln::coordinator {
 
 class RecordBook {
  public:
-  explicit RecordBook(std::vector<protocol::RecordEntry> recovered = {});
+  // `waiver_register`: the register whose teams' approvers may waive their gates (coordinator.toml
+  // risk_register); without one every waiver is refused.
+  explicit RecordBook(std::vector<protocol::RecordEntry> recovered = {},
+                      std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr);
 
   // Checks the document for its kind (docs/protocol.md, qualification records): a change or
   // bundle keyed by its id, immutable once written (writing the same content again is fine);
@@ -28,8 +36,9 @@ class RecordBook {
   // its expiry (now + lease_ms); a ticket keyed by its id, the id of its dedupe key: filing one
   // already held keeps the held ticket and state and merges the deliveries (merge_filing in
   // ticket_record.h), so a culprit has one ticket however often it is filed; a waiver keyed by
-  // scope/model/metric, stamped with the writer as approver and now as its time, expiring after
-  // now and at most 30 days ahead (waiver.h). Returns the record to save.
+  // scope/model/metric, stamped with the writer as approver, the gate's owning team and now as its
+  // time, refused (unauthorized) unless the writer is an approver of that team in the waiver
+  // register, expiring after now and at most 30 days ahead (waiver.h). Returns the record to save.
   Result<protocol::RecordEntry> put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now);
   // A person's state change of a recorded ticket (with_state in ticket_record.h).
   Result<protocol::RecordEntry> set_ticket_state(const protocol::SetTicketState& request, const std::string& written_by,
@@ -46,6 +55,7 @@ class RecordBook {
 
   std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry> records_;
   std::uint64_t next_seq_ = 1;
+  std::shared_ptr<const qualification::RiskRegister> waiver_register_;
 };
 
 }  // namespace kiln::coordinator

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "coordinator/shell/server.h"
 #include "coordinator/store/copy_store.h"
@@ -131,15 +132,20 @@ int main(int argc, char** argv) {
   auto config = kiln::coordinator::load_coordinator_config_to_start(config_path);
   if (!config) return print_config_problems(config_path, config.error());
   if (check->parsed()) {
+    const std::string approvers =
+        config->waiver_register
+            ? fmt::format("the [[team]]s of {} ({} team{})", config->risk_register,
+                          config->waiver_register->teams.size(), config->waiver_register->teams.size() == 1 ? "" : "s")
+            : std::string("none: no waiver is taken ([coordinator] risk_register)");
     const std::string metrics =
         config->http_listen.empty() ? std::string("not served (no [http] listen)") : "http://" + config->http_listen + "/metrics";
     std::printf("%s: OK\n  agents connect to  %s\n  clients connect to %s\n  store              %s\n"
                 "  authorized keys    %zu\n  heartbeat          %u ms, lost after %u missed\n  log level          %s\n"
-                "  metrics            %s\n",
+                "  metrics            %s\n  waiver approvers   %s\n",
                 config_path.c_str(), config->agent_endpoint.c_str(), config->client_endpoint.c_str(),
                 kiln::coordinator::store_description(*config).c_str(), config->keys_by_public_key.size(),
                 config->knobs.heartbeat_interval_ms, config->knobs.liveness_missed_beats, config->log_level.c_str(),
-                metrics.c_str());
+                metrics.c_str(), approvers.c_str());
     return 0;
   }
 

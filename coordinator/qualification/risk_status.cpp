@@ -79,6 +79,17 @@ std::optional<MetricVerdict> metric_verdict(const json& entry, GateMetric metric
     std::string waiver = waiver_of(entry, metric, now);
     return {waiver.empty() ? GateState::failed : GateState::waived, std::move(what), std::move(waiver)};
   };
+  // A stability run's entry says per gate what it judged (stability_gates.h).
+  if (auto gates = entry.find("gates"); gates != entry.end() && gates->is_object()) {
+    auto gate = gates->find(enum_name(metric));
+    if (gate == gates->end() || !gate->is_object()) return std::nullopt;
+    const auto state = enum_from_name<GateState>(text_member(*gate, "state"));
+    if (!state) return std::nullopt;
+    if (*state == GateState::passed || *state == GateState::failed) {
+      return judged(*state == GateState::passed, text_member(*gate, "detail"));
+    }
+    return MetricVerdict{*state, text_member(*gate, "detail"), ""};
+  }
   switch (metric) {
     case GateMetric::throughput: {
       auto performance = entry.find("performance");
@@ -110,7 +121,9 @@ std::optional<MetricVerdict> metric_verdict(const json& entry, GateMetric metric
 std::vector<GateRun> gate_runs_from_reports(const std::vector<json>& reports) {
   std::vector<GateRun> runs;
   for (const json& report : reports) {
-    if (!report.is_object() || report.value("schema", "") != "kiln.qualification-run/1") continue;
+    if (!report.is_object()) continue;
+    const std::string schema = report.value("schema", "");
+    if (schema != "kiln.qualification-run/1" && schema != "kiln.stability-run/1") continue;
     if (!report.value("finished", false)) continue;
     GateRun run;
     run.run_id = text_member(report, "run_id");

@@ -54,7 +54,8 @@ struct GateRun {
   TimeMs finished_at_ms = 0;
   std::vector<nlohmann::json> models;
 };
-// The finished runs among recorded run reports (kiln.qualification-run/1); others are left out.
+// The finished runs among recorded run reports (kiln.qualification-run/1) and stability runs
+// (kiln.stability-run/1, stability_gates.h); others are left out.
 std::vector<GateRun> gate_runs_from_reports(const std::vector<nlohmann::json>& reports);
 
 // The run tier a risk tier's gate is judged in ("smoke" for presubmit).

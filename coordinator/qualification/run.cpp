@@ -496,7 +496,11 @@ Status QualificationRun::on_job_result(JobResult result, TimeMs now) {
   s.now_ms = now;
   const RunJob job = **answered;
   const bool probe = job.request.purpose == JobPurpose::bisect_probe;
-  if (!probe) State::add_unique(s.report_of(job.owner.pair).nodes, result.node_id);
+  if (!probe) {
+    ModelReport& report = s.report_of(job.owner.pair);
+    State::add_unique(report.nodes, result.node_id);
+    if (!result.backend.empty()) report.node_backends.emplace(result.node_id, result.backend);
+  }
   if (!result.ran) {
     if (job.attempt >= s.input.settings.max_job_attempts) {
       s.give_up(job, result);

@@ -84,6 +84,7 @@ nlohmann::json to_json(const RunReport& report) {
                   {"detail", m.detail},
                   {"ticket_ids", m.ticket_ids},
                   {"nodes", m.nodes},
+                  {"node_backends", m.node_backends},
                   {"duration_ms", m.duration_ms}};
     entry["performance"] = m.performance ? to_json(*m.performance) : json(nullptr);
     entry["triage"] = m.triage ? to_json(*m.triage) : json(nullptr);
@@ -212,6 +213,10 @@ Result<RunReport> report_outline_from_json(const nlohmann::json& document) {
       m.detail = entry.at("detail").get<std::string>();
       m.ticket_ids = entry.at("ticket_ids").get<std::vector<std::string>>();
       m.nodes = entry.at("nodes").get<std::vector<std::string>>();
+      // Reports recorded before backends were kept with results have none.
+      if (entry.contains("node_backends")) {
+        m.node_backends = entry.at("node_backends").get<std::map<std::string, std::string>>();
+      }
       m.duration_ms = entry.at("duration_ms").get<DurationMs>();
       // Reports recorded before measure jobs were kept have none.
       if (entry.contains("measure_job") && !entry.at("measure_job").is_null()) {

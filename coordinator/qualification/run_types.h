@@ -119,6 +119,9 @@ struct JobResult {
   std::vector<double> candidate_samples;  // ... on the bundle under test
   std::optional<TrainingEvidence> training;  // a training model's curves and gates
   std::string detail;  // the job's own detail (why it did not run)
+  // The backend (sim, cpu, silicon: backends::Backend) of the node's driver when the shell read
+  // the result; empty when the shell did not know the node's driver, or a gang's ranks differ.
+  std::string backend;
 };
 
 
@@ -193,6 +196,9 @@ struct ModelReport {
   std::optional<TrainingEvidence> training;  // its measure job's loss curve and eval, for training models
   std::vector<std::string> ticket_ids;
   std::vector<std::string> nodes;  // where its jobs ran
+  // Each node's backend when its result was made (JobResult::backend), so that a node moving
+  // from the simulator to silicon does not rewrite what its earlier results measured.
+  std::map<std::string, std::string> node_backends;
   DurationMs duration_ms = 0;      // first job start to verdict
   // Its measure job, for a rerun (kiln rerun, the nightly's reproducibility sample): set by the
   // shell, which knows the jobs; absent when it did not run, or ran on several nodes.

@@ -135,6 +135,15 @@ bool waiver_applies(const Waiver& waiver, const RiskRegister& reg, std::string_v
 }
 
 std::vector<GateMetric> failing_metrics(const json& entry) {
+  // A stability run's entry names its failed gates (stability_gates.h).
+  if (auto gates = entry.find("gates"); gates != entry.end() && gates->is_object()) {
+    std::vector<GateMetric> metrics;
+    for (const auto& [name, gate] : gates->items()) {
+      const auto metric = enum_from_name<GateMetric>(name);
+      if (metric && gate.is_object() && text_member(gate, "state") == "failed") metrics.push_back(*metric);
+    }
+    return metrics;
+  }
   const std::string verdict = text_member(entry, "verdict");
   if (verdict == "performance_regression") return {GateMetric::throughput};
   if (verdict != "correctness_regression" && verdict != "hardware_suspect") return {};

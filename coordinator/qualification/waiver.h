@@ -61,7 +61,7 @@ bool waiver_applies(const Waiver& waiver, const RiskRegister& reg, std::string_v
 // The metrics a model entry of a run report (kiln.qualification-run/1) fails on: throughput for a
 // performance regression, eval and loss_curve for a training model's failed gates, correctness
 // for other wrong outputs; none for a verdict that does not fail a run, or one that is not a
-// gate's (error: the model could not run).
+// gate's (error: the model could not run). A stability run's entry: the gates it failed.
 std::vector<GateMetric> failing_metrics(const nlohmann::json& model_entry);
 
 // Applies the waivers to a run report document at `now`: each failing model entry whose every

@@ -232,28 +232,36 @@ Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& reque
 // the threads that drive runs and the main loop.
 class WaivedRuns {
  public:
+  // A run is a qualification run's report or a stability run's (kiln stability).
+  using RunKey = std::pair<protocol::RecordKind, std::string>;
+
   // Keeps the run when its report relies on waivers, forgets it otherwise.
   void note(const nlohmann::json& report) {
-    const std::string run_id = report.value("run_id", "");
+    const RunKey key{kind_of(report), report.value("run_id", "")};
     std::lock_guard lock(mutex_);
     if (auto first = q::first_waiver_expiry(report)) {
-      first_expiry_[run_id] = *first;
+      first_expiry_[key] = *first;
     } else {
-      first_expiry_.erase(run_id);
+      first_expiry_.erase(key);
     }
   }
-  std::vector<std::string> due(TimeMs now) const {
+  std::vector<RunKey> due(TimeMs now) const {
     std::lock_guard lock(mutex_);
-    std::vector<std::string> runs;
-    for (const auto& [run_id, expiry] : first_expiry_) {
-      if (expiry <= now) runs.push_back(run_id);
+    std::vector<RunKey> runs;
+    for (const auto& [key, expiry] : first_expiry_) {
+      if (expiry <= now) runs.push_back(key);
     }
     return runs;
   }
 
+  static protocol::RecordKind kind_of(const nlohmann::json& report) {
+    return report.value("schema", "") == "kiln.stability-run/1" ? protocol::RecordKind::stability_run
+                                                                : protocol::RecordKind::qualification_run;
+  }
+
  private:
   mutable std::mutex mutex_;
-  std::map<std::string, TimeMs> first_expiry_;
+  std::map<RunKey, TimeMs> first_expiry_;
 };
 
 // One requested run from its request to its finished report. Returns early (the run stays
@@ -474,11 +482,13 @@ class RequestedRun {
 void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const q::RiskRegister& risks,
                        std::set<std::string>& seen, WaivedRuns& waived) {
   const auto record_again = [&](nlohmann::json& report, const std::string& run_id) {
-    if (auto ok = qs::record_run(client, run_id, report); !ok) {
+    const protocol::RecordKind kind = WaivedRuns::kind_of(report);
+    if (auto ok = qs::record_run(client, run_id, report, kind); !ok) {
       say(fmt::format("run {}: could not record it judged again: {}", run_id, ok.error().message));
       return false;
     }
     waived.note(report);
+    if (kind == protocol::RecordKind::stability_run) return true;  // it has no report pages
     std::ostringstream problems;
     RunPages pages(config.reports_dir, problems);
     pages.read_other_runs(client);
@@ -486,8 +496,8 @@ void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const
     if (!problems.str().empty()) say(problems.str());
     return true;
   };
-  for (const auto& run_id : waived.due(wall_now_ms())) {
-    auto report = qs::get_run(client, run_id);
+  for (const auto& [kind, run_id] : waived.due(wall_now_ms())) {
+    auto report = qs::get_run(client, run_id, kind);
     if (!report) continue;
     const auto expired = q::revoke_expired_waivers(*report, wall_now_ms());
     if (expired.empty()) {
@@ -502,12 +512,52 @@ void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const
     if (!seen.insert(fmt::format("{}@{}", q::waiver_key(waiver), waiver.created_at_ms)).second) continue;
     if (risks.find(waiver.scope) != nullptr) continue;  // a risk's waiver: for the runs to come
     auto report = qs::get_run(client, waiver.scope);
+    if (!report && report.error().code == Errc::not_found) {
+      report = qs::get_run(client, waiver.scope, protocol::RecordKind::stability_run);
+    }
     if (!report || !report->value("finished", false) || report->value("passed", false)) continue;
     const auto texts = q::apply_waivers(*report, *waivers, risks, wall_now_ms());
     if (texts.empty() || !record_again(*report, waiver.scope)) continue;
     say(fmt::format("run {} judged again: {}{}", waiver.scope, report->value("passed", false) ? "passed, " : "",
                     fmt::join(texts, "; ")));
   }
+}
+
+// Gates fire on their own for stability runs too (kiln stability records them): each one recorded
+// since the last look (`after_seq`) and not judged yet gets the waivers in force, then every risk
+// gate it still fails pages its team, as a qualification run's do (RequestedRun::judge_risks). It
+// is recorded again marked judged, so that a qualifier started later pages none of it twice.
+void judge_stability_runs(cli::Client& client, const QualifierConfig& config, const q::RiskRegister& risks,
+                          std::uint64_t& after_seq, WaivedRuns& waived) {
+  if (risks.risks.empty()) return;  // no register: nothing to judge them by, yet
+  std::uint64_t seq = after_seq;
+  auto runs = qs::list_runs_after(client, seq, protocol::RecordKind::stability_run);
+  if (!runs) return say("could not list the stability runs: " + runs.error().message);
+  auto waivers = qs::list_waivers(client);
+  if (!waivers) return say("could not list the waivers; the stability runs are judged later: " + waivers.error().message);
+  for (auto& report : *runs) {
+    if (report.value("judged", false) || !report.value("finished", false)) continue;
+    const std::string run_id = report.value("run_id", "");
+    for (const auto& text : q::apply_waivers(report, *waivers, risks, wall_now_ms())) {
+      say(fmt::format("stability run {}: {}", run_id, text));
+    }
+    RecordTicketSink sink(client, run_id, {ticket_sink_name(config.webhook_config)});
+    for (const auto& ticket : q::risk_gate_tickets(risks, report, wall_now_ms())) {
+      if (auto filed = sink.file(ticket); !filed) {
+        say(fmt::format("stability run {}: could not page {} for {}: {}", run_id, ticket.team, ticket.title,
+                        filed.error().message));
+        return;  // judged again on the next poll; a ticket filed twice is kept once
+      } else if (*filed == q::FileResult::filed) {
+        say(fmt::format("stability run {}: paged {} ({}): {}", run_id, ticket.team, ticket.severity, ticket.title));
+      }
+    }
+    report["judged"] = true;
+    if (auto ok = qs::record_run(client, run_id, report, protocol::RecordKind::stability_run); !ok) {
+      return say(fmt::format("stability run {}: could not record it judged: {}", run_id, ok.error().message));
+    }
+    waived.note(report);
+  }
+  after_seq = seq;
 }
 
 // A run being driven on its own thread.
@@ -725,10 +775,13 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
   std::list<Driving> driving;
   std::string schedule_problem;
   std::set<std::string> waivers_seen;
+  std::uint64_t stability_seq = 0;
   // The runs recorded before it started that rely on waivers, so that their expiry is seen too.
   WaivedRuns waived;
-  if (auto runs = qs::list_runs(**client); runs) {
-    for (const auto& report : *runs) waived.note(report);
+  for (const auto kind : {protocol::RecordKind::qualification_run, protocol::RecordKind::stability_run}) {
+    if (auto runs = qs::list_runs(**client, kind); runs) {
+      for (const auto& report : *runs) waived.note(report);
+    }
   }
   while (!stop.load()) {
     driving.remove_if([](Driving& d) {
@@ -747,6 +800,7 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
     if (config.schedule.enabled) ask_for_scheduled_nightly(**client, config, requests, schedule_problem);
     deliver_due_tickets(**client, **sink, sink_name, config.delivery, wall_now_ms(), say);
     judge_waived_runs(**client, config, setup.risks, waivers_seen, waived);
+    judge_stability_runs(**client, config, setup.risks, stability_seq, waived);
     std::set<std::string> busy;
     for (const auto& d : driving) busy.insert(d.run_id);
     for (const auto& run_id : q::runs_to_take_up(requests, finished, busy)) {

@@ -336,7 +336,13 @@ class RunPage {
 
   std::string evidence_list(const Json& model) const {
     std::vector<std::string> facts;
-    const auto nodes = texts(member(model, "nodes"));
+    // Each node with the backend its result was made on, where the report recorded it.
+    const Json& backends = member(model, "node_backends");
+    std::vector<std::string> nodes;
+    for (const std::string& node : texts(member(model, "nodes"))) {
+      const std::string backend = backends.is_object() ? text_of(backends, node) : "";
+      nodes.push_back(backend.empty() ? node : fmt::format("{} ({})", node, backend));
+    }
     if (!nodes.empty()) facts.push_back("ran on " + escape(fmt::format("{}", fmt::join(nodes, ", "))));
     if (integer_of(model, "duration_ms") > 0) facts.push_back("took " + duration_text(integer_of(model, "duration_ms")));
     const Json& triage = member(model, "triage");

@@ -89,6 +89,7 @@ void read_coordinator_table(config::Problems& problems, const toml::table& root,
   r.integer("max_message_bytes", config.max_message_bytes, 4096, 64 << 20);
   r.string("artifact_dir", config.artifact_dir);
   r.integer("max_artifact_bytes", config.max_artifact_bytes, 1, std::int64_t{1} << 40);
+  r.string("risk_register", config.risk_register);
   r.no_unknown_keys();
   for (const char* key : {"agent_endpoint", "client_endpoint"}) {
     const std::string& endpoint = key == std::string_view("agent_endpoint") ? config.agent_endpoint
@@ -108,6 +109,18 @@ void read_coordinator_table(config::Problems& problems, const toml::table& root,
     if (check_files) {
       if (auto keys = load_coordinator_keys(config); !keys) problems.add_located(r.region("secret_key_file").begin,
                                                                                  keys.error().message);
+    }
+  }
+  if (!config.risk_register.empty()) {
+    config.risk_register = resolve(base, config.risk_register);
+    if (check_files) {
+      // The register's own problems name its file and lines; they stop the coordinator as the
+      // config's do, since a waiver would otherwise be judged against a register no one checked.
+      if (auto reg = qualification::load_risk_register_file(config.risk_register)) {
+        config.waiver_register = std::make_shared<const qualification::RiskRegister>(std::move(*reg));
+      } else {
+        problems.add_located(r.region("risk_register").begin, reg.error().message);
+      }
     }
   }
   if (!config.artifact_dir.empty()) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -10,6 +11,7 @@
 #include "common/keys.h"
 #include "common/protocol/messages.h"
 #include "coordinator/core/knobs.h"
+#include "coordinator/qualification/risk_register.h"
 #include "coordinator/store/store.h"
 
 namespace kiln::coordinator {
@@ -45,6 +47,11 @@ struct CoordinatorConfig {
   std::uint32_t environments_poll_interval_ms = 10000;
   // [http] listen: HOST:PORT where /metrics is served (docs/metrics.md); empty: no HTTP server.
   std::string http_listen;
+  // [coordinator] risk_register: the register whose [[team]] approvers may waive their teams'
+  // gates; the coordinator refuses every other key's waiver, and every waiver without one.
+  // Loaded at start (load_coordinator_config_to_start), its problems among the file's.
+  std::string risk_register;
+  std::shared_ptr<const qualification::RiskRegister> waiver_register;
   std::map<std::string, AuthorizedKey> keys_by_public_key;
 };
 

@@ -61,7 +61,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         artifacts_(std::move(artifacts)),
         logger_(std::move(logger)),
         start_(clocks_now()),
-        core_(config_.knobs, std::move(snapshot), start_),
+        core_(config_.knobs, std::move(snapshot), start_, config_.waiver_register),
         clock_(start_),
         sockets_(context_) {
     limits_.max_message_bytes = config_.max_message_bytes;

@@ -73,6 +73,23 @@ TEST_CASE("kiln-coordinator check-config refuses what the coordinator could not 
   CHECK(typo.status == 2);
   CHECK(contains(typo.output, file + ":7:1: unknown key 'databse' in [coordinator]; did you mean 'database'?"));
 
+  // The register whose approvers may waive is read at start: its own mistakes name its file and
+  // line, a good one is said with its teams.
+  const std::string with_register =
+      coordinator_toml("tcp://0.0.0.0:7601", "coordinator.key", "info") + "risk_register = \"risks.toml\"\n";
+  const std::string risk = "[[risk]]\nid = \"tiles\"\ntitle = \"t\"\nowner_team = \"kernels\"\nlayer = \"kernels\"\n"
+                           "tier = \"nightly\"\ngate = { model = \"m\", metric = \"throughput\" }\n"
+                           "page = { team = \"kernels\", severity = \"sev3\" }\n";
+  dir.write("risks.toml", "model_set = \"set.toml\"\n[[team]]\nname = \"kernels\"\napprovers = [\"mei\"]\n" + risk);
+  const Ran registered = check(with_register);
+  CHECK(registered.status == 0);
+  CHECK(contains(registered.output, "waiver approvers   the [[team]]s of " + dir.file("risks.toml") + " (1 team)"));
+  dir.write("risks.toml", "model_set = \"set.toml\"\n[[team]]\nname = \"kernels\"\napprover = [\"mei\"]\n" + risk);
+  const Ran misspelt = check(with_register);
+  CHECK(misspelt.status == 2);
+  CHECK(contains(misspelt.output, dir.file("risks.toml") + ":4:1: unknown key 'approver'"));
+  CHECK(contains(good.output, "waiver approvers   none: no waiver is taken"));
+
   // Starting with a missing key file fails the same way, before anything else happens, and is a
   // configuration error: a restart cannot fix it.
   dir.write("coordinator.toml", coordinator_toml("tcp://127.0.0.1:7601", "missing.key", "info"));

@@ -82,6 +82,8 @@ class Fleet {
   std::string standby_client_endpoint() const { return "tcp://127.0.0.1:" + std::to_string(standby_client_port_); }
   // More tables for coordinator.toml, e.g. "[environments]\nrepo = ...\n"; call before start_coordinator.
   void add_coordinator_tables(const std::string& toml) { coordinator_tables_ += toml; }
+  // More lines of its [coordinator] table, e.g. "risk_register = \"risks.toml\"\n"; call before start_coordinator.
+  void add_coordinator_settings(const std::string& toml) { coordinator_settings_ += toml; }
   // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05";
   // extra_knobs: more lines of its [knobs], e.g. "job_dirs_max_bytes = 1048576\n"; extra_tables:
   // more tables of its agent.toml, e.g. "[http]\nlisten = \"127.0.0.1:9472\"\n".
@@ -139,6 +141,7 @@ class Fleet {
   int client_port_ = 0;
   std::vector<std::pair<std::string, std::string>> keys_;  // name, role
   std::string coordinator_tables_;
+  std::string coordinator_settings_;
   std::string postgres_url_;
   std::map<std::string, AgentSpec> agents_;
   int standby_agent_port_ = 0;

@@ -57,6 +57,8 @@ TEST_CASE("kiln rerun: a nightly's measure job reproduces; on corrupting chips i
   CHECK(difference(switchover, documented_fields("switchover")) == "");
   CHECK(switchover.at("ready") == false);
   CHECK(switchover.at("calibrated") == 0);
+  // The nightly recorded each result's backend as it read it: none is read from a driver now.
+  CHECK(switchover.at("results_by_current_driver") == 0);
   int mlp_gates = 0;
   for (const auto& g : switchover.at("gates")) {
     if (g.at("model") != "mlp-bf16-it") continue;

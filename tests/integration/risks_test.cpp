@@ -58,9 +58,11 @@ TEST_CASE("a failing gate pages its team; an approver's waiver lets the run thro
   fleet.add_key("approver", "developer");
   fleet.add_key("bystander", "developer");
   fleet.add_key("auditor", "ops");
-  start_two_nodes(fleet, {{"risk_register", "\"risks.toml\""}});
   const fs::path dir = fleet.dir();
+  // The coordinator checks waivers against the same register the qualifier judges gates by.
   write(dir / "risks.toml", kRegister);
+  fleet.add_coordinator_settings("risk_register = \"risks.toml\"\n");
+  start_two_nodes(fleet, {{"risk_register", "\"risks.toml\""}});
   fleet.start_qualifier("qualifier");
   const std::string candidate = prepare_bundles(fleet, "k3");
   const std::string registry = (dir / "risks.toml").string();

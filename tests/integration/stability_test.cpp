@@ -2,8 +2,12 @@
 // train-tiny for simulated hours in seconds. A clean run reports no failure with an interval
 // from its chip-hours; each failure kind the simulated chip injects (a loss spike and a
 // throughput decay, which the run survives; NaN, a hang, a lost link and uncorrected ECC errors,
-// injected while the run goes, which end a rank) is caught with its kind and evidence.
+// injected while the run goes, which end a rank) is caught with its kind and evidence. The runs
+// of the shipped set's train-tiny-large-01 are recorded with their gates: the shipped register's
+// stability risks get a verdict, a failing one pages its team, and an approver's waiver covers it.
 #include <doctest/doctest.h>
+
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -25,22 +29,38 @@ time_scale = 1200
 minutes = 30
 )";
 
+// The shipped register and its set; the coordinator checks waivers against the register, the
+// qualifier judges its gates (and drives runs of the same set).
 void start_fleet(Fleet& fleet) {
+  namespace fs = std::filesystem;
+  const fs::path data = fs::path(KILN_SOURCE_DIR) / "coordinator/qualification/data";
+  for (const char* file : {"risks.toml", "qualification-set.toml"}) fs::copy_file(data / file, fleet.dir() / file);
+  fs::copy_file(data / "qualification-set.toml", fleet.dir() / "models.toml");
+  fs::create_directories(fleet.dir() / "golden");
+  const std::string golden = std::string(KILN_BIN_DIR) + "/kiln-workload-model --model train-tiny --data-seed 1 " +
+                             "--write-golden " + (fleet.dir() / "golden").string() + " >/dev/null";
+  REQUIRE(std::system(golden.c_str()) == 0);
   fleet.add_key("ci", "ci");
+  fleet.add_key("sam", "developer");  // an approver of the runtime team
+  fleet.add_coordinator_settings("risk_register = \"risks.toml\"\n");
+  fleet.add_qualifier("qualifier", {{"risk_register", "\"risks.toml\""}});
   for (const auto& node : kNodes) fleet.add_agent({node, "a"}, "chip_count=2");
   fleet.start_coordinator();
   for (const auto& node : kNodes) fleet.start_agent(node);
+  fleet.start_qualifier("qualifier");
   std::string out;
   REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"nodes"}, &out) == 0 && contains(out, "n04"); }, 20s));
   std::ofstream(fleet.dir() / "stability.toml") << kCriteria;
 }
 
-nlohmann::json run_json(Fleet& fleet, const std::string& duration, int expected_exit) {
+// A run of the register's gate model, recorded as RUN_ID.
+nlohmann::json run_json(Fleet& fleet, const std::string& duration, int expected_exit, const std::string& run_id) {
   std::string out;
   std::string err;
   const int code = fleet.kiln_split("ci",
-                                    {"stability", "--model", "train-tiny", "--chips", "8", "--duration", duration,
-                                     "--criteria", (fleet.dir() / "stability.toml").string(), "--json"},
+                                    {"stability", "--model", "train-tiny-large-01", "--chips", "8", "--duration",
+                                     duration, "--criteria", (fleet.dir() / "stability.toml").string(), "--register",
+                                     (fleet.dir() / "risks.toml").string(), "--run-id", run_id, "--json"},
                                     &out, &err, 120s);
   INFO(out);
   INFO(err);
@@ -59,14 +79,44 @@ void inject(Fleet& fleet, const std::string& node, int chip, const std::string& 
   REQUIRE(fleet.sim_chip(node, {"inject", "--chip", std::to_string(chip), "--fault", fault}) == 0);
 }
 
+const std::vector<std::string> kStabilityRisks = {"runtime-allocator-leak", "hardware-thermal-derating"};
+
+// `kiln risks` on the shipped register: its risks by id. It exits 1: the register's other
+// tiers have not run here.
+std::map<std::string, nlohmann::json> risks_by_id(Fleet& fleet) {
+  std::string out;
+  std::string err;
+  REQUIRE(fleet.kiln_split("ci", {"risks", "--register", (fleet.dir() / "risks.toml").string(), "--json"}, &out,
+                           &err) == 1);
+  std::map<std::string, nlohmann::json> by_id;
+  const auto listed = nlohmann::json::parse(out);
+  for (const auto& risk : listed.at("risks")) by_id[risk.at("id").get<std::string>()] = risk;
+  for (const auto& id : kStabilityRisks) REQUIRE_MESSAGE(by_id.count(id) == 1, out);
+  return by_id;
+}
+
+std::string verdict_of(const nlohmann::json& risk) {
+  return risk.at("latest").is_null() ? "never judged" : risk.at("latest").at("verdict").get<std::string>();
+}
+
 }  // namespace
 
 TEST_CASE("kiln stability: a clean run, then each failure kind injected on the simulated chip and caught") {
   Fleet fleet("stability");
   start_fleet(fleet);
 
+  // Before any stability run, the register's stability risks are gaps.
+  for (const auto& id : kStabilityRisks) {
+    const auto risk = risks_by_id(fleet).at(id);
+    CHECK(verdict_of(risk) == "never judged");
+    CHECK(risk.at("gaps")[0].at("kind") == "never_run");
+  }
+
   // Clean: four ranks of 2 chips for an hour each, 8 chip-hours, no failure.
-  const nlohmann::json clean = run_json(fleet, "1h", 0);
+  const nlohmann::json clean = run_json(fleet, "1h", 0, "stability-clean");
+  CHECK(clean.at("recorded") == true);
+  CHECK(clean.at("run_id") == "stability-clean");
+  CHECK(clean.at("model") == "train-tiny-large-01");
   CHECK(clean.at("passed") == true);
   CHECK(clean.at("complete") == true);
   CHECK(clean.at("ranks").size() == 4);
@@ -79,11 +129,19 @@ TEST_CASE("kiln stability: a clean run, then each failure kind injected on the s
   for (const auto& [kind, rate] : clean.at("kinds").items()) CHECK(rate.at("failures") == 0);
   // What docs/cli.md lists of its JSON is what it prints.
   CHECK(difference(clean, documented_fields("stability")) == "");
+  // Its gates are the stability risks' verdicts now: passed, with no gap.
+  const auto after_clean = risks_by_id(fleet);
+  for (const auto& id : kStabilityRisks) {
+    INFO(after_clean.at(id).dump());
+    CHECK(verdict_of(after_clean.at(id)) == "passed");
+    CHECK(after_clean.at(id).at("latest").at("run_id") == "stability-clean");
+    CHECK(after_clean.at(id).at("gaps").empty());
+  }
 
   // A loss spike every 200 steps on n01, a throughput decay on n02: recorded, the run goes on.
   inject(fleet, "n01", 0, "loss_spike");
   inject(fleet, "n02", 1, "throughput_decay");
-  const nlohmann::json survived = run_json(fleet, "1h", 1);
+  const nlohmann::json survived = run_json(fleet, "1h", 1, "stability-spiky");
   CHECK(survived.at("complete") == true);
   CHECK(survived.at("passed") == false);
   auto by_node = failures_by_node(survived);
@@ -101,6 +159,48 @@ TEST_CASE("kiln stability: a clean run, then each failure kind injected on the s
   CHECK(survived.at("kinds").at("throughput_decay").at("failures") == 1);
   for (const auto& rank : survived.at("ranks")) CHECK(rank.at("ended_early") == false);
   for (const auto& node : {"n01", "n02"}) REQUIRE(fleet.sim_chip(node, {"clear"}) == 0);
+
+  // The spike fails the allocator-leak risk's loss curve, the decay the thermal risk's
+  // throughput; the qualifier pages each risk's team with its severity.
+  const auto after_spike = risks_by_id(fleet);
+  for (const auto& id : kStabilityRisks) CHECK(verdict_of(after_spike.at(id)) == "failed");
+  CHECK(contains(after_spike.at("runtime-allocator-leak").at("latest").at("detail").get<std::string>(), "loss_spike"));
+  CHECK(contains(after_spike.at("hardware-thermal-derating").at("latest").at("detail").get<std::string>(),
+                 "throughput_decay"));
+  std::map<std::string, nlohmann::json> pages;
+  REQUIRE_MESSAGE(Fleet::eventually(
+      [&] {
+        std::string tickets;
+        if (fleet.kiln("ci", {"tickets", "--json"}, &tickets) != 0) return false;
+        const auto listed = nlohmann::json::parse(tickets);
+        for (const auto& ticket : listed) {
+          if (ticket.at("kind") == "risk_gate") pages[ticket.at("culprit").get<std::string>()] = ticket;
+        }
+        return pages.size() == 2;
+      },
+      20s),
+      fleet.log_of("qualifier"));
+  REQUIRE(pages.count("risk:runtime-allocator-leak@stability-spiky") == 1);
+  CHECK(pages.at("risk:runtime-allocator-leak@stability-spiky").at("team") == "runtime");
+  CHECK(pages.at("risk:runtime-allocator-leak@stability-spiky").at("severity") == "sev2");
+  REQUIRE(pages.count("risk:hardware-thermal-derating@stability-spiky") == 1);
+  CHECK(pages.at("risk:hardware-thermal-derating@stability-spiky").at("team") == "hardware");
+
+  // An approver of the runtime team waives the run's loss-curve failure: the qualifier judges the
+  // run again, and the risk reads waived; the thermal risk, not waived, still fails.
+  std::string waived;
+  REQUIRE(fleet.kiln("sam",
+                     {"waive", "stability-spiky", "--model", "train-tiny-large-01", "--metric", "loss_curve",
+                      "--reason", "spikes from the injected fault", "--expires", "1h", "--register",
+                      (fleet.dir() / "risks.toml").string()},
+                     &waived) == 0);
+  INFO(waived);
+  REQUIRE(Fleet::eventually([&] { return verdict_of(risks_by_id(fleet).at("runtime-allocator-leak")) == "waived"; },
+                            20s));
+  const auto after_waiver = risks_by_id(fleet);
+  CHECK(contains(after_waiver.at("runtime-allocator-leak").at("latest").at("waiver").get<std::string>(),
+                 "waived by sam until "));
+  CHECK(verdict_of(after_waiver.at("hardware-thermal-derating")) == "failed");
 
   // NaN on n01, a hang on n02, a lost link on n03 and uncorrected ECC errors on n04, injected
   // once every rank trains: each ends its rank, with its evidence.

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,9 @@ struct Harness : CoordinatorIo {
   std::vector<protocol::AuditEntry> audit;
   std::uint64_t next_id = 1;
 
-  explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, Now now = 0)
-      : core(knobs, std::move(snapshot), now) {
+  explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, Now now = 0,
+                   std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr)
+      : core(knobs, std::move(snapshot), now, std::move(waiver_register)) {
     drain();
   }
 

@@ -31,4 +31,21 @@ Status need(const std::string& value, std::string_view option, std::string_view 
   return fail(Errc::invalid_argument, fmt::format("say where {} is: {} PATH, or set {}", what, option, variable));
 }
 
+Result<LoadedRegister> load_register(const std::string& path) {
+  if (auto ok = need(path, "--register", "KILN_RISKS", "the risk register (risks.toml)"); !ok) {
+    return tl::unexpected(ok.error());
+  }
+  auto reg = qualification::load_risk_register_file(path);
+  if (!reg) return fail(Errc::config, reg.error().message);
+  auto set = qualification::load_model_set_file(reg->model_set);
+  if (!set) {
+    return fail(Errc::config, fmt::format("{}: model_set: {}", path, set.error().message));
+  }
+  return LoadedRegister{std::move(*reg), std::move(*set)};
+}
+
+void add_register_option(CLI::App& command, std::string& path) {
+  command.add_option("--register", path, "the risk register, risks.toml (default: $KILN_RISKS)");
+}
+
 }  // namespace kiln::cli

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include "coordinator/qualification/model_set.h"
+#include "coordinator/qualification/risk_register.h"
 #include "coordinator/qualification/shell/bundle_builder.h"
 
 namespace CLI {
@@ -33,5 +35,13 @@ void fill_from_environment(std::string& value, const char* variable);
 
 // A directory or file the command needs: given by its option or its variable.
 Status need(const std::string& value, std::string_view option, std::string_view variable, std::string_view what);
+
+// The risk register (--register, else $KILN_RISKS) and the model set it names.
+struct LoadedRegister {
+  qualification::RiskRegister reg;
+  qualification::ModelSet set;
+};
+Result<LoadedRegister> load_register(const std::string& path);
+void add_register_option(CLI::App& command, std::string& path);
 
 }  // namespace kiln::cli

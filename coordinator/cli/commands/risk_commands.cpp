@@ -23,29 +23,6 @@ namespace {
 namespace q = kiln::qualification;
 namespace qs = kiln::qualification::shell;
 
-// The register (--register, else $KILN_RISKS) and the model set it names.
-struct Loaded {
-  q::RiskRegister reg;
-  q::ModelSet set;
-};
-
-Result<Loaded> load_register(const std::string& path) {
-  if (auto ok = need(path, "--register", "KILN_RISKS", "the risk register (risks.toml)"); !ok) {
-    return tl::unexpected(ok.error());
-  }
-  auto reg = q::load_risk_register_file(path);
-  if (!reg) return fail(Errc::config, reg.error().message);
-  auto set = q::load_model_set_file(reg->model_set);
-  if (!set) {
-    return fail(Errc::config, fmt::format("{}: model_set: {}", path, set.error().message));
-  }
-  return Loaded{std::move(*reg), std::move(*set)};
-}
-
-void add_register_option(CLI::App& command, std::string& path) {
-  command.add_option("--register", path, "the risk register, risks.toml (default: $KILN_RISKS)");
-}
-
 class RisksCommand : public RemoteCommand {
  public:
   std::string name() const override { return "risks"; }
@@ -63,6 +40,9 @@ class RisksCommand : public RemoteCommand {
     if (!loaded) return report(loaded.error());
     auto reports = qs::list_runs(client);
     if (!reports) return report(reports.error());
+    auto stability_runs = qs::list_runs(client, protocol::RecordKind::stability_run);
+    if (!stability_runs) return report(stability_runs.error());
+    reports->insert(reports->end(), stability_runs->begin(), stability_runs->end());
     auto changes = qs::list_changes(client);
     if (!changes) return report(changes.error());
     const auto statuses = q::assess_risks(loaded->reg, loaded->set, q::gate_runs_from_reports(*reports), *changes,

@@ -1,10 +1,12 @@
 // kiln stability: a long training run on a gang of whole nodes with stated failure criteria,
 // reported as failures per 1000 chip-hours with exact Poisson intervals (docs/stability.md). The
-// detectors run in each rank's workload while it trains; this submits the gang, waits and
-// reports what the ranks saw.
+// detectors run in each rank's workload while it trains; this submits the gang, waits, reports
+// what the ranks saw and records the run with the gates it judged (a stability_run record), which
+// the risk register reads and the qualifier pages from.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -13,28 +15,40 @@
 #include <nlohmann/json.hpp>
 
 #include "common/stability/report.h"
+#include "coordinator/backends/switchover.h"
 #include "coordinator/cli/commands/all.h"
+#include "coordinator/cli/commands/qualification_options.h"
 #include "coordinator/cli/duration.h"
 #include "coordinator/cli/exit_codes.h"
 #include "coordinator/cli/ids.h"
+#include "coordinator/cli/text.h"
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/shell/gang.h"
+#include "coordinator/qualification/shell/records_client.h"
+#include "coordinator/qualification/stability_gates.h"
 
 namespace kiln::cli {
 
 namespace {
 
 namespace st = kiln::stability;
+namespace q = kiln::qualification;
 namespace qs = kiln::qualification::shell;
 
 constexpr auto kPoll = std::chrono::milliseconds(250);
 
-// The most chips a node of `revision` (any when empty) has: a rank's share of the run.
-Result<std::uint32_t> chips_per_node(Client& client, const std::string& revision) {
+Result<std::vector<protocol::NodeSummary>> list_nodes(Client& client) {
   auto nodes = expect_reply<protocol::NodeList>(client.request(protocol::ListNodes{}));
   if (!nodes) return tl::unexpected(nodes.error());
+  return std::move(nodes->nodes);
+}
+
+// The most chips a node of `revision` (any when empty) has: a rank's share of the run.
+Result<std::uint32_t> chips_per_node(Client& client, const std::string& revision) {
+  auto nodes = list_nodes(client);
+  if (!nodes) return tl::unexpected(nodes.error());
   std::uint32_t most = 0;
-  for (const auto& n : nodes->nodes) {
+  for (const auto& n : *nodes) {
     if (revision.empty() || n.hardware_revision == revision) most = std::max(most, n.chips_total);
   }
   if (most == 0) {
@@ -73,7 +87,10 @@ class StabilityCommand : public RemoteCommand {
     return "a stability run: train a model on many chips for a duration, reporting failures per 1000 chip-hours";
   }
   void add_options(CLI::App& command) override {
-    command.add_option("--model", model_, "the training model (train-tiny on the simulated chip)")->required();
+    command.add_option("--model", model_,
+                       "the training model: a model of the register's set (its workload trains, and the run is "
+                       "recorded under its name), else the workload's own model (train-tiny on the simulated chip)")
+        ->required();
     command.add_option("--chips", chips_, "chips in all: one node's worth or fewer, or whole nodes")
         ->required()
         ->check(CLI::Range(1, 64 * 64));
@@ -85,6 +102,8 @@ class StabilityCommand : public RemoteCommand {
     command.add_option("--class", class_, "priority class of the run's lease and jobs")->capture_default_str();
     command.add_option("--workload", workload_, "the agents' workload that trains")->capture_default_str();
     command.add_option("--seed", seed_, "seed of the ranks (rank r gets seed + r)")->capture_default_str();
+    command.add_option("--run-id", run_id_, "the id the run is recorded under (default: stability-L<lease id>)");
+    add_register_option(command, register_path_);
   }
   Status check_arguments() override {
     auto cls = parse_priority_class(class_);
@@ -102,9 +121,10 @@ class StabilityCommand : public RemoteCommand {
     if (auto valid = st::validate(criteria_); !valid) {
       return fail(Errc::invalid_argument, "--time-scale: " + valid.error().message);
     }
-    return {};
+    return resolve_model();
   }
   int run_with(Client& client, CommandContext& context) override {
+    const TimeMs started_at_ms = wall_now_ms();
     auto per_node = chips_per_node(client, revision_);
     if (!per_node) return report(per_node.error());
     const std::uint32_t ranks = chips_ <= *per_node ? 1 : chips_ / *per_node;
@@ -140,14 +160,23 @@ class StabilityCommand : public RemoteCommand {
     std::vector<st::RankRun> runs;
     for (const auto& detail : *ended) runs.push_back(rank_run(detail));
     const st::StabilityReport result = st::make_report(model_, chips_, hours_, criteria_, std::move(runs));
+    const std::string run_id = run_id_.empty() ? fmt::format("stability-L{}", lease_id) : run_id_;
+    q::StabilityRunFacts facts{run_id, model_, revision_, started_at_ms, wall_now_ms(), {}};
+    auto recorded = nodes_of_run(client, result, facts);
+    nlohmann::json document = q::stability_run_document(result, facts);
+    document["lease_id"] = lease_id;
+    document["job_ids"] = *job_ids;
+    if (recorded) recorded = record(client, document, run_id);
     if (context.json()) {
-      nlohmann::json out = st::to_json(result);
-      out["lease_id"] = lease_id;
-      out["job_ids"] = *job_ids;
+      nlohmann::json out = document;
+      out["recorded"] = recorded.has_value();
       std::cout << out.dump(2) << "\n";
     } else {
       std::cout << st::to_text(result);
     }
+    // Unrecorded, the run closes no gap of the register: that is the command's failure to say.
+    if (!recorded) return report(recorded.error());
+    if (!quiet) std::cerr << fmt::format("recorded as stability run {}: `kiln risks` reads its gates\n", run_id);
     return result.passed ? kExitOk : kExitFailed;
   }
 
@@ -155,8 +184,9 @@ class StabilityCommand : public RemoteCommand {
   protocol::SubmitJob rank_template(std::uint32_t chips) const {
     protocol::SubmitJob job;
     job.workload = workload_;
-    job.args = {"--model", model_, "--stability-hours", fmt::format("{}", hours_), "--stability-criteria",
+    job.args = {"--model", workload_model_, "--stability-hours", fmt::format("{}", hours_), "--stability-criteria",
                 st::criteria_to_json(criteria_).dump()};
+    if (data_seed_) job.args.insert(job.args.end(), {"--data-seed", std::to_string(*data_seed_)});
     job.chips = chips;
     job.hardware_revision = revision_;
     job.priority_class = priority_class_;
@@ -213,7 +243,59 @@ class StabilityCommand : public RemoteCommand {
     return ended;
   }
 
+  // A model of the register's set trains its workload's model with its data seed, and the run is
+  // recorded under the set's name, the one the register's gates name.
+  Status resolve_model() {
+    workload_model_ = model_;
+    fill_from_environment(register_path_, "KILN_RISKS");
+    if (register_path_.empty()) return {};
+    auto loaded = load_register(register_path_);
+    if (!loaded) return tl::unexpected(loaded.error());
+    const q::QualificationModel* model = loaded->set.find(model_);
+    if (model == nullptr) {
+      std::cerr << fmt::format("kiln: note: {} is not a model of {}: the workload trains its own model {}, and no "
+                               "gate of the register names it\n",
+                               model_, loaded->reg.model_set.string(), model_);
+      return {};
+    }
+    if (model->workload) workload_model_ = *model->workload;
+    data_seed_ = model->data_seed;
+    return {};
+  }
+
+  // The ranks' nodes' revision, and each node's backend as its driver is at the end of the run.
+  static Status nodes_of_run(Client& client, const st::StabilityReport& result, q::StabilityRunFacts& facts) {
+    auto nodes = list_nodes(client);
+    if (!nodes) return tl::unexpected(nodes.error());
+    for (const auto& rank : result.ranks) {
+      for (const auto& n : *nodes) {
+        if (n.node_id != rank.node_id) continue;
+        facts.revision = n.hardware_revision;
+        facts.node_backends[n.node_id] = std::string(kiln::enum_name(backends::backend_of(n.driver_version)));
+      }
+    }
+    return {};
+  }
+
+  // The run on the coordinator, with the gates it judged: the register reads it.
+  static Status record(Client& client, const nlohmann::json& document, const std::string& run_id) {
+    auto recorded = qs::record_run(client, run_id, document, protocol::RecordKind::stability_run);
+    if (!recorded) {
+      return fail(recorded.error().code,
+                  fmt::format("the stability run was not recorded, so the risk register does not see it: {}{}",
+                              recorded.error().message,
+                              recorded.error().code == Errc::unauthorized
+                                  ? "; a run that counts for the gates is run with a CI or ops key"
+                                  : ""));
+    }
+    return {};
+  }
+
   std::string model_;
+  std::string workload_model_;
+  std::optional<std::uint64_t> data_seed_;
+  std::string run_id_;
+  std::string register_path_;
   std::uint32_t chips_ = 0;
   std::string duration_;
   double hours_ = 0;

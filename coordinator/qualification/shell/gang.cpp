@@ -1,5 +1,6 @@
 #include "coordinator/qualification/shell/gang.h"
 
+#include <algorithm>
 #include <optional>
 #include <variant>
 
@@ -49,6 +50,12 @@ JobResult combine_ranks(std::uint64_t tag, std::vector<JobResult> ranks) {
     }
   }
   combined.node_id = fmt::format("{}", fmt::join(nodes, "+"));
+  // One backend for the gang, or none when its ranks ran on several.
+  if (!ranks.empty() && std::all_of(ranks.begin(), ranks.end(), [&](const JobResult& r) {
+        return r.backend == ranks.front().backend;
+      })) {
+    combined.backend = ranks.front().backend;
+  }
   if (!ranks.empty()) combined.chips = ranks.front().chips;
   (combined.ran ? combined.correctness_detail : combined.detail) = fmt::format("{}", fmt::join(problems, "; "));
   if (!combined.ran || ranks.empty()) return combined;

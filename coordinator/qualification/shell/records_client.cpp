@@ -132,24 +132,23 @@ Status accept_baseline(cli::Client& client, const Baseline& baseline) {
               {"accepted_at_ms", baseline.accepted_at_ms}});
 }
 
-Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report) {
-  return put(client, RecordKind::qualification_run, run_id, report);
+Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report, RecordKind kind) {
+  return put(client, kind, run_id, report);
 }
 
-Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id) {
-  auto record = cli::expect_reply<protocol::RecordEntry>(
-      client.request(protocol::GetRecord{RecordKind::qualification_run, run_id}));
+Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id, RecordKind kind) {
+  auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{kind, run_id}));
   if (!record) return tl::unexpected(record.error());
   return document_of(*record);
 }
 
-Result<std::vector<nlohmann::json>> list_runs(cli::Client& client) {
+Result<std::vector<nlohmann::json>> list_runs(cli::Client& client, RecordKind kind) {
   std::uint64_t after_seq = 0;
-  return list_runs_after(client, after_seq);
+  return list_runs_after(client, after_seq, kind);
 }
 
-Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq) {
-  auto records = all(client, RecordKind::qualification_run, after_seq);
+Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq, RecordKind kind) {
+  auto records = all(client, kind, after_seq);
   if (!records) return tl::unexpected(records.error());
   for (const auto& record : *records) after_seq = std::max(after_seq, record.seq);
   std::vector<nlohmann::json> runs;

@@ -35,11 +35,17 @@ struct Baseline {
 Result<std::map<std::string, Baseline>> list_baselines(cli::Client& client);
 Status accept_baseline(cli::Client& client, const Baseline& baseline);
 
-Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report);
-Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id);
-Result<std::vector<nlohmann::json>> list_runs(cli::Client& client);
+// Run reports: qualification runs', or with `kind` stability_run the stability runs' (kiln
+// stability), which the risk register reads the same way.
+Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report,
+                  protocol::RecordKind kind = protocol::RecordKind::qualification_run);
+Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id,
+                               protocol::RecordKind kind = protocol::RecordKind::qualification_run);
+Result<std::vector<nlohmann::json>> list_runs(cli::Client& client,
+                                              protocol::RecordKind kind = protocol::RecordKind::qualification_run);
 // The reports first recorded after `after_seq` (record order); `after_seq` becomes the newest one's.
-Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq);
+Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq,
+                                                    protocol::RecordKind kind = protocol::RecordKind::qualification_run);
 
 // Asks for a run: the same request again is fine, another under a recorded run id is refused.
 Status request_run(cli::Client& client, const RunRequest& request);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/protocol/json.h"
+#include "coordinator/backends/switchover.h"
 #include "coordinator/qualification/shell/artifact_upload.h"
 #include "coordinator/qualification/shell/gang.h"
 #include "coordinator/qualification/shell/records_client.h"
@@ -107,6 +108,7 @@ class Driver {
     }
     std::vector<NodeCandidate> nodes;
     for (const auto& n : list->nodes) {
+      node_drivers_[n.node_id] = n.driver_version;
       const bool healthy = n.state == protocol::NodeState::up && n.health != protocol::HealthStatus::fail;
       nodes.push_back(NodeCandidate{n.node_id, n.hardware_revision, healthy, n.chips_used == 0});
     }
@@ -414,6 +416,10 @@ class Driver {
       result.detail = fmt::format("job {} {}: {}", job.job_id, protocol::enum_name(job.state), job.detail);
     }
     result.tag = flight.tag;
+    // The node's driver now, as the result is read: the backend that made it, kept with it.
+    if (auto driver = node_drivers_.find(job.node_id); driver != node_drivers_.end()) {
+      result.backend = std::string(kiln::enum_name(backends::backend_of(driver->second)));
+    }
     if (result.ran && flight.measure) {
       measured_[{flight.model, flight.revision}] =
           MeasuredJob{job.job_id, protocol::to_json(*flight.measure).dump(), model->eval_threshold, {}};
@@ -469,6 +475,7 @@ class Driver {
   std::map<std::uint64_t, Gang> gangs_;                    // by tag
   std::map<std::string, protocol::ArtifactRef> uploaded_;  // file path -> its artifact, this run
   std::map<std::pair<std::string, std::string>, MeasuredJob> measured_;  // by (model, revision)
+  std::map<std::string, std::string> node_drivers_;  // node id -> its driver's version, as last listed
 };
 
 }  // namespace

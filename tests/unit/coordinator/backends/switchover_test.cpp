@@ -101,4 +101,38 @@ TEST_CASE("what does not count: a failed run, mixed backends, unfinished runs, u
   CHECK(to_text(report).find("gone") != std::string::npos);
 }
 
+TEST_CASE("a result keeps the backend it was made on when its node's driver changes later") {
+  // s01 ran the simulator when these results were made; the node now runs the real chip's
+  // driver (kNodes). Results recorded with their backend stay the simulator's.
+  json sim_run = run_with("mlp-bf16", {"s01"}, "passed", samples(1000, 0.01));
+  sim_run["models"][0]["node_backends"] = {{"s01", "sim"}};
+  json silicon_run = run_with("mlp-bf16", {"s02"}, "passed", samples(500, 0.02));
+  silicon_run["models"][0]["node_backends"] = {{"s02", "silicon"}};
+  SwitchoverReport report = switchover_report({sim_run, sim_run, silicon_run}, kNodes);
+  const GateStatus& correctness = gate(report, "mlp-bf16", "correctness");
+  CHECK(correctness.evidence.at(Backend::sim) == 2);
+  CHECK(correctness.evidence.at(Backend::silicon) == 1);
+  const GateStatus& performance = gate(report, "mlp-bf16", "performance");
+  CHECK(performance.evidence.at(Backend::sim) == 20);
+  CHECK(performance.evidence.at(Backend::silicon) == 10);
+  CHECK_FALSE(performance.calibrated);  // the simulator's 20 samples do not measure silicon's noise
+  CHECK(report.results_by_current_driver == 0);
+
+  // The same result recorded before backends were kept: its node's driver now stands in, and the
+  // report says how many results it attributed that way.
+  sim_run["models"][0].erase("node_backends");
+  report = switchover_report({sim_run, silicon_run}, kNodes);
+  CHECK(gate(report, "mlp-bf16", "correctness").evidence.at(Backend::silicon) == 2);
+  CHECK(report.results_by_current_driver == 1);
+  CHECK(to_text(report).find("1 result recorded without a backend (before kiln kept it) is counted by its node's "
+                             "driver now") != std::string::npos);
+  CHECK(to_json(report)["results_by_current_driver"] == 1);
+
+  // A recorded node without a backend (its driver was not known, or a gang across backends)
+  // counts for none, rather than for the driver it has now.
+  sim_run["models"][0]["node_backends"] = json::object();
+  report = switchover_report({sim_run}, kNodes);
+  CHECK(report.gates.empty());
+}
+
 }  // namespace kiln::backends

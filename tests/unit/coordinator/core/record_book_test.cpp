@@ -332,8 +332,33 @@ TEST_CASE("a run request names a recorded bundle and never changes; a claim on i
       restarted.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 14000)));
 }
 
+// The register the coordinator checks waivers against: mei and jonas approve for kernels, whose
+// risk gates moe-large throughput.
+std::shared_ptr<const q::RiskRegister> kernels_register() {
+  auto reg = q::parse_risk_register(R"(
+model_set = "set.toml"
+[[team]]
+name = "kernels"
+approvers = ["mei", "jonas"]
+[[team]]
+name = "compiler"
+approvers = ["priya"]
+[[risk]]
+id = "moe-tiles"
+title = "MoE tiles lose throughput"
+owner_team = "kernels"
+layer = "kernels"
+tier = "nightly"
+gate = { model = "moe-large", metric = "throughput" }
+page = { team = "kernels", severity = "sev2" }
+)",
+                                    "risks.toml");
+  REQUIRE_MESSAGE(reg, reg.error().message);
+  return std::make_shared<const q::RiskRegister>(std::move(*reg));
+}
+
 TEST_CASE("a waiver is a person's word: stamped with its key and the coordinator's time, bounded, audited, kept") {
-  Harness h;
+  Harness h({}, {}, 0, kernels_register());
   const kiln::TimeMs now = 1'800'000'000'000;
   const kiln::TimeMs day = 24 * 3600 * 1000;
   const auto put = [&](kiln::TimeMs expires_at_ms, std::string reason = "4% low, fix in c9") {
@@ -368,4 +393,46 @@ TEST_CASE("a waiver is a person's word: stamped with its key and the coordinator
   Harness restarted({}, h.store(), now + 1);
   auto got = restarted.client("ops", Role::ops, protocol::ListRecords{RecordKind::waiver}, now + 2);
   REQUIRE(std::get<protocol::RecordList>(got).records.size() == 1);
+}
+
+TEST_CASE("the coordinator takes a waiver only from an approver of the gate's owning team in its register") {
+  const kiln::TimeMs now = 1'800'000'000'000;
+  const kiln::TimeMs day = 24 * 3600 * 1000;
+  // What a client that skips its own check of the register would send: any team, any approver.
+  const auto put = [&](std::string scope, std::string team) {
+    const q::Waiver w{std::move(scope), "moe-large", q::GateMetric::throughput, std::move(team), "mei",
+                      "4% low, fix in c9", 0, now + day};
+    return protocol::PutRecord{RecordKind::waiver, q::waiver_key(w), q::to_json(w).dump()};
+  };
+  Harness h({}, {}, 0, kernels_register());
+  // An approver of another team, and a key of no team, are refused, and told whom to ask.
+  for (const std::string key : {"priya", "bystander"}) {
+    const std::string refused = error_of(h.client(key, Role::developer, put("nightly-3", "kernels"), now));
+    CHECK(refused.starts_with("unauthorized"));
+    CHECK(refused.find(key + " is not an approver of the team that owns the gate moe-large throughput; ask one of "
+                       "kernels (mei, jonas)") != std::string::npos);
+  }
+  // A gate no risk of the register covers has no owner to waive it.
+  auto uncovered = put("nightly-3", "kernels");
+  auto doc = nlohmann::json::parse(uncovered.document);
+  doc["model"] = "bert-large";
+  uncovered.document = doc.dump();
+  uncovered.key = "nightly-3/bert-large/throughput";
+  CHECK(error_of(h.client("mei", Role::developer, uncovered, now)).starts_with("not_found"));
+  CHECK(h.saved_records.empty());
+  CHECK(h.audit.empty());
+
+  // An approver's waiver is stored with the owning team the register names, whatever was sent.
+  auto reply = h.client("jonas", Role::developer, put("moe-tiles", "compiler"), now);
+  REQUIRE_MESSAGE(std::holds_alternative<protocol::Ok>(reply), error_of(reply));
+  auto stored = q::waiver_from_json(nlohmann::json::parse(h.saved_records.back().document));
+  REQUIRE(stored);
+  CHECK(stored->approver == "jonas");
+  CHECK(stored->team == "kernels");
+
+  // A coordinator with no register takes no waiver at all, and says how to give it one.
+  Harness without;
+  const std::string refused = error_of(without.client("mei", Role::developer, put("nightly-3", "kernels"), now));
+  CHECK(refused.starts_with("unauthorized"));
+  CHECK(refused.find("set [coordinator] risk_register") != std::string::npos);
 }

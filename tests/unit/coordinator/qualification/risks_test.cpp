@@ -9,6 +9,7 @@
 #include "coordinator/qualification/risk_register.h"
 #include "coordinator/qualification/risk_status.h"
 #include "coordinator/qualification/run_report.h"
+#include "coordinator/qualification/stability_gates.h"
 #include "coordinator/qualification/waiver.h"
 
 namespace q = kiln::qualification;
@@ -160,6 +161,10 @@ TEST_CASE("the checked-in register loads, and its gates name models of the check
   for (const auto layer : {q::RiskLayer::compiler, q::RiskLayer::kernels, q::RiskLayer::runtime,
                            q::RiskLayer::firmware, q::RiskLayer::hardware}) {
     CHECK(std::any_of(r->risks.begin(), r->risks.end(), [&](const q::Risk& risk) { return risk.layer == layer; }));
+  }
+  // One stability run of the set's model judges both stability risks.
+  for (const auto& risk : r->risks) {
+    if (risk.tier == q::RiskTier::stability) CHECK(risk.gate->model == "train-tiny-large-01");
   }
   // With no run recorded every gate is a gap of one kind only: it has never run.
   const auto statuses = q::assess_risks(*r, *s, {}, {}, kNow);
@@ -435,4 +440,163 @@ TEST_CASE("a waived model run is no JUnit failure, and says so") {
   const std::string junit = q::to_junit_xml(*waived);
   CHECK(junit.find("<failure") == std::string::npos);
   CHECK(junit.find("waived by mei until ") != std::string::npos);
+}
+
+namespace {
+
+constexpr const char* kStabilityRegister = R"(
+model_set = "set.toml"
+
+[[team]]
+name = "runtime"
+approvers = ["sam"]
+
+[[team]]
+name = "hardware"
+approvers = ["dana"]
+
+[[risk]]
+id = "allocator-leak"
+title = "the allocator leaks over a long run"
+owner_team = "runtime"
+layer = "runtime"
+tier = "stability"
+gate = { model = "train-small", metric = "loss_curve" }
+page = { team = "runtime", severity = "sev2" }
+period_days = 7
+
+[[risk]]
+id = "thermal-derating"
+title = "thermal derating slows long runs"
+owner_team = "hardware"
+layer = "hardware"
+tier = "stability"
+gate = { model = "train-small", metric = "throughput" }
+page = { team = "hardware", severity = "sev3" }
+period_days = 7
+)";
+
+kiln::stability::RankRun rank_on(const std::string& node, std::uint32_t rank,
+                                 std::vector<kiln::stability::Failure> failures = {}) {
+  kiln::stability::RankRun run;
+  run.rank = rank;
+  run.job_id = 10 + rank;
+  run.node_id = node;
+  run.reported = true;
+  run.chips = 2;
+  run.steps = 700;
+  run.run_hours = 1;
+  run.failures = std::move(failures);
+  return run;
+}
+
+kiln::stability::Failure failure(kiln::stability::FailureKind kind, std::uint64_t step) {
+  kiln::stability::Failure f;
+  f.kind = kind;
+  f.step = step;
+  f.detail = "the evidence";
+  return f;
+}
+
+q::GateState state_of(const std::vector<q::StabilityGate>& gates, q::GateMetric metric) {
+  for (const auto& gate : gates) {
+    if (gate.metric == metric) return gate.state;
+  }
+  FAIL("no gate " << kiln::enum_name(metric));
+  return q::GateState::passed;
+}
+
+json stability_document(std::vector<kiln::stability::RankRun> ranks, const std::string& run_id,
+                        std::int64_t finished_at_ms) {
+  const auto report = kiln::stability::make_report("train-small", 4, 1, {}, std::move(ranks));
+  return q::stability_run_document(report,
+                                   {run_id, "train-small", "a", finished_at_ms - kHourMs, finished_at_ms, {{"n01", "sim"}}});
+}
+
+}  // namespace
+
+TEST_CASE("a stability run judges its model's loss curve, throughput and device errors") {
+  using kiln::stability::FailureKind;
+  const auto gates_of = [](std::vector<kiln::stability::RankRun> ranks) {
+    return q::stability_gates(kiln::stability::make_report("train-small", 4, 1, {}, std::move(ranks)));
+  };
+  const auto clean = gates_of({rank_on("n01", 0), rank_on("n02", 1)});
+  REQUIRE(clean.size() == 3);
+  for (const auto& gate : clean) CHECK(gate.state == q::GateState::passed);
+
+  for (const auto kind : {FailureKind::nan, FailureKind::loss_spike, FailureKind::hang}) {
+    const auto gates = gates_of({rank_on("n01", 0, {failure(kind, 40)}), rank_on("n02", 1)});
+    CHECK(state_of(gates, q::GateMetric::loss_curve) == q::GateState::failed);
+    CHECK(state_of(gates, q::GateMetric::throughput) == q::GateState::passed);
+    CHECK(gates[0].detail.find(std::string(kiln::enum_name(kind)) + " on n01 rank 0 at step 40: the evidence") !=
+          std::string::npos);
+  }
+  const auto decayed = gates_of({rank_on("n01", 0), rank_on("n02", 1, {failure(FailureKind::throughput_decay, 300)})});
+  CHECK(state_of(decayed, q::GateMetric::throughput) == q::GateState::failed);
+  CHECK(state_of(decayed, q::GateMetric::loss_curve) == q::GateState::passed);
+  for (const auto kind : {FailureKind::ecc, FailureKind::link}) {
+    CHECK(state_of(gates_of({rank_on("n01", 0, {failure(kind, 9)})}), q::GateMetric::correctness) ==
+          q::GateState::failed);
+  }
+  // A rank that did not report leaves the gates it did not fail unjudged, not passed.
+  kiln::stability::RankRun lost = rank_on("n02", 1);
+  lost.reported = false;
+  const auto partial = gates_of({rank_on("n01", 0, {failure(FailureKind::nan, 5)}), lost});
+  CHECK(state_of(partial, q::GateMetric::loss_curve) == q::GateState::failed);
+  CHECK(state_of(partial, q::GateMetric::throughput) == q::GateState::inconclusive);
+}
+
+TEST_CASE("a recorded stability run gives its risks their verdict, pages their teams, and takes a waiver per gate") {
+  using kiln::stability::FailureKind;
+  const auto r = reg(kStabilityRegister);
+  const json clean = stability_document({rank_on("n01", 0), rank_on("n02", 1)}, "stability-1", kNow - 2 * kHourMs);
+  CHECK(clean.at("schema") == "kiln.stability-run/1");
+  CHECK(clean.at("tier") == "stability");
+  CHECK(clean.at("models").size() == 3);
+  auto statuses = q::assess_risks(r, set(), q::gate_runs_from_reports({clean}), {}, kNow);
+  for (const auto& id : {"allocator-leak", "thermal-derating"}) {
+    const auto& s = status_of(statuses, id);
+    REQUIRE(s.latest);
+    CHECK(s.latest->state == q::GateState::passed);
+    CHECK(s.latest->run_id == "stability-1");
+    CHECK(s.gaps.empty());
+  }
+  // Past its period, the run no longer covers the risk.
+  CHECK(has_gap(status_of(q::assess_risks(r, set(), q::gate_runs_from_reports({clean}), {}, kNow + 7 * 24 * kHourMs),
+                          "allocator-leak"),
+                q::GapKind::stale));
+
+  json failed = stability_document({rank_on("n01", 0, {failure(FailureKind::loss_spike, 200)}),
+                                    rank_on("n02", 1, {failure(FailureKind::throughput_decay, 300)})},
+                                   "stability-2", kNow);
+  CHECK(failed.at("passed") == false);
+  CHECK(failed.at("summary").get<std::string>().starts_with("kiln stability stability-2: FAILED (train-small"));
+  statuses = q::assess_risks(r, set(), q::gate_runs_from_reports({clean, failed}), {}, kNow);
+  CHECK(status_of(statuses, "allocator-leak").latest->state == q::GateState::failed);
+  CHECK(status_of(statuses, "thermal-derating").latest->state == q::GateState::failed);
+  const auto tickets = q::risk_gate_tickets(r, failed, kNow);
+  REQUIRE(tickets.size() == 2);
+  CHECK(tickets[0].team == "runtime");
+  CHECK(tickets[0].severity == "sev2");
+  CHECK(tickets[0].culprit_change == "risk:allocator-leak@stability-2");
+  CHECK(tickets[1].team == "hardware");
+
+  // The runtime approver waives the loss curve: that gate reads waived and pages no one; the
+  // throughput gate still fails the run.
+  const q::Waiver w{"stability-2", "train-small", q::GateMetric::loss_curve, "runtime", "sam", "injected spikes", kNow,
+                    kNow + kHourMs};
+  REQUIRE(q::apply_waivers(failed, {w}, r, kNow).size() == 1);
+  CHECK(failed.at("passed") == false);
+  statuses = q::assess_risks(r, set(), q::gate_runs_from_reports({failed}), {}, kNow);
+  CHECK(status_of(statuses, "allocator-leak").latest->state == q::GateState::waived);
+  CHECK(status_of(statuses, "thermal-derating").latest->state == q::GateState::failed);
+  const auto still = q::risk_gate_tickets(r, failed, kNow);
+  REQUIRE(still.size() == 1);
+  CHECK(still[0].team == "hardware");
+  // Once the throughput failure is waived too, the run passes with waivers.
+  const q::Waiver thermal{"thermal-derating", "train-small", q::GateMetric::throughput, "hardware", "dana",
+                          "chassis fans replaced next week", kNow, kNow + kHourMs};
+  REQUIRE(q::apply_waivers(failed, {w, thermal}, r, kNow).size() == 1);
+  CHECK(failed.at("passed") == true);
+  CHECK(failed.at("summary").get<std::string>().starts_with("kiln stability stability-2: passed with waivers ("));
 }

@@ -58,6 +58,8 @@ TEST_CASE("the run page says the verdict first, then the bundle, the models, the
   CHECK(has(page, "<article id=\"ticket-0\">"));
   CHECK(has(page, "&lt;i&gt;evidence&lt;/i&gt;"));
   CHECK(has(page, "interval"));
+  // Each node with the backend its result was made on, as the report recorded it.
+  CHECK(has(page, "ran on n01 (sim), n02"));
   CHECK(has(page, "\u2713 passed: 0.905 \u2265 0.9009 required"));  // the eval, 99% of 0.91
   // Offline: nothing loads from anywhere, and no script runs.
   CHECK(has(page, "Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\""));
