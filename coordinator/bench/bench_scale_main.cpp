@@ -362,10 +362,10 @@ class Bench {
         "[coordinator]\nagent_endpoint = \"{}\"\nclient_endpoint = \"{}\"\nsecret_key_file = \"{}\"\n"
         "database = \"kiln.db\"\nlog_level = \"info\"\n\n"
         "[knobs]\nheartbeat_interval_ms = {}\nliveness_missed_beats = {}\nmax_queued_jobs = {}\n"
-        "max_active_leases = {}\n\n[scheduler]\nmax_pending_requests = {}\n",
+        "max_active_leases = {}\n\n[scheduler]\nmax_pending_requests = {}\nmax_nodes = {}\n",
         agent_endpoint, client_endpoint, (dir_ / "coordinator.key").string(), s_.heartbeat_interval_ms,
         s_.liveness_missed_beats, s_.queued + s_.burst + 1000, s_.requests + 100,
-        s_.queued + s_.burst + s_.requests + 1100);
+        s_.queued + s_.burst + s_.requests + 1100, n + 100);
     out << fmt::format("\n[[keys]]\nname = \"bench-developer\"\nrole = \"developer\"\npublic_key = \"{}\"\n",
                        client_keys_.public_key);
     for (std::size_t i = 0; i < n; ++i) {

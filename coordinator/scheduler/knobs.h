@@ -54,7 +54,7 @@ struct SchedulerKnobs {
   // Windows booked ahead (not_before) always hold theirs.
   std::size_t max_reservations = 8;
   std::size_t max_pending_requests = 10000;
-  std::size_t max_nodes = 4096;
+  std::size_t max_nodes = 16384;  // 10,000 agents and room to grow
   // Reads every pending request at every step, with none of the shortcuts the indexes allow:
   // the reference the tests hold the shortcuts to. Not read from coordinator.toml.
   bool exhaustive_passes = false;
