@@ -184,6 +184,19 @@ std::string to_junit_xml(const RunReport& report) {
   return junit_xml(fmt::format("{} {}", classname, report.run_id), suites);
 }
 
+int gate_rounds(const nlohmann::json& model_entry) {
+  const auto performance = model_entry.find("performance");
+  if (performance == model_entry.end() || !performance->is_object()) return 1;
+  auto count = [&](const char* key) {
+    const auto it = performance->find(key);
+    return it != performance->end() && it->is_number_integer() ? std::max(it->get<int>(), 0) : 0;
+  };
+  int rounds = 1 + count("initial_extra_rounds");
+  const auto confirmation = performance->find("confirmation");
+  if (confirmation != performance->end() && !confirmation->is_null()) rounds += 1 + count("confirmation_extra_rounds");
+  return rounds;
+}
+
 Result<RunReport> report_outline_from_json(const nlohmann::json& document) {
   const auto bad = [](std::string_view what) {
     return fail(Errc::bad_message, fmt::format("the run report is not a kiln.qualification-run/1 document ({})", what));

@@ -21,4 +21,10 @@ std::string to_junit_xml(const RunReport& report);
 // bisections under way (not the gate, triage, bisection or rerun comparison evidence). A client that follows a run the qualifier drives reads its report this way.
 Result<RunReport> report_outline_from_json(const nlohmann::json& document);
 
+// How many rounds the size of its measure job a model's performance gate took, from its entry in
+// a report's "models": the first measurement, the extra rounds (looks) after it, and a
+// confirmation rerun with its own extra rounds. 1 when the entry has no gate outcome. What a
+// model's night costs is its measure job's chip-hours times this.
+int gate_rounds(const nlohmann::json& model_entry);
+
 }  // namespace kiln::qualification

@@ -29,7 +29,8 @@ namespace strategy = kiln::strategy;
 namespace {
 
 // What the measure job of a model report cost: chips x hours of each of its jobs (every rank of
-// a gang). None when the coordinator no longer has a job, or it measured no time.
+// a gang). None when the coordinator no longer has a job, or it measured no time. The gate's
+// later rounds (q::gate_rounds) are as large again each.
 std::optional<double> measured_chip_hours(Client& client, const q::MeasuredJob& measured) {
   std::vector<std::uint64_t> ids = measured.rank_job_ids;
   if (ids.empty()) ids.push_back(measured.job_id);
@@ -60,6 +61,15 @@ Result<RecordedEvidence> read_evidence(Client& client, const strategy::Matrix& m
   if (!runs) return tl::unexpected(runs.error());
   for (auto run = runs->rbegin(); run != runs->rend(); ++run) {  // the newest first
     auto report = q::report_outline_from_json(*run);
+    // The rounds each model's gate took in this run: its extra looks and confirmation are paid too.
+    std::map<std::string, int> rounds;
+    if (const auto entries = run->find("models"); entries != run->end() && entries->is_array()) {
+      for (const auto& entry : *entries) {
+        if (entry.contains("model") && entry.at("model").is_string()) {
+          rounds[entry.at("model").get<std::string>()] = q::gate_rounds(entry);
+        }
+      }
+    }
     if (!report || !report->finished) continue;
     ++out.runs_read;
     for (const q::ModelReport& model : report->models) {
@@ -68,7 +78,10 @@ Result<RecordedEvidence> read_evidence(Client& client, const strategy::Matrix& m
         ++out.evidence.recent_failures[model.model];
       }
       if (model.measure_job && !out.evidence.chip_hours.contains(model.model)) {
-        if (auto cost = measured_chip_hours(client, *model.measure_job)) out.evidence.chip_hours[model.model] = *cost;
+        if (auto cost = measured_chip_hours(client, *model.measure_job)) {
+          const auto taken = rounds.find(model.model);
+          out.evidence.chip_hours[model.model] = *cost * (taken == rounds.end() ? 1 : taken->second);
+        }
       }
     }
   }

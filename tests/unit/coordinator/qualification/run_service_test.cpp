@@ -389,3 +389,26 @@ TEST_CASE("recorded reports give each pair's baseline batches, the newest kept")
   CHECK(history.count({"mlp", "b"}) == 0);  // one finite sample a batch says nothing about spread
   CHECK(history.count({"tfm", "a"}) == 0);
 }
+
+TEST_CASE("a model's night costs its measure job times the rounds its gate took") {
+  q::RunReport report = measured_run("nightly-3", 11, {{"mlp-bf16", "a"}, {"conv", "a"}, {"moe", "b"}});
+  // mlp-bf16: stopped at its first look. conv: two extra looks. moe: one extra round, then a
+  // confirmation rerun with one of its own.
+  stats::ModelGateOutcome first;
+  first.finished = true;
+  report.models[0].performance = first;
+  stats::ModelGateOutcome looks = first;
+  looks.initial_extra_rounds = 2;
+  report.models[1].performance = looks;
+  stats::ModelGateOutcome confirmed = first;
+  confirmed.initial_extra_rounds = 1;
+  confirmed.confirmation = stats::Comparison{};
+  confirmed.confirmation_extra_rounds = 1;
+  report.models[2].performance = confirmed;
+  const auto json = q::to_json(report);
+  CHECK(q::gate_rounds(json.at("models").at(0)) == 1);
+  CHECK(q::gate_rounds(json.at("models").at(1)) == 3);
+  CHECK(q::gate_rounds(json.at("models").at(2)) == 4);
+  report.models[0].performance.reset();
+  CHECK(q::gate_rounds(q::to_json(report).at("models").at(0)) == 1);  // no gate: the measure job alone
+}
