@@ -175,7 +175,6 @@ void Scheduler::Impl::schedule(TimeMs now) {
   apply(p, now);
   settled = std::move(p.settled);
   settled.decided_nothing = decided_nothing;
-  settled.claims = !claimants.empty();
   settled.at_ms = now;
 }
 
@@ -205,7 +204,8 @@ bool Scheduler::Impl::lacks_free_chips(const RequestRec& r, const FreeChips& fre
 }
 
 bool Scheduler::Impl::settled_without_pass(const RequestRec& r, TimeMs now) const {
-  if (knobs.exhaustive_passes || !settled.valid || !settled.decided_nothing || settled.claims ||
+  // A claim held for a preemption may lapse at the next pass (schedule()): that pass must run.
+  if (knobs.exhaustive_passes || !settled.valid || !settled.decided_nothing || !claimants.empty() ||
       settled.at_ms != now) {
     return false;
   }

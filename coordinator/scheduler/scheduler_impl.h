@@ -131,7 +131,6 @@ struct SettledPass {
   FreeChips free;
   bool reservations_taken = false;  // kiln: max_reservations requests hold reservations
   bool fifo_blocked = false;        // fifo: the queue's head waits
-  bool claims = false;              // some pending request holds chips for a preemption
 };
 
 struct Plan {
