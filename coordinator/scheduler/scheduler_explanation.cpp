@@ -7,7 +7,7 @@ namespace kiln::scheduler {
 
 // Why a request cannot start now, in words for `kiln queue --why`.
 std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeMs now,
-                                                    const std::vector<std::vector<ChipPlan>>& view,
+                                                    const PassView& view,
                                                     const std::map<std::pair<RequestClass, std::string>, int>& used,
                                                     std::size_t ahead) const {
   const Request& q = r.req;

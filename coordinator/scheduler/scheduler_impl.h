@@ -104,6 +104,35 @@ struct PendingInfo {
 
 
 
+// The planning pass's picture of the chips. A node's row is made from its leases the first time
+// the pass reads or marks it, so a pass that looks at a few nodes of a large fleet costs that
+// much, not the fleet.
+class PassView {
+ public:
+  PassView(const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases, TimeMs now)
+      : nodes_(&nodes), leases_(&leases), now_(now), slot_(nodes.size(), 0) {}
+
+  // The node's row, made on first use; references to it stay valid for the whole pass.
+  const std::vector<ChipPlan>& operator[](std::size_t node) const { return row(node); }
+  std::vector<ChipPlan>& operator[](std::size_t node) { return row(node); }
+  // One chip as the pass sees it, without making its node's row.
+  ChipPlan chip(std::size_t node, std::size_t pos) const;
+  // The chips free now on a node the pass has not read yet, where each can serve any request:
+  // only a row that was made carries claims, reservations or this pass's grants. Nothing once
+  // the row is made.
+  std::optional<int> untouched_free_chips(std::size_t node) const;
+
+ private:
+  std::vector<ChipPlan>& row(std::size_t node) const;
+  ChipPlan fresh(std::size_t node, std::size_t pos) const;
+
+  const std::vector<NodeRec>* nodes_;
+  const std::map<LeaseId, LeaseRec>* leases_;
+  TimeMs now_;
+  mutable std::vector<std::uint32_t> slot_;  // 1 + the row's index in rows_; 0: not made yet
+  mutable std::deque<std::vector<ChipPlan>> rows_;  // a deque: adding a row moves no other
+};
+
 // Chips free now (not leased), counted per node over the nodes new work may enter (`up`), as a
 // pass starts and as its grants take chips: an upper bound on what any non-maintenance request
 // could take, so that one that cannot fit is passed over without looking at every node.
@@ -316,7 +345,9 @@ struct Scheduler::Impl {
 
   // --- the planning pass -----------------------------------------------------------------------
 
-  std::vector<std::vector<ChipPlan>> initial_view(TimeMs now) const;
+  // The pass's view as it starts: chips leased until their leases' expected ends, claimed ones
+  // marked.
+  PassView initial_view(TimeMs now) const;
 
   // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
   // else one switch group, else spread. Returns (penalty, chips).
@@ -336,8 +367,15 @@ struct Scheduler::Impl {
     return c.lease == 0 && (c.claimed_by == 0 || c.claimed_by == id) && end <= c.resv_start;
   }
 
+  // The view's shortcut for nodes the pass has not read, unless the knobs ask every pass to read
+  // every node (the tests that hold the shortcuts to the same decisions).
+  std::optional<int> untouched_free_chips(const PassView& view, std::size_t node) const {
+    if (knobs.exhaustive_passes) return std::nullopt;
+    return view.untouched_free_chips(node);
+  }
+
   std::optional<Grant> place_now(const RequestRec& r, TimeMs now,
-                                 const std::vector<std::vector<ChipPlan>>& view,
+                                 const PassView& view,
                                  const std::map<std::pair<RequestClass, std::string>, int>& used)
       const;
 
@@ -348,21 +386,21 @@ struct Scheduler::Impl {
 
   // Earliest time the request could start from expected lease ends and earlier reservations.
   Reservation reserve(const RequestRec& r, TimeMs now,
-                      const std::vector<std::vector<ChipPlan>>& view) const;
+                      const PassView& view) const;
 
-  static void mark_reserved(std::vector<std::vector<ChipPlan>>& view, const std::vector<ChipRef>& chips,
+  static void mark_reserved(PassView& view, const std::vector<ChipRef>& chips,
                             TimeMs start, TimeMs end, RequestId owner);
 
   // Finds the experiment leases whose notice lets `r` start at the end of the grace, losing
   // the least work. nullopt when no such set exists or none is needed.
   std::optional<Claim> find_victims(const RequestRec& r, TimeMs now,
-                                    const std::vector<std::vector<ChipPlan>>& view,
+                                    const PassView& view,
                                     const std::map<std::pair<RequestClass, std::string>, int>& used)
       const;
 
   // Why a request cannot start now, in words for `kiln queue --why`.
   std::vector<std::string> reasons_for(const RequestRec& r, TimeMs now,
-                                       const std::vector<std::vector<ChipPlan>>& view,
+                                       const PassView& view,
                                        const std::map<std::pair<RequestClass, std::string>, int>& used,
                                        std::size_t ahead) const;
 

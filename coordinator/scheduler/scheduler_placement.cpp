@@ -8,22 +8,44 @@
 
 namespace kiln::scheduler {
 
-std::vector<std::vector<ChipPlan>> Scheduler::Impl::initial_view(TimeMs now) const {
-  std::vector<std::vector<ChipPlan>> view(nodes.size());
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    view[n].resize(nodes[n].info.chips.size());
-    for (std::size_t p = 0; p < view[n].size(); ++p) {
-      ChipPlan& c = view[n][p];
-      c.lease = nodes[n].chip_lease[p];
-      c.busy_until = now;
-      if (c.lease != 0) {
-        const LeaseRec& l = leases.at(c.lease);
-        c.busy_until = l.grace_deadline_ms          ? *l.grace_deadline_ms
-                       : l.expected_end_ms >= now ? l.expected_end_ms
-                                                 : now + kOverrunStepMs;
-      }
-    }
+ChipPlan PassView::fresh(std::size_t node, std::size_t pos) const {
+  ChipPlan c;
+  c.lease = (*nodes_)[node].chip_lease[pos];
+  c.busy_until = now_;
+  if (c.lease != 0) {
+    const LeaseRec& l = leases_->at(c.lease);
+    c.busy_until = l.grace_deadline_ms          ? *l.grace_deadline_ms
+                   : l.expected_end_ms >= now_ ? l.expected_end_ms
+                                               : now_ + kOverrunStepMs;
   }
+  return c;
+}
+
+std::vector<ChipPlan>& PassView::row(std::size_t node) const {
+  std::uint32_t& slot = slot_[node];
+  if (slot == 0) {
+    std::vector<ChipPlan>& made = rows_.emplace_back();
+    const std::size_t chips = (*nodes_)[node].info.chips.size();
+    made.reserve(chips);
+    for (std::size_t p = 0; p < chips; ++p) made.push_back(fresh(node, p));
+    slot = static_cast<std::uint32_t>(rows_.size());
+  }
+  return rows_[slot - 1];
+}
+
+ChipPlan PassView::chip(std::size_t node, std::size_t pos) const {
+  const std::uint32_t slot = slot_[node];
+  return slot == 0 ? fresh(node, pos) : rows_[slot - 1][pos];
+}
+
+std::optional<int> PassView::untouched_free_chips(std::size_t node) const {
+  if (slot_[node] != 0) return std::nullopt;
+  const auto& leased = (*nodes_)[node].chip_lease;
+  return static_cast<int>(std::count(leased.begin(), leased.end(), 0));
+}
+
+PassView Scheduler::Impl::initial_view(TimeMs now) const {
+  PassView view(nodes, leases, now);
   for (RequestId id : claimants) {
     for (const ChipRef& c : requests.at(id).claim->chips) view[c.node][c.pos].claimed_by = id;
   }
@@ -104,7 +126,7 @@ Scheduler::Impl::QuotaCheck Scheduler::Impl::check_quota(const RequestRec& r, co
 }
 
 std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
-                                              const std::vector<std::vector<ChipPlan>>& view,
+                                              const PassView& view,
                                               const std::map<std::pair<RequestClass, std::string>, int>& used) const {
   const Request& q = r.req;
   const TimeMs end = now + r.remaining_ms;
@@ -117,6 +139,13 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     Grant best;
     for_each_candidate(q, [&](std::size_t n) {
       if (!eligible(nodes[n], q)) return;
+      if (const auto free_here = untouched_free_chips(view, n)) {
+        // Every free chip of an untouched node is usable and it holds no claim: its score is at
+        // least this one (no topology penalty), so it is read only if that could beat the best.
+        if (*free_here < q.chips) return;
+        const auto least = std::make_tuple(1, 0, static_cast<std::size_t>(*free_here - q.chips), n);
+        if (best_score && least >= *best_score) return;
+      }
       std::vector<std::size_t> usable;
       for (std::size_t p = 0; p < view[n].size(); ++p) {
         if (chip_usable_now(view[n][p], q.id, end)) usable.push_back(p);
@@ -143,9 +172,11 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
   std::map<std::string, std::vector<std::size_t>> by_rev;
   for_each_candidate(q, [&](std::size_t n) {
     if (!eligible(nodes[n], q)) return;
-    bool whole = std::all_of(view[n].begin(), view[n].end(), [&](const ChipPlan& c) {
-      return chip_usable_now(c, q.id, end);
-    });
+    const auto free_here = untouched_free_chips(view, n);
+    const bool whole = free_here ? *free_here == static_cast<int>(nodes[n].chip_lease.size())
+                                 : std::all_of(view[n].begin(), view[n].end(), [&](const ChipPlan& c) {
+                                     return chip_usable_now(c, q.id, end);
+                                   });
     if (whole) by_rev[nodes[n].info.revision].push_back(n);
   });
   for (auto& [rev, list] : by_rev) {
@@ -157,8 +188,8 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     g.request = q.id;
     int chips = 0;
     for (int i = 0; i < q.nodes; ++i) {
-      for (std::size_t p = 0; p < view[list[i]].size(); ++p) g.chips.push_back({list[i], p});
-      chips += static_cast<int>(view[list[i]].size());
+      for (std::size_t p = 0; p < nodes[list[i]].chip_lease.size(); ++p) g.chips.push_back({list[i], p});
+      chips += static_cast<int>(nodes[list[i]].chip_lease.size());
     }
     QuotaCheck quota = check_quota(r, rev, chips, used);
     if (!quota.allowed) continue;
@@ -170,7 +201,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
 
 // Earliest time the request could start from expected lease ends and earlier reservations.
 Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeMs now,
-                                                      const std::vector<std::vector<ChipPlan>>& view) const {
+                                                      const PassView& view) const {
   const Request& q = r.req;
   auto avail = [&](const ChipPlan& c) {
     TimeMs t = c.lease != 0 ? c.busy_until : now;
@@ -183,9 +214,10 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
       if (!eligible(nodes[n], q)) return;
       std::vector<std::pair<TimeMs, std::size_t>> times;
       std::size_t free_now = 0;
-      for (std::size_t p = 0; p < view[n].size(); ++p) {
-        times.push_back({avail(view[n][p]), p});
-        if (view[n][p].lease == 0) ++free_now;
+      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
+        const ChipPlan c = view.chip(n, p);
+        times.push_back({avail(c), p});
+        if (c.lease == 0) ++free_now;
       }
       std::sort(times.begin(), times.end());
       TimeMs start = times[q.chips - 1].first;
@@ -202,7 +234,7 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
     for_each_candidate(q, [&](std::size_t n) {
       if (!eligible(nodes[n], q)) return;
       TimeMs t = now;
-      for (const ChipPlan& c : view[n]) t = std::max(t, avail(c));
+      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) t = std::max(t, avail(view.chip(n, p)));
       by_rev[nodes[n].info.revision].push_back({t, n});
     });
     for (auto& [rev, list] : by_rev) {
@@ -213,7 +245,7 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
         best.start = start;
         best.chips.clear();
         for (int i = 0; i < q.nodes; ++i) {
-          for (std::size_t p = 0; p < view[list[i].second].size(); ++p) {
+          for (std::size_t p = 0; p < nodes[list[i].second].chip_lease.size(); ++p) {
             best.chips.push_back({list[i].second, p});
           }
         }
@@ -224,7 +256,7 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
   return best;
 }
 
-void Scheduler::Impl::mark_reserved(std::vector<std::vector<ChipPlan>>& view, const std::vector<ChipRef>& chips,
+void Scheduler::Impl::mark_reserved(PassView& view, const std::vector<ChipRef>& chips,
                                      TimeMs start, TimeMs end, RequestId owner) {
   for (const ChipRef& ref : chips) {
     ChipPlan& c = view[ref.node][ref.pos];

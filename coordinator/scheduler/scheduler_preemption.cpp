@@ -9,7 +9,7 @@ namespace kiln::scheduler {
 // Finds the experiment leases whose notice lets `r` start at the end of the grace, losing
 // the least work. nullopt when no such set exists or none is needed.
 std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs now,
-                                                 const std::vector<std::vector<ChipPlan>>& view,
+                                                 const PassView& view,
                                                  const std::map<std::pair<RequestClass, std::string>, int>& used) const {
   const Request& q = r.req;
   const TimeMs ready = now + knobs.grace_ms;
@@ -31,7 +31,7 @@ std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs n
     const RequestRec& holder = requests.at(l.request);
     if (holder.req.maintenance || holder.preempted_by.count(q.id)) return false;
     for (const ChipRef& c : l.chips) {
-      const ChipPlan& plan = view[c.node][c.pos];
+      const ChipPlan plan = view.chip(c.node, c.pos);
       if ((plan.claimed_by != 0 && plan.claimed_by != q.id) || end > plan.resv_start) return false;
     }
     return true;
@@ -55,8 +55,8 @@ std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs n
       if (!eligible(nodes[n], q) || !within_quota(nodes[n].info.revision, q.chips)) continue;
       int have = 0;
       std::set<LeaseId> cands;
-      for (std::size_t p = 0; p < view[n].size(); ++p) {
-        const ChipPlan& c = view[n][p];
+      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
+        const ChipPlan c = view.chip(n, p);
         if (soon_free(c)) {
           ++have;
         } else if (c.lease != 0 && candidate(c.lease)) {
@@ -86,8 +86,8 @@ std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs n
           for (std::size_t i = 0; i < list.size(); ++i) {
             if (mask & (1u << i)) best.victims.push_back(list[i]);
           }
-          for (std::size_t p = 0; p < view[n].size(); ++p) {
-            const ChipPlan& c = view[n][p];
+          for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
+            const ChipPlan c = view.chip(n, p);
             bool victim_chip = c.lease != 0 && std::find(best.victims.begin(), best.victims.end(),
                                                          c.lease) != best.victims.end();
             if (soon_free(c) || victim_chip) best.chips.push_back({n, p});
@@ -101,7 +101,8 @@ std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs n
       if (!eligible(nodes[n], q)) continue;
       std::set<LeaseId> victims;
       bool ok = true;
-      for (const ChipPlan& c : view[n]) {
+      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
+        const ChipPlan c = view.chip(n, p);
         if (soon_free(c)) continue;
         if (c.lease != 0 && candidate(c.lease)) {
           victims.insert(c.lease);
@@ -132,7 +133,7 @@ std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs n
         std::get<1>(total) += std::get<1>(cost);
         std::get<2>(total) += std::get<2>(cost);
         victims.insert(vs.begin(), vs.end());
-        for (std::size_t p = 0; p < view[n].size(); ++p) chips.push_back({n, p});
+        for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) chips.push_back({n, p});
       }
       if (!within_quota(rev, static_cast<int>(chips.size()))) continue;
       if (!best_cost || total < *best_cost) {
