@@ -12,6 +12,7 @@
 
 #include "tests/integration/headless_chromium.h"
 #include "tests/integration/qualification_fleet.h"
+#include "tests/support/http_get.h"
 #include "tests/support/text.h"
 
 using namespace kiln::testing;
@@ -124,8 +125,15 @@ TEST_CASE("a nightly's report pages: written beside the JSON, drawn by Chromium 
   write(dir / "report-models.toml", set.substr(0, set.find("[[model]]\nname = \"mlp-fp8-wide\"")) + kTrainingModel);
   REQUIRE(std::system((std::string(KILN_BIN_DIR) + "/kiln-workload-model --model train-tiny --data-seed 1 "
                        "--write-golden " + (dir / "golden").string() + " >/dev/null").c_str()) == 0);
-  std::ofstream(fleet.qualifier_config("qualifier"), std::ios::app) << "\n[reports]\ndirectory = \"pages\"\n";
+  const std::string served = Fleet::free_loopback_address();
+  std::ofstream(fleet.qualifier_config("qualifier"), std::ios::app)
+      << "\n[reports]\ndirectory = \"pages\"\n\n[http]\nlisten = \"" << served << "\"\n";
   fleet.start_qualifier("qualifier");
+  // Before any run the qualifier serves no index, and says why.
+  REQUIRE(Fleet::eventually([&] { return kiln::testing::http_get(served, "/metrics").status == 200; }, 10s));
+  const auto no_index = kiln::testing::http_get(served, "/");
+  CHECK(no_index.status == 404);
+  CHECK(contains(no_index.body, "no run has been recorded yet"));
 
   // Night 1 passes and becomes the baseline; night 2 has k3's slowdown and k5's broken kernel.
   std::string out;
@@ -154,6 +162,23 @@ TEST_CASE("a nightly's report pages: written beside the JSON, drawn by Chromium 
   REQUIRE(fleet.kiln("ci", {"run", "nightly-2", "--html", (dir / "from-cli.html").string()}, &out) == 1);
   CHECK(contains(out, "wrote the page of run nightly-2 to " + (dir / "from-cli.html").string()));
   CHECK(read(dir / "from-cli.html") == read(pages / "nightly-2.html"));
+
+  // The qualifier serves the same files beside its /metrics, and nothing outside their directory.
+  for (const char* name : {"index.html", "nightly-2.html", "nightly-1.json"}) {
+    CAPTURE(name);
+    const auto page = kiln::testing::http_get(served, std::string("/") + name);
+    CHECK(page.status == 200);
+    CHECK(contains(page.head, std::string(name).ends_with(".html") ? "text/html" : "application/json"));
+    CHECK(page.body == read(pages / name));
+  }
+  CHECK(kiln::testing::http_get(served, "/").body == read(pages / "index.html"));
+  const auto missing = kiln::testing::http_get(served, "/nightly-9.html");
+  CHECK(missing.status == 404);
+  CHECK(contains(missing.body, "no such run page: nightly-9.html"));
+  for (const char* outside : {"/../qualifier.toml", "/..%2Fqualifier.toml", "/.hidden.html", "/pages/index.html"}) {
+    CAPTURE(outside);
+    CHECK(kiln::testing::http_get(served, outside).status == 404);
+  }
 
   // What each page must draw: per run its samples, curves and probes; the index, per model, the runs.
   std::map<std::string, std::map<std::string, std::map<std::string, std::size_t>>> expected;
