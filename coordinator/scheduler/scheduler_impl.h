@@ -115,6 +115,7 @@ class PassView {
   // The node's row, made on first use; references to it stay valid for the whole pass.
   const std::vector<ChipPlan>& operator[](std::size_t node) const { return row(node); }
   std::vector<ChipPlan>& operator[](std::size_t node) { return row(node); }
+  bool touched(std::size_t node) const { return slot_[node] != 0; }
   // One chip as the pass sees it, without making its node's row.
   ChipPlan chip(std::size_t node, std::size_t pos) const;
   // The chips free now on a node the pass has not read yet, where each can serve any request:
@@ -133,17 +134,26 @@ class PassView {
   mutable std::deque<std::vector<ChipPlan>> rows_;  // a deque: adding a row moves no other
 };
 
-// Chips free now (not leased), counted per node over the nodes new work may enter (`up`), as a
-// pass starts and as its grants take chips: an upper bound on what any non-maintenance request
-// could take, so that one that cannot fit is passed over without looking at every node.
+// Chips free now (not leased), counted per node over the nodes new work may enter (`up`): an
+// upper bound on what any non-maintenance request could take, so that one that cannot fit is
+// passed over without looking at every node. The scheduler keeps it with every change of a node's
+// leases or state; a pass takes a copy and counts its own grants off it.
 struct FreeChips {
-  std::vector<int> on_node;         // 0 on nodes that are not up
-  std::vector<int> nodes_with;      // nodes_with[k]: up nodes with exactly k free chips
-  int whole_free_nodes = 0;         // up nodes with every chip free
+  std::vector<int> on_node;     // 0 on nodes that are not up
+  std::vector<int> nodes_with;  // nodes_with[k]: up nodes with exactly k free chips; no trailing 0
+  int whole_free_nodes = 0;     // up nodes with every chip free
   int most_on_a_node = 0;
 
-  void count(const std::vector<NodeRec>& nodes);
-  void take(std::size_t node, int chips, const std::vector<NodeRec>& nodes);
+  // Counts a node again after its chips, leases or state changed; an index past the end is a new node.
+  void recount(std::size_t node, const std::vector<NodeRec>& nodes);
+  void take(std::size_t node, int chips);
+  // Every node counted from scratch: what the kept counts must equal.
+  static FreeChips counted(const std::vector<NodeRec>& nodes);
+  bool operator==(const FreeChips&) const = default;
+
+ private:
+  void settle_most();
+  std::vector<int> counted_chips_;  // an up node's chips when it was counted; -1: not counted
 };
 
 // What the last planning pass left: while nothing but queued requests that can neither start nor
@@ -202,6 +212,7 @@ struct Scheduler::Impl {
   std::set<std::pair<TimeMs, LeaseId>> lease_deadlines;
   std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
   std::set<std::size_t> nodes_with_lease_changes;
+  FreeChips free_chips;
   SettledPass settled;
 
   // --- helpers --------------------------------------------------------------------------------
@@ -369,13 +380,15 @@ struct Scheduler::Impl {
 
   // The view's shortcut for nodes the pass has not read, unless the knobs ask every pass to read
   // every node (the tests that hold the shortcuts to the same decisions).
-  std::optional<int> untouched_free_chips(const PassView& view, std::size_t node) const {
-    if (knobs.exhaustive_passes) return std::nullopt;
+  std::optional<int> untouched_free_chips(const PassView& view, const FreeChips& free, std::size_t node) const {
+    if (knobs.exhaustive_passes || view.touched(node)) return std::nullopt;
+    // Only grants change the pass's count of an up node, and a grant marks the node.
+    if (nodes[node].state == NodeState::up) return free.on_node[node];
     return view.untouched_free_chips(node);
   }
 
   std::optional<Grant> place_now(const RequestRec& r, TimeMs now,
-                                 const PassView& view,
+                                 const PassView& view, const FreeChips& free,
                                  const std::map<std::pair<RequestClass, std::string>, int>& used)
       const;
 

@@ -52,31 +52,50 @@ PassView Scheduler::Impl::initial_view(TimeMs now) const {
   return view;
 }
 
-void FreeChips::count(const std::vector<NodeRec>& nodes) {
-  on_node.assign(nodes.size(), 0);
-  nodes_with.assign(1, 0);
-  whole_free_nodes = 0;
-  most_on_a_node = 0;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    if (nodes[n].state != NodeState::up) continue;
-    const int free = static_cast<int>(std::count(nodes[n].chip_lease.begin(), nodes[n].chip_lease.end(), 0));
-    on_node[n] = free;
+void FreeChips::recount(std::size_t node, const std::vector<NodeRec>& nodes) {
+  if (node >= on_node.size()) {
+    on_node.resize(node + 1, 0);
+    counted_chips_.resize(node + 1, -1);
+  }
+  if (counted_chips_[node] >= 0) {
+    --nodes_with[on_node[node]];
+    if (on_node[node] == counted_chips_[node]) --whole_free_nodes;
+  }
+  on_node[node] = 0;
+  counted_chips_[node] = -1;
+  const NodeRec& rec = nodes[node];
+  if (rec.state == NodeState::up) {
+    const int chips = static_cast<int>(rec.chip_lease.size());
+    const int free = static_cast<int>(std::count(rec.chip_lease.begin(), rec.chip_lease.end(), 0));
+    on_node[node] = free;
+    counted_chips_[node] = chips;
     if (static_cast<std::size_t>(free) >= nodes_with.size()) nodes_with.resize(free + 1, 0);
     ++nodes_with[free];
-    if (free == static_cast<int>(nodes[n].chip_lease.size())) ++whole_free_nodes;
-    most_on_a_node = std::max(most_on_a_node, free);
+    if (free == chips) ++whole_free_nodes;
   }
+  settle_most();
 }
 
-void FreeChips::take(std::size_t node, int chips, const std::vector<NodeRec>& nodes) {
-  if (nodes[node].state != NodeState::up) return;  // maintenance on a node not counted
+void FreeChips::take(std::size_t node, int chips) {
+  if (counted_chips_[node] < 0) return;  // maintenance on a node not counted
   int& free = on_node[node];
   KILN_ASSERT(free >= chips, "a grant takes only free chips");
-  if (free == static_cast<int>(nodes[node].chip_lease.size())) --whole_free_nodes;
+  if (free == counted_chips_[node]) --whole_free_nodes;
   --nodes_with[free];
   free -= chips;
   ++nodes_with[free];
-  while (most_on_a_node > 0 && nodes_with[most_on_a_node] == 0) --most_on_a_node;
+  settle_most();
+}
+
+void FreeChips::settle_most() {
+  while (!nodes_with.empty() && nodes_with.back() == 0) nodes_with.pop_back();
+  most_on_a_node = nodes_with.empty() ? 0 : static_cast<int>(nodes_with.size()) - 1;
+}
+
+FreeChips FreeChips::counted(const std::vector<NodeRec>& nodes) {
+  FreeChips out;
+  for (std::size_t n = 0; n < nodes.size(); ++n) out.recount(n, nodes);
+  return out;
 }
 
 // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
@@ -126,7 +145,7 @@ Scheduler::Impl::QuotaCheck Scheduler::Impl::check_quota(const RequestRec& r, co
 }
 
 std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
-                                              const PassView& view,
+                                              const PassView& view, const FreeChips& free,
                                               const std::map<std::pair<RequestClass, std::string>, int>& used) const {
   const Request& q = r.req;
   const TimeMs end = now + r.remaining_ms;
@@ -139,7 +158,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     Grant best;
     for_each_candidate(q, [&](std::size_t n) {
       if (!eligible(nodes[n], q)) return;
-      if (const auto free_here = untouched_free_chips(view, n)) {
+      if (const auto free_here = untouched_free_chips(view, free, n)) {
         // Every free chip of an untouched node is usable and it holds no claim: its score is at
         // least this one (no topology penalty), so it is read only if that could beat the best.
         if (*free_here < q.chips) return;
@@ -172,7 +191,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
   std::map<std::string, std::vector<std::size_t>> by_rev;
   for_each_candidate(q, [&](std::size_t n) {
     if (!eligible(nodes[n], q)) return;
-    const auto free_here = untouched_free_chips(view, n);
+    const auto free_here = untouched_free_chips(view, free, n);
     const bool whole = free_here ? *free_here == static_cast<int>(nodes[n].chip_lease.size())
                                  : std::all_of(view[n].begin(), view[n].end(), [&](const ChipPlan& c) {
                                      return chip_usable_now(c, q.id, end);
@@ -272,8 +291,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   Plan out;
   auto view = initial_view(now);
   auto used = chips_in_use;
-  FreeChips free;
-  free.count(nodes);
+  FreeChips free = free_chips;
   bool fifo_blocked = false;
   std::size_t reservations = 0;
   std::size_t position = 0;
@@ -284,12 +302,12 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     bool window_open = !q.not_before_ms || *q.not_before_ms <= now;
     if (!window_open) out.wake = std::min(out.wake, *q.not_before_ms);
     if (window_open && !fifo_blocked && !lacks_free_chips(r, free)) {
-      if (auto grant = place_now(r, now, view, used)) {
+      if (auto grant = place_now(r, now, view, free, used)) {
         for (const ChipRef& c : grant->chips) {
           view[c.node][c.pos].lease = kPlannedLease;
           view[c.node][c.pos].busy_until = now + r.remaining_ms;
           view[c.node][c.pos].claimed_by = 0;
-          free.take(c.node, 1, nodes);
+          free.take(c.node, 1);
         }
         used[{q.cls, nodes[grant->chips.front().node].info.revision}] +=
             static_cast<int>(grant->chips.size());
