@@ -156,12 +156,15 @@ struct Run {
   double registration_seconds = 0;
   double cpu_per_heartbeat_ms = NAN;  // median of the windows
   double cpu_percent = NAN;
+  // The fake agents' and the bench's own share of the machine's cores in the same windows: near
+  // the core count, the load generator starves, not only the server.
+  double load_generator_cpu_percent = NAN;
   double heartbeats_per_second = 0;
   Latency heartbeat;
   Latency submit;
   Latency lease;
   Latency release;
-  // The echo run only: the same round trips against the echo that fsyncs before it replies.
+  // The echo run only: the same round trips against the echo that fdatasyncs before it replies.
   Latency durable_submit;
   Latency durable_lease;
   std::size_t agent_processes = 1;
@@ -245,6 +248,7 @@ class FleetProcesses : public Fleet {
   FleetCounts counts() override { return slices_.counts(); }
   std::vector<double> take_heartbeat_rtts_us() override { return slices_.take_heartbeat_rtts_us(); }
   std::vector<TimeMs> take_hello_times_ms() override { return slices_.take_hello_times_ms(); }
+  const std::vector<pid_t>& pids() const { return pids_; }
 
  private:
   FleetSlices slices_;
@@ -299,9 +303,21 @@ class Bench {
     r.agent_processes = s_.agent_processes > 0
                             ? s_.agent_processes
                             : (n + s_.agents_per_process - 1) / std::max<std::size_t>(1, s_.agents_per_process);
-    std::unique_ptr<Fleet> agents = r.agent_processes > 1 ? start_fleet_processes(options, r.agent_processes, server)
-                                                         : std::make_unique<FakeFleet>(options);
+    std::vector<pid_t> generator_pids = {::getpid()};
+    std::unique_ptr<Fleet> agents;
+    if (r.agent_processes > 1) {
+      auto processes = start_fleet_processes(options, r.agent_processes, server);
+      generator_pids.insert(generator_pids.end(), processes->pids().begin(), processes->pids().end());
+      agents = std::move(processes);
+    } else {
+      agents = std::make_unique<FakeFleet>(options);
+    }
     Fleet& fleet = *agents;
+    const auto generator_cpu_ms = [&] {
+      double sum = 0;
+      for (pid_t p : generator_pids) sum += cpu_ms(p);
+      return sum;
+    };
     const TimeMs patience_ms = 20000 + static_cast<TimeMs>(n) * 10;
     while (fleet.counts().registered < n && steady_ms() - started < patience_ms && running(pid)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -320,9 +336,11 @@ class Bench {
     std::vector<double> per_beat;
     std::vector<double> percent;
     std::vector<double> rates;
+    std::vector<double> generator_percent;
     const int window_ms = std::max(300, s_.measure_seconds * 1000 / 3);
     for (int w = 0; w < 3; ++w) {
       const double cpu0 = cpu_ms(pid);
+      const double generator_cpu0 = generator_cpu_ms();
       const auto beats0 = fleet.counts().heartbeats_answered;
       const TimeMs t0 = steady_ms();
       std::this_thread::sleep_for(std::chrono::milliseconds(window_ms));
@@ -331,10 +349,12 @@ class Bench {
       const double seconds = static_cast<double>(steady_ms() - t0) / 1000;
       if (beats > 0) per_beat.push_back(cpu / static_cast<double>(beats));
       percent.push_back(cpu / 10 / seconds);
+      generator_percent.push_back((generator_cpu_ms() - generator_cpu0) / 10 / seconds);
       rates.push_back(static_cast<double>(beats) / seconds);
     }
     r.cpu_per_heartbeat_ms = median(per_beat);
     r.cpu_percent = median(percent);
+    r.load_generator_cpu_percent = median(generator_percent);
     r.heartbeats_per_second = median(rates);
     r.heartbeat = latency(fleet.take_heartbeat_rtts_us());
 
@@ -365,8 +385,9 @@ class Bench {
     r.timeouts = fleet.counts().timeouts - timeouts_before;
     r.connect_failures = fleet.counts().connect_failures;
     r.lost = echo ? 0 : count_lines(log, kLostMarker) - lost_before;
-    progress("{} agents on the {}: {:.3f} ms CPU per heartbeat, {:.0f}% CPU, heartbeat p99 {:.1f} ms, {:.0f} jobs/s",
-             n, server, r.cpu_per_heartbeat_ms, r.cpu_percent, r.heartbeat.p99_ms,
+    progress("{} agents on the {}: {:.3f} ms CPU per heartbeat, {:.0f}% CPU (the agents: {:.0f}%), heartbeat p99 "
+             "{:.1f} ms, {:.0f} jobs/s",
+             n, server, r.cpu_per_heartbeat_ms, r.cpu_percent, r.load_generator_cpu_percent, r.heartbeat.p99_ms,
              r.submit_jobs_per_second);
 
     if (stall) stall_and_resume(r, fleet, pid, log);
@@ -409,7 +430,7 @@ class Bench {
 
   // The agents in `processes` slices of about equal size, each a process of this program
   // (--fleet-slice) reading its settings and keys from a file and answering on a socket pair.
-  std::unique_ptr<Fleet> start_fleet_processes(const FleetOptions& options, std::size_t processes,
+  std::unique_ptr<FleetProcesses> start_fleet_processes(const FleetOptions& options, std::size_t processes,
                                                const std::string& server) {
     const std::size_t n = options.keys.size();
     std::vector<int> fds;
@@ -534,6 +555,8 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       {"echo_cpu_per_heartbeat_ms", number(e.cpu_per_heartbeat_ms)},
       {"cpu_per_heartbeat_vs_echo", number(ratio(c.cpu_per_heartbeat_ms, e.cpu_per_heartbeat_ms))},
       {"cpu_percent", number(c.cpu_percent)},
+      {"load_generator_cpu_percent", number(c.load_generator_cpu_percent)},
+      {"echo_load_generator_cpu_percent", number(e.load_generator_cpu_percent)},
       {"echo_cpu_percent", number(e.cpu_percent)},
       {"heartbeat", latency_json(c.heartbeat)},
       {"echo_heartbeat", latency_json(e.heartbeat)},
@@ -597,9 +620,10 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
   fmt::print("durable: the echo that writes each turn's requests to a file and calls fdatasync before it replies, as "
              "the coordinator's group commit does; its \"vs echo\" is the coordinator's p99 over it\n");
   for (const auto& [c, e] : rows) {
-    if (c.agent_processes > 1) {
-      fmt::print("{} agents: the fake agents ran in {} processes\n", c.agents, c.agent_processes);
-    }
+    fmt::print("{} agents: the fake agents ran in {} process{} and took {:.0f}% of a core beside the coordinator, "
+               "{:.0f}% beside the echo ({} cores here)\n",
+               c.agents, c.agent_processes, c.agent_processes > 1 ? "es" : "", c.load_generator_cpu_percent,
+               e.load_generator_cpu_percent, std::thread::hardware_concurrency());
   }
   for (const auto& [c, e] : rows) {
     if (c.stalled) {

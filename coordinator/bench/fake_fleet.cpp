@@ -522,10 +522,6 @@ std::vector<TimeMs> FleetSlices::take_hello_times_ms() {
   return all;
 }
 
-std::size_t FleetSlices::dead_slices() const {
-  return static_cast<std::size_t>(std::count(fds_.begin(), fds_.end(), -1));
-}
-
 Requester::Requester(const std::string& endpoint, const KeyPair& keys, const std::string& server_public_key, bool echo)
     : context_(std::make_unique<zmq::context_t>(1)), echo_(echo) {
   socket_ = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::dealer);

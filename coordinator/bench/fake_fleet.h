@@ -96,7 +96,7 @@ class FakeFleet : public Fleet {
 void serve_fleet_slice(Fleet& fleet, int fd);
 
 // The bench's side: the slices' answers summed (counts) or joined (samples). A slice whose process
-// ended counts nothing from then on; `dead_slices` says how many did.
+// ended counts nothing from then on, and says so once on stderr.
 class FleetSlices : public Fleet {
  public:
   explicit FleetSlices(std::vector<int> fds);
@@ -107,7 +107,6 @@ class FleetSlices : public Fleet {
   FleetCounts counts() override;
   std::vector<double> take_heartbeat_rtts_us() override;
   std::vector<TimeMs> take_hello_times_ms() override;
-  std::size_t dead_slices() const;
 
  private:
   std::vector<int> fds_;  // -1 once that slice stopped answering

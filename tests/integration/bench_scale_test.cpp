@@ -47,7 +47,8 @@ void check_row(const nlohmann::json& row) {
   // The durable echo answers every request of the same loop as the plain one.
   CHECK(row["durable_echo_submit"]["samples"] == row["echo_submit"]["samples"]);
   CHECK(row["durable_echo_lease"]["samples"] == row["echo_lease"]["samples"]);
-  for (const char* figure : {"cpu_per_heartbeat_ms", "cpu_percent", "submit_jobs_per_second", "submit_p99_vs_echo",
+  for (const char* figure : {"cpu_per_heartbeat_ms", "cpu_percent", "load_generator_cpu_percent",
+                             "echo_load_generator_cpu_percent", "submit_jobs_per_second", "submit_p99_vs_echo",
                              "submit_p99_vs_durable_echo", "lease_p99_vs_echo", "lease_p99_vs_durable_echo"}) {
     CHECK((row[figure].is_null() || row[figure].get<double>() >= 0));
   }
