@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -29,6 +30,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "common/keys.h"
 #include "common/version.h"
 #include "coordinator/bench/fake_fleet.h"
@@ -51,6 +53,8 @@ struct Settings {
   std::uint32_t liveness_missed_beats = 4;
   std::uint32_t connects_per_second = 1000;
   bool stall = true;
+  std::size_t agent_processes = 0;     // 0: as many as the file limit needs
+  std::size_t agents_per_process = 0;  // what one process's file limit holds
   std::string coordinator;
   bool json = false;
   bool keep = false;
@@ -72,11 +76,13 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& log) {
+// `input`, when given, becomes the child's standard input.
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, int input = -1) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     // A benchmark that dies leaves no server behind.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (input >= 0) ::dup2(input, 0);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
@@ -150,11 +156,18 @@ struct Run {
   double registration_seconds = 0;
   double cpu_per_heartbeat_ms = NAN;  // median of the windows
   double cpu_percent = NAN;
+  // The fake agents' and the bench's own share of the machine's cores in the same windows: near
+  // the core count, the load generator starves, not only the server.
+  double load_generator_cpu_percent = NAN;
   double heartbeats_per_second = 0;
   Latency heartbeat;
   Latency submit;
   Latency lease;
   Latency release;
+  // The echo run only: the same round trips against the echo that fdatasyncs before it replies.
+  Latency durable_submit;
+  Latency durable_lease;
+  std::size_t agent_processes = 1;
   std::uint64_t timeouts = 0;      // sessions the agents gave up on in steady state
   std::uint64_t connect_failures = 0;  // sockets the bench itself could not open
   std::size_t lost = 0;            // nodes the coordinator declared lost in steady state
@@ -180,6 +193,68 @@ std::size_t count_lines(const fs::path& log, const std::string& marker) {
 
 constexpr const char* kLostMarker = " lost: silent for ";
 
+// A fleet slice's settings and keys, for --fleet-slice.
+nlohmann::json slice_json(const FleetOptions& options) {
+  nlohmann::json keys = nlohmann::json::array();
+  for (const KeyPair& k : options.keys) keys.push_back({k.public_key, k.secret_key});
+  return {{"endpoint", options.endpoint},
+          {"server_public_key", options.server_public_key},
+          {"first_index", options.first_index},
+          {"threads", options.threads},
+          {"echo", options.echo},
+          {"heartbeat_interval_ms", options.heartbeat_interval_ms},
+          {"liveness_missed_beats", options.liveness_missed_beats},
+          {"connects_per_second", options.connects_per_second},
+          {"keys", keys}};
+}
+
+kiln::Result<FleetOptions> read_slice(const fs::path& path) {
+  std::ifstream in(path);
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const auto wrong = [&] {
+    return tl::unexpected(kiln::Error{kiln::Errc::invalid_argument,
+                                      fmt::format("{} is not a fleet slice written by kiln-bench-scale; --fleet-slice "
+                                                  "is internal, leave it to the bench",
+                                                  path.string())});
+  };
+  if (!json.is_object()) return wrong();
+  FleetOptions options;
+  try {
+    options.endpoint = json.at("endpoint").get<std::string>();
+    options.server_public_key = json.at("server_public_key").get<std::string>();
+    options.first_index = json.at("first_index").get<std::size_t>();
+    options.threads = json.at("threads").get<int>();
+    options.echo = json.at("echo").get<bool>();
+    options.heartbeat_interval_ms = json.at("heartbeat_interval_ms").get<std::uint32_t>();
+    options.liveness_missed_beats = json.at("liveness_missed_beats").get<std::uint32_t>();
+    options.connects_per_second = json.at("connects_per_second").get<std::uint32_t>();
+    for (const auto& k : json.at("keys")) options.keys.push_back({k.at(0).get<std::string>(), k.at(1).get<std::string>()});
+  } catch (const nlohmann::json::exception&) {
+    return wrong();
+  }
+  return options;
+}
+
+// The fleet split over processes of this program (--fleet-slice), each under its own file limit.
+class FleetProcesses : public Fleet {
+ public:
+  FleetProcesses(std::vector<int> fds, std::vector<pid_t> pids) : slices_(std::move(fds)), pids_(std::move(pids)) {}
+  ~FleetProcesses() override {
+    for (pid_t pid : pids_) stop_process(pid);
+  }
+  FleetProcesses(const FleetProcesses&) = delete;
+  FleetProcesses& operator=(const FleetProcesses&) = delete;
+
+  FleetCounts counts() override { return slices_.counts(); }
+  std::vector<double> take_heartbeat_rtts_us() override { return slices_.take_heartbeat_rtts_us(); }
+  std::vector<TimeMs> take_hello_times_ms() override { return slices_.take_hello_times_ms(); }
+  const std::vector<pid_t>& pids() const { return pids_; }
+
+ private:
+  FleetSlices slices_;
+  std::vector<pid_t> pids_;
+};
+
 class Bench {
  public:
   Bench(Settings settings, fs::path dir) : s_(std::move(settings)), dir_(std::move(dir)) {
@@ -193,12 +268,19 @@ class Bench {
   Run run(std::size_t n, bool echo, bool stall) {
     const int agent_port = free_loopback_port();
     const int client_port = free_loopback_port();
+    const int durable_client_port = free_loopback_port();
     const std::string agent_endpoint = fmt::format("tcp://127.0.0.1:{}", agent_port);
     const std::string client_endpoint = fmt::format("tcp://127.0.0.1:{}", client_port);
-    const fs::path log = dir_ / fmt::format("{}-{}.log", echo ? "echo" : "coordinator", n);
+    const std::string durable_client_endpoint = fmt::format("tcp://127.0.0.1:{}", durable_client_port);
+    const std::string server = echo ? "echo" : "coordinator";
+    const fs::path log = dir_ / fmt::format("{}-{}.log", server, n);
     pid_t pid = 0;
     if (echo) {
-      pid = spawn({self_, "--echo-server", agent_endpoint, client_endpoint, (dir_ / "coordinator.key").string()}, log);
+      // Beside the coordinator's store directories: the same filesystem, the same fsync.
+      const fs::path durable_file = dir_ / fmt::format("durable-echo-{}.data", n);
+      pid = spawn({self_, "--echo-server", agent_endpoint, client_endpoint, durable_client_endpoint,
+                   (dir_ / "coordinator.key").string(), durable_file.string()},
+                  log);
     } else {
       const fs::path db_dir = dir_ / fmt::format("store-{}", n);
       fs::remove_all(db_dir);
@@ -218,15 +300,32 @@ class Bench {
     options.liveness_missed_beats = s_.liveness_missed_beats;
     options.connects_per_second = s_.connects_per_second;
     const TimeMs started = steady_ms();
-    FakeFleet fleet(options);
+    r.agent_processes = s_.agent_processes > 0
+                            ? s_.agent_processes
+                            : (n + s_.agents_per_process - 1) / std::max<std::size_t>(1, s_.agents_per_process);
+    std::vector<pid_t> generator_pids = {::getpid()};
+    std::unique_ptr<Fleet> agents;
+    if (r.agent_processes > 1) {
+      auto processes = start_fleet_processes(options, r.agent_processes, server);
+      generator_pids.insert(generator_pids.end(), processes->pids().begin(), processes->pids().end());
+      agents = std::move(processes);
+    } else {
+      agents = std::make_unique<FakeFleet>(options);
+    }
+    Fleet& fleet = *agents;
+    const auto generator_cpu_ms = [&] {
+      double sum = 0;
+      for (pid_t p : generator_pids) sum += cpu_ms(p);
+      return sum;
+    };
     const TimeMs patience_ms = 20000 + static_cast<TimeMs>(n) * 10;
     while (fleet.counts().registered < n && steady_ms() - started < patience_ms && running(pid)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     r.registered = fleet.counts().registered;
     r.registration_seconds = static_cast<double>(steady_ms() - started) / 1000;
-    progress("{} agents: {} registered with the {} in {:.1f} s", n, r.registered, echo ? "echo" : "coordinator",
-             r.registration_seconds);
+    progress("{} agents in {} process{}: {} registered with the {} in {:.1f} s", n, r.agent_processes,
+             r.agent_processes > 1 ? "es" : "", r.registered, server, r.registration_seconds);
     // The hellos' aftermath (welcomes, first scheduling) settles before measuring.
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int>(2000, s_.measure_seconds * 500)));
     (void)fleet.take_heartbeat_rtts_us();
@@ -237,9 +336,11 @@ class Bench {
     std::vector<double> per_beat;
     std::vector<double> percent;
     std::vector<double> rates;
+    std::vector<double> generator_percent;
     const int window_ms = std::max(300, s_.measure_seconds * 1000 / 3);
     for (int w = 0; w < 3; ++w) {
       const double cpu0 = cpu_ms(pid);
+      const double generator_cpu0 = generator_cpu_ms();
       const auto beats0 = fleet.counts().heartbeats_answered;
       const TimeMs t0 = steady_ms();
       std::this_thread::sleep_for(std::chrono::milliseconds(window_ms));
@@ -248,15 +349,60 @@ class Bench {
       const double seconds = static_cast<double>(steady_ms() - t0) / 1000;
       if (beats > 0) per_beat.push_back(cpu / static_cast<double>(beats));
       percent.push_back(cpu / 10 / seconds);
+      generator_percent.push_back((generator_cpu_ms() - generator_cpu0) / 10 / seconds);
       rates.push_back(static_cast<double>(beats) / seconds);
     }
     r.cpu_per_heartbeat_ms = median(per_beat);
     r.cpu_percent = median(percent);
+    r.load_generator_cpu_percent = median(generator_percent);
     r.heartbeats_per_second = median(rates);
     r.heartbeat = latency(fleet.take_heartbeat_rtts_us());
 
     // Round trips of one client at a time, under the agents' load.
     Requester client(client_endpoint, client_keys_, server_keys_.public_key, echo);
+    time_round_trips(client, r.submit, r.lease, r.release);
+    if (echo) {
+      Requester durable_client(durable_client_endpoint, client_keys_, server_keys_.public_key, true);
+      Latency durable_release;
+      time_round_trips(durable_client, r.durable_submit, r.durable_lease, durable_release);
+    }
+
+    // Throughput: the queue filled to `queued`, then `burst` more, pipelined, each acknowledged
+    // only once stored.
+    const std::size_t fill = s_.queued > static_cast<std::size_t>(s_.requests) ? s_.queued - s_.requests : 0;
+    (void)client.pipeline(std::vector<kiln::protocol::Body>(fill, submit_body()), 64, 20000);
+    r.queued_at_burst = fill + static_cast<std::size_t>(s_.requests);
+    const double cpu0 = cpu_ms(pid);
+    const double t0 = steady_us();
+    auto accepted = client.pipeline(std::vector<kiln::protocol::Body>(s_.burst, submit_body()), 64, 20000);
+    const double seconds = (steady_us() - t0) / 1e6;
+    r.burst_accepted = static_cast<std::size_t>(std::count_if(accepted.begin(), accepted.end(), [&](const auto& a) {
+      return echo || std::holds_alternative<kiln::protocol::JobAccepted>(a.body);
+    }));
+    r.submit_jobs_per_second = static_cast<double>(r.burst_accepted) / seconds;
+    if (r.burst_accepted > 0) r.cpu_per_submit_ms = (cpu_ms(pid) - cpu0) / static_cast<double>(r.burst_accepted);
+
+    r.timeouts = fleet.counts().timeouts - timeouts_before;
+    r.connect_failures = fleet.counts().connect_failures;
+    r.lost = echo ? 0 : count_lines(log, kLostMarker) - lost_before;
+    progress("{} agents on the {}: {:.3f} ms CPU per heartbeat, {:.0f}% CPU (the agents: {:.0f}%), heartbeat p99 "
+             "{:.1f} ms, {:.0f} jobs/s",
+             n, server, r.cpu_per_heartbeat_ms, r.cpu_percent, r.load_generator_cpu_percent, r.heartbeat.p99_ms,
+             r.submit_jobs_per_second);
+
+    if (stall) stall_and_resume(r, fleet, pid, log);
+    stop_process(pid);
+    return r;
+  }
+
+ private:
+  template <class... A>
+  void progress(fmt::format_string<A...> format, A&&... args) {
+    std::cerr << fmt::format(format, std::forward<A>(args)...) << "\n";
+  }
+
+  // One request at a time: `requests` submits, then as many leases, each released.
+  void time_round_trips(Requester& client, Latency& submit, Latency& lease, Latency& release) {
     std::vector<double> submit_us;
     std::vector<double> lease_us;
     std::vector<double> release_us;
@@ -277,41 +423,44 @@ class Bench {
         release_us.push_back(released->rtt_us);
       }
     }
-    r.submit = latency(submit_us);
-    r.lease = latency(lease_us);
-    r.release = latency(release_us);
-
-    // Throughput: the queue filled to `queued`, then `burst` more, pipelined, each acknowledged
-    // only once stored.
-    const std::size_t fill = s_.queued > static_cast<std::size_t>(s_.requests) ? s_.queued - s_.requests : 0;
-    (void)client.pipeline(std::vector<kiln::protocol::Body>(fill, submit_body()), 64, 20000);
-    r.queued_at_burst = fill + static_cast<std::size_t>(s_.requests);
-    const double cpu0 = cpu_ms(pid);
-    const double t0 = steady_us();
-    auto accepted = client.pipeline(std::vector<kiln::protocol::Body>(s_.burst, submit_body()), 64, 20000);
-    const double seconds = (steady_us() - t0) / 1e6;
-    r.burst_accepted = static_cast<std::size_t>(std::count_if(accepted.begin(), accepted.end(), [&](const auto& a) {
-      return echo || std::holds_alternative<kiln::protocol::JobAccepted>(a.body);
-    }));
-    r.submit_jobs_per_second = static_cast<double>(r.burst_accepted) / seconds;
-    if (r.burst_accepted > 0) r.cpu_per_submit_ms = (cpu_ms(pid) - cpu0) / static_cast<double>(r.burst_accepted);
-
-    r.timeouts = fleet.counts().timeouts - timeouts_before;
-    r.connect_failures = fleet.counts().connect_failures;
-    r.lost = echo ? 0 : count_lines(log, kLostMarker) - lost_before;
-    progress("{} agents on the {}: {:.3f} ms CPU per heartbeat, {:.0f}% CPU, heartbeat p99 {:.1f} ms, {:.0f} jobs/s",
-             n, echo ? "echo" : "coordinator", r.cpu_per_heartbeat_ms, r.cpu_percent, r.heartbeat.p99_ms,
-             r.submit_jobs_per_second);
-
-    if (stall) stall_and_resume(r, fleet, pid, log);
-    stop_process(pid);
-    return r;
+    submit = latency(submit_us);
+    lease = latency(lease_us);
+    release = latency(release_us);
   }
 
- private:
-  template <class... A>
-  void progress(fmt::format_string<A...> format, A&&... args) {
-    std::cerr << fmt::format(format, std::forward<A>(args)...) << "\n";
+  // The agents in `processes` slices of about equal size, each a process of this program
+  // (--fleet-slice) reading its settings and keys from a file and answering on a socket pair.
+  std::unique_ptr<FleetProcesses> start_fleet_processes(const FleetOptions& options, std::size_t processes,
+                                               const std::string& server) {
+    const std::size_t n = options.keys.size();
+    std::vector<int> fds;
+    std::vector<pid_t> pids;
+    for (std::size_t p = 0; p < processes; ++p) {
+      const std::size_t first = n * p / processes;
+      const std::size_t last = n * (p + 1) / processes;
+      FleetOptions slice = options;
+      slice.keys.assign(options.keys.begin() + static_cast<std::ptrdiff_t>(first),
+                        options.keys.begin() + static_cast<std::ptrdiff_t>(last));
+      slice.first_index = first;
+      const std::string name = fmt::format("agents-{}-{}-{}", server, n, p + 1);
+      const fs::path file = dir_ / (name + ".json");
+      {
+        // The agents' secret keys: for this run only, and private to its user.
+        std::ofstream out(file);
+        fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+        out << slice_json(slice).dump();
+      }
+      int pair[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+        progress("cannot make a socket pair for agent process {}: {}; running {} of {} processes", p + 1,
+                 std::strerror(errno), p, processes);
+        break;
+      }
+      pids.push_back(spawn({self_, "--fleet-slice", file.string()}, dir_ / (name + ".log"), pair[1]));
+      ::close(pair[1]);
+      fds.push_back(pair[0]);
+    }
+    return std::make_unique<FleetProcesses>(std::move(fds), std::move(pids));
   }
 
   static kiln::protocol::Body submit_body() {
@@ -326,7 +475,7 @@ class Bench {
 
   // SIGSTOP for twice the liveness timeout, then: the hellos of the agents that timed the
   // coordinator out, per 100 ms, and the nodes it declared lost.
-  void stall_and_resume(Run& r, FakeFleet& fleet, pid_t pid, const fs::path& log) {
+  void stall_and_resume(Run& r, Fleet& fleet, pid_t pid, const fs::path& log) {
     const TimeMs liveness_ms = static_cast<TimeMs>(s_.heartbeat_interval_ms) * s_.liveness_missed_beats;
     const std::size_t lost_before = count_lines(log, kLostMarker);
     const std::uint64_t timeouts_before = fleet.counts().timeouts;
@@ -399,12 +548,15 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       // Not every agent registered even with the echo: the machine could not run this many fake
       // agents, and the row measures the load generator as much as the server.
       {"load_generator_saturated", e.registered < e.agents},
+      {"agent_processes", c.agent_processes},
       {"registration_seconds", c.registration_seconds},
       {"heartbeats_per_second", c.heartbeats_per_second},
       {"cpu_per_heartbeat_ms", number(c.cpu_per_heartbeat_ms)},
       {"echo_cpu_per_heartbeat_ms", number(e.cpu_per_heartbeat_ms)},
       {"cpu_per_heartbeat_vs_echo", number(ratio(c.cpu_per_heartbeat_ms, e.cpu_per_heartbeat_ms))},
       {"cpu_percent", number(c.cpu_percent)},
+      {"load_generator_cpu_percent", number(c.load_generator_cpu_percent)},
+      {"echo_load_generator_cpu_percent", number(e.load_generator_cpu_percent)},
       {"echo_cpu_percent", number(e.cpu_percent)},
       {"heartbeat", latency_json(c.heartbeat)},
       {"echo_heartbeat", latency_json(e.heartbeat)},
@@ -412,10 +564,14 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       {"submit", latency_json(c.submit)},
       {"echo_submit", latency_json(e.submit)},
       {"submit_p99_vs_echo", number(ratio(c.submit.p99_ms, e.submit.p99_ms))},
+      {"durable_echo_submit", latency_json(e.durable_submit)},
+      {"submit_p99_vs_durable_echo", number(ratio(c.submit.p99_ms, e.durable_submit.p99_ms))},
       {"lease", latency_json(c.lease)},
       {"release", latency_json(c.release)},
       {"echo_lease", latency_json(e.lease)},
       {"lease_p99_vs_echo", number(ratio(c.lease.p99_ms, e.lease.p99_ms))},
+      {"durable_echo_lease", latency_json(e.durable_lease)},
+      {"lease_p99_vs_durable_echo", number(ratio(c.lease.p99_ms, e.durable_lease.p99_ms))},
       {"agent_timeouts", c.timeouts},
       {"bench_connect_failures", c.connect_failures},
       {"lost", c.lost},
@@ -449,9 +605,25 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
                fmt::format("{}/{}", ms(c.submit.p50_ms), ms(c.submit.p99_ms)),
                x(ratio(c.submit.p99_ms, e.submit.p99_ms)), fmt::format("{}/{}", ms(c.lease.p50_ms), ms(c.lease.p99_ms)),
                x(ratio(c.lease.p99_ms, e.lease.p99_ms)), c.lost, c.submit_jobs_per_second);
-    fmt::print("{:>7} {:>10} {:>12} {:>7} {:>7.1f} {:>17}{}\n", "echo", e.registered, ms(e.cpu_per_heartbeat_ms), "",
-               e.cpu_percent, fmt::format("{}/{}", ms(e.heartbeat.p50_ms), ms(e.heartbeat.p99_ms)),
+    fmt::print("{:>7} {:>10} {:>12} {:>7} {:>7.1f} {:>17} {:>7} {:>17} {:>7} {:>17}{}\n", "echo", e.registered,
+               ms(e.cpu_per_heartbeat_ms), "", e.cpu_percent,
+               fmt::format("{}/{}", ms(e.heartbeat.p50_ms), ms(e.heartbeat.p99_ms)), "",
+               fmt::format("{}/{}", ms(e.submit.p50_ms), ms(e.submit.p99_ms)), "",
+               fmt::format("{}/{}", ms(e.lease.p50_ms), ms(e.lease.p99_ms)),
                e.registered < e.agents ? "   (not all registered even with the echo: the load generator saturated)" : "");
+    fmt::print("{:>7} {:>10} {:>12} {:>7} {:>7} {:>17} {:>7} {:>17} {:>7} {:>17} {:>7}\n", "durable", "", "", "", "",
+               "", "", fmt::format("{}/{}", ms(e.durable_submit.p50_ms), ms(e.durable_submit.p99_ms)),
+               x(ratio(c.submit.p99_ms, e.durable_submit.p99_ms)),
+               fmt::format("{}/{}", ms(e.durable_lease.p50_ms), ms(e.durable_lease.p99_ms)),
+               x(ratio(c.lease.p99_ms, e.durable_lease.p99_ms)));
+  }
+  fmt::print("durable: the echo that writes each turn's requests to a file and calls fdatasync before it replies, as "
+             "the coordinator's group commit does; its \"vs echo\" is the coordinator's p99 over it\n");
+  for (const auto& [c, e] : rows) {
+    fmt::print("{} agents: the fake agents ran in {} process{} and took {:.0f}% of a core beside the coordinator, "
+               "{:.0f}% beside the echo ({} cores here)\n",
+               c.agents, c.agent_processes, c.agent_processes > 1 ? "es" : "", c.load_generator_cpu_percent,
+               e.load_generator_cpu_percent, std::thread::hardware_concurrency());
   }
   for (const auto& [c, e] : rows) {
     if (c.stalled) {
@@ -473,11 +645,12 @@ int main(int argc, char** argv) {
   Settings s;
   bool quick = false;
   std::vector<std::string> echo_server;
+  std::string fleet_slice;
   CLI::App app{"kiln-coordinator under N fake agents at 1 Hz and request/reply clients, against a raw ZeroMQ CURVE "
                "echo server under the same load (docs/performance.md, \"Scale\")"};
   app.set_version_flag("--version", kiln::version_text("kiln-bench-scale"));
   app.add_option("--agents", s.agents, "fleet sizes, comma-separated")->delimiter(',')->check(CLI::Range(1, 60000));
-  app.add_flag("--quick", quick, "a small run of a few seconds: 20 and 50 agents, a short liveness timeout");
+  app.add_flag("--quick", quick, "a small run of a few seconds: 20 and 50 agents (unless --agents), a short liveness timeout");
   app.add_flag("--json", s.json, "print the figures as JSON");
   app.add_option("--threads", s.threads, "threads running the fake agents")->check(CLI::Range(1, 16));
   app.add_option("--measure-seconds", s.measure_seconds, "length of the steady heartbeat window")
@@ -491,23 +664,41 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-stall", s.stall, "skip the SIGSTOP of the coordinator at the largest fleet size");
   app.add_option("--coordinator", s.coordinator, "the kiln-coordinator to run (default: beside this program)");
   app.add_flag("--keep", s.keep, "keep the temporary directory (configs, logs, stores)");
-  app.add_option("--echo-server", echo_server, "internal: run the echo server (AGENT_ENDPOINT CLIENT_ENDPOINT KEY)")
-      ->expected(3)
+  app.add_option("--echo-server", echo_server,
+                 "internal: run the echo server (AGENT_ENDPOINT CLIENT_ENDPOINT DURABLE_CLIENT_ENDPOINT KEY "
+                 "DURABLE_FILE)")
+      ->expected(5)
+      ->group("");
+  app.add_option("--fleet-slice", fleet_slice, "internal: run the agents of FILE, answering on standard input")
+      ->group("");
+  app.add_option("--agent-processes", s.agent_processes,
+                 "internal: run the fake agents in this many processes (default: as many as the file limit needs)")
+      ->check(CLI::Range(1, 64))
       ->group("");
   CLI11_PARSE(app, argc, argv);
 
   const fs::path self = fs::read_symlink("/proc/self/exe");
   if (!echo_server.empty()) {
     std::signal(SIGTERM, [](int) { g_stop = true; });
-    auto keys = kiln::load_secret_key_file(echo_server[2]);
+    auto keys = kiln::load_secret_key_file(echo_server[3]);
     if (!keys) {
       std::cerr << keys.error().message << "\n";
       return 1;
     }
-    return run_echo_server(echo_server[0], echo_server[1], *keys, g_stop);
+    return run_echo_server(echo_server[0], echo_server[1], echo_server[2], echo_server[4], *keys, g_stop);
+  }
+  if (!fleet_slice.empty()) {
+    auto options = read_slice(fleet_slice);
+    if (!options) {
+      std::cerr << options.error().message << "\n";
+      return 1;
+    }
+    FakeFleet fleet(std::move(*options));
+    serve_fleet_slice(fleet, 0);
+    return 0;
   }
   if (quick) {
-    s.agents = {20, 50};
+    if (app.count("--agents") == 0) s.agents = {20, 50};
     s.measure_seconds = 1;
     s.requests = 10;
     s.queued = 50;
@@ -524,7 +715,7 @@ int main(int argc, char** argv) {
   std::sort(s.agents.begin(), s.agents.end());
   // Every agent is a socket and a connection here (two files) and a connection in the server:
   // raise the file limit as far as allowed (beyond the hard limit where the user may), for this
-  // process and the servers it starts.
+  // process, the agents' processes and the servers it starts.
   rlimit files{};
   ::getrlimit(RLIMIT_NOFILE, &files);
   rlimit wanted{std::max<rlim_t>(files.rlim_max, kFilesWanted), std::max<rlim_t>(files.rlim_max, kFilesWanted)};
@@ -533,14 +724,18 @@ int main(int argc, char** argv) {
     ::setrlimit(RLIMIT_NOFILE, &files);
   }
   ::getrlimit(RLIMIT_NOFILE, &files);
-  const std::size_t fd_room = files.rlim_cur > 500 ? (files.rlim_cur - 500) / 2 : 0;
+  // A fleet larger than one process holds runs in several; the servers, one file per agent, are
+  // what bounds the fleet.
+  const std::size_t spare_files = 500;
+  s.agents_per_process = files.rlim_cur > spare_files ? (files.rlim_cur - spare_files) / 2 : 0;
+  const std::size_t server_room = files.rlim_cur > spare_files ? files.rlim_cur - spare_files : 0;
   std::vector<std::size_t> sizes;
   for (std::size_t n : s.agents) {
-    if (n <= fd_room) {
+    if (n <= server_room && s.agents_per_process > 0) {
       sizes.push_back(n);
     } else {
-      std::cerr << fmt::format("skipping {} agents: the file limit ({}) allows about {}\n", n, files.rlim_cur,
-                               fd_room);
+      std::cerr << fmt::format("skipping {} agents: the file limit ({}) lets a server hold about {}\n", n,
+                               files.rlim_cur, server_room);
     }
   }
   if (sizes.empty()) {

@@ -1,13 +1,19 @@
 #include "coordinator/bench/fake_fleet.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <iostream>
 #include <map>
 #include <queue>
 #include <random>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <zmq.hpp>
@@ -45,7 +51,7 @@ struct FakeFleet::Worker {
     TimeMs finish_at_ms = 0;
   };
   struct Agent {
-    std::size_t index = 0;
+    std::size_t index = 0;  // in this fleet's keys
     std::string node_id;
     const KeyPair* keys = nullptr;
     std::unique_ptr<zmq::socket_t> socket;
@@ -72,11 +78,13 @@ struct FakeFleet::Worker {
     for (std::size_t i = 0; i < count; ++i) {
       Agent& a = agents_[i];
       a.index = first + i;
-      a.node_id = node_id(a.index);
+      const std::size_t in_whole_fleet = options.first_index + a.index;
+      a.node_id = node_id(in_whole_fleet);
       a.keys = &options.keys[a.index];
       a.random.seed(std::hash<std::string>{}(a.node_id));
       a.backoff_ms = options.reconnect_backoff_initial_ms;
-      a.reconnect_at_ms = start + static_cast<TimeMs>(spacing_ms * static_cast<double>(a.index));
+      // Spaced by the place in the whole fleet: slices started together keep the fleet's rate.
+      a.reconnect_at_ms = start + static_cast<TimeMs>(spacing_ms * static_cast<double>(in_whole_fleet));
       schedule(i, a.reconnect_at_ms);
     }
   }
@@ -345,19 +353,24 @@ FakeFleet::~FakeFleet() {
   context_.reset();
 }
 
-FleetCounts FakeFleet::counts() const {
+namespace {
+
+void add_counts(FleetCounts& sum, const FleetCounts& c) {
+  sum.registered += c.registered;
+  sum.heartbeats_answered += c.heartbeats_answered;
+  sum.hellos_sent += c.hellos_sent;
+  sum.not_registered += c.not_registered;
+  sum.timeouts += c.timeouts;
+  sum.jobs_started += c.jobs_started;
+  sum.jobs_finished += c.jobs_finished;
+  sum.connect_failures += c.connect_failures;
+}
+
+}  // namespace
+
+FleetCounts FakeFleet::counts() {
   FleetCounts sum;
-  for (const auto& w : workers_) {
-    const FleetCounts c = w->counts();
-    sum.registered += c.registered;
-    sum.heartbeats_answered += c.heartbeats_answered;
-    sum.hellos_sent += c.hellos_sent;
-    sum.not_registered += c.not_registered;
-    sum.timeouts += c.timeouts;
-    sum.jobs_started += c.jobs_started;
-    sum.jobs_finished += c.jobs_finished;
-    sum.connect_failures += c.connect_failures;
-  }
+  for (const auto& w : workers_) add_counts(sum, w->counts());
   return sum;
 }
 
@@ -382,6 +395,131 @@ std::vector<double> FakeFleet::take_heartbeat_rtts_us() {
 
 std::vector<TimeMs> FakeFleet::take_hello_times_ms() {
   return gather<TimeMs>(workers_, [](Worker& w) { return w.take_hellos(); });
+}
+
+namespace {
+
+// The slices' commands, one byte each.
+constexpr char kAskCounts = 'c';
+constexpr char kTakeHeartbeatRtts = 'r';
+constexpr char kTakeHelloTimes = 'h';
+
+// Both ends are this program, so the answers are the values' bytes as they are in memory.
+static_assert(std::is_trivially_copyable_v<FleetCounts>);
+
+bool send_whole(int fd, const void* data, std::size_t size) {
+  const char* at = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t sent = ::send(fd, at, size, MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent <= 0) return false;
+    at += sent;
+    size -= static_cast<std::size_t>(sent);
+  }
+  return true;
+}
+
+bool receive_whole(int fd, void* data, std::size_t size) {
+  char* at = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t got = ::recv(fd, at, size, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    at += got;
+    size -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+template <class T>
+bool send_samples(int fd, const std::vector<T>& samples) {
+  const std::uint64_t n = samples.size();
+  return send_whole(fd, &n, sizeof n) && send_whole(fd, samples.data(), n * sizeof(T));
+}
+
+template <class T>
+std::optional<std::vector<T>> receive_samples(int fd) {
+  std::uint64_t n = 0;
+  if (!receive_whole(fd, &n, sizeof n)) return std::nullopt;
+  std::vector<T> samples(n);
+  if (!receive_whole(fd, samples.data(), n * sizeof(T))) return std::nullopt;
+  return samples;
+}
+
+}  // namespace
+
+void serve_fleet_slice(Fleet& fleet, int fd) {
+  char command = 0;
+  while (receive_whole(fd, &command, 1)) {
+    bool answered = false;
+    if (command == kAskCounts) {
+      const FleetCounts counts = fleet.counts();
+      answered = send_whole(fd, &counts, sizeof counts);
+    } else if (command == kTakeHeartbeatRtts) {
+      answered = send_samples(fd, fleet.take_heartbeat_rtts_us());
+    } else if (command == kTakeHelloTimes) {
+      answered = send_samples(fd, fleet.take_hello_times_ms());
+    }
+    if (!answered) return;
+  }
+}
+
+FleetSlices::FleetSlices(std::vector<int> fds) : fds_(std::move(fds)) {}
+
+FleetSlices::~FleetSlices() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+namespace {
+
+// Asks every live slice and hands each answer to `add`; a slice that does not answer is closed
+// and said so once, on stderr.
+template <class Ask>
+void ask_slices(std::vector<int>& fds, char command, Ask ask) {
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i] < 0) continue;
+    if (send_whole(fds[i], &command, 1) && ask(fds[i])) continue;
+    std::cerr << fmt::format("agent process {} stopped answering; its agents count as gone (see agents-*.log in the "
+                             "bench's directory, kept with --keep)\n",
+                             i + 1);
+    ::close(fds[i]);
+    fds[i] = -1;
+  }
+}
+
+}  // namespace
+
+FleetCounts FleetSlices::counts() {
+  FleetCounts sum;
+  ask_slices(fds_, kAskCounts, [&](int fd) {
+    FleetCounts c;
+    if (!receive_whole(fd, &c, sizeof c)) return false;
+    add_counts(sum, c);
+    return true;
+  });
+  return sum;
+}
+
+std::vector<double> FleetSlices::take_heartbeat_rtts_us() {
+  std::vector<double> all;
+  ask_slices(fds_, kTakeHeartbeatRtts, [&](int fd) {
+    auto some = receive_samples<double>(fd);
+    if (some) all.insert(all.end(), some->begin(), some->end());
+    return some.has_value();
+  });
+  return all;
+}
+
+std::vector<TimeMs> FleetSlices::take_hello_times_ms() {
+  std::vector<TimeMs> all;
+  ask_slices(fds_, kTakeHelloTimes, [&](int fd) {
+    auto some = receive_samples<TimeMs>(fd);
+    if (some) all.insert(all.end(), some->begin(), some->end());
+    return some.has_value();
+  });
+  return all;
 }
 
 Requester::Requester(const std::string& endpoint, const KeyPair& keys, const std::string& server_public_key, bool echo)
@@ -435,12 +573,49 @@ std::vector<Requester::Reply> Requester::pipeline(std::vector<protocol::Body> bo
   return replies;
 }
 
-int run_echo_server(const std::string& agent_endpoint, const std::string& client_endpoint, const KeyPair& keys,
+namespace {
+
+// The durable echo's turn: the messages waiting on `socket` (up to the coordinator's batch),
+// appended to `file` with one write and one fdatasync, then sent back. False when the write or
+// the sync failed.
+bool echo_durably(zmq::socket_t& socket, int file) {
+  std::vector<transport::Received> batch;
+  std::string bytes;
+  for (int i = 0; i < 1000; ++i) {
+    auto received = transport::receive(socket, true);
+    if (!received) break;
+    bytes += received->header;
+    bytes += received->body;
+    batch.push_back(std::move(*received));
+  }
+  if (batch.empty()) return true;
+  for (std::size_t written = 0; written < bytes.size();) {
+    const ssize_t n = ::write(file, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fdatasync(file) != 0) return false;
+  for (const auto& m : batch) (void)transport::send(socket, &m.routing_id, protocol::Frames{m.header, m.body});
+  return true;
+}
+
+}  // namespace
+
+int run_echo_server(const std::string& agent_endpoint, const std::string& client_endpoint,
+                    const std::string& durable_client_endpoint, const std::string& durable_file, const KeyPair& keys,
                     const std::atomic<bool>& stop) {
+  const int file = ::open(durable_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (file < 0) {
+    std::cerr << fmt::format("cannot open {} for the durable echo: {}; the bench's directory must be writable\n",
+                             durable_file, std::strerror(errno));
+    return 1;
+  }
   zmq::context_t context(1);
   zmq::socket_t agents(context, zmq::socket_type::router);
   zmq::socket_t clients(context, zmq::socket_type::router);
-  for (auto* s : {&agents, &clients}) {
+  zmq::socket_t durable_clients(context, zmq::socket_type::router);
+  for (auto* s : {&agents, &clients, &durable_clients}) {
     s->set(zmq::sockopt::curve_server, 1);
     s->set(zmq::sockopt::curve_secretkey, keys.secret_key);
     s->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kMaxMessageBytes));
@@ -449,9 +624,19 @@ int run_echo_server(const std::string& agent_endpoint, const std::string& client
   }
   agents.bind(agent_endpoint);
   clients.bind(client_endpoint);
-  while (!stop.load()) {
-    zmq::pollitem_t items[] = {{agents.handle(), 0, ZMQ_POLLIN, 0}, {clients.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(200));
+  durable_clients.bind(durable_client_endpoint);
+  int status = 0;
+  while (!stop.load() && status == 0) {
+    zmq::pollitem_t items[] = {{agents.handle(), 0, ZMQ_POLLIN, 0},
+                               {clients.handle(), 0, ZMQ_POLLIN, 0},
+                               {durable_clients.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 3, std::chrono::milliseconds(200));
+    } catch (const zmq::error_t& e) {
+      // The SIGTERM that stops the echo interrupts its wait; anything else is a real failure.
+      if (e.num() != EINTR) throw;
+      continue;
+    }
     for (int s = 0; s < 2; ++s) {
       if (!(items[s].revents & ZMQ_POLLIN)) continue;
       zmq::socket_t& socket = s == 0 ? agents : clients;
@@ -463,8 +648,14 @@ int run_echo_server(const std::string& agent_endpoint, const std::string& client
         (void)transport::send(socket, &received->routing_id, protocol::Frames{received->header, received->body});
       }
     }
+    if ((items[2].revents & ZMQ_POLLIN) && !echo_durably(durable_clients, file)) {
+      std::cerr << fmt::format("the durable echo could not write or sync {}: {}; free space on its filesystem\n",
+                               durable_file, std::strerror(errno));
+      status = 1;
+    }
   }
-  return 0;
+  ::close(file);
+  return status;
 }
 
 }  // namespace kiln::bench

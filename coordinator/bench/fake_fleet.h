@@ -33,7 +33,8 @@ double steady_us();
 struct FleetOptions {
   std::string endpoint;           // the agents' endpoint
   std::string server_public_key;  // Z85
-  std::vector<KeyPair> keys;      // one per agent; agent i is node_id(i)
+  std::vector<KeyPair> keys;      // one per agent; agent i is node_id(first_index + i)
+  std::size_t first_index = 0;    // where this fleet's slice starts in the whole fleet
   int threads = 1;
   bool echo = false;  // the server echoes every message back
   std::uint32_t heartbeat_interval_ms = 1000;
@@ -58,18 +59,27 @@ struct FleetCounts {
   std::uint64_t connect_failures = 0;  // sockets the bench could not open (files, sockets)
 };
 
-class FakeFleet {
+// The agents of a run, whether in this process or spread over several.
+class Fleet {
+ public:
+  virtual ~Fleet() = default;
+  virtual FleetCounts counts() = 0;
+  // The heartbeat round trips (µs) measured since the last call.
+  virtual std::vector<double> take_heartbeat_rtts_us() = 0;
+  // When each hello was sent since the last call (steady ms, the same clock in every process).
+  virtual std::vector<TimeMs> take_hello_times_ms() = 0;
+};
+
+class FakeFleet : public Fleet {
  public:
   explicit FakeFleet(FleetOptions options);
-  ~FakeFleet();
+  ~FakeFleet() override;
   FakeFleet(const FakeFleet&) = delete;
   FakeFleet& operator=(const FakeFleet&) = delete;
 
-  FleetCounts counts() const;
-  // The heartbeat round trips (µs) measured since the last call.
-  std::vector<double> take_heartbeat_rtts_us();
-  // When each hello was sent since the last call (steady ms).
-  std::vector<TimeMs> take_hello_times_ms();
+  FleetCounts counts() override;
+  std::vector<double> take_heartbeat_rtts_us() override;
+  std::vector<TimeMs> take_hello_times_ms() override;
 
  private:
   struct Worker;
@@ -78,6 +88,28 @@ class FakeFleet {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
+};
+
+// A fleet too large for one process's file limit runs as slices, each in a process of its own
+// that answers the bench's questions over a stream socket: one command byte, then the answer.
+// Serves `fleet` on `fd` until the other end closes it.
+void serve_fleet_slice(Fleet& fleet, int fd);
+
+// The bench's side: the slices' answers summed (counts) or joined (samples). A slice whose process
+// ended counts nothing from then on, and says so once on stderr.
+class FleetSlices : public Fleet {
+ public:
+  explicit FleetSlices(std::vector<int> fds);
+  ~FleetSlices() override;
+  FleetSlices(const FleetSlices&) = delete;
+  FleetSlices& operator=(const FleetSlices&) = delete;
+
+  FleetCounts counts() override;
+  std::vector<double> take_heartbeat_rtts_us() override;
+  std::vector<TimeMs> take_hello_times_ms() override;
+
+ private:
+  std::vector<int> fds_;  // -1 once that slice stopped answering
 };
 
 // One client connection doing request/reply: `window` requests in flight at most. Against the
@@ -106,9 +138,12 @@ class Requester {
   std::uint64_t next_id_ = 1;
 };
 
-// The reference: a ROUTER per endpoint that sends every message back unchanged. Runs until
-// `stop`.
-int run_echo_server(const std::string& agent_endpoint, const std::string& client_endpoint, const KeyPair& keys,
+// The references: a ROUTER per endpoint that sends every message back unchanged, and on
+// `durable_client_endpoint` one that first appends the messages to `durable_file` and calls
+// fdatasync, once for all the messages read in one turn (as the coordinator's group commit does).
+// Runs until `stop`; a failed write or sync stops it with 1.
+int run_echo_server(const std::string& agent_endpoint, const std::string& client_endpoint,
+                    const std::string& durable_client_endpoint, const std::string& durable_file, const KeyPair& keys,
                     const std::atomic<bool>& stop);
 
 }  // namespace kiln::bench

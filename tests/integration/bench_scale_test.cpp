@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -13,34 +14,57 @@
 
 using namespace kiln::testing;
 
-TEST_CASE("kiln-bench-scale --quick measures the coordinator and the echo and reports well-formed figures") {
+namespace {
+
+// Runs the bench with `arguments` and returns its --json figures; the progress lines (stderr)
+// are kept for a failure.
+nlohmann::json bench_figures(const std::string& arguments) {
   const std::filesystem::path out =
       std::filesystem::temp_directory_path() / ("kiln-bench-scale-test-" + std::to_string(::getpid()) + ".json");
-  // The figures to a file, the progress lines (stderr) to the output kept for a failure.
-  const Ran ran = run("{ " + bin("kiln-bench-scale") + " --quick --json > " + out.string() + "; }");
+  const Ran ran = run("{ " + bin("kiln-bench-scale") + " " + arguments + " --json > " + out.string() + "; }");
   INFO(ran.output);
   REQUIRE(ran.status == 0);
   std::ifstream in(out);
-  const auto figures = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  auto figures = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   std::filesystem::remove(out);
   REQUIRE(figures.is_object());
   REQUIRE(figures["rows"].is_array());
+  return figures;
+}
+
+void check_row(const nlohmann::json& row) {
+  INFO(row.dump());
+  CHECK(row["agents"].get<int>() > 0);
+  CHECK(row["registered"].get<int>() <= row["agents"].get<int>());
+  for (const char* latency : {"heartbeat", "echo_heartbeat", "submit", "echo_submit", "durable_echo_submit", "lease",
+                              "echo_lease", "durable_echo_lease"}) {
+    CHECK(row[latency]["samples"].is_number_unsigned());
+    if (row[latency]["samples"].get<int>() > 0) {
+      CHECK(row[latency]["p50_ms"].get<double>() >= 0);
+      CHECK(row[latency]["p99_ms"].get<double>() >= row[latency]["p50_ms"].get<double>());
+    }
+  }
+  // The durable echo answers every request of the same loop as the plain one.
+  CHECK(row["durable_echo_submit"]["samples"] == row["echo_submit"]["samples"]);
+  CHECK(row["durable_echo_lease"]["samples"] == row["echo_lease"]["samples"]);
+  for (const char* figure : {"cpu_per_heartbeat_ms", "cpu_percent", "load_generator_cpu_percent",
+                             "echo_load_generator_cpu_percent", "submit_jobs_per_second", "submit_p99_vs_echo",
+                             "submit_p99_vs_durable_echo", "lease_p99_vs_echo", "lease_p99_vs_durable_echo"}) {
+    CHECK((row[figure].is_null() || row[figure].get<double>() >= 0));
+  }
+  CHECK(row["lost"].is_number_unsigned());
+}
+
+}  // namespace
+
+TEST_CASE("kiln-bench-scale --quick measures the coordinator, the echo and the durable echo") {
+  const auto figures = bench_figures("--quick");
   REQUIRE(figures["rows"].size() == 2);
   for (const auto& row : figures["rows"]) {
-    INFO(row.dump());
-    CHECK(row["agents"].get<int>() > 0);
-    CHECK(row["registered"].get<int>() <= row["agents"].get<int>());
-    for (const char* latency : {"heartbeat", "echo_heartbeat", "submit", "echo_submit", "lease", "echo_lease"}) {
-      CHECK(row[latency]["samples"].is_number_unsigned());
-      if (row[latency]["samples"].get<int>() > 0) {
-        CHECK(row[latency]["p50_ms"].get<double>() >= 0);
-        CHECK(row[latency]["p99_ms"].get<double>() >= row[latency]["p50_ms"].get<double>());
-      }
-    }
-    for (const char* figure : {"cpu_per_heartbeat_ms", "cpu_percent", "submit_jobs_per_second"}) {
-      CHECK((row[figure].is_null() || row[figure].get<double>() >= 0));
-    }
-    CHECK(row["lost"].is_number_unsigned());
+    check_row(row);
+    // Small fleets run in the bench's own process.
+    CHECK(row["agent_processes"] == 1);
+    CHECK(row["durable_echo_submit"]["samples"].get<int>() > 0);
   }
   // The stall is at the largest size only.
   CHECK_FALSE(figures["rows"][0].contains("stall"));
@@ -48,4 +72,21 @@ TEST_CASE("kiln-bench-scale --quick measures the coordinator and the echo and re
   REQUIRE(stall.is_object());
   CHECK(stall["largest_100ms_slot"].get<int>() <= stall["hellos"].get<int>());
   CHECK(figures["extrapolation"]["agents"] == 10000);
+}
+
+TEST_CASE("kiln-bench-scale runs a fleet split over processes and sums what they saw") {
+  // What a fleet beyond one process's file limit does, at a size that fits.
+  const auto figures = bench_figures("--quick --agents 40 --agent-processes 2");
+  REQUIRE(figures["rows"].size() == 1);
+  const auto& row = figures["rows"][0];
+  check_row(row);
+  CHECK(row["agent_processes"] == 2);
+  // Both slices' agents (20 each) registered, counted together, and answered heartbeats.
+  CHECK(row["echo_registered"] == 40);
+  CHECK(row["registered"] == 40);
+  CHECK(row["heartbeat"]["samples"].get<int>() > 0);
+  // Hello times came back from both processes.
+  const auto& stall = row["stall"];
+  REQUIRE(stall.is_object());
+  CHECK(stall["hellos"].get<int>() > 0);
 }
