@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/protocol/session_rules.h"
+
 namespace kiln::agent {
 namespace {
 
@@ -69,9 +71,13 @@ std::vector<std::uint64_t> AgentCore::running_jobs() const {
 
 void AgentCore::connect(TimeMs now) {
   reconnect_at_.reset();
+  connection_dropped_ = false;
+  hellos_on_open_connection_ = 0;
   actions_.push_back(action::Connect{});
   send_hello(now);
 }
+
+void AgentCore::on_connection_lost() { connection_dropped_ = true; }
 
 void AgentCore::send_hello(TimeMs now) {
   protocol::Hello hello;
@@ -90,10 +96,11 @@ void AgentCore::send_hello(TimeMs now) {
   state_ = SessionState::registering;
   // The hello itself starts the clock: no welcome within the liveness window means try again.
   coordinator_last_seen_ = now;
+  last_hello_id_ = next_message_id_;
   send(std::move(hello));
 }
 
-void AgentCore::schedule_reconnect(TimeMs now, const std::string& why) {
+void AgentCore::schedule_reconnect(TimeMs now, const std::string& why, bool on_open_connection) {
   // Jittered, so that the agents of a coordinator that stalled are not all back in the same
   // second: a registered session that went silent tries again anywhere within half a liveness
   // window (the coordinator gives every node a fresh one when its loop resumes), later tries
@@ -104,14 +111,27 @@ void AgentCore::schedule_reconnect(TimeMs now, const std::string& why) {
   const DurationMs wait_ms =
       was_registered ? static_cast<DurationMs>(jitter_.uniform01() * static_cast<double>(std::max(backoff_ms_, liveness_ms / 2)))
                      : backoff_ms_ / 2 + static_cast<DurationMs>(jitter_.uniform01() * static_cast<double>(backoff_ms_ - backoff_ms_ / 2));
+  // A few hellos go on the open connection; a coordinator silent through all of them may be hung
+  // with a standby taking over, so then, and after a dropped connection, a new one is opened.
+  retry_on_open_connection_ = on_open_connection && hellos_on_open_connection_ < protocol::kHellosOnOpenConnection;
   reconnect_at_ = now + wait_ms;
-  log(action::Severity::warn, fmt::format("{}; reconnecting in {} ms", why, wait_ms));
+  log(action::Severity::warn, fmt::format("{}; {} in {} ms", why,
+                                          retry_on_open_connection_ && !connection_dropped_
+                                              ? "saying hello again on the open connection"
+                                              : "reconnecting",
+                                          wait_ms));
   backoff_ms_ = std::min(backoff_ms_ * 2, knobs_.reconnect_backoff_max_ms);
 }
 
 void AgentCore::on_tick(TimeMs now) {
   if (reconnect_at_ && now >= *reconnect_at_) {
-    connect(now);
+    if (retry_on_open_connection_ && !connection_dropped_) {
+      reconnect_at_.reset();
+      ++hellos_on_open_connection_;
+      send_hello(now);
+    } else {
+      connect(now);
+    }
     return;
   }
   if (state_ == SessionState::disconnected) return;
@@ -119,7 +139,8 @@ void AgentCore::on_tick(TimeMs now) {
   if (silence_ms > heartbeat_interval_ms_ * liveness_missed_beats_) {
     schedule_reconnect(now, state_ == SessionState::registering
                                 ? fmt::format("no welcome from the coordinator within {} ms", silence_ms)
-                                : fmt::format("the coordinator has been silent for {} ms", silence_ms));
+                                : fmt::format("the coordinator has been silent for {} ms", silence_ms),
+                       true);
     return;
   }
   if (state_ == SessionState::registered && now >= next_heartbeat_at_) {
@@ -148,13 +169,24 @@ void AgentCore::on_probe_result(protocol::HealthReport report, TimeMs measured_a
 }
 
 void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
-  // Any traffic from the coordinator counts as liveness.
+  // Any traffic from the coordinator counts as liveness, and shows the connection works.
   coordinator_last_seen_ = now;
+  connection_dropped_ = false;
   std::visit(
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, protocol::Welcome>) {
+          // The answer to a hello before the newest one sent on this connection: the coordinator
+          // reconciles by the newest, so jobs started after this welcome are not the agent's.
+          if (m.header.corr != 0 && m.header.corr < last_hello_id_) {
+            log(action::Severity::debug,
+                fmt::format("ignoring the welcome to hello {}: hello {} is newer", m.header.corr, last_hello_id_));
+            return;
+          }
           state_ = SessionState::registered;
+          // A welcome that arrives after its hello was given up on still counts.
+          reconnect_at_.reset();
+          hellos_on_open_connection_ = 0;
           heartbeat_interval_ms_ = body.heartbeat_interval_ms;
           liveness_missed_beats_ = body.liveness_missed_beats;
           backoff_ms_ = knobs_.reconnect_backoff_initial_ms;
@@ -171,7 +203,13 @@ void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
                           "{} jobs cancelled",
                           body.protocol_version, body.heartbeat_interval_ms, unacked_.size(), body.cancel_jobs.size()));
         } else if constexpr (std::is_same_v<T, protocol::Heartbeat>) {
-          // Liveness only.
+          // The answer to a heartbeat sent before the silence: the session lives, so the hello
+          // waiting to go on this connection is not needed.
+          if (state_ == SessionState::disconnected && retry_on_open_connection_ && !connection_dropped_) {
+            reconnect_at_.reset();
+            state_ = SessionState::registered;
+            log(action::Severity::info, "the coordinator answered again; the session goes on");
+          }
         } else if constexpr (std::is_same_v<T, protocol::JobStart>) {
           if (state_ == SessionState::registered) handle_job_start(body, now);
         } else if constexpr (std::is_same_v<T, protocol::JobCancel>) {
@@ -195,13 +233,14 @@ void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
             }
           } else if (body.code == to_string(Errc::standby)) {
             // Another coordinator listed leads the store: the next session tries it.
-            schedule_reconnect(now, fmt::format("the coordinator is a standby: {}", body.message));
+            schedule_reconnect(now, fmt::format("the coordinator is a standby: {}", body.message), false);
           } else if (state_ == SessionState::registering) {
             // Refused registration (wrong key name, no common version): retrying soon would only
             // repeat it, so wait the longest backoff.
             backoff_ms_ = knobs_.reconnect_backoff_max_ms;
             schedule_reconnect(now, fmt::format("the coordinator refused registration: {}: {}", body.code,
-                                                body.message));
+                                                body.message),
+                               false);
           } else {
             log(action::Severity::warn,
                 fmt::format("the coordinator refused message {}: {}: {}", m.header.corr, body.code, body.message));
@@ -309,8 +348,10 @@ void AgentCore::on_job_ended(const JobEnded& ended, TimeMs) {
 }
 
 void AgentCore::send(protocol::Body body, std::uint64_t corr) {
-  actions_.push_back(action::Send{std::move(body), corr});
+  actions_.push_back(action::Send{std::move(body), next_message_id_++, corr});
 }
+
+void AgentCore::refuse_message(protocol::ErrorReply reply, std::uint64_t corr) { send(std::move(reply), corr); }
 
 void AgentCore::log(action::Severity severity, std::string text) {
   actions_.push_back(action::Log{severity, std::move(text)});

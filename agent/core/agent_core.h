@@ -44,8 +44,10 @@ struct SessionKnobs {
 namespace action {
 // Drop the current connection (if any) and open a new one.
 struct Connect {};
+// The core numbers what it sends (the header id), so it can tell which hello a welcome answers.
 struct Send {
   protocol::Body body;
+  std::uint64_t id = 0;
   std::uint64_t corr = 0;
 };
 struct StartJob {
@@ -104,6 +106,12 @@ class AgentCore {
   // report carries it, so the coordinator can ignore one measured before a repair.
   void on_probe_result(protocol::HealthReport report, TimeMs measured_at_wall_ms, TimeMs now);
   void on_tick(TimeMs now);
+  // The transport saw the connection to the coordinator drop (or a connection attempt refused):
+  // the next try opens a new connection, to the next coordinator listed, rather than saying
+  // hello again on this one.
+  void on_connection_lost();
+  // A message from the coordinator that could not be decoded is answered with this error.
+  void refuse_message(protocol::ErrorReply reply, std::uint64_t corr);
 
   std::optional<Action> poll_action();
   std::optional<TimeMs> next_deadline() const;
@@ -125,7 +133,8 @@ class AgentCore {
   void send_hello(TimeMs now);
   void send(protocol::Body body, std::uint64_t corr = 0);
   void log(action::Severity severity, std::string text);
-  void schedule_reconnect(TimeMs now, const std::string& why);
+  // on_open_connection: whether the next try may say hello again on the open connection.
+  void schedule_reconnect(TimeMs now, const std::string& why, bool on_open_connection);
   void handle_job_start(const protocol::JobStart& start, TimeMs now);
   // Answers a job_start it will not run with job_finished{failed_to_start}, kept until acked.
   void refuse_start(const protocol::JobStart& start, std::string detail);
@@ -140,6 +149,13 @@ class AgentCore {
   TimeMs coordinator_last_seen_ = 0;
   TimeMs next_heartbeat_at_ = 0;
   std::optional<TimeMs> reconnect_at_;
+  // A coordinator that stalled still holds the connection: a hello on it costs no new CURVE
+  // handshake, which is what a whole fleet reconnecting at once would swamp it with.
+  bool retry_on_open_connection_ = false;
+  int hellos_on_open_connection_ = 0;  // since the last welcome or new connection
+  bool connection_dropped_ = false;
+  std::uint64_t next_message_id_ = 1;
+  std::uint64_t last_hello_id_ = 0;
   TimeMs next_probe_at_ = 0;
   bool probe_running_ = false;
   // While an install swaps firmware or a driver, the probes would measure the node half way;

@@ -200,6 +200,7 @@ class Shell final : public AgentShell {
           logger_->error("{}", auth.error().message);
           auth_error_logged_ = true;
         }
+        if (monitor_->take_connection_lost()) core_.on_connection_lost();
         if (items[socket_index].revents & ZMQ_POLLIN) receive_all();
       }
       core_.on_tick(monotonic_clock_ms());
@@ -395,7 +396,9 @@ class Shell final : public AgentShell {
         logger_->warn("refused a message from the coordinator: {}", envelope.error().message);
         std::uint64_t corr = 0;
         if (auto header = protocol::decode_header(received->header, limits_)) corr = header->id;
-        send(protocol::ErrorReply{std::string(to_string(envelope.error().code)), envelope.error().message, {}}, corr);
+        core_.refuse_message(
+            protocol::ErrorReply{std::string(to_string(envelope.error().code)), envelope.error().message, {}}, corr);
+        carry_out_actions();
         continue;
       }
       last_heard_steady_ms_ = monotonic_clock_ms();
@@ -679,12 +682,12 @@ class Shell final : public AgentShell {
     logger_->info("connecting to the coordinator at {}", endpoint);
   }
 
-  void send(protocol::Body body, std::uint64_t corr) {
+  void send(protocol::Body body, std::uint64_t id, std::uint64_t corr) {
     if (!socket_) return;
     // Strings from workloads and files reach messages in many places; the coordinator refuses
     // any that is not UTF-8, so each is repaired here, once, whatever put it there.
     protocol::repair_utf8(body);
-    auto envelope = protocol::make_envelope(std::move(body), next_message_id_++, corr);
+    auto envelope = protocol::make_envelope(std::move(body), id, corr);
     if (auto s = transport::send_envelope(*socket_, nullptr, envelope, limits_); !s) {
       logger_->warn("could not send {}: {}", envelope.header.type, s.error().message);
     }
@@ -698,7 +701,7 @@ class Shell final : public AgentShell {
             if constexpr (std::is_same_v<T, action::Connect>) {
               connect();
             } else if constexpr (std::is_same_v<T, action::Send>) {
-              send(std::move(act.body), act.corr);
+              send(std::move(act.body), act.id, act.corr);
             } else if constexpr (std::is_same_v<T, action::StartJob>) {
               start_job(act.job);
             } else if constexpr (std::is_same_v<T, action::CancelJob>) {
@@ -741,7 +744,6 @@ class Shell final : public AgentShell {
   int connection_count_ = 0;
   std::vector<std::string> endpoints_ = coordinator_endpoints(config_);
   std::size_t endpoint_index_ = 0;
-  std::uint64_t next_message_id_ = 1;
   std::map<std::uint64_t, ProcessId> process_by_job_;
   std::map<ProcessId, RunningJob> jobs_by_process_;
   std::map<ProcessId, OwnProcess> own_processes_;

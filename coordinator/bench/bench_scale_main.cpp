@@ -178,6 +178,7 @@ struct Run {
   // After a SIGSTOP of twice the liveness timeout.
   bool stalled = false;
   std::size_t stall_hellos = 0;
+  std::uint64_t stall_new_connections = 0;  // each a CURVE handshake
   std::size_t stall_largest_slot = 0;  // hellos in the busiest 100 ms
   std::uint64_t stall_agent_timeouts = 0;
   std::size_t stall_lost = 0;
@@ -479,6 +480,7 @@ class Bench {
     const TimeMs liveness_ms = static_cast<TimeMs>(s_.heartbeat_interval_ms) * s_.liveness_missed_beats;
     const std::size_t lost_before = count_lines(log, kLostMarker);
     const std::uint64_t timeouts_before = fleet.counts().timeouts;
+    const std::uint64_t connections_before = fleet.counts().connections_opened;
     (void)fleet.take_hello_times_ms();
     const TimeMs stopped = steady_ms();
     ::kill(pid, SIGSTOP);
@@ -496,12 +498,13 @@ class Bench {
     for (TimeMs t : hellos) ++slots[(t - stopped) / 100];
     r.stalled = true;
     r.stall_hellos = hellos.size();
+    r.stall_new_connections = fleet.counts().connections_opened - connections_before;
     for (const auto& [slot, count] : slots) r.stall_largest_slot = std::max(r.stall_largest_slot, count);
     r.stall_agent_timeouts = fleet.counts().timeouts - timeouts_before;
     r.stall_lost = count_lines(log, kLostMarker) - lost_before;
     r.registered_after_stall = fleet.counts().registered;
-    progress("{} agents after a {} ms stall: {} hellos, at most {} in 100 ms, {} lost", n, 2 * liveness_ms,
-             r.stall_hellos, r.stall_largest_slot, r.stall_lost);
+    progress("{} agents after a {} ms stall: {} hellos ({} on new connections), at most {} in 100 ms, {} lost", n,
+             2 * liveness_ms, r.stall_hellos, r.stall_new_connections, r.stall_largest_slot, r.stall_lost);
   }
 
   void write_config(const fs::path& path, std::size_t n, const std::string& agent_endpoint,
@@ -582,6 +585,7 @@ nlohmann::json row_json(const Run& c, const Run& e) {
   };
   if (c.stalled) {
     row["stall"] = {{"hellos", c.stall_hellos},
+                    {"new_connections", c.stall_new_connections},
                     {"largest_100ms_slot", c.stall_largest_slot},
                     {"agent_timeouts", c.stall_agent_timeouts},
                     {"lost", c.stall_lost},
@@ -627,10 +631,11 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
   }
   for (const auto& [c, e] : rows) {
     if (c.stalled) {
-      fmt::print("after a SIGSTOP of twice the liveness timeout at {} agents: {} hellos, at most {} in one 100 ms "
-                 "slot; {} agents timed the coordinator out; {} declared lost; {} registered after\n",
-                 c.agents, c.stall_hellos, c.stall_largest_slot, c.stall_agent_timeouts, c.stall_lost,
-                 c.registered_after_stall);
+      fmt::print("after a SIGSTOP of twice the liveness timeout at {} agents: {} hellos ({} on new connections, "
+                 "the rest on open ones), at most {} in one 100 ms slot; {} agents timed the coordinator out; {} "
+                 "declared lost; {} registered after\n",
+                 c.agents, c.stall_hellos, c.stall_new_connections, c.stall_largest_slot, c.stall_agent_timeouts,
+                 c.stall_lost, c.registered_after_stall);
     }
   }
   fmt::print("job submission with {} queued: {:.0f} jobs/s ({} accepted, {} ms coordinator CPU per job)\n",

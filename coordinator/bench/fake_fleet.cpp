@@ -19,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "common/protocol/codec.h"
+#include "common/protocol/session_rules.h"
 #include "common/transport/zmq_transport.h"
 
 namespace kiln::bench {
@@ -62,6 +63,8 @@ struct FakeFleet::Worker {
     std::uint32_t backoff_ms = 0;
     std::uint64_t next_id = 1;
     std::uint64_t hello_id = 0;
+    bool retry_on_open_connection = false;
+    int hellos_on_open_connection = 0;  // since the last welcome or new connection
     std::uint64_t beat_id = 0;
     double beat_sent_us = 0;
     std::vector<Job> jobs;
@@ -145,7 +148,16 @@ struct FakeFleet::Worker {
   void on_timer(std::size_t i, TimeMs now) {
     Agent& a = agents_[i];
     if (a.state == State::disconnected) {
-      if (now >= a.reconnect_at_ms) connect(i, now);
+      if (now >= a.reconnect_at_ms) {
+        // §8.3: a few hellos on the open connection before a new one. The bench never kills the
+        // coordinator, so these agents do not watch for a dropped connection as kiln-agent does.
+        if (a.retry_on_open_connection && a.socket) {
+          ++a.hellos_on_open_connection;
+          send_hello(a, now);
+        } else {
+          connect(i, now);
+        }
+      }
       reschedule(i);
       return drain(static_cast<std::uint32_t>(i));
     }
@@ -155,7 +167,9 @@ struct FakeFleet::Worker {
     if (now - a.last_heard_ms > liveness_timeout_ms()) {
       // §8.1: a session that went silent waits a draw from 0 to max(backoff, half the timeout).
       const bool was_registered = a.state == State::registered;
-      disconnect(a);
+      if (was_registered) count([](FleetCounts& c) { --c.registered; });
+      a.state = State::disconnected;
+      a.retry_on_open_connection = a.hellos_on_open_connection < protocol::kHellosOnOpenConnection;
       const std::uint32_t upper = was_registered
                                       ? std::max<std::uint32_t>(a.backoff_ms, static_cast<std::uint32_t>(liveness_timeout_ms() / 2))
                                       : a.backoff_ms;
@@ -209,6 +223,8 @@ struct FakeFleet::Worker {
     ev.events = EPOLLIN;
     ev.data.u32 = static_cast<std::uint32_t>(i);
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.socket->get(zmq::sockopt::fd), &ev);
+    a.hellos_on_open_connection = 0;
+    count([](FleetCounts& c) { ++c.connections_opened; });
     send_hello(a, now);
   }
 
@@ -267,11 +283,12 @@ struct FakeFleet::Worker {
     a.last_heard_ms = now;
     // The echo sends our own message back: its id is ours, where the coordinator's corr is.
     const std::uint64_t answers = options_.echo ? m.header.id : m.header.corr;
-    const bool welcome = std::holds_alternative<protocol::Welcome>(m.body) ||
+    const bool welcome = (std::holds_alternative<protocol::Welcome>(m.body) && answers >= a.hello_id) ||
                          (options_.echo && std::holds_alternative<protocol::Hello>(m.body) && answers == a.hello_id);
     if (welcome) {
       if (a.state != State::registered) count([](FleetCounts& c) { ++c.registered; });
       a.state = State::registered;
+      a.hellos_on_open_connection = 0;
       a.backoff_ms = options_.reconnect_backoff_initial_ms;
       a.next_beat_ms = now + std::uniform_int_distribution<TimeMs>(0, options_.heartbeat_interval_ms)(a.random);
       if (const auto* w = std::get_if<protocol::Welcome>(&m.body)) {
@@ -281,6 +298,10 @@ struct FakeFleet::Worker {
       }
       for (const auto& [id, finished] : a.unacked) send(a, finished);
     } else if (std::holds_alternative<protocol::Heartbeat>(m.body)) {
+      if (a.state == State::disconnected && a.retry_on_open_connection) {
+        a.state = State::registered;
+        count([](FleetCounts& c) { ++c.registered; });
+      }
       if (answers == a.beat_id && a.beat_id != 0) {
         const double rtt = steady_us() - a.beat_sent_us;
         a.beat_id = 0;
@@ -359,6 +380,7 @@ void add_counts(FleetCounts& sum, const FleetCounts& c) {
   sum.registered += c.registered;
   sum.heartbeats_answered += c.heartbeats_answered;
   sum.hellos_sent += c.hellos_sent;
+  sum.connections_opened += c.connections_opened;
   sum.not_registered += c.not_registered;
   sum.timeouts += c.timeouts;
   sum.jobs_started += c.jobs_started;

@@ -52,6 +52,7 @@ struct FleetCounts {
   std::size_t registered = 0;        // agents in the registered state now
   std::uint64_t heartbeats_answered = 0;
   std::uint64_t hellos_sent = 0;
+  std::uint64_t connections_opened = 0;  // each a CURVE handshake for the coordinator
   std::uint64_t not_registered = 0;  // error not_registered received: the session was gone
   std::uint64_t timeouts = 0;        // sessions the agents gave up on (silence over the liveness timeout)
   std::uint64_t jobs_started = 0;

@@ -138,6 +138,10 @@ void Simulation::World::crash_coordinator_now(DurationMs down_ms) {
   coordinator_tick_at.reset();
   crash_after_actions.reset();
   ++coordinator_incarnation;  // what is in flight to the old process is lost with it
+  // Its connections close with it: each agent's transport reports the drop.
+  for (SimAgent& a : agents) {
+    if (a.core) a.core->on_connection_lost();
+  }
   ++counters.coordinator_crashes;
   log("sim", fmt::format("coordinator crashed; restarts in {} ms", down_ms));
   schedule(down_ms, ev::CoordinatorRestart{});

@@ -26,7 +26,7 @@ void Simulation::World::drain_agent(std::size_t node) {
                        return;
                      }
                      send(Endpoint{Endpoint::Kind::agent, node, a.connection}, coordinator_endpoint(),
-                          std::move(act.body), a.next_message_id++, act.corr);
+                          std::move(act.body), act.id, act.corr);
                    },
                    [&](agent::action::StartJob& act) { start_process(node, act.job); },
                    [&](agent::action::CancelJob& act) { cancel_process(node, act.job_id); },

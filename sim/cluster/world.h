@@ -184,7 +184,6 @@ struct SimAgent {
   std::uint64_t connection = 0;            // never reused, across restarts too
   std::optional<TimeMs> tick_at;
   std::map<std::uint64_t, Process> processes;  // by job id
-  std::uint64_t next_message_id = 1;
   TimeMs last_heard_by_coordinator = 0;
   TimeMs partitioned_until = 0;
   TimeMs faulty_until = 0;           // a node fault: probes, diagnostics and jobs fail

@@ -175,7 +175,7 @@ TEST_CASE("a coordinator frozen for twice the liveness timeout with jobs running
     return job_state_is(*client, first, JobState::running) && job_state_is(*client, second, JobState::running);
   }, 15s));
   // Liveness is 3 beats of 200 ms: frozen for 1.5 s, every agent gives up on the coordinator and
-  // reconnects, and none of them is lost for it.
+  // says hello again, and none of them is lost for it.
   fleet.signal_coordinator(SIGSTOP);
   std::this_thread::sleep_for(1500ms);
   fleet.signal_coordinator(SIGCONT);
@@ -189,4 +189,12 @@ TEST_CASE("a coordinator frozen for twice the liveness timeout with jobs running
   CHECK(log.find("did not run for") != std::string::npos);
   INFO(log);
   CHECK(log.find(" lost: silent for ") == std::string::npos);
+  // The hellos went on the connections the agents had: a stall costs the coordinator no new
+  // CURVE handshakes.
+  for (const char* name : {"n01", "n02"}) {
+    const std::string agent_log = fleet.log_of(name);
+    INFO(agent_log);
+    CHECK(agent_log.find("saying hello again on the open connection") != std::string::npos);
+    CHECK(agent_log.find("connecting to the coordinator at") == agent_log.rfind("connecting to the coordinator at"));
+  }
 }

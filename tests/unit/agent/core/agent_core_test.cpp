@@ -100,7 +100,8 @@ TEST_CASE("the agent connects, says hello with its chips, and heartbeats once we
   CHECK(h.sent<Heartbeat>().size() == 1);
 }
 
-TEST_CASE("a silent coordinator makes the agent reconnect, backing off up to the limit") {
+TEST_CASE("a silent coordinator gets hellos on the open connection, then a new connection, backing off up to the "
+          "limit") {
   Harness h;
   h.core.on_start(0);
   h.deliver(welcome(), 0);
@@ -113,17 +114,23 @@ TEST_CASE("a silent coordinator makes the agent reconnect, backing off up to the
   h.drain();
   CHECK(h.core.session_state() == AgentCore::SessionState::disconnected);
   REQUIRE(h.core.next_deadline().has_value());
-  // A session that went silent tries again within half a liveness window (1500 ms).
+  // A session that went silent tries again within half a liveness window (1500 ms), on the
+  // connection it has: a stalled coordinator reads it when it resumes, and no new CURVE
+  // handshake is added to what it finds waiting.
   const TimeMs first = *h.core.next_deadline();
   CHECK(first >= 5001);
   CHECK(first <= 5001 + 1500);
   h.core.on_tick(first);
   h.drain();
-  CHECK(h.count<action::Connect>() == 2);
-  // No welcome: waits longer each time, never more than the maximum, each wait between half and
-  // all of its backoff.
+  CHECK(h.count<action::Connect>() == 1);
+  CHECK(h.sent<Hello>().size() == 2);
+  CHECK(h.core.session_state() == AgentCore::SessionState::registering);
+  // No welcome: two more hellos on that connection, then a new connection, which gets its own
+  // three. Each wait is longer, never more than the maximum, and between half and all of its
+  // backoff.
   TimeMs now = first;
   std::vector<TimeMs> waits;
+  std::vector<std::size_t> connections;
   for (int i = 0; i < 5; ++i) {
     now += 3001;
     h.core.on_tick(now);
@@ -134,12 +141,72 @@ TEST_CASE("a silent coordinator makes the agent reconnect, backing off up to the
     now = *deadline;
     h.core.on_tick(now);
     h.drain();
+    connections.push_back(h.count<action::Connect>());
   }
+  CHECK(connections == std::vector<std::size_t>{1, 1, 2, 2, 2});
+  CHECK(h.sent<Hello>().size() == 7);
   const std::vector<TimeMs> backoffs = {200, 400, 800, 800, 800};
   for (std::size_t i = 0; i < waits.size(); ++i) {
     CHECK(waits[i] >= backoffs[i] / 2);
     CHECK(waits[i] <= backoffs[i]);
   }
+}
+
+TEST_CASE("after the transport reports the connection dropped, the agent reconnects on a new one") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  h.core.on_connection_lost();
+  h.core.on_tick(3001);
+  h.drain();
+  REQUIRE(h.core.session_state() == AgentCore::SessionState::disconnected);
+  h.core.on_tick(*h.core.next_deadline());
+  h.drain();
+  CHECK(h.count<action::Connect>() == 2);
+  CHECK(h.sent<Hello>().size() == 2);
+  // A message on the connection shows it works again: the next silence tries it first.
+  h.deliver(welcome(), 3500);
+  h.core.on_connection_lost();
+  h.deliver(Heartbeat{}, 3600);
+  h.core.on_tick(6601);
+  h.drain();
+  h.core.on_tick(*h.core.next_deadline());
+  h.drain();
+  CHECK(h.count<action::Connect>() == 2);
+  CHECK(h.sent<Hello>().size() == 3);
+}
+
+TEST_CASE("the welcome to an older hello is ignored: the coordinator reconciles by the newest one") {
+  Harness h;
+  h.core.on_start(0);
+  h.deliver(welcome(), 0);
+  h.core.on_tick(3001);
+  h.drain();
+  h.core.on_tick(*h.core.next_deadline());
+  h.drain();
+  h.core.on_tick(*h.core.next_deadline());
+  h.drain();
+  h.core.on_tick(*h.core.next_deadline());
+  h.drain();
+  // Two hellos on the open connection; ids as the agent numbered them.
+  std::vector<std::uint64_t> hello_ids;
+  for (const auto& a : h.actions) {
+    if (auto* s = std::get_if<action::Send>(&a); s && std::holds_alternative<Hello>(s->body)) hello_ids.push_back(s->id);
+  }
+  REQUIRE(hello_ids.size() == 3);
+  CHECK(hello_ids[1] < hello_ids[2]);
+  const TimeMs now = *h.core.next_deadline() - 1;
+  // The coordinator answers the first of them, then starts a job before reading the second.
+  h.core.on_message(make_envelope(welcome(), 50, hello_ids[1]), now);
+  h.core.on_message(make_envelope(job(7), 51), now);
+  h.drain();
+  CHECK(h.core.session_state() == AgentCore::SessionState::registering);
+  CHECK(h.count<action::StartJob>() == 0);
+  // The newest hello's welcome registers.
+  h.core.on_message(make_envelope(welcome(), 52, hello_ids[2]), now);
+  h.drain();
+  CHECK(h.core.session_state() == AgentCore::SessionState::registered);
+  CHECK(h.core.running_jobs().empty());
 }
 
 TEST_CASE("agents whose coordinator went silent at once come back spread over the window, not in one burst") {
