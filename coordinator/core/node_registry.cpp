@@ -19,7 +19,10 @@ void NodeRegistry::heard_from(NodeRecord& node, TimeMs now) {
   const std::string& id = node.summary.node_id;
   by_last_heard_.erase({node.last_seen_ms, id});
   node.last_seen_ms = now;
-  if (node.summary.state != protocol::NodeState::lost && peer_by_node_.count(id) != 0) by_last_heard_.emplace(now, id);
+  // Heard now, so (on the monotonic clock) last in the order: the hint makes the insert O(1).
+  if (node.summary.state != protocol::NodeState::lost && peer_by_node_.count(id) != 0) {
+    by_last_heard_.emplace_hint(by_last_heard_.end(), now, id);
+  }
 }
 
 std::optional<TimeMs> NodeRegistry::next_liveness_deadline() const {

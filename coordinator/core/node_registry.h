@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/protocol/messages.h"
@@ -99,8 +100,9 @@ class NodeRegistry {
   // order of their liveness deadlines. A node enters at its hello and leaves when it is lost.
   std::set<std::pair<TimeMs, std::string>> by_last_heard_;
   TimeMs registration_deadline_ms_ = 0;
-  std::map<std::string, Session> sessions_;  // by peer
-  std::map<std::string, std::string> peer_by_node_;
+  // Read for every message an agent sends and never listed: hashed, not ordered.
+  std::unordered_map<std::string, Session> sessions_;  // by peer
+  std::unordered_map<std::string, std::string> peer_by_node_;
   // Each node's most recent connections, oldest first, with the id of the last hello taken.
   struct HelloConnection {
     std::string peer;

@@ -55,8 +55,9 @@ struct SchedulerKnobs {
   std::size_t max_reservations = 8;
   std::size_t max_pending_requests = 10000;
   std::size_t max_nodes = 16384;  // 10,000 agents and room to grow
-  // Reads every pending request at every step, with none of the shortcuts the indexes allow:
-  // the reference the tests hold the shortcuts to. Not read from coordinator.toml.
+  // Reads every pending request and every node at every step, with none of the shortcuts the
+  // indexes allow: the reference the tests and kiln-bench-scheduler hold the shortcuts to. Not
+  // read from coordinator.toml.
   bool exhaustive_passes = false;
 
   std::optional<int> quota(RequestClass cls, const std::string& revision) const;
