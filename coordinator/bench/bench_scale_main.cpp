@@ -52,6 +52,7 @@ struct Settings {
   std::uint32_t heartbeat_interval_ms = 1000;
   std::uint32_t liveness_missed_beats = 4;
   std::uint32_t connects_per_second = 1000;
+  int repeats = 1;  // echo and coordinator pairs per fleet size
   bool stall = true;
   std::size_t agent_processes = 0;     // 0: as many as the file limit needs
   std::size_t agents_per_process = 0;  // what one process's file limit holds
@@ -594,10 +595,43 @@ nlohmann::json row_json(const Run& c, const Run& e) {
   return row;
 }
 
+// Medians over the repeats of one fleet size. Each ratio is taken within its own pair (the echo
+// and the coordinator measured minutes apart on the same machine) before the median.
+nlohmann::json medians_json(const std::vector<std::pair<Run, Run>>& pairs) {
+  using Figure = double (*)(const Run&, const Run&);
+  const auto med = [&](Figure figure) {
+    std::vector<double> values;
+    for (const auto& [c, e] : pairs) {
+      if (const double v = figure(c, e); std::isfinite(v)) values.push_back(v);
+    }
+    return number(values.empty() ? NAN : median(std::move(values)));
+  };
+  return {
+      {"agents", pairs.front().first.agents},
+      {"repeats", pairs.size()},
+      {"cpu_percent", med([](const Run& c, const Run&) { return c.cpu_percent; })},
+      {"echo_cpu_percent", med([](const Run&, const Run& e) { return e.cpu_percent; })},
+      {"cpu_per_heartbeat_vs_echo",
+       med([](const Run& c, const Run& e) { return ratio(c.cpu_per_heartbeat_ms, e.cpu_per_heartbeat_ms); })},
+      {"heartbeat_p99_vs_echo",
+       med([](const Run& c, const Run& e) { return ratio(c.heartbeat.p99_ms, e.heartbeat.p99_ms); })},
+      {"submit_p50_ms", med([](const Run& c, const Run&) { return c.submit.p50_ms; })},
+      {"submit_p99_vs_echo", med([](const Run& c, const Run& e) { return ratio(c.submit.p99_ms, e.submit.p99_ms); })},
+      {"submit_p99_vs_durable_echo",
+       med([](const Run& c, const Run& e) { return ratio(c.submit.p99_ms, e.durable_submit.p99_ms); })},
+      {"lease_p50_ms", med([](const Run& c, const Run&) { return c.lease.p50_ms; })},
+      {"lease_p99_vs_echo", med([](const Run& c, const Run& e) { return ratio(c.lease.p99_ms, e.lease.p99_ms); })},
+      {"lease_p99_vs_durable_echo",
+       med([](const Run& c, const Run& e) { return ratio(c.lease.p99_ms, e.durable_lease.p99_ms); })},
+      {"submit_jobs_per_second", med([](const Run& c, const Run&) { return c.submit_jobs_per_second; })},
+  };
+}
+
 std::string ms(double v) { return std::isfinite(v) ? fmt::format("{:.3f}", v) : "-"; }
 std::string x(double v) { return std::isfinite(v) ? fmt::format("{:.1f}x", v) : "-"; }
 
-void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::json& extrapolation) {
+void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::json& medians,
+                const nlohmann::json& extrapolation) {
   fmt::print("{:>7} {:>10} {:>12} {:>7} {:>7} {:>17} {:>7} {:>17} {:>7} {:>17} {:>7} {:>6} {:>9}\n", "agents",
              "registered", "cpu/beat ms", "vs echo", "cpu %", "beat p50/p99 ms", "vs echo", "submit p50/p99",
              "vs echo", "lease p50/p99", "vs echo", "lost", "jobs/s");
@@ -638,6 +672,20 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
                  c.stall_lost, c.registered_after_stall);
     }
   }
+  const auto figure = [](const nlohmann::json& v, const char* format) {
+    return v.is_number() ? fmt::format(fmt::runtime(format), v.get<double>()) : std::string("-");
+  };
+  for (const auto& m : medians) {
+    fmt::print("medians over {} repeats at {} agents: the coordinator took {}% of a core (the echo {}%), {} the echo's "
+               "CPU per heartbeat; heartbeat p99 {} the echo's; submit p50 {} ms, p99 {} the echo's ({} the durable "
+               "echo's); lease p50 {} ms, p99 {} the echo's ({} the durable echo's); {} jobs/s\n",
+               m["repeats"].get<int>(), m["agents"].get<std::size_t>(), figure(m["cpu_percent"], "{:.1f}"),
+               figure(m["echo_cpu_percent"], "{:.1f}"), figure(m["cpu_per_heartbeat_vs_echo"], "{:.2f}x"),
+               figure(m["heartbeat_p99_vs_echo"], "{:.1f}x"), figure(m["submit_p50_ms"], "{:.3f}"),
+               figure(m["submit_p99_vs_echo"], "{:.1f}x"), figure(m["submit_p99_vs_durable_echo"], "{:.1f}x"),
+               figure(m["lease_p50_ms"], "{:.3f}"), figure(m["lease_p99_vs_echo"], "{:.1f}x"),
+               figure(m["lease_p99_vs_durable_echo"], "{:.1f}x"), figure(m["submit_jobs_per_second"], "{:.0f}"));
+  }
   fmt::print("job submission with {} queued: {:.0f} jobs/s ({} accepted, {} ms coordinator CPU per job)\n",
              rows.back().first.queued_at_burst, rows.back().first.submit_jobs_per_second,
              rows.back().first.burst_accepted, ms(rows.back().first.cpu_per_submit_ms));
@@ -666,6 +714,10 @@ int main(int argc, char** argv) {
   app.add_option("--burst", s.burst, "jobs submitted, pipelined, for the throughput")->check(CLI::Range(1, 1000000));
   app.add_option("--connects-per-second", s.connects_per_second, "how fast the agents first connect")
       ->check(CLI::Range(1, 100000));
+  app.add_option("--repeats", s.repeats,
+                 "echo and coordinator runs per fleet size, alternating; with more than 1, the medians are printed "
+                 "too (the stall follows the last)")
+      ->check(CLI::Range(1, 20));
   app.add_flag("!--no-stall", s.stall, "skip the SIGSTOP of the coordinator at the largest fleet size");
   app.add_option("--coordinator", s.coordinator, "the kiln-coordinator to run (default: beside this program)");
   app.add_flag("--keep", s.keep, "keep the temporary directory (configs, logs, stores)");
@@ -751,13 +803,19 @@ int main(int argc, char** argv) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-bench-scale-{}", ::getpid());
   fs::create_directories(dir);
   std::vector<std::pair<Run, Run>> rows;
+  nlohmann::json medians = nlohmann::json::array();
   {
     Bench bench(s, dir);
     bench.self_ = self.string();
     for (std::size_t n : s.agents) {
-      Run echo = bench.run(n, true, false);
-      Run coordinator = bench.run(n, false, s.stall && n == s.agents.back());
-      rows.emplace_back(coordinator, echo);
+      std::vector<std::pair<Run, Run>> pairs;
+      for (int r = 1; r <= s.repeats; ++r) {
+        Run echo = bench.run(n, true, false);
+        Run coordinator = bench.run(n, false, s.stall && n == s.agents.back() && r == s.repeats);
+        pairs.emplace_back(coordinator, echo);
+        rows.push_back(pairs.back());
+      }
+      if (s.repeats > 1) medians.push_back(medians_json(pairs));
     }
   }
   // Extrapolation to 10,000 agents from the per-heartbeat cost measured at the largest size this
@@ -783,11 +841,12 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"heartbeat_interval_ms", s.heartbeat_interval_ms},
                           {"liveness_missed_beats", s.liveness_missed_beats},
                           {"rows", nlohmann::json::array()},
+                          {"medians", medians},
                           {"extrapolation", extrapolation}};
     for (const auto& [c, e] : rows) out["rows"].push_back(row_json(c, e));
     std::cout << out.dump(2) << "\n";
   } else {
-    print_text(rows, extrapolation);
+    print_text(rows, medians, extrapolation);
   }
   if (!s.keep) fs::remove_all(dir);
   return 0;

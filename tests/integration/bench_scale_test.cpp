@@ -4,9 +4,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -89,4 +91,33 @@ TEST_CASE("kiln-bench-scale runs a fleet split over processes and sums what they
   const auto& stall = row["stall"];
   REQUIRE(stall.is_object());
   CHECK(stall["hellos"].get<int>() > 0);
+}
+
+TEST_CASE("kiln-bench-scale --repeats alternates the echo and the coordinator and gives the medians") {
+  const auto figures = bench_figures("--quick --agents 20 --repeats 3 --no-stall");
+  REQUIRE(figures["rows"].size() == 3);
+  for (const auto& row : figures["rows"]) check_row(row);
+  REQUIRE(figures["medians"].size() == 1);
+  const auto& medians = figures["medians"][0];
+  INFO(medians.dump());
+  CHECK(medians["agents"] == 20);
+  CHECK(medians["repeats"] == 3);
+  // The median of three is one of the three.
+  for (const char* figure : {"cpu_percent", "echo_cpu_percent", "submit_p50_ms", "lease_p50_ms",
+                             "submit_jobs_per_second"}) {
+    std::vector<double> values;
+    for (const auto& row : figures["rows"]) {
+      const auto& source = std::string(figure) == "echo_cpu_percent" ? row["echo_cpu_percent"]
+                           : std::string(figure) == "submit_p50_ms"  ? row["submit"]["p50_ms"]
+                           : std::string(figure) == "lease_p50_ms"   ? row["lease"]["p50_ms"]
+                                                                      : row[figure];
+      values.push_back(source.get<double>());
+    }
+    std::sort(values.begin(), values.end());
+    CHECK(medians[figure].get<double>() == doctest::Approx(values[1]));
+  }
+  for (const char* ratio : {"heartbeat_p99_vs_echo", "submit_p99_vs_echo", "submit_p99_vs_durable_echo",
+                            "lease_p99_vs_echo", "lease_p99_vs_durable_echo"}) {
+    CHECK((medians[ratio].is_null() || medians[ratio].get<double>() > 0));
+  }
 }
