@@ -79,6 +79,8 @@ void AgentCore::connect(TimeMs now) {
 
 void AgentCore::on_connection_lost() { connection_dropped_ = true; }
 
+bool AgentCore::hello_on_open_connection_next() const { return retry_on_open_connection_ && !connection_dropped_; }
+
 void AgentCore::send_hello(TimeMs now) {
   protocol::Hello hello;
   hello.node_id = identity_.node_id;
@@ -116,7 +118,7 @@ void AgentCore::schedule_reconnect(TimeMs now, const std::string& why, bool on_o
   retry_on_open_connection_ = on_open_connection && hellos_on_open_connection_ < protocol::kHellosOnOpenConnection;
   reconnect_at_ = now + wait_ms;
   log(action::Severity::warn, fmt::format("{}; {} in {} ms", why,
-                                          retry_on_open_connection_ && !connection_dropped_
+                                          hello_on_open_connection_next()
                                               ? "saying hello again on the open connection"
                                               : "reconnecting",
                                           wait_ms));
@@ -125,7 +127,7 @@ void AgentCore::schedule_reconnect(TimeMs now, const std::string& why, bool on_o
 
 void AgentCore::on_tick(TimeMs now) {
   if (reconnect_at_ && now >= *reconnect_at_) {
-    if (retry_on_open_connection_ && !connection_dropped_) {
+    if (hello_on_open_connection_next()) {
       reconnect_at_.reset();
       ++hellos_on_open_connection_;
       send_hello(now);
@@ -205,7 +207,7 @@ void AgentCore::on_message(const protocol::Envelope& m, TimeMs now) {
         } else if constexpr (std::is_same_v<T, protocol::Heartbeat>) {
           // The answer to a heartbeat sent before the silence: the session lives, so the hello
           // waiting to go on this connection is not needed.
-          if (state_ == SessionState::disconnected && retry_on_open_connection_ && !connection_dropped_) {
+          if (state_ == SessionState::disconnected && hello_on_open_connection_next()) {
             reconnect_at_.reset();
             state_ = SessionState::registered;
             log(action::Severity::info, "the coordinator answered again; the session goes on");

@@ -135,6 +135,8 @@ class AgentCore {
   void log(action::Severity severity, std::string text);
   // on_open_connection: whether the next try may say hello again on the open connection.
   void schedule_reconnect(TimeMs now, const std::string& why, bool on_open_connection);
+  // Whether the scheduled try says hello on the open connection rather than opening a new one.
+  bool hello_on_open_connection_next() const;
   void handle_job_start(const protocol::JobStart& start, TimeMs now);
   // Answers a job_start it will not run with job_finished{failed_to_start}, kept until acked.
   void refuse_start(const protocol::JobStart& start, std::string detail);

@@ -167,8 +167,7 @@ struct FakeFleet::Worker {
     if (now - a.last_heard_ms > liveness_timeout_ms()) {
       // §8.1: a session that went silent waits a draw from 0 to max(backoff, half the timeout).
       const bool was_registered = a.state == State::registered;
-      if (was_registered) count([](FleetCounts& c) { --c.registered; });
-      a.state = State::disconnected;
+      end_session(a);
       a.retry_on_open_connection = a.hellos_on_open_connection < protocol::kHellosOnOpenConnection;
       const std::uint32_t upper = was_registered
                                       ? std::max<std::uint32_t>(a.backoff_ms, static_cast<std::uint32_t>(liveness_timeout_ms() / 2))
@@ -233,6 +232,11 @@ struct FakeFleet::Worker {
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.socket->get(zmq::sockopt::fd), nullptr);
       a.socket.reset();
     }
+    end_session(a);
+  }
+
+  // The session is over; the connection may stay open for the next hello.
+  void end_session(Agent& a) {
     if (a.state == State::registered) count([](FleetCounts& c) { --c.registered; });
     a.state = State::disconnected;
   }
