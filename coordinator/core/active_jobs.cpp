@@ -13,12 +13,12 @@ bool is_active(protocol::JobState state) {
 
 const std::set<std::uint64_t> kNoJobs;
 
-void erase_from(std::map<std::string, std::set<std::uint64_t>>& by_node, const std::string& node_id,
-                std::uint64_t job_id) {
-  auto on = by_node.find(node_id);
-  if (on == by_node.end()) return;
+template <class Key>
+void erase_from(std::map<Key, std::set<std::uint64_t>>& by_key, const Key& key, std::uint64_t job_id) {
+  auto on = by_key.find(key);
+  if (on == by_key.end()) return;
   on->second.erase(job_id);
-  if (on->second.empty()) by_node.erase(on);
+  if (on->second.empty()) by_key.erase(on);
 }
 
 }  // namespace
@@ -32,6 +32,7 @@ void ActiveJobIndex::drop(std::uint64_t job_id, const Entry& entry) {
     erase_from(placed_by_node_, entry.node_id, job_id);
   }
   if (!entry.node_id.empty()) erase_from(by_node_, entry.node_id, job_id);
+  if (entry.lease_id != 0) erase_from(by_lease_, entry.lease_id, job_id);
 }
 
 void ActiveJobIndex::update(const JobRecord& job, DurationMs timeout_slack_ms) {
@@ -44,6 +45,7 @@ void ActiveJobIndex::update(const JobRecord& job, DurationMs timeout_slack_ms) {
   Entry entry;
   entry.queued = job.summary.state == protocol::JobState::queued;
   entry.node_id = job.summary.node_id;
+  entry.lease_id = job.lease_id;
   if (entry.queued) {
     ++queued_;
   } else {
@@ -55,12 +57,18 @@ void ActiveJobIndex::update(const JobRecord& job, DurationMs timeout_slack_ms) {
     placed_by_node_[entry.node_id].insert(id);
   }
   if (!entry.node_id.empty()) by_node_[entry.node_id].insert(id);
+  if (entry.lease_id != 0) by_lease_[entry.lease_id].insert(id);
   entries_.emplace(id, std::move(entry));
 }
 
 const std::set<std::uint64_t>& ActiveJobIndex::on_node(const std::string& node_id) const {
   auto it = by_node_.find(node_id);
   return it == by_node_.end() ? kNoJobs : it->second;
+}
+
+const std::set<std::uint64_t>& ActiveJobIndex::in_lease(std::uint64_t lease_id) const {
+  auto it = by_lease_.find(lease_id);
+  return it == by_lease_.end() ? kNoJobs : it->second;
 }
 
 std::set<std::uint32_t> ActiveJobIndex::chips_on(const std::string& node_id) const {

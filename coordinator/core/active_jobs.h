@@ -26,6 +26,9 @@ class ActiveJobIndex {
   std::size_t queued() const { return queued_; }
   // Active jobs whose record names this node (queued pinned ones included).
   const std::set<std::uint64_t>& on_node(const std::string& node_id) const;
+  // Active jobs submitted into this developer lease, in id order.
+  const std::set<std::uint64_t>& in_lease(std::uint64_t lease_id) const;
+  const std::map<std::uint64_t, std::set<std::uint64_t>>& by_lease() const { return by_lease_; }
   // The chips the assigned and running jobs on the node hold.
   std::set<std::uint32_t> chips_on(const std::string& node_id) const;
   // When the first assigned or running job passes its timeout plus the slack.
@@ -39,6 +42,7 @@ class ActiveJobIndex {
   struct Entry {
     bool queued = true;
     std::string node_id;
+    std::uint64_t lease_id = 0;        // the developer lease it runs in, 0 for none
     std::vector<std::uint32_t> chips;  // when placed
     TimeMs timeout_at_ms = 0;          // when placed: the first time it is overdue
   };
@@ -48,6 +52,7 @@ class ActiveJobIndex {
   std::size_t queued_ = 0;
   std::map<std::string, std::set<std::uint64_t>> by_node_;
   std::map<std::string, std::set<std::uint64_t>> placed_by_node_;  // assigned or running
+  std::map<std::uint64_t, std::set<std::uint64_t>> by_lease_;
   std::set<std::pair<TimeMs, std::uint64_t>> timeouts_;
   std::set<std::string> nodes_changed_;
 };

@@ -311,8 +311,7 @@ std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol:
     }
   }
   // The checks above count the queue without the other ranks.
-  std::size_t queued = 0;
-  for (std::uint64_t id : active_jobs_) queued += jobs_.at(id).summary.state == JobState::queued ? 1 : 0;
+  const std::size_t queued = index_.queued();
   if (queued + gang.jobs.size() > ctx_.knobs.max_queued_jobs) {
     return Error{Errc::unavailable, fmt::format("the queue has room for {} more jobs, the gang has {} ranks; try again "
                                                 "later",
@@ -1052,11 +1051,8 @@ void JobTable::forget_request(JobRecord& job, TimeMs now) {
 }
 
 std::vector<std::uint64_t> JobTable::in_lease(std::uint64_t lease_id) const {
-  std::vector<std::uint64_t> out;
-  for (std::uint64_t id : active_jobs_) {
-    if (jobs_.at(id).lease_id == lease_id) out.push_back(id);
-  }
-  return out;
+  const std::set<std::uint64_t>& ids = index_.in_lease(lease_id);
+  return {ids.begin(), ids.end()};
 }
 
 bool JobTable::runs_in_lease(std::uint64_t lease_id) const {
@@ -1072,9 +1068,11 @@ const JobRecord* JobTable::find(std::uint64_t job_id) const {
 std::optional<std::string> JobTable::index_error() const {
   std::size_t queued = 0;
   std::map<std::string, std::set<std::uint32_t>> chips;
+  std::map<std::uint64_t, std::set<std::uint64_t>> by_lease;
   std::optional<TimeMs> next_timeout;
   for (std::uint64_t id : active_jobs_) {
     const JobRecord& job = jobs_.at(id);
+    if (job.lease_id != 0) by_lease[job.lease_id].insert(id);
     if (!index_.on_node(job.summary.node_id).count(id) && !job.summary.node_id.empty()) {
       return fmt::format("job {} on {} is not indexed on its node", id, job.summary.node_id);
     }
@@ -1088,6 +1086,7 @@ std::optional<std::string> JobTable::index_error() const {
   }
   if (queued != index_.queued()) return fmt::format("{} jobs are queued, the index counts {}", queued, index_.queued());
   if (next_timeout != index_.next_timeout()) return "the index's next job timeout is not the earliest";
+  if (by_lease != index_.by_lease()) return "the index's jobs by developer lease are wrong";
   for (const auto& [node_id, held] : chips) {
     if (held != index_.chips_on(node_id)) return fmt::format("the index's chips of the jobs on {} are wrong", node_id);
   }
