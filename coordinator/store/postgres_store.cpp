@@ -356,9 +356,9 @@ class PostgresStore final : public Store {
       }
       if (lease.summary.state != protocol::LeaseState::ended) return {};
       return done(session_.run(doing,
-                               "DELETE FROM kiln.leases WHERE state = 'ended' AND lease_id NOT IN (SELECT lease_id "
-                               "FROM kiln.leases WHERE state = 'ended' ORDER BY lease_id DESC LIMIT $1);",
-                               {std::to_string(stored::kEndedLeasesKept)}));
+                               "DELETE FROM kiln.leases WHERE state = 'ended' AND lease_id < (SELECT lease_id "
+                               "FROM kiln.leases WHERE state = 'ended' ORDER BY lease_id DESC LIMIT 1 OFFSET $1);",
+                               {std::to_string(stored::kEndedLeasesKept - 1)}));
     });
   }
 

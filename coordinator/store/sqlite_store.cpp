@@ -70,6 +70,43 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
+// A statement of the coordinator's hot path, prepared once for the connection's life: each use
+// binds, steps, and on leaving the scope resets it and clears its bindings for the next.
+class CachedStatement {
+ public:
+  explicit CachedStatement(const char* sql) : sql_(sql) {}
+  ~CachedStatement() { sqlite3_finalize(stmt_); }
+  CachedStatement(const CachedStatement&) = delete;
+  CachedStatement& operator=(const CachedStatement&) = delete;
+
+  class Use {
+   public:
+    explicit Use(sqlite3_stmt* stmt) : stmt_(stmt) {}
+    ~Use() {
+      if (stmt_ == nullptr) return;
+      sqlite3_reset(stmt_);
+      sqlite3_clear_bindings(stmt_);
+    }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    sqlite3_stmt* get() const { return stmt_; }
+    explicit operator bool() const { return stmt_ != nullptr; }
+
+   private:
+    sqlite3_stmt* stmt_;
+  };
+
+  // Null (the use is false) when SQLite could not prepare it; sqlite3_errmsg says why.
+  Use use(sqlite3* db) {
+    if (stmt_ == nullptr) sqlite3_prepare_v3(db, sql_, -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr);
+    return Use(stmt_);
+  }
+
+ private:
+  const char* sql_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
 std::string restore_advice(const std::string& path) {
   return fmt::format("stop the coordinator, keep a copy of the file, restore it from your latest backup, and run "
                      "`kiln-coordinator check-store --database {}` on what you restored",
@@ -360,8 +397,7 @@ class SqliteStore final : public Store {
   }
 
   Status save_node(const NodeRecord& node) override {
-    Statement st(db_.get(), "INSERT INTO nodes (node_id, doc) VALUES (?1, ?2) "
-                            "ON CONFLICT(node_id) DO UPDATE SET doc=excluded.doc;");
+    auto st = save_node_.use(db_.get());
     if (!st) return error("prepare a node save");
     const std::string doc = protocol::to_json(node).dump();
     sqlite3_bind_text(st.get(), 1, node.summary.node_id.c_str(), -1, SQLITE_TRANSIENT);
@@ -371,9 +407,7 @@ class SqliteStore final : public Store {
   }
 
   Status save_job(const JobRecord& job) override {
-    Statement st(db_.get(), "INSERT INTO jobs (job_id, state, node_id, doc) VALUES (?1, ?2, ?3, ?4) "
-                            "ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, node_id=excluded.node_id, "
-                            "doc=excluded.doc;");
+    auto st = save_job_.use(db_.get());
     if (!st) return error("prepare a job save");
     const std::string doc = protocol::to_json(job).dump();
     const std::string state(protocol::enum_name(job.summary.state));
@@ -386,8 +420,7 @@ class SqliteStore final : public Store {
   }
 
   Status save_record(const protocol::RecordEntry& record) override {
-    Statement st(db_.get(), "INSERT INTO records (kind, key, doc) VALUES (?1, ?2, ?3) "
-                            "ON CONFLICT(kind, key) DO UPDATE SET doc=excluded.doc;");
+    auto st = save_record_.use(db_.get());
     if (!st) return error("prepare a record save");
     const std::string kind(protocol::enum_name(record.kind));
     const std::string doc = protocol::to_json(record).dump();
@@ -399,8 +432,7 @@ class SqliteStore final : public Store {
   }
 
   Status save_lease(const LeaseRecord& lease) override {
-    Statement st(db_.get(), "INSERT INTO leases (lease_id, state, doc) VALUES (?1, ?2, ?3) "
-                            "ON CONFLICT(lease_id) DO UPDATE SET state=excluded.state, doc=excluded.doc;");
+    auto st = save_lease_.use(db_.get());
     if (!st) return error("prepare a lease save");
     const std::string doc = protocol::to_json(lease).dump();
     const std::string state(protocol::enum_name(lease.summary.state));
@@ -409,22 +441,23 @@ class SqliteStore final : public Store {
     sqlite3_bind_text(st.get(), 3, doc.c_str(), -1, SQLITE_TRANSIENT);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return error(fmt::format("save lease L{}", lease.summary.lease_id));
     if (lease.summary.state != protocol::LeaseState::ended) return {};
-    return exec(db_.get(), path_,
-                fmt::format("DELETE FROM leases WHERE state='ended' AND lease_id NOT IN (SELECT lease_id FROM "
-                            "leases WHERE state='ended' ORDER BY lease_id DESC LIMIT {});",
-                            stored::kEndedLeasesKept));
+    auto prune = prune_ended_leases_.use(db_.get());
+    if (!prune) return error("prepare the pruning of ended leases");
+    sqlite3_bind_int(prune.get(), 1, stored::kEndedLeasesKept - 1);
+    if (sqlite3_step(prune.get()) != SQLITE_DONE) return error("remove the oldest ended leases");
+    return {};
   }
 
-  Status begin() override { return exec(db_.get(), path_, "BEGIN IMMEDIATE;"); }
+  Status begin() override { return step(begin_, "BEGIN IMMEDIATE;"); }
   Status commit() override {
-    Status committed = exec(db_.get(), path_, "COMMIT;");
+    Status committed = step(commit_, "COMMIT;");
     // A transaction SQLite could not commit stays open: rolled back, nothing of it is kept.
     if (!committed && sqlite3_get_autocommit(db_.get()) == 0) (void)exec(db_.get(), path_, "ROLLBACK;");
     return committed;
   }
 
   Status append_audit(const protocol::AuditEntry& entry) override {
-    Statement st(db_.get(), "INSERT INTO audit (at_ms, doc) VALUES (?1, ?2);");
+    auto st = append_audit_.use(db_.get());
     if (!st) return error("prepare an audit line");
     const std::string doc = protocol::to_json(entry).dump();
     sqlite3_bind_int64(st.get(), 1, static_cast<sqlite3_int64>(entry.at_ms));
@@ -458,8 +491,32 @@ class SqliteStore final : public Store {
  private:
   Status error(std::string_view what) const { return fail(Errc::io, sqlite_failure(db_.get(), path_, what)); }
 
+  // A statement without parameters or rows, as exec() runs it.
+  Status step(CachedStatement& statement, std::string_view sql) {
+    auto st = statement.use(db_.get());
+    if (!st || sqlite3_step(st.get()) != SQLITE_DONE) return error(fmt::format("run `{}`", sql));
+    return {};
+  }
+
   Database db_;
   std::string path_;
+  // Destroyed before db_: SQLite closes a connection only once its statements are finalized.
+  CachedStatement begin_{"BEGIN IMMEDIATE;"};
+  CachedStatement commit_{"COMMIT;"};
+  CachedStatement save_node_{"INSERT INTO nodes (node_id, doc) VALUES (?1, ?2) "
+                             "ON CONFLICT(node_id) DO UPDATE SET doc=excluded.doc;"};
+  CachedStatement save_job_{"INSERT INTO jobs (job_id, state, node_id, doc) VALUES (?1, ?2, ?3, ?4) "
+                            "ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, node_id=excluded.node_id, "
+                            "doc=excluded.doc;"};
+  CachedStatement save_record_{"INSERT INTO records (kind, key, doc) VALUES (?1, ?2, ?3) "
+                               "ON CONFLICT(kind, key) DO UPDATE SET doc=excluded.doc;"};
+  CachedStatement save_lease_{"INSERT INTO leases (lease_id, state, doc) VALUES (?1, ?2, ?3) "
+                              "ON CONFLICT(lease_id) DO UPDATE SET state=excluded.state, doc=excluded.doc;"};
+  // Keeps the newest kEndedLeasesKept ended leases: walks ids down from the newest until it has
+  // passed that many, rather than reading the whole table for each lease that ends.
+  CachedStatement prune_ended_leases_{"DELETE FROM leases WHERE state='ended' AND lease_id < (SELECT lease_id FROM "
+                                      "leases WHERE state='ended' ORDER BY lease_id DESC LIMIT 1 OFFSET ?1);"};
+  CachedStatement append_audit_{"INSERT INTO audit (at_ms, doc) VALUES (?1, ?2);"};
 };
 
 }  // namespace
