@@ -117,11 +117,14 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         return fail(Errc::io, fmt::format("poll failed: {}", e.what()));
       }
       if (items[0].revents & ZMQ_POLLIN) answer_zap(sockets_, config_, *logger_);
-      if (items[1].revents & ZMQ_POLLIN) {
-        if (auto s = receive_all(agents_, true); !s) return s;
-      }
+      // Clients first: a person or a pipeline waits on each request, while an agent's heartbeat
+      // has its whole liveness window; a request read after a turn's worth of heartbeats would
+      // wait for all of them.
       if (items[2].revents & ZMQ_POLLIN) {
         if (auto s = receive_all(clients_, false); !s) return s;
+      }
+      if (items[1].revents & ZMQ_POLLIN) {
+        if (auto s = receive_all(agents_, true); !s) return s;
       }
       take_environments();
       // From one tick to the next takes a poll's wait and a little work; far longer and the
