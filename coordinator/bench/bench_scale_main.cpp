@@ -3,6 +3,7 @@
 // CURVE echo server under the same load as the reference. See docs/performance.md, "Scale".
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -54,6 +55,7 @@ struct Settings {
   std::uint32_t connects_per_second = 1000;
   int repeats = 1;  // echo and coordinator pairs per fleet size
   bool stall = true;
+  bool pin = true;  // the server on a CPU of its own, the load on the others
   std::size_t agent_processes = 0;     // 0: as many as the file limit needs
   std::size_t agents_per_process = 0;  // what one process's file limit holds
   std::string coordinator;
@@ -77,12 +79,46 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
-// `input`, when given, becomes the child's standard input.
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, int input = -1) {
+// The CPUs process `pid` (0: this one) may run on.
+std::vector<int> allowed_cpus(pid_t pid = 0) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(pid, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+bool run_on(pid_t pid, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) CPU_SET(cpu, &set);
+  return ::sched_setaffinity(pid, sizeof set, &set) == 0;
+}
+
+// Where the server under test and its load run. Pinned, the server (coordinator or echo, all
+// its threads) has one CPU to itself and the fake agents and clients share the others, so a
+// round trip's tail measures the server, not the scheduler handing its core to the load.
+struct Placement {
+  std::vector<int> server;  // empty: wherever the kernel puts it
+  std::vector<int> load;
+  std::string text() const {
+    if (server.empty()) return "not pinned: the server and the load shared every CPU";
+    return fmt::format("pinned: the server on CPU {}, the fake agents and clients on CPU{} {}", server.front(),
+                       load.size() > 1 ? "s" : "", fmt::join(load, ","));
+  }
+};
+
+// `input`, when given, becomes the child's standard input; `cpus`, when given, where it runs.
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, int input = -1,
+            const std::vector<int>& cpus = {}) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     // A benchmark that dies leaves no server behind.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (!cpus.empty()) (void)run_on(0, cpus);
     if (input >= 0) ::dup2(input, 0);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ::dup2(fd, 1);
@@ -153,6 +189,7 @@ Latency latency(const std::vector<double>& rtts_us) {
 // What one server (the coordinator or the echo) did under N agents.
 struct Run {
   std::size_t agents = 0;
+  std::vector<int> server_cpus;  // where the server ran, as the kernel has it
   std::size_t registered = 0;
   double registration_seconds = 0;
   double cpu_per_heartbeat_ms = NAN;  // median of the windows
@@ -282,13 +319,13 @@ class Bench {
       const fs::path durable_file = dir_ / fmt::format("durable-echo-{}.data", n);
       pid = spawn({self_, "--echo-server", agent_endpoint, client_endpoint, durable_client_endpoint,
                    (dir_ / "coordinator.key").string(), durable_file.string()},
-                  log);
+                  log, -1, placement_.server);
     } else {
       const fs::path db_dir = dir_ / fmt::format("store-{}", n);
       fs::remove_all(db_dir);
       fs::create_directories(db_dir);
       write_config(db_dir / "coordinator.toml", n, agent_endpoint, client_endpoint);
-      pid = spawn({s_.coordinator, "--config", (db_dir / "coordinator.toml").string()}, log);
+      pid = spawn({s_.coordinator, "--config", (db_dir / "coordinator.toml").string()}, log, -1, placement_.server);
     }
     Run r;
     r.agents = n;
@@ -362,11 +399,11 @@ class Bench {
 
     // Round trips of one client at a time, under the agents' load.
     Requester client(client_endpoint, client_keys_, server_keys_.public_key, echo);
-    time_round_trips(client, r.submit, r.lease, r.release);
+    time_round_trips(client, echo, r.submit, r.lease, r.release);
     if (echo) {
       Requester durable_client(durable_client_endpoint, client_keys_, server_keys_.public_key, true);
       Latency durable_release;
-      time_round_trips(durable_client, r.durable_submit, r.durable_lease, durable_release);
+      time_round_trips(durable_client, true, r.durable_submit, r.durable_lease, durable_release);
     }
 
     // Throughput: the queue filled to `queued`, then `burst` more, pipelined, each acknowledged
@@ -392,6 +429,7 @@ class Bench {
              n, server, r.cpu_per_heartbeat_ms, r.cpu_percent, r.load_generator_cpu_percent, r.heartbeat.p99_ms,
              r.submit_jobs_per_second);
 
+    r.server_cpus = allowed_cpus(pid);
     if (stall) stall_and_resume(r, fleet, pid, log);
     stop_process(pid);
     return r;
@@ -403,28 +441,40 @@ class Bench {
     std::cerr << fmt::format(format, std::forward<A>(args)...) << "\n";
   }
 
-  // One request at a time: `requests` submits, then as many leases, each released.
-  void time_round_trips(Requester& client, Latency& submit, Latency& lease, Latency& release) {
+  // One request at a time: `requests` submits, then as many leases, each released. Only what
+  // was done is timed (the echo does nothing, so everything it answers): a refusal is not a
+  // round trip of the request's work, and the first one is reported.
+  void time_round_trips(Requester& client, bool echo, Latency& submit, Latency& lease, Latency& release) {
     std::vector<double> submit_us;
     std::vector<double> lease_us;
     std::vector<double> release_us;
+    std::size_t refused = 0;
+    const auto done = [&](const auto& reply, auto... accepted) {
+      if (echo || (std::holds_alternative<decltype(accepted)>(reply->body) || ...)) return true;
+      if (refused++ == 0) {
+        const auto* error = std::get_if<kiln::protocol::ErrorReply>(&reply->body);
+        progress("a timed request was refused: {}", error != nullptr ? error->message : "an unexpected reply");
+      }
+      return false;
+    };
     for (int i = 0; i < s_.requests; ++i) {
-      if (auto reply = client.call(submit_body(), 10000)) submit_us.push_back(reply->rtt_us);
+      auto reply = client.call(submit_body(), 10000);
+      if (reply && done(reply, kiln::protocol::JobAccepted{})) submit_us.push_back(reply->rtt_us);
     }
     for (int i = 0; i < s_.requests; ++i) {
       kiln::protocol::RequestLease ask;
       ask.chips = 1;
       ask.duration_ms = 60000;
       auto reply = client.call(ask, 10000);
-      if (!reply) continue;
+      if (!reply || !done(reply, kiln::protocol::LeaseGranted{}, kiln::protocol::LeasePending{})) continue;
       lease_us.push_back(reply->rtt_us);
       std::uint64_t lease_id = 1;
       if (const auto* granted = std::get_if<kiln::protocol::LeaseGranted>(&reply->body)) lease_id = granted->lease.lease_id;
       if (const auto* pending = std::get_if<kiln::protocol::LeasePending>(&reply->body)) lease_id = pending->lease.lease_id;
-      if (auto released = client.call(kiln::protocol::ReleaseLease{lease_id}, 10000)) {
-        release_us.push_back(released->rtt_us);
-      }
+      auto released = client.call(kiln::protocol::ReleaseLease{lease_id}, 10000);
+      if (released && done(released, kiln::protocol::Ok{})) release_us.push_back(released->rtt_us);
     }
+    if (refused > 0) progress("{} timed requests were refused and are not among the round trips", refused);
     submit = latency(submit_us);
     lease = latency(lease_us);
     release = latency(release_us);
@@ -517,7 +567,7 @@ class Bench {
         "[knobs]\nheartbeat_interval_ms = {}\nliveness_missed_beats = {}\nmax_queued_jobs = {}\n"
         "max_active_leases = {}\n\n[scheduler]\nmax_pending_requests = {}\nmax_nodes = {}\n",
         agent_endpoint, client_endpoint, (dir_ / "coordinator.key").string(), s_.heartbeat_interval_ms,
-        s_.liveness_missed_beats, s_.queued + s_.burst + 1000, s_.requests + 100,
+        s_.liveness_missed_beats, s_.queued + s_.burst + s_.requests + 1000, s_.requests + 100,
         s_.queued + s_.burst + s_.requests + 1100, n + 100);
     out << fmt::format("\n[[keys]]\nname = \"bench-developer\"\nrole = \"developer\"\npublic_key = \"{}\"\n",
                        client_keys_.public_key);
@@ -529,6 +579,7 @@ class Bench {
 
  public:
   std::string self_;
+  Placement placement_;
 
  private:
   Settings s_;
@@ -553,6 +604,8 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       // agents, and the row measures the load generator as much as the server.
       {"load_generator_saturated", e.registered < e.agents},
       {"agent_processes", c.agent_processes},
+      {"server_cpus", c.server_cpus},
+      {"echo_cpus", e.server_cpus},
       {"registration_seconds", c.registration_seconds},
       {"heartbeats_per_second", c.heartbeats_per_second},
       {"cpu_per_heartbeat_ms", number(c.cpu_per_heartbeat_ms)},
@@ -631,7 +684,7 @@ std::string ms(double v) { return std::isfinite(v) ? fmt::format("{:.3f}", v) : 
 std::string x(double v) { return std::isfinite(v) ? fmt::format("{:.1f}x", v) : "-"; }
 
 void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::json& medians,
-                const nlohmann::json& extrapolation) {
+                const nlohmann::json& extrapolation, const Placement& placement) {
   fmt::print("{:>7} {:>10} {:>12} {:>7} {:>7} {:>17} {:>7} {:>17} {:>7} {:>17} {:>7} {:>6} {:>9}\n", "agents",
              "registered", "cpu/beat ms", "vs echo", "cpu %", "beat p50/p99 ms", "vs echo", "submit p50/p99",
              "vs echo", "lease p50/p99", "vs echo", "lost", "jobs/s");
@@ -663,6 +716,7 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
                c.agents, c.agent_processes, c.agent_processes > 1 ? "es" : "", c.load_generator_cpu_percent,
                e.load_generator_cpu_percent, std::thread::hardware_concurrency());
   }
+  fmt::print("{}\n", placement.text());
   for (const auto& [c, e] : rows) {
     if (c.stalled) {
       fmt::print("after a SIGSTOP of twice the liveness timeout at {} agents: {} hellos ({} on new connections, "
@@ -719,6 +773,9 @@ int main(int argc, char** argv) {
                  "too (the stall follows the last)")
       ->check(CLI::Range(1, 20));
   app.add_flag("!--no-stall", s.stall, "skip the SIGSTOP of the coordinator at the largest fleet size");
+  app.add_flag("!--no-pin", s.pin,
+               "let the server under test share every CPU with the load (by default, with 2 CPUs or more, it has "
+               "one to itself)");
   app.add_option("--coordinator", s.coordinator, "the kiln-coordinator to run (default: beside this program)");
   app.add_flag("--keep", s.keep, "keep the temporary directory (configs, logs, stores)");
   app.add_option("--echo-server", echo_server,
@@ -802,11 +859,19 @@ int main(int argc, char** argv) {
   s.agents = sizes;
   const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-bench-scale-{}", ::getpid());
   fs::create_directories(dir);
+  Placement placement;
+  if (const std::vector<int> cpus = allowed_cpus(); s.pin && cpus.size() >= 2) {
+    placement.server = {cpus.front()};
+    placement.load.assign(cpus.begin() + 1, cpus.end());
+    // This process (the clients) and the agents' processes it starts run on the load's CPUs.
+    if (!run_on(0, placement.load)) placement = {};
+  }
   std::vector<std::pair<Run, Run>> rows;
   nlohmann::json medians = nlohmann::json::array();
   {
     Bench bench(s, dir);
     bench.self_ = self.string();
+    bench.placement_ = placement;
     for (std::size_t n : s.agents) {
       std::vector<std::pair<Run, Run>> pairs;
       for (int r = 1; r <= s.repeats; ++r) {
@@ -840,13 +905,15 @@ int main(int argc, char** argv) {
   if (s.json) {
     nlohmann::json out = {{"heartbeat_interval_ms", s.heartbeat_interval_ms},
                           {"liveness_missed_beats", s.liveness_missed_beats},
+                          {"server_cpus", placement.server},
+                          {"load_cpus", placement.load},
                           {"rows", nlohmann::json::array()},
                           {"medians", medians},
                           {"extrapolation", extrapolation}};
     for (const auto& [c, e] : rows) out["rows"].push_back(row_json(c, e));
     std::cout << out.dump(2) << "\n";
   } else {
-    print_text(rows, medians, extrapolation);
+    print_text(rows, medians, extrapolation, placement);
   }
   if (!s.keep) fs::remove_all(dir);
   return 0;

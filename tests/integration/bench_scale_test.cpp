@@ -2,6 +2,7 @@
 // that it runs and that its figures are well-formed is checked, never a timing.
 #include <doctest/doctest.h>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -120,4 +121,27 @@ TEST_CASE("kiln-bench-scale --repeats alternates the echo and the coordinator an
                             "lease_p99_vs_echo", "lease_p99_vs_durable_echo"}) {
     CHECK((medians[ratio].is_null() || medians[ratio].get<double>() > 0));
   }
+}
+
+TEST_CASE("kiln-bench-scale gives the server a CPU of its own, and --no-pin lets it share them") {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(::sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  const std::size_t cpus = static_cast<std::size_t>(CPU_COUNT(&allowed));
+  if (cpus < 2) return;  // one CPU: nothing to pin apart
+  const auto pinned = bench_figures("--quick --agents 20 --no-stall");
+  REQUIRE(pinned["server_cpus"].size() == 1);
+  const int server_cpu = pinned["server_cpus"][0].get<int>();
+  const auto& load = pinned["load_cpus"];
+  CHECK_FALSE(load.empty());
+  CHECK(std::find(load.begin(), load.end(), server_cpu) == load.end());
+  // The kernel's own view of where the coordinator and the echo ran.
+  for (const char* server : {"server_cpus", "echo_cpus"}) {
+    CAPTURE(server);
+    CHECK(pinned["rows"][0][server] == nlohmann::json::array({server_cpu}));
+  }
+
+  const auto shared = bench_figures("--quick --agents 20 --no-stall --no-pin");
+  CHECK(shared["server_cpus"].empty());
+  CHECK(shared["rows"][0]["server_cpus"].size() == cpus);
 }
