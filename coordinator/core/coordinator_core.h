@@ -102,6 +102,8 @@ class CoordinatorCore {
   std::vector<std::string> nodes_out_of_sync() const { return scheduling_.nodes_out_of_sync(); }
   // What the index of active jobs gets wrong, if anything (JobTable::index_error).
   std::optional<std::string> job_index_error() const { return jobs_.index_error(); }
+  // What the index of developer leases gets wrong, if anything (DevLeases::index_error).
+  std::optional<std::string> lease_index_error() const { return leases_.index_error(); }
   std::optional<std::string> chip_count_error() const { return scheduling_.chip_count_error(); }
 
  private:

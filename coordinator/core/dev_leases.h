@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,16 +70,41 @@ class DevLeases {
   // The parked watches whose deadline has come, taken out (those of leases forgotten meanwhile
   // are dropped: the watcher asks again and learns the lease is gone).
   std::vector<LeaseWatch> take_due_watches(TimeMs now);
-  // The earliest watch deadline or revocation of a lease recovered under notice.
+  // The earliest watch deadline or revocation of a lease recovered under notice (not ended).
   std::optional<TimeMs> next_deadline() const;
+  // Leases granted or under notice whose expiry or grace deadline is at or before `now`, in id
+  // order: the only ones LeaseLifecycle::end_due has anything to do for.
+  std::vector<std::uint64_t> due(TimeMs now) const;
+  // Sets whether the lease is under a notice from before a restart, which the core (not the
+  // scheduler) revokes at its grace deadline.
+  void set_recovered_under_notice(DevLease& lease, bool recovered);
+  // What the indexes below get wrong against a reading of every lease, if anything (the
+  // cluster simulation checks it after every step).
+  std::optional<std::string> index_error() const;
 
  private:
   ActionSink& sink_;
   std::size_t max_ended_kept_ = 0;
   std::size_t max_watches_ = 0;
+  // What a lease contributes to the indexes, as of its last add or save.
+  struct Indexed {
+    bool ended = false;
+    std::vector<TimeMs> due;                // expiry, grace deadline
+    std::optional<TimeMs> recovered_grace;  // recovered under notice, not ended
+    bool operator==(const Indexed&) const = default;
+  };
+  static Indexed indexed(const DevLease& lease);
+  // Kept with every add and save, so that no message or turn of the loop reads every lease.
+  void index(const DevLease& lease);
+  void unindex(std::uint64_t lease_id);
+
   std::map<std::uint64_t, DevLease> leases_;
   std::uint64_t next_id_ = 1;
   std::vector<LeaseWatch> watches_;
+  std::map<std::uint64_t, Indexed> indexed_;
+  std::set<std::uint64_t> ended_;
+  std::set<std::pair<TimeMs, std::uint64_t>> due_;
+  std::set<std::pair<TimeMs, std::uint64_t>> recovered_graces_;
 };
 
 }  // namespace kiln::coordinator

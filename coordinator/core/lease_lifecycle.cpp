@@ -83,7 +83,7 @@ void LeaseLifecycle::recover(LeaseRecord record, TimeMs now) {
     return;
   }
   lease.scheduler_lease = *held;
-  lease.recovered_under_notice = state == LeaseState::preempting;
+  dev_leases_.set_recovered_under_notice(lease, state == LeaseState::preempting);
   ctx_.log(action::Severity::info, fmt::format("lease L{} ({}) holds its chips again until {}", id, lease.summary.owner,
                                                ctx_.clock.text(static_cast<TimeMs>(lease.summary.expires_at_ms))));
 }
@@ -314,8 +314,8 @@ Status LeaseLifecycle::resubmit_lease(DevLease& lease, TimeMs now) {
     req.not_before_ms = ctx_.to_scheduler_time(start_at);
   }
   lease.scheduler_lease.reset();
-  lease.recovered_under_notice = false;
   lease.summary.state = LeaseState::pending;
+  dev_leases_.set_recovered_under_notice(lease, false);
   lease.summary.placement.clear();
   lease.summary.grace_deadline_ms = 0;
   lease.summary.expires_at_ms = 0;
@@ -323,7 +323,10 @@ Status LeaseLifecycle::resubmit_lease(DevLease& lease, TimeMs now) {
 }
 
 void LeaseLifecycle::end_due(TimeMs now) {
-  for (auto& [id, lease] : dev_leases_.all()) {
+  for (const std::uint64_t id : dev_leases_.due(now)) {
+    DevLease* due = dev_leases_.find(id);
+    if (due == nullptr) continue;  // forgotten meanwhile, ended by what another lease's end did
+    DevLease& lease = *due;
     const auto state = lease.summary.state;
     if (state != LeaseState::granted && state != LeaseState::preempting) continue;
     if (lease.summary.expires_at_ms > 0 && now >= static_cast<TimeMs>(lease.summary.expires_at_ms)) {

@@ -45,6 +45,7 @@ class LeaseLifecycle {
   // scheduler lease of its own: its lease ended or was requeued while it ran).
   bool runs_on_lease_chips(const JobRecord& job) const;
   std::optional<TimeMs> next_deadline() const { return dev_leases_.next_deadline(); }
+  std::optional<std::string> index_error() const { return dev_leases_.index_error(); }
 
   // ---- clients
   void request(const std::string& client, const Caller& caller, const protocol::Envelope& m,

@@ -273,3 +273,32 @@ TEST_CASE("a watcher that missed an event before a restart is told at once, and 
   }
   CHECK(told);
 }
+
+TEST_CASE("a lease recovered under notice and then released leaves no deadline behind for the loop") {
+  CoordinatorKnobs k = knobs();
+  k.liveness_missed_beats = 1000;
+  k.scheduler.grace_ms = 60000;
+  k.scheduler.target_start_latency_ms[scheduler::rank(scheduler::RequestClass::presubmit)] = 0;
+  Snapshot store;
+  {
+    Harness h(k);
+    h.agent("p1", "n01", hello("n01", "a"), 0);
+    REQUIRE(std::holds_alternative<LeaseGranted>(h.client("alice", Role::developer, lease_request(8), 10)));
+    SubmitJob presubmit = sleep_job(8);
+    presubmit.priority_class = PriorityClass::presubmit;
+    h.submit("ci", Role::ci, presubmit, 20);
+    REQUIRE(lease_of(h, 1).state == LeaseState::preempting);
+    store = h.store();
+  }
+  const TimeMs restart = 30000;
+  Harness h(k, store, restart);
+  h.agent("p9", "n01", hello("n01", "a"), restart + 500);
+  REQUIRE(lease_of(h, 1).state == LeaseState::preempting);
+  REQUIRE(std::holds_alternative<Ok>(h.client("alice", Role::developer, ReleaseLease{1}, restart + 1000)));
+  REQUIRE(lease_of(h, 1).state == LeaseState::ended);
+  // Its old grace deadline went with it: a deadline in the past would have the loop spin.
+  const TimeMs after = restart + 2000;
+  h.tick(after);
+  const auto next = h.core.next_deadline();
+  CHECK((!next || *next > after));
+}
