@@ -62,7 +62,7 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
     KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == 0, "granting a chip that is leased");
     nodes[c.node].chip_lease[c.pos] = l.id;
     nodes_with_lease_changes.insert(c.node);
-    free_chips.recount(c.node, nodes);
+    recount_free(c.node);
   }
   RequestRec& r = requests.at(l.request);
   if (!r.lease) dequeue(r);
@@ -81,7 +81,7 @@ void Scheduler::Impl::end_lease(LeaseId id) {
     KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == id, "chip not held by the lease ending");
     nodes[c.node].chip_lease[c.pos] = 0;
     nodes_with_lease_changes.insert(c.node);
-    free_chips.recount(c.node, nodes);
+    recount_free(c.node);
   }
   lease_deadlines.erase({deadline_of(l), id});
   auto used = chips_in_use.find({l.cls, l.revision});
@@ -284,7 +284,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
     rec.chip_lease.assign(node.chips.size(), 0);
     s.node_index.emplace(node.id, s.nodes.size());
     s.nodes.push_back(std::move(rec));
-    s.free_chips.recount(s.nodes.size() - 1, s.nodes);
+    s.recount_free(s.nodes.size() - 1);
   } else {
     NodeRec& rec = s.nodes[it->second];
     bool busy = std::any_of(rec.chip_lease.begin(), rec.chip_lease.end(),
@@ -297,7 +297,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
     }
     rec.info = node;
     rec.chip_lease.resize(node.chips.size(), 0);
-    s.free_chips.recount(it->second, s.nodes);
+    s.recount_free(it->second);
     s.drop_claims_on(it->second);
   }
   s.schedule(now);
@@ -316,7 +316,7 @@ Status Scheduler::set_node_state(std::string_view node, NodeState state, std::st
   rec.reason = std::move(reason);
   rec.owner = std::move(owner);
   rec.since_ms = now;
-  s.free_chips.recount(it->second, s.nodes);
+  s.recount_free(it->second);
   if (state != NodeState::up) s.drop_claims_on(it->second);
   if (state == NodeState::lost) {
     std::set<LeaseId> lost(rec.chip_lease.begin(), rec.chip_lease.end());
@@ -695,6 +695,9 @@ Status Scheduler::check_invariants() const {
   if (deadlines != s.lease_deadlines) return fail(Errc::internal, "the lease deadline index disagrees with the leases");
   if (FreeChips::counted(s.nodes) != s.free_chips) {
     return fail(Errc::internal, "the free chips counted per node disagree with the nodes' leases and states");
+  }
+  if (Impl::nodes_by_free_counted(s.nodes, s.free_chips) != s.nodes_by_free) {
+    return fail(Errc::internal, "the nodes filed by free chips disagree with the free chips counted per node");
   }
   return {};
 }

@@ -116,6 +116,8 @@ class PassView {
   const std::vector<ChipPlan>& operator[](std::size_t node) const { return row(node); }
   std::vector<ChipPlan>& operator[](std::size_t node) { return row(node); }
   bool touched(std::size_t node) const { return slot_[node] != 0; }
+  // The nodes whose row was made, in the order they were: indexes stay valid as rows are added.
+  const std::vector<std::size_t>& touched_nodes() const { return touched_; }
   // One chip as the pass sees it, without making its node's row.
   ChipPlan chip(std::size_t node, std::size_t pos) const;
   // The chips free now on a node the pass has not read yet, where each can serve any request:
@@ -132,6 +134,7 @@ class PassView {
   TimeMs now_;
   mutable std::vector<std::uint32_t> slot_;  // 1 + the row's index in rows_; 0: not made yet
   mutable std::deque<std::vector<ChipPlan>> rows_;  // a deque: adding a row moves no other
+  mutable std::vector<std::size_t> touched_;
 };
 
 // Chips free now (not leased), counted per node over the nodes new work may enter (`up`): an
@@ -213,6 +216,10 @@ struct Scheduler::Impl {
   std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
   std::set<std::size_t> nodes_with_lease_changes;
   FreeChips free_chips;
+  // The up nodes with free chips, by how many and then by index: a pass places a one-node
+  // request by reading them in the order of the least score each could reach, and stops at the
+  // first that could not beat the best found (place_now). Kept by recount_free.
+  std::set<std::pair<int, std::size_t>> nodes_by_free;
   SettledPass settled;
 
   // --- helpers --------------------------------------------------------------------------------
@@ -256,6 +263,12 @@ struct Scheduler::Impl {
   std::vector<RequestId> pending_order() const;
 
   // --- keeping the indexes ---------------------------------------------------------------------
+
+  // Counts a node's free chips again (FreeChips::recount) and files it by them.
+  void recount_free(std::size_t node);
+  // What nodes_by_free must hold, from the nodes themselves.
+  static std::set<std::pair<int, std::size_t>> nodes_by_free_counted(const std::vector<NodeRec>& nodes,
+                                                                     const FreeChips& free);
 
   static Shape shape_of(const Request& q);
   bool plain(const RequestRec& r) const;

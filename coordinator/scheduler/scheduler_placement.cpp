@@ -29,6 +29,7 @@ std::vector<ChipPlan>& PassView::row(std::size_t node) const {
     made.reserve(chips);
     for (std::size_t p = 0; p < chips; ++p) made.push_back(fresh(node, p));
     slot = static_cast<std::uint32_t>(rows_.size());
+    touched_.push_back(node);
   }
   return rows_[slot - 1];
 }
@@ -90,6 +91,21 @@ void FreeChips::take(std::size_t node, int chips) {
 void FreeChips::settle_most() {
   while (!nodes_with.empty() && nodes_with.back() == 0) nodes_with.pop_back();
   most_on_a_node = nodes_with.empty() ? 0 : static_cast<int>(nodes_with.size()) - 1;
+}
+
+void Scheduler::Impl::recount_free(std::size_t node) {
+  if (node < free_chips.on_node.size()) nodes_by_free.erase({free_chips.on_node[node], node});
+  free_chips.recount(node, nodes);
+  if (free_chips.on_node[node] > 0) nodes_by_free.insert({free_chips.on_node[node], node});
+}
+
+std::set<std::pair<int, std::size_t>> Scheduler::Impl::nodes_by_free_counted(const std::vector<NodeRec>& nodes,
+                                                                             const FreeChips& free) {
+  std::set<std::pair<int, std::size_t>> out;
+  for (std::size_t n = 0; n < nodes.size() && n < free.on_node.size(); ++n) {
+    if (free.on_node[n] > 0) out.insert({free.on_node[n], n});
+  }
+  return out;
 }
 
 FreeChips FreeChips::counted(const std::vector<NodeRec>& nodes) {
@@ -156,7 +172,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
   if (q.nodes == 0) {
     std::optional<std::tuple<int, int, std::size_t, std::size_t>> best_score;
     Grant best;
-    for_each_candidate(q, [&](std::size_t n) {
+    const auto consider = [&](std::size_t n) {
       if (!eligible(nodes[n], q)) return;
       if (const auto free_here = untouched_free_chips(view, free, n)) {
         // Every free chip of an untouched node is usable and it holds no claim: its score is at
@@ -184,7 +200,28 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
         best.chips.clear();
         for (std::size_t p : chosen) best.chips.push_back({n, p});
       }
-    });
+    };
+    if (q.node || knobs.exhaustive_passes) {
+      for_each_candidate(q, consider);
+    } else {
+      // A node whose row the pass made (claims, reservations, its own grants) or that holds the
+      // claim may score anything: each is read. Any other node is up with its counted free chips
+      // all usable, so its score is at least (1, 0, free - chips, index): read in that order,
+      // the first that could not beat the best ends the search, as none after it could.
+      const std::vector<std::size_t>& touched = view.touched_nodes();
+      for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
+      for (std::size_t n : claim_nodes) {
+        if (!view.touched(n)) consider(n);
+      }
+      for (auto it = nodes_by_free.lower_bound({q.chips, 0}); it != nodes_by_free.end(); ++it) {
+        const auto [free_here, n] = *it;
+        if (view.touched(n) || claim_nodes.count(n)) continue;
+        if (best_score && std::make_tuple(1, 0, static_cast<std::size_t>(free_here - q.chips), n) >= *best_score) {
+          break;
+        }
+        consider(n);
+      }
+    }
     if (best_score) return best;
     return std::nullopt;
   }
