@@ -31,7 +31,8 @@ struct Timing {
   double p99_us = 0;
 };
 
-Timing time_leases(int nodes, int busy_percent, int leases, bool exhaustive) {
+// `whole_nodes`: each lease asks for that many whole nodes; 0: for one chip.
+Timing time_leases(int nodes, int busy_percent, int leases, int whole_nodes, bool exhaustive) {
   SchedulerKnobs knobs;
   knobs.max_nodes = static_cast<std::size_t>(nodes);
   knobs.max_pending_requests = static_cast<std::size_t>(nodes) + 100;
@@ -60,6 +61,7 @@ Timing time_leases(int nodes, int busy_percent, int leases, bool exhaustive) {
     Request lease;
     lease.id = next_id++;
     lease.chips = 1;
+    lease.nodes = whole_nodes;
     lease.expected_duration_ms = 60'000;
     const auto start = std::chrono::steady_clock::now();
     (void)scheduler.submit(lease, now);
@@ -82,6 +84,7 @@ int main(int argc, char** argv) {
   std::vector<int> fleet_sizes{100, 1000, 5000, 10000};
   std::vector<int> busy_percents{0, 50};
   int leases = 1000;
+  int whole_nodes = 0;
   CLI::App app{"what one lease (submit, planning pass, release) costs the scheduler core as the fleet grows, "
                "against passes that read every node (docs/performance.md, \"Scale\")"};
   app.set_version_flag("--version", kiln::version_text("kiln-bench-scheduler"));
@@ -89,14 +92,17 @@ int main(int argc, char** argv) {
   app.add_option("--busy-percent", busy_percents, "shares of the nodes filled by whole-node leases, comma-separated")
       ->delimiter(',')
       ->check(CLI::Range(0, 99));
-  app.add_option("--leases", leases, "one-chip leases timed per row")->check(CLI::Range(1, 1'000'000));
+  app.add_option("--leases", leases, "leases timed per row")->check(CLI::Range(1, 1'000'000));
+  app.add_option("--whole-nodes", whole_nodes, "each lease asks for this many whole nodes (default: one chip)")
+      ->check(CLI::Range(0, 64));
   CLI11_PARSE(app, argc, argv);
 
+  if (whole_nodes > 0) std::printf("each lease: %d whole nodes\n", whole_nodes);
   std::printf("%7s %6s %22s %22s %9s\n", "nodes", "busy", "lease p50/p99 us", "every node p50/p99", "p50 ratio");
   for (const int nodes : fleet_sizes) {
     for (const int busy : busy_percents) {
-      const Timing fast = time_leases(nodes, busy, leases, false);
-      const Timing full = time_leases(nodes, busy, leases, true);
+      const Timing fast = time_leases(nodes, busy, leases, whole_nodes, false);
+      const Timing full = time_leases(nodes, busy, leases, whole_nodes, true);
       std::printf("%7d %5d%% %22s %22s %8.1fx\n", nodes, busy,
                   fmt::format("{:.1f}/{:.1f}", fast.p50_us, fast.p99_us).c_str(),
                   fmt::format("{:.1f}/{:.1f}", full.p50_us, full.p99_us).c_str(), full.p50_us / fast.p50_us);

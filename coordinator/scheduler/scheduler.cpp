@@ -699,6 +699,9 @@ Status Scheduler::check_invariants() const {
   if (Impl::nodes_by_free_counted(s.nodes, s.free_chips) != s.nodes_by_free) {
     return fail(Errc::internal, "the nodes filed by free chips disagree with the free chips counted per node");
   }
+  if (Impl::whole_free_counted(s.nodes, s.free_chips) != s.whole_free_by_revision) {
+    return fail(Errc::internal, "the nodes filed as wholly free disagree with the free chips counted per node");
+  }
   return {};
 }
 

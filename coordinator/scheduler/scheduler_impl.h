@@ -220,6 +220,10 @@ struct Scheduler::Impl {
   // request by reading them in the order of the least score each could reach, and stops at the
   // first that could not beat the best found (place_now). Kept by recount_free.
   std::set<std::pair<int, std::size_t>> nodes_by_free;
+  // The up nodes with every chip free, by revision and index, for requests of whole nodes; and
+  // the revision each node is filed under, if it is.
+  std::map<std::string, std::set<std::size_t>> whole_free_by_revision;
+  std::vector<std::optional<std::string>> whole_filed_as;
   SettledPass settled;
 
   // --- helpers --------------------------------------------------------------------------------
@@ -269,6 +273,12 @@ struct Scheduler::Impl {
   // What nodes_by_free must hold, from the nodes themselves.
   static std::set<std::pair<int, std::size_t>> nodes_by_free_counted(const std::vector<NodeRec>& nodes,
                                                                      const FreeChips& free);
+  static std::map<std::string, std::set<std::size_t>> whole_free_counted(const std::vector<NodeRec>& nodes,
+                                                                         const FreeChips& free);
+  // Whether the untouched node has every chip free (a pass reads that off the counts).
+  static bool whole_free(const NodeRec& node, int free) {
+    return node.state == NodeState::up && free == static_cast<int>(node.chip_lease.size());
+  }
 
   static Shape shape_of(const Request& q);
   bool plain(const RequestRec& r) const;

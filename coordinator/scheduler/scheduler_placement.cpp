@@ -95,8 +95,29 @@ void FreeChips::settle_most() {
 
 void Scheduler::Impl::recount_free(std::size_t node) {
   if (node < free_chips.on_node.size()) nodes_by_free.erase({free_chips.on_node[node], node});
+  if (node >= whole_filed_as.size()) whole_filed_as.resize(node + 1);
+  if (const auto& filed = whole_filed_as[node]) {
+    auto it = whole_free_by_revision.find(*filed);
+    it->second.erase(node);
+    if (it->second.empty()) whole_free_by_revision.erase(it);
+  }
+  whole_filed_as[node].reset();
   free_chips.recount(node, nodes);
-  if (free_chips.on_node[node] > 0) nodes_by_free.insert({free_chips.on_node[node], node});
+  const int free = free_chips.on_node[node];
+  if (free > 0) nodes_by_free.insert({free, node});
+  if (whole_free(nodes[node], free)) {
+    whole_free_by_revision[nodes[node].info.revision].insert(node);
+    whole_filed_as[node] = nodes[node].info.revision;
+  }
+}
+
+std::map<std::string, std::set<std::size_t>> Scheduler::Impl::whole_free_counted(const std::vector<NodeRec>& nodes,
+                                                                                 const FreeChips& free) {
+  std::map<std::string, std::set<std::size_t>> out;
+  for (std::size_t n = 0; n < nodes.size() && n < free.on_node.size(); ++n) {
+    if (whole_free(nodes[n], free.on_node[n])) out[nodes[n].info.revision].insert(n);
+  }
+  return out;
 }
 
 std::set<std::pair<int, std::size_t>> Scheduler::Impl::nodes_by_free_counted(const std::vector<NodeRec>& nodes,
@@ -226,7 +247,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     return std::nullopt;
   }
   std::map<std::string, std::vector<std::size_t>> by_rev;
-  for_each_candidate(q, [&](std::size_t n) {
+  const auto consider = [&](std::size_t n) {
     if (!eligible(nodes[n], q)) return;
     const auto free_here = untouched_free_chips(view, free, n);
     const bool whole = free_here ? *free_here == static_cast<int>(nodes[n].chip_lease.size())
@@ -234,7 +255,26 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
                                      return chip_usable_now(c, q.id, end);
                                    });
     if (whole) by_rev[nodes[n].info.revision].push_back(n);
-  });
+  };
+  if (q.node || knobs.exhaustive_passes) {
+    for_each_candidate(q, consider);
+  } else {
+    // The nodes whose row the pass made are judged by their row; of the others, filed whole by
+    // revision, only as many as asked are read per revision: the grant takes the claimed nodes
+    // first (all of them touched) and then the lowest indexes, which these include.
+    const std::vector<std::size_t>& touched = view.touched_nodes();
+    for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
+    for (const auto& [rev, filed] : whole_free_by_revision) {
+      if (q.revision && rev != *q.revision) continue;
+      int taken = 0;
+      for (auto it = filed.begin(); it != filed.end() && taken < q.nodes; ++it) {
+        if (view.touched(*it)) continue;
+        consider(*it);
+        ++taken;
+      }
+    }
+    for (auto& [rev, list] : by_rev) std::sort(list.begin(), list.end());
+  }
   for (auto& [rev, list] : by_rev) {
     if (static_cast<int>(list.size()) < q.nodes) continue;
     std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) {
