@@ -167,6 +167,27 @@ double cpu_ms(pid_t pid) {
   return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+// CPU time of a server so far, in nanoseconds' resolution: the sum of its threads' time on a CPU
+// (/proc/PID/task/TID/schedstat, first field). /proc/PID/stat counts in clock ticks (10 ms), which a
+// small fleet's window does not fill: 50 agents cost a few milliseconds a second. The server's
+// threads live as long as it does, so none of its time leaves with an exited thread. Without
+// schedstat (a kernel built without it), the ticks.
+double server_cpu_ms(pid_t pid) {
+  std::error_code error;
+  std::filesystem::directory_iterator tasks(fmt::format("/proc/{}/task", pid), error);
+  double ns = 0;
+  bool read_any = false;
+  for (; !error && tasks != std::filesystem::directory_iterator(); tasks.increment(error)) {
+    std::ifstream in(tasks->path() / "schedstat");
+    double on_cpu_ns = 0;
+    if (in >> on_cpu_ns) {
+      ns += on_cpu_ns;
+      read_any = true;
+    }
+  }
+  return read_any ? ns / 1e6 : cpu_ms(pid);
+}
+
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return NAN;
   std::sort(values.begin(), values.end());
@@ -179,11 +200,13 @@ double median(std::vector<double> values) { return percentile(std::move(values),
 struct Latency {
   double p50_ms = NAN;
   double p99_ms = NAN;
+  double max_ms = NAN;
   std::size_t samples = 0;
 };
 
 Latency latency(const std::vector<double>& rtts_us) {
-  return {percentile(rtts_us, 0.5) / 1000, percentile(rtts_us, 0.99) / 1000, rtts_us.size()};
+  return {percentile(rtts_us, 0.5) / 1000, percentile(rtts_us, 0.99) / 1000, percentile(rtts_us, 1) / 1000,
+          rtts_us.size()};
 }
 
 // What one server (the coordinator or the echo) did under N agents.
@@ -221,6 +244,7 @@ struct Run {
   std::uint64_t stall_agent_timeouts = 0;
   std::size_t stall_lost = 0;
   std::size_t registered_after_stall = 0;
+  Latency stall_submit;  // one client's submits, one at a time, while the coordinator works off the stall
 };
 
 std::size_t count_lines(const fs::path& log, const std::string& marker) {
@@ -378,12 +402,12 @@ class Bench {
     std::vector<double> generator_percent;
     const int window_ms = std::max(300, s_.measure_seconds * 1000 / 3);
     for (int w = 0; w < 3; ++w) {
-      const double cpu0 = cpu_ms(pid);
+      const double cpu0 = server_cpu_ms(pid);
       const double generator_cpu0 = generator_cpu_ms();
       const auto beats0 = fleet.counts().heartbeats_answered;
       const TimeMs t0 = steady_ms();
       std::this_thread::sleep_for(std::chrono::milliseconds(window_ms));
-      const double cpu = cpu_ms(pid) - cpu0;
+      const double cpu = server_cpu_ms(pid) - cpu0;
       const auto beats = fleet.counts().heartbeats_answered - beats0;
       const double seconds = static_cast<double>(steady_ms() - t0) / 1000;
       if (beats > 0) per_beat.push_back(cpu / static_cast<double>(beats));
@@ -411,7 +435,7 @@ class Bench {
     const std::size_t fill = s_.queued > static_cast<std::size_t>(s_.requests) ? s_.queued - s_.requests : 0;
     (void)client.pipeline(std::vector<kiln::protocol::Body>(fill, submit_body()), 64, 20000);
     r.queued_at_burst = fill + static_cast<std::size_t>(s_.requests);
-    const double cpu0 = cpu_ms(pid);
+    const double cpu0 = server_cpu_ms(pid);
     const double t0 = steady_us();
     auto accepted = client.pipeline(std::vector<kiln::protocol::Body>(s_.burst, submit_body()), 64, 20000);
     const double seconds = (steady_us() - t0) / 1e6;
@@ -419,7 +443,7 @@ class Bench {
       return echo || std::holds_alternative<kiln::protocol::JobAccepted>(a.body);
     }));
     r.submit_jobs_per_second = static_cast<double>(r.burst_accepted) / seconds;
-    if (r.burst_accepted > 0) r.cpu_per_submit_ms = (cpu_ms(pid) - cpu0) / static_cast<double>(r.burst_accepted);
+    if (r.burst_accepted > 0) r.cpu_per_submit_ms = (server_cpu_ms(pid) - cpu0) / static_cast<double>(r.burst_accepted);
 
     r.timeouts = fleet.counts().timeouts - timeouts_before;
     r.connect_failures = fleet.counts().connect_failures;
@@ -430,7 +454,7 @@ class Bench {
              r.submit_jobs_per_second);
 
     r.server_cpus = allowed_cpus(pid);
-    if (stall) stall_and_resume(r, fleet, pid, log);
+    if (stall) stall_and_resume(r, fleet, client, pid, log);
     stop_process(pid);
     return r;
   }
@@ -526,8 +550,9 @@ class Bench {
   }
 
   // SIGSTOP for twice the liveness timeout, then: the hellos of the agents that timed the
-  // coordinator out, per 100 ms, and the nodes it declared lost.
-  void stall_and_resume(Run& r, Fleet& fleet, pid_t pid, const fs::path& log) {
+  // coordinator out, per 100 ms, the nodes it declared lost, and the round trips of a client's
+  // submits, one at a time from the moment it resumes, while it works through the backlog.
+  void stall_and_resume(Run& r, Fleet& fleet, Requester& client, pid_t pid, const fs::path& log) {
     const TimeMs liveness_ms = static_cast<TimeMs>(s_.heartbeat_interval_ms) * s_.liveness_missed_beats;
     const std::size_t lost_before = count_lines(log, kLostMarker);
     const std::uint64_t timeouts_before = fleet.counts().timeouts;
@@ -540,7 +565,12 @@ class Bench {
     const std::size_t n = r.agents;
     const TimeMs patience_ms = 4 * liveness_ms + static_cast<TimeMs>(n) * 5;
     const TimeMs resumed = steady_ms();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2 * liveness_ms));
+    std::vector<double> submit_us;
+    while (steady_ms() - resumed < 2 * liveness_ms) {
+      auto reply = client.call(submit_body(), 10000);
+      if (reply && std::holds_alternative<kiln::protocol::JobAccepted>(reply->body)) submit_us.push_back(reply->rtt_us);
+    }
+    r.stall_submit = latency(submit_us);
     while (fleet.counts().registered < n && steady_ms() - resumed < patience_ms) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -591,7 +621,9 @@ class Bench {
 
 double ratio(double a, double b) { return b > 0 ? a / b : NAN; }
 
-nlohmann::json latency_json(const Latency& l) { return {{"p50_ms", l.p50_ms}, {"p99_ms", l.p99_ms}, {"samples", l.samples}}; }
+nlohmann::json latency_json(const Latency& l) {
+  return {{"p50_ms", l.p50_ms}, {"p99_ms", l.p99_ms}, {"max_ms", l.max_ms}, {"samples", l.samples}};
+}
 
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
@@ -643,7 +675,8 @@ nlohmann::json row_json(const Run& c, const Run& e) {
                     {"largest_100ms_slot", c.stall_largest_slot},
                     {"agent_timeouts", c.stall_agent_timeouts},
                     {"lost", c.stall_lost},
-                    {"registered_after", c.registered_after_stall}};
+                    {"registered_after", c.registered_after_stall},
+                    {"submit_while_recovering", latency_json(c.stall_submit)}};
   }
   return row;
 }
@@ -721,9 +754,11 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
     if (c.stalled) {
       fmt::print("after a SIGSTOP of twice the liveness timeout at {} agents: {} hellos ({} on new connections, "
                  "the rest on open ones), at most {} in one 100 ms slot; {} agents timed the coordinator out; {} "
-                 "declared lost; {} registered after\n",
+                 "declared lost; {} registered after; {} submits while it caught up: p50 {} ms, p99 {} ms, the "
+                 "longest {} ms\n",
                  c.agents, c.stall_hellos, c.stall_new_connections, c.stall_largest_slot, c.stall_agent_timeouts,
-                 c.stall_lost, c.registered_after_stall);
+                 c.stall_lost, c.registered_after_stall, c.stall_submit.samples, ms(c.stall_submit.p50_ms),
+                 ms(c.stall_submit.p99_ms), ms(c.stall_submit.max_ms));
     }
   }
   const auto figure = [](const nlohmann::json& v, const char* format) {

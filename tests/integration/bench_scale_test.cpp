@@ -45,6 +45,7 @@ void check_row(const nlohmann::json& row) {
     if (row[latency]["samples"].get<int>() > 0) {
       CHECK(row[latency]["p50_ms"].get<double>() >= 0);
       CHECK(row[latency]["p99_ms"].get<double>() >= row[latency]["p50_ms"].get<double>());
+      CHECK(row[latency]["max_ms"].get<double>() >= row[latency]["p99_ms"].get<double>());
     }
   }
   // The durable echo answers every request of the same loop as the plain one.
@@ -68,13 +69,22 @@ TEST_CASE("kiln-bench-scale --quick measures the coordinator, the echo and the d
     // Small fleets run in the bench's own process.
     CHECK(row["agent_processes"] == 1);
     CHECK(row["durable_echo_submit"]["samples"].get<int>() > 0);
+    // A few dozen agents cost the servers milliseconds a second, under the 10 ms tick of
+    // /proc/PID/stat: the figures are read in nanoseconds, so they are never 0.
+    CHECK(row["cpu_per_heartbeat_ms"].get<double>() > 0);
+    CHECK(row["echo_cpu_per_heartbeat_ms"].get<double>() > 0);
   }
   // The stall is at the largest size only.
   CHECK_FALSE(figures["rows"][0].contains("stall"));
   const auto& stall = figures["rows"][1]["stall"];
   REQUIRE(stall.is_object());
   CHECK(stall["largest_100ms_slot"].get<int>() <= stall["hellos"].get<int>());
+  // A client's submits were timed while the coordinator caught up after the stall.
+  CHECK(stall["submit_while_recovering"]["samples"].get<int>() > 0);
+  CHECK(stall["submit_while_recovering"]["max_ms"].get<double>() >=
+        stall["submit_while_recovering"]["p50_ms"].get<double>());
   CHECK(figures["extrapolation"]["agents"] == 10000);
+  CHECK(figures["extrapolation"]["cpu_percent"].get<double>() > 0);
 }
 
 TEST_CASE("kiln-bench-scale runs a fleet split over processes and sums what they saw") {
