@@ -1,5 +1,6 @@
 #include "coordinator/shell/coordinator_sockets.h"
 
+#include <cstdint>
 #include <vector>
 
 #include <fmt/format.h>
@@ -13,11 +14,16 @@ namespace {
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kAgentDomain = "agents";
 constexpr const char* kClientDomain = "clients";
+// ZMQ_AFFINITY bits: the I/O thread that carries each socket's connections.
+constexpr int kIoThreads = 2;
+constexpr std::uint64_t kAgentIoThread = 1;
+constexpr std::uint64_t kClientIoThread = 2;
 
 }  // namespace
 
-CoordinatorSockets::CoordinatorSockets(zmq::context_t& context)
-    : zap(context, zmq::socket_type::rep),
+CoordinatorSockets::CoordinatorSockets()
+    : context(kIoThreads),
+      zap(context, zmq::socket_type::rep),
       agents(context, zmq::socket_type::router),
       clients(context, zmq::socket_type::router) {}
 
@@ -29,6 +35,8 @@ Status bind_sockets(CoordinatorSockets& sockets, const CoordinatorConfig& config
                                         config.max_message_bytes);
       s->set(zmq::sockopt::router_mandatory, 1);
     }
+    sockets.agents.set(zmq::sockopt::affinity, kAgentIoThread);
+    sockets.clients.set(zmq::sockopt::affinity, kClientIoThread);
     sockets.agents.bind(config.agent_endpoint);
     sockets.clients.bind(config.client_endpoint);
   } catch (const zmq::error_t& e) {

@@ -1,5 +1,9 @@
 // The coordinator's two CURVE ROUTER sockets and the ZAP handler that admits each public key
 // to one of them by its role. The serving coordinator and a standby bind them the same way.
+//
+// Each ROUTER has a ZeroMQ I/O thread of its own: the agents' thread decrypts thousands of
+// heartbeats a second, and after a stall works through seconds of them, while a client's request
+// on the other thread is read at once.
 #pragma once
 
 #include <zmq.hpp>
@@ -12,7 +16,8 @@
 namespace kiln::coordinator {
 
 struct CoordinatorSockets {
-  explicit CoordinatorSockets(zmq::context_t& context);
+  CoordinatorSockets();
+  zmq::context_t context;
   zmq::socket_t zap;
   zmq::socket_t agents;
   zmq::socket_t clients;

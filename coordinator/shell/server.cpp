@@ -62,8 +62,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
         logger_(std::move(logger)),
         start_(clocks_now()),
         core_(config_.knobs, std::move(snapshot), start_, config_.waiver_register),
-        clock_(start_),
-        sockets_(context_) {
+        clock_(start_) {
     limits_.max_message_bytes = config_.max_message_bytes;
     if (!config_.environments_repo.empty()) {
       watcher_ = std::make_unique<EnvironmentsWatcher>(config_.environments_repo, config_.environments_branch,
@@ -453,7 +452,6 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   CoordinatorCore core_;
   CoreClock clock_;  // the core's clock, as the core reads it: the time of what it saves
   protocol::CodecLimits limits_;
-  zmq::context_t context_;
   CoordinatorSockets sockets_;
   zmq::socket_t& zap_ = sockets_.zap;
   zmq::socket_t& agents_ = sockets_.agents;

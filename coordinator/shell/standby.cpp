@@ -51,8 +51,7 @@ Result<bool> wait_until_leading(Store& store, const CoordinatorConfig& config, c
   if (!led) return tl::unexpected(led.error());
   if (*led) return true;
 
-  zmq::context_t context;
-  CoordinatorSockets sockets(context);
+  CoordinatorSockets sockets;
   if (auto s = bind_sockets(sockets, config, keys); !s) return tl::unexpected(s.error());
   // The serving coordinator binds these addresses the moment this one takes over.
   sockets.agents.set(zmq::sockopt::linger, 0);
