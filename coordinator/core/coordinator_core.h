@@ -104,6 +104,8 @@ class CoordinatorCore {
   std::optional<std::string> job_index_error() const { return jobs_.index_error(); }
   // What the index of developer leases gets wrong, if anything (DevLeases::index_error).
   std::optional<std::string> lease_index_error() const { return leases_.index_error(); }
+  // What the index of stop holds by node gets wrong, if anything (SchedulerBridge::stop_hold_index_error).
+  std::optional<std::string> stop_hold_index_error() const { return bridge_.stop_hold_index_error(); }
   std::optional<std::string> chip_count_error() const { return scheduling_.chip_count_error(); }
 
  private:

@@ -631,8 +631,8 @@ void JobTable::reconcile_heartbeat(const std::string& peer, const std::string& n
       if (!running.count(id)) gone.push_back(id);
     }
   }
-  for (const auto& [request, hold] : ctx_.bridge.stop_holds()) {
-    if (hold.node_id == node_id && !running.count(hold.job_id)) gone.push_back(hold.job_id);
+  for (std::uint64_t job : ctx_.bridge.stop_held_jobs_on(node_id)) {
+    if (!running.count(job)) gone.push_back(job);
   }
   for (std::uint64_t id : gone) old_attempt_gone(id, node_id, now);
   for (std::uint64_t id : running) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -72,9 +73,13 @@ class SchedulerBridge {
   // The attempt is gone: its held chips are free again.
   void end_stop_hold(scheduler::RequestId request, TimeMs now);
   // The hold could not be taken: the request is dropped without ever reaching the scheduler.
-  void drop_stop_hold(scheduler::RequestId request) { stop_holds_.erase(request); }
-  const std::map<scheduler::RequestId, request_owner::StopHold>& stop_holds() const { return stop_holds_; }
+  void drop_stop_hold(scheduler::RequestId request) { forget_stop_hold(request); }
+  // The jobs whose stopping attempts hold chips on the node, in the order their holds were made:
+  // what each heartbeat from the node checks, read from an index by node, not from every hold.
+  std::vector<std::uint64_t> stop_held_jobs_on(const std::string& node_id) const;
   bool is_stop_hold(scheduler::RequestId request) const;
+  // What the index of holds by node and job gets wrong, if anything (the simulation checks).
+  std::optional<std::string> stop_hold_index_error() const;
 
   // The next decision about a job or a developer lease. Decisions about stop holds are the
   // bridge's own bookkeeping: a hold the scheduler ended is forgotten.
@@ -124,7 +129,10 @@ class SchedulerBridge {
   std::map<scheduler::RequestId, RequestOwner> owners_;  // every id given out, kept for late decisions
   std::map<std::uint64_t, scheduler::RequestId> job_requests_;
   std::map<std::uint64_t, scheduler::RequestId> lease_requests_;
+  void forget_stop_hold(scheduler::RequestId request);
+
   std::map<scheduler::RequestId, request_owner::StopHold> stop_holds_;  // the live ones
+  std::set<std::tuple<std::string, std::uint64_t, scheduler::RequestId>> stop_holds_by_node_;  // node, job, hold
   std::map<std::string, scheduler::NodeState> node_states_;
   std::map<std::string, std::string> inventory_pending_;
   std::set<std::string> changed_nodes_;

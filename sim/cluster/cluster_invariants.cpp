@@ -46,6 +46,7 @@ void Simulation::World::check_coordinator() {
   }
   if (const auto wrong = coordinator->job_index_error()) return fail("the index of active jobs: " + *wrong);
   if (const auto wrong = coordinator->lease_index_error()) return fail("the index of developer leases: " + *wrong);
+  if (const auto wrong = coordinator->stop_hold_index_error()) return fail("the index of stop holds: " + *wrong);
   if (const auto wrong = coordinator->chip_count_error()) return fail("chips in use: " + *wrong);
   if (const auto stale = coordinator->nodes_out_of_sync(); !stale.empty()) {
     return fail(fmt::format("the scheduler holds a stale state of node {}, which no sync will correct", stale.front()));
