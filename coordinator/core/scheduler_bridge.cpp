@@ -1,7 +1,5 @@
 #include "coordinator/core/scheduler_bridge.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 
 #include "common/exhaustive.h"
@@ -57,7 +55,7 @@ scheduler::RequestId SchedulerBridge::new_stop_hold(std::uint64_t job_id, const 
   const scheduler::RequestId id = next_request_++;
   request_owner::StopHold hold{job_id, node_id};
   owners_.emplace(id, hold);
-  stop_holds_by_node_.emplace(node_id, job_id, id);
+  stop_holds_by_node_.emplace(node_id, id, job_id);
   stop_holds_.emplace(id, std::move(hold));
   return id;
 }
@@ -65,35 +63,32 @@ scheduler::RequestId SchedulerBridge::new_stop_hold(std::uint64_t job_id, const 
 void SchedulerBridge::forget_stop_hold(scheduler::RequestId request) {
   auto it = stop_holds_.find(request);
   if (it == stop_holds_.end()) return;
-  stop_holds_by_node_.erase({it->second.node_id, it->second.job_id, request});
+  stop_holds_by_node_.erase({it->second.node_id, request, it->second.job_id});
   stop_holds_.erase(it);
 }
 
+// A node holds a few chips at most, so a node's holds are read whole.
 std::optional<scheduler::RequestId> SchedulerBridge::stop_hold_of(std::uint64_t job_id,
                                                                   const std::string& node_id) const {
-  auto it = stop_holds_by_node_.lower_bound({node_id, job_id, 0});
-  if (it == stop_holds_by_node_.end() || std::get<0>(*it) != node_id || std::get<1>(*it) != job_id) {
-    return std::nullopt;
+  for (auto it = stop_holds_by_node_.lower_bound({node_id, 0, 0});
+       it != stop_holds_by_node_.end() && std::get<0>(*it) == node_id; ++it) {
+    if (std::get<2>(*it) == job_id) return std::get<1>(*it);
   }
-  return std::get<2>(*it);
+  return std::nullopt;
 }
 
 std::vector<std::uint64_t> SchedulerBridge::stop_held_jobs_on(const std::string& node_id) const {
-  std::vector<std::pair<scheduler::RequestId, std::uint64_t>> holds;
+  std::vector<std::uint64_t> jobs;
   for (auto it = stop_holds_by_node_.lower_bound({node_id, 0, 0});
        it != stop_holds_by_node_.end() && std::get<0>(*it) == node_id; ++it) {
-    holds.emplace_back(std::get<2>(*it), std::get<1>(*it));
+    jobs.push_back(std::get<2>(*it));
   }
-  std::sort(holds.begin(), holds.end());
-  std::vector<std::uint64_t> jobs;
-  jobs.reserve(holds.size());
-  for (const auto& [request, job] : holds) jobs.push_back(job);
   return jobs;
 }
 
 std::optional<std::string> SchedulerBridge::stop_hold_index_error() const {
-  std::set<std::tuple<std::string, std::uint64_t, scheduler::RequestId>> expected;
-  for (const auto& [request, hold] : stop_holds_) expected.emplace(hold.node_id, hold.job_id, request);
+  std::set<std::tuple<std::string, scheduler::RequestId, std::uint64_t>> expected;
+  for (const auto& [request, hold] : stop_holds_) expected.emplace(hold.node_id, request, hold.job_id);
   if (expected == stop_holds_by_node_) return std::nullopt;
   return fmt::format("{} stop holds, {} in the index by node, or filed under the wrong node or job",
                      stop_holds_.size(), stop_holds_by_node_.size());

@@ -122,6 +122,8 @@ class SchedulerBridge {
   void upsert_node(const scheduler::NodeInfo& info, TimeMs now);
 
  private:
+  void forget_stop_hold(scheduler::RequestId request);
+
   ActionSink& sink_;
   scheduler::Scheduler scheduler_;
   TimeMs clock_origin_ms_ = 0;
@@ -129,10 +131,8 @@ class SchedulerBridge {
   std::map<scheduler::RequestId, RequestOwner> owners_;  // every id given out, kept for late decisions
   std::map<std::uint64_t, scheduler::RequestId> job_requests_;
   std::map<std::uint64_t, scheduler::RequestId> lease_requests_;
-  void forget_stop_hold(scheduler::RequestId request);
-
   std::map<scheduler::RequestId, request_owner::StopHold> stop_holds_;  // the live ones
-  std::set<std::tuple<std::string, std::uint64_t, scheduler::RequestId>> stop_holds_by_node_;  // node, job, hold
+  std::set<std::tuple<std::string, scheduler::RequestId, std::uint64_t>> stop_holds_by_node_;  // node, hold, job
   std::map<std::string, scheduler::NodeState> node_states_;
   std::map<std::string, std::string> inventory_pending_;
   std::set<std::string> changed_nodes_;
