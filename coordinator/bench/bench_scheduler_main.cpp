@@ -1,7 +1,8 @@
 // kiln-bench-scheduler: what one lease costs the scheduler core as the fleet grows. Per fleet
 // size, a scheduler with N nodes of 8 chips (a share of them filled by whole-node leases), then
 // one-chip leases requested and released one at a time; each request's submit, planning pass and
-// release is timed. The same run with every shortcut off (SchedulerKnobs::exhaustive_passes: every
+// release is timed. In a fleet filled wholly the lease cannot start: its pass reserves the earliest
+// chips to come free, and it is cancelled. The same run with every shortcut off (SchedulerKnobs::exhaustive_passes: every
 // pass reads every node) is the reference the ratio is taken against (docs/performance.md, "Scale").
 #include <algorithm>
 #include <chrono>
@@ -31,30 +32,60 @@ struct Timing {
   double p99_us = 0;
 };
 
-// `whole_nodes`: each lease asks for that many whole nodes; 0: for one chip.
-Timing time_leases(int nodes, int busy_percent, int leases, int whole_nodes, bool exhaustive) {
+// A fleet of `nodes` nodes of 8 chips, `busy_percent` of them held by whole-node leases.
+struct Fleet {
+  explicit Fleet(SchedulerKnobs knobs) : scheduler(std::move(knobs)) {}
+  Scheduler scheduler;
+  kiln::TimeMs now = 1000;
+  RequestId next_id = 1;
+  std::vector<kiln::scheduler::LeaseId> busy;
+
+  // A whole node's work, ending at one of `spread` seconds: a reservation has an earliest to find,
+  // as among a day's leases.
+  Request whole_node_job(int spread, RequestClass cls = RequestClass::presubmit) {
+    Request job;
+    job.id = next_id++;
+    job.cls = cls;
+    job.chips = 8;
+    job.expected_duration_ms = 3'600'000 + static_cast<kiln::DurationMs>((job.id * 7919) % spread) * 1000;
+    return job;
+  }
+
+  // Every action so far; the leases granted are kept.
+  void drain() {
+    while (auto action = scheduler.poll_action()) {
+      if (const auto* g = std::get_if<LeaseGranted>(&*action)) busy.push_back(g->lease);
+    }
+  }
+};
+
+Fleet make_fleet(int nodes, int busy_percent, bool exhaustive) {
   SchedulerKnobs knobs;
   knobs.max_nodes = static_cast<std::size_t>(nodes);
-  knobs.max_pending_requests = static_cast<std::size_t>(nodes) + 100;
+  knobs.max_pending_requests = 2 * static_cast<std::size_t>(nodes) + 100;
   knobs.exhaustive_passes = exhaustive;
-  Scheduler scheduler(knobs);
-  kiln::TimeMs now = 1000;
+  Fleet fleet(knobs);
   for (int n = 0; n < nodes; ++n) {
     NodeInfo node{fmt::format("n{:05}", n), "a", {}};
     for (int c = 0; c < 8; ++c) node.chips.push_back({c, c / 4, c / 4});
-    (void)scheduler.upsert_node(node, now);
+    (void)fleet.scheduler.upsert_node(node, fleet.now);
   }
-  RequestId next_id = 1;
-  for (int n = 0; n < nodes * busy_percent / 100; ++n) {
-    Request busy;
-    busy.id = next_id++;
-    busy.cls = RequestClass::presubmit;
-    busy.chips = 8;
-    busy.expected_duration_ms = 3'600'000;
-    (void)scheduler.submit(busy, now);
-  }
-  while (scheduler.poll_action()) {
-  }
+  for (int n = 0; n < nodes * busy_percent / 100; ++n) (void)fleet.scheduler.submit(fleet.whole_node_job(nodes), fleet.now);
+  fleet.drain();
+  return fleet;
+}
+
+Timing percentiles(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+}
+
+// `whole_nodes`: each lease asks for that many whole nodes; 0: for one chip.
+Timing time_leases(int nodes, int busy_percent, int leases, int whole_nodes, bool exhaustive) {
+  Fleet fleet = make_fleet(nodes, busy_percent, exhaustive);
+  Scheduler& scheduler = fleet.scheduler;
+  kiln::TimeMs& now = fleet.now;
+  RequestId& next_id = fleet.next_id;
   std::vector<double> us;
   for (int i = 0; i < leases; ++i) {
     ++now;
@@ -69,13 +100,43 @@ Timing time_leases(int nodes, int busy_percent, int leases, int whole_nodes, boo
     while (auto action = scheduler.poll_action()) {
       if (const auto* g = std::get_if<LeaseGranted>(&*action)) granted = g->lease;
     }
-    (void)scheduler.release(granted, now);
+    if (granted != 0) {
+      (void)scheduler.release(granted, now);
+    } else {
+      (void)scheduler.cancel(lease.id, now);
+    }
     while (scheduler.poll_action()) {
     }
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   }
-  std::sort(us.begin(), us.end());
-  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+  return percentiles(std::move(us));
+}
+
+// A job's result in a full fleet with `queued` whole-node nightly jobs waiting: its lease ends,
+// the pass gives the node to the queue's head and reserves for the next ones (max_reservations),
+// and another job is queued. Each of `ends` such steps is timed. (Nightly jobs have no start
+// target: a class with one also looks for experiments to preempt, at every pass.)
+Timing time_lease_ends(int nodes, int queued, int ends, bool exhaustive) {
+  Fleet fleet = make_fleet(nodes, 100, exhaustive);
+  for (int i = 0; i < queued; ++i) {
+    (void)fleet.scheduler.submit(fleet.whole_node_job(nodes, RequestClass::nightly), fleet.now);
+  }
+  fleet.drain();
+  std::vector<double> us;
+  for (int i = 0; i < ends; ++i) {
+    ++fleet.now;
+    const auto ending = fleet.busy.begin() + static_cast<std::ptrdiff_t>((i * 7919) % fleet.busy.size());
+    const kiln::scheduler::LeaseId lease = *ending;
+    fleet.busy.erase(ending);
+    const Request next = fleet.whole_node_job(nodes, RequestClass::nightly);
+    const auto start = std::chrono::steady_clock::now();
+    (void)fleet.scheduler.release(lease, fleet.now);
+    fleet.drain();
+    (void)fleet.scheduler.submit(next, fleet.now);
+    fleet.drain();
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  return percentiles(std::move(us));
 }
 
 }  // namespace
@@ -85,16 +146,20 @@ int main(int argc, char** argv) {
   std::vector<int> busy_percents{0, 50};
   int leases = 1000;
   int whole_nodes = 0;
+  int queued = 0;
   CLI::App app{"what one lease (submit, planning pass, release) costs the scheduler core as the fleet grows, "
                "against passes that read every node (docs/performance.md, \"Scale\")"};
   app.set_version_flag("--version", kiln::version_text("kiln-bench-scheduler"));
   app.add_option("--nodes", fleet_sizes, "fleet sizes, comma-separated")->delimiter(',')->check(CLI::Range(1, 100000));
   app.add_option("--busy-percent", busy_percents, "shares of the nodes filled by whole-node leases, comma-separated")
       ->delimiter(',')
-      ->check(CLI::Range(0, 99));
+      ->check(CLI::Range(0, 100));
   app.add_option("--leases", leases, "leases timed per row")->check(CLI::Range(1, 1'000'000));
   app.add_option("--whole-nodes", whole_nodes, "each lease asks for this many whole nodes (default: one chip)")
       ->check(CLI::Range(0, 64));
+  app.add_option("--queued", queued, "also time a job's result in a fleet filled wholly, with this many "
+                 "whole-node jobs waiting (default 0: not timed)")
+      ->check(CLI::Range(0, 1'000'000));
   CLI11_PARSE(app, argc, argv);
 
   if (whole_nodes > 0) std::printf("each lease: %d whole nodes\n", whole_nodes);
@@ -105,6 +170,18 @@ int main(int argc, char** argv) {
       const Timing full = time_leases(nodes, busy, leases, whole_nodes, true);
       std::printf("%7d %5d%% %22s %22s %8.1fx\n", nodes, busy,
                   fmt::format("{:.1f}/{:.1f}", fast.p50_us, fast.p99_us).c_str(),
+                  fmt::format("{:.1f}/{:.1f}", full.p50_us, full.p99_us).c_str(), full.p50_us / fast.p50_us);
+    }
+  }
+  if (queued > 0) {
+    std::printf("\na job's result in a full fleet, %d whole-node nightly jobs waiting: its lease ends, the node goes to the "
+                "queue's head, the next %zu hold reservations\n",
+                queued, SchedulerKnobs{}.max_reservations);
+    std::printf("%7s %22s %22s %9s\n", "nodes", "result p50/p99 us", "every node p50/p99", "p50 ratio");
+    for (const int nodes : fleet_sizes) {
+      const Timing fast = time_lease_ends(nodes, queued, leases, false);
+      const Timing full = time_lease_ends(nodes, queued, leases, true);
+      std::printf("%7d %22s %22s %8.1fx\n", nodes, fmt::format("{:.1f}/{:.1f}", fast.p50_us, fast.p99_us).c_str(),
                   fmt::format("{:.1f}/{:.1f}", full.p50_us, full.p99_us).c_str(), full.p50_us / fast.p50_us);
     }
   }

@@ -57,20 +57,44 @@ void Scheduler::Impl::erase_request(RequestId id) {
   requests.erase(it);
 }
 
+namespace {
+
+// The nodes a lease's chips are on, each once.
+std::vector<std::size_t> nodes_of(const std::vector<ChipRef>& chips) {
+  std::vector<std::size_t> out;
+  out.reserve(chips.size());
+  for (const ChipRef& c : chips) out.push_back(c.node);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
 void Scheduler::Impl::add_lease(LeaseRec l) {
-  for (const ChipRef& c : l.chips) {
-    KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == 0, "granting a chip that is leased");
-    nodes[c.node].chip_lease[c.pos] = l.id;
-    nodes_with_lease_changes.insert(c.node);
-    recount_free(c.node);
-  }
-  RequestRec& r = requests.at(l.request);
-  if (!r.lease) dequeue(r);
-  r.lease = l.id;
-  chips_in_use[{l.cls, l.revision}] += static_cast<int>(l.chips.size());
-  lease_deadlines.insert({deadline_of(l), l.id});
   const LeaseId id = l.id;
-  leases.emplace(id, std::move(l));
+  // In the map first: filing a node by its chips' ends reads their leases.
+  const LeaseRec& made = leases.emplace(id, std::move(l)).first->second;
+  for (const ChipRef& c : made.chips) {
+    KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == 0, "granting a chip that is leased");
+    nodes[c.node].chip_lease[c.pos] = id;
+  }
+  for (std::size_t n : nodes_of(made.chips)) {
+    nodes_with_lease_changes.insert(n);
+    recount_free(n);
+  }
+  RequestRec& r = requests.at(made.request);
+  if (!r.lease) dequeue(r);
+  r.lease = id;
+  chips_in_use[{made.cls, made.revision}] += static_cast<int>(made.chips.size());
+  lease_deadlines.insert({deadline_of(made), id});
+}
+
+void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
+  lease_deadlines.erase({deadline_of(l), l.id});
+  l.grace_deadline_ms = at;
+  lease_deadlines.insert({deadline_of(l), l.id});
+  for (std::size_t n : nodes_of(l.chips)) file_ends(n);
 }
 
 void Scheduler::Impl::end_lease(LeaseId id) {
@@ -80,8 +104,10 @@ void Scheduler::Impl::end_lease(LeaseId id) {
   for (const ChipRef& c : l.chips) {
     KILN_ASSERT(nodes[c.node].chip_lease[c.pos] == id, "chip not held by the lease ending");
     nodes[c.node].chip_lease[c.pos] = 0;
-    nodes_with_lease_changes.insert(c.node);
-    recount_free(c.node);
+  }
+  for (std::size_t n : nodes_of(l.chips)) {
+    nodes_with_lease_changes.insert(n);
+    recount_free(n);
   }
   lease_deadlines.erase({deadline_of(l), id});
   auto used = chips_in_use.find({l.cls, l.revision});
@@ -701,6 +727,9 @@ Status Scheduler::check_invariants() const {
   }
   if (Impl::whole_free_counted(s.nodes, s.free_chips) != s.whole_free_by_revision) {
     return fail(Errc::internal, "the nodes filed as wholly free disagree with the free chips counted per node");
+  }
+  if (Impl::nodes_by_end_counted(s.nodes, s.leases) != s.nodes_by_end) {
+    return fail(Errc::internal, "the nodes filed by their chips' ends disagree with the nodes' leases and states");
   }
   return {};
 }

@@ -27,6 +27,8 @@ inline constexpr DurationMs kOverrunStepMs = kMinuteMs;
 inline constexpr std::size_t kMaxVictimCandidates = 12;
 // Marks a chip granted earlier in the same planning pass.
 inline constexpr LeaseId kPlannedLease = std::numeric_limits<LeaseId>::max();
+// The end filed for a free chip (nodes_by_end): before any moment a pass sees.
+inline constexpr TimeMs kFreeNow = std::numeric_limits<TimeMs>::min();
 
 struct ChipRef {
   std::size_t node = 0;
@@ -224,6 +226,23 @@ struct Scheduler::Impl {
   // the revision each node is filed under, if it is.
   std::map<std::string, std::set<std::size_t>> whole_free_by_revision;
   std::vector<std::optional<std::string>> whole_filed_as;
+  // The up nodes by when their chips come free, for the reservation of a request that cannot
+  // start (reserve), per revision: for each k, the nodes of at least k chips by the k-th earliest
+  // end among their chips, then index; and every node by its last chip's end. A chip's end is its lease's grace deadline or expected end
+  // (a free chip's is kFreeNow): never later than the pass sees the chip come free, so each entry
+  // bounds the node's start from below. Kept by file_ends, with every change of a node's leases,
+  // state or grace deadlines; a change moves only the entries whose end it changed.
+  struct EndsByRevision {
+    std::vector<std::set<std::pair<TimeMs, std::size_t>>> by_chips;  // [k - 1]; no trailing empty set
+    std::set<std::pair<TimeMs, std::size_t>> whole;
+    bool operator==(const EndsByRevision&) const = default;
+  };
+  std::map<std::string, EndsByRevision> nodes_by_end;
+  struct EndsFiled {
+    std::string revision;
+    std::vector<TimeMs> ends;  // sorted
+  };
+  std::vector<std::optional<EndsFiled>> ends_filed_as;
   SettledPass settled;
 
   // --- helpers --------------------------------------------------------------------------------
@@ -268,8 +287,18 @@ struct Scheduler::Impl {
 
   // --- keeping the indexes ---------------------------------------------------------------------
 
-  // Counts a node's free chips again (FreeChips::recount) and files it by them.
+  // Counts a node's free chips again (FreeChips::recount) and files it by them and by its chips'
+  // ends (file_ends).
   void recount_free(std::size_t node);
+  // Files the node again in nodes_by_end: after its chips' leases, its state, or a grace deadline
+  // of one of its leases changed. Its leases must be in `leases`.
+  void file_ends(std::size_t node);
+  static std::optional<EndsFiled> ends_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases);
+  static void add_ends(std::map<std::string, EndsByRevision>& filing, std::size_t node, const EndsFiled& ends);
+  void remove_ends(std::size_t node, const EndsFiled& ends);
+  // What nodes_by_end must hold, from the nodes and leases themselves.
+  static std::map<std::string, EndsByRevision> nodes_by_end_counted(const std::vector<NodeRec>& nodes,
+                                                                    const std::map<LeaseId, LeaseRec>& leases);
   // What nodes_by_free must hold, from the nodes themselves.
   static std::set<std::pair<int, std::size_t>> nodes_by_free_counted(const std::vector<NodeRec>& nodes,
                                                                      const FreeChips& free);
@@ -299,11 +328,7 @@ struct Scheduler::Impl {
   static TimeMs deadline_of(const LeaseRec& l) { return std::min(l.grace_deadline_ms.value_or(kNever), l.expiry_ms); }
   // Takes the lease's chips for its request, which leaves the queue.
   void add_lease(LeaseRec l);
-  void set_grace_deadline(LeaseRec& l, TimeMs at) {
-    lease_deadlines.erase({deadline_of(l), l.id});
-    l.grace_deadline_ms = at;
-    lease_deadlines.insert({deadline_of(l), l.id});
-  }
+  void set_grace_deadline(LeaseRec& l, TimeMs at);
 
   // A request the last pass's outcome already settles: made at that same moment, it sorts after
   // every queued request, starts no window, preempts nothing and cannot fit in the chips free

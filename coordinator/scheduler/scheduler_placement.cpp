@@ -103,12 +103,83 @@ void Scheduler::Impl::recount_free(std::size_t node) {
   }
   whole_filed_as[node].reset();
   free_chips.recount(node, nodes);
+  file_ends(node);
   const int free = free_chips.on_node[node];
   if (free > 0) nodes_by_free.insert({free, node});
   if (whole_free(nodes[node], free)) {
     whole_free_by_revision[nodes[node].info.revision].insert(node);
     whole_filed_as[node] = nodes[node].info.revision;
   }
+}
+
+std::optional<Scheduler::Impl::EndsFiled> Scheduler::Impl::ends_of(const NodeRec& node,
+                                                                  const std::map<LeaseId, LeaseRec>& leases) {
+  if (node.state != NodeState::up) return std::nullopt;
+  EndsFiled out;
+  out.revision = node.info.revision;
+  out.ends.reserve(node.chip_lease.size());
+  LeaseId last = 0;
+  TimeMs last_end = kFreeNow;
+  for (LeaseId id : node.chip_lease) {
+    if (id != 0 && id != last) {
+      const LeaseRec& l = leases.at(id);
+      last = id;
+      last_end = l.grace_deadline_ms.value_or(l.expected_end_ms);
+    }
+    out.ends.push_back(id == 0 ? kFreeNow : last_end);
+  }
+  std::sort(out.ends.begin(), out.ends.end());
+  return out;
+}
+
+void Scheduler::Impl::add_ends(std::map<std::string, EndsByRevision>& filing, std::size_t node,
+                               const EndsFiled& ends) {
+  KILN_ASSERT(!ends.ends.empty(), "a node has at least one chip (upsert_node)");
+  EndsByRevision& filed = filing[ends.revision];
+  if (filed.by_chips.size() < ends.ends.size()) filed.by_chips.resize(ends.ends.size());
+  for (std::size_t k = 0; k < ends.ends.size(); ++k) filed.by_chips[k].insert({ends.ends[k], node});
+  filed.whole.insert({ends.ends.back(), node});
+}
+
+void Scheduler::Impl::remove_ends(std::size_t node, const EndsFiled& ends) {
+  auto it = nodes_by_end.find(ends.revision);
+  EndsByRevision& filed = it->second;
+  for (std::size_t k = 0; k < ends.ends.size(); ++k) filed.by_chips[k].erase({ends.ends[k], node});
+  while (!filed.by_chips.empty() && filed.by_chips.back().empty()) filed.by_chips.pop_back();
+  filed.whole.erase({ends.ends.back(), node});
+  if (filed.whole.empty()) nodes_by_end.erase(it);
+}
+
+void Scheduler::Impl::file_ends(std::size_t node) {
+  if (node >= ends_filed_as.size()) ends_filed_as.resize(node + 1);
+  std::optional<EndsFiled>& filed = ends_filed_as[node];
+  std::optional<EndsFiled> now_ends = ends_of(nodes[node], leases);
+  if (filed && now_ends && filed->revision == now_ends->revision && filed->ends.size() == now_ends->ends.size()) {
+    // The same chips under the same revision: only the order statistics that changed move.
+    EndsByRevision& by = nodes_by_end.at(filed->revision);
+    for (std::size_t k = 0; k < filed->ends.size(); ++k) {
+      if (filed->ends[k] == now_ends->ends[k]) continue;
+      by.by_chips[k].erase({filed->ends[k], node});
+      by.by_chips[k].insert({now_ends->ends[k], node});
+    }
+    if (filed->ends.back() != now_ends->ends.back()) {
+      by.whole.erase({filed->ends.back(), node});
+      by.whole.insert({now_ends->ends.back(), node});
+    }
+  } else {
+    if (filed) remove_ends(node, *filed);
+    if (now_ends) add_ends(nodes_by_end, node, *now_ends);
+  }
+  filed = std::move(now_ends);
+}
+
+std::map<std::string, Scheduler::Impl::EndsByRevision> Scheduler::Impl::nodes_by_end_counted(
+    const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases) {
+  std::map<std::string, EndsByRevision> out;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    if (auto ends = ends_of(nodes[n], leases)) add_ends(out, n, *ends);
+  }
+  return out;
 }
 
 std::map<std::string, std::set<std::size_t>> Scheduler::Impl::whole_free_counted(const std::vector<NodeRec>& nodes,
@@ -304,9 +375,14 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
     return std::max(t, c.resv_end);
   };
   Reservation best;
+  // Where the pass made a node's row it may have reserved or granted chips there: each such node
+  // is read. Any other is up, its row as its leases make it, and none of its chips comes free
+  // before its filed end (nodes_by_end): the others are read in the order of those ends, up to
+  // the first that could not beat what was found.
+  const bool by_ends = !q.node && !knobs.exhaustive_passes;
   if (q.nodes == 0) {
     std::optional<std::tuple<TimeMs, std::size_t, std::size_t>> best_score;
-    for_each_candidate(q, [&](std::size_t n) {
+    const auto consider = [&](std::size_t n) {
       if (!eligible(nodes[n], q)) return;
       std::vector<std::pair<TimeMs, std::size_t>> times;
       std::size_t free_now = 0;
@@ -324,15 +400,52 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
         best.chips.clear();
         for (int i = 0; i < q.chips; ++i) best.chips.push_back({n, times[i].second});
       }
-    });
+    };
+    if (!by_ends) {
+      for_each_candidate(q, consider);
+    } else {
+      for (std::size_t n : view.touched_nodes()) consider(n);
+      for (const auto& [rev, filed] : nodes_by_end) {
+        if ((q.revision && rev != *q.revision) || q.chips > static_cast<int>(filed.by_chips.size())) continue;
+        for (const auto& [end, n] : filed.by_chips[q.chips - 1]) {
+          if (best_score && std::make_tuple(end, std::size_t{0}, n) >= *best_score) break;
+          if (!view.touched(n)) consider(n);
+        }
+      }
+    }
   } else {
     std::map<std::string, std::vector<std::pair<TimeMs, std::size_t>>> by_rev;
-    for_each_candidate(q, [&](std::size_t n) {
-      if (!eligible(nodes[n], q)) return;
+    const auto start_on = [&](std::size_t n) {
       TimeMs t = now;
       for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) t = std::max(t, avail(view.chip(n, p)));
-      by_rev[nodes[n].info.revision].push_back({t, n});
-    });
+      return std::make_pair(t, n);
+    };
+    const auto consider = [&](std::size_t n) {
+      if (eligible(nodes[n], q)) by_rev[nodes[n].info.revision].push_back(start_on(n));
+    };
+    if (!by_ends) {
+      for_each_candidate(q, consider);
+    } else {
+      // Per revision only the nodes earliest free count: those read so far, cut to as many as
+      // asked, and then filed ones while one could still take the place of the latest of them.
+      for (std::size_t n : view.touched_nodes()) consider(n);
+      for (const auto& [rev, filed] : nodes_by_end) {
+        if (q.revision && rev != *q.revision) continue;
+        std::vector<std::pair<TimeMs, std::size_t>>& list = by_rev[rev];
+        std::set<std::pair<TimeMs, std::size_t>> earliest(list.begin(), list.end());
+        const auto keep_asked = [&] {
+          while (static_cast<int>(earliest.size()) > q.nodes) earliest.erase(std::prev(earliest.end()));
+        };
+        keep_asked();
+        for (const auto& [end, n] : filed.whole) {
+          if (static_cast<int>(earliest.size()) == q.nodes && std::make_pair(end, n) >= *earliest.rbegin()) break;
+          if (view.touched(n)) continue;
+          earliest.insert(start_on(n));
+          keep_asked();
+        }
+        list.assign(earliest.begin(), earliest.end());
+      }
+    }
     for (auto& [rev, list] : by_rev) {
       if (static_cast<int>(list.size()) < q.nodes) continue;
       std::sort(list.begin(), list.end());
