@@ -1,9 +1,10 @@
 // kiln-bench-scheduler: what one lease costs the scheduler core as the fleet grows. Per fleet
 // size, a scheduler with N nodes of 8 chips (a share of them filled by whole-node leases), then
 // one-chip leases requested and released one at a time; each request's submit, planning pass and
-// release is timed. In a fleet filled wholly the lease cannot start: its pass reserves the earliest
-// chips to come free, and it is cancelled. The same run with every shortcut off (SchedulerKnobs::exhaustive_passes: every
-// pass reads every node) is the reference the ratio is taken against (docs/performance.md, "Scale").
+// release is timed. In a fleet filled wholly the lease cannot start: its pass reserves the
+// earliest chips to come free, and it is cancelled. The same run with every shortcut off
+// (SchedulerKnobs::exhaustive_passes: every pass reads every node) is the reference the ratio is
+// taken against (docs/performance.md, "Scale").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -70,9 +71,17 @@ Fleet make_fleet(int nodes, int busy_percent, bool exhaustive) {
     for (int c = 0; c < 8; ++c) node.chips.push_back({c, c / 4, c / 4});
     (void)fleet.scheduler.upsert_node(node, fleet.now);
   }
-  for (int n = 0; n < nodes * busy_percent / 100; ++n) (void)fleet.scheduler.submit(fleet.whole_node_job(nodes), fleet.now);
+  for (int n = 0; n < nodes * busy_percent / 100; ++n) {
+    (void)fleet.scheduler.submit(fleet.whole_node_job(nodes), fleet.now);
+  }
   fleet.drain();
   return fleet;
+}
+
+// "p50/p99", and the reference's over this run's p50.
+std::string row(const Timing& fast, const Timing& full) {
+  return fmt::format("{:>22} {:>22} {:8.1f}x", fmt::format("{:.1f}/{:.1f}", fast.p50_us, fast.p99_us),
+                     fmt::format("{:.1f}/{:.1f}", full.p50_us, full.p99_us), full.p50_us / fast.p50_us);
 }
 
 Timing percentiles(std::vector<double> us) {
@@ -168,9 +177,7 @@ int main(int argc, char** argv) {
     for (const int busy : busy_percents) {
       const Timing fast = time_leases(nodes, busy, leases, whole_nodes, false);
       const Timing full = time_leases(nodes, busy, leases, whole_nodes, true);
-      std::printf("%7d %5d%% %22s %22s %8.1fx\n", nodes, busy,
-                  fmt::format("{:.1f}/{:.1f}", fast.p50_us, fast.p99_us).c_str(),
-                  fmt::format("{:.1f}/{:.1f}", full.p50_us, full.p99_us).c_str(), full.p50_us / fast.p50_us);
+      std::printf("%7d %5d%% %s\n", nodes, busy, row(fast, full).c_str());
     }
   }
   if (queued > 0) {
@@ -181,8 +188,7 @@ int main(int argc, char** argv) {
     for (const int nodes : fleet_sizes) {
       const Timing fast = time_lease_ends(nodes, queued, leases, false);
       const Timing full = time_lease_ends(nodes, queued, leases, true);
-      std::printf("%7d %22s %22s %8.1fx\n", nodes, fmt::format("{:.1f}/{:.1f}", fast.p50_us, fast.p99_us).c_str(),
-                  fmt::format("{:.1f}/{:.1f}", full.p50_us, full.p99_us).c_str(), full.p50_us / fast.p50_us);
+      std::printf("%7d %s\n", nodes, row(fast, full).c_str());
     }
   }
   return 0;

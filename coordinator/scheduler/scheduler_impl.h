@@ -62,6 +62,10 @@ struct LeaseRec {
   DurationMs checkpoint_interval_ms = 0;
 };
 
+// When a lease's chips come free as planned: at its grace deadline if it was given notice, else at
+// its expected end. A pass sees an overrunning lease end later still (PassView::fresh).
+inline TimeMs planned_end(const LeaseRec& l) { return l.grace_deadline_ms.value_or(l.expected_end_ms); }
+
 // Chips a preempting request holds on to while its victims wind down.
 struct Claim {
   std::vector<ChipRef> chips;
@@ -228,10 +232,11 @@ struct Scheduler::Impl {
   std::vector<std::optional<std::string>> whole_filed_as;
   // The up nodes by when their chips come free, for the reservation of a request that cannot
   // start (reserve), per revision: for each k, the nodes of at least k chips by the k-th earliest
-  // end among their chips, then index; and every node by its last chip's end. A chip's end is its lease's grace deadline or expected end
-  // (a free chip's is kFreeNow): never later than the pass sees the chip come free, so each entry
-  // bounds the node's start from below. Kept by file_ends, with every change of a node's leases,
-  // state or grace deadlines; a change moves only the entries whose end it changed.
+  // end among their chips, then index; and every node by its last chip's end. A chip's end is its
+  // lease's planned_end (a free chip's is kFreeNow): never later than the pass sees the chip come
+  // free, so each entry bounds the node's start from below. Kept by file_ends, with every change
+  // of a node's leases, state or grace deadlines; a change moves only the entries whose end it
+  // changed.
   struct EndsByRevision {
     std::vector<std::set<std::pair<TimeMs, std::size_t>>> by_chips;  // [k - 1]; no trailing empty set
     std::set<std::pair<TimeMs, std::size_t>> whole;

@@ -14,9 +14,8 @@ ChipPlan PassView::fresh(std::size_t node, std::size_t pos) const {
   c.busy_until = now_;
   if (c.lease != 0) {
     const LeaseRec& l = leases_->at(c.lease);
-    c.busy_until = l.grace_deadline_ms          ? *l.grace_deadline_ms
-                   : l.expected_end_ms >= now_ ? l.expected_end_ms
-                                               : now_ + kOverrunStepMs;
+    const TimeMs end = planned_end(l);
+    c.busy_until = l.grace_deadline_ms || end >= now_ ? end : now_ + kOverrunStepMs;
   }
   return c;
 }
@@ -122,9 +121,8 @@ std::optional<Scheduler::Impl::EndsFiled> Scheduler::Impl::ends_of(const NodeRec
   TimeMs last_end = kFreeNow;
   for (LeaseId id : node.chip_lease) {
     if (id != 0 && id != last) {
-      const LeaseRec& l = leases.at(id);
       last = id;
-      last_end = l.grace_deadline_ms.value_or(l.expected_end_ms);
+      last_end = planned_end(leases.at(id));
     }
     out.ends.push_back(id == 0 ? kFreeNow : last_end);
   }
