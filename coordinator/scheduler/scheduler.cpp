@@ -88,13 +88,18 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
   r.lease = id;
   chips_in_use[{made.cls, made.revision}] += static_cast<int>(made.chips.size());
   lease_deadlines.insert({deadline_of(made), id});
+  if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) experiments_without_notice.insert(id);
 }
 
 void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
   lease_deadlines.erase({deadline_of(l), l.id});
   l.grace_deadline_ms = at;
   lease_deadlines.insert({deadline_of(l), l.id});
-  for (std::size_t n : nodes_of(l.chips)) file_ends(n);
+  experiments_without_notice.erase(l.id);
+  for (std::size_t n : nodes_of(l.chips)) {
+    file_ends(n);
+    file_victims(n);
+  }
 }
 
 void Scheduler::Impl::end_lease(LeaseId id) {
@@ -110,6 +115,7 @@ void Scheduler::Impl::end_lease(LeaseId id) {
     recount_free(n);
   }
   lease_deadlines.erase({deadline_of(l), id});
+  experiments_without_notice.erase(id);
   auto used = chips_in_use.find({l.cls, l.revision});
   KILN_ASSERT(used != chips_in_use.end(), "a lease's chips are counted in use");
   used->second -= static_cast<int>(l.chips.size());
@@ -304,6 +310,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
                                                "the limit in [scheduler]",
                                                s.knobs.max_nodes));
     }
+    s.file_topology(nullptr, node);
     NodeRec rec;
     rec.info = node;
     rec.since_ms = now;
@@ -321,6 +328,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
                               "revision",
                               node.id));
     }
+    s.file_topology(&rec.info, node);
     rec.info = node;
     rec.chip_lease.resize(node.chips.size(), 0);
     s.recount_free(it->second);
@@ -730,6 +738,26 @@ Status Scheduler::check_invariants() const {
   }
   if (Impl::nodes_by_end_counted(s.nodes, s.leases) != s.nodes_by_end) {
     return fail(Errc::internal, "the nodes filed by their chips' ends disagree with the nodes' leases and states");
+  }
+  std::multiset<int> numa_nodes;
+  std::multiset<int> switch_groups;
+  for (const NodeRec& n : s.nodes) {
+    const auto [numa, switches] = Impl::largest_groups(n.info);
+    numa_nodes.insert(numa);
+    switch_groups.insert(switches);
+  }
+  if (numa_nodes != s.largest_numa_nodes || switch_groups != s.largest_switch_groups) {
+    return fail(Errc::internal, "the nodes' largest NUMA nodes and switch groups disagree with their chips");
+  }
+  if (Impl::nodes_for_victims_counted(s.nodes, s.leases) != s.nodes_for_victims) {
+    return fail(Errc::internal, "the nodes filed for preemption disagree with the nodes' leases and states");
+  }
+  std::set<LeaseId> without_notice;
+  for (const auto& [id, l] : s.leases) {
+    if (l.cls == RequestClass::experiment && !l.grace_deadline_ms) without_notice.insert(id);
+  }
+  if (without_notice != s.experiments_without_notice) {
+    return fail(Errc::internal, "the experiments filed as without notice disagree with the leases");
   }
   return {};
 }

@@ -248,6 +248,33 @@ struct Scheduler::Impl {
     std::vector<TimeMs> ends;  // sorted
   };
   std::vector<std::optional<EndsFiled>> ends_filed_as;
+  // Each node's largest NUMA node and largest switch group, in chips: how well the best-placed
+  // node could keep a request's chips together (least_penalty).
+  std::multiset<int> largest_numa_nodes;
+  std::multiset<int> largest_switch_groups;
+  // The up nodes an overdue request could take chips on at the end of a grace (find_victims), per
+  // revision: those with a chip under an experiment's lease that has had no notice (a victim to
+  // be), those by how many of their chips are free or under notice (come free within the grace),
+  // and those with every chip in one of these three (a whole node to be had). Filed from the leases
+  // alone, so a superset of what a pass, with its grants, claims and reservations, finds there.
+  // Kept by file_victims, with nodes_by_end.
+  struct VictimsByRevision {
+    std::set<std::size_t> with_victims;
+    std::set<std::pair<int, std::size_t>> by_soon_free;  // nodes with at least one such chip
+    std::set<std::size_t> all_soon_free_or_victims;
+    bool operator==(const VictimsByRevision&) const = default;
+  };
+  std::map<std::string, VictimsByRevision> nodes_for_victims;
+  struct VictimsFiled {
+    std::string revision;
+    int soon_free = 0;  // chips free or under notice
+    int victims = 0;    // chips under an experiment's lease without notice
+    int others = 0;     // chips under any other lease
+  };
+  std::vector<std::optional<VictimsFiled>> victims_filed_as;
+  // The experiments' leases that have had no notice: the only ones a notice can go to
+  // (next_free_notice, zero_loss_notice).
+  std::set<LeaseId> experiments_without_notice;
   SettledPass settled;
 
   // --- helpers --------------------------------------------------------------------------------
@@ -301,6 +328,15 @@ struct Scheduler::Impl {
   static std::optional<EndsFiled> ends_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases);
   static void add_ends(std::map<std::string, EndsByRevision>& filing, std::size_t node, const EndsFiled& ends);
   void remove_ends(std::size_t node, const EndsFiled& ends);
+  // Files the node again in nodes_for_victims: after the same changes as file_ends.
+  void file_victims(std::size_t node);
+  static std::optional<VictimsFiled> victims_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases);
+  static void add_victims(std::map<std::string, VictimsByRevision>& filing, std::size_t node, const VictimsFiled& filed);
+  // What nodes_for_victims must hold, from the nodes and leases themselves.
+  static std::map<std::string, VictimsByRevision> nodes_for_victims_counted(const std::vector<NodeRec>& nodes,
+                                                                            const std::map<LeaseId, LeaseRec>& leases);
+  // The nodes find_victims reads for `q`, in index order: every node when the knobs ask for it.
+  std::vector<std::size_t> victim_nodes(const Request& q) const;
   // What nodes_by_end must hold, from the nodes and leases themselves.
   static std::map<std::string, EndsByRevision> nodes_by_end_counted(const std::vector<NodeRec>& nodes,
                                                                     const std::map<LeaseId, LeaseRec>& leases);
@@ -360,18 +396,23 @@ struct Scheduler::Impl {
     return static_cast<std::int64_t>(l.chips.size()) * std::max<TimeMs>(0, end - last);
   }
 
-  // The next moment a notice to some checkpointing experiment would lose nothing: its next
-  // checkpoint falls inside the grace.
-  TimeMs next_free_notice(TimeMs now) const {
-    TimeMs t = kNever;
-    for (const auto& [id, l] : leases) {
-      if (l.cls != RequestClass::experiment || l.grace_deadline_ms || l.checkpoint_interval_ms <= 0) {
-        continue;
-      }
+  // When notices to experiments lose nothing: whether one would now (some lease's lost_work is 0),
+  // and the next moment a notice to some checkpointing experiment would, its next checkpoint
+  // falling inside the grace. A pass reads it once.
+  struct FreeNotices {
+    bool now = false;
+    TimeMs next = kNever;
+  };
+  FreeNotices free_notices(TimeMs now) const {
+    FreeNotices out;
+    for (LeaseId id : experiments_without_notice) {
+      const LeaseRec& l = leases.at(id);
+      if (lost_work(l, now) == 0) out.now = true;
+      if (l.checkpoint_interval_ms <= 0) continue;
       TimeMs window = last_checkpoint(l, now) + l.checkpoint_interval_ms - knobs.grace_ms;
-      if (window > now) t = std::min(t, window);
+      if (window > now) out.next = std::min(out.next, window);
     }
-    return t;
+    return out;
   }
 
   std::optional<TimeMs> target_time(const RequestRec& r) const {
@@ -412,6 +453,18 @@ struct Scheduler::Impl {
   // The pass's view as it starts: chips leased until their leases' expected ends, claimed ones
   // marked.
   PassView initial_view(TimeMs now) const;
+
+  // Files a node's topology in largest_numa_nodes and largest_switch_groups; `before`: what it
+  // was filed with, if it was.
+  void file_topology(const NodeInfo* before, const NodeInfo& now);
+  static std::pair<int, int> largest_groups(const NodeInfo& node);
+  // The least penalty choose_chips gives k chips on any node, with all its chips free: no node
+  // can place them better.
+  int least_penalty(int k) const {
+    if (!largest_numa_nodes.empty() && k <= *largest_numa_nodes.rbegin()) return 0;
+    if (!largest_switch_groups.empty() && k <= *largest_switch_groups.rbegin()) return 1;
+    return 2;
+  }
 
   // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
   // else one switch group, else spread. Returns (penalty, chips).

@@ -103,6 +103,7 @@ void Scheduler::Impl::recount_free(std::size_t node) {
   whole_filed_as[node].reset();
   free_chips.recount(node, nodes);
   file_ends(node);
+  file_victims(node);
   const int free = free_chips.on_node[node];
   if (free > 0) nodes_by_free.insert({free, node});
   if (whole_free(nodes[node], free)) {
@@ -180,6 +181,85 @@ std::map<std::string, Scheduler::Impl::EndsByRevision> Scheduler::Impl::nodes_by
   return out;
 }
 
+std::optional<Scheduler::Impl::VictimsFiled> Scheduler::Impl::victims_of(const NodeRec& node,
+                                                                        const std::map<LeaseId, LeaseRec>& leases) {
+  if (node.state != NodeState::up) return std::nullopt;
+  VictimsFiled out;
+  out.revision = node.info.revision;
+  for (LeaseId id : node.chip_lease) {
+    const LeaseRec* l = id == 0 ? nullptr : &leases.at(id);
+    if (!l || l->grace_deadline_ms) {
+      ++out.soon_free;
+    } else if (l->cls == RequestClass::experiment) {
+      ++out.victims;
+    } else {
+      ++out.others;
+    }
+  }
+  return out;
+}
+
+void Scheduler::Impl::add_victims(std::map<std::string, VictimsByRevision>& filing, std::size_t node,
+                                  const VictimsFiled& filed) {
+  if (filed.victims == 0 && filed.soon_free == 0) return;  // every chip under other leases: nothing to file
+  VictimsByRevision& by = filing[filed.revision];
+  if (filed.victims > 0) by.with_victims.insert(node);
+  if (filed.soon_free > 0) by.by_soon_free.insert({filed.soon_free, node});
+  if (filed.others == 0) by.all_soon_free_or_victims.insert(node);
+}
+
+void Scheduler::Impl::file_victims(std::size_t node) {
+  if (node >= victims_filed_as.size()) victims_filed_as.resize(node + 1);
+  std::optional<VictimsFiled>& filed = victims_filed_as[node];
+  if (auto it = filed ? nodes_for_victims.find(filed->revision) : nodes_for_victims.end();
+      it != nodes_for_victims.end()) {
+    VictimsByRevision& by = it->second;
+    by.with_victims.erase(node);
+    by.by_soon_free.erase({filed->soon_free, node});
+    by.all_soon_free_or_victims.erase(node);
+    if (by == VictimsByRevision{}) nodes_for_victims.erase(it);
+  }
+  filed = victims_of(nodes[node], leases);
+  if (filed) add_victims(nodes_for_victims, node, *filed);
+}
+
+std::map<std::string, Scheduler::Impl::VictimsByRevision> Scheduler::Impl::nodes_for_victims_counted(
+    const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases) {
+  std::map<std::string, VictimsByRevision> out;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    if (auto filed = victims_of(nodes[n], leases)) add_victims(out, n, *filed);
+  }
+  return out;
+}
+
+std::vector<std::size_t> Scheduler::Impl::victim_nodes(const Request& q) const {
+  std::vector<std::size_t> out;
+  if (knobs.exhaustive_passes) {
+    for (std::size_t n = 0; n < nodes.size(); ++n) out.push_back(n);
+    return out;
+  }
+  if (q.node) {
+    if (auto it = node_index.find(*q.node); it != node_index.end()) out.push_back(it->second);
+    return out;
+  }
+  for (const auto& [rev, by] : nodes_for_victims) {
+    if (q.revision && rev != *q.revision) continue;
+    if (q.nodes > 0) {
+      out.insert(out.end(), by.all_soon_free_or_victims.begin(), by.all_soon_free_or_victims.end());
+      continue;
+    }
+    // A node serves a one-node request if it holds victims, or, through notices already sent,
+    // with the chips coming free alone.
+    out.insert(out.end(), by.with_victims.begin(), by.with_victims.end());
+    for (auto it = by.by_soon_free.lower_bound({q.chips, 0}); it != by.by_soon_free.end(); ++it) {
+      out.push_back(it->second);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::map<std::string, std::set<std::size_t>> Scheduler::Impl::whole_free_counted(const std::vector<NodeRec>& nodes,
                                                                                  const FreeChips& free) {
   std::map<std::string, std::set<std::size_t>> out;
@@ -206,6 +286,32 @@ FreeChips FreeChips::counted(const std::vector<NodeRec>& nodes) {
 
 // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
 // else one switch group, else spread. Returns (penalty, chips).
+std::pair<int, int> Scheduler::Impl::largest_groups(const NodeInfo& node) {
+  std::map<int, int> numa;
+  std::map<int, int> switches;
+  for (const auto& chip : node.chips) {
+    ++numa[chip.numa_node];
+    ++switches[chip.switch_group];
+  }
+  auto largest = [](const std::map<int, int>& groups) {
+    int most = 0;
+    for (const auto& [group, chips] : groups) most = std::max(most, chips);
+    return most;
+  };
+  return {largest(numa), largest(switches)};
+}
+
+void Scheduler::Impl::file_topology(const NodeInfo* before, const NodeInfo& now) {
+  if (before) {
+    const auto [numa, switches] = largest_groups(*before);
+    largest_numa_nodes.erase(largest_numa_nodes.find(numa));
+    largest_switch_groups.erase(largest_switch_groups.find(switches));
+  }
+  const auto [numa, switches] = largest_groups(now);
+  largest_numa_nodes.insert(numa);
+  largest_switch_groups.insert(switches);
+}
+
 std::pair<int, std::vector<std::size_t>> Scheduler::Impl::choose_chips(std::size_t n,
                                                                      const std::vector<std::size_t>& usable,
                                                                      int k) const {
@@ -262,13 +368,15 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
   if (q.nodes == 0) {
     std::optional<std::tuple<int, int, std::size_t, std::size_t>> best_score;
     Grant best;
+    const int floor = least_penalty(q.chips);
     const auto consider = [&](std::size_t n) {
       if (!eligible(nodes[n], q)) return;
       if (const auto free_here = untouched_free_chips(view, free, n)) {
         // Every free chip of an untouched node is usable and it holds no claim: its score is at
-        // least this one (no topology penalty), so it is read only if that could beat the best.
+        // least this one (no node places the chips better than least_penalty), so it is read only
+        // if that could beat the best.
         if (*free_here < q.chips) return;
-        const auto least = std::make_tuple(1, 0, static_cast<std::size_t>(*free_here - q.chips), n);
+        const auto least = std::make_tuple(1, floor, static_cast<std::size_t>(*free_here - q.chips), n);
         if (best_score && least >= *best_score) return;
       }
       std::vector<std::size_t> usable;
@@ -296,8 +404,8 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     } else {
       // A node whose row the pass made (claims, reservations, its own grants) or that holds the
       // claim may score anything: each is read. Any other node is up with its counted free chips
-      // all usable, so its score is at least (1, 0, free - chips, index): read in that order,
-      // the first that could not beat the best ends the search, as none after it could.
+      // all usable, so its score is at least (1, least penalty, free - chips, index): read in that
+      // order, the first that could not beat the best ends the search, as none after it could.
       const std::vector<std::size_t>& touched = view.touched_nodes();
       for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
       for (std::size_t n : claim_nodes) {
@@ -306,7 +414,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
       for (auto it = nodes_by_free.lower_bound({q.chips, 0}); it != nodes_by_free.end(); ++it) {
         const auto [free_here, n] = *it;
         if (view.touched(n) || claim_nodes.count(n)) continue;
-        if (best_score && std::make_tuple(1, 0, static_cast<std::size_t>(free_here - q.chips), n) >= *best_score) {
+        if (best_score && std::make_tuple(1, floor, static_cast<std::size_t>(free_here - q.chips), n) >= *best_score) {
           break;
         }
         consider(n);
@@ -483,6 +591,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   bool fifo_blocked = false;
   std::size_t reservations = 0;
   std::size_t position = 0;
+  std::optional<FreeNotices> notices;  // read once, by the first request that waits for its target
   auto consider = [&](const RequestRec& r) {
     const RequestId id = r.req.id;
     const Request& q = r.req;
@@ -528,10 +637,12 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
           // victims lose nothing (a checkpoint falls inside their grace), so the wait for
           // the target does not end on an expensive victim.
           const bool due = now + knobs.grace_ms >= *target;
-          if (!due) {
-            out.wake = std::min({out.wake, *target - knobs.grace_ms, next_free_notice(now)});
-          }
-          auto claim = find_victims(r, now, view, used);
+          if (!notices) notices = free_notices(now);
+          if (!due) out.wake = std::min({out.wake, *target - knobs.grace_ms, notices->next});
+          // Before it is due, victims serve only if a notice to them loses nothing; unless it is asked
+          // why, it need not look for them when no notice would.
+          const bool look = due || with_reasons || knobs.exhaustive_passes || (window_open && notices->now);
+          auto claim = look ? find_victims(r, now, view, used) : std::nullopt;
           if (claim && (due || (window_open && claim->lost_chip_ms == 0))) {
             claimed = true;
             info.expected_start = claim->ready_ms;

@@ -51,7 +51,26 @@ std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs n
   };
 
   if (q.nodes == 0) {
-    for (std::size_t n = 0; n < nodes.size(); ++n) {
+    // A node where the chips coming free serve the request alone ends the search, whatever the
+    // others hold: those are read first.
+    auto serves_alone = [&](std::size_t n) {
+      if (!eligible(nodes[n], q) || !within_quota(nodes[n].info.revision, q.chips)) return false;
+      int have = 0;
+      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) have += soon_free(view.chip(n, p)) ? 1 : 0;
+      return have >= q.chips;
+    };
+    if (q.node) {
+      auto it = node_index.find(*q.node);
+      if (it != node_index.end() && serves_alone(it->second)) return std::nullopt;
+    } else if (!knobs.exhaustive_passes) {
+      for (const auto& [rev, by] : nodes_for_victims) {
+        if (q.revision && rev != *q.revision) continue;
+        for (auto it = by.by_soon_free.lower_bound({q.chips, 0}); it != by.by_soon_free.end(); ++it) {
+          if (serves_alone(it->second)) return std::nullopt;
+        }
+      }
+    }
+    for (std::size_t n : victim_nodes(q)) {
       if (!eligible(nodes[n], q) || !within_quota(nodes[n].info.revision, q.chips)) continue;
       int have = 0;
       std::set<LeaseId> cands;
@@ -97,7 +116,7 @@ std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs n
     }
   } else {
     std::map<std::string, std::vector<std::tuple<Cost, std::size_t, std::vector<LeaseId>>>> by_rev;
-    for (std::size_t n = 0; n < nodes.size(); ++n) {
+    for (std::size_t n : victim_nodes(q)) {
       if (!eligible(nodes[n], q)) continue;
       std::set<LeaseId> victims;
       bool ok = true;
