@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -33,7 +34,8 @@ struct Timing {
   double p99_us = 0;
 };
 
-// A fleet of `nodes` nodes of 8 chips, `busy_percent` of them held by whole-node leases.
+// A fleet of `nodes` nodes of 8 chips, `busy_percent` of them held by whole-node leases, of which
+// `experiment_percent` are experiments that checkpoint every 30 minutes (preemptible).
 struct Fleet {
   explicit Fleet(SchedulerKnobs knobs) : scheduler(std::move(knobs)) {}
   Scheduler scheduler;
@@ -49,6 +51,7 @@ struct Fleet {
     job.cls = cls;
     job.chips = 8;
     job.expected_duration_ms = 3'600'000 + static_cast<kiln::DurationMs>((job.id * 7919) % spread) * 1000;
+    if (cls == RequestClass::experiment) job.checkpoint_interval_ms = 30 * kiln::kMinuteMs;
     return job;
   }
 
@@ -60,7 +63,7 @@ struct Fleet {
   }
 };
 
-Fleet make_fleet(int nodes, int busy_percent, bool exhaustive) {
+Fleet make_fleet(int nodes, int busy_percent, int experiment_percent, bool exhaustive) {
   SchedulerKnobs knobs;
   knobs.max_nodes = static_cast<std::size_t>(nodes);
   knobs.max_pending_requests = 2 * static_cast<std::size_t>(nodes) + 100;
@@ -71,17 +74,23 @@ Fleet make_fleet(int nodes, int busy_percent, bool exhaustive) {
     for (int c = 0; c < 8; ++c) node.chips.push_back({c, c / 4, c / 4});
     (void)fleet.scheduler.upsert_node(node, fleet.now);
   }
-  for (int n = 0; n < nodes * busy_percent / 100; ++n) {
-    (void)fleet.scheduler.submit(fleet.whole_node_job(nodes), fleet.now);
+  const int busy = nodes * busy_percent / 100;
+  for (int n = 0; n < busy; ++n) {
+    // Experiments spread evenly among the busy nodes.
+    const bool experiment = (n + 1) * experiment_percent / 100 != n * experiment_percent / 100;
+    (void)fleet.scheduler.submit(
+        fleet.whole_node_job(nodes, experiment ? RequestClass::experiment : RequestClass::presubmit), fleet.now);
   }
   fleet.drain();
   return fleet;
 }
 
-// "p50/p99", and the reference's over this run's p50.
-std::string row(const Timing& fast, const Timing& full) {
-  return fmt::format("{:>22} {:>22} {:8.1f}x", fmt::format("{:.1f}/{:.1f}", fast.p50_us, fast.p99_us),
-                     fmt::format("{:.1f}/{:.1f}", full.p50_us, full.p99_us), full.p50_us / fast.p50_us);
+// "p50/p99", and the reference's over this run's p50; "-" where the reference was not run.
+std::string row(const Timing& fast, const std::optional<Timing>& full) {
+  const std::string measured = fmt::format("{:.1f}/{:.1f}", fast.p50_us, fast.p99_us);
+  if (!full) return fmt::format("{:>22} {:>22} {:>9}", measured, "-", "-");
+  return fmt::format("{:>22} {:>22} {:8.1f}x", measured, fmt::format("{:.1f}/{:.1f}", full->p50_us, full->p99_us),
+                     full->p50_us / fast.p50_us);
 }
 
 Timing percentiles(std::vector<double> us) {
@@ -89,9 +98,9 @@ Timing percentiles(std::vector<double> us) {
   return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
 }
 
-// `whole_nodes`: each lease asks for that many whole nodes; 0: for one chip.
-Timing time_leases(int nodes, int busy_percent, int leases, int whole_nodes, bool exhaustive) {
-  Fleet fleet = make_fleet(nodes, busy_percent, exhaustive);
+// `whole_nodes`: each lease asks for that many whole nodes; 0: for `chips` chips on one node.
+Timing time_leases(int nodes, int busy_percent, int leases, int chips, int whole_nodes, bool exhaustive) {
+  Fleet fleet = make_fleet(nodes, busy_percent, 0, exhaustive);
   Scheduler& scheduler = fleet.scheduler;
   kiln::TimeMs& now = fleet.now;
   RequestId& next_id = fleet.next_id;
@@ -100,7 +109,7 @@ Timing time_leases(int nodes, int busy_percent, int leases, int whole_nodes, boo
     ++now;
     Request lease;
     lease.id = next_id++;
-    lease.chips = 1;
+    lease.chips = chips;
     lease.nodes = whole_nodes;
     lease.expected_duration_ms = 60'000;
     const auto start = std::chrono::steady_clock::now();
@@ -121,15 +130,19 @@ Timing time_leases(int nodes, int busy_percent, int leases, int whole_nodes, boo
   return percentiles(std::move(us));
 }
 
-// A job's result in a full fleet with `queued` whole-node nightly jobs waiting: its lease ends,
-// the pass gives the node to the queue's head and reserves for the next ones (max_reservations),
-// and another job is queued. Each of `ends` such steps is timed. (Nightly jobs have no start
-// target: a class with one also looks for experiments to preempt, at every pass.)
-Timing time_lease_ends(int nodes, int queued, int ends, bool exhaustive) {
-  Fleet fleet = make_fleet(nodes, 100, exhaustive);
+// A job's result in a full fleet with `queued` whole-node jobs of class `cls` waiting: its lease
+// ends, the pass gives the node to the queue's head and reserves for the next ones
+// (max_reservations), and another job is queued. Each of `ends` such steps is timed. A class with a
+// start target (presubmit) also looks for experiments to preempt while it waits, and preempts
+// them once it has waited `waited_minutes` past its target.
+Timing time_lease_ends(int nodes, int queued, RequestClass cls, int experiment_percent, int waited_minutes, int ends,
+                       bool exhaustive) {
+  Fleet fleet = make_fleet(nodes, 100, experiment_percent, exhaustive);
   for (int i = 0; i < queued; ++i) {
-    (void)fleet.scheduler.submit(fleet.whole_node_job(nodes, RequestClass::nightly), fleet.now);
+    (void)fleet.scheduler.submit(fleet.whole_node_job(nodes, cls), fleet.now);
   }
+  fleet.now += waited_minutes * kiln::kMinuteMs;
+  fleet.scheduler.on_tick(fleet.now);
   fleet.drain();
   std::vector<double> us;
   for (int i = 0; i < ends; ++i) {
@@ -137,7 +150,7 @@ Timing time_lease_ends(int nodes, int queued, int ends, bool exhaustive) {
     const auto ending = fleet.busy.begin() + static_cast<std::ptrdiff_t>((i * 7919) % fleet.busy.size());
     const kiln::scheduler::LeaseId lease = *ending;
     fleet.busy.erase(ending);
-    const Request next = fleet.whole_node_job(nodes, RequestClass::nightly);
+    const Request next = fleet.whole_node_job(nodes, cls);
     const auto start = std::chrono::steady_clock::now();
     (void)fleet.scheduler.release(lease, fleet.now);
     fleet.drain();
@@ -154,8 +167,13 @@ int main(int argc, char** argv) {
   std::vector<int> fleet_sizes{100, 1000, 5000, 10000};
   std::vector<int> busy_percents{0, 50};
   int leases = 1000;
+  int chips = 1;
   int whole_nodes = 0;
   int queued = 0;
+  std::string queued_class = "nightly";
+  int experiment_percent = 0;
+  int waited_minutes = 0;
+  bool with_reference = true;
   CLI::App app{"what one lease (submit, planning pass, release) costs the scheduler core as the fleet grows, "
                "against passes that read every node (docs/performance.md, \"Scale\")"};
   app.set_version_flag("--version", kiln::version_text("kiln-bench-scheduler"));
@@ -164,30 +182,52 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(0, 100));
   app.add_option("--leases", leases, "leases timed per row")->check(CLI::Range(1, 1'000'000));
+  app.add_option("--chips", chips, "each lease asks for this many chips of one node (default 1; a node has 8, in two "
+                 "NUMA nodes of 4)")
+      ->check(CLI::Range(1, 8));
   app.add_option("--whole-nodes", whole_nodes, "each lease asks for this many whole nodes (default: one chip)")
       ->check(CLI::Range(0, 64));
   app.add_option("--queued", queued, "also time a job's result in a fleet filled wholly, with this many "
                  "whole-node jobs waiting (default 0: not timed)")
       ->check(CLI::Range(0, 1'000'000));
+  app.add_option("--queued-class", queued_class, "the class of the jobs waiting (--queued): nightly, or presubmit, "
+                 "which looks for experiments to preempt")
+      ->check(CLI::IsMember({"nightly", "presubmit", "bisect"}));
+  app.add_option("--experiment-percent", experiment_percent, "with --queued: the share of the full fleet's leases "
+                 "that are experiments, preemptible")
+      ->check(CLI::Range(0, 100));
+  app.add_option("--waited-minutes", waited_minutes, "with --queued: how long the jobs have waited when the timing "
+                 "starts (a presubmit past 10 minutes is due to preempt)")
+      ->check(CLI::Range(0, 50));
+  app.add_flag("!--no-reference", with_reference, "skip the runs that read every node (to profile this build alone)");
   CLI11_PARSE(app, argc, argv);
+  const RequestClass cls = *kiln::scheduler::parse_request_class(queued_class);
 
-  if (whole_nodes > 0) std::printf("each lease: %d whole nodes\n", whole_nodes);
+  if (whole_nodes > 0) {
+    std::printf("each lease: %d whole nodes\n", whole_nodes);
+  } else if (chips > 1) {
+    std::printf("each lease: %d chips of one node\n", chips);
+  }
   std::printf("%7s %6s %22s %22s %9s\n", "nodes", "busy", "lease p50/p99 us", "every node p50/p99", "p50 ratio");
   for (const int nodes : fleet_sizes) {
     for (const int busy : busy_percents) {
-      const Timing fast = time_leases(nodes, busy, leases, whole_nodes, false);
-      const Timing full = time_leases(nodes, busy, leases, whole_nodes, true);
+      const Timing fast = time_leases(nodes, busy, leases, chips, whole_nodes, false);
+      const auto full = with_reference ? std::optional(time_leases(nodes, busy, leases, chips, whole_nodes, true))
+                                       : std::nullopt;
       std::printf("%7d %5d%% %s\n", nodes, busy, row(fast, full).c_str());
     }
   }
   if (queued > 0) {
-    std::printf("\na job's result in a full fleet, %d whole-node nightly jobs waiting: its lease ends, the node goes to the "
-                "queue's head, the next %zu hold reservations\n",
-                queued, SchedulerKnobs{}.max_reservations);
+    std::printf("\na job's result in a full fleet (%d%% experiments), %d whole-node %s jobs waiting for %d minutes: its "
+                "lease ends, the node goes to the queue's head, the next %zu hold reservations\n",
+                experiment_percent, queued, queued_class.c_str(), waited_minutes, SchedulerKnobs{}.max_reservations);
     std::printf("%7s %22s %22s %9s\n", "nodes", "result p50/p99 us", "every node p50/p99", "p50 ratio");
     for (const int nodes : fleet_sizes) {
-      const Timing fast = time_lease_ends(nodes, queued, leases, false);
-      const Timing full = time_lease_ends(nodes, queued, leases, true);
+      const Timing fast = time_lease_ends(nodes, queued, cls, experiment_percent, waited_minutes, leases, false);
+      const auto full =
+          with_reference
+              ? std::optional(time_lease_ends(nodes, queued, cls, experiment_percent, waited_minutes, leases, true))
+              : std::nullopt;
       std::printf("%7d %s\n", nodes, row(fast, full).c_str());
     }
   }
