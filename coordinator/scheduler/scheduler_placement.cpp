@@ -476,8 +476,9 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
 Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeMs now,
                                                       const PassView& view) const {
   const Request& q = r.req;
+  // No chip comes free before now, not even one whose lease's grace passed before a tick ended it.
   auto avail = [&](const ChipPlan& c) {
-    TimeMs t = c.lease != 0 ? c.busy_until : now;
+    TimeMs t = c.lease != 0 ? std::max(c.busy_until, now) : now;
     return std::max(t, c.resv_end);
   };
   Reservation best;
@@ -511,9 +512,20 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
       for_each_candidate(q, consider);
     } else {
       for (std::size_t n : view.touched_nodes()) consider(n);
+      // An unread node with enough chips free starts now, and scores exactly (now, its free chips,
+      // index): those are read in that order (nodes_by_free), up to the first that could not beat
+      // the best, and left out of the reading by ends. A request that cannot start now while such
+      // nodes exist (its window not open, its quota) reads one of them, not each.
+      for (auto it = nodes_by_free.lower_bound({q.chips, 0}); it != nodes_by_free.end(); ++it) {
+        const auto [free_here, n] = *it;
+        if (best_score && std::make_tuple(now, static_cast<std::size_t>(free_here), n) >= *best_score) break;
+        if (!view.touched(n)) consider(n);
+      }
       for (const auto& [rev, filed] : nodes_by_end) {
         if ((q.revision && rev != *q.revision) || q.chips > static_cast<int>(filed.by_chips.size())) continue;
-        for (const auto& [end, n] : filed.by_chips[q.chips - 1]) {
+        const auto& by_end = filed.by_chips[q.chips - 1];
+        for (auto it = by_end.lower_bound({kFreeNow + 1, 0}); it != by_end.end(); ++it) {
+          const auto [end, n] = *it;
           if (best_score && std::make_tuple(end, std::size_t{0}, n) >= *best_score) break;
           if (!view.touched(n)) consider(n);
         }
@@ -543,7 +555,19 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
           while (static_cast<int>(earliest.size()) > q.nodes) earliest.erase(std::prev(earliest.end()));
         };
         keep_asked();
-        for (const auto& [end, n] : filed.whole) {
+        // An unread wholly free node starts now: those are read by index (whole_free_by_revision),
+        // only as many as asked, and left out of the reading by ends.
+        if (auto free_whole = whole_free_by_revision.find(rev); free_whole != whole_free_by_revision.end()) {
+          int taken = 0;
+          for (auto it = free_whole->second.begin(); it != free_whole->second.end() && taken < q.nodes; ++it) {
+            if (view.touched(*it)) continue;
+            earliest.insert(start_on(*it));
+            keep_asked();
+            ++taken;
+          }
+        }
+        for (auto it = filed.whole.lower_bound({kFreeNow + 1, 0}); it != filed.whole.end(); ++it) {
+          const auto [end, n] = *it;
           if (static_cast<int>(earliest.size()) == q.nodes && std::make_pair(end, n) >= *earliest.rbegin()) break;
           if (view.touched(n)) continue;
           earliest.insert(start_on(n));

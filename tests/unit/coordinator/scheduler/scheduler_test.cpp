@@ -684,6 +684,8 @@ TEST_CASE("the shortcuts decide exactly what reading every request at every step
         for (int k = 0; k < 2; ++k) {
           for (const Explanation& e : both[k]->explain_queue(now)) explained[k].push_back(fmt::format("{} ({})", e.text(), e.expected_start_ms.value_or(-1)));
         }
+        INFO("explained with the shortcuts: ", fmt::format("{}", fmt::join(explained[0], " | ")));
+        INFO("explained reading every node: ", fmt::format("{}", fmt::join(explained[1], " | ")));
         REQUIRE(explained[0] == explained[1]);
         live.clear();
         for (const LeaseView& l : fast.leases()) live.push_back(l.lease);
