@@ -99,8 +99,19 @@ Timing percentiles(std::vector<double> us) {
 }
 
 // `whole_nodes`: each lease asks for that many whole nodes; 0: for `chips` chips on one node.
-Timing time_leases(int nodes, int busy_percent, int leases, int chips, int whole_nodes, bool exhaustive) {
+// `booked`: that many one-chip release windows are booked a day ahead, which every pass reserves for.
+Timing time_leases(int nodes, int busy_percent, int leases, int chips, int whole_nodes, int booked, bool exhaustive) {
   Fleet fleet = make_fleet(nodes, busy_percent, 0, exhaustive);
+  for (int i = 0; i < booked; ++i) {
+    Request window;
+    window.id = fleet.next_id++;
+    window.cls = RequestClass::release;
+    window.chips = 1;
+    window.expected_duration_ms = kiln::kHourMs;
+    window.not_before_ms = fleet.now + 24 * kiln::kHourMs;
+    (void)fleet.scheduler.submit(window, fleet.now);
+  }
+  fleet.drain();
   Scheduler& scheduler = fleet.scheduler;
   kiln::TimeMs& now = fleet.now;
   RequestId& next_id = fleet.next_id;
@@ -170,6 +181,7 @@ int main(int argc, char** argv) {
   int chips = 1;
   int whole_nodes = 0;
   int queued = 0;
+  int booked = 0;
   std::string queued_class = "nightly";
   int experiment_percent = 0;
   int waited_minutes = 0;
@@ -187,6 +199,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 8));
   app.add_option("--whole-nodes", whole_nodes, "each lease asks for this many whole nodes (default: one chip)")
       ->check(CLI::Range(0, 64));
+  app.add_option("--booked", booked, "one-chip release windows booked a day ahead while the leases are timed "
+                 "(default 0)")
+      ->check(CLI::Range(0, 10'000));
   app.add_option("--queued", queued, "also time a job's result in a fleet filled wholly, with this many "
                  "whole-node jobs waiting (default 0: not timed)")
       ->check(CLI::Range(0, 1'000'000));
@@ -208,11 +223,12 @@ int main(int argc, char** argv) {
   } else if (chips > 1) {
     std::printf("each lease: %d chips of one node\n", chips);
   }
+  if (booked > 0) std::printf("%d release windows booked a day ahead\n", booked);
   std::printf("%7s %6s %22s %22s %9s\n", "nodes", "busy", "lease p50/p99 us", "every node p50/p99", "p50 ratio");
   for (const int nodes : fleet_sizes) {
     for (const int busy : busy_percents) {
-      const Timing fast = time_leases(nodes, busy, leases, chips, whole_nodes, false);
-      const auto full = with_reference ? std::optional(time_leases(nodes, busy, leases, chips, whole_nodes, true))
+      const Timing fast = time_leases(nodes, busy, leases, chips, whole_nodes, booked, false);
+      const auto full = with_reference ? std::optional(time_leases(nodes, busy, leases, chips, whole_nodes, booked, true))
                                        : std::nullopt;
       std::printf("%7d %5d%% %s\n", nodes, busy, row(fast, full).c_str());
     }
