@@ -661,8 +661,10 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
           // victims lose nothing (a checkpoint falls inside their grace), so the wait for
           // the target does not end on an expensive victim.
           const bool due = now + knobs.grace_ms >= *target;
-          if (!notices) notices = free_notices(now);
-          if (!due) out.wake = std::min({out.wake, *target - knobs.grace_ms, notices->next});
+          if (!due) {
+            if (!notices) notices = free_notices(now);
+            out.wake = std::min({out.wake, *target - knobs.grace_ms, notices->next});
+          }
           // Before it is due, victims serve only if a notice to them loses nothing; unless it is asked
           // why, it need not look for them when no notice would.
           const bool look = due || with_reasons || knobs.exhaustive_passes || (window_open && notices->now);
