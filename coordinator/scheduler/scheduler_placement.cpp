@@ -172,13 +172,25 @@ void Scheduler::Impl::file_ends(std::size_t node) {
   filed = std::move(now_ends);
 }
 
-std::map<std::string, Scheduler::Impl::EndsByRevision> Scheduler::Impl::nodes_by_end_counted(
-    const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases) {
-  std::map<std::string, EndsByRevision> out;
+namespace {
+
+// A filing of the nodes by revision made from scratch, what a kept one must equal: `of` says what
+// a node is filed with (nothing for a node not filed), `add` files it.
+template <typename ByRevision, typename Of, typename Add>
+std::map<std::string, ByRevision> filed_from_scratch(const std::vector<NodeRec>& nodes,
+                                                     const std::map<LeaseId, LeaseRec>& leases, Of of, Add add) {
+  std::map<std::string, ByRevision> out;
   for (std::size_t n = 0; n < nodes.size(); ++n) {
-    if (auto ends = ends_of(nodes[n], leases)) add_ends(out, n, *ends);
+    if (auto filed = of(nodes[n], leases)) add(out, n, *filed);
   }
   return out;
+}
+
+}  // namespace
+
+std::map<std::string, Scheduler::Impl::EndsByRevision> Scheduler::Impl::nodes_by_end_counted(
+    const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases) {
+  return filed_from_scratch<EndsByRevision>(nodes, leases, &ends_of, &add_ends);
 }
 
 std::optional<Scheduler::Impl::VictimsFiled> Scheduler::Impl::victims_of(const NodeRec& node,
@@ -225,11 +237,7 @@ void Scheduler::Impl::file_victims(std::size_t node) {
 
 std::map<std::string, Scheduler::Impl::VictimsByRevision> Scheduler::Impl::nodes_for_victims_counted(
     const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases) {
-  std::map<std::string, VictimsByRevision> out;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    if (auto filed = victims_of(nodes[n], leases)) add_victims(out, n, *filed);
-  }
-  return out;
+  return filed_from_scratch<VictimsByRevision>(nodes, leases, &victims_of, &add_victims);
 }
 
 std::vector<std::size_t> Scheduler::Impl::victim_nodes(const Request& q) const {
