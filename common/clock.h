@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 #include "common/time.h"
 
@@ -17,6 +18,12 @@ inline TimeMs wall_clock_ms() {
 // Milliseconds on the monotonic clock: deadlines, timeouts and liveness.
 inline TimeMs monotonic_clock_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Microseconds on the monotonic clock: the latencies a process reports of itself.
+inline std::int64_t monotonic_clock_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 

@@ -64,6 +64,30 @@ FleetMetrics::FleetMetrics(const std::map<std::uint64_t, JobRecord>& recovered_j
   }
 }
 
+void FleetMetrics::client_request_taken(const std::string& peer, std::uint64_t id, std::string_view type,
+                                        std::int64_t now_us) {
+  while (!awaited_in_order_.empty() && awaited_in_order_.front().first + kForgetUnansweredUs < now_us) {
+    const auto& [taken_us, key] = awaited_in_order_.front();
+    // A peer may reuse an id after its first request was answered: forget only the one taken then.
+    if (auto it = awaited_.find(key); it != awaited_.end() && it->second.taken_us == taken_us) awaited_.erase(it);
+    awaited_in_order_.pop_front();
+  }
+  RequestKey key{peer, id};
+  awaited_[key] = Awaited{std::string(type), now_us};
+  awaited_in_order_.emplace_back(now_us, std::move(key));
+}
+
+void FleetMetrics::client_answer_sent(const std::string& peer, std::uint64_t corr, std::int64_t now_us) {
+  auto it = awaited_.find(RequestKey{peer, corr});
+  if (it == awaited_.end()) return;  // a later message of the same answer, or no request of ours
+  auto histogram = client_request_seconds_.find(it->second.type);
+  if (histogram == client_request_seconds_.end()) {
+    histogram = client_request_seconds_.emplace(it->second.type, metrics::Histogram(kClientRequestBucketsSeconds)).first;
+  }
+  histogram->second.observe(static_cast<double>(std::max<std::int64_t>(0, now_us - it->second.taken_us)) / 1e6);
+  awaited_.erase(it);
+}
+
 void FleetMetrics::preempted(PriorityClass cls, std::uint32_t times, double chip_seconds) {
   preemptions_[index_of(cls)] += times;
   preemption_lost_chip_seconds_[index_of(cls)] += chip_seconds;
@@ -182,6 +206,11 @@ std::string FleetMetrics::render(const CoordinatorCore& core) const {
                 "From entering the queue (submission, or a requeue after preemption or failover) to dispatch, for "
                 "jobs; from request to grant for developer leases; by scheduling class.");
   for (PriorityClass cls : kClassValues) out.sample(class_label(cls), queue_wait_[index_of(cls)]);
+
+  out.histogram("kiln_client_request_seconds",
+                "From the coordinator's loop taking a client's request to its answer going out, after the writes it "
+                "waited for were durable; by request type.");
+  for (const auto& [type, histogram] : client_request_seconds_) out.sample({{"type", type}}, histogram);
 
   std::map<std::string, double> chips;
   for (const auto& [id, node] : nodes) {

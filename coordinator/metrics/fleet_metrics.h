@@ -7,8 +7,10 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/metrics/exposition.h"
@@ -18,6 +20,13 @@
 #include "coordinator/core/records.h"
 
 namespace kiln::coordinator {
+
+// Client request buckets, in seconds: half a millisecond to ten seconds.
+inline const std::vector<double> kClientRequestBucketsSeconds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                                 0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+// A request whose answer has not gone out after this long is forgotten (a client that asked for
+// no answer, or a bug): the table of requests awaiting answers stays bounded.
+inline constexpr std::int64_t kForgetUnansweredUs = 60'000'000;
 
 // Queue wait buckets, in seconds: a second to a day.
 inline const std::vector<double> kQueueWaitBucketsSeconds = {1,    5,    15,    30,    60,    120,   300,
@@ -37,6 +46,12 @@ class FleetMetrics {
   void lease_saved(const LeaseRecord& lease, TimeMs now_ms);
   // A line the core appended to the audit log (quarantines are timed by theirs).
   void audited(const protocol::AuditEntry& entry);
+  // A client's request of `type` (its envelope's id `id`) that the loop took, and a message that
+  // went out to a client: the first answer to a request (its correlation id) times it, from the
+  // loop taking it to its answer leaving after the writes it waited for. `now_us`: a monotonic
+  // clock, in microseconds.
+  void client_request_taken(const std::string& peer, std::uint64_t id, std::string_view type, std::int64_t now_us);
+  void client_answer_sent(const std::string& peer, std::uint64_t corr, std::int64_t now_us);
 
   // The exposition text, from the core's state now and what was observed.
   std::string render(const CoordinatorCore& core) const;
@@ -68,6 +83,15 @@ class FleetMetrics {
   PerClass preemptions_{};
   PerClass preemption_lost_chip_seconds_{};
   std::map<std::pair<protocol::PriorityClass, protocol::JobState>, double> jobs_finished_;
+
+  struct Awaited {
+    std::string type;
+    std::int64_t taken_us = 0;
+  };
+  using RequestKey = std::pair<std::string, std::uint64_t>;  // peer, request id
+  std::map<RequestKey, Awaited> awaited_;
+  std::deque<std::pair<std::int64_t, RequestKey>> awaited_in_order_;  // to forget the unanswered
+  std::map<std::string, metrics::Histogram, std::less<>> client_request_seconds_;  // by request type
 };
 
 // The newest "quarantined" audit line of each node among `lines` (oldest first): the time the

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "common/clock.h"
 #include "common/http/loop_question.h"
 #include "common/http/server.h"
 #include "common/logging.h"
@@ -37,17 +38,12 @@ constexpr TimeMs kLeadCheckIntervalMs = 1000;
 // timeout (10 s), so a busy loop shows as a 503 with its reason rather than a timeout.
 constexpr auto kMetricsAnswerTimeout = std::chrono::seconds(5);
 
-TimeMs monotonic_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // The core's deadlines run on the monotonic clock; the wall clock is only for what people read.
 Now clocks_now() {
   const TimeMs wall_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
-  return Now{monotonic_ms(), wall_ms};
+  return Now{monotonic_clock_ms(), wall_ms};
 }
 
 class Server final : public CoordinatorServer, private CoordinatorIo {
@@ -98,9 +94,9 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   Status run(const std::atomic<bool>& stop) override {
     if (auto s = carry_out_actions(); !s) return s;
     if (auto s = commit(); !s) return s;
-    TimeMs last_tick_ms = monotonic_ms();
+    TimeMs last_tick_ms = monotonic_clock_ms();
     while (!stop.load()) {
-      const TimeMs now = monotonic_ms();
+      const TimeMs now = monotonic_clock_ms();
       int wait_ms = kMaxPollWaitMs;
       if (auto deadline = core_.next_deadline()) {
         wait_ms = static_cast<int>(std::clamp<TimeMs>(*deadline - now, 0, kMaxPollWaitMs));
@@ -129,11 +125,11 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       // From one tick to the next takes a poll's wait and a little work; far longer and the
       // process was stopped, starved or buried in a backlog, and the agents' silence meanwhile
       // is not theirs: the core must not lose them for it.
-      if (const TimeMs late_ms = monotonic_ms() - last_tick_ms - wait_ms; late_ms > kStalledTurnMs) {
+      if (const TimeMs late_ms = monotonic_clock_ms() - last_tick_ms - wait_ms; late_ms > kStalledTurnMs) {
         core_.on_resumed(clocks_now(), late_ms);
       }
       core_.on_tick(clocks_now());
-      last_tick_ms = monotonic_ms();
+      last_tick_ms = monotonic_clock_ms();
       if (auto s = confirm_lead(last_tick_ms); !s) return s;
       if (auto s = carry_out_actions(); !s) return s;
       // The turn's writes in one transaction; what was acknowledged after them goes out now.
@@ -171,6 +167,9 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     auto envelope = admit_message(ReceivedFrames{r.routing_id, from_agents, caller.key_name, r.header, r.body},
                                   limits_, *this);
     if (!envelope) return;
+    if (!from_agents && metrics_) {
+      metrics_->client_request_taken(r.routing_id, envelope->header.id, envelope->header.type, monotonic_clock_us());
+    }
     if (serve_artifact(r, caller, *envelope, from_agents)) return;
     if (serve_audit(r, caller, *envelope, from_agents)) return;
     // Nothing a peer sends may stop the coordinator: the agent would resend the same result to
@@ -372,6 +371,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       logger_->warn("could not send {} to a {}: {}", envelope.header.type, &socket == &agents_ ? "node" : "client",
                     s.error().message);
     }
+    if (&socket == &clients_ && metrics_) metrics_->client_answer_sent(peer, corr, monotonic_clock_us());
   }
 
   Status carry_out_actions() {

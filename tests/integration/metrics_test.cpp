@@ -81,6 +81,10 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
   CHECK(Fleet::eventually([&] {
     return contains(scrape(coordinator_http), "kiln_jobs_finished_total{class=\"presubmit\",outcome=\"succeeded\"} 1\n");
   }, 10s));
+  // The submission was timed from the loop taking it to its answer.
+  const std::string submitted = line_of(scrape(coordinator_http), "kiln_client_request_seconds_count{type=\"submit_job\"} ");
+  REQUIRE_FALSE(submitted.empty());
+  CHECK(std::stod(submitted.substr(submitted.rfind(' ') + 1)) >= 1);
 
   // Each agent shows one series per chip, with the serial and revision the coordinator knows it by.
   REQUIRE(fleet.kiln("ci", {"nodes", "--json"}, &out) == 0);

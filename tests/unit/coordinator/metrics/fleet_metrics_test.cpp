@@ -183,3 +183,37 @@ TEST_CASE("quarantine times are the newest quarantined line of each node") {
                                    {4, 4000, "coordinator", "coordinator", "quarantined", "lease L1", ""}};
   CHECK(quarantine_times(lines) == std::map<std::string, TimeMs>{{"n01", 3000}});
 }
+
+TEST_CASE("a client's request is timed from the loop taking it to its first answer, by type") {
+  Observed o;
+  o.metrics.client_request_taken("peer-1", 7, "submit_job", 1'000'000);
+  o.metrics.client_request_taken("peer-2", 7, "list_jobs", 1'000'100);
+  // The same id from another peer is another request; a later message of the same answer, or one
+  // that answers nothing asked, is not timed.
+  o.metrics.client_answer_sent("peer-2", 7, 1'000'400);
+  o.metrics.client_answer_sent("peer-1", 7, 1'003'000);
+  o.metrics.client_answer_sent("peer-1", 7, 1'900'000);
+  o.metrics.client_answer_sent("peer-3", 1, 1'900'000);
+  const std::string text = o.text();
+  for (const char* line : {"# TYPE kiln_client_request_seconds histogram\n",
+                           "kiln_client_request_seconds_bucket{type=\"list_jobs\",le=\"0.0005\"} 1\n",
+                           "kiln_client_request_seconds_count{type=\"list_jobs\"} 1\n",
+                           "kiln_client_request_seconds_bucket{type=\"submit_job\",le=\"0.0025\"} 0\n",
+                           "kiln_client_request_seconds_bucket{type=\"submit_job\",le=\"0.005\"} 1\n",
+                           "kiln_client_request_seconds_sum{type=\"submit_job\"} 0.003\n",
+                           "kiln_client_request_seconds_count{type=\"submit_job\"} 1\n"}) {
+    CHECK_MESSAGE(contains(text, line), line);
+  }
+}
+
+TEST_CASE("a request never answered is forgotten after a minute, and does not time a later one") {
+  Observed o;
+  o.metrics.client_request_taken("peer-1", 1, "cancel_job", 0);
+  // A minute and more later, the next request taken forgets it: an answer to it is not timed.
+  o.metrics.client_request_taken("peer-2", 1, "list_jobs", kForgetUnansweredUs + 1);
+  o.metrics.client_answer_sent("peer-1", 1, kForgetUnansweredUs + 2);
+  o.metrics.client_answer_sent("peer-2", 1, kForgetUnansweredUs + 3);
+  const std::string text = o.text();
+  CHECK_FALSE(contains(text, "type=\"cancel_job\""));
+  CHECK(contains(text, "kiln_client_request_seconds_count{type=\"list_jobs\"} 1\n"));
+}
