@@ -222,14 +222,15 @@ struct Scheduler::Impl {
   std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
   std::set<std::size_t> nodes_with_lease_changes;
   FreeChips free_chips;
-  // The up nodes with free chips, by how many and then by index: a pass places a one-node
-  // request by reading them in the order of the least score each could reach, and stops at the
-  // first that could not beat the best found (place_now). Kept by recount_free.
-  std::set<std::pair<int, std::size_t>> nodes_by_free;
-  // The up nodes with every chip free, by revision and index, for requests of whole nodes; and
-  // the revision each node is filed under, if it is.
+  // The up nodes with free chips, by revision, then by how many and then by index: a pass places
+  // a one-node request by reading them in the order of the least score each could reach, and
+  // stops at the first that could not beat the best found (place_now). Kept by recount_free.
+  using ByFree = std::set<std::pair<int, std::size_t>>;
+  std::map<std::string, ByFree> nodes_by_free;
+  // The up nodes with every chip free, by revision and index, for requests of whole nodes.
   std::map<std::string, std::set<std::size_t>> whole_free_by_revision;
-  std::vector<std::optional<std::string>> whole_filed_as;
+  // The revision each node's free chips are filed under in those two, if they are.
+  std::vector<std::optional<std::string>> free_filed_as;
   // The up nodes by when their chips come free, for the reservation of a request that cannot
   // start (reserve), per revision: for each k, the nodes of at least k chips by the k-th earliest
   // end among their chips, then index; and every node by its last chip's end. A chip's end is its
@@ -341,8 +342,7 @@ struct Scheduler::Impl {
   static std::map<std::string, EndsByRevision> nodes_by_end_counted(const std::vector<NodeRec>& nodes,
                                                                     const std::map<LeaseId, LeaseRec>& leases);
   // What nodes_by_free must hold, from the nodes themselves.
-  static std::set<std::pair<int, std::size_t>> nodes_by_free_counted(const std::vector<NodeRec>& nodes,
-                                                                     const FreeChips& free);
+  static std::map<std::string, ByFree> nodes_by_free_counted(const std::vector<NodeRec>& nodes, const FreeChips& free);
   static std::map<std::string, std::set<std::size_t>> whole_free_counted(const std::vector<NodeRec>& nodes,
                                                                          const FreeChips& free);
   // Whether the untouched node has every chip free (a pass reads that off the counts).

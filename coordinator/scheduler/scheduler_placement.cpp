@@ -93,23 +93,27 @@ void FreeChips::settle_most() {
 }
 
 void Scheduler::Impl::recount_free(std::size_t node) {
-  if (node < free_chips.on_node.size()) nodes_by_free.erase({free_chips.on_node[node], node});
-  if (node >= whole_filed_as.size()) whole_filed_as.resize(node + 1);
-  if (const auto& filed = whole_filed_as[node]) {
-    auto it = whole_free_by_revision.find(*filed);
-    it->second.erase(node);
-    if (it->second.empty()) whole_free_by_revision.erase(it);
+  if (node >= free_filed_as.size()) free_filed_as.resize(node + 1);
+  if (const auto& filed = free_filed_as[node]) {
+    if (auto by_free = nodes_by_free.find(*filed); by_free != nodes_by_free.end()) {
+      by_free->second.erase({free_chips.on_node[node], node});
+      if (by_free->second.empty()) nodes_by_free.erase(by_free);
+    }
+    if (auto whole = whole_free_by_revision.find(*filed); whole != whole_free_by_revision.end()) {
+      whole->second.erase(node);
+      if (whole->second.empty()) whole_free_by_revision.erase(whole);
+    }
   }
-  whole_filed_as[node].reset();
+  free_filed_as[node].reset();
   free_chips.recount(node, nodes);
   file_ends(node);
   file_victims(node);
   const int free = free_chips.on_node[node];
-  if (free > 0) nodes_by_free.insert({free, node});
-  if (whole_free(nodes[node], free)) {
-    whole_free_by_revision[nodes[node].info.revision].insert(node);
-    whole_filed_as[node] = nodes[node].info.revision;
-  }
+  if (free == 0) return;
+  const std::string& revision = nodes[node].info.revision;
+  nodes_by_free[revision].insert({free, node});
+  if (whole_free(nodes[node], free)) whole_free_by_revision[revision].insert(node);
+  free_filed_as[node] = revision;
 }
 
 std::optional<Scheduler::Impl::EndsFiled> Scheduler::Impl::ends_of(const NodeRec& node,
@@ -277,11 +281,11 @@ std::map<std::string, std::set<std::size_t>> Scheduler::Impl::whole_free_counted
   return out;
 }
 
-std::set<std::pair<int, std::size_t>> Scheduler::Impl::nodes_by_free_counted(const std::vector<NodeRec>& nodes,
-                                                                             const FreeChips& free) {
-  std::set<std::pair<int, std::size_t>> out;
+std::map<std::string, Scheduler::Impl::ByFree> Scheduler::Impl::nodes_by_free_counted(const std::vector<NodeRec>& nodes,
+                                                                                    const FreeChips& free) {
+  std::map<std::string, ByFree> out;
   for (std::size_t n = 0; n < nodes.size() && n < free.on_node.size(); ++n) {
-    if (free.on_node[n] > 0) out.insert({free.on_node[n], n});
+    if (free.on_node[n] > 0) out[nodes[n].info.revision].insert({free.on_node[n], n});
   }
   return out;
 }
@@ -419,13 +423,17 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
       for (std::size_t n : claim_nodes) {
         if (!view.touched(n)) consider(n);
       }
-      for (auto it = nodes_by_free.lower_bound({q.chips, 0}); it != nodes_by_free.end(); ++it) {
-        const auto [free_here, n] = *it;
-        if (view.touched(n) || claim_nodes.count(n)) continue;
-        if (best_score && std::make_tuple(1, floor, static_cast<std::size_t>(free_here - q.chips), n) >= *best_score) {
-          break;
+      for (const auto& [rev, by_free] : nodes_by_free) {
+        if (q.revision && rev != *q.revision) continue;
+        for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
+          const auto [free_here, n] = *it;
+          if (view.touched(n) || claim_nodes.count(n)) continue;
+          if (best_score &&
+              std::make_tuple(1, floor, static_cast<std::size_t>(free_here - q.chips), n) >= *best_score) {
+            break;
+          }
+          consider(n);
         }
-        consider(n);
       }
     }
     if (best_score) return best;
@@ -524,10 +532,13 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
       // index): those are read in that order (nodes_by_free), up to the first that could not beat
       // the best, and left out of the reading by ends. A request that cannot start now while such
       // nodes exist (its window not open, its quota) reads one of them, not each.
-      for (auto it = nodes_by_free.lower_bound({q.chips, 0}); it != nodes_by_free.end(); ++it) {
-        const auto [free_here, n] = *it;
-        if (best_score && std::make_tuple(now, static_cast<std::size_t>(free_here), n) >= *best_score) break;
-        if (!view.touched(n)) consider(n);
+      for (const auto& [rev, by_free] : nodes_by_free) {
+        if (q.revision && rev != *q.revision) continue;
+        for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
+          const auto [free_here, n] = *it;
+          if (best_score && std::make_tuple(now, static_cast<std::size_t>(free_here), n) >= *best_score) break;
+          if (!view.touched(n)) consider(n);
+        }
       }
       for (const auto& [rev, filed] : nodes_by_end) {
         if ((q.revision && rev != *q.revision) || q.chips > static_cast<int>(filed.by_chips.size())) continue;

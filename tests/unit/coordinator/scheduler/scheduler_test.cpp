@@ -633,6 +633,7 @@ TEST_CASE("the shortcuts decide exactly what reading every request at every step
           Request q = make_request(next_id++, static_cast<RequestClass>(next(kClassCount)), 1 << next(4),
                                    static_cast<DurationMs>((1 + next(60)) * kMinuteMs), now);
           if (next(6) == 0) q.node = fmt::format("n{}", next(fleet));
+          if (next(5) == 0) q.revision = next(2) == 0 ? "a" : "b";
           if (next(8) == 0) {
             q.nodes = 1 + static_cast<int>(next(2));
             q.node.reset();
