@@ -30,6 +30,20 @@ inline constexpr LeaseId kPlannedLease = std::numeric_limits<LeaseId>::max();
 // The end filed for a free chip (nodes_by_end): before any moment a pass sees.
 inline constexpr TimeMs kFreeNow = std::numeric_limits<TimeMs>::min();
 
+// A filing by revision as a request may read it: its revision's entry alone, if it names one.
+template <typename ByRevision>
+struct RevisionsRead {
+  typename ByRevision::const_iterator first, last;
+  auto begin() const { return first; }
+  auto end() const { return last; }
+};
+template <typename ByRevision>
+RevisionsRead<ByRevision> revisions_read(const ByRevision& filing, const std::optional<std::string>& revision) {
+  if (!revision) return {filing.begin(), filing.end()};
+  auto [first, last] = filing.equal_range(*revision);
+  return {first, last};
+}
+
 struct ChipRef {
   std::size_t node = 0;
   std::size_t pos = 0;  // position in NodeInfo::chips

@@ -254,8 +254,7 @@ std::vector<std::size_t> Scheduler::Impl::victim_nodes(const Request& q) const {
     if (auto it = node_index.find(*q.node); it != node_index.end()) out.push_back(it->second);
     return out;
   }
-  for (const auto& [rev, by] : nodes_for_victims) {
-    if (q.revision && rev != *q.revision) continue;
+  for (const auto& [rev, by] : revisions_read(nodes_for_victims, q.revision)) {
     if (q.nodes > 0) {
       out.insert(out.end(), by.all_soon_free_or_victims.begin(), by.all_soon_free_or_victims.end());
       continue;
@@ -423,8 +422,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
       for (std::size_t n : claim_nodes) {
         if (!view.touched(n)) consider(n);
       }
-      for (const auto& [rev, by_free] : nodes_by_free) {
-        if (q.revision && rev != *q.revision) continue;
+      for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
         for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
           const auto [free_here, n] = *it;
           if (view.touched(n) || claim_nodes.count(n)) continue;
@@ -457,8 +455,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     // first (all of them touched) and then the lowest indexes, which these include.
     const std::vector<std::size_t>& touched = view.touched_nodes();
     for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
-    for (const auto& [rev, filed] : whole_free_by_revision) {
-      if (q.revision && rev != *q.revision) continue;
+    for (const auto& [rev, filed] : revisions_read(whole_free_by_revision, q.revision)) {
       int taken = 0;
       for (auto it = filed.begin(); it != filed.end() && taken < q.nodes; ++it) {
         if (view.touched(*it)) continue;
@@ -532,16 +529,15 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
       // index): those are read in that order (nodes_by_free), up to the first that could not beat
       // the best, and left out of the reading by ends. A request that cannot start now while such
       // nodes exist (its window not open, its quota) reads one of them, not each.
-      for (const auto& [rev, by_free] : nodes_by_free) {
-        if (q.revision && rev != *q.revision) continue;
+      for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
         for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
           const auto [free_here, n] = *it;
           if (best_score && std::make_tuple(now, static_cast<std::size_t>(free_here), n) >= *best_score) break;
           if (!view.touched(n)) consider(n);
         }
       }
-      for (const auto& [rev, filed] : nodes_by_end) {
-        if ((q.revision && rev != *q.revision) || q.chips > static_cast<int>(filed.by_chips.size())) continue;
+      for (const auto& [rev, filed] : revisions_read(nodes_by_end, q.revision)) {
+        if (q.chips > static_cast<int>(filed.by_chips.size())) continue;
         const auto& by_end = filed.by_chips[q.chips - 1];
         for (auto it = by_end.lower_bound({kFreeNow + 1, 0}); it != by_end.end(); ++it) {
           const auto [end, n] = *it;
@@ -566,8 +562,7 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
       // Per revision only the nodes earliest free count: those read so far, cut to as many as
       // asked, and then filed ones while one could still take the place of the latest of them.
       for (std::size_t n : view.touched_nodes()) consider(n);
-      for (const auto& [rev, filed] : nodes_by_end) {
-        if (q.revision && rev != *q.revision) continue;
+      for (const auto& [rev, filed] : revisions_read(nodes_by_end, q.revision)) {
         std::vector<std::pair<TimeMs, std::size_t>>& list = by_rev[rev];
         std::set<std::pair<TimeMs, std::size_t>> earliest(list.begin(), list.end());
         const auto keep_asked = [&] {
