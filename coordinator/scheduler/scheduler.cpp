@@ -54,6 +54,10 @@ void Scheduler::Impl::erase_request(RequestId id) {
   KILN_ASSERT(it != requests.end() && !it->second.lease, "erasing a request that is unknown or holds a lease");
   dequeue(it->second);
   claimants.erase(id);
+  for (RequestId preempter : it->second.preempted_by) {
+    auto mentions = preempted_by_mentions.find(preempter);
+    if (--mentions->second == 0) preempted_by_mentions.erase(mentions);
+  }
   requests.erase(it);
 }
 
@@ -182,7 +186,7 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
       LeaseRec& l = leases.at(v);
       set_grace_deadline(l, now + knobs.grace_ms);
       l.preempted_for = pre.request;
-      requests.at(l.request).preempted_by.insert(pre.request);
+      if (requests.at(l.request).preempted_by.insert(pre.request).second) ++preempted_by_mentions[pre.request];
       actions.push_back(PreemptNotice{l.id, l.request, pre.request, *l.grace_deadline_ms});
     }
     set_claim(r, std::move(pre.claim));
@@ -718,6 +722,13 @@ Status Scheduler::check_invariants() const {
     }
   }
   if (pending != s.queue.size()) return fail(Errc::internal, "the queue holds requests that are not pending");
+  std::map<RequestId, int> mentions;
+  for (const auto& [id, r] : s.requests) {
+    for (RequestId preempter : r.preempted_by) ++mentions[preempter];
+  }
+  if (mentions != s.preempted_by_mentions) {
+    return fail(Errc::internal, "the count of requests that name each preempter disagrees with the requests");
+  }
   if (s.claimants.size() > s.requests.size()) return fail(Errc::internal, "the claim index names unknown requests");
   std::map<std::pair<RequestClass, std::string>, int> used;
   std::set<std::pair<TimeMs, LeaseId>> deadlines;

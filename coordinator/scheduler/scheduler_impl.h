@@ -232,6 +232,9 @@ struct Scheduler::Impl {
   std::map<Shape, std::map<OrderKey, RequestRec*>> plain_by_shape;
   std::map<OrderKey, RequestRec*> unplain;
   std::set<RequestId> claimants;
+  // How many requests' preempted_by name each request. One named by none finds the same victims
+  // as any other of its class and shape: a pass searches once for all of them (plan).
+  std::map<RequestId, int> preempted_by_mentions;
   std::set<std::pair<TimeMs, LeaseId>> lease_deadlines;
   std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
   std::set<std::size_t> nodes_with_lease_changes;
@@ -505,6 +508,15 @@ struct Scheduler::Impl {
     // Only grants change the pass's count of an up node, and a grant marks the node.
     if (nodes[node].state == NodeState::up) return free.on_node[node];
     return view.untouched_free_chips(node);
+  }
+
+  // Up nodes with at least `chips` chips free when the pass began.
+  std::size_t up_nodes_with_free(int chips) const {
+    std::size_t count = 0;
+    for (std::size_t k = static_cast<std::size_t>(chips); k < free_chips.nodes_with.size(); ++k) {
+      count += static_cast<std::size_t>(free_chips.nodes_with[k]);
+    }
+    return count;
   }
 
   std::optional<Grant> place_now(const RequestRec& r, TimeMs now,

@@ -417,8 +417,19 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
       // claim may score anything: each is read. Any other node is up with its counted free chips
       // all usable, so its score is at least (1, least penalty, free - chips, index): read in that
       // order, the first that could not beat the best ends the search, as none after it could.
+      // Only chips free when the pass began can be placed on: where the pass made more rows than
+      // there were nodes with enough of them (claims mark nodes with none free), the rows made
+      // are read among those nodes, in their filing.
       const std::vector<std::size_t>& touched = view.touched_nodes();
-      for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
+      if (touched.size() <= up_nodes_with_free(q.chips)) {
+        for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
+      } else {
+        for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
+          for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
+            if (view.touched(it->second)) consider(it->second);
+          }
+        }
+      }
       for (std::size_t n : claim_nodes) {
         if (!view.touched(n)) consider(n);
       }
@@ -454,7 +465,15 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     // revision, only as many as asked are read per revision: the grant takes the claimed nodes
     // first (all of them touched) and then the lowest indexes, which these include.
     const std::vector<std::size_t>& touched = view.touched_nodes();
-    for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
+    if (touched.size() <= static_cast<std::size_t>(free_chips.whole_free_nodes)) {
+      for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
+    } else {
+      for (const auto& [rev, filed] : revisions_read(whole_free_by_revision, q.revision)) {
+        for (std::size_t n : filed) {
+          if (view.touched(n)) consider(n);
+        }
+      }
+    }
     for (const auto& [rev, filed] : revisions_read(whole_free_by_revision, q.revision)) {
       int taken = 0;
       for (auto it = filed.begin(); it != filed.end() && taken < q.nodes; ++it) {
@@ -630,6 +649,60 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   std::size_t reservations = 0;
   std::size_t position = 0;
   std::optional<FreeNotices> notices;  // read once, by the first request that waits for its target
+  // Requests of one shape see the same chips, so one search answers for every later request of
+  // that shape until the pass changes what it read: a queue of like requests costs a search per
+  // change, not one per request. The reference passes (exhaustive_passes) search for each.
+  //  - A reservation found stays the earliest while marks only delay chips on other nodes: a
+  //    reservation or a claim marked on a node drops only the answers on that node; a grant
+  //    (which also changes how many chips are free) drops them all.
+  //  - Placing now and finding victims also depend on the class (quotas), on the request's own
+  //    claim (a request with one searches alone, as does one that preempted before), and on its
+  //    work left only through which reservations its end would cross: the first reservation
+  //    start at or after that end stands for it. A grant, a new claim or a new reservation
+  //    drops those answers; a claim made by an earlier pass, marked again, does not: its chips
+  //    were never anyone else's to take.
+  using SearchShape = std::tuple<int, int, std::optional<std::string>, std::optional<std::string>, bool,
+                                 std::optional<TimeMs>>;
+  using LikeRequests = std::tuple<SearchShape, RequestClass, TimeMs>;
+  const auto search_shape = [](const Request& q) {
+    return SearchShape{q.nodes, q.chips, q.revision, q.node, q.maintenance, q.not_before_ms};
+  };
+  std::set<TimeMs> reservation_starts;
+  const auto like_requests = [&](const RequestRec& r, TimeMs end) {
+    const auto crossed = reservation_starts.lower_bound(end);
+    return LikeRequests{search_shape(r.req), r.req.cls, crossed == reservation_starts.end() ? kNever : *crossed};
+  };
+  std::map<SearchShape, Reservation> reservations_by_shape;
+  std::uint64_t plan_changes = 0;
+  std::map<LikeRequests, std::uint64_t> placement_failed_at;
+  std::map<LikeRequests, std::pair<std::uint64_t, std::optional<Claim>>> victims_by_shape;
+  const bool share_searches = !knobs.exhaustive_passes;
+  const auto place_now_shared = [&](const RequestRec& r) -> std::optional<Grant> {
+    if (!share_searches || r.claim) return place_now(r, now, view, free, used);
+    auto [it, added] = placement_failed_at.try_emplace(like_requests(r, now + r.remaining_ms), plan_changes);
+    if (!added && it->second == plan_changes) return std::nullopt;
+    it->second = plan_changes;
+    return place_now(r, now, view, free, used);
+  };
+  const auto reserve_shared = [&](const RequestRec& r) {
+    if (!share_searches) return reserve(r, now, view);
+    auto [it, added] = reservations_by_shape.try_emplace(search_shape(r.req));
+    if (added) it->second = reserve(r, now, view);
+    return it->second;
+  };
+  const auto marked = [&](const std::vector<ChipRef>& chips) {
+    std::erase_if(reservations_by_shape, [&](const auto& entry) {
+      return std::any_of(entry.second.chips.begin(), entry.second.chips.end(), [&](const ChipRef& found) {
+        return std::any_of(chips.begin(), chips.end(), [&](const ChipRef& c) { return c.node == found.node; });
+      });
+    });
+  };
+  const auto find_victims_shared = [&](const RequestRec& r) {
+    if (!share_searches || preempted_by_mentions.count(r.req.id)) return find_victims(r, now, view, used);
+    auto [it, added] = victims_by_shape.try_emplace(like_requests(r, now + knobs.grace_ms + r.remaining_ms));
+    if (added || it->second.first != plan_changes) it->second = {plan_changes, find_victims(r, now, view, used)};
+    return it->second.second;
+  };
   auto consider = [&](const RequestRec& r) {
     const RequestId id = r.req.id;
     const Request& q = r.req;
@@ -637,7 +710,9 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     bool window_open = !q.not_before_ms || *q.not_before_ms <= now;
     if (!window_open) out.wake = std::min(out.wake, *q.not_before_ms);
     if (window_open && !fifo_blocked && !lacks_free_chips(r, free)) {
-      if (auto grant = place_now(r, now, view, free, used)) {
+      if (auto grant = place_now_shared(r)) {
+        reservations_by_shape.clear();
+        ++plan_changes;
         for (const ChipRef& c : grant->chips) {
           view[c.node][c.pos].lease = kPlannedLease;
           view[c.node][c.pos].busy_until = now + r.remaining_ms;
@@ -663,11 +738,12 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
       bool claimed = false;
       if (r.claim) {
         claimed = true;
+        marked(r.claim->chips);
         info.expected_start = std::max(r.claim->ready_ms, now);
         mark_reserved(view, r.claim->chips, *info.expected_start,
                       *info.expected_start + r.remaining_ms, id);
       } else {
-        Reservation resv = reserve(r, now, view);
+        const Reservation resv = reserve_shared(r);
         std::optional<TimeMs> target = may_preempt(r) ? target_time(r) : std::nullopt;
         bool late = resv.start == kNever || (target && resv.start > *target);
         if (target && late) {
@@ -682,10 +758,13 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
           // Before it is due, victims serve only if a notice to them loses nothing; unless it is asked
           // why, it need not look for them when no notice would.
           const bool look = due || with_reasons || knobs.exhaustive_passes || (window_open && notices->now);
-          auto claim = look ? find_victims(r, now, view, used) : std::nullopt;
+          auto claim = look ? find_victims_shared(r) : std::nullopt;
           if (claim && (due || (window_open && claim->lost_chip_ms == 0))) {
             claimed = true;
+            marked(claim->chips);
+            ++plan_changes;
             info.expected_start = claim->ready_ms;
+            reservation_starts.insert(claim->ready_ms);
             mark_reserved(view, claim->chips, claim->ready_ms, claim->ready_ms + r.remaining_ms,
                           id);
             for (const ChipRef& c : claim->chips) view[c.node][c.pos].claimed_by = id;
@@ -702,6 +781,9 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
           // backfills around the rest.
           if (q.not_before_ms || reservations < knobs.max_reservations) {
             if (!q.not_before_ms) ++reservations;
+            marked(resv.chips);
+            ++plan_changes;
+            reservation_starts.insert(resv.start);
             mark_reserved(view, resv.chips, resv.start, resv.start + r.remaining_ms, id);
           }
         }

@@ -178,6 +178,30 @@ TEST_CASE("idle capacity is borrowed beyond quota and reclaimed first") {
   CHECK(notices[0].preempted_for == 3);
 }
 
+// A pass searches once for victims for like requests, but a class's quota makes its own answer:
+// a presubmit over its quota finds none, and the bisect of the same shape behind it still does.
+TEST_CASE("like requests of different classes do not share a search for victims") {
+  SchedulerKnobs knobs;
+  knobs.max_reservations = 0;  // no reservation changes the pass's plan between the two
+  knobs.quota_chips[{RequestClass::presubmit, "a"}] = 8;
+  Scheduler s{knobs};
+  for (const char* n : {"n01", "n02", "n03"}) REQUIRE(s.upsert_node(make_node(n, "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::presubmit, 8, 4 * kHourMs), 0));
+  REQUIRE(s.submit(make_request(2, RequestClass::experiment, 8, 4 * kHourMs), 0));
+  REQUIRE(s.submit(make_request(3, RequestClass::experiment, 8, 4 * kHourMs), 0));
+  REQUIRE(only<LeaseGranted>(drain(s)).size() == 3);
+
+  REQUIRE(s.submit(make_request(4, RequestClass::presubmit, 8, kHourMs), 0));
+  REQUIRE(s.submit(make_request(5, RequestClass::bisect, 8, kHourMs), 0));
+  std::vector<PreemptNotice> notices;
+  for (TimeMs now = 0; now <= 40 * kMinuteMs; now += kMinuteMs) {
+    s.on_tick(now);
+    for (const PreemptNotice& n : only<PreemptNotice>(drain(s))) notices.push_back(n);
+  }
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].preempted_for == 5);
+}
+
 TEST_CASE("preemption gives notice, revokes at the grace deadline and requeues with its age") {
   Scheduler s{knobs_with_grace(5 * kMinuteMs)};
   REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
@@ -590,12 +614,19 @@ TEST_CASE("the shortcuts decide exactly what reading every request at every step
         a);
   };
   for (Policy policy : {Policy::kiln, Policy::fifo, Policy::strict_priority}) {
-    for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+    // More days under kiln's policy, the only one that reserves, preempts and claims.
+    for (std::uint32_t seed = 1; seed <= (policy == Policy::kiln ? 20u : 12u); ++seed) {
       CAPTURE(seed);
       CAPTURE(to_string(policy));
       SchedulerKnobs knobs;
       knobs.policy = policy;
       knobs.max_reservations = 2;
+      // Quotas on some days: a class's victims then depend on what it holds already.
+      if (seed % 3 == 0) {
+        knobs.quota_chips[{RequestClass::presubmit, "a"}] = 24;
+        knobs.quota_chips[{RequestClass::bisect, "a"}] = 8;
+        knobs.may_borrow[static_cast<std::size_t>(RequestClass::bisect)] = false;
+      }
       Scheduler fast(knobs);
       knobs.exhaustive_passes = true;
       Scheduler reference(knobs);
@@ -644,7 +675,20 @@ TEST_CASE("the shortcuts decide exactly what reading every request at every step
           if (q.cls == RequestClass::experiment && next(2) == 0) {
             q.checkpoint_interval_ms = static_cast<DurationMs>((1 + next(4)) * 5 * kMinuteMs);
           }
-          input = [q, &now](Scheduler& s) { (void)s.submit(q, now); };
+          // Sometimes a burst of like requests (a pipeline's jobs): one shape, one class, their work
+          // left unlike, which a pass searches for once until its plan changes.
+          std::vector<Request> burst{q};
+          if (next(4) == 0) {
+            for (std::uint64_t k = 1 + next(5); k > 0; --k) {
+              Request like = q;
+              like.id = next_id++;
+              like.expected_duration_ms = static_cast<DurationMs>((1 + next(60)) * kMinuteMs);
+              burst.push_back(like);
+            }
+          }
+          input = [burst, &now](Scheduler& s) {
+            for (const Request& like : burst) (void)s.submit(like, now);
+          };
         } else if (roll < 9 && !live.empty()) {
           const LeaseId lease = live[next(live.size())];
           if (next(3) == 0) {
