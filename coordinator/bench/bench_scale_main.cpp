@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -32,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/http/client.h"
 #include "common/keys.h"
 #include "common/version.h"
 #include "coordinator/bench/fake_fleet.h"
@@ -204,6 +206,68 @@ struct Latency {
   std::size_t samples = 0;
 };
 
+// The coordinator's own share of the timed requests of one type, from its /metrics
+// (kiln_client_request_seconds) read before and after them: the upper bounds of the buckets its
+// quantiles fall in, since a histogram keeps no finer.
+struct OwnTime {
+  double p50_at_most_ms = NAN;
+  double p99_at_most_ms = NAN;
+  std::uint64_t requests = 0;
+};
+
+// Each type's kiln_client_request_seconds buckets in a /metrics text: (upper bound in seconds,
+// cumulative count), in the order written, the +Inf bucket as infinity.
+std::map<std::string, std::vector<std::pair<double, double>>> client_request_buckets(const std::string& metrics) {
+  constexpr std::string_view kBucket = "kiln_client_request_seconds_bucket{";
+  std::map<std::string, std::vector<std::pair<double, double>>> out;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with(kBucket)) continue;
+    const auto label = [&](std::string_view name) -> std::optional<std::string> {
+      const std::string key = fmt::format("{}=\"", name);
+      const auto at = line.find(key);
+      if (at == std::string::npos) return std::nullopt;
+      const auto from = at + key.size();
+      const auto to = line.find('"', from);
+      if (to == std::string::npos) return std::nullopt;
+      return line.substr(from, to - from);
+    };
+    const auto type = label("type");
+    const auto le = label("le");
+    const auto close = line.rfind("} ");
+    if (!type || !le || close == std::string::npos) continue;
+    const double bound = *le == "+Inf" ? INFINITY : std::strtod(le->c_str(), nullptr);
+    out[*type].emplace_back(bound, std::strtod(line.c_str() + close + 2, nullptr));
+  }
+  return out;
+}
+
+// The requests of `type` between two readings of /metrics, as bucket bounds of their p50 and p99.
+OwnTime own_time(const std::string& before, const std::string& after, const std::string& type) {
+  OwnTime own;
+  const auto was = client_request_buckets(before);
+  const auto now = client_request_buckets(after);
+  const auto buckets = now.find(type);
+  if (buckets == now.end() || buckets->second.empty()) return own;
+  const auto earlier = was.find(type);
+  std::vector<std::pair<double, double>> delta = buckets->second;
+  if (earlier != was.end() && earlier->second.size() == delta.size()) {
+    for (std::size_t i = 0; i < delta.size(); ++i) delta[i].second -= earlier->second[i].second;
+  }
+  const double total = delta.back().second;
+  own.requests = static_cast<std::uint64_t>(total);
+  if (total <= 0) return own;
+  const auto at_most_ms = [&](double q) {
+    for (const auto& [bound, count] : delta) {
+      if (count >= q * total) return bound * 1000;
+    }
+    return double{INFINITY};
+  };
+  own.p50_at_most_ms = at_most_ms(0.5);
+  own.p99_at_most_ms = at_most_ms(0.99);
+  return own;
+}
+
 Latency latency(const std::vector<double>& rtts_us) {
   return {percentile(rtts_us, 0.5) / 1000, percentile(rtts_us, 0.99) / 1000, percentile(rtts_us, 1) / 1000,
           rtts_us.size()};
@@ -225,6 +289,9 @@ struct Run {
   Latency submit;
   Latency lease;
   Latency release;
+  // The coordinator run only: its own time for the same submits and leases, from its /metrics.
+  OwnTime own_submit;
+  OwnTime own_lease;
   // The echo run only: the same round trips against the echo that fdatasyncs before it replies.
   Latency durable_submit;
   Latency durable_lease;
@@ -335,6 +402,7 @@ class Bench {
     const std::string agent_endpoint = fmt::format("tcp://127.0.0.1:{}", agent_port);
     const std::string client_endpoint = fmt::format("tcp://127.0.0.1:{}", client_port);
     const std::string durable_client_endpoint = fmt::format("tcp://127.0.0.1:{}", durable_client_port);
+    const std::string metrics_address = fmt::format("127.0.0.1:{}", free_loopback_port());
     const std::string server = echo ? "echo" : "coordinator";
     const fs::path log = dir_ / fmt::format("{}-{}.log", server, n);
     pid_t pid = 0;
@@ -348,7 +416,7 @@ class Bench {
       const fs::path db_dir = dir_ / fmt::format("store-{}", n);
       fs::remove_all(db_dir);
       fs::create_directories(db_dir);
-      write_config(db_dir / "coordinator.toml", n, agent_endpoint, client_endpoint);
+      write_config(db_dir / "coordinator.toml", n, agent_endpoint, client_endpoint, metrics_address);
       pid = spawn({s_.coordinator, "--config", (db_dir / "coordinator.toml").string()}, log, -1, placement_.server);
     }
     Run r;
@@ -423,7 +491,13 @@ class Bench {
 
     // Round trips of one client at a time, under the agents' load.
     Requester client(client_endpoint, client_keys_, server_keys_.public_key, echo);
+    const std::string metrics_before = echo ? "" : kiln::http::get(metrics_address, "/metrics").body;
     time_round_trips(client, echo, r.submit, r.lease, r.release);
+    if (!echo) {
+      const std::string metrics_after = kiln::http::get(metrics_address, "/metrics").body;
+      r.own_submit = own_time(metrics_before, metrics_after, "submit_job");
+      r.own_lease = own_time(metrics_before, metrics_after, "request_lease");
+    }
     if (echo) {
       Requester durable_client(durable_client_endpoint, client_keys_, server_keys_.public_key, true);
       Latency durable_release;
@@ -589,7 +663,7 @@ class Bench {
   }
 
   void write_config(const fs::path& path, std::size_t n, const std::string& agent_endpoint,
-                    const std::string& client_endpoint) {
+                    const std::string& client_endpoint, const std::string& metrics_address) {
     std::ofstream out(path);
     out << fmt::format(
         "[coordinator]\nagent_endpoint = \"{}\"\nclient_endpoint = \"{}\"\nsecret_key_file = \"{}\"\n"
@@ -599,6 +673,7 @@ class Bench {
         agent_endpoint, client_endpoint, (dir_ / "coordinator.key").string(), s_.heartbeat_interval_ms,
         s_.liveness_missed_beats, s_.queued + s_.burst + s_.requests + 1000, s_.requests + 100,
         s_.queued + s_.burst + s_.requests + 1100, n + 100);
+    out << fmt::format("\n[http]\nlisten = \"{}\"\n", metrics_address);
     out << fmt::format("\n[[keys]]\nname = \"bench-developer\"\nrole = \"developer\"\npublic_key = \"{}\"\n",
                        client_keys_.public_key);
     for (std::size_t i = 0; i < n; ++i) {
@@ -626,6 +701,12 @@ nlohmann::json latency_json(const Latency& l) {
 }
 
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json own_time_json(const OwnTime& own) {
+  return {{"p50_at_most_ms", number(own.p50_at_most_ms)},
+          {"p99_at_most_ms", number(own.p99_at_most_ms)},
+          {"requests", own.requests}};
+}
 
 nlohmann::json row_json(const Run& c, const Run& e) {
   nlohmann::json row = {
@@ -655,7 +736,9 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       {"submit_p99_vs_echo", number(ratio(c.submit.p99_ms, e.submit.p99_ms))},
       {"durable_echo_submit", latency_json(e.durable_submit)},
       {"submit_p99_vs_durable_echo", number(ratio(c.submit.p99_ms, e.durable_submit.p99_ms))},
+      {"coordinator_own_submit", own_time_json(c.own_submit)},
       {"lease", latency_json(c.lease)},
+      {"coordinator_own_lease", own_time_json(c.own_lease)},
       {"release", latency_json(c.release)},
       {"echo_lease", latency_json(e.lease)},
       {"lease_p99_vs_echo", number(ratio(c.lease.p99_ms, e.lease.p99_ms))},
@@ -750,6 +833,14 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
                e.load_generator_cpu_percent, std::thread::hardware_concurrency());
   }
   fmt::print("{}\n", placement.text());
+  const auto at_most = [](double v) { return std::isfinite(v) ? fmt::format("<= {:g} ms", v) : std::string("-"); };
+  for (const auto& [c, e] : rows) {
+    fmt::print("{} agents: of those round trips, the coordinator's own time (its kiln_client_request_seconds, the "
+               "bucket each quantile falls in): submit p50 {}, p99 {} ({} timed); lease p50 {}, p99 {} ({} timed)\n",
+               c.agents, at_most(c.own_submit.p50_at_most_ms), at_most(c.own_submit.p99_at_most_ms),
+               c.own_submit.requests, at_most(c.own_lease.p50_at_most_ms), at_most(c.own_lease.p99_at_most_ms),
+               c.own_lease.requests);
+  }
   for (const auto& [c, e] : rows) {
     if (c.stalled) {
       fmt::print("after a SIGSTOP of twice the liveness timeout at {} agents: {} hellos ({} on new connections, "

@@ -69,6 +69,12 @@ TEST_CASE("kiln-bench-scale --quick measures the coordinator, the echo and the d
     // Small fleets run in the bench's own process.
     CHECK(row["agent_processes"] == 1);
     CHECK(row["durable_echo_submit"]["samples"].get<int>() > 0);
+    // The coordinator's own time for the same requests, read from its /metrics around them.
+    for (const char* type : {"submit", "lease"}) {
+      const auto& own = row[std::string("coordinator_own_") + type];
+      CHECK(own["requests"] == row[type]["samples"]);
+      CHECK(own["p99_at_most_ms"].get<double>() >= own["p50_at_most_ms"].get<double>());
+    }
     // A few dozen agents cost the servers milliseconds a second, under the 10 ms tick of
     // /proc/PID/stat: the figures are read in nanoseconds, so they are never 0.
     CHECK(row["cpu_per_heartbeat_ms"].get<double>() > 0);

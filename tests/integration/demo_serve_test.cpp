@@ -9,12 +9,11 @@
 #include <vector>
 
 #include "tests/integration/run_command.h"
-#include "tests/support/http_get.h"
+#include "common/http/client.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
 using kiln::testing::contains;
-using kiln::testing::http_get;
 using kiln::testing::run;
 using kiln::testing::TempDir;
 namespace fs = std::filesystem;
@@ -73,8 +72,8 @@ TEST_CASE("scripts/demo --serve leaves the fleet up with a config per role, and 
   const std::string qualifier_metrics = address_before(served.output, "/metrics\n              (qualifier");
   REQUIRE(!coordinator_metrics.empty());
   REQUIRE(!qualifier_metrics.empty());
-  CHECK(contains(http_get(coordinator_metrics, "/metrics").body, "kiln_agents_connected 4"));
-  CHECK(contains(http_get(qualifier_metrics, "/metrics").body, "kiln_runs_total"));
+  CHECK(contains(kiln::http::get(coordinator_metrics, "/metrics").body, "kiln_agents_connected 4"));
+  CHECK(contains(kiln::http::get(qualifier_metrics, "/metrics").body, "kiln_runs_total"));
 
   // Another process, later: the ops config sees all four nodes up.
   const auto nodes = run("KILN_CONFIG=" + dir + "/client-ops.toml " + KILN_BIN_DIR + "/kiln nodes");

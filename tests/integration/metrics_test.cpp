@@ -16,7 +16,7 @@
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/qualification_fleet.h"
 #include "tests/integration/run_command.h"
-#include "tests/support/http_get.h"
+#include "common/http/client.h"
 #include "tests/support/text.h"
 
 using namespace kiln::testing;
@@ -27,7 +27,7 @@ namespace {
 std::string http_table(const std::string& address) { return "[http]\nlisten = \"" + address + "\"\n"; }
 
 std::string scrape(const std::string& address) {
-  const HttpAnswer answer = http_get(address, "/metrics");
+  const kiln::http::Answer answer = kiln::http::get(address, "/metrics");
   INFO("GET http://" << address << "/metrics answered " << answer.status << ": " << answer.body);
   REQUIRE(answer.status == 200);
   CHECK(contains(answer.head, "Content-Type: text/plain; version=0.0.4; charset=utf-8"));
@@ -67,7 +67,7 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
                        (fleet.dir() / "golden").string() + " >/dev/null")
                           .c_str()) == 0);
   std::string out;
-  REQUIRE(Fleet::eventually([&] { return contains(http_get(coordinator_http, "/metrics").body, "kiln_agents_connected 2\n"); },
+  REQUIRE(Fleet::eventually([&] { return contains(kiln::http::get(coordinator_http, "/metrics").body, "kiln_agents_connected 2\n"); },
                             30s));
   REQUIRE(fleet.kiln("ci", {"change", "import", (fleet.dir() / "k1-k2.toml").string()}, &out) == 0);
   REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k1", "--rev", "a", "--bundle-dir",

@@ -12,7 +12,7 @@
 
 #include "tests/integration/headless_chromium.h"
 #include "tests/integration/qualification_fleet.h"
-#include "tests/support/http_get.h"
+#include "common/http/client.h"
 #include "tests/support/text.h"
 
 using namespace kiln::testing;
@@ -130,8 +130,8 @@ TEST_CASE("a nightly's report pages: written beside the JSON, drawn by Chromium 
       << "\n[reports]\ndirectory = \"pages\"\n\n[http]\nlisten = \"" << served << "\"\n";
   fleet.start_qualifier("qualifier");
   // Before any run the qualifier serves no index, and says why.
-  REQUIRE(Fleet::eventually([&] { return kiln::testing::http_get(served, "/metrics").status == 200; }, 10s));
-  const auto no_index = kiln::testing::http_get(served, "/");
+  REQUIRE(Fleet::eventually([&] { return kiln::http::get(served, "/metrics").status == 200; }, 10s));
+  const auto no_index = kiln::http::get(served, "/");
   CHECK(no_index.status == 404);
   CHECK(contains(no_index.body, "no run has been recorded yet"));
 
@@ -166,18 +166,18 @@ TEST_CASE("a nightly's report pages: written beside the JSON, drawn by Chromium 
   // The qualifier serves the same files beside its /metrics, and nothing outside their directory.
   for (const char* name : {"index.html", "nightly-2.html", "nightly-1.json"}) {
     CAPTURE(name);
-    const auto page = kiln::testing::http_get(served, std::string("/") + name);
+    const auto page = kiln::http::get(served, std::string("/") + name);
     CHECK(page.status == 200);
     CHECK(contains(page.head, std::string(name).ends_with(".html") ? "text/html" : "application/json"));
     CHECK(page.body == read(pages / name));
   }
-  CHECK(kiln::testing::http_get(served, "/").body == read(pages / "index.html"));
-  const auto missing = kiln::testing::http_get(served, "/nightly-9.html");
+  CHECK(kiln::http::get(served, "/").body == read(pages / "index.html"));
+  const auto missing = kiln::http::get(served, "/nightly-9.html");
   CHECK(missing.status == 404);
   CHECK(contains(missing.body, "no such run page: nightly-9.html"));
   for (const char* outside : {"/../qualifier.toml", "/..%2Fqualifier.toml", "/.hidden.html", "/pages/index.html"}) {
     CAPTURE(outside);
-    CHECK(kiln::testing::http_get(served, outside).status == 404);
+    CHECK(kiln::http::get(served, outside).status == 404);
   }
 
   // What each page must draw: per run its samples, curves and probes; the index, per model, the runs.

@@ -20,7 +20,7 @@
 
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/run_command.h"
-#include "tests/support/http_get.h"
+#include "common/http/client.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
@@ -359,7 +359,7 @@ TEST_CASE("the packaged coordinator, agent and client work together with the pac
   CHECK(contains(smoke.output, "succeeded"));
   // The packaged configs serve /metrics: the coordinator's pool and the agent's chips.
   const auto scrape = [&](const char* packaged) {
-    return http_get("127.0.0.1:" + std::to_string(http_ports.at(packaged)), "/metrics");
+    return kiln::http::get("127.0.0.1:" + std::to_string(http_ports.at(packaged)), "/metrics");
   };
   const auto pool = scrape("127.0.0.1:9470");
   CHECK(pool.status == 200);

@@ -1,5 +1,4 @@
-// A plain HTTP/1.1 GET on loopback, as a scraper sends it, for the tests of kiln's /metrics.
-#pragma once
+#include "common/http/client.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -7,19 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <string>
+#include <cstdint>
 
-namespace kiln::testing {
+namespace kiln::http {
 
-struct HttpAnswer {
-  int status = 0;  // 0: no answer (nothing listens, or it did not answer within 10 s)
-  std::string head;
-  std::string body;
-};
-
-// GET `path` from 127.0.0.1:PORT of `address` ("127.0.0.1:9470").
-inline HttpAnswer http_get(const std::string& address, const std::string& path) {
-  HttpAnswer answer;
+Answer get(const std::string& address, const std::string& path) {
+  Answer answer;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return answer;
   sockaddr_in to{};
@@ -48,4 +40,4 @@ inline HttpAnswer http_get(const std::string& address, const std::string& path) 
   return answer;
 }
 
-}  // namespace kiln::testing
+}  // namespace kiln::http
