@@ -21,8 +21,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>

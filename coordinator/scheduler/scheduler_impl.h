@@ -291,7 +291,7 @@ struct Scheduler::Impl {
   };
   std::vector<std::optional<VictimsFiled>> victims_filed_as;
   // The experiments' leases that have had no notice: the only ones a notice can go to
-  // (next_free_notice, zero_loss_notice).
+  // (free_notices).
   std::set<LeaseId> experiments_without_notice;
   SettledPass settled;
 

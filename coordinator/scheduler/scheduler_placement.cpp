@@ -295,8 +295,6 @@ FreeChips FreeChips::counted(const std::vector<NodeRec>& nodes) {
   return out;
 }
 
-// Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
-// else one switch group, else spread. Returns (penalty, chips).
 std::pair<int, int> Scheduler::Impl::largest_groups(const NodeInfo& node) {
   std::map<int, int> numa;
   std::map<int, int> switches;
@@ -323,6 +321,8 @@ void Scheduler::Impl::file_topology(const NodeInfo* before, const NodeInfo& now)
   largest_switch_groups.insert(switches);
 }
 
+// Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
+// else one switch group, else spread. Returns (penalty, chips).
 std::pair<int, std::vector<std::size_t>> Scheduler::Impl::choose_chips(std::size_t n,
                                                                      const std::vector<std::size_t>& usable,
                                                                      int k) const {
