@@ -92,14 +92,14 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
   r.lease = id;
   chips_in_use[{made.cls, made.revision}] += static_cast<int>(made.chips.size());
   lease_deadlines.insert({deadline_of(made), id});
-  if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) experiments_without_notice.insert(id);
+  if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) file_without_notice(id);
 }
 
 void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
   lease_deadlines.erase({deadline_of(l), l.id});
   l.grace_deadline_ms = at;
   lease_deadlines.insert({deadline_of(l), l.id});
-  experiments_without_notice.erase(l.id);
+  unfile_without_notice(l.id);
   for (std::size_t n : nodes_of(l.chips)) {
     file_ends(n);
     file_victims(n);
@@ -119,7 +119,7 @@ void Scheduler::Impl::end_lease(LeaseId id) {
     recount_free(n);
   }
   lease_deadlines.erase({deadline_of(l), id});
-  experiments_without_notice.erase(id);
+  unfile_without_notice(id);
   auto used = chips_in_use.find({l.cls, l.revision});
   KILN_ASSERT(used != chips_in_use.end(), "a lease's chips are counted in use");
   used->second -= static_cast<int>(l.chips.size());
@@ -522,7 +522,11 @@ Status Scheduler::checkpoint_ack(LeaseId lease, TimeMs now) {
                                              lease));
   }
   it->second.last_ack_ms = std::max(it->second.last_ack_ms, now);
-  if (it->second.grace_deadline_ms) s.requeue(lease, now);
+  if (it->second.grace_deadline_ms) {
+    s.requeue(lease, now);
+  } else if (s.without_notice.filed.count(lease)) {
+    s.file_without_notice(lease);
+  }
   s.schedule(now);
   return {};
 }
@@ -767,8 +771,24 @@ Status Scheduler::check_invariants() const {
   for (const auto& [id, l] : s.leases) {
     if (l.cls == RequestClass::experiment && !l.grace_deadline_ms) without_notice.insert(id);
   }
-  if (without_notice != s.experiments_without_notice) {
+  // Every such lease is filed; an entry not due to be read again holds what reading it at the
+  // filing's moment gives; the sets and the count are made of the entries.
+  const Impl::NoticeWindows& filed = s.without_notice;
+  Impl::NoticeWindows entered;
+  for (const auto& [id, entry] : filed.filed) {
+    if (!without_notice.count(id)) {
+      return fail(Errc::internal, fmt::format("lease {} is filed as an experiment without notice and is not one", id));
+    }
+    if (entry.recheck > filed.filed_at && s.notice_state(s.leases.at(id), filed.filed_at) != entry) {
+      return fail(Errc::internal, fmt::format("lease {}'s notice window disagrees with its checkpoints", id));
+    }
+    entered.add(id, entry);
+  }
+  if (filed.filed.size() != without_notice.size()) {
     return fail(Errc::internal, "the experiments filed as without notice disagree with the leases");
+  }
+  if (entered.rechecks != filed.rechecks || entered.windows != filed.windows || entered.free != filed.free) {
+    return fail(Errc::internal, "the experiments' notice windows disagree with their entries");
   }
   return {};
 }

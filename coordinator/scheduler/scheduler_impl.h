@@ -8,6 +8,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -290,9 +291,38 @@ struct Scheduler::Impl {
     int others = 0;     // chips under any other lease
   };
   std::vector<std::optional<VictimsFiled>> victims_filed_as;
-  // The experiments' leases that have had no notice: the only ones a notice can go to
-  // (free_notices).
-  std::set<LeaseId> experiments_without_notice;
+  // The experiments' leases that have had no notice, the only ones a notice can go to, filed by
+  // whether a notice would lose nothing and from when on one would (free_notices). Both change
+  // only at a lease's checkpoints and at that moment itself, so each lease is filed again once
+  // the first of those passes (`recheck`) or when it acknowledges a checkpoint, and a pass reads
+  // the earliest entries instead of every lease. The pass that reads it files what is due, hence
+  // mutable.
+  struct NoticeFiled {
+    TimeMs recheck = kFreeNow;     // kFreeNow: not filed for any moment yet
+    std::optional<TimeMs> window;  // the moment from which a notice loses nothing, if later
+    bool free = false;             // a notice now loses nothing
+    bool operator==(const NoticeFiled&) const = default;
+  };
+  struct NoticeWindows {
+    std::map<LeaseId, NoticeFiled> filed;
+    std::set<std::pair<TimeMs, LeaseId>> rechecks;
+    std::set<std::pair<TimeMs, LeaseId>> windows;
+    std::size_t free = 0;
+    TimeMs filed_at = kFreeNow;  // the moment every entry whose recheck is later holds for
+
+    // Enters an entry of `filed` in the sets and the count, or takes it out of them.
+    void add(LeaseId id, const NoticeFiled& entry) {
+      rechecks.insert({entry.recheck, id});
+      if (entry.window) windows.insert({*entry.window, id});
+      if (entry.free) ++free;
+    }
+    void remove(LeaseId id, const NoticeFiled& entry) {
+      rechecks.erase({entry.recheck, id});
+      if (entry.window) windows.erase({*entry.window, id});
+      if (entry.free) --free;
+    }
+  };
+  mutable NoticeWindows without_notice;
   SettledPass settled;
 
   // --- helpers --------------------------------------------------------------------------------
@@ -420,17 +450,14 @@ struct Scheduler::Impl {
     bool now = false;
     TimeMs next = kNever;
   };
-  FreeNotices free_notices(TimeMs now) const {
-    FreeNotices out;
-    for (LeaseId id : experiments_without_notice) {
-      const LeaseRec& l = leases.at(id);
-      if (lost_work(l, now) == 0) out.now = true;
-      if (l.checkpoint_interval_ms <= 0) continue;
-      TimeMs window = last_checkpoint(l, now) + l.checkpoint_interval_ms - knobs.grace_ms;
-      if (window > now) out.next = std::min(out.next, window);
-    }
-    return out;
-  }
+  FreeNotices free_notices(TimeMs now) const;
+  // What the filing of an experiment's lease without notice holds at `at`, and until when.
+  NoticeFiled notice_state(const LeaseRec& l, TimeMs at) const;
+  // Files the lease (again) as without notice: the next read of the filing places it.
+  void file_without_notice(LeaseId id);
+  void unfile_without_notice(LeaseId id);
+  // Places the lease as of `at` (notice_state).
+  void place_without_notice(LeaseId id, TimeMs at) const;
 
   std::optional<TimeMs> target_time(const RequestRec& r) const {
     const Request& q = r.req;

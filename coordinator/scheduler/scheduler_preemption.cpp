@@ -6,6 +6,67 @@
 
 namespace kiln::scheduler {
 
+Scheduler::Impl::NoticeFiled Scheduler::Impl::notice_state(const LeaseRec& l, TimeMs at) const {
+  NoticeFiled out;
+  out.free = lost_work(l, at) == 0;
+  out.recheck = kNever;
+  const TimeMs last = last_checkpoint(l, at);
+  if (const DurationMs every = l.checkpoint_interval_ms; every > 0) {
+    // `last` moves at the next periodic checkpoint, and the window with it.
+    const TimeMs periodic = at > l.start_ms ? l.start_ms + (at - l.start_ms) / every * every : l.start_ms;
+    out.recheck = periodic + every;
+    if (const TimeMs window = last + every - knobs.grace_ms; window > at) {
+      out.window = window;
+      out.recheck = std::min(out.recheck, window);
+    }
+  }
+  // A checkpoint a grace or more ahead of `at` (a lease that starts later) loses nothing until
+  // the grace would end past it.
+  if (at <= last - knobs.grace_ms) out.recheck = std::min(out.recheck, last - knobs.grace_ms + 1);
+  return out;
+}
+
+void Scheduler::Impl::file_without_notice(LeaseId id) {
+  unfile_without_notice(id);
+  const NoticeFiled& entry = without_notice.filed.emplace(id, NoticeFiled{}).first->second;
+  without_notice.add(id, entry);
+}
+
+void Scheduler::Impl::unfile_without_notice(LeaseId id) {
+  auto it = without_notice.filed.find(id);
+  if (it == without_notice.filed.end()) return;
+  without_notice.remove(id, it->second);
+  without_notice.filed.erase(it);
+}
+
+void Scheduler::Impl::place_without_notice(LeaseId id, TimeMs at) const {
+  NoticeFiled& entry = without_notice.filed.at(id);
+  without_notice.remove(id, entry);
+  entry = notice_state(leases.at(id), at);
+  without_notice.add(id, entry);
+}
+
+Scheduler::Impl::FreeNotices Scheduler::Impl::free_notices(TimeMs now) const {
+  FreeNotices out;
+  if (knobs.exhaustive_passes || now < without_notice.filed_at) {
+    // The reference passes, and a question about an earlier moment than the filing holds for,
+    // read every lease.
+    for (const auto& [id, filed] : without_notice.filed) {
+      const NoticeFiled state = notice_state(leases.at(id), now);
+      out.now = out.now || state.free;
+      if (state.window) out.next = std::min(out.next, *state.window);
+    }
+    return out;
+  }
+  while (!without_notice.rechecks.empty() && without_notice.rechecks.begin()->first <= now) {
+    place_without_notice(without_notice.rechecks.begin()->second, now);
+  }
+  without_notice.filed_at = now;
+  out.now = without_notice.free > 0;
+  if (!without_notice.windows.empty()) out.next = without_notice.windows.begin()->first;
+  return out;
+}
+
 // Finds the experiment leases whose notice lets `r` start at the end of the grace, losing
 // the least work. nullopt when no such set exists or none is needed.
 std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs now,

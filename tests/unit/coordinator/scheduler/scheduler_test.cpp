@@ -689,6 +689,13 @@ TEST_CASE("the shortcuts decide exactly what reading every request at every step
           input = [burst, &now](Scheduler& s) {
             for (const Request& like : burst) (void)s.submit(like, now);
           };
+          if (q.cls == RequestClass::experiment && next(6) == 0) {
+            // An experiment that ran before a restart, restored with the start it recorded: before
+            // now, or after it if the clock went back meanwhile.
+            const TimeMs start = now + (static_cast<TimeMs>(next(21)) - 10) * kMinuteMs;
+            const Placement where{fmt::format("n{}", next(fleet)), {static_cast<int>(next(4))}};
+            input = [q, where, start, &now](Scheduler& s) { (void)s.restore_lease(q, {where}, start, now); };
+          }
         } else if (roll < 9 && !live.empty()) {
           const LeaseId lease = live[next(live.size())];
           if (next(3) == 0) {
