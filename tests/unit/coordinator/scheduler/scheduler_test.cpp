@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <typeinfo>
 #include <set>
 
@@ -200,6 +201,60 @@ TEST_CASE("like requests of different classes do not share a search for victims"
   }
   REQUIRE(notices.size() == 1);
   CHECK(notices[0].preempted_for == 5);
+}
+
+TEST_CASE("a request due to preempt does not count on chips granted earlier in the same pass") {
+  SchedulerKnobs knobs;
+  knobs.max_reservations = 0;  // only the grant changes the pass's plan between the two searches
+  Scheduler s{knobs};
+  for (const char* n : {"n01", "n02"}) REQUIRE(s.upsert_node(make_node(n, "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n03", "b"), 0));
+  // n01: experiments of 4 and 2 chips and two chips free; n02: experiments of 4 and 4, which
+  // notices cost more; n03, of another revision: an experiment whose checkpoint at 00:20 makes a
+  // notice free from 00:15, when every presubmit below may look for victims.
+  std::vector<Request> experiments;
+  for (auto [chips, node] : {std::pair{4, "n01"}, {2, "n01"}, {4, "n02"}, {4, "n02"}, {8, "n03"}}) {
+    Request q = make_request(static_cast<RequestId>(experiments.size() + 1), RequestClass::experiment, chips,
+                             2 * kHourMs);
+    q.node = node;
+    experiments.push_back(q);
+  }
+  experiments.back().checkpoint_interval_ms = 20 * kMinuteMs;
+  for (const Request& q : experiments) REQUIRE(s.submit(q, 0));
+  std::map<RequestId, LeaseId> lease_of;
+  for (const LeaseGranted& g : only<LeaseGranted>(drain(s))) lease_of[g.request] = g.lease;
+  REQUIRE(lease_of.size() == 5);
+
+  // In scheduling order: a presubmit of 8 chips long before its target; a one-chip presubmit whose
+  // window opens at 00:15; a presubmit like the first, due to preempt from 00:15.
+  const TimeMs submitted = kMinuteMs;
+  Request patient = make_request(6, RequestClass::presubmit, 8, kHourMs, submitted);
+  patient.revision = "a";
+  patient.target_start_latency_ms = kHourMs;
+  Request one_chip = make_request(7, RequestClass::presubmit, 1, kMinuteMs, submitted);
+  one_chip.not_before_ms = 15 * kMinuteMs;
+  Request due = patient;
+  due.id = 8;
+  due.target_start_latency_ms = 19 * kMinuteMs;
+  for (const Request& q : {patient, one_chip, due}) REQUIRE(s.submit(q, submitted));
+  REQUIRE(drain(s).empty());
+
+  // At 00:15 the first finds n01's experiments cheapest, with the chips free there making 8, and,
+  // not due, only waits; the one-chip presubmit takes one of those chips. The due one cannot
+  // count on it: it preempts n02's experiments.
+  s.on_tick(15 * kMinuteMs);
+  const auto decided = drain(s);
+  const auto grant = granted(decided, 7);
+  REQUIRE(grant);
+  REQUIRE(grant->placement.size() == 1);
+  CHECK(grant->placement[0].node == "n01");
+  std::set<LeaseId> noticed;
+  for (const PreemptNotice& n : only<PreemptNotice>(decided)) {
+    CHECK(n.preempted_for == 8);
+    noticed.insert(n.lease);
+  }
+  CHECK(noticed == std::set<LeaseId>{lease_of[3], lease_of[4]});
+  REQUIRE(s.check_invariants());
 }
 
 TEST_CASE("preemption gives notice, revokes at the grace deadline and requeues with its age") {
