@@ -45,8 +45,7 @@ void AgentSessions::hello(const std::string& peer, const Caller& caller, const p
   const std::optional<std::uint32_t> version = admit_hello(peer, caller, m, hello);
   if (!version) return;
   // A node that registers again on a new connection replaces its old session.
-  ctx_.registry.open_session(peer, hello.node_id, *version);
-  NodeRecord& node = ctx_.registry.nodes()[hello.node_id];
+  NodeRecord& node = ctx_.registry.open_session(peer, hello.node_id, *version);
   const bool was_lost = node.summary.node_id.empty() || node.summary.state == NodeState::lost;
   take_inventory(node, hello, now);
   ctx_.bridge.node_changed(hello.node_id);
@@ -86,9 +85,7 @@ std::optional<std::string> AgentSessions::node_of_session(const std::string& pee
                   m.header.id);
     return std::nullopt;
   }
-  NodeRecord* node = ctx_.registry.find(session->node_id);
-  KILN_ASSERT(node != nullptr, "a session always belongs to a registered node");
-  ctx_.registry.heard_from(*node, now);
+  ctx_.registry.heard_from(*session->node, now);
   return session->node_id;
 }
 

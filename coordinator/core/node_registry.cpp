@@ -20,9 +20,7 @@ void NodeRegistry::heard_from(NodeRecord& node, TimeMs now) {
   by_last_heard_.erase({node.last_seen_ms, id});
   node.last_seen_ms = now;
   // Heard now, so (on the monotonic clock) last in the order: the hint makes the insert O(1).
-  if (node.summary.state != protocol::NodeState::lost && peer_by_node_.count(id) != 0) {
-    by_last_heard_.emplace_hint(by_last_heard_.end(), now, id);
-  }
+  if (node.summary.state != protocol::NodeState::lost) by_last_heard_.emplace_hint(by_last_heard_.end(), now, id);
 }
 
 std::optional<TimeMs> NodeRegistry::next_liveness_deadline() const {
@@ -53,13 +51,16 @@ NodeRecord* NodeRegistry::find(const std::string& node_id) {
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
-void NodeRegistry::open_session(const std::string& peer, const std::string& node_id, std::uint32_t protocol_version) {
+NodeRecord& NodeRegistry::open_session(const std::string& peer, const std::string& node_id,
+                                       std::uint32_t protocol_version) {
   if (auto old = peer_by_node_.find(node_id); old != peer_by_node_.end() && old->second != peer) {
     sessions_.erase(old->second);
   }
-  sessions_[peer] = Session{node_id, protocol_version};
+  NodeRecord& node = nodes_[node_id];
+  sessions_[peer] = Session{node_id, protocol_version, &node};
   peer_by_node_[node_id] = peer;
   awaiting_registration_.erase(node_id);
+  return node;
 }
 
 void NodeRegistry::close_session(const std::string& node_id) {

@@ -25,6 +25,9 @@ class NodeRegistry {
   struct Session {
     std::string node_id;
     std::uint32_t protocol_version = protocol::kProtocolVersion;
+    // The node's record, read for every message of the session: a node once known is never
+    // forgotten, so the record stays where it is.
+    NodeRecord* node = nullptr;
   };
 
   // Recovered nodes (recover) have until `registration_deadline_ms` to say hello before
@@ -39,8 +42,9 @@ class NodeRegistry {
   const std::map<std::string, NodeRecord>& nodes() const { return nodes_; }
   NodeRecord* find(const std::string& node_id);
 
-  // The node's agent registered on `peer`: a session on an older connection ends.
-  void open_session(const std::string& peer, const std::string& node_id, std::uint32_t protocol_version);
+  // The node's agent registered on `peer`: a session on an older connection ends. Returns the
+  // node's record, made empty for a node not known before.
+  NodeRecord& open_session(const std::string& peer, const std::string& node_id, std::uint32_t protocol_version);
   // The node was lost: its session ends, and it no longer waits to register.
   void close_session(const std::string& node_id);
   const Session* session(const std::string& peer) const;
@@ -54,7 +58,8 @@ class NodeRegistry {
   // When a node that stays silent is lost: a recovered node that has not registered since the
   // start-up has until the registration deadline; none before a fresh window's end.
   //
-  // The node's agent was heard from: its liveness deadline moves to `now` plus the timeout.
+  // The node's agent was heard from on its session: its liveness deadline moves to `now` plus
+  // the timeout.
   void heard_from(NodeRecord& node, TimeMs now);
   // The earliest liveness deadline of a node that is not lost, and the nodes not lost whose deadline
   // is before `now` (in order of their ids). Both read an index of the nodes by when they were

@@ -2,10 +2,10 @@
 // and the core's knobs. docs/operations.md is the reference.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "common/keys.h"
@@ -52,7 +52,8 @@ struct CoordinatorConfig {
   // Loaded at start (load_coordinator_config_to_start), its problems among the file's.
   std::string risk_register;
   std::shared_ptr<const qualification::RiskRegister> waiver_register;
-  std::map<std::string, AuthorizedKey> keys_by_public_key;
+  // Read for every message received: hashed.
+  std::unordered_map<std::string, AuthorizedKey> keys_by_public_key;
 };
 
 // Relative paths resolve against the file's directory. The error lists every problem of the

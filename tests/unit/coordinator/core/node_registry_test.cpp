@@ -18,8 +18,7 @@ constexpr DurationMs kRegistryTimeoutMs = 4000;
 
 // Registers a node as a hello does: a session, then its state and when it was heard from.
 void say_hello(NodeRegistry& registry, const std::string& node_id, const std::string& peer, TimeMs now) {
-  registry.open_session(peer, node_id, protocol::kProtocolVersion);
-  NodeRecord& node = registry.nodes()[node_id];
+  NodeRecord& node = registry.open_session(peer, node_id, protocol::kProtocolVersion);
   node.summary.node_id = node_id;
   node.summary.state = protocol::NodeState::up;
   registry.heard_from(node, now);
