@@ -53,7 +53,7 @@ void Scheduler::Impl::erase_request(RequestId id) {
   auto it = requests.find(id);
   KILN_ASSERT(it != requests.end() && !it->second.lease, "erasing a request that is unknown or holds a lease");
   dequeue(it->second);
-  claimants.erase(id);
+  if (it->second.claim) clear_claim(it->second);
   for (RequestId preempter : it->second.preempted_by) {
     auto mentions = preempted_by_mentions.find(preempter);
     if (--mentions->second == 0) preempted_by_mentions.erase(mentions);
@@ -93,6 +93,23 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
   chips_in_use[{made.cls, made.revision}] += static_cast<int>(made.chips.size());
   lease_deadlines.insert({deadline_of(made), id});
   if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) file_without_notice(id);
+}
+
+void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
+  KILN_ASSERT(!r.claim, "a request holds one claim at a time");
+  r.claim = std::move(claim);
+  claimants.insert(r.req.id);
+  for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = r.req.id;
+  for (std::size_t n : nodes_of(r.claim->chips)) file_victims(n);
+}
+
+void Scheduler::Impl::clear_claim(RequestRec& r) {
+  if (!r.claim) return;
+  for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = 0;
+  const std::vector<std::size_t> claimed = nodes_of(r.claim->chips);
+  r.claim.reset();
+  claimants.erase(r.req.id);
+  for (std::size_t n : claimed) file_victims(n);
 }
 
 void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
@@ -319,6 +336,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
     rec.info = node;
     rec.since_ms = now;
     rec.chip_lease.assign(node.chips.size(), 0);
+    rec.chip_claim.assign(node.chips.size(), 0);
     s.node_index.emplace(node.id, s.nodes.size());
     s.nodes.push_back(std::move(rec));
     s.recount_free(s.nodes.size() - 1);
@@ -332,11 +350,12 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
                               "revision",
                               node.id));
     }
+    s.drop_claims_on(it->second);
     s.file_topology(&rec.info, node);
     rec.info = node;
     rec.chip_lease.resize(node.chips.size(), 0);
+    rec.chip_claim.resize(node.chips.size(), 0);
     s.recount_free(it->second);
-    s.drop_claims_on(it->second);
   }
   s.schedule(now);
   return {};
@@ -734,6 +753,25 @@ Status Scheduler::check_invariants() const {
     return fail(Errc::internal, "the count of requests that name each preempter disagrees with the requests");
   }
   if (s.claimants.size() > s.requests.size()) return fail(Errc::internal, "the claim index names unknown requests");
+  std::vector<std::vector<RequestId>> claimed(s.nodes.size());
+  for (std::size_t n = 0; n < s.nodes.size(); ++n) claimed[n].assign(s.nodes[n].chip_lease.size(), 0);
+  for (RequestId id : s.claimants) {
+    auto r = s.requests.find(id);
+    if (r == s.requests.end() || !r->second.claim) {
+      return fail(Errc::internal, fmt::format("the claim index names request {}, which holds no claim", id));
+    }
+    for (const ChipRef& c : r->second.claim->chips) {
+      if (claimed[c.node][c.pos] != 0) {
+        return fail(Errc::internal, fmt::format("a chip on {} is in two claims", s.nodes[c.node].info.id));
+      }
+      claimed[c.node][c.pos] = id;
+    }
+  }
+  for (std::size_t n = 0; n < s.nodes.size(); ++n) {
+    if (claimed[n] != s.nodes[n].chip_claim) {
+      return fail(Errc::internal, fmt::format("the chips claimed on {} disagree with the claims", s.nodes[n].info.id));
+    }
+  }
   std::map<std::pair<RequestClass, std::string>, int> used;
   std::set<std::pair<TimeMs, LeaseId>> deadlines;
   for (const auto& [id, l] : s.leases) {

@@ -58,6 +58,9 @@ struct NodeRec {
   std::string owner;
   TimeMs since_ms = 0;
   std::vector<LeaseId> chip_lease;  // 0 = free
+  // The request whose claim holds the chip (0: none): kept with the claims (set_claim,
+  // clear_claim), so that the nodes filed for preemption leave claimed chips out.
+  std::vector<RequestId> chip_claim;
 };
 
 struct LeaseRec {
@@ -274,9 +277,11 @@ struct Scheduler::Impl {
   // The up nodes an overdue request could take chips on at the end of a grace (find_victims), per
   // revision: those with a chip under an experiment's lease that has had no notice (a victim to
   // be), those by how many of their chips are free or under notice (come free within the grace),
-  // and those with every chip in one of these three (a whole node to be had). Filed from the leases
-  // alone, so a superset of what a pass, with its grants, claims and reservations, finds there.
-  // Kept by file_victims, with nodes_by_end.
+  // and those with every chip in one of these three (a whole node to be had). A chip an earlier
+  // pass's claim holds is none of these: a request with a claim does not search, and every pass
+  // keeps the claims it found. Filed from the leases and those claims, so a superset of what a
+  // pass, with its grants, new claims and reservations, finds there. Kept by file_victims, with
+  // nodes_by_end and with the claims.
   struct VictimsByRevision {
     std::set<std::size_t> with_victims;
     std::set<std::pair<int, std::size_t>> by_soon_free;  // nodes with at least one such chip
@@ -288,7 +293,7 @@ struct Scheduler::Impl {
     std::string revision;
     int soon_free = 0;  // chips free or under notice
     int victims = 0;    // chips under an experiment's lease without notice
-    int others = 0;     // chips under any other lease
+    int others = 0;     // chips under any other lease, or claimed
   };
   std::vector<std::optional<VictimsFiled>> victims_filed_as;
   // The experiments' leases that have had no notice, the only ones a notice can go to, filed by
@@ -405,14 +410,8 @@ struct Scheduler::Impl {
   RequestRec& add_request(RequestRec rec);
   // Forgets a request that holds no lease.
   void erase_request(RequestId id);
-  void set_claim(RequestRec& r, Claim claim) {
-    r.claim = std::move(claim);
-    claimants.insert(r.req.id);
-  }
-  void clear_claim(RequestRec& r) {
-    r.claim.reset();
-    claimants.erase(r.req.id);
-  }
+  void set_claim(RequestRec& r, Claim claim);
+  void clear_claim(RequestRec& r);
   static TimeMs deadline_of(const LeaseRec& l) { return std::min(l.grace_deadline_ms.value_or(kNever), l.expiry_ms); }
   // Takes the lease's chips for its request, which leaves the queue.
   void add_lease(LeaseRec l);

@@ -202,9 +202,12 @@ std::optional<Scheduler::Impl::VictimsFiled> Scheduler::Impl::victims_of(const N
   if (node.state != NodeState::up) return std::nullopt;
   VictimsFiled out;
   out.revision = node.info.revision;
-  for (LeaseId id : node.chip_lease) {
+  for (std::size_t p = 0; p < node.chip_lease.size(); ++p) {
+    const LeaseId id = node.chip_lease[p];
     const LeaseRec* l = id == 0 ? nullptr : &leases.at(id);
-    if (!l || l->grace_deadline_ms) {
+    if (node.chip_claim[p] != 0) {
+      ++out.others;
+    } else if (!l || l->grace_deadline_ms) {
       ++out.soon_free;
     } else if (l->cls == RequestClass::experiment) {
       ++out.victims;
