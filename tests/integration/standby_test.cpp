@@ -94,7 +94,11 @@ TEST_CASE("a standby coordinator takes over from a killed active one: jobs, a le
   REQUIRE(Fleet::eventually([&] { return job_state_is(*client, sleeping, JobState::running); }, 15s));
   auto nightly = fleet.start_kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-standby"},
                                   fleet.dir() / "nightly.log");
-  // The run is under way: one of its configs has been measured.
+  // The run is under way: one of its configs has been measured. If none is, what the run, the
+  // qualifier and the coordinator said.
+  INFO("the nightly's output:\n" << read_file(fleet.dir() / "nightly.log") << "\nthe qualifier's log:\n"
+                                  << fleet.log_of("qualifier") << "\nthe coordinator's log:\n"
+                                  << fleet.log_of("coordinator"));
   REQUIRE(Fleet::eventually([&] { return measured_configs(fleet) >= 1; }, 120s));
 
   fleet.stop_coordinator(SIGKILL);
