@@ -543,7 +543,7 @@ Status Scheduler::checkpoint_ack(LeaseId lease, TimeMs now) {
   it->second.last_ack_ms = std::max(it->second.last_ack_ms, now);
   if (it->second.grace_deadline_ms) {
     s.requeue(lease, now);
-  } else if (s.without_notice.filed.count(lease)) {
+  } else if (it->second.cls == RequestClass::experiment) {
     s.file_without_notice(lease);
   }
   s.schedule(now);

@@ -424,12 +424,13 @@ struct Scheduler::Impl {
   // Whether `r` cannot start now for want of free chips alone (reservations and claims aside).
   bool lacks_free_chips(const RequestRec& r, const FreeChips& free) const;
 
+  // The lease's last periodic checkpoint at `at` (its start before the first).
+  static TimeMs last_periodic_checkpoint(const LeaseRec& l, TimeMs at) {
+    if (l.checkpoint_interval_ms <= 0 || at <= l.start_ms) return l.start_ms;
+    return l.start_ms + (at - l.start_ms) / l.checkpoint_interval_ms * l.checkpoint_interval_ms;
+  }
   TimeMs last_checkpoint(const LeaseRec& l, TimeMs at) const {
-    TimeMs periodic = l.start_ms;
-    if (l.checkpoint_interval_ms > 0 && at > l.start_ms) {
-      periodic = l.start_ms + (at - l.start_ms) / l.checkpoint_interval_ms * l.checkpoint_interval_ms;
-    }
-    return std::max(periodic, l.last_ack_ms);
+    return std::max(last_periodic_checkpoint(l, at), l.last_ack_ms);
   }
 
   // Chip-milliseconds a preemption notice sent now would destroy: the work since the last

@@ -13,8 +13,7 @@ Scheduler::Impl::NoticeFiled Scheduler::Impl::notice_state(const LeaseRec& l, Ti
   const TimeMs last = last_checkpoint(l, at);
   if (const DurationMs every = l.checkpoint_interval_ms; every > 0) {
     // `last` moves at the next periodic checkpoint, and the window with it.
-    const TimeMs periodic = at > l.start_ms ? l.start_ms + (at - l.start_ms) / every * every : l.start_ms;
-    out.recheck = periodic + every;
+    out.recheck = last_periodic_checkpoint(l, at) + every;
     if (const TimeMs window = last + every - knobs.grace_ms; window > at) {
       out.window = window;
       out.recheck = std::min(out.recheck, window);
