@@ -18,7 +18,7 @@ namespace kiln::transport {
 struct Received {
   std::string routing_id;  // ROUTER sockets only
   bool delimited = false;  // the peer is a REQ socket: replies carry an empty delimiter frame
-  std::string user_id;     // what the ZAP handler said this peer is (its key name)
+  std::string user_id;     // what the ZAP handler named this peer (the coordinator: its key's index)
   std::string header;
   std::string body;
 };

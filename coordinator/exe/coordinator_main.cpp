@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
                 "  authorized keys    %zu\n  heartbeat          %u ms, lost after %u missed\n  log level          %s\n"
                 "  metrics            %s\n  waiver approvers   %s\n",
                 config_path.c_str(), config->agent_endpoint.c_str(), config->client_endpoint.c_str(),
-                kiln::coordinator::store_description(*config).c_str(), config->keys_by_public_key.size(),
+                kiln::coordinator::store_description(*config).c_str(), config->authorized_keys.size(),
                 config->knobs.heartbeat_interval_ms, config->knobs.liveness_missed_beats, config->log_level.c_str(),
                 metrics.c_str(), approvers.c_str());
     return 0;

@@ -337,10 +337,11 @@ void read_keys(config::Problems& problems, const toml::table& root, const fs::pa
     }
     if (!is_z85_key(key.public_key)) {
       r.bad(entry, fmt::format("key '{}' is not a 40-character Z85 CURVE public key", key.name));
-    } else if (config.keys_by_public_key.count(key.public_key)) {
+    } else if (config.key_index_by_public_key.count(key.public_key)) {
       r.bad(entry, fmt::format("key '{}' repeats a public key listed earlier; one key, one role", key.name));
     } else if (problems.size() == before) {
-      config.keys_by_public_key.emplace(key.public_key, key);
+      config.key_index_by_public_key.emplace(key.public_key, config.authorized_keys.size());
+      config.authorized_keys.push_back(std::move(key));
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "common/error.h"
 #include "common/keys.h"
@@ -52,8 +53,12 @@ struct CoordinatorConfig {
   // Loaded at start (load_coordinator_config_to_start), its problems among the file's.
   std::string risk_register;
   std::shared_ptr<const qualification::RiskRegister> waiver_register;
-  // Read for every message received: hashed.
-  std::unordered_map<std::string, AuthorizedKey> keys_by_public_key;
+  // [[key]] in the order of the file. The ZAP handler finds a connecting key by its public key
+  // and names it to ZeroMQ by its position here, so that each message received finds its key
+  // by index (authorized_key_of), not by a 40-character public key.
+  std::vector<AuthorizedKey> authorized_keys;
+  std::unordered_map<std::string, std::size_t> key_index_by_public_key;
+
 };
 
 // Relative paths resolve against the file's directory. The error lists every problem of the

@@ -1,6 +1,8 @@
 #include "coordinator/shell/coordinator_sockets.h"
 
+#include <charconv>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -67,20 +69,21 @@ void answer_zap(CoordinatorSockets& sockets, const CoordinatorConfig& config, sp
   if (mechanism == "CURVE" && frames.size() >= 7 && frames[6].size() == 32) {
     char z85[41] = {};
     zmq_z85_encode(z85, static_cast<const uint8_t*>(frames[6].data()), 32);
-    auto it = config.keys_by_public_key.find(z85);
-    if (it == config.keys_by_public_key.end()) {
+    auto it = config.key_index_by_public_key.find(z85);
+    if (it == config.key_index_by_public_key.end()) {
       logger.warn("refused a connection from {} with unknown key {} on the {} socket", address, z85, domain);
     } else {
-      const bool is_agent = it->second.role == protocol::Role::agent;
+      const AuthorizedKey& key = config.authorized_keys[it->second];
+      const bool is_agent = key.role == protocol::Role::agent;
       if (is_agent != (domain == kAgentDomain)) {
         text = "wrong socket for this role";
         logger.warn("refused key '{}' ({}) from {} on the {} socket: agent keys use the agent endpoint, "
                     "other roles the client endpoint",
-                    it->second.name, protocol::enum_name(it->second.role), address, domain);
+                    key.name, protocol::enum_name(key.role), address, domain);
       } else {
         status = "200";
         text = "OK";
-        user_id = z85;
+        user_id = std::to_string(it->second);
       }
     }
   } else {
@@ -96,6 +99,14 @@ void answer_zap(CoordinatorSockets& sockets, const CoordinatorConfig& config, sp
   } catch (const zmq::error_t& e) {
     logger.error("cannot answer a ZAP request: {}", e.what());
   }
+}
+
+const AuthorizedKey& authorized_key_of(const CoordinatorConfig& config, std::string_view user_id) {
+  std::size_t index = 0;
+  const auto [end, error] = std::from_chars(user_id.data(), user_id.data() + user_id.size(), index);
+  KILN_ASSERT(error == std::errc() && end == user_id.data() + user_id.size() && index < config.authorized_keys.size(),
+              "ZAP admits only authorized keys, each named by its index");
+  return config.authorized_keys[index];
 }
 
 }  // namespace kiln::coordinator

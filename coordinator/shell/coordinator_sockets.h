@@ -28,8 +28,11 @@ struct CoordinatorSockets {
 Status bind_sockets(CoordinatorSockets& sockets, const CoordinatorConfig& config, const KeyPair& keys);
 
 // Answers one ZAP request (RFC 27) waiting on `sockets.zap`: an authorized key on the socket of
-// its role is admitted with the key itself as the user id, so each later message can be traced
-// to one key and its role; anything else is refused and logged.
+// its role is admitted with the key's position in `config.authorized_keys` as the user id, so
+// each later message can be traced to one key and its role; anything else is refused and logged.
 void answer_zap(CoordinatorSockets& sockets, const CoordinatorConfig& config, spdlog::logger& logger);
+
+// The key that `answer_zap` admitted as `user_id`, the User-Id of each message received.
+const AuthorizedKey& authorized_key_of(const CoordinatorConfig& config, std::string_view user_id);
 
 }  // namespace kiln::coordinator

@@ -69,7 +69,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   Status bind() {
     if (auto s = bind_sockets(sockets_, config_, keys_); !s) return s;
     logger_->info("listening for agents on {} and clients on {} ({} authorized keys)", config_.agent_endpoint,
-                  config_.client_endpoint, config_.keys_by_public_key.size());
+                  config_.client_endpoint, config_.authorized_keys.size());
     logger_->info("keeping what it acknowledges in the {}", store_description(config_));
     return {};
   }
@@ -161,9 +161,8 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   }
 
   void handle_message(const transport::Received& r, bool from_agents) {
-    auto key = config_.keys_by_public_key.find(r.user_id);
-    KILN_ASSERT(key != config_.keys_by_public_key.end(), "ZAP admits only authorized keys");
-    const Caller caller{key->second.name, key->second.role};
+    const AuthorizedKey& key = authorized_key_of(config_, r.user_id);
+    const Caller caller{key.name, key.role};
     auto envelope = admit_message(ReceivedFrames{r.routing_id, from_agents, caller.key_name, r.header, r.body},
                                   limits_, *this);
     if (!envelope) return;

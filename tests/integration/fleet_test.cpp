@@ -131,6 +131,11 @@ TEST_CASE("keys and roles: an unknown key is refused, a developer may not drain 
   REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
 
   std::string out;
+  // Each admitted key is known by its own name and role, however many keys the file lists.
+  CHECK(fleet.kiln("dev", {"whoami"}, &out) == 0);
+  CHECK(out.find("dev (role developer)") != std::string::npos);
+  CHECK(fleet.kiln("ops1", {"whoami"}, &out) == 0);
+  CHECK(out.find("ops1 (role ops)") != std::string::npos);
   CHECK(fleet.kiln("stranger", {"whoami"}, &out) == 3);
   CHECK(out.find("refused this key") != std::string::npos);
   CHECK(fleet.log_of("coordinator").find("unknown key") != std::string::npos);
