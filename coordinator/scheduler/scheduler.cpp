@@ -24,21 +24,61 @@ void Scheduler::Impl::enqueue(RequestRec& r) {
   queue.emplace(key, &r);
   if (plain(r)) {
     plain_by_shape[shape_of(r.req)].emplace(key, &r);
+  } else if (filed_as_target(r)) {
+    targets_by_shape[shape_of(r.req)].emplace(key, &r);
+    targets_by_due.insert({due_at(r), r.req.id});
   } else {
     unplain.emplace(key, &r);
   }
 }
 
+namespace {
+
+template <typename ByShape, typename Key>
+void erase_from_shape(ByShape& by_shape, const typename ByShape::key_type& shape, const Key& key) {
+  auto filed = by_shape.find(shape);
+  KILN_ASSERT(filed != by_shape.end() && filed->second.erase(key) == 1, "a queued request is filed by its shape");
+  if (filed->second.empty()) by_shape.erase(filed);
+}
+
+}  // namespace
+
 void Scheduler::Impl::dequeue(const RequestRec& r) {
   const OrderKey key = order_key(r.req);
   queue.erase(key);
   if (plain(r)) {
-    auto shape = plain_by_shape.find(shape_of(r.req));
-    shape->second.erase(key);
-    if (shape->second.empty()) plain_by_shape.erase(shape);
+    erase_from_shape(plain_by_shape, shape_of(r.req), key);
+  } else if (filed_as_target(r)) {
+    erase_from_shape(targets_by_shape, shape_of(r.req), key);
+    targets_by_due.erase({due_at(r), r.req.id});
   } else {
     unplain.erase(key);
   }
+}
+
+void Scheduler::Impl::refile_targets(TimeMs now) {
+  if (now >= targets_filed_at) {
+    while (!targets_by_due.empty() && targets_by_due.begin()->first <= now) {
+      RequestRec& r = requests.at(targets_by_due.begin()->second);
+      const OrderKey key = order_key(r.req);
+      erase_from_shape(targets_by_shape, shape_of(r.req), key);
+      targets_by_due.erase(targets_by_due.begin());
+      unplain.emplace(key, &r);
+    }
+  } else {
+    // A clock set back (a restart): requests due as of the filing may not be due now.
+    for (auto it = unplain.begin(); it != unplain.end();) {
+      RequestRec& r = *it->second;
+      if (waits_for_target(r) && due_at(r) > now) {
+        targets_by_shape[shape_of(r.req)].emplace(it->first, &r);
+        targets_by_due.insert({due_at(r), r.req.id});
+        it = unplain.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  targets_filed_at = now;
 }
 
 RequestRec& Scheduler::Impl::add_request(RequestRec rec) {
@@ -52,8 +92,8 @@ RequestRec& Scheduler::Impl::add_request(RequestRec rec) {
 void Scheduler::Impl::erase_request(RequestId id) {
   auto it = requests.find(id);
   KILN_ASSERT(it != requests.end() && !it->second.lease, "erasing a request that is unknown or holds a lease");
-  dequeue(it->second);
   if (it->second.claim) clear_claim(it->second);
+  dequeue(it->second);
   for (RequestId preempter : it->second.preempted_by) {
     auto mentions = preempted_by_mentions.find(preempter);
     if (--mentions->second == 0) preempted_by_mentions.erase(mentions);
@@ -97,7 +137,11 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
 
 void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
   KILN_ASSERT(!r.claim, "a request holds one claim at a time");
+  KILN_ASSERT(!r.lease, "only pending requests hold claims");
+  // A request with a claim is read at every pass: it leaves the filing of those waiting for their target.
+  dequeue(r);
   r.claim = std::move(claim);
+  enqueue(r);
   claimants.insert(r.req.id);
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = r.req.id;
   for (std::size_t n : nodes_of(r.claim->chips)) file_victims(n);
@@ -105,9 +149,12 @@ void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
 
 void Scheduler::Impl::clear_claim(RequestRec& r) {
   if (!r.claim) return;
+  KILN_ASSERT(!r.lease, "only pending requests hold claims");
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = 0;
   const std::vector<std::size_t> claimed = nodes_of(r.claim->chips);
+  dequeue(r);
   r.claim.reset();
+  enqueue(r);
   claimants.erase(r.req.id);
   for (std::size_t n : claimed) file_victims(n);
 }
@@ -225,6 +272,7 @@ void Scheduler::Impl::schedule(TimeMs now) {
     RequestRec& r = requests.at(id);
     if (!r.lease && now >= r.claim->ready_ms + knobs.grace_ms) clear_claim(r);
   }
+  refile_targets(now);
   Plan p = plan(now, false);
   const bool decided_nothing = p.grants.empty() && p.preemptions.empty();
   apply(p, now);
@@ -745,6 +793,38 @@ Status Scheduler::check_invariants() const {
     }
   }
   if (pending != s.queue.size()) return fail(Errc::internal, "the queue holds requests that are not pending");
+  // Each pending request is filed once for the pass: plain by shape, waiting for its target and
+  // not due as of the filing by shape and due time, or among the others.
+  const auto filed_in = [](const auto& by_shape, const Impl::Shape& shape, const Impl::OrderKey& key,
+                           const RequestRec& r) {
+    auto entries = by_shape.find(shape);
+    if (entries == by_shape.end()) return false;
+    auto entry = entries->second.find(key);
+    return entry != entries->second.end() && entry->second == &r;
+  };
+  std::size_t plain_filed = 0;
+  std::size_t targets_filed = 0;
+  for (const auto& [shape, entries] : s.plain_by_shape) plain_filed += entries.size();
+  for (const auto& [shape, entries] : s.targets_by_shape) targets_filed += entries.size();
+  for (const auto& [key, r] : s.queue) {
+    const Impl::Shape shape = Impl::shape_of(r->req);
+    bool found = false;
+    if (s.plain(*r)) {
+      found = filed_in(s.plain_by_shape, shape, key, *r);
+    } else if (s.filed_as_target(*r)) {
+      found = filed_in(s.targets_by_shape, shape, key, *r) && s.targets_by_due.count({s.due_at(*r), r->req.id});
+    } else {
+      auto entry = s.unplain.find(key);
+      found = entry != s.unplain.end() && entry->second == r;
+    }
+    if (!found) {
+      return fail(Errc::internal, fmt::format("pending request {} is not filed where its kind and target say",
+                                              r->req.id));
+    }
+  }
+  if (plain_filed + targets_filed + s.unplain.size() != s.queue.size() || s.targets_by_due.size() != targets_filed) {
+    return fail(Errc::internal, "the requests filed for the pass disagree with the queue");
+  }
   std::map<RequestId, int> mentions;
   for (const auto& [id, r] : s.requests) {
     for (RequestId preempter : r.preempted_by) ++mentions[preempter];

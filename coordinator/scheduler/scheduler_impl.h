@@ -234,6 +234,16 @@ struct Scheduler::Impl {
   // the reservations are taken all do: the pass leaves the rest of that shape unread.
   using Shape = std::tuple<std::string, int, int>;  // pinned node, whole nodes, chips
   std::map<Shape, std::map<OrderKey, RequestRec*>> plain_by_shape;
+  // The requests that wait for their target (waits_for_target) and are not due to preempt as of
+  // `targets_filed_at`, by shape and by when each becomes due; the other requests that are not
+  // plain in `unplain`. Until it is due, such a request changes a pass only if chips are free for
+  // its shape, a reservation is left or a notice to an experiment would lose nothing; otherwise
+  // it only wakes the scheduler when it becomes due. So, like a plain shape, a shape of them is
+  // read no further once its next request could take nothing. schedule() files them again as
+  // of each pass's moment (refile_targets).
+  std::map<Shape, std::map<OrderKey, RequestRec*>> targets_by_shape;
+  std::set<std::pair<TimeMs, RequestId>> targets_by_due;
+  TimeMs targets_filed_at = kFreeNow;
   std::map<OrderKey, RequestRec*> unplain;
   std::set<RequestId> claimants;
   // How many requests' preempted_by name each request. One named by none finds the same victims
@@ -404,6 +414,20 @@ struct Scheduler::Impl {
 
   static Shape shape_of(const Request& q);
   bool plain(const RequestRec& r) const;
+  // A request that may preempt once its target nears, with no window of its own and no claim.
+  bool waits_for_target(const RequestRec& r) const {
+    return may_preempt(r) && !r.req.not_before_ms && !r.claim;
+  }
+  // When a request that may preempt becomes due to: its target less the grace.
+  TimeMs due_at(const RequestRec& r) const { return *target_time(r) - knobs.grace_ms; }
+  // Whether enqueue files `r` in targets_by_shape: it waits for its target and is not due as of
+  // the filing's moment.
+  bool filed_as_target(const RequestRec& r) const {
+    return waits_for_target(r) && due_at(r) > targets_filed_at;
+  }
+  // Files the requests waiting for their targets as of `now`: those due by then move to unplain
+  // (and, with a clock set back, those not yet due back from it).
+  void refile_targets(TimeMs now);
   void enqueue(RequestRec& r);
   void dequeue(const RequestRec& r);
   // Every request enters here; it is queued unless it already holds a lease.

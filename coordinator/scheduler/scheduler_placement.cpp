@@ -712,6 +712,9 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     ++position;
     bool window_open = !q.not_before_ms || *q.not_before_ms <= now;
     if (!window_open) out.wake = std::min(out.wake, *q.not_before_ms);
+    // One waiting for its target wakes the scheduler when it becomes due, whatever else the pass
+    // finds for it: a pass that leaves it unread (below) knows that much of it.
+    if (waits_for_target(r) && due_at(r) > now) out.wake = std::min(out.wake, due_at(r));
     if (window_open && !fifo_blocked && !lacks_free_chips(r, free)) {
       if (auto grant = place_now_shared(r)) {
         reservations_by_shape.clear();
@@ -801,13 +804,21 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   if (with_reasons || knobs.exhaustive_passes) {
     for (const auto& [key, queued] : queue) consider(*queued);
   } else {
-    // The other requests and each shape's plain ones, merged in scheduling order. A shape is read
-    // no further once its next request can take nothing: no chips free for it now (there are
-    // only fewer later in the pass) and no reservation left, or a fifo queue whose head waits.
+    // The other requests, each shape's plain ones and each shape's not yet due to preempt,
+    // merged in scheduling order. A shape is read no further once its next request can take
+    // nothing: no chips free for it now (there are only fewer later in the pass) and no
+    // reservation left, or a fifo queue whose head waits. One not yet due could still preempt an
+    // experiment that a notice costs nothing now; and each wakes the scheduler when it becomes
+    // due, or when a notice would cost nothing if it is late, so a shape of them is left only
+    // while the earliest of those moments is a due one: the pass wakes for it below.
+    KILN_ASSERT(targets_filed_at == now, "schedule() files the requests waiting for their targets as of its pass");
     using Entries = std::map<OrderKey, RequestRec*>;
     std::vector<std::pair<Entries::const_iterator, Entries::const_iterator>> cursors;
     cursors.push_back({unplain.begin(), unplain.end()});
     for (const auto& [shape, entries] : plain_by_shape) cursors.push_back({entries.begin(), entries.end()});
+    const std::size_t first_target_shape = cursors.size();
+    for (const auto& [shape, entries] : targets_by_shape) cursors.push_back({entries.begin(), entries.end()});
+    if (!targets_by_due.empty()) out.wake = std::min(out.wake, targets_by_due.begin()->first);
     using Head = std::pair<OrderKey, std::size_t>;
     std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
     for (std::size_t c = 0; c < cursors.size(); ++c) {
@@ -818,8 +829,12 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
       heads.pop();
       const RequestRec& r = *cursors[c].first->second;
       const bool may_reserve = kiln_policy() && reservations < knobs.max_reservations;
-      const bool takes_nothing =
+      bool takes_nothing =
           !may_reserve && (knobs.policy == Policy::fifo ? fifo_blocked : lacks_free_chips(r, free));
+      if (c >= first_target_shape && takes_nothing) {
+        if (!notices) notices = free_notices(now);
+        takes_nothing = !notices->now && notices->next >= targets_by_due.begin()->first;
+      }
       if (c != 0 && takes_nothing) continue;
       consider(r);
       if (++cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});

@@ -73,6 +73,13 @@ SchedulerKnobs knobs_with_grace(DurationMs grace_ms) {
   return k;
 }
 
+// A 5-minute grace, and presubmits that should start within 30 minutes of their submission.
+SchedulerKnobs knobs_with_presubmit_target() {
+  SchedulerKnobs k = knobs_with_grace(5 * kMinuteMs);
+  k.target_start_latency_ms[rank(RequestClass::presubmit)] = 30 * kMinuteMs;
+  return k;
+}
+
 }  // namespace
 
 TEST_CASE("one-node grants take chips of one NUMA node and fit best to keep nodes whole") {
@@ -334,8 +341,7 @@ TEST_CASE("the victim is the lease that loses the least work") {
 }
 
 TEST_CASE("a request within its target waits instead of preempting") {
-  SchedulerKnobs k = knobs_with_grace(5 * kMinuteMs);
-  k.target_start_latency_ms[rank(RequestClass::presubmit)] = 30 * kMinuteMs;
+  SchedulerKnobs k = knobs_with_presubmit_target();
   Scheduler s{k};
   REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
   REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 20 * kMinuteMs), 0));
@@ -598,8 +604,7 @@ TEST_CASE("baseline policies: fifo blocks behind its head, strict priority skips
 }
 
 TEST_CASE("before its target a request preempts only a victim that loses nothing") {
-  SchedulerKnobs k = knobs_with_grace(5 * kMinuteMs);
-  k.target_start_latency_ms[rank(RequestClass::presubmit)] = 30 * kMinuteMs;
+  SchedulerKnobs k = knobs_with_presubmit_target();
   Scheduler s{k};
   REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
   Request exp = make_request(1, RequestClass::experiment, 8, 3 * kHourMs);
@@ -617,6 +622,47 @@ TEST_CASE("before its target a request preempts only a victim that loses nothing
   auto notices = only<PreemptNotice>(drain(s));
   REQUIRE(notices.size() == 1);
   CHECK(notices[0].lease == grant->lease);
+}
+
+TEST_CASE("a presubmit left unread behind another's reservation still preempts when it becomes due") {
+  SchedulerKnobs k = knobs_with_presubmit_target();
+  k.max_reservations = 1;
+  Scheduler s{k};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 3 * kHourMs), 0));
+  const auto grant = granted(drain(s), 1);
+  REQUIRE(grant);
+  // The first presubmit, with a target two hours out, holds the one reservation; the second,
+  // with no chips free and no reservation left, is not read by the passes until it is due.
+  Request patient = make_request(2, RequestClass::presubmit, 8, 10 * kMinuteMs);
+  patient.target_start_latency_ms = 2 * kHourMs;
+  REQUIRE(s.submit(patient, 0));
+  REQUIRE(s.submit(make_request(3, RequestClass::presubmit, 8, 10 * kMinuteMs, kMinuteMs), kMinuteMs));
+  CHECK(only<PreemptNotice>(drain(s)).empty());
+  CHECK(s.check_invariants());
+  // Its target is 00:31: with a 5-minute grace it is due at 00:26, and preempts then.
+  CHECK(s.next_deadline() == 26 * kMinuteMs);
+  s.on_tick(26 * kMinuteMs);
+  auto notices = only<PreemptNotice>(drain(s));
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].lease == grant->lease);
+  CHECK(notices[0].preempted_for == 3);
+  CHECK(s.check_invariants());
+}
+
+TEST_CASE("a presubmit found due and then asked about with the clock set back waits for its target again") {
+  SchedulerKnobs k = knobs_with_presubmit_target();
+  Scheduler s{k};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 28 * kMinuteMs), 0));
+  REQUIRE(granted(drain(s), 1));
+  // Due from 00:25, but the experiment ends at 00:28, before the target: no preemption.
+  REQUIRE(s.submit(make_request(2, RequestClass::presubmit, 8, 10 * kMinuteMs), 0));
+  for (TimeMs at : {26 * kMinuteMs, 10 * kMinuteMs, 20 * kMinuteMs, 26 * kMinuteMs}) {
+    s.on_tick(at);
+    CHECK(only<PreemptNotice>(drain(s)).empty());
+    CHECK(s.check_invariants());
+  }
 }
 
 TEST_CASE("the queue's explanations come in scheduling order, and an expected start counts preemption") {
