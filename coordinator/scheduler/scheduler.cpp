@@ -37,7 +37,9 @@ namespace {
 template <typename ByShape, typename Key>
 void erase_from_shape(ByShape& by_shape, const typename ByShape::key_type& shape, const Key& key) {
   auto filed = by_shape.find(shape);
-  KILN_ASSERT(filed != by_shape.end() && filed->second.erase(key) == 1, "a queued request is filed by its shape");
+  KILN_ASSERT(filed != by_shape.end(), "a queued request is filed by its shape");
+  const std::size_t erased = filed->second.erase(key);
+  KILN_ASSERT(erased == 1, "a queued request is filed by its shape");
   if (filed->second.empty()) by_shape.erase(filed);
 }
 
@@ -66,7 +68,8 @@ void Scheduler::Impl::refile_targets(TimeMs now) {
       unplain.emplace(key, &r);
     }
   } else {
-    // A clock set back (a restart): requests due as of the filing may not be due now.
+    // A pass at a moment before the filing's (the caller's clock set back): requests due as of
+    // the filing may not be due now.
     for (auto it = unplain.begin(); it != unplain.end();) {
       RequestRec& r = *it->second;
       if (waits_for_target(r) && due_at(r) > now) {
