@@ -69,16 +69,24 @@ std::atomic<bool> g_stop{false};
 
 constexpr rlim_t kFilesWanted = 65536;
 
-int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+// `count` loopback ports free now, all different: each is held until every one is chosen, so the
+// kernel cannot hand out one twice.
+std::vector<int> free_loopback_ports(std::size_t count) {
+  std::vector<int> fds;
+  std::vector<int> ports;
+  for (std::size_t i = 0; i < count; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    fds.push_back(fd);
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
 }
 
 // The CPUs process `pid` (0: this one) may run on.
@@ -150,6 +158,17 @@ void stop_process(pid_t pid) {
 bool running(pid_t pid) {
   int status = 0;
   return ::waitpid(pid, &status, WNOHANG) == 0;
+}
+
+// A server that exited before its run ended: the end of its log says why.
+kiln::Error server_gone(const std::string& server, const fs::path& log) {
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  constexpr std::size_t kTailBytes = 2000;
+  if (text.size() > kTailBytes) text = "..." + text.substr(text.size() - kTailBytes);
+  return kiln::Error{kiln::Errc::unavailable,
+                     fmt::format("the {} exited before its run ended; the end of its log ({}):\n{}", server,
+                                 log.string(), text)};
 }
 
 // User and system CPU time of a process so far, from /proc/PID/stat (fields 14 and 15).
@@ -395,14 +414,12 @@ class Bench {
     (void)kiln::write_keypair((dir_ / "coordinator").string(), server_keys_);
   }
 
-  Run run(std::size_t n, bool echo, bool stall) {
-    const int agent_port = free_loopback_port();
-    const int client_port = free_loopback_port();
-    const int durable_client_port = free_loopback_port();
-    const std::string agent_endpoint = fmt::format("tcp://127.0.0.1:{}", agent_port);
-    const std::string client_endpoint = fmt::format("tcp://127.0.0.1:{}", client_port);
-    const std::string durable_client_endpoint = fmt::format("tcp://127.0.0.1:{}", durable_client_port);
-    const std::string metrics_address = fmt::format("127.0.0.1:{}", free_loopback_port());
+  kiln::Result<Run> run(std::size_t n, bool echo, bool stall) {
+    const std::vector<int> ports = free_loopback_ports(4);
+    const std::string agent_endpoint = fmt::format("tcp://127.0.0.1:{}", ports[0]);
+    const std::string client_endpoint = fmt::format("tcp://127.0.0.1:{}", ports[1]);
+    const std::string durable_client_endpoint = fmt::format("tcp://127.0.0.1:{}", ports[2]);
+    const std::string metrics_address = fmt::format("127.0.0.1:{}", ports[3]);
     const std::string server = echo ? "echo" : "coordinator";
     const fs::path log = dir_ / fmt::format("{}-{}.log", server, n);
     pid_t pid = 0;
@@ -453,6 +470,7 @@ class Bench {
     while (fleet.counts().registered < n && steady_ms() - started < patience_ms && running(pid)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    if (!running(pid)) return tl::unexpected(server_gone(server, log));
     r.registered = fleet.counts().registered;
     r.registration_seconds = static_cast<double>(steady_ms() - started) / 1000;
     progress("{} agents in {} process{}: {} registered with the {} in {:.1f} s", n, r.agent_processes,
@@ -492,7 +510,8 @@ class Bench {
     // Round trips of one client at a time, under the agents' load.
     Requester client(client_endpoint, client_keys_, server_keys_.public_key, echo);
     const std::string metrics_before = echo ? "" : kiln::http::get(metrics_address, "/metrics").body;
-    time_round_trips(client, echo, r.submit, r.lease, r.release);
+    time_round_trips(client, echo, pid, r.submit, r.lease, r.release);
+    if (!running(pid)) return tl::unexpected(server_gone(server, log));
     if (!echo) {
       const std::string metrics_after = kiln::http::get(metrics_address, "/metrics").body;
       r.own_submit = own_time(metrics_before, metrics_after, "submit_job");
@@ -501,7 +520,7 @@ class Bench {
     if (echo) {
       Requester durable_client(durable_client_endpoint, client_keys_, server_keys_.public_key, true);
       Latency durable_release;
-      time_round_trips(durable_client, true, r.durable_submit, r.durable_lease, durable_release);
+      time_round_trips(durable_client, true, pid, r.durable_submit, r.durable_lease, durable_release);
     }
 
     // Throughput: the queue filled to `queued`, then `burst` more, pipelined, each acknowledged
@@ -519,6 +538,7 @@ class Bench {
     r.submit_jobs_per_second = static_cast<double>(r.burst_accepted) / seconds;
     if (r.burst_accepted > 0) r.cpu_per_submit_ms = (server_cpu_ms(pid) - cpu0) / static_cast<double>(r.burst_accepted);
 
+    if (!running(pid)) return tl::unexpected(server_gone(server, log));
     r.timeouts = fleet.counts().timeouts - timeouts_before;
     r.connect_failures = fleet.counts().connect_failures;
     r.lost = echo ? 0 : count_lines(log, kLostMarker) - lost_before;
@@ -541,8 +561,9 @@ class Bench {
 
   // One request at a time: `requests` submits, then as many leases, each released. Only what
   // was done is timed (the echo does nothing, so everything it answers): a refusal is not a
-  // round trip of the request's work, and the first one is reported.
-  void time_round_trips(Requester& client, bool echo, Latency& submit, Latency& lease, Latency& release) {
+  // round trip of the request's work, and the first one is reported. Stops if the server exits.
+  void time_round_trips(Requester& client, bool echo, pid_t server, Latency& submit, Latency& lease,
+                        Latency& release) {
     std::vector<double> submit_us;
     std::vector<double> lease_us;
     std::vector<double> release_us;
@@ -555,11 +576,11 @@ class Bench {
       }
       return false;
     };
-    for (int i = 0; i < s_.requests; ++i) {
+    for (int i = 0; i < s_.requests && running(server); ++i) {
       auto reply = client.call(submit_body(), 10000);
       if (reply && done(reply, kiln::protocol::JobAccepted{})) submit_us.push_back(reply->rtt_us);
     }
-    for (int i = 0; i < s_.requests; ++i) {
+    for (int i = 0; i < s_.requests && running(server); ++i) {
       kiln::protocol::RequestLease ask;
       ask.chips = 1;
       ask.duration_ms = 60000;
@@ -1001,9 +1022,13 @@ int main(int argc, char** argv) {
     for (std::size_t n : s.agents) {
       std::vector<std::pair<Run, Run>> pairs;
       for (int r = 1; r <= s.repeats; ++r) {
-        Run echo = bench.run(n, true, false);
-        Run coordinator = bench.run(n, false, s.stall && n == s.agents.back() && r == s.repeats);
-        pairs.emplace_back(coordinator, echo);
+        auto echo = bench.run(n, true, false);
+        auto coordinator = echo ? bench.run(n, false, s.stall && n == s.agents.back() && r == s.repeats) : echo;
+        if (!coordinator) {
+          std::cerr << coordinator.error().message << "\nthe bench's files are kept in " << dir.string() << "\n";
+          return 1;
+        }
+        pairs.emplace_back(*coordinator, *echo);
         rows.push_back(pairs.back());
       }
       if (s.repeats > 1) medians.push_back(medians_json(pairs));
