@@ -1,10 +1,8 @@
 // kiln-bench-scale: one real kiln-coordinator (SQLite in a temporary directory, on loopback, CURVE
 // keys made for the run) under N fake agents at 1 Hz and request/reply clients, beside a raw ZeroMQ
 // CURVE echo server under the same load as the reference. See docs/performance.md, "Scale".
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -33,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/transport/loopback_ports.h"
 #include "common/http/client.h"
 #include "common/keys.h"
 #include "common/version.h"
@@ -68,26 +67,6 @@ struct Settings {
 std::atomic<bool> g_stop{false};
 
 constexpr rlim_t kFilesWanted = 65536;
-
-// `count` loopback ports free now, all different: each is held until every one is chosen, so the
-// kernel cannot hand out one twice.
-std::vector<int> free_loopback_ports(std::size_t count) {
-  std::vector<int> fds;
-  std::vector<int> ports;
-  for (std::size_t i = 0; i < count; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : fds) ::close(fd);
-  return ports;
-}
 
 // The CPUs process `pid` (0: this one) may run on.
 std::vector<int> allowed_cpus(pid_t pid = 0) {
@@ -415,7 +394,7 @@ class Bench {
   }
 
   kiln::Result<Run> run(std::size_t n, bool echo, bool stall) {
-    const std::vector<int> ports = free_loopback_ports(4);
+    const std::vector<int> ports = kiln::transport::free_loopback_ports(4);
     const std::string agent_endpoint = fmt::format("tcp://127.0.0.1:{}", ports[0]);
     const std::string client_endpoint = fmt::format("tcp://127.0.0.1:{}", ports[1]);
     const std::string durable_client_endpoint = fmt::format("tcp://127.0.0.1:{}", ports[2]);

@@ -58,7 +58,6 @@ struct CoordinatorConfig {
   // by index (authorized_key_of), not by a 40-character public key.
   std::vector<AuthorizedKey> authorized_keys;
   std::unordered_map<std::string, std::size_t> key_index_by_public_key;
-
 };
 
 // Relative paths resolve against the file's directory. The error lists every problem of the

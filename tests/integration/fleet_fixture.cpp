@@ -1,9 +1,7 @@
 #include "tests/integration/fleet_fixture.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,23 +15,11 @@
 
 #include "common/keys.h"
 #include "common/process/cgroup.h"
+#include "common/transport/loopback_ports.h"
 #include "tests/support/text.h"
 
 namespace kiln::testing {
 namespace fs = std::filesystem;
-
-int free_loopback_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 ChildProcess::ChildProcess(std::vector<std::string> argv, const fs::path& log_file, const fs::path& error_file) {
   pid_ = ::fork();
@@ -86,8 +72,9 @@ Fleet::Fleet(std::string name, int heartbeat_interval_ms, int liveness_missed_be
   dir_ = fs::temp_directory_path() / fmt::format("kiln-it-{}-{}", name_, ::getpid());
   fs::remove_all(dir_);
   fs::create_directories(dir_);
-  agent_port_ = free_loopback_port();
-  client_port_ = free_loopback_port();
+  const std::vector<int> ports = transport::free_loopback_ports(2);
+  agent_port_ = ports[0];
+  client_port_ = ports[1];
   auto keys = generate_keypair();
   KILN_ASSERT(keys.has_value(), "CURVE keys can be made");
   KILN_ASSERT(write_keypair((dir_ / "coordinator").string(), *keys).has_value(), "the test dir is writable");
@@ -135,8 +122,9 @@ std::string Fleet::coordinators_toml(int port, int standby_port) const {
 
 void Fleet::add_standby() {
   KILN_ASSERT(!postgres_url_.empty(), "a standby shares a PostgreSQL store");
-  standby_agent_port_ = free_loopback_port();
-  standby_client_port_ = free_loopback_port();
+  const std::vector<int> ports = transport::free_loopback_ports(2);
+  standby_agent_port_ = ports[0];
+  standby_client_port_ = ports[1];
   write_coordinator_config();
 }
 
@@ -307,7 +295,9 @@ std::unique_ptr<ChildProcess> Fleet::start_kiln(const std::string& key_name, con
   return std::make_unique<ChildProcess>(argv, log_file);
 }
 
-std::string Fleet::free_loopback_address() { return "127.0.0.1:" + std::to_string(free_loopback_port()); }
+std::string Fleet::free_loopback_address() {
+  return "127.0.0.1:" + std::to_string(transport::free_loopback_ports(1).front());
+}
 
 bool Fleet::eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

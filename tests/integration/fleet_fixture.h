@@ -17,9 +17,6 @@
 
 namespace kiln::testing {
 
-// A TCP port of 127.0.0.1 that nothing listens on now.
-int free_loopback_port();
-
 class ChildProcess {
  public:
   // stdout and stderr go to log_file, or stderr to error_file when one is given.

@@ -21,6 +21,7 @@
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/run_command.h"
 #include "common/http/client.h"
+#include "common/transport/loopback_ports.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
@@ -284,9 +285,10 @@ TEST_CASE("the packaged coordinator, agent and client work together with the pac
   const fs::path etc = root / "etc/kiln";
   const fs::path state = root / "var/lib/kiln";
   const auto bin = [&](const std::string& program) { return (root / "usr/bin" / program).string(); };
-  const int agent_port = free_loopback_port();
-  int client_port = free_loopback_port();
-  while (client_port == agent_port) client_port = free_loopback_port();
+  // The endpoints' ports and the three /metrics ports, all different.
+  const std::vector<int> ports = kiln::transport::free_loopback_ports(5);
+  const int agent_port = ports[0];
+  const int client_port = ports[1];
 
   // What the postinsts do (dpkg-deb -x runs none): the key pairs, the state folders; and what
   // systemd does for kiln-agent.service: /run/kiln.
@@ -299,10 +301,9 @@ TEST_CASE("the packaged coordinator, agent and client work together with the pac
   fs::create_directories(root / "run/kiln");
   // The /metrics addresses of the packaged configs, moved to free ports too.
   std::map<std::string, int> http_ports;
+  int next_port = 2;
   for (const char* packaged : {"127.0.0.1:9470", "127.0.0.1:9471", "127.0.0.1:9472"}) {
-    int port = free_loopback_port();
-    while (port == agent_port || port == client_port) port = free_loopback_port();
-    http_ports[packaged] = port;
+    http_ports[packaged] = ports[next_port++];
   }
   for (const char* config : {"coordinator.toml", "qualifier.toml", "agent.toml"}) {
     const std::string packaged = read_file(etc / config);
