@@ -88,6 +88,10 @@ void FleetMetrics::client_answer_sent(const std::string& peer, std::uint64_t cor
   awaited_.erase(it);
 }
 
+void FleetMetrics::store_committed(std::int64_t took_us) {
+  store_commit_seconds_.observe(static_cast<double>(std::max<std::int64_t>(0, took_us)) / 1e6);
+}
+
 void FleetMetrics::preempted(PriorityClass cls, std::uint32_t times, double chip_seconds) {
   preemptions_[index_of(cls)] += times;
   preemption_lost_chip_seconds_[index_of(cls)] += chip_seconds;
@@ -211,6 +215,11 @@ std::string FleetMetrics::render(const CoordinatorCore& core) const {
                 "From the coordinator's loop taking a client's request to its answer going out, after the writes it "
                 "waited for were durable; by request type.");
   for (const auto& [type, histogram] : client_request_seconds_) out.sample({{"type", type}}, histogram);
+
+  out.histogram("kiln_store_commit_seconds",
+                "Each group commit of the store, from its start to its end on the coordinator's loop: the writes of "
+                "one turn made durable together, before the answers that waited for them go out.");
+  out.sample({}, store_commit_seconds_);
 
   std::map<std::string, double> chips;
   for (const auto& [id, node] : nodes) {

@@ -24,6 +24,10 @@ namespace kiln::coordinator {
 // Client request buckets, in seconds: half a millisecond to ten seconds.
 inline const std::vector<double> kClientRequestBucketsSeconds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                                  0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+// Store commit buckets, in seconds: a tenth of a millisecond (an fsync on a local SSD) to ten seconds.
+inline const std::vector<double> kStoreCommitBucketsSeconds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                               0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                                               1,      2.5,     5,      10};
 // A request whose answer has not gone out after this long is forgotten (a client that asked for
 // no answer, or a bug): the table of requests awaiting answers stays bounded.
 inline constexpr std::int64_t kForgetUnansweredUs = 60'000'000;
@@ -52,6 +56,9 @@ class FleetMetrics {
   // clock, in microseconds.
   void client_request_taken(const std::string& peer, std::uint64_t id, std::string_view type, std::int64_t now_us);
   void client_answer_sent(const std::string& peer, std::uint64_t corr, std::int64_t now_us);
+  // One group commit of the store (the writes of a turn of the loop made durable), `took_us` from
+  // its start to its end on the loop.
+  void store_committed(std::int64_t took_us);
 
   // The exposition text, from the core's state now and what was observed.
   std::string render(const CoordinatorCore& core) const;
@@ -92,6 +99,7 @@ class FleetMetrics {
   std::map<RequestKey, Awaited> awaited_;
   std::deque<std::pair<std::int64_t, RequestKey>> awaited_in_order_;  // to forget the unanswered
   std::map<std::string, metrics::Histogram, std::less<>> client_request_seconds_;  // by request type
+  metrics::Histogram store_commit_seconds_{kStoreCommitBucketsSeconds};
 };
 
 // The newest "quarantined" audit line of each node among `lines` (oldest first): the time the

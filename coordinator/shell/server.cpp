@@ -393,7 +393,10 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   }
 
   Status commit() {
+    const bool writing = batch_.writing();
+    const std::int64_t started_us = monotonic_clock_us();
     auto status = batch_.commit();
+    if (status && writing && metrics_) metrics_->store_committed(monotonic_clock_us() - started_us);
     if (!status) {
       logger_->critical("the store could not commit the writes of a turn: {}; stopping with their "
                         "acknowledgements unsent",

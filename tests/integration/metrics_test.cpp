@@ -85,6 +85,10 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
   const std::string submitted = line_of(scrape(coordinator_http), "kiln_client_request_seconds_count{type=\"submit_job\"} ");
   REQUIRE_FALSE(submitted.empty());
   CHECK(std::stod(submitted.substr(submitted.rfind(' ') + 1)) >= 1);
+  // Storing it was a group commit of the store, timed too.
+  const std::string committed = line_of(scrape(coordinator_http), "kiln_store_commit_seconds_count ");
+  REQUIRE_FALSE(committed.empty());
+  CHECK(std::stod(committed.substr(committed.rfind(' ') + 1)) >= 1);
 
   // Each agent shows one series per chip, with the serial and revision the coordinator knows it by.
   REQUIRE(fleet.kiln("ci", {"nodes", "--json"}, &out) == 0);

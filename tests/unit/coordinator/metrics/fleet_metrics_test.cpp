@@ -206,6 +206,22 @@ TEST_CASE("a client's request is timed from the loop taking it to its first answ
   }
 }
 
+TEST_CASE("each group commit of the store is timed, and the family is there before the first") {
+  Observed o;
+  CHECK(contains(o.text(), "# TYPE kiln_store_commit_seconds histogram\n"));
+  CHECK(contains(o.text(), "kiln_store_commit_seconds_count 0\n"));
+  o.metrics.store_committed(100);
+  o.metrics.store_committed(3'000);
+  const std::string text = o.text();
+  for (const char* line : {"kiln_store_commit_seconds_bucket{le=\"0.0001\"} 1\n",
+                           "kiln_store_commit_seconds_bucket{le=\"0.0025\"} 1\n",
+                           "kiln_store_commit_seconds_bucket{le=\"0.005\"} 2\n",
+                           "kiln_store_commit_seconds_bucket{le=\"+Inf\"} 2\n", "kiln_store_commit_seconds_sum 0.0031\n",
+                           "kiln_store_commit_seconds_count 2\n"}) {
+    CHECK_MESSAGE(contains(text, line), line);
+  }
+}
+
 TEST_CASE("a request never answered is forgotten after a minute, and does not time a later one") {
   Observed o;
   o.metrics.client_request_taken("peer-1", 1, "cancel_job", 0);
