@@ -205,22 +205,25 @@ struct Latency {
 };
 
 // The coordinator's own share of the timed requests of one type, from its /metrics
-// (kiln_client_request_seconds) read before and after them: the upper bounds of the buckets its
-// quantiles fall in, since a histogram keeps no finer.
+// (kiln_client_request_seconds) read before and after them, or of its store's commits meanwhile
+// (kiln_store_commit_seconds): the upper bounds of the buckets its quantiles fall in, since a
+// histogram keeps no finer.
 struct OwnTime {
   double p50_at_most_ms = NAN;
   double p99_at_most_ms = NAN;
   std::uint64_t requests = 0;
 };
 
-// Each type's kiln_client_request_seconds buckets in a /metrics text: (upper bound in seconds,
-// cumulative count), in the order written, the +Inf bucket as infinity.
-std::map<std::string, std::vector<std::pair<double, double>>> client_request_buckets(const std::string& metrics) {
-  constexpr std::string_view kBucket = "kiln_client_request_seconds_bucket{";
+// A histogram family's buckets in a /metrics text, by the value of its `type` label ("" for a
+// family without one): (upper bound in seconds, cumulative count), in the order written, the +Inf
+// bucket as infinity.
+std::map<std::string, std::vector<std::pair<double, double>>> histogram_buckets(const std::string& metrics,
+                                                                              std::string_view family) {
+  const std::string bucket = fmt::format("{}_bucket{{", family);
   std::map<std::string, std::vector<std::pair<double, double>>> out;
   std::istringstream lines(metrics);
   for (std::string line; std::getline(lines, line);) {
-    if (!line.starts_with(kBucket)) continue;
+    if (!line.starts_with(bucket)) continue;
     const auto label = [&](std::string_view name) -> std::optional<std::string> {
       const std::string key = fmt::format("{}=\"", name);
       const auto at = line.find(key);
@@ -230,21 +233,22 @@ std::map<std::string, std::vector<std::pair<double, double>>> client_request_buc
       if (to == std::string::npos) return std::nullopt;
       return line.substr(from, to - from);
     };
-    const auto type = label("type");
     const auto le = label("le");
     const auto close = line.rfind("} ");
-    if (!type || !le || close == std::string::npos) continue;
+    if (!le || close == std::string::npos) continue;
     const double bound = *le == "+Inf" ? INFINITY : std::strtod(le->c_str(), nullptr);
-    out[*type].emplace_back(bound, std::strtod(line.c_str() + close + 2, nullptr));
+    out[label("type").value_or("")].emplace_back(bound, std::strtod(line.c_str() + close + 2, nullptr));
   }
   return out;
 }
 
-// The requests of `type` between two readings of /metrics, as bucket bounds of their p50 and p99.
-OwnTime own_time(const std::string& before, const std::string& after, const std::string& type) {
+// What a family observed of `type` between two readings of /metrics, as bucket bounds of its p50
+// and p99.
+OwnTime own_time(const std::string& before, const std::string& after, std::string_view family,
+                 const std::string& type = "") {
   OwnTime own;
-  const auto was = client_request_buckets(before);
-  const auto now = client_request_buckets(after);
+  const auto was = histogram_buckets(before, family);
+  const auto now = histogram_buckets(after, family);
   const auto buckets = now.find(type);
   if (buckets == now.end() || buckets->second.empty()) return own;
   const auto earlier = was.find(type);
@@ -264,6 +268,21 @@ OwnTime own_time(const std::string& before, const std::string& after, const std:
   own.p50_at_most_ms = at_most_ms(0.5);
   own.p99_at_most_ms = at_most_ms(0.99);
   return own;
+}
+
+// A thread's time on a CPU and waiting for one, from the kernel's schedstat (milliseconds since it
+// started); zeros where the kernel keeps no schedstat.
+struct ThreadSchedule {
+  double ran_ms = 0;
+  double waited_ms = 0;
+};
+
+ThreadSchedule thread_schedule(pid_t pid, pid_t tid) {
+  std::ifstream in(fmt::format("/proc/{}/task/{}/schedstat", pid, tid));
+  unsigned long long ran_ns = 0;
+  unsigned long long waited_ns = 0;
+  if (!(in >> ran_ns >> waited_ns)) return {};
+  return {static_cast<double>(ran_ns) / 1e6, static_cast<double>(waited_ns) / 1e6};
 }
 
 Latency latency(const std::vector<double>& rtts_us) {
@@ -290,6 +309,11 @@ struct Run {
   // The coordinator run only: its own time for the same submits and leases, from its /metrics.
   OwnTime own_submit;
   OwnTime own_lease;
+  // Meanwhile: its store's commits, and its loop thread's (the main thread's) share of the time on
+  // a CPU and waiting for one.
+  OwnTime store_commits;
+  double loop_ran_percent = NAN;
+  double loop_waited_percent = NAN;
   // The echo run only: the same round trips against the echo that fdatasyncs before it replies.
   Latency durable_submit;
   Latency durable_lease;
@@ -489,12 +513,20 @@ class Bench {
     // Round trips of one client at a time, under the agents' load.
     Requester client(client_endpoint, client_keys_, server_keys_.public_key, echo);
     const std::string metrics_before = echo ? "" : kiln::http::get(metrics_address, "/metrics").body;
+    const ThreadSchedule loop_before = thread_schedule(pid, pid);
+    const double requests_from_us = steady_us();
     time_round_trips(client, echo, pid, r.submit, r.lease, r.release);
     if (!running(pid)) return tl::unexpected(server_gone(server, log));
+    if (const ThreadSchedule loop_after = thread_schedule(pid, pid); loop_after.ran_ms > 0) {
+      const double elapsed_ms = (steady_us() - requests_from_us) / 1000;
+      r.loop_ran_percent = 100 * (loop_after.ran_ms - loop_before.ran_ms) / elapsed_ms;
+      r.loop_waited_percent = 100 * (loop_after.waited_ms - loop_before.waited_ms) / elapsed_ms;
+    }
     if (!echo) {
       const std::string metrics_after = kiln::http::get(metrics_address, "/metrics").body;
-      r.own_submit = own_time(metrics_before, metrics_after, "submit_job");
-      r.own_lease = own_time(metrics_before, metrics_after, "request_lease");
+      r.own_submit = own_time(metrics_before, metrics_after, "kiln_client_request_seconds", "submit_job");
+      r.own_lease = own_time(metrics_before, metrics_after, "kiln_client_request_seconds", "request_lease");
+      r.store_commits = own_time(metrics_before, metrics_after, "kiln_store_commit_seconds");
     }
     if (echo) {
       Requester durable_client(durable_client_endpoint, client_keys_, server_keys_.public_key, true);
@@ -739,6 +771,11 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       {"coordinator_own_submit", own_time_json(c.own_submit)},
       {"lease", latency_json(c.lease)},
       {"coordinator_own_lease", own_time_json(c.own_lease)},
+      {"coordinator_store_commits", own_time_json(c.store_commits)},
+      {"coordinator_loop_ran_percent", number(c.loop_ran_percent)},
+      {"coordinator_loop_waited_for_cpu_percent", number(c.loop_waited_percent)},
+      {"echo_loop_ran_percent", number(e.loop_ran_percent)},
+      {"echo_loop_waited_for_cpu_percent", number(e.loop_waited_percent)},
       {"release", latency_json(c.release)},
       {"echo_lease", latency_json(e.lease)},
       {"lease_p99_vs_echo", number(ratio(c.lease.p99_ms, e.lease.p99_ms))},
@@ -840,6 +877,12 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
                c.agents, at_most(c.own_submit.p50_at_most_ms), at_most(c.own_submit.p99_at_most_ms),
                c.own_submit.requests, at_most(c.own_lease.p50_at_most_ms), at_most(c.own_lease.p99_at_most_ms),
                c.own_lease.requests);
+    fmt::print("{} agents: meanwhile, the coordinator's store commits (kiln_store_commit_seconds): p50 {}, p99 {} ({} "
+               "commits); its loop thread ran {:.0f}% of that time and waited {:.0f}% for a CPU (the echo's: {:.0f}% "
+               "and {:.0f}%; the kernel's schedstat)\n",
+               c.agents, at_most(c.store_commits.p50_at_most_ms), at_most(c.store_commits.p99_at_most_ms),
+               c.store_commits.requests, c.loop_ran_percent, c.loop_waited_percent, e.loop_ran_percent,
+               e.loop_waited_percent);
   }
   for (const auto& [c, e] : rows) {
     if (c.stalled) {
