@@ -393,10 +393,11 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   }
 
   Status commit() {
-    const bool writing = batch_.writing();
-    const std::int64_t started_us = monotonic_clock_us();
+    // Only a turn that wrote commits anything: the others read no clock.
+    const bool timed = batch_.writing() && metrics_;
+    const std::int64_t started_us = timed ? monotonic_clock_us() : 0;
     auto status = batch_.commit();
-    if (status && writing && metrics_) metrics_->store_committed(monotonic_clock_us() - started_us);
+    if (status && timed) metrics_->store_committed(monotonic_clock_us() - started_us);
     if (!status) {
       logger_->critical("the store could not commit the writes of a turn: {}; stopping with their "
                         "acknowledgements unsent",
