@@ -24,6 +24,8 @@ void Scheduler::Impl::enqueue(RequestRec& r) {
   queue.emplace(key, &r);
   if (plain(r)) {
     plain_by_shape[shape_of(r.req)].emplace(key, &r);
+  } else if (filed_as_claimant(r)) {
+    claims_by_shape[shape_of(r.req)].emplace(key, &r);
   } else if (filed_as_target(r)) {
     targets_by_shape[shape_of(r.req)].emplace(key, &r);
     targets_by_due.insert({due_at(r), r.req.id});
@@ -50,6 +52,8 @@ void Scheduler::Impl::dequeue(const RequestRec& r) {
   queue.erase(key);
   if (plain(r)) {
     erase_from_shape(plain_by_shape, shape_of(r.req), key);
+  } else if (filed_as_claimant(r)) {
+    erase_from_shape(claims_by_shape, shape_of(r.req), key);
   } else if (filed_as_target(r)) {
     erase_from_shape(targets_by_shape, shape_of(r.req), key);
     targets_by_due.erase({due_at(r), r.req.id});
@@ -141,13 +145,18 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
 void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
   KILN_ASSERT(!r.claim, "a request holds one claim at a time");
   KILN_ASSERT(!r.lease, "only pending requests hold claims");
-  // A request with a claim is read at every pass: it leaves the filing of those waiting for their target.
+  // A request with a claim is filed as one (claims_by_shape).
   dequeue(r);
   r.claim = std::move(claim);
   enqueue(r);
   claimants.insert(r.req.id);
+  claims_by_lapse.insert({r.claim->ready_ms + knobs.grace_ms, r.req.id});
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = r.req.id;
-  for (std::size_t n : nodes_of(r.claim->chips)) file_victims(n);
+  for (std::size_t n : nodes_of(r.claim->chips)) {
+    file_ends(n);
+    file_victims(n);
+    file_claimed_free(n);
+  }
 }
 
 void Scheduler::Impl::clear_claim(RequestRec& r) {
@@ -155,11 +164,16 @@ void Scheduler::Impl::clear_claim(RequestRec& r) {
   KILN_ASSERT(!r.lease, "only pending requests hold claims");
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = 0;
   const std::vector<std::size_t> claimed = nodes_of(r.claim->chips);
+  claims_by_lapse.erase({r.claim->ready_ms + knobs.grace_ms, r.req.id});
   dequeue(r);
   r.claim.reset();
   enqueue(r);
   claimants.erase(r.req.id);
-  for (std::size_t n : claimed) file_victims(n);
+  for (std::size_t n : claimed) {
+    file_ends(n);
+    file_victims(n);
+    file_claimed_free(n);
+  }
 }
 
 void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
@@ -271,9 +285,8 @@ void Scheduler::Impl::schedule(TimeMs now) {
   }
   // A claim whose victims are long gone but whose request still cannot start (reservations
   // moved, say) would hold chips idle: let it go, the request plans afresh.
-  for (RequestId id : std::vector<RequestId>(claimants.begin(), claimants.end())) {
-    RequestRec& r = requests.at(id);
-    if (!r.lease && now >= r.claim->ready_ms + knobs.grace_ms) clear_claim(r);
+  while (!claims_by_lapse.empty() && claims_by_lapse.begin()->first <= now) {
+    clear_claim(requests.at(claims_by_lapse.begin()->second));
   }
   refile_targets(now);
   Plan p = plan(now, false);
@@ -285,19 +298,17 @@ void Scheduler::Impl::schedule(TimeMs now) {
 }
 
 void Scheduler::Impl::drop_claims_on(std::size_t node) {
-  for (RequestId id : std::vector<RequestId>(claimants.begin(), claimants.end())) {
-    RequestRec& r = requests.at(id);
-    bool touches = std::any_of(r.claim->chips.begin(), r.claim->chips.end(),
-                               [&](const ChipRef& c) { return c.node == node; });
-    if (touches) clear_claim(r);
+  const std::set<RequestId> held(nodes[node].chip_claim.begin(), nodes[node].chip_claim.end());
+  for (RequestId id : held) {
+    if (id != 0) clear_claim(requests.at(id));
   }
 }
 
 bool Scheduler::Impl::lacks_free_chips(const RequestRec& r, const FreeChips& free) const {
   const Request& q = r.req;
-  // Maintenance may enter nodes that are not up, and a claim's chips are its own: both are
-  // looked at in full.
-  if (q.maintenance || r.claim) return false;
+  // Maintenance may enter nodes that are not up: it is looked at in full. A claim's free chips
+  // are counted free like any other, so a request with one that lacks chips here cannot start.
+  if (q.maintenance) return false;
   if (q.node) {
     auto it = node_index.find(*q.node);
     if (it == node_index.end()) return true;
@@ -310,9 +321,8 @@ bool Scheduler::Impl::lacks_free_chips(const RequestRec& r, const FreeChips& fre
 }
 
 bool Scheduler::Impl::settled_without_pass(const RequestRec& r, TimeMs now) const {
-  // A claim held for a preemption may lapse at the next pass (schedule()): that pass must run.
-  if (knobs.exhaustive_passes || !settled.valid || !settled.decided_nothing || !claimants.empty() ||
-      settled.at_ms != now) {
+  // A pass at this same moment has let the claims due to lapse by now go (schedule()).
+  if (knobs.exhaustive_passes || !settled.valid || !settled.decided_nothing || settled.at_ms != now) {
     return false;
   }
   const Request& q = r.req;
@@ -796,8 +806,8 @@ Status Scheduler::check_invariants() const {
     }
   }
   if (pending != s.queue.size()) return fail(Errc::internal, "the queue holds requests that are not pending");
-  // Each pending request is filed once for the pass: plain by shape, waiting for its target and
-  // not due as of the filing by shape and due time, or among the others.
+  // Each pending request is filed once for the pass: plain by shape, holding a claim by shape,
+  // waiting for its target and not due as of the filing by shape and due time, or among the others.
   const auto filed_in = [](const auto& by_shape, const Impl::Shape& shape, const Impl::OrderKey& key,
                            const RequestRec& r) {
     auto entries = by_shape.find(shape);
@@ -806,14 +816,18 @@ Status Scheduler::check_invariants() const {
     return entry != entries->second.end() && entry->second == &r;
   };
   std::size_t plain_filed = 0;
+  std::size_t claims_filed = 0;
   std::size_t targets_filed = 0;
   for (const auto& [shape, entries] : s.plain_by_shape) plain_filed += entries.size();
+  for (const auto& [shape, entries] : s.claims_by_shape) claims_filed += entries.size();
   for (const auto& [shape, entries] : s.targets_by_shape) targets_filed += entries.size();
   for (const auto& [key, r] : s.queue) {
     const Impl::Shape shape = Impl::shape_of(r->req);
     bool found = false;
     if (s.plain(*r)) {
       found = filed_in(s.plain_by_shape, shape, key, *r);
+    } else if (Impl::filed_as_claimant(*r)) {
+      found = filed_in(s.claims_by_shape, shape, key, *r);
     } else if (s.filed_as_target(*r)) {
       found = filed_in(s.targets_by_shape, shape, key, *r) && s.targets_by_due.count({s.due_at(*r), r->req.id});
     } else {
@@ -825,7 +839,8 @@ Status Scheduler::check_invariants() const {
                                               r->req.id));
     }
   }
-  if (plain_filed + targets_filed + s.unplain.size() != s.queue.size() || s.targets_by_due.size() != targets_filed) {
+  if (plain_filed + claims_filed + targets_filed + s.unplain.size() != s.queue.size() ||
+      s.targets_by_due.size() != targets_filed) {
     return fail(Errc::internal, "the requests filed for the pass disagree with the queue");
   }
   std::map<RequestId, int> mentions;
@@ -850,10 +865,18 @@ Status Scheduler::check_invariants() const {
       claimed[c.node][c.pos] = id;
     }
   }
+  std::set<std::pair<TimeMs, RequestId>> lapses;
+  for (RequestId id : s.claimants) lapses.insert({s.requests.at(id).claim->ready_ms + s.knobs.grace_ms, id});
+  if (lapses != s.claims_by_lapse) return fail(Errc::internal, "the claims filed by when they lapse disagree with the claims");
+  std::set<std::size_t> claimed_free;
   for (std::size_t n = 0; n < s.nodes.size(); ++n) {
     if (claimed[n] != s.nodes[n].chip_claim) {
       return fail(Errc::internal, fmt::format("the chips claimed on {} disagree with the claims", s.nodes[n].info.id));
     }
+    if (Impl::has_claimed_free_chip(s.nodes[n])) claimed_free.insert(n);
+  }
+  if (claimed_free != s.claimed_free_nodes) {
+    return fail(Errc::internal, "the nodes filed with a free chip claimed disagree with the nodes' leases and claims");
   }
   std::map<std::pair<RequestClass, std::string>, int> used;
   std::set<std::pair<TimeMs, LeaseId>> deadlines;
@@ -872,8 +895,8 @@ Status Scheduler::check_invariants() const {
   if (Impl::whole_free_counted(s.nodes, s.free_chips) != s.whole_free_by_revision) {
     return fail(Errc::internal, "the nodes filed as wholly free disagree with the free chips counted per node");
   }
-  if (Impl::nodes_by_end_counted(s.nodes, s.leases) != s.nodes_by_end) {
-    return fail(Errc::internal, "the nodes filed by their chips' ends disagree with the nodes' leases and states");
+  if (Impl::nodes_by_end_counted(s.nodes, s.leases, s.requests) != s.nodes_by_end) {
+    return fail(Errc::internal, "the nodes filed by their chips' ends disagree with the nodes' leases, claims and states");
   }
   std::multiset<int> numa_nodes;
   std::multiset<int> switch_groups;

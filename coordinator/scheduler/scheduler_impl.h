@@ -100,11 +100,18 @@ struct RequestRec {
   std::optional<Claim> claim;
 };
 
+// Until when a pass at `now` holds the claimed chips for their request: from the end of its victims'
+// grace (or now, if that passed) for its work.
+inline TimeMs claim_end(const RequestRec& r, TimeMs now) { return std::max(r.claim->ready_ms, now) + r.remaining_ms; }
+
 // Per-pass picture of one chip.
 struct ChipPlan {
   LeaseId lease = 0;
   TimeMs busy_until = 0;
   RequestId claimed_by = 0;
+  // While claimed_by holds the chip for a claim of an earlier pass: claim_end. No other request
+  // can reserve the chip before then.
+  TimeMs claim_end = 0;
   TimeMs resv_start = kNever;  // earliest reservation on the chip: backfill must end by then
   TimeMs resv_end = 0;         // latest reservation end: a new reservation queues after it
   RequestId resv_owner = 0;
@@ -128,13 +135,14 @@ struct PendingInfo {
 
 
 
-// The planning pass's picture of the chips. A node's row is made from its leases the first time
-// the pass reads or marks it, so a pass that looks at a few nodes of a large fleet costs that
-// much, not the fleet.
+// The planning pass's picture of the chips. A node's row is made from its leases and the claims
+// of earlier passes the first time the pass reads or marks it, so a pass that looks at a few nodes
+// of a large fleet costs that much, not the fleet, however many claims stand.
 class PassView {
  public:
-  PassView(const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases, TimeMs now)
-      : nodes_(&nodes), leases_(&leases), now_(now), slot_(nodes.size(), 0) {}
+  PassView(const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases,
+           const std::map<RequestId, RequestRec>& requests, TimeMs now)
+      : nodes_(&nodes), leases_(&leases), requests_(&requests), now_(now), slot_(nodes.size(), 0) {}
 
   // The node's row, made on first use; references to it stay valid for the whole pass.
   const std::vector<ChipPlan>& operator[](std::size_t node) const { return row(node); }
@@ -155,6 +163,7 @@ class PassView {
 
   const std::vector<NodeRec>* nodes_;
   const std::map<LeaseId, LeaseRec>* leases_;
+  const std::map<RequestId, RequestRec>* requests_;
   TimeMs now_;
   mutable std::vector<std::uint32_t> slot_;  // 1 + the row's index in rows_; 0: not made yet
   mutable std::deque<std::vector<ChipPlan>> rows_;  // a deque: adding a row moves no other
@@ -244,8 +253,18 @@ struct Scheduler::Impl {
   std::map<Shape, std::map<OrderKey, RequestRec*>> targets_by_shape;
   std::set<std::pair<TimeMs, RequestId>> targets_by_due;
   TimeMs targets_filed_at = kFreeNow;
+  // The requests holding a claim and no window (filed_as_claimant), by shape. Every pass's view
+  // holds their claims from the start (PassView), so such a request changes a pass only by
+  // starting, which needs free chips for its shape (its claimed chips among them): a shape of
+  // them is read no further once its next request lacks those.
+  std::map<Shape, std::map<OrderKey, RequestRec*>> claims_by_shape;
   std::map<OrderKey, RequestRec*> unplain;
   std::set<RequestId> claimants;
+  // The claims by when they lapse (schedule()): the end of their victims' grace plus a grace.
+  std::set<std::pair<TimeMs, RequestId>> claims_by_lapse;
+  // The up nodes with a claimed chip that is free: the one kind of node whose free chips a request
+  // may not all use without a row made (untouched_free_chips). Kept by file_claimed_free.
+  std::set<std::size_t> claimed_free_nodes;
   // How many requests' preempted_by name each request. One named by none finds the same victims
   // as any other of its class and shape: a pass searches once for all of them (plan).
   std::map<RequestId, int> preempted_by_mentions;
@@ -388,7 +407,9 @@ struct Scheduler::Impl {
   // Files the node again in nodes_by_end: after its chips' leases, its state, or a grace deadline
   // of one of its leases changed. Its leases must be in `leases`.
   void file_ends(std::size_t node);
-  static std::optional<EndsFiled> ends_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases);
+  // A claimed chip ends no earlier than its claim, as of its victims' grace (claim_end).
+  static std::optional<EndsFiled> ends_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases,
+                                          const std::map<RequestId, RequestRec>& requests);
   static void add_ends(std::map<std::string, EndsByRevision>& filing, std::size_t node, const EndsFiled& ends);
   void remove_ends(std::size_t node, const EndsFiled& ends);
   // Files the node again in nodes_for_victims: after the same changes as file_ends.
@@ -402,7 +423,11 @@ struct Scheduler::Impl {
   std::vector<std::size_t> victim_nodes(const Request& q) const;
   // What nodes_by_end must hold, from the nodes and leases themselves.
   static std::map<std::string, EndsByRevision> nodes_by_end_counted(const std::vector<NodeRec>& nodes,
-                                                                    const std::map<LeaseId, LeaseRec>& leases);
+                                                                    const std::map<LeaseId, LeaseRec>& leases,
+                                                                    const std::map<RequestId, RequestRec>& requests);
+  // Files the node again in claimed_free_nodes: after its leases, its state or its claims changed.
+  void file_claimed_free(std::size_t node);
+  static bool has_claimed_free_chip(const NodeRec& node);
   // What nodes_by_free must hold, from the nodes themselves.
   static std::map<std::string, ByFree> nodes_by_free_counted(const std::vector<NodeRec>& nodes, const FreeChips& free);
   static std::map<std::string, std::set<std::size_t>> whole_free_counted(const std::vector<NodeRec>& nodes,
@@ -422,6 +447,8 @@ struct Scheduler::Impl {
   TimeMs due_at(const RequestRec& r) const { return *target_time(r) - knobs.grace_ms; }
   // Whether enqueue files `r` in targets_by_shape: it waits for its target and is not due as of
   // the filing's moment.
+  // Whether enqueue files `r` in claims_by_shape.
+  static bool filed_as_claimant(const RequestRec& r) { return r.claim && !r.req.not_before_ms; }
   bool filed_as_target(const RequestRec& r) const {
     return waits_for_target(r) && due_at(r) > targets_filed_at;
   }
@@ -519,8 +546,8 @@ struct Scheduler::Impl {
   // --- the planning pass -----------------------------------------------------------------------
 
   // The pass's view as it starts: chips leased until their leases' expected ends, claimed ones
-  // marked.
-  PassView initial_view(TimeMs now) const;
+  // held for their claims.
+  PassView initial_view(TimeMs now) const { return PassView(nodes, leases, requests, now); }
 
   // Files a node's topology in largest_numa_nodes and largest_switch_groups; `before`: what it
   // was filed with, if it was.
@@ -555,7 +582,8 @@ struct Scheduler::Impl {
   // The view's shortcut for nodes the pass has not read, unless the knobs ask every pass to read
   // every node (the tests that hold the shortcuts to the same decisions).
   std::optional<int> untouched_free_chips(const PassView& view, const FreeChips& free, std::size_t node) const {
-    if (knobs.exhaustive_passes || view.touched(node)) return std::nullopt;
+    // A free chip another request claimed is not usable: such a node is read in full.
+    if (knobs.exhaustive_passes || view.touched(node) || claimed_free_nodes.count(node)) return std::nullopt;
     // Only grants change the pass's count of an up node, and a grant marks the node.
     if (nodes[node].state == NodeState::up) return free.on_node[node];
     return view.untouched_free_chips(node);

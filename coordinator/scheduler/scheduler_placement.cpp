@@ -17,6 +17,8 @@ ChipPlan PassView::fresh(std::size_t node, std::size_t pos) const {
     const TimeMs end = planned_end(l);
     c.busy_until = l.grace_deadline_ms || end >= now_ ? end : now_ + kOverrunStepMs;
   }
+  c.claimed_by = (*nodes_)[node].chip_claim[pos];
+  if (c.claimed_by != 0) c.claim_end = claim_end(requests_->at(c.claimed_by), now_);
   return c;
 }
 
@@ -42,14 +44,6 @@ std::optional<int> PassView::untouched_free_chips(std::size_t node) const {
   if (slot_[node] != 0) return std::nullopt;
   const auto& leased = (*nodes_)[node].chip_lease;
   return static_cast<int>(std::count(leased.begin(), leased.end(), 0));
-}
-
-PassView Scheduler::Impl::initial_view(TimeMs now) const {
-  PassView view(nodes, leases, now);
-  for (RequestId id : claimants) {
-    for (const ChipRef& c : requests.at(id).claim->chips) view[c.node][c.pos].claimed_by = id;
-  }
-  return view;
 }
 
 void FreeChips::recount(std::size_t node, const std::vector<NodeRec>& nodes) {
@@ -108,6 +102,7 @@ void Scheduler::Impl::recount_free(std::size_t node) {
   free_chips.recount(node, nodes);
   file_ends(node);
   file_victims(node);
+  file_claimed_free(node);
   const int free = free_chips.on_node[node];
   if (free == 0) return;
   const std::string& revision = nodes[node].info.revision;
@@ -117,19 +112,33 @@ void Scheduler::Impl::recount_free(std::size_t node) {
 }
 
 std::optional<Scheduler::Impl::EndsFiled> Scheduler::Impl::ends_of(const NodeRec& node,
-                                                                  const std::map<LeaseId, LeaseRec>& leases) {
+                                                                  const std::map<LeaseId, LeaseRec>& leases,
+                                                                  const std::map<RequestId, RequestRec>& requests) {
   if (node.state != NodeState::up) return std::nullopt;
   EndsFiled out;
   out.revision = node.info.revision;
   out.ends.reserve(node.chip_lease.size());
   LeaseId last = 0;
   TimeMs last_end = kFreeNow;
-  for (LeaseId id : node.chip_lease) {
+  RequestId last_claim = 0;
+  TimeMs last_claim_end = kFreeNow;
+  for (std::size_t p = 0; p < node.chip_lease.size(); ++p) {
+    const LeaseId id = node.chip_lease[p];
     if (id != 0 && id != last) {
       last = id;
       last_end = planned_end(leases.at(id));
     }
-    out.ends.push_back(id == 0 ? kFreeNow : last_end);
+    TimeMs end = id == 0 ? kFreeNow : last_end;
+    if (const RequestId claim = node.chip_claim[p]; claim != 0) {
+      if (claim != last_claim) {
+        last_claim = claim;
+        // claim_end at the earliest moment a pass can see: the end of the victims' grace.
+        const RequestRec& r = requests.at(claim);
+        last_claim_end = claim_end(r, r.claim->ready_ms);
+      }
+      end = std::max(end, last_claim_end);
+    }
+    out.ends.push_back(end);
   }
   std::sort(out.ends.begin(), out.ends.end());
   return out;
@@ -156,7 +165,7 @@ void Scheduler::Impl::remove_ends(std::size_t node, const EndsFiled& ends) {
 void Scheduler::Impl::file_ends(std::size_t node) {
   if (node >= ends_filed_as.size()) ends_filed_as.resize(node + 1);
   std::optional<EndsFiled>& filed = ends_filed_as[node];
-  std::optional<EndsFiled> now_ends = ends_of(nodes[node], leases);
+  std::optional<EndsFiled> now_ends = ends_of(nodes[node], leases, requests);
   if (filed && now_ends && filed->revision == now_ends->revision && filed->ends.size() == now_ends->ends.size()) {
     // The same chips under the same revision: only the order statistics that changed move.
     EndsByRevision& by = nodes_by_end.at(filed->revision);
@@ -181,11 +190,10 @@ namespace {
 // A filing of the nodes by revision made from scratch, what a kept one must equal: `of` says what
 // a node is filed with (nothing for a node not filed), `add` files it.
 template <typename ByRevision, typename Of, typename Add>
-std::map<std::string, ByRevision> filed_from_scratch(const std::vector<NodeRec>& nodes,
-                                                     const std::map<LeaseId, LeaseRec>& leases, Of of, Add add) {
+std::map<std::string, ByRevision> filed_from_scratch(const std::vector<NodeRec>& nodes, Of of, Add add) {
   std::map<std::string, ByRevision> out;
   for (std::size_t n = 0; n < nodes.size(); ++n) {
-    if (auto filed = of(nodes[n], leases)) add(out, n, *filed);
+    if (auto filed = of(nodes[n])) add(out, n, *filed);
   }
   return out;
 }
@@ -193,8 +201,26 @@ std::map<std::string, ByRevision> filed_from_scratch(const std::vector<NodeRec>&
 }  // namespace
 
 std::map<std::string, Scheduler::Impl::EndsByRevision> Scheduler::Impl::nodes_by_end_counted(
-    const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases) {
-  return filed_from_scratch<EndsByRevision>(nodes, leases, &ends_of, &add_ends);
+    const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases,
+    const std::map<RequestId, RequestRec>& requests) {
+  return filed_from_scratch<EndsByRevision>(
+      nodes, [&](const NodeRec& node) { return ends_of(node, leases, requests); }, &add_ends);
+}
+
+bool Scheduler::Impl::has_claimed_free_chip(const NodeRec& node) {
+  if (node.state != NodeState::up) return false;
+  for (std::size_t p = 0; p < node.chip_lease.size(); ++p) {
+    if (node.chip_claim[p] != 0 && node.chip_lease[p] == 0) return true;
+  }
+  return false;
+}
+
+void Scheduler::Impl::file_claimed_free(std::size_t node) {
+  if (has_claimed_free_chip(nodes[node])) {
+    claimed_free_nodes.insert(node);
+  } else {
+    claimed_free_nodes.erase(node);
+  }
 }
 
 std::optional<Scheduler::Impl::VictimsFiled> Scheduler::Impl::victims_of(const NodeRec& node,
@@ -244,7 +270,8 @@ void Scheduler::Impl::file_victims(std::size_t node) {
 
 std::map<std::string, Scheduler::Impl::VictimsByRevision> Scheduler::Impl::nodes_for_victims_counted(
     const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases) {
-  return filed_from_scratch<VictimsByRevision>(nodes, leases, &victims_of, &add_victims);
+  return filed_from_scratch<VictimsByRevision>(
+      nodes, [&](const NodeRec& node) { return victims_of(node, leases); }, &add_victims);
 }
 
 std::vector<std::size_t> Scheduler::Impl::victim_nodes(const Request& q) const {
@@ -385,10 +412,10 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     const int floor = least_penalty(q.chips);
     const auto consider = [&](std::size_t n) {
       if (!eligible(nodes[n], q)) return;
-      if (const auto free_here = untouched_free_chips(view, free, n)) {
-        // Every free chip of an untouched node is usable and it holds no claim: its score is at
-        // least this one (no node places the chips better than least_penalty), so it is read only
-        // if that could beat the best.
+      if (const auto free_here = claim_nodes.count(n) ? std::nullopt : untouched_free_chips(view, free, n)) {
+        // Every free chip of an untouched node is usable and it holds no claim of the request's:
+        // its score is at least this one (no node places the chips better than least_penalty), so
+        // it is read only if that could beat the best.
         if (*free_here < q.chips) return;
         const auto least = std::make_tuple(1, floor, static_cast<std::size_t>(*free_here - q.chips), n);
         if (best_score && least >= *best_score) return;
@@ -416,12 +443,12 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     if (q.node || knobs.exhaustive_passes) {
       for_each_candidate(q, consider);
     } else {
-      // A node whose row the pass made (claims, reservations, its own grants) or that holds the
-      // claim may score anything: each is read. Any other node is up with its counted free chips
-      // all usable, so its score is at least (1, least penalty, free - chips, index): read in that
-      // order, the first that could not beat the best ends the search, as none after it could.
-      // Only chips free when the pass began can be placed on: where the pass made more rows than
-      // there were nodes with enough of them (claims mark nodes with none free), the rows made
+      // A node whose row the pass made (reservations, its own grants), that holds the claim or
+      // that has a free chip claimed may score anything: each is read. Any other node is up with
+      // its counted free chips all usable, so its score is at least (1, least penalty, free -
+      // chips, index): read in that order, the first that could not beat the best ends the
+      // search, as none after it could. Only chips free when the pass began can be placed on:
+      // where the pass made more rows than there were nodes with enough of them, the rows made
       // are read among those nodes, in their filing.
       const std::vector<std::size_t>& touched = view.touched_nodes();
       if (touched.size() <= up_nodes_with_free(q.chips)) {
@@ -436,10 +463,13 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
       for (std::size_t n : claim_nodes) {
         if (!view.touched(n)) consider(n);
       }
+      for (std::size_t n : claimed_free_nodes) {
+        if (!view.touched(n) && !claim_nodes.count(n)) consider(n);
+      }
       for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
         for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
           const auto [free_here, n] = *it;
-          if (view.touched(n) || claim_nodes.count(n)) continue;
+          if (view.touched(n) || claim_nodes.count(n) || claimed_free_nodes.count(n)) continue;
           if (best_score &&
               std::make_tuple(1, floor, static_cast<std::size_t>(free_here - q.chips), n) >= *best_score) {
             break;
@@ -454,7 +484,7 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
   std::map<std::string, std::vector<std::size_t>> by_rev;
   const auto consider = [&](std::size_t n) {
     if (!eligible(nodes[n], q)) return;
-    const auto free_here = untouched_free_chips(view, free, n);
+    const auto free_here = claim_nodes.count(n) ? std::nullopt : untouched_free_chips(view, free, n);
     const bool whole = free_here ? *free_here == static_cast<int>(nodes[n].chip_lease.size())
                                  : std::all_of(view[n].begin(), view[n].end(), [&](const ChipPlan& c) {
                                      return chip_usable_now(c, q.id, end);
@@ -464,9 +494,10 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
   if (q.node || knobs.exhaustive_passes) {
     for_each_candidate(q, consider);
   } else {
-    // The nodes whose row the pass made are judged by their row; of the others, filed whole by
-    // revision, only as many as asked are read per revision: the grant takes the claimed nodes
-    // first (all of them touched) and then the lowest indexes, which these include.
+    // The nodes whose row the pass made, and those with a free chip claimed, are judged by their
+    // row; of the others, filed whole by revision, only as many as asked are read per revision:
+    // the grant takes the claimed nodes first (those with free chips all read) and then the lowest
+    // indexes, which these include.
     const std::vector<std::size_t>& touched = view.touched_nodes();
     if (touched.size() <= static_cast<std::size_t>(free_chips.whole_free_nodes)) {
       for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
@@ -477,10 +508,13 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
         }
       }
     }
+    for (std::size_t n : claimed_free_nodes) {
+      if (!view.touched(n)) consider(n);
+    }
     for (const auto& [rev, filed] : revisions_read(whole_free_by_revision, q.revision)) {
       int taken = 0;
       for (auto it = filed.begin(); it != filed.end() && taken < q.nodes; ++it) {
-        if (view.touched(*it)) continue;
+        if (view.touched(*it) || claimed_free_nodes.count(*it)) continue;
         consider(*it);
         ++taken;
       }
@@ -514,13 +548,14 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
   // No chip comes free before now, not even one whose lease's grace passed before a tick ended it.
   auto avail = [&](const ChipPlan& c) {
     TimeMs t = c.lease != 0 ? std::max(c.busy_until, now) : now;
+    if (c.claimed_by != 0) t = std::max(t, c.claim_end);
     return std::max(t, c.resv_end);
   };
   Reservation best;
   // Where the pass made a node's row it may have reserved or granted chips there: each such node
-  // is read. Any other is up, its row as its leases make it, and none of its chips comes free
-  // before its filed end (nodes_by_end): the others are read in the order of those ends, up to
-  // the first that could not beat what was found.
+  // is read. Any other is up, its row as its leases and claims make it, and none of its chips
+  // comes free before its filed end (nodes_by_end): the others are read in the order of those
+  // ends, up to the first that could not beat what was found.
   const bool by_ends = !q.node && !knobs.exhaustive_passes;
   if (q.nodes == 0) {
     std::optional<std::tuple<TimeMs, std::size_t, std::size_t>> best_score;
@@ -591,12 +626,13 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
           while (static_cast<int>(earliest.size()) > q.nodes) earliest.erase(std::prev(earliest.end()));
         };
         keep_asked();
-        // An unread wholly free node starts now: those are read by index (whole_free_by_revision),
-        // only as many as asked, and left out of the reading by ends.
+        // An unread wholly free node with no chip claimed starts now: those are read by index
+        // (whole_free_by_revision), only as many as asked, and left out of the reading by ends,
+        // where a claimed one is filed by its claim's end.
         if (auto free_whole = whole_free_by_revision.find(rev); free_whole != whole_free_by_revision.end()) {
           int taken = 0;
           for (auto it = free_whole->second.begin(); it != free_whole->second.end() && taken < q.nodes; ++it) {
-            if (view.touched(*it)) continue;
+            if (view.touched(*it) || claimed_free_nodes.count(*it)) continue;
             earliest.insert(start_on(*it));
             keep_asked();
             ++taken;
@@ -662,8 +698,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   //    claim (a request with one searches alone, as does one that preempted before), and on its
   //    work left only through which reservations its end would cross: the first reservation
   //    start at or after that end stands for it. A grant, a new claim or a new reservation
-  //    drops those answers; a claim made by an earlier pass, marked again, does not: its chips
-  //    were never anyone else's to take.
+  //    drops those answers; a claim made by an earlier pass is in the view from the start.
   using SearchShape = std::tuple<int, int, std::optional<std::string>, std::optional<std::string>, bool,
                                  std::optional<TimeMs>>;
   using LikeRequests = std::tuple<SearchShape, RequestClass, TimeMs>;
@@ -743,11 +778,9 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     if (kiln_policy()) {
       bool claimed = false;
       if (r.claim) {
+        // The view holds its chips for it from the start (claim_end).
         claimed = true;
-        marked(r.claim->chips);
         info.expected_start = std::max(r.claim->ready_ms, now);
-        mark_reserved(view, r.claim->chips, *info.expected_start,
-                      *info.expected_start + r.remaining_ms, id);
       } else {
         const Reservation resv = reserve_shared(r);
         std::optional<TimeMs> target = may_preempt(r) ? target_time(r) : std::nullopt;
@@ -804,13 +837,14 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   if (with_reasons || knobs.exhaustive_passes) {
     for (const auto& [key, queued] : queue) consider(*queued);
   } else {
-    // The other requests, each shape's plain ones and each shape's not yet due to preempt,
-    // merged in scheduling order. A shape is read no further once its next request can take
-    // nothing: no chips free for it now (there are only fewer later in the pass) and no
-    // reservation left, or a fifo queue whose head waits. One not yet due could still preempt an
-    // experiment that a notice costs nothing now; and each wakes the scheduler when it becomes
-    // due, or when a notice would cost nothing if it is late, so a shape of them is left only
-    // while the earliest of those moments is a due one: the pass wakes for it below.
+    // The other requests, each shape's plain ones, each shape's not yet due to preempt and each
+    // shape's holding a claim, merged in scheduling order. A shape is read no further once its
+    // next request can take nothing: no chips free for it now (there are only fewer later in the
+    // pass) and no reservation left, or a fifo queue whose head waits; for claims, no chips free
+    // for it now. One not yet due could still preempt an experiment that a notice costs nothing
+    // now; and each wakes the scheduler when it becomes due, or when a notice would cost nothing
+    // if it is late, so a shape of them is left only while the earliest of those moments is a due
+    // one: the pass wakes for it below.
     KILN_ASSERT(targets_filed_at == now, "schedule() files the requests waiting for their targets as of its pass");
     using Entries = std::map<OrderKey, RequestRec*>;
     std::vector<std::pair<Entries::const_iterator, Entries::const_iterator>> cursors;
@@ -818,6 +852,8 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     for (const auto& [shape, entries] : plain_by_shape) cursors.push_back({entries.begin(), entries.end()});
     const std::size_t first_target_shape = cursors.size();
     for (const auto& [shape, entries] : targets_by_shape) cursors.push_back({entries.begin(), entries.end()});
+    const std::size_t first_claim_shape = cursors.size();
+    for (const auto& [shape, entries] : claims_by_shape) cursors.push_back({entries.begin(), entries.end()});
     if (!targets_by_due.empty()) out.wake = std::min(out.wake, targets_by_due.begin()->first);
     using Head = std::pair<OrderKey, std::size_t>;
     std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
@@ -831,7 +867,10 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
       const bool may_reserve = kiln_policy() && reservations < knobs.max_reservations;
       bool takes_nothing =
           !may_reserve && (knobs.policy == Policy::fifo ? fifo_blocked : lacks_free_chips(r, free));
-      if (c >= first_target_shape && takes_nothing) {
+      // A request with a claim reserves nothing: it only starts, or waits.
+      if (c >= first_claim_shape) {
+        takes_nothing = lacks_free_chips(r, free);
+      } else if (c >= first_target_shape && takes_nothing) {
         if (!notices) notices = free_notices(now);
         takes_nothing = !notices->now && notices->next >= targets_by_due.begin()->first;
       }

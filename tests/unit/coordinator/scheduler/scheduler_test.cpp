@@ -319,6 +319,80 @@ TEST_CASE("a checkpoint acknowledgement under notice lets the lease go early") {
   CHECK(numa_of(*ci).size() == 1);
 }
 
+TEST_CASE("a request ahead of a preempting one does not reserve the chips its claim holds") {
+  Scheduler s{knobs_with_grace(5 * kMinuteMs)};
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 2 * kHourMs), 0));
+  REQUIRE(granted(drain(s), 1));
+  // Ahead in the queue and far from its target: it waits, and reserves the node.
+  Request patient = make_request(2, RequestClass::presubmit, 8, kHourMs, 10 * kMinuteMs);
+  patient.target_start_latency_ms = 2 * kHourMs;
+  REQUIRE(s.submit(patient, 10 * kMinuteMs));
+  CHECK(drain(s).empty());
+  const TimeMs t = 11 * kMinuteMs;
+  REQUIRE(s.submit(make_request(3, RequestClass::presubmit, 8, 8 * kMinuteMs, t), t));
+  REQUIRE(only<PreemptNotice>(drain(s)).size() == 1);
+  // The reservation ahead waits for the claim's work, not only for the victim's grace.
+  CHECK(s.explain(2, t).expected_start_ms == t + 5 * kMinuteMs + 8 * kMinuteMs);
+
+  // When the victim is gone the chips go to the request that preempted for them, not idle until
+  // its claim lapses.
+  s.on_tick(t + 5 * kMinuteMs);
+  auto actions = drain(s);
+  REQUIRE(only<Revoke>(actions).size() == 1);
+  CHECK(granted(actions, 3));
+  CHECK(s.check_invariants());
+}
+
+TEST_CASE("a node whose free chips a claim holds is not one of the free nodes for others") {
+  Scheduler s{knobs_with_grace(5 * kMinuteMs)};
+  for (const char* id : {"n00", "n01", "n02", "n03"}) REQUIRE(s.upsert_node(make_node(id, "a"), 0));
+  // The experiments are pinned: requeued, the victim waits for its own node.
+  for (RequestId id : {1, 2}) {
+    Request pinned = make_request(id, RequestClass::experiment, 8, 2 * kHourMs);
+    pinned.node = fmt::format("n0{}", id - 1);
+    REQUIRE(s.submit(pinned, 0));
+  }
+  REQUIRE(s.submit(make_request(3, RequestClass::nightly, 8, kHourMs), 0));
+  REQUIRE(s.submit(make_request(4, RequestClass::nightly, 8, kHourMs), 0));
+  auto started = drain(s);
+  REQUIRE(only<LeaseGranted>(started).size() == 4);
+  // Due to preempt a grace before its window opens: it claims an experiment's node at 2 minutes.
+  Request windowed = make_request(5, RequestClass::presubmit, 8, 30 * kMinuteMs, kMinuteMs);
+  windowed.not_before_ms = 7 * kMinuteMs;
+  REQUIRE(s.submit(windowed, kMinuteMs));
+  s.on_tick(2 * kMinuteMs);
+  auto notices = only<PreemptNotice>(drain(s));
+  REQUIRE(notices.size() == 1);
+  // The victim goes early: its node is wholly free, held for a request whose window is not open.
+  REQUIRE(s.checkpoint_ack(notices[0].lease, 3 * kMinuteMs));
+  CHECK(only<LeaseGranted>(drain(s)).empty());
+  const TimeMs t = 4 * kMinuteMs;
+  REQUIRE(s.release(granted(started, 3)->lease, t));
+  REQUIRE(s.release(granted(started, 4)->lease, t));
+  drain(s);
+
+  const auto whole_node = [&](RequestId id, DurationMs work_ms) {
+    Request q = make_request(id, RequestClass::nightly, 8, work_ms, t);
+    q.nodes = 1;
+    return q;
+  };
+  // A whole-node request starts on a node the nightlies left...
+  REQUIRE(s.submit(whole_node(6, 5 * kMinuteMs), t));
+  auto grant = granted(drain(s), 6);
+  REQUIRE(grant);
+  CHECK((grant->placement.front().node == "n02" || grant->placement.front().node == "n03"));
+  // ...one with a window reserves the other one from its window on...
+  Request later = whole_node(7, 20 * kMinuteMs);
+  later.not_before_ms = 10 * kMinuteMs;
+  REQUIRE(s.submit(later, t));
+  CHECK(drain(s).empty());
+  // ...so that a request behind it that would not end by then does not start there.
+  REQUIRE(s.submit(whole_node(8, 20 * kMinuteMs), t));
+  CHECK(drain(s).empty());
+  CHECK(s.check_invariants());
+}
+
 TEST_CASE("the victim is the lease that loses the least work") {
   Scheduler s{knobs_with_grace(5 * kMinuteMs)};
   REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
