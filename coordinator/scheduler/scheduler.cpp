@@ -29,6 +29,8 @@ void Scheduler::Impl::enqueue(RequestRec& r) {
   } else if (filed_as_target(r)) {
     targets_by_shape[shape_of(r.req)].emplace(key, &r);
     targets_by_due.insert({due_at(r), r.req.id});
+  } else if (waits_for_target(r)) {
+    due_by_shape[shape_of(r.req)].emplace(key, &r);
   } else {
     unplain.emplace(key, &r);
   }
@@ -57,6 +59,8 @@ void Scheduler::Impl::dequeue(const RequestRec& r) {
   } else if (filed_as_target(r)) {
     erase_from_shape(targets_by_shape, shape_of(r.req), key);
     targets_by_due.erase({due_at(r), r.req.id});
+  } else if (waits_for_target(r)) {
+    erase_from_shape(due_by_shape, shape_of(r.req), key);
   } else {
     unplain.erase(key);
   }
@@ -69,20 +73,23 @@ void Scheduler::Impl::refile_targets(TimeMs now) {
       const OrderKey key = order_key(r.req);
       erase_from_shape(targets_by_shape, shape_of(r.req), key);
       targets_by_due.erase(targets_by_due.begin());
-      unplain.emplace(key, &r);
+      due_by_shape[shape_of(r.req)].emplace(key, &r);
     }
   } else {
     // A pass at a moment before the filing's (the caller's clock set back): requests due as of
     // the filing may not be due now.
-    for (auto it = unplain.begin(); it != unplain.end();) {
-      RequestRec& r = *it->second;
-      if (waits_for_target(r) && due_at(r) > now) {
-        targets_by_shape[shape_of(r.req)].emplace(it->first, &r);
-        targets_by_due.insert({due_at(r), r.req.id});
-        it = unplain.erase(it);
-      } else {
-        ++it;
+    for (auto shape = due_by_shape.begin(); shape != due_by_shape.end();) {
+      for (auto it = shape->second.begin(); it != shape->second.end();) {
+        RequestRec& r = *it->second;
+        if (due_at(r) > now) {
+          targets_by_shape[shape->first].emplace(it->first, &r);
+          targets_by_due.insert({due_at(r), r.req.id});
+          it = shape->second.erase(it);
+        } else {
+          ++it;
+        }
       }
+      shape = shape->second.empty() ? due_by_shape.erase(shape) : std::next(shape);
     }
   }
   targets_filed_at = now;
@@ -153,6 +160,7 @@ void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
   claims_by_lapse.insert({r.claim->ready_ms + knobs.grace_ms, r.req.id});
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = r.req.id;
   for (std::size_t n : nodes_of(r.claim->chips)) {
+    free_unclaimed.recount(n, nodes);
     file_ends(n);
     file_victims(n);
     file_claimed_free(n);
@@ -170,6 +178,7 @@ void Scheduler::Impl::clear_claim(RequestRec& r) {
   enqueue(r);
   claimants.erase(r.req.id);
   for (std::size_t n : claimed) {
+    free_unclaimed.recount(n, nodes);
     file_ends(n);
     file_victims(n);
     file_claimed_free(n);
@@ -807,7 +816,8 @@ Status Scheduler::check_invariants() const {
   }
   if (pending != s.queue.size()) return fail(Errc::internal, "the queue holds requests that are not pending");
   // Each pending request is filed once for the pass: plain by shape, holding a claim by shape,
-  // waiting for its target and not due as of the filing by shape and due time, or among the others.
+  // waiting for its target and not due as of the filing by shape and due time, due by shape, or
+  // among the others.
   const auto filed_in = [](const auto& by_shape, const Impl::Shape& shape, const Impl::OrderKey& key,
                            const RequestRec& r) {
     auto entries = by_shape.find(shape);
@@ -817,9 +827,11 @@ Status Scheduler::check_invariants() const {
   };
   std::size_t plain_filed = 0;
   std::size_t claims_filed = 0;
+  std::size_t due_filed = 0;
   std::size_t targets_filed = 0;
   for (const auto& [shape, entries] : s.plain_by_shape) plain_filed += entries.size();
   for (const auto& [shape, entries] : s.claims_by_shape) claims_filed += entries.size();
+  for (const auto& [shape, entries] : s.due_by_shape) due_filed += entries.size();
   for (const auto& [shape, entries] : s.targets_by_shape) targets_filed += entries.size();
   for (const auto& [key, r] : s.queue) {
     const Impl::Shape shape = Impl::shape_of(r->req);
@@ -830,6 +842,8 @@ Status Scheduler::check_invariants() const {
       found = filed_in(s.claims_by_shape, shape, key, *r);
     } else if (s.filed_as_target(*r)) {
       found = filed_in(s.targets_by_shape, shape, key, *r) && s.targets_by_due.count({s.due_at(*r), r->req.id});
+    } else if (s.waits_for_target(*r)) {
+      found = filed_in(s.due_by_shape, shape, key, *r);
     } else {
       auto entry = s.unplain.find(key);
       found = entry != s.unplain.end() && entry->second == r;
@@ -839,7 +853,7 @@ Status Scheduler::check_invariants() const {
                                               r->req.id));
     }
   }
-  if (plain_filed + claims_filed + targets_filed + s.unplain.size() != s.queue.size() ||
+  if (plain_filed + claims_filed + due_filed + targets_filed + s.unplain.size() != s.queue.size() ||
       s.targets_by_due.size() != targets_filed) {
     return fail(Errc::internal, "the requests filed for the pass disagree with the queue");
   }
@@ -888,6 +902,9 @@ Status Scheduler::check_invariants() const {
   if (deadlines != s.lease_deadlines) return fail(Errc::internal, "the lease deadline index disagrees with the leases");
   if (FreeChips::counted(s.nodes) != s.free_chips) {
     return fail(Errc::internal, "the free chips counted per node disagree with the nodes' leases and states");
+  }
+  if (FreeChips::counted(s.nodes, true) != s.free_unclaimed) {
+    return fail(Errc::internal, "the unclaimed free chips counted per node disagree with the nodes' leases, claims and states");
   }
   if (Impl::nodes_by_free_counted(s.nodes, s.free_chips) != s.nodes_by_free) {
     return fail(Errc::internal, "the nodes filed by free chips disagree with the free chips counted per node");

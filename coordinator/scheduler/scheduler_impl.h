@@ -175,6 +175,8 @@ class PassView {
 // passed over without looking at every node. The scheduler keeps it with every change of a node's
 // leases or state; a pass takes a copy and counts its own grants off it.
 struct FreeChips {
+  // Counts only the chips no claim holds (Scheduler::Impl::free_unclaimed).
+  bool unclaimed_only = false;
   std::vector<int> on_node;     // 0 on nodes that are not up
   std::vector<int> nodes_with;  // nodes_with[k]: up nodes with exactly k free chips; no trailing 0
   int whole_free_nodes = 0;     // up nodes with every chip free
@@ -184,7 +186,7 @@ struct FreeChips {
   void recount(std::size_t node, const std::vector<NodeRec>& nodes);
   void take(std::size_t node, int chips);
   // Every node counted from scratch: what the kept counts must equal.
-  static FreeChips counted(const std::vector<NodeRec>& nodes);
+  static FreeChips counted(const std::vector<NodeRec>& nodes, bool unclaimed_only = false);
   bool operator==(const FreeChips&) const = default;
 
  private:
@@ -253,10 +255,16 @@ struct Scheduler::Impl {
   std::map<Shape, std::map<OrderKey, RequestRec*>> targets_by_shape;
   std::set<std::pair<TimeMs, RequestId>> targets_by_due;
   TimeMs targets_filed_at = kFreeNow;
+  // Those due as of `targets_filed_at`, by shape. A due request changes a pass only by starting,
+  // by holding a reservation or by preempting: a shape of them is read no further once its next
+  // request lacks free chips, no reservation is left and no node is filed where a notice could
+  // free chips for it (may_find_victims).
+  std::map<Shape, std::map<OrderKey, RequestRec*>> due_by_shape;
   // The requests holding a claim and no window (filed_as_claimant), by shape. Every pass's view
   // holds their claims from the start (PassView), so such a request changes a pass only by
-  // starting, which needs free chips for its shape (its claimed chips among them): a shape of
-  // them is read no further once its next request lacks those.
+  // starting, which needs free chips for its shape that no other claim holds: a pass reads in
+  // full those with a free chip of their own claim, and a shape of the others no further than
+  // its first request that lacks free chips no claim holds (free_unclaimed).
   std::map<Shape, std::map<OrderKey, RequestRec*>> claims_by_shape;
   std::map<OrderKey, RequestRec*> unplain;
   std::set<RequestId> claimants;
@@ -272,6 +280,13 @@ struct Scheduler::Impl {
   std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
   std::set<std::size_t> nodes_with_lease_changes;
   FreeChips free_chips;
+  // The same, counting only the chips no claim holds: at a pass's start, a bound on what a request
+  // with no free chip of its own claim could take. Kept with free_chips and with the claims.
+  FreeChips free_unclaimed = [] {
+    FreeChips counts;
+    counts.unclaimed_only = true;
+    return counts;
+  }();
   // The up nodes with free chips, by revision, then by how many and then by index: a pass places
   // a one-node request by reading them in the order of the least score each could reach, and
   // stops at the first that could not beat the best found (place_now). Kept by recount_free.
@@ -447,6 +462,9 @@ struct Scheduler::Impl {
   TimeMs due_at(const RequestRec& r) const { return *target_time(r) - knobs.grace_ms; }
   // Whether enqueue files `r` in targets_by_shape: it waits for its target and is not due as of
   // the filing's moment.
+  // Whether a search for victims for a request of q's shape could find any: a node it may use,
+  // under any revision, is filed with an experiment's lease that has had no notice.
+  bool may_find_victims(const Request& q) const;
   // Whether enqueue files `r` in claims_by_shape.
   static bool filed_as_claimant(const RequestRec& r) { return r.claim && !r.req.not_before_ms; }
   bool filed_as_target(const RequestRec& r) const {

@@ -60,7 +60,10 @@ void FreeChips::recount(std::size_t node, const std::vector<NodeRec>& nodes) {
   const NodeRec& rec = nodes[node];
   if (rec.state == NodeState::up) {
     const int chips = static_cast<int>(rec.chip_lease.size());
-    const int free = static_cast<int>(std::count(rec.chip_lease.begin(), rec.chip_lease.end(), 0));
+    int free = 0;
+    for (std::size_t p = 0; p < rec.chip_lease.size(); ++p) {
+      free += rec.chip_lease[p] == 0 && (!unclaimed_only || rec.chip_claim[p] == 0) ? 1 : 0;
+    }
     on_node[node] = free;
     counted_chips_[node] = chips;
     if (static_cast<std::size_t>(free) >= nodes_with.size()) nodes_with.resize(free + 1, 0);
@@ -100,6 +103,7 @@ void Scheduler::Impl::recount_free(std::size_t node) {
   }
   free_filed_as[node].reset();
   free_chips.recount(node, nodes);
+  free_unclaimed.recount(node, nodes);
   file_ends(node);
   file_victims(node);
   file_claimed_free(node);
@@ -301,6 +305,18 @@ std::vector<std::size_t> Scheduler::Impl::victim_nodes(const Request& q) const {
   return out;
 }
 
+bool Scheduler::Impl::may_find_victims(const Request& q) const {
+  // A search claims chips only with a notice to some experiment's lease (find_victims).
+  if (q.node) {
+    auto it = node_index.find(*q.node);
+    if (it == node_index.end() || it->second >= victims_filed_as.size()) return false;
+    const auto& filed = victims_filed_as[it->second];
+    return filed && filed->victims > 0;
+  }
+  return std::any_of(nodes_for_victims.begin(), nodes_for_victims.end(),
+                     [](const auto& filed) { return !filed.second.with_victims.empty(); });
+}
+
 std::map<std::string, std::set<std::size_t>> Scheduler::Impl::whole_free_counted(const std::vector<NodeRec>& nodes,
                                                                                  const FreeChips& free) {
   std::map<std::string, std::set<std::size_t>> out;
@@ -319,8 +335,9 @@ std::map<std::string, Scheduler::Impl::ByFree> Scheduler::Impl::nodes_by_free_co
   return out;
 }
 
-FreeChips FreeChips::counted(const std::vector<NodeRec>& nodes) {
+FreeChips FreeChips::counted(const std::vector<NodeRec>& nodes, bool unclaimed_only) {
   FreeChips out;
+  out.unclaimed_only = unclaimed_only;
   for (std::size_t n = 0; n < nodes.size(); ++n) out.recount(n, nodes);
   return out;
 }
@@ -837,11 +854,12 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   if (with_reasons || knobs.exhaustive_passes) {
     for (const auto& [key, queued] : queue) consider(*queued);
   } else {
-    // The other requests, each shape's plain ones, each shape's not yet due to preempt and each
-    // shape's holding a claim, merged in scheduling order. A shape is read no further once its
-    // next request can take nothing: no chips free for it now (there are only fewer later in the
-    // pass) and no reservation left, or a fifo queue whose head waits; for claims, no chips free
-    // for it now. One not yet due could still preempt an experiment that a notice costs nothing
+    // The other requests, each shape's plain ones, each shape's not yet due to preempt, each
+    // shape's due and each shape's holding a claim, merged in scheduling order. A shape is read no
+    // further once its next request can take nothing: no chips free for it now (there are only
+    // fewer later in the pass) and no reservation left, or a fifo queue whose head waits; for due
+    // ones, also no node where a notice could free chips for it; for claims, no chips free for it
+    // now. One not yet due could still preempt an experiment that a notice costs nothing
     // now; and each wakes the scheduler when it becomes due, or when a notice would cost nothing
     // if it is late, so a shape of them is left only while the earliest of those moments is a due
     // one: the pass wakes for it below.
@@ -849,11 +867,29 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     using Entries = std::map<OrderKey, RequestRec*>;
     std::vector<std::pair<Entries::const_iterator, Entries::const_iterator>> cursors;
     cursors.push_back({unplain.begin(), unplain.end()});
+    // The requests holding a claim with a free chip of it are read in full: the free chips the
+    // other claimants may use are only those no claim holds (free_unclaimed), of which there are
+    // no more at any point of the pass than at its start.
+    Entries own_chips_free;
+    for (std::size_t n : claimed_free_nodes) {
+      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
+        const RequestId id = nodes[n].chip_claim[p];
+        if (id == 0 || nodes[n].chip_lease[p] != 0) continue;
+        const RequestRec& r = requests.at(id);
+        if (!filed_as_claimant(r)) continue;
+        const OrderKey key = order_key(r.req);
+        own_chips_free.emplace(key, claims_by_shape.at(shape_of(r.req)).at(key));
+      }
+    }
+    cursors.push_back({own_chips_free.begin(), own_chips_free.end()});
+    const std::size_t first_by_shape = cursors.size();  // the cursors before it are read in full
     for (const auto& [shape, entries] : plain_by_shape) cursors.push_back({entries.begin(), entries.end()});
     const std::size_t first_target_shape = cursors.size();
     for (const auto& [shape, entries] : targets_by_shape) cursors.push_back({entries.begin(), entries.end()});
     const std::size_t first_claim_shape = cursors.size();
     for (const auto& [shape, entries] : claims_by_shape) cursors.push_back({entries.begin(), entries.end()});
+    const std::size_t first_due_shape = cursors.size();
+    for (const auto& [shape, entries] : due_by_shape) cursors.push_back({entries.begin(), entries.end()});
     if (!targets_by_due.empty()) out.wake = std::min(out.wake, targets_by_due.begin()->first);
     using Head = std::pair<OrderKey, std::size_t>;
     std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
@@ -864,17 +900,24 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
       const std::size_t c = heads.top().second;
       heads.pop();
       const RequestRec& r = *cursors[c].first->second;
+      if (c >= first_claim_shape && c < first_due_shape && own_chips_free.count(cursors[c].first->first)) {
+        if (++cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
+        continue;
+      }
       const bool may_reserve = kiln_policy() && reservations < knobs.max_reservations;
       bool takes_nothing =
           !may_reserve && (knobs.policy == Policy::fifo ? fifo_blocked : lacks_free_chips(r, free));
-      // A request with a claim reserves nothing: it only starts, or waits.
-      if (c >= first_claim_shape) {
-        takes_nothing = lacks_free_chips(r, free);
+      if (c >= first_due_shape) {
+        // Nodes filed for victims only ever hold more than a pass finds there.
+        takes_nothing = takes_nothing && !may_find_victims(r.req);
+      } else if (c >= first_claim_shape) {
+        // A request with a claim reserves nothing: it only starts, or waits.
+        takes_nothing = lacks_free_chips(r, free_unclaimed);
       } else if (c >= first_target_shape && takes_nothing) {
         if (!notices) notices = free_notices(now);
         takes_nothing = !notices->now && notices->next >= targets_by_due.begin()->first;
       }
-      if (c != 0 && takes_nothing) continue;
+      if (c >= first_by_shape && takes_nothing) continue;
       consider(r);
       if (++cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
     }
