@@ -172,6 +172,35 @@ Timing time_lease_ends(int nodes, int queued, RequestClass cls, int experiment_p
   return percentiles(std::move(us));
 }
 
+// In the same fleet and queue: why the newest job waits (what a lease that must wait is answered,
+// and `kiln queue --why`), timed `repeats` times, and the whole queue's explanations (`kiln queue`),
+// timed a few times.
+std::pair<Timing, Timing> time_explanations(int nodes, int queued, RequestClass cls, int experiment_percent,
+                                            int waited_minutes, int repeats, bool exhaustive) {
+  Fleet fleet = make_fleet(nodes, 100, experiment_percent, exhaustive);
+  RequestId newest = 0;
+  for (int i = 0; i < queued; ++i) {
+    const Request job = fleet.whole_node_job(nodes, cls);
+    newest = job.id;
+    (void)fleet.scheduler.submit(job, fleet.now);
+  }
+  fleet.now += waited_minutes * kiln::kMinuteMs;
+  fleet.scheduler.on_tick(fleet.now);
+  fleet.drain();
+  const auto timed = [](int times, const auto& what) {
+    std::vector<double> us;
+    for (int i = 0; i < times; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      what();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+    return percentiles(std::move(us));
+  };
+  const Timing one = timed(repeats, [&] { (void)fleet.scheduler.explain(newest, fleet.now); });
+  const Timing all = timed(5, [&] { (void)fleet.scheduler.explain_queue(fleet.now); });
+  return {one, all};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -203,7 +232,8 @@ int main(int argc, char** argv) {
                  "(default 0)")
       ->check(CLI::Range(0, 10'000));
   app.add_option("--queued", queued, "also time a job's result in a fleet filled wholly, with this many "
-                 "whole-node jobs waiting (default 0: not timed)")
+                 "whole-node jobs waiting, and the explanations of why one and why each waits (default 0: not "
+                 "timed)")
       ->check(CLI::Range(0, 1'000'000));
   app.add_option("--queued-class", queued_class, "the class of the jobs waiting (--queued): nightly, or presubmit, "
                  "which looks for experiments to preempt")
@@ -245,6 +275,15 @@ int main(int argc, char** argv) {
               ? std::optional(time_lease_ends(nodes, queued, cls, experiment_percent, waited_minutes, leases, true))
               : std::nullopt;
       std::printf("%7d %s\n", nodes, row(fast, full).c_str());
+    }
+    std::printf("\nin the same queue, why its newest job waits (what a lease that must wait is answered; `kiln queue "
+                "--why`), %d times, and every waiting job's explanation (`kiln queue`), 5 times\n", std::min(leases, 100));
+    std::printf("%7s %22s %22s\n", "nodes", "one job p50/p99 us", "the queue p50/p99 us");
+    for (const int nodes : fleet_sizes) {
+      const auto [one, all] =
+          time_explanations(nodes, queued, cls, experiment_percent, waited_minutes, std::min(leases, 100), false);
+      std::printf("%7d %22s %22s\n", nodes, fmt::format("{:.1f}/{:.1f}", one.p50_us, one.p99_us).c_str(),
+                  fmt::format("{:.1f}/{:.1f}", all.p50_us, all.p99_us).c_str());
     }
   }
   return 0;

@@ -685,7 +685,7 @@ Explanation Scheduler::explain(RequestId request, TimeMs now) const {
     out.request = request;
     return out;
   }
-  return explanation_in(impl_->plan(now, true), request, now);
+  return explanation_in(impl_->plan(now, true, request), request, now);
 }
 
 std::vector<Explanation> Scheduler::explain_queue(TimeMs now) const {

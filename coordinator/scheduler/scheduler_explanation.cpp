@@ -9,7 +9,7 @@ namespace kiln::scheduler {
 std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeMs now,
                                                     const PassView& view,
                                                     const std::map<std::pair<RequestClass, std::string>, int>& used,
-                                                    std::size_t ahead) const {
+                                                    std::size_t ahead, FleetSummary& fleet) const {
   const Request& q = r.req;
   std::vector<std::string> out;
   const std::string rev_text = q.node       ? fmt::format("node {}", *q.node)
@@ -18,20 +18,47 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
   if (q.not_before_ms && *q.not_before_ms > now) {
     out.push_back(fmt::format("its window opens at {}", format_clock(*q.not_before_ms)));
   }
-  std::map<NodeState, int> states;
+  // Maintenance may enter its draining or quarantined node: for it, that node is in service.
+  const auto in_service = [&](const NodeRec& node) {
+    return node.state == NodeState::up || (q.maintenance && q.node && node.state != NodeState::lost);
+  };
+  const auto considered = [&](const NodeRec& node) {
+    return (!q.revision || node.info.revision == *q.revision) && (!q.node || node.info.id == *q.node);
+  };
+  // The nodes that may have chips free now: those with chips free when the pass began (its grants
+  // only take chips), and a maintenance request's own node, which may not be up; in index order.
+  std::vector<std::size_t> with_free;
+  const auto pinned = q.node ? node_index.find(*q.node) : node_index.end();
+  if (knobs.exhaustive_passes) {
+    for (std::size_t n = 0; n < nodes.size(); ++n) with_free.push_back(n);
+  } else if (q.node) {
+    if (pinned != node_index.end()) with_free.push_back(pinned->second);
+  } else {
+    for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
+      for (const auto& [free_here, n] : by_free) with_free.push_back(n);
+    }
+    std::sort(with_free.begin(), with_free.end());
+  }
+  std::map<NodeState, int> pinned_states;
+  if (q.node) {
+    if (pinned != node_index.end() && considered(nodes[pinned->second])) {
+      const NodeRec& node = nodes[pinned->second];
+      ++pinned_states[in_service(node) ? NodeState::up : node.state];
+    }
+  } else if (!fleet.states_by_revision.count(q.revision)) {
+    std::map<NodeState, int>& counted = fleet.states_by_revision[q.revision];
+    for (const NodeRec& node : nodes) {
+      if (considered(node)) ++counted[in_service(node) ? NodeState::up : node.state];
+    }
+  }
+  std::map<NodeState, int>& states = q.node ? pinned_states : fleet.states_by_revision.at(q.revision);
   std::size_t best_free = 0;
   std::string best_node;
   int whole_free = 0;
   std::map<std::string, int> whole_free_by_rev;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
+  for (std::size_t n : with_free) {
     const NodeRec& node = nodes[n];
-    if (q.revision && node.info.revision != *q.revision) continue;
-    if (q.node && node.info.id != *q.node) continue;
-    // Maintenance may enter its draining or quarantined node: for it, that node is in service.
-    const bool in_service = node.state == NodeState::up ||
-                            (q.maintenance && q.node && node.state != NodeState::lost);
-    ++states[in_service ? NodeState::up : node.state];
-    if (!in_service) continue;
+    if (!considered(node) || !in_service(node)) continue;
     std::size_t free = 0;
     for (const ChipPlan& c : view[n]) free += c.lease == 0 ? 1 : 0;
     if (free > best_free) {
@@ -70,21 +97,16 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
     }
   }
   if (kiln_policy()) {
-    std::set<std::string> revs;
-    for (const NodeRec& node : nodes) {
-      if (!q.revision || node.info.revision == *q.revision) revs.insert(node.info.revision);
+    if (fleet.chips_by_revision.empty()) {
+      for (const NodeRec& node : nodes) fleet.chips_by_revision[node.info.revision] = static_cast<int>(node.info.chips.size());
     }
-    for (const std::string& rev : revs) {
+    for (const auto& [rev, chips_per_node] : fleet.chips_by_revision) {
+      if (q.revision && rev != *q.revision) continue;
       auto quota = knobs.quota(q.cls, rev);
       if (!quota || knobs.may_borrow[rank(q.cls)]) continue;
       auto it = used.find({q.cls, rev});
       int in_use = it == used.end() ? 0 : it->second;
-      int want = q.chips;
-      if (q.nodes > 0) {
-        for (const NodeRec& node : nodes) {
-          if (node.info.revision == rev) want = q.nodes * static_cast<int>(node.info.chips.size());
-        }
-      }
+      const int want = q.nodes > 0 ? q.nodes * chips_per_node : q.chips;
       if (in_use + want > *quota) {
         out.push_back(fmt::format("quota of class {} on {} is used up ({}/{} chips)",
                                   to_string(q.cls), rev, in_use, *quota));
@@ -95,7 +117,7 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
   const TimeMs end = now + r.remaining_ms;
   std::map<RequestId, ReservationInfo> blocking;
   std::map<RequestId, std::set<std::string>> claims;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
+  for (std::size_t n : with_free) {
     if (!eligible(nodes[n], q)) continue;
     for (const ChipPlan& c : view[n]) {
       if (c.lease != 0) continue;

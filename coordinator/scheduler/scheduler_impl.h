@@ -640,13 +640,25 @@ struct Scheduler::Impl {
                                     const std::map<std::pair<RequestClass, std::string>, int>& used)
       const;
 
-  // Why a request cannot start now, in words for `kiln queue --why`.
+  // What explanations read of every node, read once per pass: how many nodes of each state a
+  // request of a revision (any: nullopt) may use, and each revision's chips per node (its last
+  // node's, by index).
+  struct FleetSummary {
+    std::map<std::optional<std::string>, std::map<NodeState, int>> states_by_revision;
+    std::map<std::string, int> chips_by_revision;
+  };
+
+  // Why a request cannot start now, in words for `kiln queue --why`. It reads the nodes with chips
+  // free when the pass began, the only ones with chips free now, and the fleet's summary (`fleet`,
+  // filled on first use), unless the knobs ask every pass to read every node.
   std::vector<std::string> reasons_for(const RequestRec& r, TimeMs now,
                                        const PassView& view,
                                        const std::map<std::pair<RequestClass, std::string>, int>& used,
-                                       std::size_t ahead) const;
+                                       std::size_t ahead, FleetSummary& fleet) const;
 
-  Plan plan(TimeMs now, bool with_reasons) const;
+  // A planning pass. `with_reasons`: it reads every request, for each one's expected start, and puts
+  // in words why each waits, or only `reasons_of` if given.
+  Plan plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of = std::nullopt) const;
 
   // --- applying decisions ----------------------------------------------------------------------
 

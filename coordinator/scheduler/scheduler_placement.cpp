@@ -696,7 +696,7 @@ void Scheduler::Impl::mark_reserved(PassView& view, const std::vector<ChipRef>& 
   }
 }
 
-Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
+Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of) const {
   Plan out;
   auto view = initial_view(now);
   auto used = chips_in_use;
@@ -705,6 +705,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
   std::size_t reservations = 0;
   std::size_t position = 0;
   std::optional<FreeNotices> notices;  // read once, by the first request that waits for its target
+  FleetSummary fleet;                  // filled as explanations need it
   // Requests of one shape see the same chips, so one search answers for every later request of
   // that shape until the pass changes what it read: a queue of like requests costs a search per
   // change, not one per request. The reference passes (exhaustive_passes) search for each.
@@ -758,6 +759,11 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     if (added || it->second.first != plan_changes) it->second = {plan_changes, find_victims(r, now, view, used)};
     return it->second.second;
   };
+  // A pass asked why one request waits reads the others as any pass does: the same decisions.
+  const auto explaining = [&](RequestId id) { return with_reasons && (!reasons_of || *reasons_of == id); };
+  // Read in the merged order below, as of a moment the requests are filed for, the requests ahead
+  // of the one explained are not all read: how many they are comes from the queue.
+  const bool explain_one = with_reasons && reasons_of && !knobs.exhaustive_passes && targets_filed_at == now;
   auto consider = [&](const RequestRec& r) {
     const RequestId id = r.req.id;
     const Request& q = r.req;
@@ -786,7 +792,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
     if (knobs.policy == Policy::fifo && window_open) fifo_blocked = true;
     // Past the reservations, a plain request only waits: the pass need not look for its place,
     // unless it is asked why.
-    if (!with_reasons && !knobs.exhaustive_passes && plain(r) &&
+    if (!explaining(id) && !knobs.exhaustive_passes && plain(r) &&
         (!kiln_policy() || reservations >= knobs.max_reservations)) {
       return;
     }
@@ -813,7 +819,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
           }
           // Before it is due, victims serve only if a notice to them loses nothing; unless it is asked
           // why, it need not look for them when no notice would.
-          const bool look = due || with_reasons || knobs.exhaustive_passes || (window_open && notices->now);
+          const bool look = due || explaining(id) || knobs.exhaustive_passes || (window_open && notices->now);
           auto claim = look ? find_victims_shared(r) : std::nullopt;
           if (claim && (due || (window_open && claim->lost_chip_ms == 0))) {
             claimed = true;
@@ -845,13 +851,15 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
         }
       }
     }
-    if (with_reasons) {
-      info.reasons = reasons_for(r, now, view, used, position - 1);
+    if (explaining(id)) {
+      const auto ahead = explain_one ? static_cast<std::size_t>(std::distance(queue.begin(), queue.find(order_key(q))))
+                                     : position - 1;
+      info.reasons = reasons_for(r, now, view, used, ahead, fleet);
       out.pending[id] = std::move(info);
     }
   };
 
-  if (with_reasons || knobs.exhaustive_passes) {
+  if ((with_reasons && !explain_one) || knobs.exhaustive_passes) {
     for (const auto& [key, queued] : queue) consider(*queued);
   } else {
     // The other requests, each shape's plain ones, each shape's not yet due to preempt, each
@@ -882,6 +890,13 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
       }
     }
     cursors.push_back({own_chips_free.begin(), own_chips_free.end()});
+    // The request explained is read wherever it is filed, and the pass ends with it.
+    Entries explained;
+    if (explain_one) {
+      const RequestRec& r = requests.at(*reasons_of);
+      explained.emplace(order_key(r.req), queue.at(order_key(r.req)));
+    }
+    cursors.push_back({explained.begin(), explained.end()});
     const std::size_t first_by_shape = cursors.size();  // the cursors before it are read in full
     for (const auto& [shape, entries] : plain_by_shape) cursors.push_back({entries.begin(), entries.end()});
     const std::size_t first_target_shape = cursors.size();
@@ -900,7 +915,9 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
       const std::size_t c = heads.top().second;
       heads.pop();
       const RequestRec& r = *cursors[c].first->second;
-      if (c >= first_claim_shape && c < first_due_shape && own_chips_free.count(cursors[c].first->first)) {
+      const bool read_elsewhere = (c >= first_claim_shape && c < first_due_shape && own_chips_free.count(cursors[c].first->first)) ||
+                                  (c != first_by_shape - 1 && explained.count(cursors[c].first->first));
+      if (read_elsewhere) {
         if (++cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
         continue;
       }
@@ -919,6 +936,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons) const {
       }
       if (c >= first_by_shape && takes_nothing) continue;
       consider(r);
+      if (c == first_by_shape - 1) break;
       if (++cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
     }
   }
