@@ -654,6 +654,8 @@ std::optional<TimeMs> Scheduler::next_deadline() const {
   TimeMs t = impl_->wake;
   // A lease under notice still ends at its expiry if that comes before the grace deadline.
   if (!impl_->lease_deadlines.empty()) t = std::min(t, impl_->lease_deadlines.begin()->first);
+  // A claim its request has not used lets its chips go then (schedule()).
+  if (!impl_->claims_by_lapse.empty()) t = std::min(t, impl_->claims_by_lapse.begin()->first);
   if (t == kNever) return std::nullopt;
   return t;
 }

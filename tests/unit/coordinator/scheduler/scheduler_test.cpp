@@ -393,6 +393,44 @@ TEST_CASE("a node whose free chips a claim holds is not one of the free nodes fo
   CHECK(s.check_invariants());
 }
 
+TEST_CASE("a claim its request cannot use lapses a grace after its victims' and wakes the scheduler for it") {
+  SchedulerKnobs knobs = knobs_with_grace(5 * kMinuteMs);
+  knobs.quota_chips[{RequestClass::presubmit, "a"}] = 8;
+  knobs.may_borrow[rank(RequestClass::presubmit)] = false;
+  Scheduler s{knobs};
+  REQUIRE(s.upsert_node(make_node("n00", "a"), 0));
+  REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::experiment, 8, 2 * kHourMs), 0));
+  REQUIRE(s.submit(make_request(2, RequestClass::nightly, 8, kHourMs), 0));
+  auto started = drain(s);
+  REQUIRE(granted(started, 2));
+  // Ahead in the queue, pinned to the nightly's node, and far from its target: it waits.
+  Request pinned = make_request(3, RequestClass::presubmit, 8, kHourMs);
+  pinned.node = granted(started, 2)->placement.front().node;
+  pinned.target_start_latency_ms = 2 * kHourMs;
+  REQUIRE(s.submit(pinned, 0));
+  // Due at once: it preempts the experiment and claims its node, ready at 6 minutes.
+  REQUIRE(s.submit(make_request(4, RequestClass::presubmit, 8, kHourMs, kMinuteMs), kMinuteMs));
+  REQUIRE(only<PreemptNotice>(drain(s)).size() == 1);
+  // The pinned presubmit takes the class's whole quota: the claimant cannot start when its victim goes.
+  REQUIRE(s.release(granted(started, 2)->lease, 2 * kMinuteMs));
+  REQUIRE(granted(drain(s), 3));
+  REQUIRE(s.submit(make_request(5, RequestClass::nightly, 8, kHourMs, 3 * kMinuteMs), 3 * kMinuteMs));
+  CHECK(drain(s).empty());
+  s.on_tick(6 * kMinuteMs);
+  auto revoked = drain(s);
+  CHECK(only<Revoke>(revoked).size() == 1);
+  CHECK(only<LeaseGranted>(revoked).empty());
+  const std::string held = "free chips on n00 are held for request 4 (preemption under way)";
+  CHECK(s.explain(5, 10 * kMinuteMs).text().find(held) != std::string::npos);
+  // The claim lapses a grace after its victims' grace ended, and the scheduler wakes for it.
+  CHECK(s.next_deadline() == 11 * kMinuteMs);
+  s.on_tick(11 * kMinuteMs);
+  drain(s);
+  CHECK(s.explain(5, 11 * kMinuteMs).text().find(held) == std::string::npos);
+  CHECK(s.check_invariants());
+}
+
 TEST_CASE("the victim is the lease that loses the least work") {
   Scheduler s{knobs_with_grace(5 * kMinuteMs)};
   REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
