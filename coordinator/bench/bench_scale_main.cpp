@@ -325,6 +325,8 @@ struct Run {
   double cpu_per_submit_ms = NAN;
   std::size_t queued_at_burst = 0;
   std::size_t burst_accepted = 0;
+  // Leases booked a day ahead with the queue at its fullest: each is answered with why it waits.
+  Latency booked_lease;
   // After a SIGSTOP of twice the liveness timeout.
   bool stalled = false;
   std::size_t stall_hellos = 0;
@@ -548,6 +550,7 @@ class Bench {
     }));
     r.submit_jobs_per_second = static_cast<double>(r.burst_accepted) / seconds;
     if (r.burst_accepted > 0) r.cpu_per_submit_ms = (server_cpu_ms(pid) - cpu0) / static_cast<double>(r.burst_accepted);
+    time_booked_leases(client, echo, pid, r.booked_lease);
 
     if (!running(pid)) return tl::unexpected(server_gone(server, log));
     r.timeouts = fleet.counts().timeouts - timeouts_before;
@@ -608,6 +611,37 @@ class Bench {
     submit = latency(submit_us);
     lease = latency(lease_us);
     release = latency(release_us);
+  }
+
+  // A tenth as many leases as `requests`, one at a time, each booked a day ahead and released: a
+  // lease that cannot start is answered with why it waits and when it should start, which the
+  // scheduler works out among every job queued.
+  void time_booked_leases(Requester& client, bool echo, pid_t server, Latency& booked) {
+    std::vector<double> booked_us;
+    std::size_t refused = 0;
+    for (int i = 0; i < std::max(1, s_.requests / 10) && running(server); ++i) {
+      kiln::protocol::RequestLease ask;
+      ask.chips = 1;
+      ask.duration_ms = 60000;
+      const auto day_ahead = std::chrono::system_clock::now() + std::chrono::hours(24);
+      ask.start_at_ms = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(day_ahead.time_since_epoch()).count());
+      auto reply = client.call(ask, 10000);
+      if (!reply) continue;
+      const auto* pending = std::get_if<kiln::protocol::LeasePending>(&reply->body);
+      if (!echo && pending == nullptr) {
+        if (refused++ == 0) {
+          const auto* error = std::get_if<kiln::protocol::ErrorReply>(&reply->body);
+          progress("a lease booked a day ahead was not left waiting: {}",
+                   error != nullptr ? error->message : "an unexpected reply");
+        }
+        continue;
+      }
+      booked_us.push_back(reply->rtt_us);
+      (void)client.call(kiln::protocol::ReleaseLease{pending != nullptr ? pending->lease.lease_id : 1}, 10000);
+    }
+    if (refused > 0) progress("{} leases booked ahead were not left waiting and are not timed", refused);
+    booked = latency(booked_us);
   }
 
   // The agents in `processes` slices of about equal size, each a process of this program
@@ -788,6 +822,9 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       {"burst_accepted", c.burst_accepted},
       {"submit_jobs_per_second", number(c.submit_jobs_per_second)},
       {"cpu_per_submit_ms", number(c.cpu_per_submit_ms)},
+      {"booked_lease", latency_json(c.booked_lease)},
+      {"echo_booked_lease", latency_json(e.booked_lease)},
+      {"booked_lease_p99_vs_echo", number(ratio(c.booked_lease.p99_ms, e.booked_lease.p99_ms))},
   };
   if (c.stalled) {
     row["stall"] = {{"hellos", c.stall_hellos},
@@ -830,6 +867,9 @@ nlohmann::json medians_json(const std::vector<std::pair<Run, Run>>& pairs) {
       {"lease_p99_vs_durable_echo",
        med([](const Run& c, const Run& e) { return ratio(c.lease.p99_ms, e.durable_lease.p99_ms); })},
       {"submit_jobs_per_second", med([](const Run& c, const Run&) { return c.submit_jobs_per_second; })},
+      {"booked_lease_p99_ms", med([](const Run& c, const Run&) { return c.booked_lease.p99_ms; })},
+      {"booked_lease_p99_vs_echo",
+       med([](const Run& c, const Run& e) { return ratio(c.booked_lease.p99_ms, e.booked_lease.p99_ms); })},
   };
 }
 
@@ -912,6 +952,12 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
   fmt::print("job submission with {} queued: {:.0f} jobs/s ({} accepted, {} ms coordinator CPU per job)\n",
              rows.back().first.queued_at_burst, rows.back().first.submit_jobs_per_second,
              rows.back().first.burst_accepted, ms(rows.back().first.cpu_per_submit_ms));
+  const auto& [booked, echo_booked] = rows.back();
+  fmt::print("leases booked a day ahead with {} queued, each answered with why it waits: p50 {} ms, p99 {} ms, {} the "
+             "echo's ({} timed)\n",
+             booked.queued_at_burst + booked.burst_accepted, ms(booked.booked_lease.p50_ms),
+             ms(booked.booked_lease.p99_ms), x(ratio(booked.booked_lease.p99_ms, echo_booked.booked_lease.p99_ms)),
+             booked.booked_lease.samples);
   if (!extrapolation.is_null()) fmt::print("{}\n", extrapolation["text"].get<std::string>());
 }
 
@@ -931,7 +977,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", s.threads, "threads running the fake agents")->check(CLI::Range(1, 16));
   app.add_option("--measure-seconds", s.measure_seconds, "length of the steady heartbeat window")
       ->check(CLI::Range(1, 600));
-  app.add_option("--requests", s.requests, "sequential submits and leases timed per fleet size")
+  app.add_option("--requests", s.requests, "sequential submits and leases timed per fleet size (and a tenth as many "
+                 "leases booked a day ahead, with the queue at its fullest)")
       ->check(CLI::Range(1, 100000));
   app.add_option("--queued", s.queued, "jobs queued before the throughput burst")->check(CLI::Range(0, 1000000));
   app.add_option("--burst", s.burst, "jobs submitted, pipelined, for the throughput")->check(CLI::Range(1, 1000000));

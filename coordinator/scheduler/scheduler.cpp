@@ -22,6 +22,7 @@ bool Scheduler::Impl::plain(const RequestRec& r) const {
 void Scheduler::Impl::enqueue(RequestRec& r) {
   const OrderKey key = order_key(r.req);
   queue.emplace(key, &r);
+  queue_ranks.insert(key);
   if (plain(r)) {
     plain_by_shape[shape_of(r.req)].emplace(key, &r);
   } else if (filed_as_claimant(r)) {
@@ -52,6 +53,7 @@ void erase_from_shape(ByShape& by_shape, const typename ByShape::key_type& shape
 void Scheduler::Impl::dequeue(const RequestRec& r) {
   const OrderKey key = order_key(r.req);
   queue.erase(key);
+  queue_ranks.erase(key);
   if (plain(r)) {
     erase_from_shape(plain_by_shape, shape_of(r.req), key);
   } else if (filed_as_claimant(r)) {
@@ -817,6 +819,11 @@ Status Scheduler::check_invariants() const {
     }
   }
   if (pending != s.queue.size()) return fail(Errc::internal, "the queue holds requests that are not pending");
+  if (s.queue_ranks.size() != s.queue.size() ||
+      !std::equal(s.queue.begin(), s.queue.end(), s.queue_ranks.begin(),
+                  [](const auto& queued, const Impl::OrderKey& ranked) { return queued.first == ranked; })) {
+    return fail(Errc::internal, "the queue's ranks disagree with the queue");
+  }
   // Each pending request is filed once for the pass: plain by shape, holding a claim by shape,
   // waiting for its target and not due as of the filing by shape and due time, due by shape, or
   // among the others.

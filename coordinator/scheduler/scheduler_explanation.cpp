@@ -60,12 +60,14 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
     const NodeRec& node = nodes[n];
     if (!considered(node) || !in_service(node)) continue;
     std::size_t free = 0;
-    for (const ChipPlan& c : view[n]) free += c.lease == 0 ? 1 : 0;
+    // Read chip by chip: a node the pass has not read gets no row made for it.
+    const std::size_t chips = node.chip_lease.size();
+    for (std::size_t p = 0; p < chips; ++p) free += view.chip(n, p).lease == 0 ? 1 : 0;
     if (free > best_free) {
       best_free = free;
       best_node = node.info.id;
     }
-    if (free == view[n].size()) {
+    if (free == chips) {
       ++whole_free;
       ++whole_free_by_rev[node.info.revision];
     }
@@ -119,7 +121,8 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
   std::map<RequestId, std::set<std::string>> claims;
   for (std::size_t n : with_free) {
     if (!eligible(nodes[n], q)) continue;
-    for (const ChipPlan& c : view[n]) {
+    for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
+      const ChipPlan c = view.chip(n, p);
       if (c.lease != 0) continue;
       if (c.claimed_by != 0 && c.claimed_by != q.id) {
         claims[c.claimed_by].insert(nodes[n].info.id);

@@ -14,6 +14,8 @@
 #include <tuple>
 #include <vector>
 
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
 #include <fmt/format.h>
 
 #include "coordinator/scheduler/scheduler.h"
@@ -240,6 +242,10 @@ struct Scheduler::Impl {
   // requests in scheduling order, the requests holding a claim, each lease's next deadline
   // (grace or expiry), and the chips leased per class and revision.
   std::map<OrderKey, RequestRec*> queue;
+  // The same keys, counted by rank: how many requests are ahead of one (an explanation says so).
+  __gnu_pbds::tree<OrderKey, __gnu_pbds::null_type, std::less<>, __gnu_pbds::rb_tree_tag,
+                   __gnu_pbds::tree_order_statistics_node_update>
+      queue_ranks;
   // The same requests split for the planning pass: the plain ones (no window, no preemption, no
   // maintenance) by shape, and the others. Plain requests of one shape that lack free chips once
   // the reservations are taken all do: the pass leaves the rest of that shape unread.

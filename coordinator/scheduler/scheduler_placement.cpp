@@ -762,7 +762,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestI
   // A pass asked why one request waits reads the others as any pass does: the same decisions.
   const auto explaining = [&](RequestId id) { return with_reasons && (!reasons_of || *reasons_of == id); };
   // Read in the merged order below, as of a moment the requests are filed for, the requests ahead
-  // of the one explained are not all read: how many they are comes from the queue.
+  // of the one explained are not all read: how many they are comes from the queue's ranks.
   const bool explain_one = with_reasons && reasons_of && !knobs.exhaustive_passes && targets_filed_at == now;
   auto consider = [&](const RequestRec& r) {
     const RequestId id = r.req.id;
@@ -852,8 +852,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestI
       }
     }
     if (explaining(id)) {
-      const auto ahead = explain_one ? static_cast<std::size_t>(std::distance(queue.begin(), queue.find(order_key(q))))
-                                     : position - 1;
+      const auto ahead = explain_one ? static_cast<std::size_t>(queue_ranks.order_of_key(order_key(q))) : position - 1;
       info.reasons = reasons_for(r, now, view, used, ahead, fleet);
       out.pending[id] = std::move(info);
     }

@@ -40,7 +40,7 @@ void check_row(const nlohmann::json& row) {
   CHECK(row["agents"].get<int>() > 0);
   CHECK(row["registered"].get<int>() <= row["agents"].get<int>());
   for (const char* latency : {"heartbeat", "echo_heartbeat", "submit", "echo_submit", "durable_echo_submit", "lease",
-                              "echo_lease", "durable_echo_lease"}) {
+                              "echo_lease", "durable_echo_lease", "booked_lease", "echo_booked_lease"}) {
     CHECK(row[latency]["samples"].is_number_unsigned());
     if (row[latency]["samples"].get<int>() > 0) {
       CHECK(row[latency]["p50_ms"].get<double>() >= 0);
@@ -69,6 +69,9 @@ TEST_CASE("kiln-bench-scale --quick measures the coordinator, the echo and the d
     // Small fleets run in the bench's own process.
     CHECK(row["agent_processes"] == 1);
     CHECK(row["durable_echo_submit"]["samples"].get<int>() > 0);
+    // Leases booked a day ahead were each left waiting, answered with why.
+    CHECK(row["booked_lease"]["samples"].get<int>() > 0);
+    CHECK(row["booked_lease"]["samples"] == row["echo_booked_lease"]["samples"]);
     // The coordinator's own time for the same requests, read from its /metrics around them.
     for (const char* type : {"submit", "lease"}) {
       const auto& own = row[std::string("coordinator_own_") + type];
