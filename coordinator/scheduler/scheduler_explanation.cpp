@@ -25,19 +25,24 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
   const auto considered = [&](const NodeRec& node) {
     return (!q.revision || node.info.revision == *q.revision) && (!q.node || node.info.id == *q.node);
   };
-  // The nodes that may have chips free now: those with chips free when the pass began (its grants
-  // only take chips), and a maintenance request's own node, which may not be up; in index order.
-  std::vector<std::size_t> with_free;
+  // The nodes read chip by chip: every node when the knobs ask for it, a pinned node, and otherwise,
+  // of the nodes with chips free when the pass began (its grants only take chips), those the pass
+  // read and those with a free chip claimed. Any other is as filed: its counted free chips, none
+  // reserved or claimed (filed_free, below).
+  std::vector<std::size_t> read;
   const auto pinned = q.node ? node_index.find(*q.node) : node_index.end();
+  const bool filed_free = !knobs.exhaustive_passes && !q.node;
   if (knobs.exhaustive_passes) {
-    for (std::size_t n = 0; n < nodes.size(); ++n) with_free.push_back(n);
+    for (std::size_t n = 0; n < nodes.size(); ++n) read.push_back(n);
   } else if (q.node) {
-    if (pinned != node_index.end()) with_free.push_back(pinned->second);
+    if (pinned != node_index.end()) read.push_back(pinned->second);
   } else {
-    for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
-      for (const auto& [free_here, n] : by_free) with_free.push_back(n);
+    for (std::size_t n : view.touched_nodes()) {
+      if (free_chips.on_node[n] > 0) read.push_back(n);
     }
-    std::sort(with_free.begin(), with_free.end());
+    read.insert(read.end(), claimed_free_nodes.begin(), claimed_free_nodes.end());
+    std::sort(read.begin(), read.end());
+    read.erase(std::unique(read.begin(), read.end()), read.end());
   }
   std::map<NodeState, int> pinned_states;
   if (q.node) {
@@ -52,26 +57,48 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
     }
   }
   std::map<NodeState, int>& states = q.node ? pinned_states : fleet.states_by_revision.at(q.revision);
+  // The node with the most chips free, the first by index among equals.
   std::size_t best_free = 0;
-  std::string best_node;
-  int whole_free = 0;
+  std::optional<std::size_t> best;
+  const auto offer = [&](std::size_t n, std::size_t free) {
+    if (free > best_free || (free == best_free && free > 0 && best && n < *best)) {
+      best_free = free;
+      best = n;
+    }
+  };
   std::map<std::string, int> whole_free_by_rev;
-  for (std::size_t n : with_free) {
+  for (std::size_t n : read) {
     const NodeRec& node = nodes[n];
     if (!considered(node) || !in_service(node)) continue;
     std::size_t free = 0;
-    // Read chip by chip: a node the pass has not read gets no row made for it.
+    // Chip by chip: a node the pass has not read gets no row made for it.
     const std::size_t chips = node.chip_lease.size();
     for (std::size_t p = 0; p < chips; ++p) free += view.chip(n, p).lease == 0 ? 1 : 0;
-    if (free > best_free) {
-      best_free = free;
-      best_node = node.info.id;
-    }
-    if (free == chips) {
-      ++whole_free;
-      ++whole_free_by_rev[node.info.revision];
+    offer(n, free);
+    if (free == chips) ++whole_free_by_rev[node.info.revision];
+  }
+  if (filed_free) {
+    const auto is_read = [&](std::size_t n) { return std::binary_search(read.begin(), read.end(), n); };
+    for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
+      // Down the filing by free chips: the first node not read at the largest count it has.
+      for (auto top = by_free.end(); top != by_free.begin();) {
+        const int most = std::prev(top)->first;
+        const auto first = by_free.lower_bound({most, 0});
+        const auto unread = std::find_if(first, top, [&](const auto& entry) { return !is_read(entry.second); });
+        if (unread != top) {
+          offer(unread->second, static_cast<std::size_t>(most));
+          break;
+        }
+        top = first;
+      }
+      if (auto whole = whole_free_by_revision.find(rev); whole != whole_free_by_revision.end()) {
+        const auto read_here = std::count_if(read.begin(), read.end(), [&](std::size_t n) { return whole->second.count(n) != 0; });
+        const auto unread = static_cast<int>(whole->second.size()) - static_cast<int>(read_here);
+        if (unread > 0) whole_free_by_rev[rev] += unread;
+      }
     }
   }
+  const std::string best_node = best ? nodes[*best].info.id : std::string();
   int up = states[NodeState::up];
   if (up == 0) {
     out.push_back(fmt::format("no node of {} is up ({} quarantined, {} draining, {} lost)",
@@ -119,7 +146,7 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
   const TimeMs end = now + r.remaining_ms;
   std::map<RequestId, ReservationInfo> blocking;
   std::map<RequestId, std::set<std::string>> claims;
-  for (std::size_t n : with_free) {
+  for (std::size_t n : read) {
     if (!eligible(nodes[n], q)) continue;
     for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
       const ChipPlan c = view.chip(n, p);

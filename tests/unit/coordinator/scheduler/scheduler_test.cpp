@@ -431,6 +431,27 @@ TEST_CASE("a claim its request cannot use lapses a grace after its victims' and 
   CHECK(s.check_invariants());
 }
 
+TEST_CASE("an explanation names the node with the most free chips after the pass's own grants") {
+  Scheduler s{SchedulerKnobs{}};
+  for (const char* id : {"n0", "n1", "n2"}) REQUIRE(s.upsert_node(make_node(id, "a"), 0));
+  // Half of each node taken.
+  for (RequestId id : {1, 2, 3}) {
+    Request half = make_request(id, RequestClass::nightly, 4, kHourMs);
+    half.node = fmt::format("n{}", id - 1);
+    REQUIRE(s.submit(half, 0));
+  }
+  REQUIRE(only<LeaseGranted>(drain(s)).size() == 3);
+  // Its window opens at 10 minutes: the pass that explains the queue then grants it two chips of
+  // n0, and the whole-node request after it reserves n1; n2 is left unread.
+  Request windowed = make_request(4, RequestClass::presubmit, 2, kHourMs);
+  windowed.not_before_ms = 10 * kMinuteMs;
+  REQUIRE(s.submit(windowed, 0));
+  REQUIRE(s.submit(make_request(5, RequestClass::experiment, 8, kHourMs), 0));
+  drain(s);
+  CHECK(s.explain(5, 10 * kMinuteMs).text().find("no node of any revision has 8 free chips (most free: 4 on n1)") !=
+        std::string::npos);
+}
+
 TEST_CASE("the victim is the lease that loses the least work") {
   Scheduler s{knobs_with_grace(5 * kMinuteMs)};
   REQUIRE(s.upsert_node(make_node("n01", "a"), 0));
