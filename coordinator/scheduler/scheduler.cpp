@@ -158,15 +158,9 @@ void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
   dequeue(r);
   r.claim = std::move(claim);
   enqueue(r);
-  claimants.insert(r.req.id);
-  claims_by_lapse.insert({r.claim->ready_ms + knobs.grace_ms, r.req.id});
+  claims_by_lapse.insert({lapse_at(*r.claim), r.req.id});
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = r.req.id;
-  for (std::size_t n : nodes_of(r.claim->chips)) {
-    free_unclaimed.recount(n, nodes);
-    file_ends(n);
-    file_victims(n);
-    file_claimed_free(n);
-  }
+  for (std::size_t n : nodes_of(r.claim->chips)) recount_free(n);
 }
 
 void Scheduler::Impl::clear_claim(RequestRec& r) {
@@ -174,17 +168,11 @@ void Scheduler::Impl::clear_claim(RequestRec& r) {
   KILN_ASSERT(!r.lease, "only pending requests hold claims");
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = 0;
   const std::vector<std::size_t> claimed = nodes_of(r.claim->chips);
-  claims_by_lapse.erase({r.claim->ready_ms + knobs.grace_ms, r.req.id});
+  claims_by_lapse.erase({lapse_at(*r.claim), r.req.id});
   dequeue(r);
   r.claim.reset();
   enqueue(r);
-  claimants.erase(r.req.id);
-  for (std::size_t n : claimed) {
-    free_unclaimed.recount(n, nodes);
-    file_ends(n);
-    file_victims(n);
-    file_claimed_free(n);
-  }
+  for (std::size_t n : claimed) recount_free(n);
 }
 
 void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
@@ -289,7 +277,7 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
 void Scheduler::Impl::schedule(TimeMs now) {
   if (queue.empty() && !knobs.exhaustive_passes) {
     // Nothing waits: a pass would decide nothing, and there is no window or target to wake for.
-    KILN_ASSERT(claimants.empty(), "only pending requests hold claims");
+    KILN_ASSERT(claims_by_lapse.empty(), "only pending requests hold claims");
     wake = kNever;
     settled = {};
     return;
@@ -814,9 +802,13 @@ Status Scheduler::check_invariants() const {
         return fail(Errc::internal, fmt::format("pending request {} is not queued", id));
       }
     }
-    if (r.claim.has_value() != (s.claimants.count(id) != 0)) {
-      return fail(Errc::internal, fmt::format("request {}'s claim and the claim index disagree", id));
-    }
+  }
+  std::set<std::pair<TimeMs, RequestId>> lapses;
+  for (const auto& [id, r] : s.requests) {
+    if (r.claim) lapses.insert({s.lapse_at(*r.claim), id});
+  }
+  if (lapses != s.claims_by_lapse) {
+    return fail(Errc::internal, "the claims filed by when they lapse disagree with the requests' claims");
   }
   if (pending != s.queue.size()) return fail(Errc::internal, "the queue holds requests that are not pending");
   if (s.queue_ranks.size() != s.queue.size() ||
@@ -873,24 +865,16 @@ Status Scheduler::check_invariants() const {
   if (mentions != s.preempted_by_mentions) {
     return fail(Errc::internal, "the count of requests that name each preempter disagrees with the requests");
   }
-  if (s.claimants.size() > s.requests.size()) return fail(Errc::internal, "the claim index names unknown requests");
   std::vector<std::vector<RequestId>> claimed(s.nodes.size());
   for (std::size_t n = 0; n < s.nodes.size(); ++n) claimed[n].assign(s.nodes[n].chip_lease.size(), 0);
-  for (RequestId id : s.claimants) {
-    auto r = s.requests.find(id);
-    if (r == s.requests.end() || !r->second.claim) {
-      return fail(Errc::internal, fmt::format("the claim index names request {}, which holds no claim", id));
-    }
-    for (const ChipRef& c : r->second.claim->chips) {
+  for (const auto& [lapse, id] : s.claims_by_lapse) {
+    for (const ChipRef& c : s.requests.at(id).claim->chips) {
       if (claimed[c.node][c.pos] != 0) {
         return fail(Errc::internal, fmt::format("a chip on {} is in two claims", s.nodes[c.node].info.id));
       }
       claimed[c.node][c.pos] = id;
     }
   }
-  std::set<std::pair<TimeMs, RequestId>> lapses;
-  for (RequestId id : s.claimants) lapses.insert({s.requests.at(id).claim->ready_ms + s.knobs.grace_ms, id});
-  if (lapses != s.claims_by_lapse) return fail(Errc::internal, "the claims filed by when they lapse disagree with the claims");
   std::set<std::size_t> claimed_free;
   for (std::size_t n = 0; n < s.nodes.size(); ++n) {
     if (claimed[n] != s.nodes[n].chip_claim) {

@@ -273,8 +273,7 @@ struct Scheduler::Impl {
   // its first request that lacks free chips no claim holds (free_unclaimed).
   std::map<Shape, std::map<OrderKey, RequestRec*>> claims_by_shape;
   std::map<OrderKey, RequestRec*> unplain;
-  std::set<RequestId> claimants;
-  // The claims by when they lapse (schedule()): the end of their victims' grace plus a grace.
+  // The requests holding a claim, by when it lapses (schedule(), lapse_at).
   std::set<std::pair<TimeMs, RequestId>> claims_by_lapse;
   // The up nodes with a claimed chip that is free: the one kind of node whose free chips a request
   // may not all use without a row made (untouched_free_chips). Kept by file_claimed_free.
@@ -422,8 +421,9 @@ struct Scheduler::Impl {
 
   // --- keeping the indexes ---------------------------------------------------------------------
 
-  // Counts a node's free chips again (FreeChips::recount) and files it by them and by its chips'
-  // ends (file_ends).
+  // Counts a node's free chips again (FreeChips::recount) and files it by them, by its chips' ends
+  // (file_ends), for preemption (file_victims) and by its claimed free chips (file_claimed_free):
+  // after its chips' leases, its state or its claims changed.
   void recount_free(std::size_t node);
   // Files the node again in nodes_by_end: after its chips' leases, its state, or a grace deadline
   // of one of its leases changed. Its leases must be in `leases`.
@@ -466,13 +466,15 @@ struct Scheduler::Impl {
   }
   // When a request that may preempt becomes due to: its target less the grace.
   TimeMs due_at(const RequestRec& r) const { return *target_time(r) - knobs.grace_ms; }
-  // Whether enqueue files `r` in targets_by_shape: it waits for its target and is not due as of
-  // the filing's moment.
   // Whether a search for victims for a request of q's shape could find any: a node it may use,
   // under any revision, is filed with an experiment's lease that has had no notice.
   bool may_find_victims(const Request& q) const;
   // Whether enqueue files `r` in claims_by_shape.
   static bool filed_as_claimant(const RequestRec& r) { return r.claim && !r.req.not_before_ms; }
+  // When a claim its request has not used lets its chips go: a grace after its victims' grace.
+  TimeMs lapse_at(const Claim& claim) const { return claim.ready_ms + knobs.grace_ms; }
+  // Whether enqueue files `r` in targets_by_shape: it waits for its target and is not due as of
+  // the filing's moment.
   bool filed_as_target(const RequestRec& r) const {
     return waits_for_target(r) && due_at(r) > targets_filed_at;
   }
@@ -654,9 +656,10 @@ struct Scheduler::Impl {
     std::map<std::string, int> chips_by_revision;
   };
 
-  // Why a request cannot start now, in words for `kiln queue --why`. It reads the nodes with chips
-  // free when the pass began, the only ones with chips free now, and the fleet's summary (`fleet`,
-  // filled on first use), unless the knobs ask every pass to read every node.
+  // Why a request cannot start now, in words for `kiln queue --why`. Of the nodes with chips free
+  // when the pass began (the only ones with any now) it reads those the pass read and those with a
+  // free chip claimed, the others from their filings, and the fleet's summary (`fleet`, filled on
+  // first use), unless the knobs ask every pass to read every node.
   std::vector<std::string> reasons_for(const RequestRec& r, TimeMs now,
                                        const PassView& view,
                                        const std::map<std::pair<RequestClass, std::string>, int>& used,

@@ -703,7 +703,6 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestI
   FreeChips free = free_chips;
   bool fifo_blocked = false;
   std::size_t reservations = 0;
-  std::size_t position = 0;
   std::optional<FreeNotices> notices;  // read once, by the first request that waits for its target
   FleetSummary fleet;                  // filled as explanations need it
   // Requests of one shape see the same chips, so one search answers for every later request of
@@ -761,13 +760,12 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestI
   };
   // A pass asked why one request waits reads the others as any pass does: the same decisions.
   const auto explaining = [&](RequestId id) { return with_reasons && (!reasons_of || *reasons_of == id); };
-  // Read in the merged order below, as of a moment the requests are filed for, the requests ahead
-  // of the one explained are not all read: how many they are comes from the queue's ranks.
+  // Read in the merged order below, as of a moment the requests are filed for; the requests ahead
+  // of it are counted by the queue's ranks.
   const bool explain_one = with_reasons && reasons_of && !knobs.exhaustive_passes && targets_filed_at == now;
   auto consider = [&](const RequestRec& r) {
     const RequestId id = r.req.id;
     const Request& q = r.req;
-    ++position;
     bool window_open = !q.not_before_ms || *q.not_before_ms <= now;
     if (!window_open) out.wake = std::min(out.wake, *q.not_before_ms);
     // One waiting for its target wakes the scheduler when it becomes due, whatever else the pass
@@ -799,12 +797,11 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestI
 
     PendingInfo info;
     if (kiln_policy()) {
-      bool claimed = false;
       if (r.claim) {
         // The view holds its chips for it from the start (claim_end).
-        claimed = true;
         info.expected_start = std::max(r.claim->ready_ms, now);
       } else {
+        bool claimed = false;
         const Reservation resv = reserve_shared(r);
         std::optional<TimeMs> target = may_preempt(r) ? target_time(r) : std::nullopt;
         bool late = resv.start == kNever || (target && resv.start > *target);
@@ -852,7 +849,7 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestI
       }
     }
     if (explaining(id)) {
-      const auto ahead = explain_one ? static_cast<std::size_t>(queue_ranks.order_of_key(order_key(q))) : position - 1;
+      const auto ahead = static_cast<std::size_t>(queue_ranks.order_of_key(order_key(q)));
       info.reasons = reasons_for(r, now, view, used, ahead, fleet);
       out.pending[id] = std::move(info);
     }
