@@ -141,13 +141,10 @@ Timing time_leases(int nodes, int busy_percent, int leases, int chips, int whole
   return percentiles(std::move(us));
 }
 
-// A job's result in a full fleet with `queued` whole-node jobs of class `cls` waiting: its lease
-// ends, the pass gives the node to the queue's head and reserves for the next ones
-// (max_reservations), and another job is queued. Each of `ends` such steps is timed. A class with a
-// start target (presubmit) also looks for experiments to preempt while it waits, and preempts
-// them once it has waited `waited_minutes` past its target.
-Timing time_lease_ends(int nodes, int queued, RequestClass cls, int experiment_percent, int waited_minutes, int ends,
-                       bool exhaustive) {
+// A fleet filled wholly (`experiment_percent` of it experiments) with `queued` whole-node jobs of
+// class `cls` waiting, `waited_minutes` after they were submitted.
+Fleet full_fleet_with_queue(int nodes, int queued, RequestClass cls, int experiment_percent, int waited_minutes,
+                            bool exhaustive) {
   Fleet fleet = make_fleet(nodes, 100, experiment_percent, exhaustive);
   for (int i = 0; i < queued; ++i) {
     (void)fleet.scheduler.submit(fleet.whole_node_job(nodes, cls), fleet.now);
@@ -155,6 +152,17 @@ Timing time_lease_ends(int nodes, int queued, RequestClass cls, int experiment_p
   fleet.now += waited_minutes * kiln::kMinuteMs;
   fleet.scheduler.on_tick(fleet.now);
   fleet.drain();
+  return fleet;
+}
+
+// A job's result in a full fleet with `queued` whole-node jobs of class `cls` waiting: its lease
+// ends, the pass gives the node to the queue's head and reserves for the next ones
+// (max_reservations), and another job is queued. Each of `ends` such steps is timed. A class with a
+// start target (presubmit) also looks for experiments to preempt while it waits, and preempts
+// them once it has waited `waited_minutes` past its target.
+Timing time_lease_ends(int nodes, int queued, RequestClass cls, int experiment_percent, int waited_minutes, int ends,
+                       bool exhaustive) {
+  Fleet fleet = full_fleet_with_queue(nodes, queued, cls, experiment_percent, waited_minutes, exhaustive);
   std::vector<double> us;
   for (int i = 0; i < ends; ++i) {
     ++fleet.now;
@@ -177,16 +185,8 @@ Timing time_lease_ends(int nodes, int queued, RequestClass cls, int experiment_p
 // timed a few times.
 std::pair<Timing, Timing> time_explanations(int nodes, int queued, RequestClass cls, int experiment_percent,
                                             int waited_minutes, int repeats, bool exhaustive) {
-  Fleet fleet = make_fleet(nodes, 100, experiment_percent, exhaustive);
-  RequestId newest = 0;
-  for (int i = 0; i < queued; ++i) {
-    const Request job = fleet.whole_node_job(nodes, cls);
-    newest = job.id;
-    (void)fleet.scheduler.submit(job, fleet.now);
-  }
-  fleet.now += waited_minutes * kiln::kMinuteMs;
-  fleet.scheduler.on_tick(fleet.now);
-  fleet.drain();
+  Fleet fleet = full_fleet_with_queue(nodes, queued, cls, experiment_percent, waited_minutes, exhaustive);
+  const RequestId newest = fleet.next_id - 1;
   const auto timed = [](int times, const auto& what) {
     std::vector<double> us;
     for (int i = 0; i < times; ++i) {
