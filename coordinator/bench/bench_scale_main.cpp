@@ -57,6 +57,7 @@ struct Settings {
   int repeats = 1;  // echo and coordinator pairs per fleet size
   bool stall = true;
   bool pin = true;  // the server on a CPU of its own, the load on the others
+  bool timing_priority = true;  // the timing client at real-time priority where allowed
   std::size_t agent_processes = 0;     // 0: as many as the file limit needs
   std::size_t agents_per_process = 0;  // what one process's file limit holds
   std::string coordinator;
@@ -285,6 +286,62 @@ ThreadSchedule thread_schedule(pid_t pid, pid_t tid) {
   return {static_cast<double>(ran_ns) / 1e6, static_cast<double>(waited_ns) / 1e6};
 }
 
+// The threads that time round trips: the calling one and the Requesters' ZeroMQ threads, never a
+// fake agent's. On the load's CPUs a client that waits for a fake agent's turn on the CPU adds
+// that wait to the reply it times: at 10,000 agents its own waits (p99 6-12 ms) were most of the
+// echo's p99, so the ratios compared the load generator with itself. While a TimingClient lives,
+// its threads run at real-time priority (SCHED_FIFO 1) where the bench may raise them, and it
+// measures what they still wait for a CPU.
+class TimingClient {
+ public:
+  explicit TimingClient(bool real_time) {
+    tids_.push_back(static_cast<pid_t>(::gettid()));
+    const std::string prefix = fmt::format("{}/", kRequesterThreadPrefix);
+    std::error_code ec;
+    for (const auto& task : fs::directory_iterator("/proc/self/task", ec)) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      if (std::getline(comm, name) && name.rfind(prefix, 0) == 0) tids_.push_back(std::stoi(task.path().filename().string()));
+    }
+    if (!real_time) return;
+    sched_param param{};
+    param.sched_priority = 1;
+    std::size_t raised = 0;
+    for (; raised < tids_.size(); ++raised) {
+      if (::sched_setscheduler(tids_[raised], SCHED_FIFO | SCHED_RESET_ON_FORK, &param) != 0) break;
+    }
+    real_time_ = raised == tids_.size();
+    if (!real_time_) {
+      refusal_ = std::strerror(errno);
+      restore(raised);
+    }
+  }
+  ~TimingClient() {
+    if (real_time_) restore(tids_.size());
+  }
+  TimingClient(const TimingClient&) = delete;
+  TimingClient& operator=(const TimingClient&) = delete;
+
+  bool real_time() const { return real_time_; }
+  const std::string& refusal() const { return refusal_; }
+  // What these threads have waited for a CPU since they started, in microseconds.
+  double waited_us() const {
+    double total_ms = 0;
+    for (pid_t tid : tids_) total_ms += thread_schedule(::getpid(), tid).waited_ms;
+    return total_ms * 1000;
+  }
+
+ private:
+  void restore(std::size_t count) {
+    const sched_param normal{};
+    for (std::size_t i = 0; i < count; ++i) (void)::sched_setscheduler(tids_[i], SCHED_OTHER, &normal);
+  }
+
+  std::vector<pid_t> tids_;
+  bool real_time_ = false;
+  std::string refusal_;
+};
+
 Latency latency(const std::vector<double>& rtts_us) {
   return {percentile(rtts_us, 0.5) / 1000, percentile(rtts_us, 0.99) / 1000, percentile(rtts_us, 1) / 1000,
           rtts_us.size()};
@@ -306,6 +363,10 @@ struct Run {
   Latency submit;
   Latency lease;
   Latency release;
+  // What the timing client itself waited for a CPU during each timed submit and lease, and
+  // whether it ran at real-time priority.
+  Latency timing_client_waited;
+  bool timing_client_real_time = false;
   // The coordinator run only: its own time for the same submits and leases, from its /metrics.
   OwnTime own_submit;
   OwnTime own_lease;
@@ -517,7 +578,7 @@ class Bench {
     const std::string metrics_before = echo ? "" : kiln::http::get(metrics_address, "/metrics").body;
     const ThreadSchedule loop_before = thread_schedule(pid, pid);
     const double requests_from_us = steady_us();
-    time_round_trips(client, echo, pid, r.submit, r.lease, r.release);
+    time_round_trips(client, echo, pid, r.submit, r.lease, r.release, &r);
     if (!running(pid)) return tl::unexpected(server_gone(server, log));
     if (const ThreadSchedule loop_after = thread_schedule(pid, pid); loop_after.ran_ms > 0) {
       const double elapsed_ms = (steady_us() - requests_from_us) / 1000;
@@ -576,11 +637,22 @@ class Bench {
   // One request at a time: `requests` submits, then as many leases, each released. Only what
   // was done is timed (the echo does nothing, so everything it answers): a refusal is not a
   // round trip of the request's work, and the first one is reported. Stops if the server exits.
+  // `timing`, when given, receives what the timing client waited for a CPU meanwhile.
   void time_round_trips(Requester& client, bool echo, pid_t server, Latency& submit, Latency& lease,
-                        Latency& release) {
+                        Latency& release, Run* timing = nullptr) {
+    const TimingClient timer(s_.timing_priority);
+    tell_timing_refusal(timer);
     std::vector<double> submit_us;
     std::vector<double> lease_us;
     std::vector<double> release_us;
+    std::vector<double> waited_us;
+    double call_waited_us = 0;  // by the timing client, during the last timed call
+    const auto timed_call = [&](kiln::protocol::Body body) {
+      const double waited_before_us = timer.waited_us();
+      auto reply = client.call(std::move(body), 10000);
+      call_waited_us = timer.waited_us() - waited_before_us;
+      return reply;
+    };
     std::size_t refused = 0;
     const auto done = [&](const auto& reply, auto... accepted) {
       if (echo || (std::holds_alternative<decltype(accepted)>(reply->body) || ...)) return true;
@@ -591,16 +663,20 @@ class Bench {
       return false;
     };
     for (int i = 0; i < s_.requests && running(server); ++i) {
-      auto reply = client.call(submit_body(), 10000);
-      if (reply && done(reply, kiln::protocol::JobAccepted{})) submit_us.push_back(reply->rtt_us);
+      auto reply = timed_call(submit_body());
+      if (reply && done(reply, kiln::protocol::JobAccepted{})) {
+        submit_us.push_back(reply->rtt_us);
+        waited_us.push_back(call_waited_us);
+      }
     }
     for (int i = 0; i < s_.requests && running(server); ++i) {
       kiln::protocol::RequestLease ask;
       ask.chips = 1;
       ask.duration_ms = 60000;
-      auto reply = client.call(ask, 10000);
+      auto reply = timed_call(ask);
       if (!reply || !done(reply, kiln::protocol::LeaseGranted{}, kiln::protocol::LeasePending{})) continue;
       lease_us.push_back(reply->rtt_us);
+      waited_us.push_back(call_waited_us);
       std::uint64_t lease_id = 1;
       if (const auto* granted = std::get_if<kiln::protocol::LeaseGranted>(&reply->body)) lease_id = granted->lease.lease_id;
       if (const auto* pending = std::get_if<kiln::protocol::LeasePending>(&reply->body)) lease_id = pending->lease.lease_id;
@@ -611,12 +687,29 @@ class Bench {
     submit = latency(submit_us);
     lease = latency(lease_us);
     release = latency(release_us);
+    if (timing != nullptr) {
+      timing->timing_client_waited = latency(waited_us);
+      timing->timing_client_real_time = timer.real_time();
+    }
+  }
+
+  // Where the timing client could not be raised to real-time priority (unless
+  // --no-timing-priority asked for none), says so once.
+  void tell_timing_refusal(const TimingClient& timer) {
+    if (s_.timing_priority && !timer.real_time() && !told_timing_refusal_) {
+      told_timing_refusal_ = true;
+      progress("the timing client could not run at real-time priority ({}): its round trips include its own waits "
+               "for a CPU beside the fake agents; run the benchmark as root or with CAP_SYS_NICE",
+               timer.refusal());
+    }
   }
 
   // A tenth as many leases as `requests`, one at a time, each booked a day ahead and released: a
   // lease that cannot start is answered with why it waits and when it should start, which the
   // scheduler works out among every job queued.
   void time_booked_leases(Requester& client, bool echo, pid_t server, Latency& booked) {
+    const TimingClient timer(s_.timing_priority);
+    tell_timing_refusal(timer);
     std::vector<double> booked_us;
     std::size_t refused = 0;
     for (int i = 0; i < std::max(1, s_.requests / 10) && running(server); ++i) {
@@ -751,6 +844,7 @@ class Bench {
  public:
   std::string self_;
   Placement placement_;
+  bool told_timing_refusal_ = false;
 
  private:
   Settings s_;
@@ -811,6 +905,10 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       {"echo_loop_ran_percent", number(e.loop_ran_percent)},
       {"echo_loop_waited_for_cpu_percent", number(e.loop_waited_percent)},
       {"release", latency_json(c.release)},
+      {"timing_client_real_time", c.timing_client_real_time},
+      {"timing_client_waited", latency_json(c.timing_client_waited)},
+      {"echo_timing_client_real_time", e.timing_client_real_time},
+      {"echo_timing_client_waited", latency_json(e.timing_client_waited)},
       {"echo_lease", latency_json(e.lease)},
       {"lease_p99_vs_echo", number(ratio(c.lease.p99_ms, e.lease.p99_ms))},
       {"durable_echo_lease", latency_json(e.durable_lease)},
@@ -917,6 +1015,10 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
                c.agents, at_most(c.own_submit.p50_at_most_ms), at_most(c.own_submit.p99_at_most_ms),
                c.own_submit.requests, at_most(c.own_lease.p50_at_most_ms), at_most(c.own_lease.p99_at_most_ms),
                c.own_lease.requests);
+    fmt::print("{} agents: the timing client ran {} and itself waited for a CPU p99 {} ms per timed submit or "
+               "lease beside the coordinator, {} ms beside the echo\n",
+               c.agents, c.timing_client_real_time ? "at real-time priority" : "at normal priority",
+               ms(c.timing_client_waited.p99_ms), ms(e.timing_client_waited.p99_ms));
     fmt::print("{} agents: meanwhile, the coordinator's store commits (kiln_store_commit_seconds): p50 {}, p99 {} ({} "
                "commits); its loop thread ran {:.0f}% of that time and waited {:.0f}% for a CPU (the echo's: {:.0f}% "
                "and {:.0f}%; the kernel's schedstat)\n",
@@ -992,6 +1094,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-pin", s.pin,
                "let the server under test share every CPU with the load (by default, with 2 CPUs or more, it has "
                "one to itself)");
+  app.add_flag("!--no-timing-priority", s.timing_priority,
+               "time round trips from a client at normal priority, which then waits for the CPU beside the fake "
+               "agents (by default it runs at real-time priority where the bench may raise it)");
   app.add_option("--coordinator", s.coordinator, "the kiln-coordinator to run (default: beside this program)");
   app.add_flag("--keep", s.keep, "keep the temporary directory (configs, logs, stores)");
   app.add_option("--echo-server", echo_server,

@@ -550,6 +550,7 @@ std::vector<TimeMs> FleetSlices::take_hello_times_ms() {
 
 Requester::Requester(const std::string& endpoint, const KeyPair& keys, const std::string& server_public_key, bool echo)
     : context_(std::make_unique<zmq::context_t>(1)), echo_(echo) {
+  context_->set(zmq::ctxopt::thread_name_prefix, kRequesterThreadPrefix);
   socket_ = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::dealer);
   transport::configure_curve_client(*socket_, keys, server_public_key, kMaxMessageBytes);
   socket_->set(zmq::sockopt::linger, 0);

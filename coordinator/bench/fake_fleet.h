@@ -114,7 +114,10 @@ class FleetSlices : public Fleet {
 };
 
 // One client connection doing request/reply: `window` requests in flight at most. Against the
-// echo server a reply is matched by its header id, against the coordinator by its corr.
+// echo server a reply is matched by its header id, against the coordinator by its corr. Its
+// ZeroMQ threads' names start with kRequesterThreadPrefix, so that the thread timing its round
+// trips can find them (TimingClient in bench_scale_main.cpp).
+inline constexpr int kRequesterThreadPrefix = 7;
 class Requester {
  public:
   Requester(const std::string& endpoint, const KeyPair& keys, const std::string& server_public_key, bool echo);

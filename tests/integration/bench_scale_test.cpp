@@ -48,6 +48,13 @@ void check_row(const nlohmann::json& row) {
       CHECK(row[latency]["max_ms"].get<double>() >= row[latency]["p99_ms"].get<double>());
     }
   }
+  // What the timing client itself waited for a CPU, once per timed submit and lease.
+  for (const char* server : {"", "echo_"}) {
+    const auto& waited = row[std::string(server) + "timing_client_waited"];
+    CHECK(waited["samples"] == row[std::string(server) + "submit"]["samples"].get<int>() +
+                                   row[std::string(server) + "lease"]["samples"].get<int>());
+    CHECK(waited["p99_ms"].get<double>() >= 0);
+  }
   // The durable echo answers every request of the same loop as the plain one.
   CHECK(row["durable_echo_submit"]["samples"] == row["echo_submit"]["samples"]);
   CHECK(row["durable_echo_lease"]["samples"] == row["echo_lease"]["samples"]);
@@ -66,6 +73,11 @@ TEST_CASE("kiln-bench-scale --quick measures the coordinator, the echo and the d
   REQUIRE(figures["rows"].size() == 2);
   for (const auto& row : figures["rows"]) {
     check_row(row);
+    // Root may raise the timing client above the fake agents.
+    if (::geteuid() == 0) {
+      CHECK(row["timing_client_real_time"] == true);
+      CHECK(row["echo_timing_client_real_time"] == true);
+    }
     // Small fleets run in the bench's own process.
     CHECK(row["agent_processes"] == 1);
     CHECK(row["durable_echo_submit"]["samples"].get<int>() > 0);
@@ -98,10 +110,13 @@ TEST_CASE("kiln-bench-scale --quick measures the coordinator, the echo and the d
 
 TEST_CASE("kiln-bench-scale runs a fleet split over processes and sums what they saw") {
   // What a fleet beyond one process's file limit does, at a size that fits.
-  const auto figures = bench_figures("--quick --agents 40 --agent-processes 2");
+  const auto figures = bench_figures("--quick --agents 40 --agent-processes 2 --no-timing-priority");
   REQUIRE(figures["rows"].size() == 1);
   const auto& row = figures["rows"][0];
   check_row(row);
+  // Asked for none, the timing client stayed at normal priority.
+  CHECK(row["timing_client_real_time"] == false);
+  CHECK(row["echo_timing_client_real_time"] == false);
   CHECK(row["agent_processes"] == 2);
   // Both slices' agents (20 each) registered, counted together, and answered heartbeats.
   CHECK(row["echo_registered"] == 40);
