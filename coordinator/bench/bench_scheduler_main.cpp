@@ -180,11 +180,20 @@ Timing time_lease_ends(int nodes, int queued, RequestClass cls, int experiment_p
   return percentiles(std::move(us));
 }
 
+struct ExplanationTimings {
+  Timing one;   // why the newest job waits
+  Timing page;  // the queue's first 201: a page of `kiln queue`, and whether more follow
+  Timing all;   // every waiting job
+};
+
+// The first page of `kiln queue` (its default limit, 200, and one more).
+constexpr std::size_t kQueuePage = 201;
+
 // In the same fleet and queue: why the newest job waits (what a lease that must wait is answered,
-// and `kiln queue --why`), timed `repeats` times, and the whole queue's explanations (`kiln queue`),
-// timed a few times.
-std::pair<Timing, Timing> time_explanations(int nodes, int queued, RequestClass cls, int experiment_percent,
-                                            int waited_minutes, int repeats, bool exhaustive) {
+// and `kiln queue --why`), timed `repeats` times, and a page of the queue's explanations and the
+// whole queue's, timed a few times.
+ExplanationTimings time_explanations(int nodes, int queued, RequestClass cls, int experiment_percent,
+                                     int waited_minutes, int repeats, bool exhaustive) {
   Fleet fleet = full_fleet_with_queue(nodes, queued, cls, experiment_percent, waited_minutes, exhaustive);
   const RequestId newest = fleet.next_id - 1;
   const auto timed = [](int times, const auto& what) {
@@ -197,8 +206,9 @@ std::pair<Timing, Timing> time_explanations(int nodes, int queued, RequestClass 
     return percentiles(std::move(us));
   };
   const Timing one = timed(repeats, [&] { (void)fleet.scheduler.explain(newest, fleet.now); });
+  const Timing page = timed(5, [&] { (void)fleet.scheduler.explain_queue(fleet.now, kQueuePage); });
   const Timing all = timed(5, [&] { (void)fleet.scheduler.explain_queue(fleet.now); });
-  return {one, all};
+  return {one, page, all};
 }
 
 }  // namespace
@@ -277,12 +287,15 @@ int main(int argc, char** argv) {
       std::printf("%7d %s\n", nodes, row(fast, full).c_str());
     }
     std::printf("\nin the same queue, why its newest job waits (what a lease that must wait is answered; `kiln queue "
-                "--why`), %d times, and every waiting job's explanation (`kiln queue`), 5 times\n", std::min(leases, 100));
-    std::printf("%7s %22s %22s\n", "nodes", "one job p50/p99 us", "the queue p50/p99 us");
+                "--why`), %d times; the first %zu waiting jobs' explanations (a page of `kiln queue`), and every "
+                "waiting job's, 5 times each\n",
+                std::min(leases, 100), kQueuePage);
+    std::printf("%7s %22s %22s %22s\n", "nodes", "one job p50/p99 us", "a page p50/p99 us", "the queue p50/p99 us");
     for (const int nodes : fleet_sizes) {
-      const auto [one, all] =
+      const auto [one, page, all] =
           time_explanations(nodes, queued, cls, experiment_percent, waited_minutes, std::min(leases, 100), false);
-      std::printf("%7d %22s %22s\n", nodes, fmt::format("{:.1f}/{:.1f}", one.p50_us, one.p99_us).c_str(),
+      std::printf("%7d %22s %22s %22s\n", nodes, fmt::format("{:.1f}/{:.1f}", one.p50_us, one.p99_us).c_str(),
+                  fmt::format("{:.1f}/{:.1f}", page.p50_us, page.p99_us).c_str(),
                   fmt::format("{:.1f}/{:.1f}", all.p50_us, all.p99_us).c_str());
     }
   }

@@ -17,9 +17,21 @@ constexpr std::size_t kMaxQueueListBytes = 512 * 1024;
 }  // namespace
 
 protocol::QueueList SchedulerDecisions::queue_list(const protocol::ListQueue& request, TimeMs now) const {
+  // The scheduler explains only the head of its queue, one more than the page to know whether
+  // there is more; the requests not listed (chips held while an attempt stops) may take places
+  // in it, so a head that fell short of the page is asked for again, twice as long.
+  for (std::size_t head = std::size_t{request.limit} + 1;; head *= 2) {
+    const auto explanations = ctx_.scheduler().explain_queue(ctx_.to_scheduler_time(now), head);
+    protocol::QueueList out = queue_page(explanations, request.limit);
+    if (out.more || explanations.size() < head) return out;
+  }
+}
+
+protocol::QueueList SchedulerDecisions::queue_page(const std::vector<scheduler::Explanation>& explanations,
+                                                   std::size_t limit) const {
   protocol::QueueList out;
   std::size_t bytes = 0;
-  for (const scheduler::Explanation& e : ctx_.scheduler().explain_queue(ctx_.to_scheduler_time(now))) {
+  for (const scheduler::Explanation& e : explanations) {
     const auto owner = ctx_.bridge.owner_of(e.request);
     if (!owner) continue;
     protocol::QueueEntry entry;
@@ -67,7 +79,7 @@ protocol::QueueList SchedulerDecisions::queue_list(const protocol::ListQueue& re
           static_cast<std::uint64_t>(std::max<TimeMs>(0, ctx_.from_scheduler_time(*e.expected_start_ms)));
     }
     bytes += 256;
-    if (out.entries.size() >= request.limit || bytes > kMaxQueueListBytes) {
+    if (out.entries.size() >= limit || bytes > kMaxQueueListBytes) {
       out.more = true;
       break;
     }

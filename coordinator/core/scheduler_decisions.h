@@ -68,6 +68,8 @@ class SchedulerDecisions {
   void set_scheduler_node_states(TimeMs now);
   scheduler::NodeInfo scheduler_node_info(const NodeRecord& node) const;
   protocol::QueueExplanation explain(const protocol::QueueWhy& why, TimeMs now) const;
+  // Up to `limit` of those explained requests that are a job or a lease, `more` if others follow.
+  protocol::QueueList queue_page(const std::vector<scheduler::Explanation>& explanations, std::size_t limit) const;
   // Why a preemption notice was given, in words: for whom.
   std::string preempted_for_text(scheduler::RequestId demand) const;
 

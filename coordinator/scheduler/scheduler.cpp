@@ -680,10 +680,12 @@ Explanation Scheduler::explain(RequestId request, TimeMs now) const {
   return explanation_in(impl_->plan(now, true, request), request, now);
 }
 
-std::vector<Explanation> Scheduler::explain_queue(TimeMs now) const {
-  const Plan plan = impl_->plan(now, true);
+std::vector<Explanation> Scheduler::explain_queue(TimeMs now, std::size_t limit) const {
+  const Plan plan = impl_->plan(now, true, std::nullopt, limit);
   std::vector<Explanation> out;
-  for (RequestId request : impl_->pending_order()) out.push_back(explanation_in(plan, request, now));
+  for (auto it = impl_->queue.begin(); it != impl_->queue.end() && out.size() < limit; ++it) {
+    out.push_back(explanation_in(plan, it->second->req.id, now));
+  }
   return out;
 }
 

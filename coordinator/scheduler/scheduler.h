@@ -4,6 +4,7 @@
 // sockets, files or randomness: the coordinator shell and the fleet simulator drive the same code.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,8 +67,11 @@ class Scheduler {
 
   // Why a request is pending and when it is expected to start; pure, changes nothing.
   Explanation explain(RequestId request, TimeMs now) const;
-  // The same for every pending request at once, in scheduling order; pure, changes nothing.
-  std::vector<Explanation> explain_queue(TimeMs now) const;
+  // The same for the first `limit` pending requests (all by default) at once, in scheduling order;
+  // pure, changes nothing. The pass reads no request after them: later ones never change what
+  // an earlier one is told, and a page of `kiln queue` costs its page, not the queue.
+  std::vector<Explanation> explain_queue(TimeMs now,
+                                         std::size_t limit = std::numeric_limits<std::size_t>::max()) const;
 
   // --- views ----------------------------------------------------------------------------------
   const SchedulerKnobs& knobs() const;

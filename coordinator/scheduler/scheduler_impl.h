@@ -666,8 +666,10 @@ struct Scheduler::Impl {
                                        std::size_t ahead, FleetSummary& fleet) const;
 
   // A planning pass. `with_reasons`: it reads every request, for each one's expected start, and puts
-  // in words why each waits, or only `reasons_of` if given.
-  Plan plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of = std::nullopt) const;
+  // in words why each waits, or only `reasons_of` if given. `first_requests`, with reasons for every
+  // request: the pass ends after that many of the queue.
+  Plan plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of = std::nullopt,
+            std::size_t first_requests = std::numeric_limits<std::size_t>::max()) const;
 
   // --- applying decisions ----------------------------------------------------------------------
 

@@ -696,7 +696,10 @@ void Scheduler::Impl::mark_reserved(PassView& view, const std::vector<ChipRef>& 
   }
 }
 
-Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of) const {
+Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of,
+                           std::size_t first_requests) const {
+  KILN_ASSERT(first_requests == std::numeric_limits<std::size_t>::max() || (with_reasons && !reasons_of),
+              "only a pass explaining every request may end early");
   Plan out;
   auto view = initial_view(now);
   auto used = chips_in_use;
@@ -856,7 +859,8 @@ Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestI
   };
 
   if ((with_reasons && !explain_one) || knobs.exhaustive_passes) {
-    for (const auto& [key, queued] : queue) consider(*queued);
+    std::size_t read = 0;
+    for (auto it = queue.begin(); it != queue.end() && read < first_requests; ++it, ++read) consider(*it->second);
   } else {
     // The other requests, each shape's plain ones, each shape's not yet due to preempt, each
     // shape's due and each shape's holding a claim, merged in scheduling order. A shape is read no

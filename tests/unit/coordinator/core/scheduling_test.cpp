@@ -188,6 +188,39 @@ TEST_CASE("queue --why explains a pending job: what blocks it and when it is exp
   CHECK(std::get<ErrorReply>(unknown).code == "not_found");
 }
 
+TEST_CASE("the queue is listed a page at a time, in scheduling order, saying when more follow") {
+  Harness h(knobs_with_fast_preemption());
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  (void)h.submit("dev", Role::developer, sleep_job(8, PriorityClass::experiment, 600000), 0);
+  std::vector<std::uint64_t> waiting;
+  for (int i = 0; i < 5; ++i) {
+    waiting.push_back(h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 1000 + i));
+  }
+  const auto page = [&](std::uint32_t limit) {
+    ListQueue ask;
+    ask.limit = limit;
+    Body reply = h.client("dev", Role::developer, ask, 2000);
+    REQUIRE(std::holds_alternative<QueueList>(reply));
+    return std::get<QueueList>(reply);
+  };
+  const QueueList two = page(2);
+  REQUIRE(two.entries.size() == 2);
+  CHECK(two.entries[0].job_id == waiting[0]);
+  CHECK(two.entries[1].job_id == waiting[1]);
+  CHECK(two.more);
+  const QueueList all = page(5);
+  REQUIRE(all.entries.size() == 5);
+  CHECK_FALSE(all.more);
+  // A page says of its requests what the whole queue says of them.
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(all.entries[i].job_id == two.entries[i].job_id);
+    CHECK(all.entries[i].reasons == two.entries[i].reasons);
+    CHECK(all.entries[i].expected_start_ms == two.entries[i].expected_start_ms);
+  }
+  CHECK(page(4).more);
+  CHECK_FALSE(page(1000).more);
+}
+
 TEST_CASE("developer leases: granted, jobs run inside, watched, listed and released") {
   Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);

@@ -823,6 +823,13 @@ TEST_CASE("the queue's explanations come in scheduling order, and an expected st
     CHECK(alone.reasons == e.reasons);
     CHECK(alone.expected_start_ms == e.expected_start_ms);
   }
+  // The head of the queue alone: its first requests, explained as in the whole queue's.
+  const std::vector<Explanation> head = s.explain_queue(t, 1);
+  REQUIRE(head.size() == 1);
+  CHECK(head[0].request == 3);
+  CHECK(head[0].reasons == queue[0].reasons);
+  CHECK(head[0].expected_start_ms == queue[0].expected_start_ms);
+  CHECK(s.explain_queue(t, 5).size() == 2);
 }
 
 // The indexes let a step skip work: a submission that can change nothing is queued without a
@@ -973,13 +980,21 @@ TEST_CASE("the shortcuts decide exactly what reading every request at every step
         INFO("explained with the shortcuts: ", fmt::format("{}", fmt::join(explained[0], " | ")));
         INFO("explained reading every node: ", fmt::format("{}", fmt::join(explained[1], " | ")));
         REQUIRE(explained[0] == explained[1]);
-        // One request explained alone is explained as in the whole queue's explanations.
+        // One request explained alone is explained as in the whole queue's explanations, and the
+        // queue's head (a page of `kiln queue`) as in the whole queue's.
         if (step % 25 == 0) {
           std::size_t k = 0;
           for (const Explanation& e : fast.explain_queue(now)) {
             const Explanation alone = fast.explain(e.request, now);
             REQUIRE(fmt::format("{} ({})", alone.text(), alone.expected_start_ms.value_or(-1)) == explained[0][k++]);
           }
+          const std::size_t head = explained[0].size() / 2 + 1;
+          std::vector<std::string> explained_head;
+          for (const Explanation& e : fast.explain_queue(now, head)) {
+            explained_head.push_back(fmt::format("{} ({})", e.text(), e.expected_start_ms.value_or(-1)));
+          }
+          REQUIRE(explained_head.size() == std::min(head, explained[0].size()));
+          REQUIRE(std::equal(explained_head.begin(), explained_head.end(), explained[0].begin()));
         }
         live.clear();
         for (const LeaseView& l : fast.leases()) live.push_back(l.lease);
