@@ -399,6 +399,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
     rec.chip_claim.assign(node.chips.size(), 0);
     s.node_index.emplace(node.id, s.nodes.size());
     s.nodes.push_back(std::move(rec));
+    s.count_node(s.nodes.size() - 1, 1);
     s.recount_free(s.nodes.size() - 1);
   } else {
     NodeRec& rec = s.nodes[it->second];
@@ -412,9 +413,11 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
     }
     s.drop_claims_on(it->second);
     s.file_topology(&rec.info, node);
+    s.count_node(it->second, -1);
     rec.info = node;
     rec.chip_lease.resize(node.chips.size(), 0);
     rec.chip_claim.resize(node.chips.size(), 0);
+    s.count_node(it->second, 1);
     s.recount_free(it->second);
   }
   s.schedule(now);
@@ -429,7 +432,9 @@ Status Scheduler::set_node_state(std::string_view node, NodeState state, std::st
     return fail(Errc::not_found, fmt::format("unknown node '{}'; list nodes with `kiln nodes`", node));
   }
   NodeRec& rec = s.nodes[it->second];
+  s.count_node(it->second, -1);
   rec.state = state;
+  s.count_node(it->second, 1);
   rec.reason = std::move(reason);
   rec.owner = std::move(owner);
   rec.since_ms = now;
@@ -903,6 +908,9 @@ Status Scheduler::check_invariants() const {
   }
   if (Impl::nodes_by_free_counted(s.nodes, s.free_chips) != s.nodes_by_free) {
     return fail(Errc::internal, "the nodes filed by free chips disagree with the free chips counted per node");
+  }
+  if (Impl::nodes_by_revision_counted(s.nodes) != s.nodes_by_revision) {
+    return fail(Errc::internal, "the nodes counted by revision and state disagree with the nodes");
   }
   if (Impl::whole_free_counted(s.nodes, s.free_chips) != s.whole_free_by_revision) {
     return fail(Errc::internal, "the nodes filed as wholly free disagree with the free chips counted per node");

@@ -52,8 +52,17 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
     }
   } else if (!fleet.states_by_revision.count(q.revision)) {
     std::map<NodeState, int>& counted = fleet.states_by_revision[q.revision];
-    for (const NodeRec& node : nodes) {
-      if (considered(node)) ++counted[in_service(node) ? NodeState::up : node.state];
+    if (knobs.exhaustive_passes) {
+      for (const NodeRec& node : nodes) {
+        if (considered(node)) ++counted[in_service(node) ? NodeState::up : node.state];
+      }
+    } else {
+      // Not pinned to a node, a request counts a node in service only when it is up: the states
+      // as counted.
+      for (const auto& [rev, of] : nodes_by_revision) {
+        if (q.revision && rev != *q.revision) continue;
+        for (const auto& [state, count] : of.states) counted[state] += count;
+      }
     }
   }
   std::map<NodeState, int>& states = q.node ? pinned_states : fleet.states_by_revision.at(q.revision);
@@ -127,7 +136,11 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
   }
   if (kiln_policy()) {
     if (fleet.chips_by_revision.empty()) {
-      for (const NodeRec& node : nodes) fleet.chips_by_revision[node.info.revision] = static_cast<int>(node.info.chips.size());
+      if (knobs.exhaustive_passes) {
+        for (const NodeRec& node : nodes) fleet.chips_by_revision[node.info.revision] = static_cast<int>(node.info.chips.size());
+      } else {
+        for (const auto& [rev, of] : nodes_by_revision) fleet.chips_by_revision[rev] = of.chips_by_node.rbegin()->second;
+      }
     }
     for (const auto& [rev, chips_per_node] : fleet.chips_by_revision) {
       if (q.revision && rev != *q.revision) continue;

@@ -299,6 +299,14 @@ struct Scheduler::Impl {
   std::map<std::string, ByFree> nodes_by_free;
   // The up nodes with every chip free, by revision and index, for requests of whole nodes.
   std::map<std::string, std::set<std::size_t>> whole_free_by_revision;
+  // The fleet by revision: how many nodes are in each state, and each node's chips by its index.
+  // An explanation reads these instead of every node (reasons_for). Kept by count_node.
+  struct NodesOfRevision {
+    std::map<NodeState, int> states;
+    std::map<std::size_t, int> chips_by_node;
+    bool operator==(const NodesOfRevision&) const = default;
+  };
+  std::map<std::string, NodesOfRevision> nodes_by_revision;
   // The revision each node's free chips are filed under in those two, if they are.
   std::vector<std::optional<std::string>> free_filed_as;
   // The up nodes by when their chips come free, for the reservation of a request that cannot
@@ -449,6 +457,11 @@ struct Scheduler::Impl {
   // Files the node again in claimed_free_nodes: after its leases, its state or its claims changed.
   void file_claimed_free(std::size_t node);
   static bool has_claimed_free_chip(const NodeRec& node);
+  // Counts node `n` as it is now into nodes_by_revision (`sign` 1), or takes it out (-1): around
+  // every change of its state, revision or chips.
+  void count_node(std::size_t n, int sign);
+  // What nodes_by_revision must hold, from the nodes themselves.
+  static std::map<std::string, NodesOfRevision> nodes_by_revision_counted(const std::vector<NodeRec>& nodes);
   // What nodes_by_free must hold, from the nodes themselves.
   static std::map<std::string, ByFree> nodes_by_free_counted(const std::vector<NodeRec>& nodes, const FreeChips& free);
   static std::map<std::string, std::set<std::size_t>> whole_free_counted(const std::vector<NodeRec>& nodes,
@@ -648,9 +661,10 @@ struct Scheduler::Impl {
                                     const std::map<std::pair<RequestClass, std::string>, int>& used)
       const;
 
-  // What explanations read of every node, read once per pass: how many nodes of each state a
-  // request of a revision (any: nullopt) may use, and each revision's chips per node (its last
-  // node's, by index).
+  // What explanations read of the fleet, once per pass: how many nodes of each state a request of a
+  // revision (any: nullopt) may use, and each revision's chips per node (its last node's, by
+  // index). From nodes_by_revision, or from every node in passes that read every node (the
+  // reference, exhaustive_passes).
   struct FleetSummary {
     std::map<std::optional<std::string>, std::map<NodeState, int>> states_by_revision;
     std::map<std::string, int> chips_by_revision;

@@ -317,6 +317,30 @@ bool Scheduler::Impl::may_find_victims(const Request& q) const {
                      [](const auto& filed) { return !filed.second.with_victims.empty(); });
 }
 
+void Scheduler::Impl::count_node(std::size_t n, int sign) {
+  const NodeRec& node = nodes[n];
+  auto of = nodes_by_revision.try_emplace(node.info.revision).first;
+  if (sign > 0) {
+    ++of->second.states[node.state];
+    of->second.chips_by_node[n] = static_cast<int>(node.info.chips.size());
+    return;
+  }
+  if (--of->second.states.at(node.state) == 0) of->second.states.erase(node.state);
+  of->second.chips_by_node.erase(n);
+  if (of->second.chips_by_node.empty()) nodes_by_revision.erase(of);
+}
+
+std::map<std::string, Scheduler::Impl::NodesOfRevision> Scheduler::Impl::nodes_by_revision_counted(
+    const std::vector<NodeRec>& nodes) {
+  std::map<std::string, NodesOfRevision> counted;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    NodesOfRevision& of = counted[nodes[n].info.revision];
+    ++of.states[nodes[n].state];
+    of.chips_by_node[n] = static_cast<int>(nodes[n].info.chips.size());
+  }
+  return counted;
+}
+
 std::map<std::string, std::set<std::size_t>> Scheduler::Impl::whole_free_counted(const std::vector<NodeRec>& nodes,
                                                                                  const FreeChips& free) {
   std::map<std::string, std::set<std::size_t>> out;
