@@ -288,7 +288,7 @@ ThreadSchedule thread_schedule(pid_t pid, pid_t tid) {
 
 // The threads that time round trips: the calling one and the Requesters' ZeroMQ threads, never a
 // fake agent's. On the load's CPUs a client that waits for a fake agent's turn on the CPU adds
-// that wait to the reply it times: at 10,000 agents its own waits (p99 6-12 ms) were most of the
+// that wait to the reply it times: at 10,000 agents its own waits (p99 5-12 ms) were most of the
 // echo's p99, so the ratios compared the load generator with itself. While a TimingClient lives,
 // its threads run at real-time priority (SCHED_FIFO 1) where the bench may raise them, and it
 // measures what they still wait for a CPU.
@@ -844,10 +844,10 @@ class Bench {
  public:
   std::string self_;
   Placement placement_;
-  bool told_timing_refusal_ = false;
 
  private:
   Settings s_;
+  bool told_timing_refusal_ = false;
   fs::path dir_;
   KeyPair server_keys_;
   KeyPair client_keys_;
