@@ -30,6 +30,7 @@
 #include "common/http/server.h"
 #include "common/logging.h"
 #include "common/metrics/exposition.h"
+#include "common/metrics/process_metrics.h"
 #include "common/process/cgroup.h"
 #include "common/process/process_runner.h"
 #include "common/protocol/artifacts.h"
@@ -155,7 +156,8 @@ class Shell final : public AgentShell {
     }
     telemetry_.follow(readable, kMetricsSampleIntervalMs);
     auto server = http::serve_loop_page(config_.http_listen, "/metrics", question_, std::string(metrics::kContentType),
-                                        "the agent's loop", kMetricsAnswerTimeout, config_.config_path);
+                                        metrics::process_metrics_text, "the agent's loop", kMetricsAnswerTimeout,
+                                        config_.config_path);
     if (!server) return tl::unexpected(server.error());
     http_ = std::move(*server);
     logger_->info("serving /metrics on http://{}/metrics", http_->address());

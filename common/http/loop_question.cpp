@@ -43,9 +43,10 @@ void LoopQuestion::answer_pending(const std::function<std::string()>& answer) {
   answered_.notify_all();
 }
 
-Handler loop_page(LoopQuestion& question, std::string content_type, std::string loop,
-                  std::chrono::milliseconds timeout) {
-  return [&question, content_type = std::move(content_type), loop = std::move(loop), timeout](const Request&) {
+Handler loop_page(LoopQuestion& question, std::string content_type, std::function<std::string()> appended,
+                  std::string loop, std::chrono::milliseconds timeout) {
+  return [&question, content_type = std::move(content_type), appended = std::move(appended), loop = std::move(loop),
+          timeout](const Request&) {
     auto page = question.ask(timeout);
     if (!page) {
       return text_response(503, fmt::format("{} did not make the page within {} ms; its log says what it is doing",
@@ -54,15 +55,17 @@ Handler loop_page(LoopQuestion& question, std::string content_type, std::string 
     Response response;
     response.content_type = content_type;
     response.body = std::move(*page);
+    if (appended) response.body += appended();
     return response;
   };
 }
 
 Result<std::unique_ptr<Server>> serve_loop_page(const std::string& listen, const std::string& path,
-                                                LoopQuestion& question, std::string content_type, std::string loop,
+                                                LoopQuestion& question, std::string content_type,
+                                                std::function<std::string()> appended, std::string loop,
                                                 std::chrono::milliseconds timeout, const std::string& config_file) {
   Router router;
-  router.exact(path, loop_page(question, std::move(content_type), std::move(loop), timeout));
+  router.exact(path, loop_page(question, std::move(content_type), std::move(appended), std::move(loop), timeout));
   return Server::start(listen, std::move(router), {},
                        fmt::format("change [http] listen in {}, or stop what listens there", config_file));
 }

@@ -45,15 +45,18 @@ class LoopQuestion {
   std::string answer_;
 };
 
-// A page the loop makes: each request asks `question` and answers with `content_type`, or 503
-// saying `loop` (as in "the coordinator's loop") did not answer within `timeout`.
-Handler loop_page(LoopQuestion& question, std::string content_type, std::string loop,
-                  std::chrono::milliseconds timeout);
+// A page the loop makes: each request asks `question` and answers with `content_type`, the
+// loop's text followed by what `appended` gives on the HTTP thread (figures that need nothing of
+// the loop; may be empty), or 503 saying `loop` (as in "the coordinator's loop") did not answer
+// within `timeout`.
+Handler loop_page(LoopQuestion& question, std::string content_type, std::function<std::string()> appended,
+                  std::string loop, std::chrono::milliseconds timeout);
 
 // A server of one such page at `path` on `listen`; a bind that fails says to change [http] listen
 // in `config_file`.
 Result<std::unique_ptr<Server>> serve_loop_page(const std::string& listen, const std::string& path,
-                                                LoopQuestion& question, std::string content_type, std::string loop,
+                                                LoopQuestion& question, std::string content_type,
+                                                std::function<std::string()> appended, std::string loop,
                                                 std::chrono::milliseconds timeout, const std::string& config_file);
 
 }  // namespace kiln::http

@@ -23,6 +23,7 @@
 
 #include "common/http/server.h"
 #include "common/metrics/exposition.h"
+#include "common/metrics/process_metrics.h"
 #include "common/protocol/roles.h"
 #include "coordinator/qualification/ci_metrics.h"
 #include "coordinator/qualification/flake_budget.h"
@@ -624,7 +625,7 @@ class CiMetricsPage {
     }
     http::Response response;
     response.content_type = std::string(metrics::kContentType);
-    response.body = metrics_.render(wall_now_ms());
+    response.body = metrics_.render(wall_now_ms()) + metrics::process_metrics_text();
     return response;
   }
 

@@ -13,6 +13,8 @@
 #include "common/http/server.h"
 #include "common/logging.h"
 #include "common/metrics/exposition.h"
+#include "common/metrics/process_metrics.h"
+#include "common/process/open_files.h"
 #include "common/protocol/roles.h"
 #include "common/transport/zmq_transport.h"
 #include "coordinator/core/coordinator_core.h"
@@ -84,7 +86,8 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     if (!audit) return tl::unexpected(audit.error());
     metrics_.emplace(core_.jobs(), core_.leases(), quarantine_times(*audit));
     auto server = http::serve_loop_page(config_.http_listen, "/metrics", question_, std::string(metrics::kContentType),
-                                        "the coordinator's loop", kMetricsAnswerTimeout, config_.source_path);
+                                        metrics::process_metrics_text, "the coordinator's loop", kMetricsAnswerTimeout,
+                                        config_.source_path);
     if (!server) return tl::unexpected(server.error());
     http_ = std::move(*server);
     logger_->info("serving /metrics on http://{}/metrics", http_->address());
@@ -471,12 +474,42 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
   std::unique_ptr<http::Server> http_;
 };
 
+// Files the coordinator holds besides its agents' connections: the store, the clients, the
+// HTTP server's connections, artifacts being written.
+constexpr std::uint64_t kFilesBesideAgents = 200;
+// Below this many files, the fleet the coordinator can hold is worth a warning.
+constexpr std::uint64_t kFilesForALargeFleet = 16384;
+
+// Every agent's connection is a file: how many the limit leaves room for, and how to make room
+// for more when it is low (docs/operations.md, "Sizing").
+void say_open_files(const Result<OpenFilesLimit>& files, spdlog::logger& logger) {
+  if (!files) {
+    logger.warn("{}; the coordinator can hold only as many agents' connections as the limit allows (`ulimit -n` "
+                "shows it): raise it where the coordinator is started (docs/operations.md, \"Sizing\")",
+                files.error().message);
+    return;
+  }
+  const std::uint64_t agents = files->now > kFilesBesideAgents ? files->now - kFilesBesideAgents : 0;
+  const std::string limit = files->now != files->before
+                                ? fmt::format("open files: the limit was {}, now {} (its hard limit)", files->before,
+                                              files->now)
+                                : fmt::format("open files: the limit is {} (its hard limit)", files->now);
+  if (files->now < kFilesForALargeFleet) {
+    logger.warn("{}: room for about {} agents' connections; for a larger fleet raise the hard limit (LimitNOFILE= in "
+                "the systemd unit; the packaged one sets 524288) (docs/operations.md, \"Sizing\")",
+                limit, agents);
+  } else {
+    logger.info("{}: room for about {} agents' connections", limit, agents);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(CoordinatorConfig config,
                                                                       const std::atomic<bool>& stop) {
   auto logger = make_logger("coordinator", config.log_level);
   if (!logger) return tl::unexpected(logger.error());
+  say_open_files(raise_open_files_limit(), **logger);
   auto keys = load_coordinator_keys(config);
   if (!keys) return tl::unexpected(keys.error());
   auto store = config.store_backend == StoreBackend::postgresql ? open_postgres_store(config.postgres)

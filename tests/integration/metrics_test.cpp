@@ -1,10 +1,13 @@
 // /metrics with the real binaries on loopback: the coordinator, two agents on simulated chips and
 // the qualifier each serve a page that `promtool check metrics` accepts, and the values people
 // rely on are there: a job that ran counts for its class and outcome, every chip is a series
-// with its serial and revision, a scheduled nightly counts with its deadline, and a quarantined
-// node shows with its reason.
+// with its serial and revision, a scheduled nightly counts with its deadline, a quarantined
+// node shows with its reason, and each page ends with its process's own figures (the
+// coordinator's limit on open files raised for its agents' connections).
+#include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <regex>
 #include <set>
@@ -55,7 +58,16 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
   fleet.add_qualifier("qualifier", {{"model_set", "\"bf16.toml\""}},
                       http_table(qualifier_http) + "\n" + tonight.schedule_table);
   for (const auto& [node, address] : agent_http) fleet.add_agent({node, "a"}, "", "", http_table(address));
+  // Started with a service's low soft limit on open files, the coordinator takes its hard limit:
+  // each agent's connection is a file.
+  rlimit files{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &files) == 0);
+  const rlimit ours = files;
+  const rlim_t low = std::min<rlim_t>(512, files.rlim_max);
+  files.rlim_cur = low;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &files) == 0);
   fleet.start_coordinator();
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &ours) == 0);
   for (const auto& [node, address] : agent_http) fleet.start_agent(node);
 
   // A one-model set and two changes: tonight's nightly measures the bundle at k2 against k1's.
@@ -89,6 +101,24 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
   const std::string committed = line_of(scrape(coordinator_http), "kiln_store_commit_seconds_count ");
   REQUIRE_FALSE(committed.empty());
   CHECK(std::stod(committed.substr(committed.rfind(' ') + 1)) >= 1);
+  // The process's own figures follow the fleet's: its files against their limit, which it raised.
+  const std::string coordinator_process = scrape(coordinator_http);
+  const auto value = [](const std::string& page, const std::string& name) {
+    const std::string line = line_of(page, name + " ");
+    INFO(name << " in: " << page);
+    REQUIRE_FALSE(line.empty());
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  };
+  if (ours.rlim_max == RLIM_INFINITY || ours.rlim_max > low) {
+    const double max_fds = value(coordinator_process, "process_max_fds");
+    CHECK(max_fds > static_cast<double>(low));
+    if (ours.rlim_max != RLIM_INFINITY) CHECK(max_fds == static_cast<double>(ours.rlim_max));
+    CHECK(contains(fleet.log_of("coordinator"), "open files: the limit was " + std::to_string(low) + ", now "));
+  }
+  CHECK(value(coordinator_process, "process_open_fds") >= 3);
+  CHECK(value(coordinator_process, "process_resident_memory_bytes") > 1e6);
+  CHECK(value(coordinator_process, "process_cpu_seconds_total") >= 0);
+  CHECK(value(coordinator_process, "process_start_time_seconds") > 1.7e9);
 
   // Each agent shows one series per chip, with the serial and revision the coordinator knows it by.
   REQUIRE(fleet.kiln("ci", {"nodes", "--json"}, &out) == 0);
@@ -112,6 +142,7 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
     CHECK(chips.size() == 8);
     CHECK(std::regex_search(page, std::regex("\nkiln_chip_temperature_celsius\\{[^}]*\\} ")));
     CHECK(contains(page, "kiln_agent_coordinator_connected{node=\"" + id + "\"} 1\n"));
+    CHECK_FALSE(line_of(page, "process_open_fds ").empty());
     CHECK(contains(page, "kiln_agent_install_state{node=\"" + id + "\",state=\"none\"} 1\n"));
   }
 
@@ -127,6 +158,7 @@ TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool 
   CHECK_FALSE(line_of(qualifier_page, "kiln_nightly_finish_timestamp_seconds ").empty());
   CHECK(contains(qualifier_page, "kiln_test_flake_ratio{test=\"mlp-bf16-it\",owner=\"recsys-models\"} 0\n"));
   CHECK(contains(qualifier_page, "kiln_bisections_running 0\n"));
+  CHECK_FALSE(line_of(qualifier_page, "process_resident_memory_bytes ").empty());
 
   // A node whose probe fails is quarantined: the coordinator shows since when and why, its agent
   // which chip failed which check.

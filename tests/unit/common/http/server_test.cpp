@@ -146,7 +146,8 @@ TEST_CASE("a handler gets its answer from the loop that owns the state, or gives
   loop.join();
   // Nobody answers: the asker gets nothing rather than waiting for ever, and a page says so.
   CHECK_FALSE(question.ask(std::chrono::milliseconds(10)).has_value());
-  const Response busy = loop_page(question, "text/plain", "the test's loop", std::chrono::milliseconds(10))(Request{});
+  const Response busy =
+      loop_page(question, "text/plain", nullptr, "the test's loop", std::chrono::milliseconds(10))(Request{});
   CHECK(busy.status == 503);
   CHECK(contains(busy.body, "the test's loop did not make the page within 10 ms"));
 }
