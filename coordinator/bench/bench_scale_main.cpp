@@ -17,6 +17,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -166,6 +167,20 @@ double cpu_ms(pid_t pid) {
     if (i == 15) stime = std::stod(field);
   }
   return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The most memory a server has held resident so far (VmHWM of /proc/PID/status), in MB; NaN
+// where the kernel does not say.
+double peak_resident_mb(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  for (std::string key; in >> key;) {
+    if (key == "VmHWM:") {
+      double kb = 0;
+      return in >> kb ? kb / 1024 : NAN;
+    }
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return NAN;
 }
 
 // CPU time of a server so far, in nanoseconds' resolution: the sum of its threads' time on a CPU
@@ -358,6 +373,8 @@ struct Run {
   // The fake agents' and the bench's own share of the machine's cores in the same windows: near
   // the core count, the load generator starves, not only the server.
   double load_generator_cpu_percent = NAN;
+  // The server's peak resident memory over its run (its connections, and the coordinator's queue).
+  double peak_resident_mb = NAN;
   double heartbeats_per_second = 0;
   Latency heartbeat;
   Latency submit;
@@ -623,6 +640,7 @@ class Bench {
              r.submit_jobs_per_second);
 
     r.server_cpus = allowed_cpus(pid);
+    r.peak_resident_mb = peak_resident_mb(pid);
     if (stall) stall_and_resume(r, fleet, client, pid, log);
     stop_process(pid);
     return r;
@@ -888,6 +906,8 @@ nlohmann::json row_json(const Run& c, const Run& e) {
       {"load_generator_cpu_percent", number(c.load_generator_cpu_percent)},
       {"echo_load_generator_cpu_percent", number(e.load_generator_cpu_percent)},
       {"echo_cpu_percent", number(e.cpu_percent)},
+      {"peak_resident_mb", number(c.peak_resident_mb)},
+      {"echo_peak_resident_mb", number(e.peak_resident_mb)},
       {"heartbeat", latency_json(c.heartbeat)},
       {"echo_heartbeat", latency_json(e.heartbeat)},
       {"heartbeat_p99_vs_echo", number(ratio(c.heartbeat.p99_ms, e.heartbeat.p99_ms))},
@@ -1006,6 +1026,11 @@ void print_text(const std::vector<std::pair<Run, Run>>& rows, const nlohmann::js
                "{:.0f}% beside the echo ({} cores here)\n",
                c.agents, c.agent_processes, c.agent_processes > 1 ? "es" : "", c.load_generator_cpu_percent,
                e.load_generator_cpu_percent, std::thread::hardware_concurrency());
+  }
+  for (const auto& [c, e] : rows) {
+    fmt::print("{} agents: the coordinator's peak resident memory {:.0f} MB, the echo's {:.0f} MB (VmHWM, with {} jobs "
+               "queued in the coordinator at its fullest)\n",
+               c.agents, c.peak_resident_mb, e.peak_resident_mb, c.queued_at_burst + c.burst_accepted);
   }
   fmt::print("{}\n", placement.text());
   const auto at_most = [](double v) { return std::isfinite(v) ? fmt::format("<= {:g} ms", v) : std::string("-"); };

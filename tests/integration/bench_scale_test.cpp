@@ -64,6 +64,9 @@ void check_row(const nlohmann::json& row) {
     CHECK((row[figure].is_null() || row[figure].get<double>() >= 0));
   }
   CHECK(row["lost"].is_number_unsigned());
+  // Each server's peak memory, as the kernel has it: a server holds at least its binary's pages.
+  CHECK(row["peak_resident_mb"].get<double>() > 1);
+  CHECK(row["echo_peak_resident_mb"].get<double>() > 1);
 }
 
 }  // namespace
