@@ -7,40 +7,15 @@
 #include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <vector>
 
 #include "common/metrics/exposition.h"
+#include "common/process/proc_stat.h"
 
 namespace kiln::metrics {
 namespace {
 
 namespace fs = std::filesystem;
-
-// /proc/self/stat's fields after the command's name (which may hold spaces and parentheses, so
-// the fields start after the last ')'): the first of them is field 3, the state.
-std::optional<std::vector<std::string>> stat_fields() {
-  std::ifstream in("/proc/self/stat");
-  std::string line;
-  if (!std::getline(in, line)) return std::nullopt;
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(line.substr(close + 1));
-  std::vector<std::string> fields;
-  for (std::string field; rest >> field;) fields.push_back(field);
-  return fields;
-}
-
-// stat(5) numbers its fields from 1; field 3 is the first after the name.
-std::optional<double> stat_field(const std::vector<std::string>& fields, std::size_t number) {
-  if (number < 3 || number - 3 >= fields.size()) return std::nullopt;
-  try {
-    return std::stod(fields[number - 3]);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
 
 std::optional<double> boot_time_seconds() {
   std::ifstream in("/proc/stat");
@@ -75,10 +50,10 @@ std::string process_metrics_text() {
   Exposition out;
   const double ticks_per_second = static_cast<double>(::sysconf(_SC_CLK_TCK));
   const double page_bytes = static_cast<double>(::sysconf(_SC_PAGESIZE));
-  const auto fields = stat_fields();
-  if (fields && ticks_per_second > 0) {
-    const auto user = stat_field(*fields, 14);
-    const auto system = stat_field(*fields, 15);
+  const auto stat = ProcStat::read("self");
+  if (stat && ticks_per_second > 0) {
+    const auto user = stat->number(14);
+    const auto system = stat->number(15);
     if (user && system) {
       out.counter("process_cpu_seconds_total", "CPU time this process has used, user and system, in seconds.");
       out.sample({}, (*user + *system) / ticks_per_second);
@@ -91,13 +66,13 @@ std::string process_metrics_text() {
             ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
                 ? std::optional<double>(static_cast<double>(files.rlim_cur))
                 : std::nullopt);
-  if (fields) {
-    const auto virtual_bytes = stat_field(*fields, 23);
-    const auto resident_pages = stat_field(*fields, 24);
+  if (stat) {
+    const auto virtual_bytes = stat->number(23);
+    const auto resident_pages = stat->number(24);
     add_gauge(out, "process_virtual_memory_bytes", "This process's virtual memory size, in bytes.", virtual_bytes);
     add_gauge(out, "process_resident_memory_bytes", "This process's memory resident in RAM, in bytes.",
               resident_pages && page_bytes > 0 ? std::optional<double>(*resident_pages * page_bytes) : std::nullopt);
-    const auto started_ticks = stat_field(*fields, 22);
+    const auto started_ticks = stat->number(22);
     const auto boot = boot_time_seconds();
     add_gauge(out, "process_start_time_seconds", "When this process started, in Unix seconds.",
               started_ticks && boot && ticks_per_second > 0

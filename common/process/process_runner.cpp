@@ -26,6 +26,7 @@
 #include <boost/process/extend.hpp>
 
 #include "common/process/cgroup.h"
+#include "common/process/proc_stat.h"
 
 namespace kiln {
 namespace {
@@ -71,32 +72,24 @@ std::string signal_name(int signo) {
 }
 
 // The fields of /proc/PID/stat that tell one process from another that later got its pid.
-struct ProcStat {
+struct ProcIdentity {
   std::int64_t process_group = 0;
   std::uint64_t start_ticks = 0;  // clock ticks after boot
   char state = '?';               // 'Z': a zombie, already dead
 };
 
-std::optional<ProcStat> read_proc_stat(std::int64_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return std::nullopt;
-  // The command name may hold spaces and parentheses: the fields start after the last ')'.
-  const std::size_t paren = line.rfind(')');
-  if (paren == std::string::npos) return std::nullopt;
-  std::istringstream fields(line.substr(paren + 1));
-  ProcStat stat;
-  std::string skip;
-  fields >> stat.state >> skip >> stat.process_group;  // fields 3 to 5
-  for (int field = 6; field < 22; ++field) fields >> skip;
-  fields >> stat.start_ticks;  // field 22
-  if (!fields) return std::nullopt;
-  return stat;
+std::optional<ProcIdentity> read_proc_stat(std::int64_t pid) {
+  const auto stat = ProcStat::read(std::to_string(pid));
+  if (!stat) return std::nullopt;
+  const auto group = stat->number(5);
+  const auto start_ticks = stat->number(22);
+  if (!group || !start_ticks) return std::nullopt;
+  return ProcIdentity{static_cast<std::int64_t>(*group), static_cast<std::uint64_t>(*start_ticks), stat->state()};
 }
 
 // Live (not zombie) processes by their process group, from /proc.
-std::map<std::int64_t, std::vector<std::pair<std::int64_t, ProcStat>>> live_processes_by_group() {
-  std::map<std::int64_t, std::vector<std::pair<std::int64_t, ProcStat>>> groups;
+std::map<std::int64_t, std::vector<std::pair<std::int64_t, ProcIdentity>>> live_processes_by_group() {
+  std::map<std::int64_t, std::vector<std::pair<std::int64_t, ProcIdentity>>> groups;
   std::error_code ec;
   // increment(ec), not a range-for: a listing error must not throw out of the runner.
   for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
@@ -578,7 +571,7 @@ Result<ProcessId> ProcessRunner::start(const ProcessSpec& spec) {
   child.timeout_ms = spec.timeout_ms;
   child.kill_grace_ms = spec.kill_grace_ms;
   // Not reaped yet (only the reaper reaps, and it does not know the pid), so this is the child.
-  child.start_ticks = read_proc_stat(pid).value_or(ProcStat{}).start_ticks;
+  child.start_ticks = read_proc_stat(pid).value_or(ProcIdentity{}).start_ticks;
   child.cgroup_dir = cgroup_dir;
   child.started = started;
   child.deadline = started + std::chrono::milliseconds(spec.timeout_ms);

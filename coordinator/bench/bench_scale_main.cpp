@@ -35,6 +35,7 @@
 #include "common/transport/loopback_ports.h"
 #include "common/http/client.h"
 #include "common/keys.h"
+#include "common/process/proc_stat.h"
 #include "common/version.h"
 #include "coordinator/bench/fake_fleet.h"
 
@@ -154,19 +155,10 @@ kiln::Error server_gone(const std::string& server, const fs::path& log) {
 
 // User and system CPU time of a process so far, from /proc/PID/stat (fields 14 and 15).
 double cpu_ms(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  double utime = 0;
-  double stime = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const auto stat = kiln::ProcStat::read(std::to_string(pid));
+  if (!stat) return 0;
+  return (stat->number(14).value_or(0) + stat->number(15).value_or(0)) * 1000.0 /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // The most memory a server has held resident so far (VmHWM of /proc/PID/status), in MB; NaN
