@@ -37,6 +37,7 @@
 #include "common/keys.h"
 #include "common/process/proc_stat.h"
 #include "common/version.h"
+#include "coordinator/bench/bench_process.h"
 #include "coordinator/bench/fake_fleet.h"
 
 namespace fs = std::filesystem;
@@ -71,25 +72,6 @@ std::atomic<bool> g_stop{false};
 
 constexpr rlim_t kFilesWanted = 65536;
 
-// The CPUs process `pid` (0: this one) may run on.
-std::vector<int> allowed_cpus(pid_t pid = 0) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (::sched_getaffinity(pid, sizeof set, &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
-bool run_on(pid_t pid, const std::vector<int>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int cpu : cpus) CPU_SET(cpu, &set);
-  return ::sched_setaffinity(pid, sizeof set, &set) == 0;
-}
-
 // Where the server under test and its load run. Pinned, the server (coordinator or echo, all
 // its threads) has one CPU to itself and the fake agents and clients share the others, so a
 // round trip's tail measures the server, not the scheduler handing its core to the load.
@@ -103,56 +85,6 @@ struct Placement {
   }
 };
 
-// `input`, when given, becomes the child's standard input; `cpus`, when given, where it runs.
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, int input = -1,
-            const std::vector<int>& cpus = {}) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // A benchmark that dies leaves no server behind.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (!cpus.empty()) (void)run_on(0, cpus);
-    if (input >= 0) ::dup2(input, 0);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  return pid;
-}
-
-void stop_process(pid_t pid) {
-  ::kill(pid, SIGCONT);
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  for (int i = 0; i < 100; ++i) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, &status, 0);
-}
-
-bool running(pid_t pid) {
-  int status = 0;
-  return ::waitpid(pid, &status, WNOHANG) == 0;
-}
-
-// A server that exited before its run ended: the end of its log says why.
-kiln::Error server_gone(const std::string& server, const fs::path& log) {
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  constexpr std::size_t kTailBytes = 2000;
-  if (text.size() > kTailBytes) text = "..." + text.substr(text.size() - kTailBytes);
-  return kiln::Error{kiln::Errc::unavailable,
-                     fmt::format("the {} exited before its run ended; the end of its log ({}):\n{}", server,
-                                 log.string(), text)};
-}
-
 // User and system CPU time of a process so far, from /proc/PID/stat (fields 14 and 15).
 double cpu_ms(pid_t pid) {
   const auto stat = kiln::ProcStat::read(std::to_string(pid));
@@ -161,19 +93,6 @@ double cpu_ms(pid_t pid) {
          static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-// The most memory a server has held resident so far (VmHWM of /proc/PID/status), in MB; NaN
-// where the kernel does not say.
-double peak_resident_mb(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  for (std::string key; in >> key;) {
-    if (key == "VmHWM:") {
-      double kb = 0;
-      return in >> kb ? kb / 1024 : NAN;
-    }
-    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  return NAN;
-}
 
 // CPU time of a server so far, in nanoseconds' resolution: the sum of its threads' time on a CPU
 // (/proc/PID/task/TID/schedstat, first field). /proc/PID/stat counts in clock ticks (10 ms), which a
