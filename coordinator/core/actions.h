@@ -53,6 +53,11 @@ struct SaveLease {
 struct AppendAudit {
   protocol::AuditEntry entry;
 };
+// Read an ended job the core let go of (job_retention.h) back from the store, and hand it to
+// CoordinatorCore::on_job_recalled; the requests that name it wait until then.
+struct RecallJob {
+  std::uint64_t job_id = 0;
+};
 enum class Severity { debug, info, warn, error };
 struct Log {
   Severity severity = Severity::info;
@@ -61,7 +66,8 @@ struct Log {
 }  // namespace action
 
 using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
-                            action::SaveRecord, action::SaveLease, action::AppendAudit, action::Log>;
+                            action::SaveRecord, action::SaveLease, action::AppendAudit, action::RecallJob,
+                            action::Log>;
 
 class ActionSink {
  public:

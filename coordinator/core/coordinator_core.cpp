@@ -54,6 +54,7 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
                           leases_recovered, leases_.active()));
   }
   scheduling_.pump(now);
+  jobs_.forget_ended(now);
 }
 
 std::optional<Action> CoordinatorCore::poll_action() { return sink_.poll(); }
@@ -111,12 +112,62 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
       },
       m.body);
   scheduling_.pump(now);
+  jobs_.forget_ended(now);
 }
+
+namespace {
+
+// The job a client request is about, or 0.
+std::uint64_t job_named(const protocol::Body& body) {
+  if (const auto* get = std::get_if<protocol::GetJob>(&body)) return get->job_id;
+  if (const auto* cancel = std::get_if<protocol::CancelJob>(&body)) return cancel->job_id;
+  if (const auto* why = std::get_if<protocol::QueueWhy>(&body)) return why->job_id;
+  return 0;
+}
+
+}  // namespace
 
 void CoordinatorCore::on_client_message(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                                         Now clock_now) {
-  const TimeMs now = clock_.advance(clock_now);
   KILN_ASSERT(caller.role != Role::agent, "the shell refuses agent keys on the client socket");
+  if (const std::uint64_t job_id = job_named(m.body); jobs_.may_recall(job_id)) {
+    // An ended job this coordinator let go of: the request waits for the store to read it back.
+    auto& waiting = waiting_for_recall_[job_id];
+    waiting.push_back(RecallWaiter{client, caller, m, clock_now});
+    if (waiting.size() == 1) sink_.push(action::RecallJob{job_id});
+    return;
+  }
+  take_client_message(client, caller, m, clock_now);
+}
+
+void CoordinatorCore::on_job_recalled(std::uint64_t job_id, Result<std::optional<JobRecord>> found) {
+  auto waiting = waiting_for_recall_.extract(job_id);
+  KILN_ASSERT(!waiting.empty(), "a job is recalled only for the requests that wait for it");
+  if (!found) {
+    for (const RecallWaiter& w : waiting.mapped()) {
+      sink_.reply_error(w.client, w.message.header.id, Errc::unavailable,
+                        fmt::format("job {} is kept in the store only, and the store could not read it ({}); try "
+                                    "again, and if it persists run `kiln-coordinator check-store`",
+                                    job_id, found.error().message));
+    }
+    return;
+  }
+  if (found->has_value()) {
+    if (protocol::is_terminal((*found)->summary.state) && (*found)->summary.job_id == job_id) {
+      jobs_.take_recalled(std::move(**found));
+    } else {
+      sink_.log(action::Severity::error,
+                fmt::format("the store gave job {} back as job {} in state {}, but only ended jobs are let go: "
+                            "run `kiln-coordinator check-store`",
+                            job_id, (*found)->summary.job_id, protocol::enum_name((*found)->summary.state)));
+    }
+  }
+  for (const RecallWaiter& w : waiting.mapped()) take_client_message(w.client, w.caller, w.message, w.now);
+}
+
+void CoordinatorCore::take_client_message(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                                          Now clock_now) {
+  const TimeMs now = clock_.advance(clock_now);
   const std::uint64_t corr = m.header.id;
   auto reply = [&](protocol::Body body) { sink_.to_client(client, std::move(body), corr); };
   std::visit(
@@ -173,6 +224,7 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
       },
       m.body);
   scheduling_.pump(now);
+  jobs_.forget_ended(now);
 }
 
 void CoordinatorCore::put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -261,6 +313,7 @@ void CoordinatorCore::on_resumed(Now clock_now, DurationMs paused_ms) {
             fmt::format("the coordinator's loop did not run for {} ms (stopped, starved or swapped out): no node is "
                         "lost in the next {} ms for its silence",
                         paused_ms, window_ms));
+  jobs_.forget_ended(now);
 }
 
 void CoordinatorCore::on_tick(Now clock_now) {
@@ -276,12 +329,14 @@ void CoordinatorCore::on_tick(Now clock_now) {
   leases_.answer_watches(now);
   rollouts_.advance(now);
   scheduling_.pump(now);
+  jobs_.forget_ended(now);
 }
 
 void CoordinatorCore::on_desired_environments(DesiredFleet fleet, Now clock_now) {
   const TimeMs now = clock_.advance(clock_now);
   rollouts_.set_desired(std::move(fleet), now);
   scheduling_.pump(now);
+  jobs_.forget_ended(now);
 }
 
 }  // namespace kiln::coordinator

@@ -72,6 +72,9 @@ class CoordinatorCore {
   void on_client_message(const std::string& client, const Caller& caller,
                          const protocol::Envelope& message, Now now);
   void on_tick(Now now);
+  // The answer to action::RecallJob: the ended job as the store holds it, nullopt when it holds
+  // none, or why it could not be read. The requests that named the job are taken now.
+  void on_job_recalled(std::uint64_t job_id, Result<std::optional<JobRecord>> found);
   // The shell's loop did not run for `paused_ms` (the process was stopped, starved or swapped
   // out): heartbeats sent meanwhile may still be unread, so no node is lost for that silence.
   // Each gets a liveness timeout from now, or the restart grace when the pause was longer than
@@ -102,6 +105,8 @@ class CoordinatorCore {
   std::vector<std::string> nodes_out_of_sync() const { return scheduling_.nodes_out_of_sync(); }
   // What the index of active jobs gets wrong, if anything (JobTable::index_error).
   std::optional<std::string> job_index_error() const { return jobs_.index_error(); }
+  // What the retention of ended jobs gets wrong, if anything (JobTable::retention_error).
+  std::optional<std::string> job_retention_error() const { return jobs_.retention_error(); }
   // What the index of developer leases gets wrong, if anything (DevLeases::index_error).
   std::optional<std::string> lease_index_error() const { return leases_.index_error(); }
   // What the index of stop holds by node gets wrong, if anything (SchedulerBridge::stop_hold_index_error).
@@ -110,6 +115,8 @@ class CoordinatorCore {
 
  private:
   CoreContext context() { return CoreContext{knobs_, sink_, clock_, registry_, bridge_}; }
+  void take_client_message(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                           Now clock_now);
   void put_audit(const std::string& client, const Caller& caller, std::uint64_t corr, const protocol::PutAudit& put);
   void put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                   const protocol::PutRecord& put, TimeMs now);
@@ -128,6 +135,14 @@ class CoordinatorCore {
   SchedulerDecisions scheduling_;
   AgentSessions agents_;
   Rollouts rollouts_;
+  // Client requests that name a job let go of, until the store reads it back (on_job_recalled).
+  struct RecallWaiter {
+    std::string client;
+    Caller caller;
+    protocol::Envelope message;
+    Now now;
+  };
+  std::map<std::uint64_t, std::vector<RecallWaiter>> waiting_for_recall_;
 };
 
 }  // namespace kiln::coordinator

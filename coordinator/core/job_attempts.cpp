@@ -4,6 +4,7 @@
 #include "coordinator/core/job_attempts.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,6 +13,7 @@
 #include "common/protocol/artifacts.h"
 #include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
+#include "coordinator/core/job_retention.h"
 #include "coordinator/core/lease_lifecycle.h"
 #include "coordinator/core/scheduler_decisions.h"
 
@@ -43,7 +45,56 @@ void JobTable::recover(std::vector<JobRecord> jobs) {
     if (job.summary.state == JobState::assigned || job.summary.state == JobState::running) {
       attempts_.to(job.summary.job_id, AttemptPhase::dispatched);
     }
+    track_retention(job);
     jobs_.emplace(job.summary.job_id, std::move(job));
+  }
+}
+
+void JobTable::take_recalled(JobRecord job) {
+  KILN_ASSERT(protocol::is_terminal(job.summary.state) && may_recall(job.summary.job_id),
+              "only ended jobs are let go, so only ended jobs are recalled");
+  track_retention(job);
+  jobs_.emplace(job.summary.job_id, std::move(job));
+}
+
+void JobTable::track_retention(const JobRecord& job) {
+  const std::uint64_t id = job.summary.job_id;
+  bool pinned = false;
+  if (const std::string node = rollout_install_node(job); !node.empty()) {
+    auto [newest, inserted] = newest_rollout_install_.try_emplace(node, id);
+    if (!inserted && newest->second < id) {
+      // The install it replaces as its node's newest no longer decides anything.
+      const std::uint64_t before = std::exchange(newest->second, id);
+      if (auto it = jobs_.find(before); it != jobs_.end() && protocol::is_terminal(it->second.summary.state)) {
+        ended_.insert(before);
+      }
+    }
+    pinned = newest->second == id;
+  }
+  if (!protocol::is_terminal(job.summary.state) || pinned) return;
+  if (may_be_rerun(job)) {
+    rerun_candidates_.emplace(job.finished_at_ms, id);
+  } else {
+    rerun_candidates_.erase({job.finished_at_ms, id});
+    ended_.insert(id);
+  }
+}
+
+void JobTable::forget_ended(TimeMs now) {
+  while (!rerun_candidates_.empty() &&
+         rerun_candidates_.begin()->first < now - ctx_.knobs.quarantine_rerun_window_ms) {
+    ended_.insert(rerun_candidates_.begin()->second);
+    rerun_candidates_.erase(rerun_candidates_.begin());
+  }
+  const std::size_t limit = std::max<std::size_t>(ctx_.knobs.ended_jobs_in_memory, 1);
+  for (auto it = ended_.begin(); it != ended_.end() && ended_.size() > limit;) {
+    // A job whose earlier attempt is still being stopped is looked up until it has stopped.
+    if (attempts_.all().count(*it)) {
+      ++it;
+      continue;
+    }
+    jobs_.erase(*it);
+    it = ended_.erase(it);
   }
 }
 
@@ -669,19 +720,16 @@ std::size_t JobTable::fail_over_from(const std::string& node_id, TimeMs now) {
 }
 
 bool JobTable::may_rerun(const JobRecord& job, const NodeRecord& node, TimeMs now) const {
-  const bool ci = job.summary.priority_class != PriorityClass::experiment;
-  const bool failed_here = (job.summary.state == JobState::failed || job.summary.state == JobState::timed_out) &&
-                           job.summary.node_id == node.summary.node_id;
-  return ci && failed_here && job.rerun_job_id == 0 && job.rerun_of == 0 && job.lease_id == 0 &&
-         job.requested_node_id.empty() && !protocol::is_maintenance_workload(job.summary.workload) &&
+  return may_be_rerun(job) && job.summary.node_id == node.summary.node_id &&
          now - job.finished_at_ms <= ctx_.knobs.quarantine_rerun_window_ms;
 }
 
 void JobTable::rerun_failures_of(const NodeRecord& node, TimeMs now) {
   std::vector<std::uint64_t> failed;
-  for (const auto& [id, job] : jobs_) {
-    if (may_rerun(job, node, now)) failed.push_back(id);
+  for (const auto& [finished_at_ms, id] : rerun_candidates_) {
+    if (may_rerun(jobs_.at(id), node, now)) failed.push_back(id);
   }
+  std::sort(failed.begin(), failed.end());
   for (std::uint64_t id : failed) rerun(id, node, now);
 }
 
@@ -1065,6 +1113,40 @@ const JobRecord* JobTable::find(std::uint64_t job_id) const {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
+std::optional<std::string> JobTable::retention_error() const {
+  std::size_t candidates = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (!protocol::is_terminal(job.summary.state)) {
+      if (ended_.count(id)) return fmt::format("job {} is {} but may be let go", id, protocol::enum_name(job.summary.state));
+      continue;
+    }
+    const std::string node = rollout_install_node(job);
+    const bool pinned = !node.empty() && newest_rollout_install_.at(node) == id;
+    const bool candidate = rerun_candidates_.count({job.finished_at_ms, id}) == 1;
+    candidates += candidate ? 1 : 0;
+    if (candidate != (!pinned && may_be_rerun(job))) {
+      return fmt::format("job {} is {}filed as a failure that may be rerun", id, candidate ? "" : "not ");
+    }
+    if (ended_.count(id) != (!pinned && !candidate ? 1u : 0u)) {
+      return fmt::format("job {} is {}filed as one that may be let go", id, ended_.count(id) ? "" : "not ");
+    }
+  }
+  if (candidates != rerun_candidates_.size()) return "a failure filed as one that may be rerun is no longer held";
+  for (std::uint64_t id : ended_) {
+    if (!jobs_.count(id)) return fmt::format("job {} is filed as one that may be let go but is no longer held", id);
+  }
+  if (ended_.size() > std::max<std::size_t>(ctx_.knobs.ended_jobs_in_memory, 1)) {
+    for (std::uint64_t id : ended_) {
+      if (!attempts_.all().count(id)) {
+        return fmt::format("{} ended jobs are held that may be let go (job {} among them), beyond "
+                           "ended_jobs_in_memory {}",
+                           ended_.size(), id, ctx_.knobs.ended_jobs_in_memory);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> JobTable::index_error() const {
   std::size_t queued = 0;
   std::map<std::string, std::set<std::uint32_t>> chips;
@@ -1095,6 +1177,7 @@ std::optional<std::string> JobTable::index_error() const {
 
 void JobTable::save(const JobRecord& job) {
   index_.update(job, ctx_.knobs.job_timeout_slack_ms);
+  track_retention(job);
   ctx_.save(job);
 }
 

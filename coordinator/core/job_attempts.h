@@ -36,8 +36,20 @@ class JobTable {
   std::size_t requeue_recovered(TimeMs now);
 
   // ---- views
+  // The jobs held in memory (job_retention.h): every active one, the newest ended ones, and
+  // the newest rollout install of each node.
   const std::map<std::uint64_t, JobRecord>& all() const { return jobs_; }
   const JobRecord* find(std::uint64_t job_id) const;
+  // The newest install a rollout asked of each node, by node.
+  const std::map<std::string, std::uint64_t>& newest_rollout_installs() const { return newest_rollout_install_; }
+  // ---- retention: a job id this coordinator gave out that it no longer holds is in the store.
+  bool may_recall(std::uint64_t job_id) const { return job_id != 0 && job_id < next_job_id_ && !jobs_.count(job_id); }
+  // An ended job read back from the store, held until forget_ended() lets it go again.
+  void take_recalled(JobRecord job);
+  // Lets go of the oldest ended jobs beyond [knobs] ended_jobs_in_memory, once nothing decides
+  // by them any more at `now`. Called between two events, never while a reference into the table
+  // is held.
+  void forget_ended(TimeMs now);
   std::size_t active_count() const { return active_jobs_.size(); }
   // The active jobs of a developer lease.
   std::vector<std::uint64_t> in_lease(std::uint64_t lease_id) const;
@@ -50,6 +62,10 @@ class JobTable {
   // What the index gets wrong against a reading of every job, if anything (for the simulation's
   // invariants).
   std::optional<std::string> index_error() const;
+  // What the retention's view gets wrong against a reading of every job held, if anything: each
+  // ended job is let go, pinned or a rerun candidate, and no more are held than the knob allows
+  // (for the simulation's invariants).
+  std::optional<std::string> retention_error() const;
   // The queued maintenance job (the oldest, if several) the node drains for, if any.
   std::optional<std::uint64_t> maintenance_waiting_on(const std::string& node_id) const;
   // How many jobs a node was told to stop without their chips being held.
@@ -188,8 +204,11 @@ class JobTable {
   JobRecord* job_holding(std::uint64_t job_id, scheduler::LeaseId lease);
   // The job is queued, assigned or running.
   void activate(std::uint64_t id, const JobRecord& job);
-  // Every change of a job is saved through here, which keeps the index with it.
+  // Every change of a job is saved through here, which keeps the index and the retention with it.
   void save(const JobRecord& job);
+  // Keeps the retention's view of a job held in memory: ended, and neither a rollout's newest
+  // install of its node nor a failure that may still be rerun, it may be let go.
+  void track_retention(const JobRecord& job);
 
   CoreContext ctx_;
   const LeaseLifecycle& leases_;
@@ -200,6 +219,12 @@ class JobTable {
   // found without reading the queue.
   std::set<std::uint64_t> active_maintenance_jobs_;
   std::uint64_t next_job_id_ = 1;
+  // The ended jobs held that forget_ended() may let go, oldest (lowest id) first.
+  std::set<std::uint64_t> ended_;
+  std::map<std::string, std::uint64_t> newest_rollout_install_;
+  // The failures a quarantine of their node may rerun (may_be_rerun), by when they ended: held
+  // until the rerun window has passed, and all rerun_failures_of reads.
+  std::set<std::pair<TimeMs, std::uint64_t>> rerun_candidates_;
   // The phase of each job's current attempt, the chips it holds as a lease of its own, and an
   // earlier attempt still stopping (job_attempt.h). A new attempt granted on the node where an
   // earlier one is still being stopped starts only once it has (the agent knows a job by its id

@@ -19,6 +19,11 @@ struct CoordinatorKnobs {
   std::int64_t restart_grace_ms = 40000;
   std::size_t max_queued_jobs = 10000;
   std::size_t max_jobs_listed = 1000;
+  // Ended jobs held in memory besides the active ones (job_retention.h): the newest, so that
+  // `kiln jobs` lists from memory; an older one a client names is read back from the store.
+  // The coordinator's memory and the time it takes to start (or a standby to take over) grow
+  // with it, not with the store's history.
+  std::size_t ended_jobs_in_memory = 2000;
   // An attempt still running this long after its own timeout (which the agent enforces) is
   // failed by the coordinator: the agent is alive but has lost track of it.
   std::uint32_t job_timeout_slack_ms = 30000;

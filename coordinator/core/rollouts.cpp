@@ -89,10 +89,8 @@ void Rollouts::set_desired(DesiredFleet fleet, TimeMs now) {
 
 std::vector<const JobRecord*> Rollouts::rollout_jobs() const {
   std::vector<const JobRecord*> out;
-  for (const auto& [id, job] : jobs_.all()) {
-    if (job.summary.submitted_by == kRolloutSubmitter && job.summary.workload == protocol::kInstallWorkload) {
-      out.push_back(&job);
-    }
+  for (const auto& [node_id, job_id] : jobs_.newest_rollout_installs()) {
+    if (const JobRecord* job = jobs_.find(job_id)) out.push_back(job);
   }
   return out;
 }
@@ -124,7 +122,7 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
                                       const std::vector<const JobRecord*>& rollout_jobs) const {
   Assessment out;
   const std::vector<std::string> nodes = members(environment);
-  // The newest install of this bundle's driver or firmware asked on each node.
+  // The newest install a rollout asked of each node, where it is of this bundle's driver or firmware.
   std::map<std::string, const JobRecord*> latest;
   if (!environment.bundle_id.empty()) {
     for (const JobRecord* job : rollout_jobs) {

@@ -18,6 +18,7 @@
 
 #include "common/protocol/messages.h"
 #include "coordinator/core/core_context.h"
+#include "coordinator/core/job_retention.h"
 
 namespace kiln::coordinator {
 
@@ -55,10 +56,6 @@ struct DesiredFleet {
   std::vector<DesiredEnvironment> environments;
 };
 
-// Install jobs of a rollout are submitted under this key name, so any job says whether a
-// rollout asked for it.
-inline constexpr std::string_view kRolloutSubmitter = "rollout";
-
 class Rollouts {
  public:
   Rollouts(CoreContext context, JobTable& jobs) : ctx_(context), jobs_(jobs) {}
@@ -86,8 +83,8 @@ class Rollouts {
     std::vector<std::string> due;  // nodes to start installing now, in order
   };
 
-  // The install jobs rollouts asked for, in job order: one pass over the job table serves every
-  // environment's assessment.
+  // The newest install a rollout asked of each node (what each environment's assessment
+  // decides by), by node.
   std::vector<const JobRecord*> rollout_jobs() const;
   // The environment's nodes: those it lists, then those its labels select, by node id.
   std::vector<std::string> members(const DesiredEnvironment& environment) const;

@@ -9,7 +9,7 @@
 
 namespace kiln::coordinator {
 
-Status carry_out(Action action, CoordinatorIo& io) {
+Status carry_out(Action action, CoordinatorCore& core, CoordinatorIo& io) {
   return std::visit(
       Exhaustive{
           [&](action::ToAgent& a) {
@@ -25,6 +25,10 @@ Status carry_out(Action action, CoordinatorIo& io) {
           [&](action::SaveRecord& a) { return io.save_record(a.record); },
           [&](action::SaveLease& a) { return io.save_lease(a.lease); },
           [&](action::AppendAudit& a) { return io.append_audit(a.entry); },
+          [&](action::RecallJob& a) {
+            core.on_job_recalled(a.job_id, io.recall_job(a.job_id));
+            return Status{};
+          },
           [&](action::Log& a) {
             io.log(a.severity, a.text);
             return Status{};
@@ -35,7 +39,7 @@ Status carry_out(Action action, CoordinatorIo& io) {
 
 Status carry_out_actions(CoordinatorCore& core, CoordinatorIo& io) {
   while (auto action = core.poll_action()) {
-    if (auto s = carry_out(std::move(*action), io); !s) return s;
+    if (auto s = carry_out(std::move(*action), core, io); !s) return s;
   }
   return {};
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,11 +30,13 @@ class CoordinatorIo {
   virtual Status save_record(const protocol::RecordEntry& record) = 0;
   virtual Status save_lease(const LeaseRecord& lease) = 0;
   virtual Status append_audit(const protocol::AuditEntry& entry) = 0;
+  // A job as stored (with what was saved before it in this turn), nullopt when there is none.
+  virtual Result<std::optional<JobRecord>> recall_job(std::uint64_t job_id) = 0;
   virtual void log(action::Severity severity, const std::string& text) = 0;
 };
 
-// Carries out one action; returns a failed save's error.
-Status carry_out(Action action, CoordinatorIo& io);
+// Carries out one action; returns a failed save's error. A recalled job goes back to `core`.
+Status carry_out(Action action, CoordinatorCore& core, CoordinatorIo& io);
 
 // Carries out the core's pending actions in order. The first failed save stops it: the actions
 // after it, among them the replies that depend on that save, are left undone and its error is

@@ -204,6 +204,13 @@ void read_knobs_table(config::Problems& problems, const toml::table& root, Coord
   r.integer("restart_grace_ms", k.restart_grace_ms, 0, 3600000);
   r.integer("max_queued_jobs", k.max_queued_jobs, 1, 1000000);
   r.integer("max_jobs_listed", k.max_jobs_listed, 1, 1000);
+  r.integer("ended_jobs_in_memory", k.ended_jobs_in_memory, 1, 10000000);
+  if (k.ended_jobs_in_memory < k.max_jobs_listed) {
+    r.bad_at("ended_jobs_in_memory",
+             fmt::format("ended_jobs_in_memory {} is below max_jobs_listed {}: `kiln jobs` lists from the jobs held in "
+                         "memory; raise ended_jobs_in_memory or lower max_jobs_listed",
+                         k.ended_jobs_in_memory, k.max_jobs_listed));
+  }
   r.integer("job_timeout_slack_ms", k.job_timeout_slack_ms, 0, 3600000);
   r.integer("quarantine_release_min_diag_level", k.quarantine_release_min_diag_level, 1, 3);
   r.integer("flap_window_ms", k.flap_window_ms, 0, 30LL * 24 * 3600 * 1000);

@@ -322,6 +322,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     if (appended && metrics_) metrics_->audited(entry);
     return appended;
   }
+  Result<std::optional<JobRecord>> recall_job(std::uint64_t job_id) override { return store_->load_job(job_id); }
 
   // The audit lines that may say when the nodes quarantined now were quarantined: those since the
   // oldest start of their flapping windows (each quarantine is at or after its window's start).
@@ -534,7 +535,11 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
                                           config.agent_endpoint, config.client_endpoint)};
     if (auto s = (*store)->append_audit(line); !s) return tl::unexpected(s.error());
   }
-  auto snapshot = (*store)->load();
+  const TimeMs wall_now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  auto snapshot = (*store)->load_live(config.knobs.ended_jobs_in_memory,
+                                      wall_now_ms - config.knobs.quarantine_rerun_window_ms);
   if (!snapshot) return tl::unexpected(snapshot.error());
   std::optional<ArtifactStore> artifacts;
   if (!config.artifact_dir.empty()) {

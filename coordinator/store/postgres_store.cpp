@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "coordinator/core/job_retention.h"
 #include "coordinator/store/store.h"
 #include "coordinator/store/stored_records.h"
 
@@ -63,6 +64,14 @@ constexpr const char* kMigrations[] = {
     "CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON kiln.audit "
     "FOR EACH STATEMENT EXECUTE FUNCTION kiln.audit_append_only();"
     "UPDATE kiln.nodes SET doc = jsonb_set(doc::jsonb, '{summary,labels}', '[]')::text;",
+    // 6: the node each rollout install was for, and the indexes that let a coordinator start from
+    // the live jobs only (stored_records.h).
+    "ALTER TABLE kiln.jobs ADD COLUMN IF NOT EXISTS rollout_node TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE kiln.jobs ADD COLUMN IF NOT EXISTS rerun_candidate_ms BIGINT NOT NULL DEFAULT 0;"
+    "CREATE INDEX IF NOT EXISTS jobs_by_state ON kiln.jobs (state);"
+    "CREATE INDEX IF NOT EXISTS jobs_by_rollout_node ON kiln.jobs (rollout_node, job_id) WHERE rollout_node <> '';"
+    "CREATE INDEX IF NOT EXISTS jobs_by_rerun_candidate ON kiln.jobs (rerun_candidate_ms) "
+    "WHERE rerun_candidate_ms > 0;",
 };
 static_assert(std::size(kMigrations) == stored::kSchemaVersion, "one migration per schema version");
 
@@ -174,10 +183,9 @@ class Session {
 
   // Reads kiln's tables for the shared loading and checking (stored_records.h).
   stored::RowReader row_reader() {
-    return [this](std::string_view table, std::string_view key_columns, std::string_view order,
-                  const std::function<Status(const stored::Row&)>& visit) -> Status {
-      const std::string sql = fmt::format("SELECT {}, doc FROM kiln.{} ORDER BY {};", key_columns, table, order);
-      auto result = run(fmt::format("read the {} table", table), sql.c_str());
+    return [this](const stored::RowQuery& query, const std::function<Status(const stored::Row&)>& visit) -> Status {
+      const std::string sql = stored::select_sql(query, fmt::format("kiln.{}", query.table));
+      auto result = run(fmt::format("read the {} table", query.table), sql.c_str());
       if (!result) return tl::unexpected(result.error());
       PGresult* rows = result->get();
       const int doc_column = PQnfields(rows) - 1;
@@ -306,6 +314,19 @@ class PostgresStore final : public Store {
       for (int version = *found + 1; version <= stored::kSchemaVersion; ++version) {
         const std::string doing = fmt::format("upgrade the schema to version {}", version);
         if (auto s = session_.run_script(doing, kMigrations[version - 1]); !s) return s;
+        if (version == 6) {
+          // Each job's rollout node and rerun candidacy, read once from the documents.
+          const auto path = [](std::string_view dotted) {
+            std::string braced(dotted);
+            std::replace(braced.begin(), braced.end(), '.', ',');
+            return fmt::format("(doc::jsonb #>> '{{{}}}')", braced);
+          };
+          const auto number = [&](std::string_view dotted) { return path(dotted) + "::bigint"; };
+          const std::string fill = stored::fill_job_columns_sql("kiln.jobs", path, number);
+          if (auto s = session_.run_script(doing, fill.c_str()); !s) {
+            return s;
+          }
+        }
         if (auto s = session_.run(doing, "INSERT INTO kiln.schema_version (version) VALUES ($1);",
                                   {std::to_string(version)});
             !s) {
@@ -325,12 +346,15 @@ class PostgresStore final : public Store {
 
   Status save_job(const JobRecord& job) override {
     return done(session_.run(fmt::format("save job {}", job.summary.job_id),
-                             "INSERT INTO kiln.jobs (job_id, state, node_id, doc) VALUES ($1, $2, $3, $4) "
+                             "INSERT INTO kiln.jobs (job_id, state, node_id, doc, rollout_node, rerun_candidate_ms) "
+                             "VALUES ($1, $2, $3, $4, $5, $6) "
                              "ON CONFLICT (job_id) DO UPDATE SET state = EXCLUDED.state, node_id = EXCLUDED.node_id, "
-                             "doc = EXCLUDED.doc;",
+                             "doc = EXCLUDED.doc, rollout_node = EXCLUDED.rollout_node, "
+                             "rerun_candidate_ms = EXCLUDED.rerun_candidate_ms;",
                              {std::to_string(static_cast<std::int64_t>(job.summary.job_id)),
                               std::string(protocol::enum_name(job.summary.state)), job.summary.node_id,
-                              protocol::to_json(job).dump()}));
+                              protocol::to_json(job).dump(), stored::rollout_node_column(job),
+                              std::to_string(stored::rerun_candidate_column(job))}));
   }
 
   Status save_record(const protocol::RecordEntry& record) override {
@@ -393,6 +417,13 @@ class PostgresStore final : public Store {
   }
 
   Result<Snapshot> load() override { return stored::load_snapshot(session_.row_reader(), session_.place()); }
+  Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) override {
+    return stored::load_snapshot(session_.row_reader(), session_.place(),
+                                 stored::jobs_held_at_start_where(ended_jobs_in_memory, reruns_since_ms));
+  }
+  Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override {
+    return stored::load_job(session_.row_reader(), session_.place(), job_id);
+  }
 
   bool shared() const override { return true; }
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "coordinator/core/job_retention.h"
 #include "coordinator/store/store.h"
 #include "coordinator/store/stored_records.h"
 
@@ -21,8 +22,9 @@ namespace {
 using stored::kSchemaVersion;
 // Older databases are upgraded in place (version 1 gains the tables and its jobs empty
 // attributions, nodes of 1 and 2 a release time of 0: never released, nodes and jobs of 1 to 3
-// no address and no gang, 1 to 4 an empty audit log and no labels); stored_records.h has the
-// versions' history.
+// no address and no gang, 1 to 4 an empty audit log and no labels, 1 to 5 the rollout_node
+// and rerun_candidate_ms columns, filled from the documents); stored_records.h has the versions'
+// history.
 // SQLite's application id (a field of the file header) of a database kiln created: "KILN".
 // Databases from before it was set have kiln's tables only and a schema version; they get it
 // when a coordinator next opens them.
@@ -32,7 +34,7 @@ constexpr const char* kCreateTables[] = {
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
     "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, doc TEXT NOT NULL);",
     "CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL, node_id TEXT NOT NULL, "
-    "doc TEXT NOT NULL);",
+    "doc TEXT NOT NULL, rollout_node TEXT NOT NULL DEFAULT '', rerun_candidate_ms INTEGER NOT NULL DEFAULT 0);",
     "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, "
     "PRIMARY KEY (kind, key));",
     "CREATE TABLE IF NOT EXISTS leases (lease_id INTEGER PRIMARY KEY, state TEXT NOT NULL, doc TEXT NOT NULL);",
@@ -45,6 +47,13 @@ constexpr const char* kCreateTables[] = {
     "BEGIN SELECT RAISE(ABORT, 'the kiln audit log is append-only'); END;",
     "CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit "
     "BEGIN SELECT RAISE(ABORT, 'the kiln audit log is append-only'); END;",
+};
+
+// After the tables, and after an older database's jobs gained their rollout_node column.
+constexpr const char* kCreateIndexes[] = {
+    "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);",
+    "CREATE INDEX IF NOT EXISTS jobs_by_rollout_node ON jobs (rollout_node, job_id) WHERE rollout_node <> '';",
+    "CREATE INDEX IF NOT EXISTS jobs_by_rerun_candidate ON jobs (rerun_candidate_ms) WHERE rerun_candidate_ms > 0;",
 };
 
 const std::set<std::string>& kiln_tables() {
@@ -186,6 +195,25 @@ Status write_schema(sqlite3* db, const std::string& path, int version_found) {
   if (version_found >= 1 && version_found <= 4) {
     // Nodes from before labels carry none until their agent's next hello.
     if (auto s = exec(db, path, "UPDATE nodes SET doc = json_set(doc, '$.summary.labels', json('[]'));"); !s) return s;
+  }
+  if (version_found >= 1 && version_found <= 5) {
+    // Each job's rollout node and rerun candidacy, read once from the documents. A jobs table
+    // created just now has the columns already.
+    Statement has_columns(db, "SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'rollout_node';");
+    if (!has_columns) return fail(Errc::io, sqlite_failure(db, path, "read the jobs table's columns"));
+    if (sqlite3_step(has_columns.get()) != SQLITE_ROW) {
+      if (auto s = exec_all(db, path,
+                            {"ALTER TABLE jobs ADD COLUMN rollout_node TEXT NOT NULL DEFAULT '';",
+                             "ALTER TABLE jobs ADD COLUMN rerun_candidate_ms INTEGER NOT NULL DEFAULT 0;"});
+          !s) {
+        return s;
+      }
+    }
+    const auto field = [](std::string_view path) { return fmt::format("json_extract(doc, '$.{}')", path); };
+    if (auto s = exec(db, path, stored::fill_job_columns_sql("jobs", field, field)); !s) return s;
+  }
+  for (const char* sql : kCreateIndexes) {
+    if (auto s = exec(db, path, sql); !s) return s;
   }
   return exec_all(db, path,
                   {fmt::format("INSERT INTO meta (key, value) VALUES ('schema_version', '{}') "
@@ -355,9 +383,9 @@ std::string column_text(sqlite3_stmt* st, int column) {
 
 // Reads kiln's tables for the shared loading and checking (stored_records.h).
 stored::RowReader row_reader(sqlite3* db, const std::string& path) {
-  return [db, &path](std::string_view table, std::string_view key_columns, std::string_view order,
-                     const std::function<Status(const stored::Row&)>& visit) -> Status {
-    const std::string sql = fmt::format("SELECT {}, doc FROM {} ORDER BY {};", key_columns, table, order);
+  return [db, &path](const stored::RowQuery& query, const std::function<Status(const stored::Row&)>& visit) -> Status {
+    const std::string_view table = query.table;
+    const std::string sql = stored::select_sql(query, table);
     Statement st(db, sql.c_str());
     if (!st) return fail(Errc::io, sqlite_failure(db, path, fmt::format("read the {} table", table)));
     const int doc_column = sqlite3_column_count(st.get()) - 1;
@@ -415,6 +443,9 @@ class SqliteStore final : public Store {
     sqlite3_bind_text(st.get(), 2, state.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st.get(), 3, job.summary.node_id.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st.get(), 4, doc.c_str(), -1, SQLITE_TRANSIENT);
+    const std::string rollout_node = stored::rollout_node_column(job);
+    sqlite3_bind_text(st.get(), 5, rollout_node.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st.get(), 6, stored::rerun_candidate_column(job));
     if (sqlite3_step(st.get()) != SQLITE_DONE) return error(fmt::format("save job {}", job.summary.job_id));
     return {};
   }
@@ -487,6 +518,13 @@ class SqliteStore final : public Store {
   }
 
   Result<Snapshot> load() override { return stored::load_snapshot(row_reader(db_.get(), path_), place_of(path_)); }
+  Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) override {
+    return stored::load_snapshot(row_reader(db_.get(), path_), place_of(path_),
+                                 stored::jobs_held_at_start_where(ended_jobs_in_memory, reruns_since_ms));
+  }
+  Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override {
+    return stored::load_job(row_reader(db_.get(), path_), place_of(path_), job_id);
+  }
 
  private:
   Status error(std::string_view what) const { return fail(Errc::io, sqlite_failure(db_.get(), path_, what)); }
@@ -505,9 +543,11 @@ class SqliteStore final : public Store {
   CachedStatement commit_{"COMMIT;"};
   CachedStatement save_node_{"INSERT INTO nodes (node_id, doc) VALUES (?1, ?2) "
                              "ON CONFLICT(node_id) DO UPDATE SET doc=excluded.doc;"};
-  CachedStatement save_job_{"INSERT INTO jobs (job_id, state, node_id, doc) VALUES (?1, ?2, ?3, ?4) "
+  CachedStatement save_job_{"INSERT INTO jobs (job_id, state, node_id, doc, rollout_node, rerun_candidate_ms) "
+                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
                             "ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, node_id=excluded.node_id, "
-                            "doc=excluded.doc;"};
+                            "doc=excluded.doc, rollout_node=excluded.rollout_node, "
+                            "rerun_candidate_ms=excluded.rerun_candidate_ms;"};
   CachedStatement save_record_{"INSERT INTO records (kind, key, doc) VALUES (?1, ?2, ?3) "
                                "ON CONFLICT(kind, key) DO UPDATE SET doc=excluded.doc;"};
   CachedStatement save_lease_{"INSERT INTO leases (lease_id, state, doc) VALUES (?1, ?2, ?3) "

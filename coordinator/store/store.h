@@ -3,6 +3,8 @@
 // developer's lease or a stored result.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "common/enum_names.h"
 #include "common/error.h"
+#include "common/time.h"
 #include "coordinator/core/records.h"
 
 namespace kiln::coordinator {
@@ -25,7 +28,14 @@ class Store {
   virtual Status append_audit(const protocol::AuditEntry& entry) = 0;
   // Its lines at or after `since_ms` and after `after_seq`, oldest first, at most `limit`.
   virtual Result<std::vector<protocol::AuditEntry>> read_audit(const protocol::ListAudit& query) = 0;
+  // Everything stored (what `migrate-store` copies).
   virtual Result<Snapshot> load() = 0;
+  // What a coordinator starts from: every node, record and lease, and of the jobs those
+  // job_retention.h says it holds (jobs_held_at_start), so that starting up reads the live
+  // state, not the whole history.
+  virtual Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) = 0;
+  // One job as stored, nullopt when there is none.
+  virtual Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) = 0;
   // Group commit: the writes from begin() to commit() are one transaction, durable when commit()
   // returns success (each write's own Status then says only that it was taken). The server batches
   // the writes of one turn of its loop this way (coordinator/shell/group_commit.h).

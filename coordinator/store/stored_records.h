@@ -4,6 +4,8 @@
 // Included only by the stores.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -20,9 +22,13 @@ namespace kiln::coordinator::stored {
 // Version 2 added the leases and records tables and each job's bundle_id and config_hash;
 // version 3 each node's released_from_quarantine_wall_ms; version 4 each node's
 // rendezvous_address, each job's gang, cancel reason and artifacts; version 5 the audit log and
-// each node's labels. Both stores upgrade older databases in place and refuse newer ones, so a
-// coordinator never drops what it does not know about.
-constexpr int kSchemaVersion = 5;
+// each node's labels; version 6 the jobs' rollout_node column (the node a rollout's install is
+// for, "" for other jobs), their rerun_candidate_ms column (when a job that may be rerun ended,
+// job_retention.h, 0 for other jobs) and the indexes that let a coordinator start from the live
+// jobs only.
+// Both stores upgrade older databases in place and refuse newer ones, so a coordinator never
+// drops what it does not know about.
+constexpr int kSchemaVersion = 6;
 // Ended leases kept for `kiln leases --all` after a restart; the oldest go first.
 constexpr int kEndedLeasesKept = 1000;
 
@@ -38,10 +44,33 @@ struct Row {
   std::optional<std::string> doc;
 };
 
-// Reads every row of `table` as `SELECT <key_columns>, doc FROM <table> ORDER BY <order>`
-// and visits each; the arguments are kiln's own constants, never data. Fails when the database does.
-using RowReader = std::function<Status(std::string_view table, std::string_view key_columns, std::string_view order,
-                                       const std::function<Status(const Row&)>& visit)>;
+// Which rows of a table to read: `SELECT <key_columns>, doc FROM <table> [WHERE <where>] ORDER BY
+// <order>`, where `{table}` in `where` stands for the table as the store names it. Every part is
+// kiln's own text (numbers at most), never data.
+struct RowQuery {
+  std::string_view table;
+  std::string_view key_columns;
+  std::string where;  // empty: every row
+  std::string_view order;
+};
+
+// Reads the rows a query selects and visits each. Fails when the database does.
+using RowReader = std::function<Status(const RowQuery& query, const std::function<Status(const Row&)>& visit)>;
+
+// The SQL both stores run for a query, `table` being the table's full name.
+std::string select_sql(const RowQuery& query, std::string_view table);
+
+// The `where` of the jobs a coordinator holds at start (job_retention.h, jobs_held_at_start).
+std::string jobs_held_at_start_where(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms);
+
+// What a job's rollout_node and rerun_candidate_ms columns hold.
+std::string rollout_node_column(const JobRecord& job);
+std::int64_t rerun_candidate_column(const JobRecord& job);
+
+// The SQL that fills both columns from the jobs' documents, in an upgrade to version 6: `text`
+// and `number` turn a JSON path (`summary.workload`) into the store's expression for that field.
+std::string fill_job_columns_sql(std::string_view table, const std::function<std::string(std::string_view)>& text,
+                                 const std::function<std::string(std::string_view)>& number);
 
 // A stored document read back as a T, or the error saying why it is not one.
 template <class T>
@@ -59,8 +88,12 @@ Result<T> parse_record(const std::optional<std::string>& doc, const Place& place
   return record;
 }
 
-// Every node, job, qualification record and lease, each table in its key's order.
-Result<Snapshot> load_snapshot(const RowReader& read, const Place& place);
+// Every node, qualification record and lease, each table in its key's order, and the jobs
+// `jobs_where` selects (empty: all).
+Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const std::string& jobs_where = "");
+
+// One job, nullopt when the table has none with that id.
+Result<std::optional<JobRecord>> load_job(const RowReader& read, const Place& place, std::uint64_t job_id);
 
 // kiln's own checks of every table: each record is valid and its key columns match it. Adds a
 // problem per bad row to `check` and sets check.summary to "<what>; N nodes, ... N audit lines".

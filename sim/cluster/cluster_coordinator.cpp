@@ -2,6 +2,10 @@
 // network and store, crashes and restarts from what the store holds.
 #include "sim/cluster/world.h"
 
+#include <limits>
+
+#include "coordinator/core/job_retention.h"
+
 namespace kiln::sim::cluster {
 
 // The coordinator's actions are carried out by the real shell's interpreter over the
@@ -103,6 +107,8 @@ coordinator::Snapshot Simulation::World::stored() const {
   coordinator::Snapshot snapshot;
   for (const auto& [id, node] : stored_nodes) snapshot.nodes.push_back(node);
   for (const auto& [id, job] : stored_jobs) snapshot.jobs.push_back(job);
+  snapshot.jobs = coordinator::jobs_held_at_start(std::move(snapshot.jobs), options.coordinator_knobs.ended_jobs_in_memory,
+                                                    std::numeric_limits<TimeMs>::min());
   for (const auto& [key, record] : stored_records) snapshot.records.push_back(record);
   for (const auto& [id, lease] : stored_leases) snapshot.leases.push_back(lease);
   return snapshot;

@@ -45,6 +45,13 @@ void Simulation::World::check_coordinator() {
     return fail("the scheduler's own invariants: " + s.error().message);
   }
   if (const auto wrong = coordinator->job_index_error()) return fail("the index of active jobs: " + *wrong);
+  if (const auto wrong = coordinator->job_retention_error()) return fail("the retention of ended jobs: " + *wrong);
+  for (const auto& [id, job] : stored_jobs) {
+    if (!protocol::is_terminal(job.summary.state) && !coordinator->jobs().count(id)) {
+      return fail(fmt::format("job {} is {} in the store, but the coordinator let go of it", id,
+                              protocol::enum_name(job.summary.state)));
+    }
+  }
   if (const auto wrong = coordinator->lease_index_error()) return fail("the index of developer leases: " + *wrong);
   if (const auto wrong = coordinator->stop_hold_index_error()) return fail("the index of stop holds: " + *wrong);
   if (const auto wrong = coordinator->chip_count_error()) return fail("chips in use: " + *wrong);

@@ -30,6 +30,8 @@ SimOptions options_from_seed(std::uint64_t seed, DurationMs fault_period_ms) {
   sched.grace_ms = between(shape, 2000, 60000);
   sched.target_start_latency_ms[1] = between(shape, 5000, 120000);  // presubmit
   sched.target_start_latency_ms[2] = between(shape, 10000, 240000);  // bisect
+  // Few ended jobs held, so that jobs are let go and recalled from the store under faults.
+  o.coordinator_knobs.ended_jobs_in_memory = between(shape, 1, 40);
 
   Rng faults(stats::derive_seed(seed, kFaultOptionsStream));
   // One seed in ten runs without faults: the plain path must hold its invariants too.

@@ -38,9 +38,17 @@ protocol::SubmitJob Simulation::World::draw_job(std::size_t client) {
 }
 
 void Simulation::World::deliver_to_client(std::size_t client, const protocol::Envelope& m) {
+  if (auto get = gets_awaited.find({client, m.header.corr}); get != gets_awaited.end()) {
+    check_job_read_back(get->second, m.body);
+    gets_awaited.erase(get);
+    return;
+  }
   if (const auto* acc = std::get_if<protocol::JobAccepted>(&m.body)) {
     if (!quiet && client != lab_client && workload_rng.bernoulli(options.workload.cancel_probability)) {
       schedule(between(workload_rng, 0, 60000), ev::ClientCancel{client, acc->job_id});
+    }
+    if (!quiet && workload_rng.bernoulli(0.2)) {
+      schedule(between(workload_rng, 0, 600000), ev::ClientGetJob{client, acc->job_id});
     }
   } else if (const auto* granted = std::get_if<protocol::LeaseGranted>(&m.body)) {
     lease_reply(client, granted->lease);
@@ -195,6 +203,30 @@ void Simulation::World::handle(ev::ClientSubmit& e) {
 void Simulation::World::handle(ev::ClientCancel& e) {
   log(clients[e.client].key_name, fmt::format("cancels job {}", e.job_id));
   client_send(e.client, protocol::CancelJob{e.job_id});
+}
+
+void Simulation::World::handle(ev::ClientGetJob& e) {
+  log(clients[e.client].key_name, fmt::format("reads job {}", e.job_id));
+  if (coordinator) gets_awaited[{e.client, clients[e.client].next_message_id}] = e.job_id;
+  client_send(e.client, protocol::GetJob{e.job_id});
+}
+
+// Every job the coordinator accepted can be read back however old, and an ended one as stored.
+void Simulation::World::check_job_read_back(std::uint64_t job_id, const protocol::Body& answer) {
+  if (const auto* error = std::get_if<protocol::ErrorReply>(&answer)) {
+    return fail(fmt::format("get_job of job {}, which the coordinator accepted, was refused: {}: {}", job_id,
+                            error->code, error->message));
+  }
+  const auto* detail = std::get_if<protocol::JobDetail>(&answer);
+  if (!detail || detail->job.job_id != job_id) {
+    return fail(fmt::format("get_job of job {} was answered with another job or another message", job_id));
+  }
+  const auto stored = stored_jobs.find(job_id);
+  if (protocol::is_terminal(detail->job.state) &&
+      (stored == stored_jobs.end() || stored->second.summary.state != detail->job.state)) {
+    return fail(fmt::format("get_job of job {} says it ended {}, which the store does not hold", job_id,
+                            protocol::enum_name(detail->job.state)));
+  }
 }
 
 void Simulation::World::handle(ev::ProbeDone& e) {

@@ -121,6 +121,11 @@ struct ClientCancel {
   std::size_t client = 0;
   std::uint64_t job_id = 0;
 };
+// `kiln result` of a job accepted earlier, often one the coordinator has let go of by then.
+struct ClientGetJob {
+  std::size_t client = 0;
+  std::uint64_t job_id = 0;
+};
 struct NodeFault {
   std::size_t node = 0;
   DurationMs duration_ms = 0;
@@ -157,7 +162,7 @@ struct LabRound {};
 
 using Event = std::variant<ev::Deliver, ev::CoordinatorTick, ev::AgentTick, ev::ProcessEnd, ev::CoordinatorCrash,
                            ev::CoordinatorRestart, ev::AgentCrash, ev::AgentRestart, ev::PartitionStart,
-                           ev::ClientSubmit, ev::ClientCancel, ev::NodeFault, ev::ProbeDone, ev::ClientRequestLease,
+                           ev::ClientSubmit, ev::ClientCancel, ev::ClientGetJob, ev::NodeFault, ev::ProbeDone, ev::ClientRequestLease,
                            ev::ClientReleaseLease, ev::ClientSubmitInLease, ev::ClientSend, ev::NextSubmission,
                            ev::NextLeaseRequest,
                            ev::NextFault, ev::LabRound>;
@@ -237,6 +242,8 @@ struct Simulation::World {
   std::uint64_t audit_lines = 0;  // appended to the coordinator's audit log
   std::map<std::uint64_t, coordinator::LeaseRecord> stored_leases;
   std::set<std::uint64_t> accepted;                                // job_accepted sent
+  // The get_job requests awaiting their answer: (client, message id) -> job id.
+  std::map<std::pair<std::size_t, std::uint64_t>, std::uint64_t> gets_awaited;
   std::set<std::pair<std::uint64_t, std::uint32_t>> acked_results;  // (job, attempt) acknowledged, stored terminal
   std::vector<std::pair<std::size_t, protocol::JobFinishedAck>> acks_this_step;  // (node, ack)
   std::set<std::string> in_quarantine;        // nodes seen quarantined, not yet released
@@ -289,6 +296,12 @@ struct Simulation::World {
     }
     Status append_audit(const protocol::AuditEntry&) override {
       return world.coordinator_save(StoredKind::audit, [&] { ++world.audit_lines; });
+    }
+    Result<std::optional<JobRecord>> recall_job(std::uint64_t job_id) override {
+      if (world.coordinator_halted) return kiln::fail(Errc::unavailable, "the coordinator process has died");
+      auto it = world.stored_jobs.find(job_id);
+      if (it == world.stored_jobs.end()) return std::optional<JobRecord>();
+      return std::optional<JobRecord>(it->second);
     }
     void log(coordinator::action::Severity, const std::string& text) override { world.coordinator_log(text); }
   };
@@ -433,6 +446,8 @@ struct Simulation::World {
   void handle(ev::ClientSubmit& e);
 
   void handle(ev::ClientCancel& e);
+  void handle(ev::ClientGetJob& e);
+  void check_job_read_back(std::uint64_t job_id, const protocol::Body& answer);
 
   void handle(ev::NodeFault& e) { start_node_fault(e.node, e.duration_ms); }
 

@@ -148,9 +148,9 @@ void Fleet::write_coordinator_config(const std::string& file, int agent_port, in
   out << fmt::format(
       "[coordinator]\nagent_endpoint = \"tcp://127.0.0.1:{}\"\nclient_endpoint = \"tcp://127.0.0.1:{}\"\n"
       "secret_key_file = \"coordinator.key\"\n{}log_level = \"debug\"\n{}\n"
-      "[knobs]\nheartbeat_interval_ms = {}\nliveness_missed_beats = {}\njob_timeout_slack_ms = 5000\n",
+      "[knobs]\nheartbeat_interval_ms = {}\nliveness_missed_beats = {}\njob_timeout_slack_ms = 5000\n{}",
       agent_port, client_port, postgres_url_.empty() ? "database = \"kiln.db\"\n" : "", coordinator_settings_,
-      heartbeat_interval_ms_, liveness_missed_beats_);
+      heartbeat_interval_ms_, liveness_missed_beats_, coordinator_knobs_);
   if (!postgres_url_.empty()) out << fmt::format("\n[store]\nbackend = \"postgresql\"\nurl = \"{}\"\n", postgres_url_);
   out << "\n" << coordinator_tables_;
   for (const auto& [name, role] : keys_) {

@@ -79,6 +79,8 @@ class Fleet {
   std::string standby_client_endpoint() const { return "tcp://127.0.0.1:" + std::to_string(standby_client_port_); }
   // More tables for coordinator.toml, e.g. "[environments]\nrepo = ...\n"; call before start_coordinator.
   void add_coordinator_tables(const std::string& toml) { coordinator_tables_ += toml; }
+  // More lines of its [knobs] table, e.g. "ended_jobs_in_memory = 2\n"; call before start_coordinator.
+  void add_coordinator_knobs(const std::string& toml) { coordinator_knobs_ += toml; }
   // More lines of its [coordinator] table, e.g. "risk_register = \"risks.toml\"\n"; call before start_coordinator.
   void add_coordinator_settings(const std::string& toml) { coordinator_settings_ += toml; }
   // extra_driver_options: appended to the sim driver's options, e.g. "self_test_time_scale=0.05";
@@ -139,6 +141,7 @@ class Fleet {
   std::vector<std::pair<std::string, std::string>> keys_;  // name, role
   std::string coordinator_tables_;
   std::string coordinator_settings_;
+  std::string coordinator_knobs_;
   std::string postgres_url_;
   std::map<std::string, AgentSpec> agents_;
   int standby_agent_port_ = 0;

@@ -119,6 +119,34 @@ TEST_CASE("the coordinator killed and restarted recovers its state; agents re-re
   CHECK(fleet.log_of("coordinator").find("recovered 1 nodes, 2 jobs") != std::string::npos);
 }
 
+TEST_CASE("results older than the jobs held in memory are read back from the store, also after a restart") {
+  Fleet fleet("retention");
+  fleet.add_coordinator_knobs("max_jobs_listed = 2\nended_jobs_in_memory = 2\n");
+  auto client = start_one_node(fleet);
+  SubmitJob smoke;
+  smoke.workload = "smoke";
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(submit(*client, smoke));
+    REQUIRE(Fleet::eventually([&] { return job_state_is(*client, ids.back(), JobState::succeeded); }, 15s));
+  }
+  const auto check_oldest = [&] {
+    std::string out;
+    CHECK(fleet.kiln("dev", {"result", std::to_string(ids[0])}, &out) == 0);
+    CHECK(out.find("succeeded") != std::string::npos);
+    CHECK(out.find("matmul") != std::string::npos);
+    CHECK(fleet.kiln("dev", {"cancel", std::to_string(ids[0])}, &out) != 0);
+    CHECK(out.find("already ended (succeeded)") != std::string::npos);
+  };
+  check_oldest();
+  // A restart reads the live jobs only: the two newest ended ones.
+  fleet.stop_coordinator(SIGTERM);
+  fleet.start_coordinator();
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*client, "n01", NodeState::up); }, 10s));
+  CHECK(fleet.log_of("coordinator").find("recovered 1 nodes, 2 jobs") != std::string::npos);
+  check_oldest();
+}
+
 TEST_CASE("keys and roles: an unknown key is refused, a developer may not drain a node") {
   Fleet fleet("auth");
   fleet.add_key("dev", "developer");

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "coordinator/core/coordinator_core.h"
+#include "coordinator/core/job_retention.h"
 #include "coordinator/shell/action_interpreter.h"
 
 namespace kiln::coordinator::testing {
@@ -31,9 +33,12 @@ struct Harness : CoordinatorIo {
   std::vector<protocol::AuditEntry> audit;
   std::uint64_t next_id = 1;
 
-  explicit Harness(CoordinatorKnobs knobs = {}, Snapshot snapshot = {}, Now now = 0,
+  CoordinatorKnobs knobs;
+  std::size_t recalls = 0;  // jobs read back from the store
+
+  explicit Harness(CoordinatorKnobs k = {}, Snapshot snapshot = {}, Now now = 0,
                    std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr)
-      : core(knobs, std::move(snapshot), now, std::move(waiver_register)) {
+      : core(k, std::move(snapshot), now, std::move(waiver_register)), knobs(k) {
     drain();
   }
 
@@ -68,6 +73,12 @@ struct Harness : CoordinatorIo {
     audit.back().seq = audit.size();
     return {};
   }
+  Result<std::optional<JobRecord>> recall_job(std::uint64_t job_id) override {
+    ++recalls;
+    auto it = stored_jobs.find(job_id);
+    if (it == stored_jobs.end()) return std::optional<JobRecord>();
+    return std::optional<JobRecord>(it->second);
+  }
   void log(action::Severity, const std::string&) override {}
 
   // What a coordinator restarted now would recover from its store.
@@ -75,6 +86,9 @@ struct Harness : CoordinatorIo {
     Snapshot snapshot;
     for (const auto& [id, node] : stored_nodes) snapshot.nodes.push_back(node);
     for (const auto& [id, job] : stored_jobs) snapshot.jobs.push_back(job);
+    // Every rerun candidate: a restarted core lets go of those past their window itself.
+    snapshot.jobs = jobs_held_at_start(std::move(snapshot.jobs), knobs.ended_jobs_in_memory,
+                                       std::numeric_limits<TimeMs>::min());
     for (const auto& [id, lease] : stored_leases) snapshot.leases.push_back(lease);
     for (const auto& [key, record] : stored_records) snapshot.records.push_back(record);
     return snapshot;

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "coordinator/core/coordinator_core.h"
 #include "tests/support/core_harness.h"
@@ -83,6 +84,28 @@ EnvironmentConvergence listed(Harness& h, Now now) {
   return list.environments[0];
 }
 
+// Staging desired on n01 and n02; the canary's install on n01 fails at 2 s.
+void fail_canary_on_two_nodes(Harness& h) {
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  h.agent("p2", "n02", hello("n02", "a"), 0);
+  h.core.on_desired_environments(staging({"n01", "n02"}), 10);
+  h.drain();
+  REQUIRE(installs(h).size() == 1);
+  finish_install(h, "p1", installs(h)[0], false, 2000);
+}
+
+// A coordinator restarted from h's store at 20 s: n01 and n02 say hello again, staging is desired
+// again, and a tick at 25 s lets the rollout decide.
+std::unique_ptr<Harness> restart_on_staging(const Harness& h, CoordinatorKnobs knobs) {
+  auto restarted = std::make_unique<Harness>(knobs, h.store(), 20000);
+  restarted->agent("p1", "n01", hello("n01", "a"), 20001);
+  restarted->agent("p2", "n02", hello("n02", "a"), 20001);
+  restarted->core.on_desired_environments(staging({"n01", "n02"}), 20002);
+  restarted->drain();
+  restarted->tick(25000);
+  return restarted;
+}
+
 std::string state_of(const EnvironmentConvergence& env, const std::string& node) {
   for (const auto& n : env.nodes) {
     if (n.node_id == node) return n.state;
@@ -147,12 +170,7 @@ TEST_CASE("an environment converges: the canary first, then the rest in waves, e
 
 TEST_CASE("a canary that fails to converge is quarantined with the reason, and the rollout stops there") {
   Harness h(quiet_knobs());
-  h.agent("p1", "n01", hello("n01", "a"), 0);
-  h.agent("p2", "n02", hello("n02", "a"), 0);
-  h.core.on_desired_environments(staging({"n01", "n02"}), 10);
-  h.drain();
-  REQUIRE(installs(h).size() == 1);
-  finish_install(h, "p1", installs(h)[0], false, 2000);
+  fail_canary_on_two_nodes(h);
 
   const auto& n01 = h.core.nodes().at("n01").summary;
   CHECK(n01.state == NodeState::quarantined);
@@ -168,12 +186,8 @@ TEST_CASE("a canary that fails to converge is quarantined with the reason, and t
   CHECK(state_of(env, "n02") == "drifted");
 
   // A restarted coordinator reads the same from its store: still halted, nothing installed.
-  Harness restarted(quiet_knobs(), h.store(), 20000);
-  restarted.agent("p1", "n01", hello("n01", "a"), 20001);
-  restarted.agent("p2", "n02", hello("n02", "a"), 20001);
-  restarted.core.on_desired_environments(staging({"n01", "n02"}), 20002);
-  restarted.drain();
-  restarted.tick(25000);
+  auto restarted_at = restart_on_staging(h, quiet_knobs());
+  Harness& restarted = *restarted_at;
   CHECK(installs(restarted).size() == 1);
   CHECK(listed(restarted, 25001).rollout == "halted");
 
@@ -187,6 +201,31 @@ TEST_CASE("a canary that fails to converge is quarantined with the reason, and t
   REQUIRE(after.size() == 2);
   CHECK(after[1].requested_node_id == "n02");  // n01 is quarantined: it converges once released
   CHECK(state_of(listed(restarted, 26001), "n01") == "unavailable");
+}
+
+TEST_CASE("a failed install stops its rollout however many jobs end after it, and across a restart") {
+  CoordinatorKnobs knobs = quiet_knobs();
+  knobs.ended_jobs_in_memory = 1;
+  Harness h(knobs);
+  fail_canary_on_two_nodes(h);
+  // Many jobs end after it: the install is the newest of its node, so it is held all the same.
+  for (TimeMs now = 3000; now < 3010; ++now) {
+    const Body accepted = h.client("dev", Role::developer, sleep_job(8, PriorityClass::experiment), now);
+    REQUIRE(std::holds_alternative<JobAccepted>(accepted));
+    h.client("dev", Role::developer, CancelJob{std::get<JobAccepted>(accepted).job_id}, now);
+  }
+  std::size_t other_ended_held = 0;
+  for (const auto& [id, job] : h.core.jobs()) {
+    if (job.summary.submitted_by != kRolloutSubmitter && is_terminal(job.summary.state)) ++other_ended_held;
+  }
+  CHECK(other_ended_held == 1);
+  h.tick(10000);
+  CHECK(installs(h).size() == 1);
+  CHECK(listed(h, 10001).rollout == "halted");
+
+  auto restarted = restart_on_staging(h, knobs);
+  CHECK(installs(*restarted).size() == 1);
+  CHECK(listed(*restarted, 25001).rollout == "halted");
 }
 
 TEST_CASE("nodes already on the bundle's firmware are in sync; a blocked rollout installs nothing and says why") {

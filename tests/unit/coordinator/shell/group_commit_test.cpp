@@ -33,6 +33,10 @@ class FlakyCommitStore final : public Store {
     return inner_->read_audit(query);
   }
   Result<Snapshot> load() override { return inner_->load(); }
+  Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) override {
+    return inner_->load_live(ended_jobs_in_memory, reruns_since_ms);
+  }
+  Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override { return inner_->load_job(job_id); }
   Status begin() override { return inner_->begin(); }
   Status commit() override {
     ++commits;

@@ -2,6 +2,7 @@
 // starts itself; skipped, saying so, only where PostgreSQL is not installed).
 #include <doctest/doctest.h>
 
+#include "coordinator/core/job_retention.h"
 #include "tests/unit/coordinator/store/store_backends.h"
 
 using namespace kiln;
@@ -260,6 +261,87 @@ TEST_CASE_TEMPLATE("a version 4 database is upgraded: it gains an empty audit lo
   CHECK_FALSE(backend.try_sql("DELETE FROM " + backend.table("audit") + ";").first);
 }
 
+namespace {
+
+JobRecord job_in(std::uint64_t job_id, protocol::JobState state, const std::string& rollout_node = "") {
+  JobRecord job;
+  job.summary.job_id = job_id;
+  job.summary.state = state;
+  job.summary.workload = rollout_node.empty() ? "smoke" : std::string(protocol::kInstallWorkload);
+  if (!rollout_node.empty()) job.summary.submitted_by = std::string(kRolloutSubmitter);
+  job.requested_node_id = rollout_node;
+  job.timeout_ms = 60000;
+  return job;
+}
+
+std::vector<std::uint64_t> ids_of(const std::vector<JobRecord>& jobs) {
+  std::vector<std::uint64_t> ids;
+  for (const JobRecord& job : jobs) ids.push_back(job.summary.job_id);
+  return ids;
+}
+
+// Installs on n01 (1, then 3) and n02 (4), a job running since long ago (2), ended smoke jobs
+// (5 to 9, 6 a failed presubmit) and a queued one (10).
+std::vector<JobRecord> history() {
+  using protocol::JobState;
+  std::vector<JobRecord> jobs = {job_in(1, JobState::succeeded, "n01"), job_in(2, JobState::running),
+                                 job_in(3, JobState::failed, "n01"), job_in(4, JobState::succeeded, "n02")};
+  for (std::uint64_t id = 5; id <= 9; ++id) jobs.push_back(job_in(id, JobState::cancelled));
+  jobs.push_back(job_in(10, JobState::queued));
+  // 6: a presubmit that failed at 5000, which a quarantine of its node may rerun.
+  jobs[5].summary.state = JobState::failed;
+  jobs[5].summary.priority_class = protocol::PriorityClass::presubmit;
+  jobs[5].finished_at_ms = 5000;
+  return jobs;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a coordinator starts from the live jobs only, and reads any other back by its id", Backend,
+                   SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  auto store = backend.open();
+  REQUIRE_MESSAGE(store.has_value(), why(store));
+  for (const JobRecord& job : history()) REQUIRE((*store)->save_job(job).has_value());
+  for (std::size_t held : {1, 3, 100}) {
+    for (TimeMs since : {4000, 6000}) {
+      CAPTURE(held);
+      CAPTURE(since);
+      auto live = (*store)->load_live(held, since);
+      REQUIRE_MESSAGE(live.has_value(), why(live));
+      CHECK(ids_of(live->jobs) == ids_of(jobs_held_at_start(history(), held, since)));
+    }
+  }
+  CHECK(ids_of((*store)->load_live(3, 6000)->jobs) == std::vector<std::uint64_t>{2, 3, 4, 7, 8, 9, 10});
+  CHECK(ids_of((*store)->load_live(3, 4000)->jobs) == std::vector<std::uint64_t>{2, 3, 4, 6, 7, 8, 9, 10});
+  CHECK((*store)->load()->jobs.size() == 10);
+  auto old = (*store)->load_job(1);
+  REQUIRE_MESSAGE(old.has_value(), why(old));
+  REQUIRE(old->has_value());
+  CHECK((*old)->summary.state == protocol::JobState::succeeded);
+  CHECK((*old)->requested_node_id == "n01");
+  auto none = (*store)->load_job(11);
+  REQUIRE(none.has_value());
+  CHECK_FALSE(none->has_value());
+}
+
+TEST_CASE_TEMPLATE("a version 5 database is upgraded: the rollout installs and the failures that may be rerun are found", Backend,
+                   SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    for (const JobRecord& job : history()) REQUIRE((*store)->save_job(job).has_value());
+  }
+  // What a version 5 coordinator wrote: nothing said which jobs were a rollout's or may be rerun.
+  run_sql(backend, "UPDATE " + backend.table("jobs") + " SET rollout_node = '', rerun_candidate_ms = 0;");
+  run_sql(backend, backend.set_schema_version(5));
+  auto store = backend.open();
+  REQUIRE_MESSAGE(store.has_value(), why(store));
+  CHECK(ids_of((*store)->load_live(1, 4000)->jobs) == std::vector<std::uint64_t>{2, 3, 4, 6, 9, 10});
+  CHECK(ids_of((*store)->load_live(1, 6000)->jobs) == std::vector<std::uint64_t>{2, 3, 4, 9, 10});
+}
+
 TEST_CASE_TEMPLATE("check-store finds damaged records and key columns that disagree with their record", Backend,
                    SqliteBackend, PostgresBackend) {
   KILN_STORE_BACKEND(backend);
@@ -275,7 +357,7 @@ TEST_CASE_TEMPLATE("check-store finds damaged records and key columns that disag
   auto healthy = backend.check();
   REQUIRE_MESSAGE(healthy.has_value(), why(healthy));
   CHECK(healthy->problems.empty());
-  CHECK(contains(healthy->summary, "kiln database, schema version 5; 1 nodes, 3 jobs"));
+  CHECK(contains(healthy->summary, "kiln database, schema version 6; 1 nodes, 3 jobs"));
 
   const std::string jobs = backend.table("jobs");
   run_sql(backend, "UPDATE " + jobs + " SET state='succeeded' WHERE job_id=2;");
