@@ -1,0 +1,343 @@
+// kiln-bench-history: what a coordinator's start-up and memory cost as its store's history grows.
+// For each history size it fills a SQLite store with that many ended jobs of the size of the demo's
+// (their output and result), a rollout install per node now and then, and a few queued jobs; then
+// starts the real kiln-coordinator on it twice, holding the default number of ended jobs and
+// holding every job, and times each start until /metrics answers, reads its resident memory, and
+// times `get_job` of a job it holds and of the oldest (read back from the store). Medians of the
+// repeats, all in the same run. See docs/performance.md, "History".
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/http/client.h"
+#include "common/keys.h"
+#include "common/stats/shift.h"
+#include "common/transport/loopback_ports.h"
+#include "common/version.h"
+#include "coordinator/bench/bench_process.h"
+#include "coordinator/bench/fake_fleet.h"
+#include "coordinator/core/job_retention.h"
+#include "coordinator/core/knobs.h"
+#include "coordinator/store/store.h"
+
+namespace fs = std::filesystem;
+using kiln::TimeMs;
+using namespace kiln::bench;
+
+namespace {
+
+struct Settings {
+  std::vector<std::size_t> history = {10000, 100000};
+  double doc_kb = 11;  // the demo's jobs: 11 KB a document on average
+  std::size_t held = kiln::coordinator::CoordinatorKnobs{}.ended_jobs_in_memory;
+  int repeats = 3;
+  int gets = 200;
+  std::string coordinator;
+  bool json = false;
+  bool keep = false;
+};
+
+constexpr std::size_t kEveryJob = 10'000'000;  // ended_jobs_in_memory's most: every job held
+constexpr std::size_t kNodes = 100;
+constexpr std::size_t kQueued = 10;
+
+// An ended job the size of the demo's: what its workload printed and the figures it reported.
+kiln::coordinator::JobRecord ended_job(std::uint64_t id, double doc_kb) {
+  using kiln::coordinator::JobRecord;
+  JobRecord job;
+  job.summary.job_id = id;
+  job.summary.state = id % 7 == 0 ? kiln::protocol::JobState::failed : kiln::protocol::JobState::succeeded;
+  job.summary.workload = "smoke";
+  job.summary.submitted_by = "bench-ci";
+  job.summary.node_id = fmt::format("n{:03}", id % kNodes);
+  job.summary.chips = 8;
+  job.summary.attempt = 1;
+  job.timeout_ms = 600000;
+  job.summary.priority_class = kiln::protocol::PriorityClass::nightly;
+  job.submitted_at_ms = 1'700'000'000'000 + static_cast<TimeMs>(id) * 1000;  // long ended
+  job.started_at_ms = job.submitted_at_ms + 200;
+  job.finished_at_ms = job.started_at_ms + 30000;
+  const auto bytes = static_cast<std::size_t>(doc_kb * 1024);
+  // Half of it output, within the 64 KB an output tail may hold; the rest the result.
+  const std::size_t output_bytes = std::min<std::size_t>(bytes / 2, 60000);
+  while (job.output_tail.size() < output_bytes) {
+    job.output_tail += fmt::format("chip {} KCA-{:010X} fw 1.0.0: 41.{} C, link up, uncorrected ECC 0\n",
+                                   job.output_tail.size() % 8, id * 2654435761u % 0xFFFFFFFFFF, id % 10);
+  }
+  nlohmann::json result = {{"passed", true}, {"steps", nlohmann::json::array()}};
+  for (std::size_t step = 0, size = result.dump().size(); size < bytes - output_bytes; ++step) {
+    nlohmann::json measured = {{"step", step},
+                               {"tokens_per_s", 1000.0 + static_cast<double>((id + step) % 97)},
+                               {"latency_ms", 12.5 + static_cast<double>(step % 13)}};
+    size += measured.dump().size() + 1;
+    result["steps"].push_back(std::move(measured));
+  }
+  job.result = result.dump();
+  return job;
+}
+
+// A store with `history` jobs: ended ones, every 1,000th a rollout install on the next of the
+// nodes, and the last kQueued queued.
+kiln::Status fill_store(const fs::path& path, std::size_t history, double doc_kb) {
+  auto store = kiln::coordinator::open_sqlite_store(path.string());
+  if (!store) return tl::unexpected(store.error());
+  constexpr std::size_t kBatch = 5000;
+  for (std::size_t id = 1; id <= history; ++id) {
+    if (id % kBatch == 1) {
+      if (auto s = (*store)->begin(); !s) return s;
+    }
+    auto job = ended_job(id, doc_kb);
+    if (id % 1000 == 0) {
+      job.summary.workload = std::string(kiln::protocol::kInstallWorkload);
+      job.summary.submitted_by = std::string(kiln::coordinator::kRolloutSubmitter);
+      job.summary.node_id = fmt::format("n{:03}", id / 1000 % kNodes);
+      job.requested_node_id = job.summary.node_id;
+    }
+    if (id + kQueued > history) {
+      job.summary.state = kiln::protocol::JobState::queued;
+      job.summary.node_id.clear();
+      job.started_at_ms = job.finished_at_ms = 0;
+    }
+    if (auto s = (*store)->save_job(job); !s) return s;
+    if (id % kBatch == 0 || id == history) {
+      if (auto s = (*store)->commit(); !s) return s;
+    }
+  }
+  return {};
+}
+
+struct Start {
+  std::size_t jobs_held = 0;  // as its log says it recovered them
+  double serves_after_s = NAN;
+  double resident_mb = NAN;
+  double get_held_us = NAN;  // get_job of the newest ended job
+  double get_old_us = NAN;   // get_job of the oldest: read back from the store unless held
+};
+
+// How many jobs a coordinator's log says it recovered from its store at start.
+std::size_t jobs_recovered(const fs::path& log) {
+  std::ifstream in(log);
+  const std::regex recovered(R"(recovered \d+ nodes, (\d+) jobs)");
+  std::smatch match;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_search(line, match, recovered)) return std::stoul(match[1].str());
+  }
+  return 0;
+}
+
+struct Row {
+  std::size_t history = 0;
+  double store_mb = 0;
+  double load_live_ms = NAN;
+  double load_all_ms = NAN;
+  Start live;
+  Start every;
+};
+
+class Bench {
+ public:
+  Bench(Settings settings, fs::path dir) : s_(std::move(settings)), dir_(std::move(dir)) {
+    server_keys_ = *kiln::generate_keypair();
+    client_keys_ = *kiln::generate_keypair();
+    (void)kiln::write_keypair((dir_ / "coordinator").string(), server_keys_);
+  }
+
+  kiln::Result<Row> run(std::size_t history) {
+    Row row;
+    row.history = history;
+    const fs::path db = dir_ / fmt::format("history-{}.db", history);
+    fs::remove(db);
+    progress("filling a store with {} jobs of {} KB", history, s_.doc_kb);
+    if (auto s = fill_store(db, history, s_.doc_kb); !s) return tl::unexpected(s.error());
+    row.store_mb = static_cast<double>(fs::file_size(db)) / 1e6;
+    std::vector<double> live_ms, all_ms;
+    for (int r = 0; r < s_.repeats; ++r) {
+      auto store = kiln::coordinator::open_sqlite_store(db.string());
+      if (!store) return tl::unexpected(store.error());
+      const auto t0 = std::chrono::steady_clock::now();
+      // As the coordinator reads it at start: the reruns of the last window.
+      const TimeMs since = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count() -
+                           kiln::coordinator::CoordinatorKnobs{}.quarantine_rerun_window_ms;
+      if (auto snapshot = (*store)->load_live(s_.held, since); !snapshot) {
+        return tl::unexpected(snapshot.error());
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      if (auto snapshot = (*store)->load(); !snapshot) return tl::unexpected(snapshot.error());
+      const auto t2 = std::chrono::steady_clock::now();
+      live_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      all_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    row.load_live_ms = kiln::stats::median(live_ms);
+    row.load_all_ms = kiln::stats::median(all_ms);
+    for (std::size_t held : {s_.held, kEveryJob}) {
+      std::vector<Start> starts;
+      for (int r = 0; r < s_.repeats; ++r) {
+        auto start = start_coordinator(db, history, held);
+        if (!start) return tl::unexpected(start.error());
+        starts.push_back(*start);
+      }
+      Start& m = held == kEveryJob ? row.every : row.live;
+      auto of = [&](double Start::*field) {
+        std::vector<double> values;
+        for (const Start& s : starts) values.push_back(s.*field);
+        return kiln::stats::median(values);
+      };
+      m = Start{starts.front().jobs_held, of(&Start::serves_after_s), of(&Start::resident_mb), of(&Start::get_held_us),
+                of(&Start::get_old_us)};
+    }
+    return row;
+  }
+
+  std::string coordinator_;
+
+ private:
+  template <class... Args>
+  void progress(fmt::format_string<Args...> format, Args&&... args) {
+    std::cerr << fmt::format(format, std::forward<Args>(args)...) << "\n";
+  }
+
+  kiln::Result<Start> start_coordinator(const fs::path& db, std::size_t history, std::size_t held) {
+    const std::vector<int> ports = kiln::transport::free_loopback_ports(3);
+    const std::string client_endpoint = fmt::format("tcp://127.0.0.1:{}", ports[1]);
+    const std::string metrics_address = fmt::format("127.0.0.1:{}", ports[2]);
+    const fs::path config = dir_ / "coordinator.toml";
+    std::ofstream(config) << fmt::format(
+        "[coordinator]\nagent_endpoint = \"tcp://127.0.0.1:{}\"\nclient_endpoint = \"{}\"\nsecret_key_file = \"{}\"\n"
+        "database = \"{}\"\nlog_level = \"info\"\n\n[knobs]\nended_jobs_in_memory = {}\nmax_jobs_listed = {}\n\n"
+        "[http]\nlisten = \"{}\"\n\n[[keys]]\nname = \"bench-developer\"\nrole = \"developer\"\npublic_key = \"{}\"\n",
+        ports[0], client_endpoint, (dir_ / "coordinator.key").string(), db.string(), held,
+        std::min<std::size_t>(held, 1000), metrics_address, client_keys_.public_key);
+    const fs::path log = dir_ / fmt::format("coordinator-{}-{}.log", history, held);
+    const TimeMs started = steady_ms();
+    const pid_t pid = spawn({coordinator_, "--config", config.string()}, log);
+    Start start;
+    while (kiln::http::get(metrics_address, "/metrics").status != 200) {
+      if (!running(pid)) return tl::unexpected(server_gone("coordinator", log));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    start.serves_after_s = static_cast<double>(steady_ms() - started) / 1000;
+    start.resident_mb = resident_mb(pid);
+    start.jobs_held = jobs_recovered(log);
+    {
+      Requester client(client_endpoint, client_keys_, server_keys_.public_key, false);
+      auto time_gets = [&](std::uint64_t job_id) {
+        std::vector<double> rtts;
+        for (int i = 0; i < s_.gets; ++i) {
+          auto reply = client.call(kiln::protocol::GetJob{job_id}, 5000);
+          if (reply && std::holds_alternative<kiln::protocol::JobDetail>(reply->body)) rtts.push_back(reply->rtt_us);
+        }
+        return rtts.size() == static_cast<std::size_t>(s_.gets) ? kiln::stats::median(rtts) : NAN;
+      };
+      start.get_held_us = time_gets(history - kQueued);
+      start.get_old_us = time_gets(1);
+    }
+    stop_process(pid);
+    progress("{} jobs stored, {}: served after {:.2f} s with {:.0f} MB resident", history,
+             held == kEveryJob ? std::string("every job held") : fmt::format("{} ended ones held at most", held),
+             start.serves_after_s, start.resident_mb);
+    return start;
+  }
+
+  Settings s_;
+  fs::path dir_;
+  kiln::KeyPair server_keys_;
+  kiln::KeyPair client_keys_;
+};
+
+nlohmann::json start_json(const Start& s) {
+  return {{"jobs_held", s.jobs_held},
+          {"serves_after_s", s.serves_after_s},
+          {"resident_mb", s.resident_mb},
+          {"get_held_job_us", s.get_held_us},
+          {"get_oldest_job_us", s.get_old_us}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  CLI::App app{"what a coordinator's start-up and memory cost as its store's history grows: holding the live jobs "
+               "only, against holding every job"};
+  app.set_version_flag("--version", kiln::version_text("kiln-bench-history"));
+  app.add_option("--jobs", s.history, "history sizes (jobs stored), comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(100, 10'000'000));
+  app.add_option("--doc-kb", s.doc_kb, "the size of each stored job's document, in KB (the demo's average: 11)")
+      ->check(CLI::Range(0.5, 1024.0));
+  app.add_option("--held", s.held, "ended_jobs_in_memory for the live run (default: the coordinator's default)")
+      ->check(CLI::Range(1, 10'000'000));
+  app.add_option("--repeats", s.repeats, "starts per row; the figures are their medians")->check(CLI::Range(1, 100));
+  app.add_option("--gets", s.gets, "get_job round trips timed per job and start")->check(CLI::Range(1, 100000));
+  app.add_option("--coordinator", s.coordinator, "the kiln-coordinator to run (default: beside this program)");
+  app.add_flag("--json", s.json, "print the figures as JSON");
+  app.add_flag("--keep", s.keep, "keep the temporary directory (config, logs, stores)");
+  CLI11_PARSE(app, argc, argv);
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  if (s.coordinator.empty()) s.coordinator = (self.parent_path() / "kiln-coordinator").string();
+  if (!fs::exists(s.coordinator)) {
+    std::cerr << "no kiln-coordinator at " << s.coordinator << "; build it (scripts/build) or pass --coordinator\n";
+    return 2;
+  }
+  const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-bench-history-{}", ::getpid());
+  fs::create_directories(dir);
+  std::vector<Row> rows;
+  {
+    Bench bench(s, dir);
+    bench.coordinator_ = s.coordinator;
+    for (std::size_t history : s.history) {
+      auto row = bench.run(history);
+      if (!row) {
+        std::cerr << row.error().message << "\nthe bench's files are kept in " << dir.string() << "\n";
+        return 1;
+      }
+      rows.push_back(*row);
+    }
+  }
+  if (s.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Row& r : rows) {
+      out.push_back({{"jobs_stored", r.history},
+                     {"store_mb", r.store_mb},
+                     {"ended_jobs_held", s.held},
+                     {"load_live_ms", r.load_live_ms},
+                     {"load_every_job_ms", r.load_all_ms},
+                     {"live", start_json(r.live)},
+                     {"every_job", start_json(r.every)},
+                     {"start_every_job_vs_live", r.every.serves_after_s / r.live.serves_after_s}});
+    }
+    std::cout << out.dump(2) << "\n";
+  } else {
+    fmt::print("{} KB a job, {} queued; medians of {} starts (get_job: of {} round trips each)\n", s.doc_kb, kQueued,
+               s.repeats, s.gets);
+    fmt::print("{:>9} {:>9} | {:>21} | {:>27} | {:>27} | {:>11} | {:>23}\n", "stored", "store MB", "held (live / all)",
+               "serves after s (live / all)", "resident MB (live / all)", "get new us", "get oldest us (live/all)");
+    for (const Row& r : rows) {
+      fmt::print("{:>9} {:>9.0f} | {:>9} / {:>9} | {:>12.2f} / {:>12.2f} | {:>12.0f} / {:>12.0f} | {:>11.0f} | {:>10.0f} / "
+                 "{:>10.0f}\n",
+                 r.history, r.store_mb, r.live.jobs_held, r.every.jobs_held, r.live.serves_after_s,
+                 r.every.serves_after_s, r.live.resident_mb, r.every.resident_mb, r.live.get_held_us, r.live.get_old_us,
+                 r.every.get_old_us);
+      fmt::print("{:>9} {:>9} | the store read at start: {:.0f} ms for the live jobs ({} ended held), {:.0f} ms for every "
+                 "job\n",
+                 "", "", r.load_live_ms, s.held, r.load_all_ms);
+    }
+  }
+  if (!s.keep) fs::remove_all(dir);
+  return 0;
+}
