@@ -65,6 +65,9 @@ struct WorkloadOptions {
   std::size_t clients = 3;
   double submits_per_minute = 6.0;  // 0: only what a scenario submits by hand
   double cancel_probability = 0.05;  // per accepted job, a cancel follows after a drawn delay
+  // Per accepted job, a get_job follows within 10 minutes, often once the coordinator has let
+  // the job go: every job accepted must be read back, as stored.
+  double read_back_probability = 0.2;
   DurationMs job_duration_min_ms = 1000;
   DurationMs job_duration_max_ms = 120000;
   double job_failure_probability = 0.1;   // per attempt

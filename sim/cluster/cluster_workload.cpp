@@ -47,7 +47,7 @@ void Simulation::World::deliver_to_client(std::size_t client, const protocol::En
     if (!quiet && client != lab_client && workload_rng.bernoulli(options.workload.cancel_probability)) {
       schedule(between(workload_rng, 0, 60000), ev::ClientCancel{client, acc->job_id});
     }
-    if (!quiet && workload_rng.bernoulli(0.2)) {
+    if (!quiet && workload_rng.bernoulli(options.workload.read_back_probability)) {
       schedule(between(workload_rng, 0, 600000), ev::ClientGetJob{client, acc->job_id});
     }
   } else if (const auto* granted = std::get_if<protocol::LeaseGranted>(&m.body)) {

@@ -21,6 +21,7 @@ SimOptions scenario_options(std::size_t nodes = 2) {
   o.workload.clients = 2;  // ci-0, dev-1
   o.workload.submits_per_minute = 0;
   o.workload.job_failure_probability = 0;
+  o.workload.cancel_probability = 0;  // a scenario cancels what it means to
   o.quiet_tail_max_ms = 10 * kMinuteMs;
   o.record_log = true;
   return o;
