@@ -424,6 +424,16 @@ class PostgresStore final : public Store {
   Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override {
     return stored::load_job(session_.row_reader(), session_.place(), job_id);
   }
+  Status each_job(const std::function<Status(const JobRecord&)>& visit) override {
+    return stored::each_job(session_.row_reader(), session_.place(), visit);
+  }
+  Result<StoreCounts> count() override {
+    const std::string sql = stored::count_sql([](std::string_view table) { return fmt::format("kiln.{}", table); });
+    auto result = session_.run("count the records", sql.c_str());
+    if (!result) return tl::unexpected(result.error());
+    const auto column = [&](int i) { return static_cast<std::size_t>(std::stoull(PQgetvalue(result->get(), 0, i))); };
+    return StoreCounts{column(0), column(1), column(2), column(3), column(4)};
+  }
 
   bool shared() const override { return true; }
 

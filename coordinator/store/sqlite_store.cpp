@@ -525,6 +525,16 @@ class SqliteStore final : public Store {
   Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override {
     return stored::load_job(row_reader(db_.get(), path_), place_of(path_), job_id);
   }
+  Status each_job(const std::function<Status(const JobRecord&)>& visit) override {
+    return stored::each_job(row_reader(db_.get(), path_), place_of(path_), visit);
+  }
+  Result<StoreCounts> count() override {
+    const std::string sql = stored::count_sql([](std::string_view table) { return std::string(table); });
+    Statement st(db_.get(), sql.c_str());
+    if (!st || sqlite3_step(st.get()) != SQLITE_ROW) return tl::unexpected(error("count the records").error());
+    const auto column = [&](int i) { return static_cast<std::size_t>(sqlite3_column_int64(st.get(), i)); };
+    return StoreCounts{column(0), column(1), column(2), column(3), column(4)};
+  }
 
  private:
   Status error(std::string_view what) const { return fail(Errc::io, sqlite_failure(db_.get(), path_, what)); }

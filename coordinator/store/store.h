@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,16 @@
 #include "coordinator/core/records.h"
 
 namespace kiln::coordinator {
+
+// How many of each kind of record a store holds.
+struct StoreCounts {
+  std::size_t nodes = 0;
+  std::size_t jobs = 0;
+  std::size_t records = 0;
+  std::size_t leases = 0;
+  std::size_t audit_lines = 0;
+  bool operator==(const StoreCounts&) const = default;
+};
 
 class Store {
  public:
@@ -36,6 +47,10 @@ class Store {
   virtual Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) = 0;
   // One job as stored, nullopt when there is none.
   virtual Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) = 0;
+  // Every job, in id order, a page at a time: however many are stored, only a page is in
+  // memory. The first error, the store's or `visit`'s, stops it.
+  virtual Status each_job(const std::function<Status(const JobRecord&)>& visit) = 0;
+  virtual Result<StoreCounts> count() = 0;
   // Group commit: the writes from begin() to commit() are one transaction, durable when commit()
   // returns success (each write's own Status then says only that it was taken). The server batches
   // the writes of one turn of its loop this way (coordinator/shell/group_commit.h).

@@ -55,7 +55,33 @@ Status check_table(const RowReader& read, const Place& place, std::string_view t
 std::string select_sql(const RowQuery& query, std::string_view table) {
   const std::string where =
       query.where.empty() ? "" : " WHERE " + fmt::format(fmt::runtime(query.where), fmt::arg("table", table));
-  return fmt::format("SELECT {}, doc FROM {}{} ORDER BY {};", query.key_columns, table, where, query.order);
+  const std::string limit = query.limit == 0 ? "" : fmt::format(" LIMIT {}", query.limit);
+  return fmt::format("SELECT {}, doc FROM {}{} ORDER BY {}{};", query.key_columns, table, where, query.order, limit);
+}
+
+Status each_job(const RowReader& read, const Place& place, const std::function<Status(const JobRecord&)>& visit) {
+  constexpr std::size_t kPage = 1000;
+  std::uint64_t after = 0;
+  for (;;) {
+    std::vector<JobRecord> page;
+    if (auto s = read_into(read, place, RowQuery{"jobs", "job_id", fmt::format("job_id > {}", after), "job_id", kPage},
+                           "job", page);
+        !s) {
+      return s;
+    }
+    for (const JobRecord& job : page) {
+      if (auto s = visit(job); !s) return s;
+    }
+    if (page.size() < kPage) return {};
+    after = page.back().summary.job_id;
+  }
+}
+
+std::string count_sql(const std::function<std::string(std::string_view)>& qualified) {
+  return fmt::format("SELECT (SELECT count(*) FROM {}), (SELECT count(*) FROM {}), (SELECT count(*) FROM {}), "
+                     "(SELECT count(*) FROM {}), (SELECT count(*) FROM {});",
+                     qualified("nodes"), qualified("jobs"), qualified("records"), qualified("leases"),
+                     qualified("audit"));
 }
 
 std::string rollout_node_column(const JobRecord& job) { return rollout_install_node(job); }

@@ -52,6 +52,7 @@ struct RowQuery {
   std::string_view key_columns;
   std::string where;  // empty: every row
   std::string_view order;
+  std::size_t limit = 0;  // 0: every row selected
 };
 
 // Reads the rows a query selects and visits each. Fails when the database does.
@@ -94,6 +95,12 @@ Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const 
 
 // One job, nullopt when the table has none with that id.
 Result<std::optional<JobRecord>> load_job(const RowReader& read, const Place& place, std::uint64_t job_id);
+
+// Every job in id order, read a page of ids at a time (Store::each_job).
+Status each_job(const RowReader& read, const Place& place, const std::function<Status(const JobRecord&)>& visit);
+
+// The SQL that counts each of kiln's tables in one row, `qualified` giving a table its full name.
+std::string count_sql(const std::function<std::string(std::string_view)>& qualified);
 
 // kiln's own checks of every table: each record is valid and its key columns match it. Adds a
 // problem per bad row to `check` and sets check.summary to "<what>; N nodes, ... N audit lines".

@@ -37,6 +37,8 @@ class FlakyCommitStore final : public Store {
     return inner_->load_live(ended_jobs_in_memory, reruns_since_ms);
   }
   Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override { return inner_->load_job(job_id); }
+  Status each_job(const std::function<Status(const JobRecord&)>& visit) override { return inner_->each_job(visit); }
+  Result<StoreCounts> count() override { return inner_->count(); }
   Status begin() override { return inner_->begin(); }
   Status commit() override {
     ++commits;

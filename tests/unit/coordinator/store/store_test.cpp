@@ -2,7 +2,10 @@
 // starts itself; skipped, saying so, only where PostgreSQL is not installed).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "coordinator/core/job_retention.h"
+#include "coordinator/store/copy_store.h"
 #include "tests/unit/coordinator/store/store_backends.h"
 
 using namespace kiln;
@@ -340,6 +343,42 @@ TEST_CASE_TEMPLATE("a version 5 database is upgraded: the rollout installs and t
   REQUIRE_MESSAGE(store.has_value(), why(store));
   CHECK(ids_of((*store)->load_live(1, 4000)->jobs) == std::vector<std::uint64_t>{2, 3, 4, 6, 9, 10});
   CHECK(ids_of((*store)->load_live(1, 6000)->jobs) == std::vector<std::uint64_t>{2, 3, 4, 9, 10});
+}
+
+TEST_CASE_TEMPLATE("migrate-store copies a history of thousands of jobs whole, a page at a time", Backend,
+                   SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  SqliteBackend source_backend;
+  auto source = source_backend.open();
+  REQUIRE_MESSAGE(source.has_value(), why(source));
+  constexpr std::uint64_t kJobs = 2500;  // three pages of reads, three transactions of writes
+  REQUIRE((*source)->begin().has_value());
+  for (std::uint64_t id = 1; id <= kJobs; ++id) {
+    JobRecord job = job_in(id, id % 3 ? protocol::JobState::succeeded : protocol::JobState::failed);
+    job.output_tail = "job " + std::to_string(id);
+    REQUIRE((*source)->save_job(job).has_value());
+  }
+  for (std::int64_t at = 1; at <= 1200; ++at) REQUIRE((*source)->append_audit(audit_line(at, "drained")).has_value());
+  REQUIRE((*source)->commit().has_value());
+  auto target = backend.open();
+  REQUIRE_MESSAGE(target.has_value(), why(target));
+  std::vector<std::string> told;
+  auto copied = copy_store(**source, **target, [&](const std::string& step) { told.push_back(step); });
+  REQUIRE_MESSAGE(copied.has_value(), why(copied));
+  CHECK(copied->jobs == kJobs);
+  CHECK(copied->audit_lines == 1200);
+  CHECK(*(*target)->count() == *copied);
+  std::uint64_t next = 1;
+  REQUIRE((*target)
+              ->each_job([&](const JobRecord& job) -> Status {
+                CHECK(job.summary.job_id == next);
+                CHECK(job.output_tail == "job " + std::to_string(next));
+                ++next;
+                return {};
+              })
+              .has_value());
+  CHECK(next == kJobs + 1);
+  CHECK(std::find(told.begin(), told.end(), "copying 2500 jobs") != told.end());
 }
 
 TEST_CASE_TEMPLATE("check-store finds damaged records and key columns that disagree with their record", Backend,
