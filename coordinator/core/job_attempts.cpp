@@ -73,6 +73,8 @@ void JobTable::track_retention(const JobRecord& job) {
   }
   if (!protocol::is_terminal(job.summary.state) || pinned) return;
   if (may_be_rerun(job)) {
+    // Until forget_ended() finds its window passed (at once, for one that ended long ago).
+    ended_.erase(id);
     rerun_candidates_.emplace(job.finished_at_ms, id);
   } else {
     rerun_candidates_.erase({job.finished_at_ms, id});
@@ -81,6 +83,7 @@ void JobTable::track_retention(const JobRecord& job) {
 }
 
 void JobTable::forget_ended(TimeMs now) {
+  forgotten_at_ = now;
   while (!rerun_candidates_.empty() &&
          rerun_candidates_.begin()->first < now - ctx_.knobs.quarantine_rerun_window_ms) {
     ended_.insert(rerun_candidates_.begin()->second);
@@ -1124,7 +1127,8 @@ std::optional<std::string> JobTable::retention_error() const {
     const bool pinned = !node.empty() && newest_rollout_install_.at(node) == id;
     const bool candidate = rerun_candidates_.count({job.finished_at_ms, id}) == 1;
     candidates += candidate ? 1 : 0;
-    if (candidate != (!pinned && may_be_rerun(job))) {
+    const bool within_window = job.finished_at_ms >= forgotten_at_ - ctx_.knobs.quarantine_rerun_window_ms;
+    if (candidate != (!pinned && may_be_rerun(job) && within_window)) {
       return fmt::format("job {} is {}filed as a failure that may be rerun", id, candidate ? "" : "not ");
     }
     if (ended_.count(id) != (!pinned && !candidate ? 1u : 0u)) {

@@ -63,8 +63,8 @@ class JobTable {
   // invariants).
   std::optional<std::string> index_error() const;
   // What the retention's view gets wrong against a reading of every job held, if anything: each
-  // ended job is let go, pinned or a rerun candidate, and no more are held than the knob allows
-  // (for the simulation's invariants).
+  // ended job is let go, pinned or a rerun candidate (within the window at the latest
+  // forget_ended), and no more are held than the knob allows (for the simulation's invariants).
   std::optional<std::string> retention_error() const;
   // The queued maintenance job (the oldest, if several) the node drains for, if any.
   std::optional<std::uint64_t> maintenance_waiting_on(const std::string& node_id) const;
@@ -225,6 +225,7 @@ class JobTable {
   // The failures a quarantine of their node may rerun (may_be_rerun), by when they ended: held
   // until the rerun window has passed, and all rerun_failures_of reads.
   std::set<std::pair<TimeMs, std::uint64_t>> rerun_candidates_;
+  TimeMs forgotten_at_ = 0;  // the latest forget_ended(): the candidates are those of its window
   // The phase of each job's current attempt, the chips it holds as a lease of its own, and an
   // earlier attempt still stopping (job_attempt.h). A new attempt granted on the node where an
   // earlier one is still being stopped starts only once it has (the agent knows a job by its id

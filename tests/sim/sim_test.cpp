@@ -548,3 +548,13 @@ TEST_CASE("sweep seed 1003553 at --minutes=10: a checkpointed attempt's requeue 
   INFO(summary.describe());
   CHECK_FALSE(summary.violation.has_value());
 }
+
+// Sweep seed 1500052 (--minutes=60): a failed CI job is held while a quarantine of its node may
+// rerun it; once the rerun window (an hour) has passed it may be let go like any ended job. The
+// simulation's check of what the coordinator holds counted it as a rerun candidate forever.
+TEST_CASE("sweep seed 1500052 at --minutes=60: a failure past its rerun window is let go like any ended job") {
+  Simulation simulation(options_from_seed(1500052, 60 * kMinuteMs));
+  const RunSummary summary = simulation.run();
+  INFO(summary.describe());
+  CHECK_FALSE(summary.violation.has_value());
+}
