@@ -58,6 +58,13 @@ struct AppendAudit {
 struct RecallJob {
   std::uint64_t job_id = 0;
 };
+// Read run reports (held in the store only, record_book.h) from the store, and hand them to
+// CoordinatorCore::on_records_read, which answers the client's request with them.
+struct ReadRecords {
+  std::string client;
+  std::uint64_t corr = 0;
+  std::variant<protocol::GetRecord, protocol::ListRecords> query;
+};
 enum class Severity { debug, info, warn, error };
 struct Log {
   Severity severity = Severity::info;
@@ -67,7 +74,7 @@ struct Log {
 
 using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
                             action::SaveRecord, action::SaveLease, action::AppendAudit, action::RecallJob,
-                            action::Log>;
+                            action::ReadRecords, action::Log>;
 
 class ActionSink {
  public:

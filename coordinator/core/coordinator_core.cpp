@@ -46,12 +46,14 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
   leases_.prune_ended();
   const std::size_t resubmitted = jobs_.requeue_recovered(now);
   scheduling_.refresh_chip_counts();
-  if (!recovered.nodes.empty() || jobs_recovered != 0 || leases_recovered != 0) {
+  if (!recovered.nodes.empty() || jobs_recovered != 0 || leases_recovered != 0 || records_.held_count() != 0 ||
+      records_.in_store_count() != 0) {
     sink_.log(action::Severity::info,
-              fmt::format("recovered {} nodes, {} jobs ({} active, {} queued again) and {} developer leases ({} "
-                          "active) from the store",
+              fmt::format("recovered {} nodes, {} jobs ({} active, {} queued again), {} developer leases ({} "
+                          "active) and {} qualification records (and the keys of {} run reports, read from the "
+                          "store when asked for) from the store",
                           registry_.nodes().size(), jobs_.all().size(), jobs_.active_count(), resubmitted,
-                          leases_recovered, leases_.active()));
+                          leases_recovered, leases_.active(), records_.held_count(), records_.in_store_count()));
   }
   scheduling_.pump(now);
   jobs_.forget_ended(now);
@@ -206,7 +208,7 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
         } else if constexpr (std::is_same_v<T, protocol::GetRecord>) {
           get_record(client, corr, body);
         } else if constexpr (std::is_same_v<T, protocol::ListRecords>) {
-          reply(records_.list(body));
+          list_records(client, corr, body);
         } else if constexpr (std::is_same_v<T, protocol::SetTicketState>) {
           set_ticket_state(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::PutAudit>) {
@@ -291,14 +293,60 @@ void CoordinatorCore::set_ticket_state(const std::string& client, const Caller& 
   sink_.to_client(client, *record, m.header.id);
 }
 
+namespace {
+
+std::string no_record(const protocol::GetRecord& get) {
+  return fmt::format("no {} record '{}'; `kiln changes`, `kiln bundles`, `kiln runs` and `kiln tickets` list them",
+                     protocol::enum_name(get.kind), get.key);
+}
+
+// Run reports read from the store for one page: the page's byte budget holds a few dozen of
+// them, so reading a client's whole limit (up to 10,000) would read what is not sent.
+constexpr std::uint32_t kStoredRowsPerPage = 100;
+
+}  // namespace
+
 void CoordinatorCore::get_record(const std::string& client, std::uint64_t corr, const protocol::GetRecord& get) {
   if (const protocol::RecordEntry* record = records_.get(get.kind, get.key)) {
     sink_.to_client(client, *record, corr);
+  } else if (records_.in_store(get.kind, get.key)) {
+    sink_.push(action::ReadRecords{client, corr, get});
+  } else {
+    sink_.reply_error(client, corr, Errc::not_found, no_record(get));
+  }
+}
+
+void CoordinatorCore::list_records(const std::string& client, std::uint64_t corr, const protocol::ListRecords& list) {
+  if (!held_in_store_only(list.kind)) {
+    sink_.to_client(client, records_.list(list), corr);
     return;
   }
-  sink_.reply_error(client, corr, Errc::not_found,
-                    fmt::format("no {} record '{}'; `kiln changes`, `kiln bundles`, `kiln runs` and `kiln tickets` list them",
-                                protocol::enum_name(get.kind), get.key));
+  protocol::ListRecords read = list;
+  read.limit = std::min(list.limit, kStoredRowsPerPage) + 1;  // one more says whether more follow
+  sink_.push(action::ReadRecords{client, corr, read});
+}
+
+void CoordinatorCore::on_records_read(const action::ReadRecords& read,
+                                      Result<std::vector<protocol::RecordEntry>> found) {
+  if (!found) {
+    sink_.reply_error(read.client, read.corr, Errc::unavailable,
+                      fmt::format("run reports are kept in the store only, and the store could not read them ({}); "
+                                  "try again, and if it persists run `kiln-coordinator check-store`",
+                                  found.error().message));
+    return;
+  }
+  if (const auto* get = std::get_if<protocol::GetRecord>(&read.query)) {
+    if (found->empty()) {
+      sink_.reply_error(read.client, read.corr, Errc::not_found, no_record(*get));
+    } else {
+      sink_.to_client(read.client, std::move(found->front()), read.corr);
+    }
+    return;
+  }
+  const auto& list = std::get<protocol::ListRecords>(read.query);
+  const bool cut = found->size() >= list.limit;
+  if (cut) found->resize(list.limit - 1);
+  sink_.to_client(read.client, page_of(list, std::move(*found), cut), read.corr);
 }
 
 void CoordinatorCore::on_resumed(Now clock_now, DurationMs paused_ms) {

@@ -16,7 +16,8 @@
 //   requests, releases, watches, expiry, recovery, and dispatching the jobs inside them.
 // - SchedulerDecisions (scheduler_decisions.h): node states told to the scheduler, the pump
 //   that hands each scheduler decision to the room of its owner, `kiln queue` and its --why.
-// - RecordBook (record_book.h): changes, bundles and qualification results, answered here.
+// - RecordBook (record_book.h): changes, bundles and qualification results, answered here; run
+//   reports read from the store (action::ReadRecords).
 // - Rollouts (rollouts.h): nodes converging on what their environment should run.
 //
 // The rooms share a CoreContext (core_context.h: knobs, the ActionSink, the core's clock, the
@@ -75,6 +76,10 @@ class CoordinatorCore {
   // The answer to action::RecallJob: the ended job as the store holds it, nullopt when it holds
   // none, or why it could not be read. The requests that named the job are taken now.
   void on_job_recalled(std::uint64_t job_id, Result<std::optional<JobRecord>> found);
+  // The answer to action::ReadRecords: the records the store holds for its query (for a
+  // GetRecord, none or the one; for a ListRecords, in seq order, at most the query's limit), or
+  // why they could not be read. The client gets its reply now.
+  void on_records_read(const action::ReadRecords& read, Result<std::vector<protocol::RecordEntry>> found);
   // The shell's loop did not run for `paused_ms` (the process was stopped, starved or swapped
   // out): heartbeats sent meanwhile may still be unread, so no node is lost for that silence.
   // Each gets a liveness timeout from now, or the restart grace when the pause was longer than
@@ -121,6 +126,7 @@ class CoordinatorCore {
   void put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                   const protocol::PutRecord& put, TimeMs now);
   void get_record(const std::string& client, std::uint64_t corr, const protocol::GetRecord& get);
+  void list_records(const std::string& client, std::uint64_t corr, const protocol::ListRecords& list);
   void set_ticket_state(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                         const protocol::SetTicketState& request, TimeMs now);
 

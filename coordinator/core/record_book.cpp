@@ -43,13 +43,57 @@ Status key_matches(const std::string& key, const std::string& id, RecordKind kin
 
 }  // namespace
 
+std::vector<protocol::RecordEntry> records_after(const RecordMap& records, RecordKind kind, std::uint64_t after_seq,
+                                                 std::size_t limit) {
+  std::vector<protocol::RecordEntry> rows;
+  for (auto it = records.lower_bound(std::make_pair(kind, std::string())); it != records.end() && it->first.first == kind;
+       ++it) {
+    if (it->second.seq > after_seq) rows.push_back(it->second);
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+  if (rows.size() > limit) rows.resize(limit);
+  return rows;
+}
+
+std::vector<protocol::RecordEntry> read_from(const RecordMap& records,
+                                             const std::variant<protocol::GetRecord, protocol::ListRecords>& query) {
+  if (const auto* get = std::get_if<protocol::GetRecord>(&query)) {
+    auto it = records.find(std::make_pair(get->kind, get->key));
+    if (it == records.end()) return {};
+    return {it->second};
+  }
+  const auto& list = std::get<protocol::ListRecords>(query);
+  return records_after(records, list.kind, list.after_seq, list.limit);
+}
+
+protocol::RecordList page_of(const protocol::ListRecords& request, std::vector<protocol::RecordEntry> rows,
+                             bool rows_read_were_cut) {
+  protocol::RecordList list;
+  list.more = rows_read_were_cut;
+  std::size_t bytes = 0;
+  for (auto& record : rows) {
+    if (list.records.size() >= request.limit || (bytes + record.document.size() > kListBytes && !list.records.empty())) {
+      list.more = true;
+      break;
+    }
+    bytes += record.document.size();
+    list.records.push_back(std::move(record));
+  }
+  return list;
+}
+
 RecordBook::RecordBook(std::vector<protocol::RecordEntry> recovered,
                        std::shared_ptr<const qualification::RiskRegister> waiver_register)
     : waiver_register_(std::move(waiver_register)) {
   for (auto& record : recovered) {
     next_seq_ = std::max(next_seq_, record.seq + 1);
-    const auto key = std::make_pair(record.kind, record.key);
-    records_.emplace(key, std::move(record));
+    auto key = std::make_pair(record.kind, std::move(record.key));
+    if (held_in_store_only(record.kind)) {
+      seq_in_store_.emplace(std::move(key), record.seq);
+    } else {
+      record.key = key.second;
+      records_.emplace(std::move(key), std::move(record));
+    }
   }
 }
 
@@ -220,14 +264,20 @@ Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, co
 
 protocol::RecordEntry RecordBook::store(RecordKind kind, const std::string& key, std::string document,
                                         const std::string& written_by, TimeMs now) {
-  auto it = records_.find(std::make_pair(kind, key));
   protocol::RecordEntry record;
   record.kind = kind;
   record.key = key;
   record.document = std::move(document);
-  record.seq = it != records_.end() ? it->second.seq : next_seq_++;
   record.updated_at_ms = std::max<TimeMs>(now, 0);
   record.written_by = written_by;
+  if (held_in_store_only(kind)) {
+    auto [it, added] = seq_in_store_.try_emplace(std::make_pair(kind, key), next_seq_);
+    if (added) ++next_seq_;
+    record.seq = it->second;
+    return record;
+  }
+  auto it = records_.find(std::make_pair(kind, key));
+  record.seq = it != records_.end() ? it->second.seq : next_seq_++;
   records_[std::make_pair(kind, key)] = record;
   return record;
 }
@@ -252,23 +302,14 @@ const protocol::RecordEntry* RecordBook::get(RecordKind kind, const std::string&
   return it == records_.end() ? nullptr : &it->second;
 }
 
+bool RecordBook::in_store(RecordKind kind, const std::string& key) const {
+  return seq_in_store_.count(std::make_pair(kind, key)) != 0;
+}
+
 protocol::RecordList RecordBook::list(const protocol::ListRecords& request) const {
-  std::vector<const protocol::RecordEntry*> matching;
-  for (const auto& [key, record] : records_) {
-    if (key.first == request.kind && record.seq > request.after_seq) matching.push_back(&record);
-  }
-  std::sort(matching.begin(), matching.end(), [](const auto* a, const auto* b) { return a->seq < b->seq; });
-  protocol::RecordList list;
-  std::size_t bytes = 0;
-  for (const auto* record : matching) {
-    if (list.records.size() >= request.limit || (bytes + record->document.size() > kListBytes && !list.records.empty())) {
-      list.more = true;
-      break;
-    }
-    bytes += record->document.size();
-    list.records.push_back(*record);
-  }
-  return list;
+  KILN_ASSERT(!held_in_store_only(request.kind), "run reports are listed from the store");
+  return page_of(request, records_after(records_, request.kind, request.after_seq, request.limit + std::size_t{1}),
+                 false);
 }
 
 }  // namespace kiln::coordinator

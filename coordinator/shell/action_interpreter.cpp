@@ -29,6 +29,10 @@ Status carry_out(Action action, CoordinatorCore& core, CoordinatorIo& io) {
             core.on_job_recalled(a.job_id, io.recall_job(a.job_id));
             return Status{};
           },
+          [&](action::ReadRecords& a) {
+            core.on_records_read(a, io.read_records(a.query));
+            return Status{};
+          },
           [&](action::Log& a) {
             io.log(a.severity, a.text);
             return Status{};

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
+#include <vector>
 
 #include "common/error.h"
 #include "common/protocol/codec.h"
@@ -32,10 +34,16 @@ class CoordinatorIo {
   virtual Status append_audit(const protocol::AuditEntry& entry) = 0;
   // A job as stored (with what was saved before it in this turn), nullopt when there is none.
   virtual Result<std::optional<JobRecord>> recall_job(std::uint64_t job_id) = 0;
+  // Qualification records as stored (with what was saved before them in this turn): the one a
+  // GetRecord names (none if not stored), or a ListRecords' records of its kind after its
+  // after_seq, in seq order, at most its limit.
+  virtual Result<std::vector<protocol::RecordEntry>> read_records(
+      const std::variant<protocol::GetRecord, protocol::ListRecords>& query) = 0;
   virtual void log(action::Severity severity, const std::string& text) = 0;
 };
 
-// Carries out one action; returns a failed save's error. A recalled job goes back to `core`.
+// Carries out one action; returns a failed save's error. A recalled job and records read go
+// back to `core`.
 Status carry_out(Action action, CoordinatorCore& core, CoordinatorIo& io);
 
 // Carries out the core's pending actions in order. The first failed save stops it: the actions

@@ -323,6 +323,17 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
     return appended;
   }
   Result<std::optional<JobRecord>> recall_job(std::uint64_t job_id) override { return store_->load_job(job_id); }
+  Result<std::vector<protocol::RecordEntry>> read_records(
+      const std::variant<protocol::GetRecord, protocol::ListRecords>& query) override {
+    if (const auto* get = std::get_if<protocol::GetRecord>(&query)) {
+      auto found = store_->load_record(get->kind, get->key);
+      if (!found) return tl::unexpected(found.error());
+      if (!*found) return std::vector<protocol::RecordEntry>{};
+      return std::vector<protocol::RecordEntry>{std::move(**found)};
+    }
+    const auto& list = std::get<protocol::ListRecords>(query);
+    return store_->list_records(list.kind, list.after_seq, list.limit);
+  }
 
   // The audit lines that may say when the nodes quarantined now were quarantined: those since the
   // oldest start of their flapping windows (each quarantine is at or after its window's start).

@@ -72,6 +72,8 @@ constexpr const char* kMigrations[] = {
     "CREATE INDEX IF NOT EXISTS jobs_by_rollout_node ON kiln.jobs (rollout_node, job_id) WHERE rollout_node <> '';"
     "CREATE INDEX IF NOT EXISTS jobs_by_rerun_candidate ON kiln.jobs (rerun_candidate_ms) "
     "WHERE rerun_candidate_ms > 0;",
+    // 7: each record's seq, so that run reports are read a page at a time rather than held.
+    "ALTER TABLE kiln.records ADD COLUMN IF NOT EXISTS seq BIGINT NOT NULL DEFAULT 0;",
 };
 static_assert(std::size(kMigrations) == stored::kSchemaVersion, "one migration per schema version");
 
@@ -185,7 +187,7 @@ class Session {
   stored::RowReader row_reader() {
     return [this](const stored::RowQuery& query, const std::function<Status(const stored::Row&)>& visit) -> Status {
       const std::string sql = stored::select_sql(query, fmt::format("kiln.{}", query.table));
-      auto result = run(fmt::format("read the {} table", query.table), sql.c_str());
+      auto result = run(fmt::format("read the {} table", query.table), sql.c_str(), query.parameters);
       if (!result) return tl::unexpected(result.error());
       PGresult* rows = result->get();
       const int doc_column = PQnfields(rows) - 1;
@@ -327,6 +329,13 @@ class PostgresStore final : public Store {
             return s;
           }
         }
+        if (version == 7) {
+          // Each record's seq, read once from its document; then the index, built once.
+          const auto number = [](std::string_view field) { return fmt::format("(doc::jsonb ->> '{}')::bigint", field); };
+          const std::string fill = stored::fill_record_seq_sql("kiln.records", number) +
+                                   "CREATE INDEX IF NOT EXISTS records_by_seq ON kiln.records (kind, seq);";
+          if (auto s = session_.run_script(doing, fill.c_str()); !s) return s;
+        }
         if (auto s = session_.run(doing, "INSERT INTO kiln.schema_version (version) VALUES ($1);",
                                   {std::to_string(version)});
             !s) {
@@ -360,9 +369,10 @@ class PostgresStore final : public Store {
   Status save_record(const protocol::RecordEntry& record) override {
     const std::string kind(protocol::enum_name(record.kind));
     return done(session_.run(fmt::format("save {} record {}", kind, record.key),
-                             "INSERT INTO kiln.records (kind, key, doc) VALUES ($1, $2, $3) "
-                             "ON CONFLICT (kind, key) DO UPDATE SET doc = EXCLUDED.doc;",
-                             {kind, record.key, protocol::to_json(record).dump()}));
+                             "INSERT INTO kiln.records (kind, key, doc, seq) VALUES ($1, $2, $3, $4) "
+                             "ON CONFLICT (kind, key) DO UPDATE SET doc = EXCLUDED.doc, seq = EXCLUDED.seq;",
+                             {kind, record.key, protocol::to_json(record).dump(),
+                              std::to_string(static_cast<std::int64_t>(record.seq))}));
   }
 
   Status save_lease(const LeaseRecord& lease) override {
@@ -419,10 +429,17 @@ class PostgresStore final : public Store {
   Result<Snapshot> load() override { return stored::load_snapshot(session_.row_reader(), session_.place()); }
   Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) override {
     return stored::load_snapshot(session_.row_reader(), session_.place(),
-                                 stored::jobs_held_at_start_where(ended_jobs_in_memory, reruns_since_ms));
+                                 stored::jobs_held_at_start_where(ended_jobs_in_memory, reruns_since_ms), true);
   }
   Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override {
     return stored::load_job(session_.row_reader(), session_.place(), job_id);
+  }
+  Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind, const std::string& key) override {
+    return stored::load_record(session_.row_reader(), session_.place(), kind, key);
+  }
+  Result<std::vector<protocol::RecordEntry>> list_records(protocol::RecordKind kind, std::uint64_t after_seq,
+                                                          std::size_t limit) override {
+    return stored::list_records(session_.row_reader(), session_.place(), kind, after_seq, limit);
   }
   Status each_job(const std::function<Status(const JobRecord&)>& visit) override {
     return stored::each_job(session_.row_reader(), session_.place(), visit);
@@ -536,7 +553,8 @@ Result<StoreCheck> check_postgres_store(const PostgresLocation& location) {
   }
   StoreCheck check;
   stored::check_records(session->row_reader(), session->place(),
-                        fmt::format("{}: kiln database, schema version {}", session->name(), *version), check);
+                        fmt::format("{}: kiln database, schema version {}", session->name(), *version), *version,
+                        check);
   return check;
 }
 

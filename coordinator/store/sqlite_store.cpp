@@ -23,8 +23,8 @@ using stored::kSchemaVersion;
 // Older databases are upgraded in place (version 1 gains the tables and its jobs empty
 // attributions, nodes of 1 and 2 a release time of 0: never released, nodes and jobs of 1 to 3
 // no address and no gang, 1 to 4 an empty audit log and no labels, 1 to 5 the rollout_node
-// and rerun_candidate_ms columns, filled from the documents); stored_records.h has the versions'
-// history.
+// and rerun_candidate_ms columns, 1 to 6 the records' seq column, filled from the documents);
+// stored_records.h has the versions' history.
 // SQLite's application id (a field of the file header) of a database kiln created: "KILN".
 // Databases from before it was set have kiln's tables only and a schema version; they get it
 // when a coordinator next opens them.
@@ -36,7 +36,7 @@ constexpr const char* kCreateTables[] = {
     "CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL, node_id TEXT NOT NULL, "
     "doc TEXT NOT NULL, rollout_node TEXT NOT NULL DEFAULT '', rerun_candidate_ms INTEGER NOT NULL DEFAULT 0);",
     "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, "
-    "PRIMARY KEY (kind, key));",
+    "seq INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (kind, key));",
     "CREATE TABLE IF NOT EXISTS leases (lease_id INTEGER PRIMARY KEY, state TEXT NOT NULL, doc TEXT NOT NULL);",
     // Append-only, and SQLite itself refuses to change or remove a line: a mistake in kiln, or a
     // hand with the sqlite3 shell, cannot rewrite who did what.
@@ -54,6 +54,7 @@ constexpr const char* kCreateIndexes[] = {
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);",
     "CREATE INDEX IF NOT EXISTS jobs_by_rollout_node ON jobs (rollout_node, job_id) WHERE rollout_node <> '';",
     "CREATE INDEX IF NOT EXISTS jobs_by_rerun_candidate ON jobs (rerun_candidate_ms) WHERE rerun_candidate_ms > 0;",
+    "CREATE INDEX IF NOT EXISTS records_by_seq ON records (kind, seq);",
 };
 
 const std::set<std::string>& kiln_tables() {
@@ -211,6 +212,16 @@ Status write_schema(sqlite3* db, const std::string& path, int version_found) {
     }
     const auto field = [](std::string_view path) { return fmt::format("json_extract(doc, '$.{}')", path); };
     if (auto s = exec(db, path, stored::fill_job_columns_sql("jobs", field, field)); !s) return s;
+  }
+  if (version_found >= 1 && version_found <= 6) {
+    // Each record's seq, read once from its document. A records table created just now has it.
+    Statement has_column(db, "SELECT 1 FROM pragma_table_info('records') WHERE name = 'seq';");
+    if (!has_column) return fail(Errc::io, sqlite_failure(db, path, "read the records table's columns"));
+    if (sqlite3_step(has_column.get()) != SQLITE_ROW) {
+      if (auto s = exec(db, path, "ALTER TABLE records ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;"); !s) return s;
+    }
+    const auto field = [](std::string_view path) { return fmt::format("json_extract(doc, '$.{}')", path); };
+    if (auto s = exec(db, path, stored::fill_record_seq_sql("records", field)); !s) return s;
   }
   for (const char* sql : kCreateIndexes) {
     if (auto s = exec(db, path, sql); !s) return s;
@@ -388,6 +399,9 @@ stored::RowReader row_reader(sqlite3* db, const std::string& path) {
     const std::string sql = stored::select_sql(query, table);
     Statement st(db, sql.c_str());
     if (!st) return fail(Errc::io, sqlite_failure(db, path, fmt::format("read the {} table", table)));
+    for (std::size_t i = 0; i < query.parameters.size(); ++i) {
+      sqlite3_bind_text(st.get(), static_cast<int>(i + 1), query.parameters[i].c_str(), -1, SQLITE_TRANSIENT);
+    }
     const int doc_column = sqlite3_column_count(st.get()) - 1;
     int rc = SQLITE_ROW;
     while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
@@ -458,6 +472,7 @@ class SqliteStore final : public Store {
     sqlite3_bind_text(st.get(), 1, kind.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st.get(), 2, record.key.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st.get(), 3, doc.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st.get(), 4, static_cast<sqlite3_int64>(record.seq));
     if (sqlite3_step(st.get()) != SQLITE_DONE) return error(fmt::format("save {} record {}", kind, record.key));
     return {};
   }
@@ -520,10 +535,17 @@ class SqliteStore final : public Store {
   Result<Snapshot> load() override { return stored::load_snapshot(row_reader(db_.get(), path_), place_of(path_)); }
   Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) override {
     return stored::load_snapshot(row_reader(db_.get(), path_), place_of(path_),
-                                 stored::jobs_held_at_start_where(ended_jobs_in_memory, reruns_since_ms));
+                                 stored::jobs_held_at_start_where(ended_jobs_in_memory, reruns_since_ms), true);
   }
   Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override {
     return stored::load_job(row_reader(db_.get(), path_), place_of(path_), job_id);
+  }
+  Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind, const std::string& key) override {
+    return stored::load_record(row_reader(db_.get(), path_), place_of(path_), kind, key);
+  }
+  Result<std::vector<protocol::RecordEntry>> list_records(protocol::RecordKind kind, std::uint64_t after_seq,
+                                                          std::size_t limit) override {
+    return stored::list_records(row_reader(db_.get(), path_), place_of(path_), kind, after_seq, limit);
   }
   Status each_job(const std::function<Status(const JobRecord&)>& visit) override {
     return stored::each_job(row_reader(db_.get(), path_), place_of(path_), visit);
@@ -558,8 +580,8 @@ class SqliteStore final : public Store {
                             "ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, node_id=excluded.node_id, "
                             "doc=excluded.doc, rollout_node=excluded.rollout_node, "
                             "rerun_candidate_ms=excluded.rerun_candidate_ms;"};
-  CachedStatement save_record_{"INSERT INTO records (kind, key, doc) VALUES (?1, ?2, ?3) "
-                               "ON CONFLICT(kind, key) DO UPDATE SET doc=excluded.doc;"};
+  CachedStatement save_record_{"INSERT INTO records (kind, key, doc, seq) VALUES (?1, ?2, ?3, ?4) "
+                               "ON CONFLICT(kind, key) DO UPDATE SET doc=excluded.doc, seq=excluded.seq;"};
   CachedStatement save_lease_{"INSERT INTO leases (lease_id, state, doc) VALUES (?1, ?2, ?3) "
                               "ON CONFLICT(lease_id) DO UPDATE SET state=excluded.state, doc=excluded.doc;"};
   // Keeps the newest kEndedLeasesKept ended leases: walks ids down from the newest until it has
@@ -625,7 +647,7 @@ Result<StoreCheck> check_sqlite_store(const std::string& path) {
                       ? ""
                       : " (from before kiln set an application id; the coordinator adds it when it next opens the "
                         "database)");
-  stored::check_records(row_reader(db->get(), path), place_of(path), what, check);
+  stored::check_records(row_reader(db->get(), path), place_of(path), what, *version, check);
   return check;
 }
 

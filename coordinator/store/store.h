@@ -41,12 +41,20 @@ class Store {
   virtual Result<std::vector<protocol::AuditEntry>> read_audit(const protocol::ListAudit& query) = 0;
   // Everything stored (what `migrate-store` copies).
   virtual Result<Snapshot> load() = 0;
-  // What a coordinator starts from: every node, record and lease, and of the jobs those
-  // job_retention.h says it holds (jobs_held_at_start), so that starting up reads the live
-  // state, not the whole history.
+  // What a coordinator starts from: every node and lease, the qualification records with the
+  // documents of those it holds (record_book.h: of run reports the kind, key and seq only), and
+  // of the jobs those job_retention.h says it holds (jobs_held_at_start), so that starting up
+  // reads the live state, not the whole history.
   virtual Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) = 0;
   // One job as stored, nullopt when there is none.
   virtual Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) = 0;
+  // One qualification record as stored, nullopt when there is none.
+  virtual Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind,
+                                                                   const std::string& key) = 0;
+  // The records of `kind` after `after_seq`, in seq order, at most `limit`: through an index, so
+  // a page costs the same however many are stored.
+  virtual Result<std::vector<protocol::RecordEntry>> list_records(protocol::RecordKind kind, std::uint64_t after_seq,
+                                                                  std::size_t limit) = 0;
   // Every job, in id order, a page at a time: however many are stored, only a page is in
   // memory. The first error, the store's or `visit`'s, stops it.
   virtual Status each_job(const std::function<Status(const JobRecord&)>& visit) = 0;

@@ -1,8 +1,10 @@
 #include "coordinator/store/stored_records.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "coordinator/core/job_retention.h"
+#include "coordinator/core/record_book.h"
 
 namespace kiln::coordinator::stored {
 namespace {
@@ -56,7 +58,8 @@ std::string select_sql(const RowQuery& query, std::string_view table) {
   const std::string where =
       query.where.empty() ? "" : " WHERE " + fmt::format(fmt::runtime(query.where), fmt::arg("table", table));
   const std::string limit = query.limit == 0 ? "" : fmt::format(" LIMIT {}", query.limit);
-  return fmt::format("SELECT {}, doc FROM {}{} ORDER BY {}{};", query.key_columns, table, where, query.order, limit);
+  return fmt::format("SELECT {}, {} FROM {}{} ORDER BY {}{};", query.key_columns, query.document ? "doc" : "NULL",
+                     table, where, query.order, limit);
 }
 
 Status each_job(const RowReader& read, const Place& place, const std::function<Status(const JobRecord&)>& visit) {
@@ -118,16 +121,79 @@ std::string jobs_held_at_start_where(std::size_t ended_jobs_in_memory, TimeMs re
                      active, std::max<std::size_t>(ended_jobs_in_memory, 1) - 1, std::max<TimeMs>(reruns_since_ms, 1));
 }
 
-Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const std::string& jobs_where) {
+namespace {
+
+// `kind IN (...)` of the kinds held in the store only.
+std::string kinds_in_store_only() {
+  std::vector<std::string> names;
+  for (const auto kind : enum_values<protocol::RecordKind>()) {
+    if (held_in_store_only(kind)) names.push_back(fmt::format("'{}'", protocol::enum_name(kind)));
+  }
+  return fmt::format("kind IN ({})", fmt::join(names, ", "));
+}
+
+// The kind, key and seq of the run reports, without their documents.
+Status read_record_keys(const RowReader& read, const Place& place, std::vector<protocol::RecordEntry>& records) {
+  RowQuery query{"records", "kind, key, seq", kinds_in_store_only(), "kind, key"};
+  query.document = false;
+  return read(query, [&](const Row& row) -> Status {
+    protocol::RecordEntry record;
+    const auto kind = enum_from_name<protocol::RecordKind>(row.keys.at(0));
+    std::uint64_t seq = 0;
+    const std::string& seq_text = row.keys.at(2);
+    const auto parsed = std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq);
+    if (!kind || parsed.ec != std::errc() || seq == 0) {
+      return fail(Errc::io, fmt::format("{} holds a qualification record row ('{}', '{}') whose kind or seq ('{}') "
+                                        "is not kiln's; {}",
+                                        place.name, row.keys.at(0), row.keys.at(1), seq_text, place.restore_advice));
+    }
+    record.kind = *kind;
+    record.key = row.keys.at(1);
+    record.seq = seq;
+    records.push_back(std::move(record));
+    return {};
+  });
+}
+
+}  // namespace
+
+Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const std::string& jobs_where, bool live) {
   Snapshot snapshot;
+  const RowQuery records{"records", "kind, key", live ? fmt::format("NOT ({})", kinds_in_store_only()) : "",
+                         "kind, key"};
   for (auto s : {read_into(read, place, RowQuery{"nodes", "node_id", "", "node_id"}, "node", snapshot.nodes),
                  read_into(read, place, RowQuery{"jobs", "job_id", jobs_where, "job_id"}, "job", snapshot.jobs),
-                 read_into(read, place, RowQuery{"records", "kind, key", "", "kind, key"}, "qualification",
-                           snapshot.records),
+                 read_into(read, place, records, "qualification", snapshot.records),
+                 live ? read_record_keys(read, place, snapshot.records) : Status{},
                  read_into(read, place, RowQuery{"leases", "lease_id", "", "lease_id"}, "lease", snapshot.leases)}) {
     if (!s) return tl::unexpected(s.error());
   }
   return snapshot;
+}
+
+Result<std::optional<protocol::RecordEntry>> load_record(const RowReader& read, const Place& place,
+                                                         protocol::RecordKind kind, const std::string& key) {
+  std::vector<protocol::RecordEntry> found;
+  RowQuery query{"records", "kind, key", "kind = $1 AND key = $2", "kind, key"};
+  query.parameters = {std::string(protocol::enum_name(kind)), key};
+  if (auto s = read_into(read, place, query, "qualification", found); !s) return tl::unexpected(s.error());
+  if (found.empty()) return std::optional<protocol::RecordEntry>();
+  return std::optional<protocol::RecordEntry>(std::move(found.front()));
+}
+
+Result<std::vector<protocol::RecordEntry>> list_records(const RowReader& read, const Place& place,
+                                                        protocol::RecordKind kind, std::uint64_t after_seq,
+                                                        std::size_t limit) {
+  std::vector<protocol::RecordEntry> found;
+  if (limit == 0) return found;
+  RowQuery query{"records", "kind, key", fmt::format("kind = $1 AND seq > {}", after_seq), "seq", limit};
+  query.parameters = {std::string(protocol::enum_name(kind))};
+  if (auto s = read_into(read, place, query, "qualification", found); !s) return tl::unexpected(s.error());
+  return found;
+}
+
+std::string fill_record_seq_sql(std::string_view table, const std::function<std::string(std::string_view)>& number) {
+  return fmt::format("UPDATE {} SET seq = {};", table, number("seq"));
 }
 
 Result<std::optional<JobRecord>> load_job(const RowReader& read, const Place& place, std::uint64_t job_id) {
@@ -141,22 +207,35 @@ Result<std::optional<JobRecord>> load_job(const RowReader& read, const Place& pl
   return std::optional<JobRecord>(std::move(found.front()));
 }
 
-void check_records(const RowReader& read, const Place& place, std::string_view what, StoreCheck& check) {
+void check_records(const RowReader& read, const Place& place, std::string_view what, int version, StoreCheck& check) {
+  // An older database (a backup checked before a coordinator upgrades it) lacks the newer key columns.
+  const bool job_columns = version >= 6;
+  const bool record_seq = version >= 7;
   std::size_t nodes = 0, jobs = 0, records = 0, leases = 0, audit_lines = 0;
   for (auto s : {check_table<NodeRecord>(
                      read, place, "nodes", "node_id", "node",
                      [](const NodeRecord& r) { return std::vector<std::string>{r.summary.node_id}; }, check, nodes),
                  check_table<JobRecord>(
-                     read, place, "jobs", "job_id, state, node_id, rollout_node, rerun_candidate_ms", "job",
-                     [](const JobRecord& r) {
-                       return std::vector<std::string>{std::to_string(r.summary.job_id), name_of(r.summary.state),
-                                                       r.summary.node_id, rollout_node_column(r),
-                                                       std::to_string(rerun_candidate_column(r))};
+                     read, place, "jobs",
+                     job_columns ? "job_id, state, node_id, rollout_node, rerun_candidate_ms" : "job_id, state, node_id",
+                     "job",
+                     [&](const JobRecord& r) {
+                       std::vector<std::string> keys{std::to_string(r.summary.job_id), name_of(r.summary.state),
+                                                     r.summary.node_id};
+                       if (job_columns) {
+                         keys.push_back(rollout_node_column(r));
+                         keys.push_back(std::to_string(rerun_candidate_column(r)));
+                       }
+                       return keys;
                      },
                      check, jobs),
                  check_table<protocol::RecordEntry>(
-                     read, place, "records", "kind, key", "qualification",
-                     [](const protocol::RecordEntry& r) { return std::vector<std::string>{name_of(r.kind), r.key}; },
+                     read, place, "records", record_seq ? "kind, key, seq" : "kind, key", "qualification",
+                     [&](const protocol::RecordEntry& r) {
+                       std::vector<std::string> keys{name_of(r.kind), r.key};
+                       if (record_seq) keys.push_back(std::to_string(r.seq));
+                       return keys;
+                     },
                      check, records),
                  check_table<LeaseRecord>(
                      read, place, "leases", "lease_id, state", "lease",

@@ -25,10 +25,11 @@ namespace kiln::coordinator::stored {
 // each node's labels; version 6 the jobs' rollout_node column (the node a rollout's install is
 // for, "" for other jobs), their rerun_candidate_ms column (when a job that may be rerun ended,
 // job_retention.h, 0 for other jobs) and the indexes that let a coordinator start from the live
-// jobs only.
+// jobs only; version 7 the records' seq column (filled from the documents) and its index by
+// kind, so that run reports are read from the store a page at a time rather than held.
 // Both stores upgrade older databases in place and refuse newer ones, so a coordinator never
 // drops what it does not know about.
-constexpr int kSchemaVersion = 6;
+constexpr int kSchemaVersion = 7;
 // Ended leases kept for `kiln leases --all` after a restart; the oldest go first.
 constexpr int kEndedLeasesKept = 1000;
 
@@ -46,13 +47,16 @@ struct Row {
 
 // Which rows of a table to read: `SELECT <key_columns>, doc FROM <table> [WHERE <where>] ORDER BY
 // <order>`, where `{table}` in `where` stands for the table as the store names it. Every part is
-// kiln's own text (numbers at most), never data.
+// kiln's own text (numbers at most), never data: data goes in `parameters`, which `where` names
+// as $1, $2, ... (both SQLite and PostgreSQL read that form).
 struct RowQuery {
   std::string_view table;
   std::string_view key_columns;
   std::string where;  // empty: every row
   std::string_view order;
   std::size_t limit = 0;  // 0: every row selected
+  std::vector<std::string> parameters{};
+  bool document = true;  // false: the key columns only (each Row's doc is nullopt)
 };
 
 // Reads the rows a query selects and visits each. Fails when the database does.
@@ -90,11 +94,24 @@ Result<T> parse_record(const std::optional<std::string>& doc, const Place& place
 }
 
 // Every node, qualification record and lease, each table in its key's order, and the jobs
-// `jobs_where` selects (empty: all).
-Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const std::string& jobs_where = "");
+// `jobs_where` selects (empty: all). With `live`, run reports come without their documents
+// (record_book.h, held_in_store_only).
+Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const std::string& jobs_where = "",
+                               bool live = false);
 
 // One job, nullopt when the table has none with that id.
 Result<std::optional<JobRecord>> load_job(const RowReader& read, const Place& place, std::uint64_t job_id);
+
+// One qualification record, and a kind's records after a seq (Store::load_record, list_records).
+Result<std::optional<protocol::RecordEntry>> load_record(const RowReader& read, const Place& place,
+                                                         protocol::RecordKind kind, const std::string& key);
+Result<std::vector<protocol::RecordEntry>> list_records(const RowReader& read, const Place& place,
+                                                        protocol::RecordKind kind, std::uint64_t after_seq,
+                                                        std::size_t limit);
+
+// The SQL that fills the records' seq column from their documents, in an upgrade to version 7:
+// `number` turns a JSON field (`seq`) into the store's expression for it.
+std::string fill_record_seq_sql(std::string_view table, const std::function<std::string(std::string_view)>& number);
 
 // Every job in id order, read a page of ids at a time (Store::each_job).
 Status each_job(const RowReader& read, const Place& place, const std::function<Status(const JobRecord&)>& visit);
@@ -105,6 +122,7 @@ std::string count_sql(const std::function<std::string(std::string_view)>& qualif
 // kiln's own checks of every table: each record is valid and its key columns match it. Adds a
 // problem per bad row to `check` and sets check.summary to "<what>; N nodes, ... N audit lines".
 // A table that cannot be read is a problem too.
-void check_records(const RowReader& read, const Place& place, std::string_view what, StoreCheck& check);
+// `version` is the database's schema version: an older one is checked for the columns it has.
+void check_records(const RowReader& read, const Place& place, std::string_view what, int version, StoreCheck& check);
 
 }  // namespace kiln::coordinator::stored

@@ -303,6 +303,11 @@ struct Simulation::World {
       if (it == world.stored_jobs.end()) return std::optional<JobRecord>();
       return std::optional<JobRecord>(it->second);
     }
+    Result<std::vector<protocol::RecordEntry>> read_records(
+        const std::variant<protocol::GetRecord, protocol::ListRecords>& query) override {
+      if (world.coordinator_halted) return kiln::fail(Errc::unavailable, "the coordinator process has died");
+      return coordinator::read_from(world.stored_records, query);
+    }
     void log(coordinator::action::Severity, const std::string& text) override { world.coordinator_log(text); }
   };
   SimCoordinatorIo coordinator_io{*this};

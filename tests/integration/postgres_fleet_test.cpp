@@ -39,7 +39,7 @@ TEST_CASE("on PostgreSQL the coordinator killed and restarted keeps its jobs and
   const std::string config = (fleet.dir() / "coordinator.toml").string();
   const Ran checked = run(bin("kiln-coordinator") + " --config " + config + " check-store");
   CHECK(checked.status == 0);
-  CHECK(contains(checked.output, "kiln database, schema version 6; 1 nodes, 2 jobs"));
+  CHECK(contains(checked.output, "kiln database, schema version 7; 1 nodes, 2 jobs"));
   CHECK(contains(checked.output, "OK: kiln's own checks found nothing wrong"));
   CHECK(server->query(database, "SELECT state FROM kiln.jobs WHERE job_id = " + std::to_string(done_id) + ";") ==
         "succeeded\n");

@@ -35,10 +35,14 @@ struct Harness : CoordinatorIo {
 
   CoordinatorKnobs knobs;
   std::size_t recalls = 0;  // jobs read back from the store
+  std::size_t record_reads = 0;  // run reports read from the store
+  std::optional<std::string> record_read_error;  // set: the store fails to read records, saying this
 
   explicit Harness(CoordinatorKnobs k = {}, Snapshot snapshot = {}, Now now = 0,
                    std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr)
-      : core(k, std::move(snapshot), now, std::move(waiver_register)), knobs(k) {
+      : core(k, snapshot, now, std::move(waiver_register)), knobs(k) {
+    // The same database: run reports are read from it.
+    for (auto& record : snapshot.records) stored_records[{record.kind, record.key}] = std::move(record);
     drain();
   }
 
@@ -78,6 +82,12 @@ struct Harness : CoordinatorIo {
     auto it = stored_jobs.find(job_id);
     if (it == stored_jobs.end()) return std::optional<JobRecord>();
     return std::optional<JobRecord>(it->second);
+  }
+  Result<std::vector<protocol::RecordEntry>> read_records(
+      const std::variant<protocol::GetRecord, protocol::ListRecords>& query) override {
+    ++record_reads;
+    if (record_read_error) return kiln::fail(Errc::io, *record_read_error);
+    return read_from(stored_records, query);
   }
   void log(action::Severity, const std::string&) override {}
 

@@ -14,10 +14,12 @@
 #include "coordinator/store/store.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/core_harness.h"
+#include "tests/support/text.h"
 
 using namespace kiln;
 using namespace kiln::coordinator;
 using namespace kiln::coordinator::testing;
+using kiln::testing::contains;
 using protocol::RecordKind;
 using protocol::Role;
 namespace q = kiln::qualification;
@@ -104,6 +106,83 @@ TEST_CASE("CI records changes and bundles; they are immutable and saved before t
   auto back = q::change_from_json(nlohmann::json::parse(rest.records[0].document));
   REQUIRE(back.has_value());
   CHECK(back->sim_effect->throughput_factors.at("mlp-bf16") == doctest::Approx(0.97));
+}
+
+TEST_CASE("run reports are kept in the store only: read back by key and listed a page at a time, also after a restart") {
+  Harness h;
+  const auto run_doc = [](int i, bool finished) {
+    // Tens of KB, as a real report's pages: a page of the list holds a few of them.
+    return nlohmann::json{{"run_id", "run-" + std::to_string(i)}, {"finished", finished},
+                          {"pages", std::string(40000, 'x')}}
+        .dump();
+  };
+  TimeMs now = 1;
+  for (int i = 1; i <= 30; ++i) {
+    const auto kind = i % 10 == 0 ? RecordKind::stability_run : RecordKind::qualification_run;
+    const std::string doc =
+        kind == RecordKind::stability_run
+            ? nlohmann::json{{"schema", "kiln.stability-run/1"}, {"run_id", "run-" + std::to_string(i)}, {"models", 1}}
+                  .dump()
+            : run_doc(i, false);
+    REQUIRE(std::holds_alternative<protocol::Ok>(
+        h.client("ci", Role::ci, protocol::PutRecord{kind, "run-" + std::to_string(i), doc}, now++)));
+  }
+  // Updated as the run goes: it keeps its seq.
+  REQUIRE(std::holds_alternative<protocol::Ok>(
+      h.client("ci", Role::ci, protocol::PutRecord{RecordKind::qualification_run, "run-1", run_doc(1, true)}, now++)));
+  CHECK(h.record_reads == 0);
+
+  auto got = h.client("dev", Role::developer, protocol::GetRecord{RecordKind::qualification_run, "run-1"}, now++);
+  REQUIRE(std::holds_alternative<protocol::RecordEntry>(got));
+  CHECK(std::get<protocol::RecordEntry>(got).seq == 1);
+  CHECK(nlohmann::json::parse(std::get<protocol::RecordEntry>(got).document).at("finished") == true);
+  CHECK(h.record_reads == 1);
+  // A report never written needs no read; one of another kind is not it.
+  CHECK(error_of(h.client("dev", Role::developer, protocol::GetRecord{RecordKind::qualification_run, "run-99"}, now++))
+            .starts_with("not_found"));
+  CHECK(error_of(h.client("dev", Role::developer, protocol::GetRecord{RecordKind::stability_run, "run-1"}, now++))
+            .starts_with("not_found"));
+  CHECK(h.record_reads == 1);
+
+  Harness restarted({}, h.store(), now);
+  for (Harness* coordinator : {&h, &restarted}) {
+    std::vector<std::string> keys;
+    std::vector<std::uint64_t> seqs;
+    std::uint64_t after = 0;
+    std::size_t pages = 0;
+    for (bool more = true; more; ++pages) {
+      auto reply = coordinator->client("dev", Role::developer, protocol::ListRecords{RecordKind::qualification_run, 1000, after},
+                                       now++);
+      REQUIRE(std::holds_alternative<protocol::RecordList>(reply));
+      auto& page = std::get<protocol::RecordList>(reply);
+      REQUIRE_FALSE(page.records.empty());
+      for (const auto& record : page.records) {
+        keys.push_back(record.key);
+        seqs.push_back(record.seq);
+        after = record.seq;
+      }
+      more = page.more;
+    }
+    CHECK(keys.size() == 27);
+    CHECK(keys.front() == "run-1");
+    CHECK(keys.back() == "run-29");
+    CHECK(std::is_sorted(seqs.begin(), seqs.end()));
+    CHECK(pages >= 3);  // 512 KiB a page
+  }
+  // New reports keep counting after the recovered ones.
+  REQUIRE(std::holds_alternative<protocol::Ok>(
+      restarted.client("ci", Role::ci, protocol::PutRecord{RecordKind::qualification_run, "run-31", run_doc(31, false)},
+                       now++)));
+  CHECK(restarted.saved_records.back().seq == 31);
+
+  restarted.record_read_error = "disk I/O error";
+  const std::string unavailable =
+      error_of(restarted.client("dev", Role::developer, protocol::GetRecord{RecordKind::qualification_run, "run-2"}, now++));
+  CHECK(unavailable.starts_with("unavailable"));
+  CHECK(contains(unavailable, "disk I/O error"));
+  CHECK(contains(unavailable, "check-store"));
+  CHECK(error_of(restarted.client("dev", Role::developer, protocol::ListRecords{RecordKind::stability_run, 10, 0}, now++))
+            .starts_with("unavailable"));
 }
 
 TEST_CASE("a baseline names a recorded bundle of its revision, and everything is back after a restart") {

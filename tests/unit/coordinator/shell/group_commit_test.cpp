@@ -38,6 +38,13 @@ class FlakyCommitStore final : public Store {
   }
   Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) override { return inner_->load_job(job_id); }
   Status each_job(const std::function<Status(const JobRecord&)>& visit) override { return inner_->each_job(visit); }
+  Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind, const std::string& key) override {
+    return inner_->load_record(kind, key);
+  }
+  Result<std::vector<protocol::RecordEntry>> list_records(protocol::RecordKind kind, std::uint64_t after_seq,
+                                                          std::size_t limit) override {
+    return inner_->list_records(kind, after_seq, limit);
+  }
   Result<StoreCounts> count() override { return inner_->count(); }
   Status begin() override { return inner_->begin(); }
   Status commit() override {

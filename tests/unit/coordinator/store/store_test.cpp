@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "coordinator/core/job_retention.h"
+#include "coordinator/core/record_book.h"
 #include "coordinator/store/copy_store.h"
 #include "tests/unit/coordinator/store/store_backends.h"
 
@@ -328,6 +329,103 @@ TEST_CASE_TEMPLATE("a coordinator starts from the live jobs only, and reads any 
   CHECK_FALSE(none->has_value());
 }
 
+namespace {
+
+protocol::RecordEntry record_of(protocol::RecordKind kind, const std::string& key, std::uint64_t seq,
+                                const std::string& document) {
+  protocol::RecordEntry record;
+  record.kind = kind;
+  record.key = key;
+  record.seq = seq;
+  record.document = document;
+  return record;
+}
+
+std::vector<std::string> keys_of(const std::vector<protocol::RecordEntry>& records) {
+  std::vector<std::string> keys;
+  for (const auto& record : records) keys.push_back(record.key);
+  return keys;
+}
+
+// A change, and run reports of both kinds interleaved with it in seq order; one key holds a quote.
+void save_reports(Store& store) {
+  using protocol::RecordKind;
+  REQUIRE(store.save_record(record_of(RecordKind::change, "c1", 1, R"({"id": "c1"})")).has_value());
+  REQUIRE(store.save_record(record_of(RecordKind::qualification_run, "run-3", 3, R"({"run_id": "run-3"})")).has_value());
+  REQUIRE(store.save_record(record_of(RecordKind::qualification_run, "it's", 2, R"({"run_id": "it's"})")).has_value());
+  REQUIRE(store.save_record(record_of(RecordKind::stability_run, "s-4", 4, R"({"run_id": "s-4"})")).has_value());
+  REQUIRE(store.save_record(record_of(RecordKind::qualification_run, "run-5", 5, R"({"run_id": "run-5"})")).has_value());
+  // A report updated as its run goes keeps its seq.
+  REQUIRE(store.save_record(record_of(RecordKind::qualification_run, "run-3", 3, R"({"run_id": "run-3", "done": 1})"))
+              .has_value());
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a coordinator starts from the run reports' keys only, and reads them by key or a page at a time",
+                   Backend, SqliteBackend, PostgresBackend) {
+  using protocol::RecordKind;
+  KILN_STORE_BACKEND(backend);
+  auto store = backend.open();
+  REQUIRE_MESSAGE(store.has_value(), why(store));
+  save_reports(**store);
+  auto live = (*store)->load_live(10, 0);
+  REQUIRE_MESSAGE(live.has_value(), why(live));
+  REQUIRE(live->records.size() == 5);
+  for (const auto& record : live->records) {
+    CAPTURE(record.key);
+    CHECK(record.document.empty() == held_in_store_only(record.kind));
+  }
+  // Whole for migrate-store.
+  for (const auto& record : (*store)->load()->records) CHECK_FALSE(record.document.empty());
+
+  auto quoted = (*store)->load_record(RecordKind::qualification_run, "it's");
+  REQUIRE_MESSAGE(quoted.has_value(), why(quoted));
+  REQUIRE(quoted->has_value());
+  CHECK((*quoted)->seq == 2);
+  CHECK((*quoted)->document == R"({"run_id": "it's"})");
+  CHECK((*(*store)->load_record(RecordKind::qualification_run, "run-3"))->document == R"({"run_id": "run-3", "done": 1})");
+  CHECK_FALSE((*store)->load_record(RecordKind::stability_run, "run-3")->has_value());
+  CHECK_FALSE((*store)->load_record(RecordKind::qualification_run, "' OR '1'='1")->has_value());
+
+  auto runs = (*store)->list_records(RecordKind::qualification_run, 0, 100);
+  REQUIRE_MESSAGE(runs.has_value(), why(runs));
+  CHECK(keys_of(*runs) == std::vector<std::string>{"it's", "run-3", "run-5"});
+  CHECK(keys_of(*(*store)->list_records(RecordKind::qualification_run, 0, 2)) == std::vector<std::string>{"it's", "run-3"});
+  CHECK(keys_of(*(*store)->list_records(RecordKind::qualification_run, 3, 2)) == std::vector<std::string>{"run-5"});
+  CHECK(keys_of(*(*store)->list_records(RecordKind::stability_run, 0, 10)) == std::vector<std::string>{"s-4"});
+  CHECK((*store)->list_records(RecordKind::qualification_run, 5, 10)->empty());
+}
+
+TEST_CASE_TEMPLATE("a version 6 database is upgraded: its records' seqs are read from their documents", Backend,
+                   SqliteBackend, PostgresBackend) {
+  KILN_STORE_BACKEND(backend);
+  {
+    auto store = backend.open();
+    REQUIRE(store.has_value());
+    save_reports(**store);
+  }
+  // What a version 6 coordinator made: records without a seq column.
+  run_sql(backend, "DROP INDEX " + backend.table("records_by_seq") + ";");
+  run_sql(backend, "ALTER TABLE " + backend.table("records") + " DROP COLUMN seq;");
+  run_sql(backend, backend.set_schema_version(6));
+  // A backup of version 6, checked before a coordinator upgrades it: for the columns it has.
+  auto checked = backend.check();
+  REQUIRE_MESSAGE(checked.has_value(), why(checked));
+  CHECK(checked->problems.empty());
+  CHECK(contains(checked->summary, "schema version 6; 0 nodes, 0 jobs, 5 qualification records"));
+  auto store = backend.open();
+  REQUIRE_MESSAGE(store.has_value(), why(store));
+  auto runs = (*store)->list_records(protocol::RecordKind::qualification_run, 2, 10);
+  REQUIRE_MESSAGE(runs.has_value(), why(runs));
+  CHECK(keys_of(*runs) == std::vector<std::string>{"run-3", "run-5"});
+  auto live = (*store)->load_live(10, 0);
+  REQUIRE_MESSAGE(live.has_value(), why(live));
+  std::uint64_t seqs = 0;
+  for (const auto& record : live->records) seqs += record.seq;
+  CHECK(seqs == 1 + 2 + 3 + 4 + 5);
+}
+
 TEST_CASE_TEMPLATE("a version 5 database is upgraded: the rollout installs and the failures that may be rerun are found", Backend,
                    SqliteBackend, PostgresBackend) {
   KILN_STORE_BACKEND(backend);
@@ -392,19 +490,22 @@ TEST_CASE_TEMPLATE("check-store finds damaged records and key columns that disag
     node.summary.node_id = "n01";
     node.summary.hardware_revision = "a";
     REQUIRE((*store)->save_node(node).has_value());
+    save_reports(**store);
   }
   auto healthy = backend.check();
   REQUIRE_MESSAGE(healthy.has_value(), why(healthy));
   CHECK(healthy->problems.empty());
-  CHECK(contains(healthy->summary, "kiln database, schema version 6; 1 nodes, 3 jobs"));
+  CHECK(contains(healthy->summary, "kiln database, schema version 7; 1 nodes, 3 jobs"));
 
   const std::string jobs = backend.table("jobs");
   run_sql(backend, "UPDATE " + jobs + " SET state='succeeded' WHERE job_id=2;");
   run_sql(backend, "UPDATE " + jobs + " SET doc='{not json' WHERE job_id=3;");
+  run_sql(backend, "UPDATE " + backend.table("records") + " SET seq=9 WHERE key='run-5';");
   const std::string before = backend.contents();
   auto damaged = backend.check();
   REQUIRE(damaged.has_value());
-  REQUIRE(damaged->problems.size() == 2);
+  REQUIRE(damaged->problems.size() == 3);
+  CHECK(contains(damaged->problems[2], "qualification row qualification_run: column seq is '9' but its record says '5'"));
   CHECK(contains(damaged->problems[0], "job row 2: column state is 'succeeded' but its record says 'queued'"));
   CHECK(contains(damaged->problems[1], "job row 3"));
   CHECK(contains(damaged->problems[1], "not JSON"));
