@@ -4,7 +4,9 @@
 // starts the real kiln-coordinator on it twice, holding the default number of ended jobs and
 // holding every job, and times each start until /metrics answers, reads its resident memory, and
 // times `get_job` of a job it holds and of the oldest (read back from the store). Medians of the
-// repeats, all in the same run. See docs/performance.md, "History".
+// repeats, all in the same run. With --run-reports it stores that many qualification run reports
+// too, and times `get_record` of the oldest and the newest (both read from the store, which holds
+// them: record_book.h). See docs/performance.md, "History".
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -43,6 +45,8 @@ namespace {
 struct Settings {
   std::vector<std::size_t> history = {10000, 100000};
   double doc_kb = 11;  // the demo's jobs: 11 KB a document on average
+  std::size_t run_reports = 0;
+  double report_kb = 28;  // the demo's presubmit runs: 28 KB a report
   std::size_t held = kiln::coordinator::CoordinatorKnobs{}.ended_jobs_in_memory;
   int repeats = 3;
   int gets = 200;
@@ -90,12 +94,46 @@ kiln::coordinator::JobRecord ended_job(std::uint64_t id, double doc_kb) {
   return job;
 }
 
+std::string report_key(std::size_t n) { return fmt::format("run-{:07}", n); }
+
+// A finished qualification run's report of about `kb` KB: its verdicts per model and revision.
+kiln::protocol::RecordEntry run_report(std::size_t n, double kb) {
+  kiln::protocol::RecordEntry record;
+  record.kind = kiln::protocol::RecordKind::qualification_run;
+  record.key = report_key(n);
+  record.seq = n;
+  record.updated_at_ms = 1'700'000'000'000 + static_cast<TimeMs>(n) * 60000;
+  record.written_by = "bench-ci";
+  nlohmann::json report = {{"run_id", record.key}, {"tier", "presubmit"}, {"finished", true},
+                           {"models", nlohmann::json::array()}};
+  const auto bytes = static_cast<std::size_t>(kb * 1024);
+  for (std::size_t i = 0, size = report.dump().size(); size < bytes; ++i) {
+    nlohmann::json model = {{"model", fmt::format("model-{}", i % 40)}, {"revision", i % 2 ? "a" : "b"},
+                            {"verdict", "pass"}, {"tokens_per_s", 1000.0 + static_cast<double>((n + i) % 97)},
+                            {"detail", "within the baseline's noise (sequential test, 12 samples)"}};
+    size += model.dump().size() + 1;
+    report["models"].push_back(std::move(model));
+  }
+  record.document = report.dump();
+  return record;
+}
+
 // A store with `history` jobs: ended ones, every 1,000th a rollout install on the next of the
-// nodes, and the last kQueued queued.
-kiln::Status fill_store(const fs::path& path, std::size_t history, double doc_kb) {
+// nodes, and the last kQueued queued; and `run_reports` qualification run reports.
+kiln::Status fill_store(const fs::path& path, std::size_t history, double doc_kb, std::size_t run_reports,
+                        double report_kb) {
   auto store = kiln::coordinator::open_sqlite_store(path.string());
   if (!store) return tl::unexpected(store.error());
   constexpr std::size_t kBatch = 5000;
+  for (std::size_t n = 1; n <= run_reports; ++n) {
+    if (n % kBatch == 1) {
+      if (auto s = (*store)->begin(); !s) return s;
+    }
+    if (auto s = (*store)->save_record(run_report(n, report_kb)); !s) return s;
+    if (n % kBatch == 0 || n == run_reports) {
+      if (auto s = (*store)->commit(); !s) return s;
+    }
+  }
   for (std::size_t id = 1; id <= history; ++id) {
     if (id % kBatch == 1) {
       if (auto s = (*store)->begin(); !s) return s;
@@ -122,21 +160,29 @@ kiln::Status fill_store(const fs::path& path, std::size_t history, double doc_kb
 
 struct Start {
   std::size_t jobs_held = 0;  // as its log says it recovered them
+  std::size_t records_held = 0;
+  std::size_t run_reports_in_store_only = 0;  // of which it holds the keys only
   double serves_after_s = NAN;
   double resident_mb = NAN;
   double get_held_us = NAN;  // get_job of the newest ended job
   double get_old_us = NAN;   // get_job of the oldest: read back from the store unless held
+  double get_report_new_us = NAN;  // get_record of the newest run report (with --run-reports)
+  double get_report_old_us = NAN;  // and of the oldest
 };
 
-// How many jobs a coordinator's log says it recovered from its store at start.
-std::size_t jobs_recovered(const fs::path& log) {
+// What a coordinator's log says it recovered from its store at start.
+void read_recovered(const fs::path& log, Start& start) {
   std::ifstream in(log);
-  const std::regex recovered(R"(recovered \d+ nodes, (\d+) jobs)");
+  const std::regex jobs(R"(recovered \d+ nodes, (\d+) jobs)");
+  const std::regex records(R"((\d+) qualification records \(and the keys of (\d+) run reports)");
   std::smatch match;
   for (std::string line; std::getline(in, line);) {
-    if (std::regex_search(line, match, recovered)) return std::stoul(match[1].str());
+    if (std::regex_search(line, match, jobs)) start.jobs_held = std::stoul(match[1].str());
+    if (std::regex_search(line, match, records)) {
+      start.records_held = std::stoul(match[1].str());
+      start.run_reports_in_store_only = std::stoul(match[2].str());
+    }
   }
-  return 0;
 }
 
 struct Row {
@@ -161,8 +207,11 @@ class Bench {
     row.history = history;
     const fs::path db = dir_ / fmt::format("history-{}.db", history);
     fs::remove(db);
-    progress("filling a store with {} jobs of {} KB", history, s_.doc_kb);
-    if (auto s = fill_store(db, history, s_.doc_kb); !s) return tl::unexpected(s.error());
+    progress("filling a store with {} jobs of {} KB and {} run reports of {} KB", history, s_.doc_kb, s_.run_reports,
+             s_.report_kb);
+    if (auto s = fill_store(db, history, s_.doc_kb, s_.run_reports, s_.report_kb); !s) {
+      return tl::unexpected(s.error());
+    }
     row.store_mb = static_cast<double>(fs::file_size(db)) / 1e6;
     std::vector<double> live_ms, all_ms;
     for (int r = 0; r < s_.repeats; ++r) {
@@ -198,8 +247,11 @@ class Bench {
         for (const Start& s : starts) values.push_back(s.*field);
         return kiln::stats::median(values);
       };
-      m = Start{starts.front().jobs_held, of(&Start::serves_after_s), of(&Start::resident_mb), of(&Start::get_held_us),
-                of(&Start::get_old_us)};
+      m = starts.front();
+      for (double Start::*field : {&Start::serves_after_s, &Start::resident_mb, &Start::get_held_us, &Start::get_old_us,
+                                   &Start::get_report_new_us, &Start::get_report_old_us}) {
+        m.*field = of(field);
+      }
     }
     return row;
   }
@@ -233,19 +285,25 @@ class Bench {
     }
     start.serves_after_s = static_cast<double>(steady_ms() - started) / 1000;
     start.resident_mb = resident_mb(pid);
-    start.jobs_held = jobs_recovered(log);
+    read_recovered(log, start);
     {
       Requester client(client_endpoint, client_keys_, server_keys_.public_key, false);
-      auto time_gets = [&](std::uint64_t job_id) {
+      // The median round trip, NAN unless every request was answered with what it asked for.
+      auto time_gets = [&](const kiln::protocol::Body& request) {
         std::vector<double> rtts;
         for (int i = 0; i < s_.gets; ++i) {
-          auto reply = client.call(kiln::protocol::GetJob{job_id}, 5000);
-          if (reply && std::holds_alternative<kiln::protocol::JobDetail>(reply->body)) rtts.push_back(reply->rtt_us);
+          auto reply = client.call(request, 5000);
+          if (reply && !std::holds_alternative<kiln::protocol::ErrorReply>(reply->body)) rtts.push_back(reply->rtt_us);
         }
         return rtts.size() == static_cast<std::size_t>(s_.gets) ? kiln::stats::median(rtts) : NAN;
       };
-      start.get_held_us = time_gets(history - kQueued);
-      start.get_old_us = time_gets(1);
+      start.get_held_us = time_gets(kiln::protocol::GetJob{history - kQueued});
+      start.get_old_us = time_gets(kiln::protocol::GetJob{1});
+      if (s_.run_reports > 0) {
+        const auto kind = kiln::protocol::RecordKind::qualification_run;
+        start.get_report_new_us = time_gets(kiln::protocol::GetRecord{kind, report_key(s_.run_reports)});
+        start.get_report_old_us = time_gets(kiln::protocol::GetRecord{kind, report_key(1)});
+      }
     }
     stop_process(pid);
     progress("{} jobs stored, {}: served after {:.2f} s with {:.0f} MB resident", history,
@@ -262,10 +320,14 @@ class Bench {
 
 nlohmann::json start_json(const Start& s) {
   return {{"jobs_held", s.jobs_held},
+          {"records_held", s.records_held},
+          {"run_reports_in_store_only", s.run_reports_in_store_only},
           {"serves_after_s", s.serves_after_s},
           {"resident_mb", s.resident_mb},
           {"get_held_job_us", s.get_held_us},
-          {"get_oldest_job_us", s.get_old_us}};
+          {"get_oldest_job_us", s.get_old_us},
+          {"get_newest_run_report_us", s.get_report_new_us},
+          {"get_oldest_run_report_us", s.get_report_old_us}};
 }
 
 }  // namespace
@@ -280,6 +342,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(100, 10'000'000));
   app.add_option("--doc-kb", s.doc_kb, "the size of each stored job's document, in KB (the demo's average: 11)")
       ->check(CLI::Range(0.5, 1024.0));
+  app.add_option("--run-reports", s.run_reports, "qualification run reports stored besides the jobs")
+      ->check(CLI::Range(0, 10'000'000));
+  app.add_option("--report-kb", s.report_kb, "the size of each run report, in KB (the demo's presubmit runs: 28)")
+      ->check(CLI::Range(0.5, 700.0));
   app.add_option("--held", s.held, "ended_jobs_in_memory for the live run (default: the coordinator's default)")
       ->check(CLI::Range(1, 10'000'000));
   app.add_option("--repeats", s.repeats, "starts per row; the figures are their medians")->check(CLI::Range(1, 100));
@@ -313,6 +379,7 @@ int main(int argc, char** argv) {
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : rows) {
       out.push_back({{"jobs_stored", r.history},
+                     {"run_reports_stored", s.run_reports},
                      {"store_mb", r.store_mb},
                      {"ended_jobs_held", s.held},
                      {"load_live_ms", r.load_live_ms},
@@ -336,6 +403,11 @@ int main(int argc, char** argv) {
       fmt::print("{:>9} {:>9} | the store read at start: {:.0f} ms for the live jobs ({} ended held), {:.0f} ms for every "
                  "job\n",
                  "", "", r.load_live_ms, s.held, r.load_all_ms);
+      if (s.run_reports > 0) {
+        fmt::print("{:>9} {:>9} | {} run reports of {} KB stored; get_record of the newest {:.0f} us, of the oldest {:.0f} "
+                   "us\n",
+                   "", "", s.run_reports, s.report_kb, r.live.get_report_new_us, r.live.get_report_old_us);
+      }
     }
   }
   if (!s.keep) fs::remove_all(dir);
