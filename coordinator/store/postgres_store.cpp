@@ -333,7 +333,7 @@ class PostgresStore final : public Store {
           // Each record's seq, read once from its document; then the index, built once.
           const auto number = [](std::string_view field) { return fmt::format("(doc::jsonb ->> '{}')::bigint", field); };
           const std::string fill = stored::fill_record_seq_sql("kiln.records", number) +
-                                   "CREATE INDEX IF NOT EXISTS records_by_seq ON kiln.records (kind, seq);";
+                                   "CREATE INDEX IF NOT EXISTS records_by_seq ON kiln.records (kind, seq, key);";
           if (auto s = session_.run_script(doing, fill.c_str()); !s) return s;
         }
         if (auto s = session_.run(doing, "INSERT INTO kiln.schema_version (version) VALUES ($1);",

@@ -134,7 +134,8 @@ std::string kinds_in_store_only() {
 
 // The kind, key and seq of the run reports, without their documents.
 Status read_record_keys(const RowReader& read, const Place& place, std::vector<protocol::RecordEntry>& records) {
-  RowQuery query{"records", "kind, key, seq", kinds_in_store_only(), "kind, key"};
+  // In the order of the (kind, seq, key) index, which holds all three: the documents are not read.
+  RowQuery query{"records", "kind, key, seq", kinds_in_store_only(), "kind, seq"};
   query.document = false;
   return read(query, [&](const Row& row) -> Status {
     protocol::RecordEntry record;
