@@ -62,6 +62,7 @@ SimOptions options_from_seed(std::uint64_t seed, DurationMs fault_period_ms) {
   w.job_duration_max_ms = between(workload, 10000, 180000);
   w.lease_requests_per_minute = workload.bernoulli(0.5) ? workload.uniform(0, 2) : 0.0;
   w.preempt_checkpoint_probability = workload.uniform(0.5, 1.0);
+  w.run_reports_per_minute = workload.uniform(0.5, 4);
   return o;
 }
 
@@ -91,7 +92,8 @@ Simulation::World::World(SimOptions o)
       network_rng(stats::derive_seed(options.seed, kNetworkStream)),
       fault_rng(stats::derive_seed(options.seed, kFaultScheduleStream)),
       workload_rng(stats::derive_seed(options.seed, kWorkloadStream)),
-      process_rng(stats::derive_seed(options.seed, kProcessStream)) {
+      process_rng(stats::derive_seed(options.seed, kProcessStream)),
+      report_rng(stats::derive_seed(options.seed, kReportStream)) {
   KILN_ASSERT(options.shape.nodes >= 1 && options.shape.revisions.size() == options.shape.nodes,
               "the cluster shape names one hardware revision per node");
   KILN_ASSERT(options.workload.clients >= 1, "a simulation has at least one client");
@@ -131,6 +133,9 @@ Simulation::World::World(SimOptions o)
   }
   if (options.workload.lease_requests_per_minute > 0 && developer_client()) {
     schedule(exponential_ms(workload_rng, options.workload.lease_requests_per_minute), ev::NextLeaseRequest{});
+  }
+  if (options.workload.run_reports_per_minute > 0) {
+    schedule(exponential_ms(report_rng, options.workload.run_reports_per_minute), ev::NextRunReport{});
   }
   schedule(options.workload.lab_round_ms, ev::LabRound{});
   schedule_next_fault();

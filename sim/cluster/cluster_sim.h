@@ -68,6 +68,10 @@ struct WorkloadOptions {
   // Per accepted job, a get_job follows within 10 minutes, often once the coordinator has let
   // the job go: every job accepted must be read back, as stored.
   double read_back_probability = 0.2;
+  // Run reports the ci client records (qualification_run records, kept in the coordinator's
+  // store only), each rewritten up to 3 times as its run goes and read back by key or listed:
+  // every acknowledged version must read back, after restarts too.
+  double run_reports_per_minute = 0.0;
   DurationMs job_duration_min_ms = 1000;
   DurationMs job_duration_max_ms = 120000;
   double job_failure_probability = 0.1;   // per attempt

@@ -1,6 +1,8 @@
 // The clients and the faults: what they send, when, and the events that drive the world.
 #include "sim/cluster/world.h"
 
+#include <nlohmann/json.hpp>
+
 namespace kiln::sim::cluster {
 
 void Simulation::World::client_send(std::size_t client, protocol::Body body) {
@@ -38,6 +40,7 @@ protocol::SubmitJob Simulation::World::draw_job(std::size_t client) {
 }
 
 void Simulation::World::deliver_to_client(std::size_t client, const protocol::Envelope& m) {
+  if (client == 0 && report_answered(m.header.corr, m.body)) return;
   if (auto get = gets_awaited.find({client, m.header.corr}); get != gets_awaited.end()) {
     check_job_read_back(get->second, m.body);
     gets_awaited.erase(get);
@@ -227,6 +230,114 @@ void Simulation::World::check_job_read_back(std::uint64_t job_id, const protocol
     return fail(fmt::format("get_job of job {} says it ended {}, which the store does not hold", job_id,
                             protocol::enum_name(detail->job.state)));
   }
+}
+
+namespace {
+
+std::string report_key(std::uint64_t run) { return fmt::format("sim-run-{}", run); }
+
+// The version a report's document says it is, 0 when it says none.
+std::uint32_t report_version(const protocol::RecordEntry& record) {
+  const auto json = nlohmann::json::parse(record.document, nullptr, false);
+  return json.is_object() ? json.value("version", 0u) : 0u;
+}
+
+}  // namespace
+
+void Simulation::World::handle(ev::NextRunReport&) {
+  if (quiet) return;
+  schedule(0, ev::ClientPutReport{next_report_run++, 1});
+  schedule(exponential_ms(report_rng, options.workload.run_reports_per_minute), ev::NextRunReport{});
+}
+
+// Client 0 is the ci client, which records runs.
+void Simulation::World::handle(ev::ClientPutReport& e) {
+  const std::string key = report_key(e.run);
+  log(clients[0].key_name, fmt::format("records report {} version {}", key, e.version));
+  if (coordinator) report_puts_awaited[clients[0].next_message_id] = {e.run, e.version};
+  const nlohmann::json document = {{"run_id", key}, {"version", e.version}, {"finished", e.version == 4}};
+  client_send(0, protocol::PutRecord{protocol::RecordKind::qualification_run, key, document.dump()});
+}
+
+void Simulation::World::handle(ev::ClientReadReports& e) {
+  log(clients[0].key_name, e.list ? std::string("lists the run reports") : "reads report " + report_key(e.run));
+  if (coordinator) report_reads_awaited[clients[0].next_message_id] = ReportRead{e.run, e.list, reports_acknowledged};
+  if (e.list) {
+    client_send(0, protocol::ListRecords{protocol::RecordKind::qualification_run, 1000, 0});
+  } else {
+    client_send(0, protocol::GetRecord{protocol::RecordKind::qualification_run, report_key(e.run)});
+  }
+}
+
+bool Simulation::World::report_answered(std::uint64_t corr, const protocol::Body& answer) {
+  const auto* error = std::get_if<protocol::ErrorReply>(&answer);
+  const auto violated = [&](std::string invariant) {
+    fail(std::move(invariant));
+    return true;
+  };
+  if (auto put = report_puts_awaited.find(corr); put != report_puts_awaited.end()) {
+    const auto [run, version] = put->second;
+    report_puts_awaited.erase(put);
+    if (error) {
+      return violated(fmt::format("report {} version {} was refused: {}: {}", report_key(run), version, error->code,
+                                  error->message));
+    }
+    reports_acknowledged[run] = std::max(reports_acknowledged[run], version);
+    // The next version comes after any duplicate of this put has arrived (network delays are
+    // under a second), so a late duplicate never rewrites a newer version.
+    if (version < 4 && report_rng.bernoulli(0.6)) {
+      schedule(between(report_rng, 1000, 300000), ev::ClientPutReport{run, version + 1});
+    }
+    if (report_rng.bernoulli(0.7)) {
+      schedule(between(report_rng, 0, 600000), ev::ClientReadReports{run, report_rng.bernoulli(0.3)});
+    }
+    return true;
+  }
+  auto read = report_reads_awaited.find(corr);
+  if (read == report_reads_awaited.end()) return false;
+  const ReportRead asked = std::move(read->second);
+  report_reads_awaited.erase(read);
+  if (error) {
+    return violated(fmt::format("{} was refused: {}: {}",
+                                asked.list ? "list_records of the run reports" : "get_record of " + report_key(asked.run),
+                                error->code, error->message));
+  }
+  if (!asked.list) {
+    const auto* record = std::get_if<protocol::RecordEntry>(&answer);
+    if (!record || record->key != report_key(asked.run)) {
+      return violated(fmt::format("get_record of {} was answered with another record or message", report_key(asked.run)));
+    }
+    if (report_version(*record) < asked.acknowledged.at(asked.run)) {
+      return violated(fmt::format("get_record of {} read version {}, but version {} had been acknowledged", record->key,
+                                  report_version(*record), asked.acknowledged.at(asked.run)));
+    }
+    return true;
+  }
+  const auto* list = std::get_if<protocol::RecordList>(&answer);
+  if (!list) return violated("list_records of the run reports was answered with another message");
+  std::uint64_t last_seq = 0;
+  std::set<std::string> listed;
+  for (const auto& record : list->records) {
+    if (record.seq <= last_seq || !listed.insert(record.key).second) {
+      return violated(fmt::format("list_records of the run reports listed {} out of seq order or twice", record.key));
+    }
+    last_seq = record.seq;
+    const std::uint64_t run = std::stoull(record.key.substr(record.key.rfind('-') + 1));
+    auto acked = asked.acknowledged.find(run);
+    if (acked != asked.acknowledged.end() && report_version(record) < acked->second) {
+      return violated(fmt::format("list_records listed {} at version {}, but version {} had been acknowledged",
+                                  record.key, report_version(record), acked->second));
+    }
+  }
+  if (!list->more) {
+    for (const auto& [run, version] : asked.acknowledged) {
+      if (!listed.count(report_key(run))) {
+        return violated(fmt::format("list_records of the run reports left out {}, acknowledged at version {}",
+                                    report_key(run), version));
+      }
+    }
+  }
+  return true;
 }
 
 void Simulation::World::handle(ev::ProbeDone& e) {

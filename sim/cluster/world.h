@@ -38,6 +38,7 @@ enum Stream : std::uint64_t {
   kFaultScheduleStream = 2,
   kWorkloadStream = 3,
   kProcessStream = 4,
+  kReportStream = 5,
   kShapeOptionsStream = 11,
   kFaultOptionsStream = 12,
   kWorkloadOptionsStream = 13,
@@ -154,6 +155,17 @@ struct ClientSend {
   std::size_t client = 0;
   protocol::Body body;
 };
+// The ci client records a run report (a qualification_run record), or its next version as the
+// run goes; and reads reports back by key or as a list.
+struct ClientPutReport {
+  std::uint64_t run = 0;
+  std::uint32_t version = 1;
+};
+struct ClientReadReports {
+  std::uint64_t run = 0;
+  bool list = false;
+};
+struct NextRunReport {};
 struct NextSubmission {};
 struct NextLeaseRequest {};
 struct NextFault {};
@@ -164,7 +176,7 @@ using Event = std::variant<ev::Deliver, ev::CoordinatorTick, ev::AgentTick, ev::
                            ev::CoordinatorRestart, ev::AgentCrash, ev::AgentRestart, ev::PartitionStart,
                            ev::ClientSubmit, ev::ClientCancel, ev::ClientGetJob, ev::NodeFault, ev::ProbeDone, ev::ClientRequestLease,
                            ev::ClientReleaseLease, ev::ClientSubmitInLease, ev::ClientSend, ev::NextSubmission,
-                           ev::NextLeaseRequest,
+                           ev::NextLeaseRequest, ev::ClientPutReport, ev::ClientReadReports, ev::NextRunReport,
                            ev::NextFault, ev::LabRound>;
 
 // A job's process on a simulated node: it runs for the duration its submitter put in its
@@ -217,6 +229,7 @@ struct Simulation::World {
   Rng fault_rng;
   Rng workload_rng;
   Rng process_rng;
+  Rng report_rng;
 
   TimeMs now = 0;
   std::uint64_t steps = 0;
@@ -244,6 +257,18 @@ struct Simulation::World {
   std::set<std::uint64_t> accepted;                                // job_accepted sent
   // The get_job requests awaiting their answer: (client, message id) -> job id.
   std::map<std::pair<std::size_t, std::uint64_t>, std::uint64_t> gets_awaited;
+  // Run reports: the newest version of each run the coordinator acknowledged, the puts awaiting
+  // their answer (message id -> run, version), and the reads awaiting theirs with what had been
+  // acknowledged when they were sent (a read must show that version or a later one).
+  std::map<std::uint64_t, std::uint32_t> reports_acknowledged;
+  std::uint64_t next_report_run = 1;
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> report_puts_awaited;
+  struct ReportRead {
+    std::uint64_t run = 0;
+    bool list = false;
+    std::map<std::uint64_t, std::uint32_t> acknowledged;
+  };
+  std::map<std::uint64_t, ReportRead> report_reads_awaited;
   std::set<std::pair<std::uint64_t, std::uint32_t>> acked_results;  // (job, attempt) acknowledged, stored terminal
   std::vector<std::pair<std::size_t, protocol::JobFinishedAck>> acks_this_step;  // (node, ack)
   std::set<std::string> in_quarantine;        // nodes seen quarantined, not yet released
@@ -453,6 +478,11 @@ struct Simulation::World {
   void handle(ev::ClientCancel& e);
   void handle(ev::ClientGetJob& e);
   void check_job_read_back(std::uint64_t job_id, const protocol::Body& answer);
+  void handle(ev::ClientPutReport& e);
+  void handle(ev::ClientReadReports& e);
+  void handle(ev::NextRunReport&);
+  // The answer to a report put or read of the ci client; false when `corr` is not one.
+  bool report_answered(std::uint64_t corr, const protocol::Body& answer);
 
   void handle(ev::NodeFault& e) { start_node_fault(e.node, e.duration_ms); }
 
