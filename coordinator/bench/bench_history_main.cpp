@@ -5,8 +5,8 @@
 // holding every job, and times each start until /metrics answers, reads its resident memory, and
 // times `get_job` of a job it holds and of the oldest (read back from the store). Medians of the
 // repeats, all in the same run. With --run-reports it stores that many qualification run reports
-// too, and times `get_record` of the oldest and the newest (both read from the store, which holds
-// them: record_book.h). See docs/performance.md, "History".
+// too (with each run's change, request and claim), and times `get_record` of the oldest and the
+// newest report (both read from the store, which holds them: record_book.h). See docs/performance.md, "History".
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -118,8 +118,41 @@ kiln::protocol::RecordEntry run_report(std::size_t n, double kb) {
   return record;
 }
 
+// What comes with each presubmit run besides its report, as the demo writes them: the change it
+// qualifies, the run's request and the qualifier's claim on it (a few hundred bytes each), which
+// the coordinator holds.
+std::vector<kiln::protocol::RecordEntry> run_records(std::size_t n) {
+  using kiln::protocol::RecordKind;
+  const std::string change_id = fmt::format("c{:07}", n);
+  const TimeMs at = 1'700'000'000'000 + static_cast<TimeMs>(n) * 60000;
+  const std::vector<std::pair<RecordKind, nlohmann::json>> documents = {
+      {RecordKind::change,
+       {{"schema", "kiln.change/1"}, {"id", change_id}, {"layer", "kernels"}, {"owner_team", "kernels-team"},
+        {"components", {"gemm-bf16"}}, {"merged_at_ms", at}, {"summary", "gemm: retune the bf16 tiles for long rows"}}},
+      {RecordKind::run_request,
+       {{"run_id", report_key(n)}, {"tier", "presubmit"}, {"change", change_id}, {"accept", false},
+        {"bundle_id", fmt::format("{:064x}", n)}, {"deadline_ms", at + 3'600'000}, {"max_jobs", 32}, {"max_models", 10},
+        {"repeats", 10}, {"soak_rounds", 0}}},
+      {RecordKind::run_claim,
+       {{"run_id", report_key(n)}, {"owner", "qualifier/4242"}, {"lease_ms", 30000}, {"expires_at_ms", at + 30000}}},
+  };
+  std::vector<kiln::protocol::RecordEntry> records;
+  for (const auto& [kind, document] : documents) {
+    kiln::protocol::RecordEntry record;
+    record.kind = kind;
+    record.key = kind == RecordKind::change ? change_id : report_key(n);
+    record.seq = 1'000'000'000 + n * 3 + records.size();  // after the reports'
+    record.updated_at_ms = at;
+    record.written_by = "bench-ci";
+    record.document = document.dump();
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
 // A store with `history` jobs: ended ones, every 1,000th a rollout install on the next of the
-// nodes, and the last kQueued queued; and `run_reports` qualification run reports.
+// nodes, and the last kQueued queued; and `run_reports` qualification run reports with the
+// records of their runs (run_records).
 kiln::Status fill_store(const fs::path& path, std::size_t history, double doc_kb, std::size_t run_reports,
                         double report_kb) {
   auto store = kiln::coordinator::open_sqlite_store(path.string());
@@ -130,6 +163,9 @@ kiln::Status fill_store(const fs::path& path, std::size_t history, double doc_kb
       if (auto s = (*store)->begin(); !s) return s;
     }
     if (auto s = (*store)->save_record(run_report(n, report_kb)); !s) return s;
+    for (const auto& record : run_records(n)) {
+      if (auto s = (*store)->save_record(record); !s) return s;
+    }
     if (n % kBatch == 0 || n == run_reports) {
       if (auto s = (*store)->commit(); !s) return s;
     }
@@ -404,9 +440,10 @@ int main(int argc, char** argv) {
                  "job\n",
                  "", "", r.load_live_ms, s.held, r.load_all_ms);
       if (s.run_reports > 0) {
-        fmt::print("{:>9} {:>9} | {} run reports of {} KB stored; get_record of the newest {:.0f} us, of the oldest {:.0f} "
-                   "us\n",
-                   "", "", s.run_reports, s.report_kb, r.live.get_report_new_us, r.live.get_report_old_us);
+        fmt::print("{:>9} {:>9} | {} run reports of {} KB stored, with their runs' change, request and claim: {} records "
+                   "held, {} reports' keys; get_record of the newest {:.0f} us, of the oldest {:.0f} us\n",
+                   "", "", s.run_reports, s.report_kb, r.live.records_held, r.live.run_reports_in_store_only,
+                   r.live.get_report_new_us, r.live.get_report_old_us);
       }
     }
   }
