@@ -119,8 +119,7 @@ kiln::protocol::RecordEntry run_report(std::size_t n, double kb) {
 }
 
 // What comes with each presubmit run besides its report, as the demo writes them: the change it
-// qualifies, the run's request and the qualifier's claim on it (a few hundred bytes each), which
-// the coordinator holds.
+// qualifies, the run's request and the qualifier's claim on it (a few hundred bytes each).
 std::vector<kiln::protocol::RecordEntry> run_records(std::size_t n) {
   using kiln::protocol::RecordKind;
   const std::string change_id = fmt::format("c{:07}", n);
@@ -197,7 +196,7 @@ kiln::Status fill_store(const fs::path& path, std::size_t history, double doc_kb
 struct Start {
   std::size_t jobs_held = 0;  // as its log says it recovered them
   std::size_t records_held = 0;
-  std::size_t run_reports_in_store_only = 0;  // of which it holds the keys only
+  std::size_t records_in_store_only = 0;  // qualification records of which it holds the key only
   double serves_after_s = NAN;
   double resident_mb = NAN;
   double get_held_us = NAN;  // get_job of the newest ended job
@@ -210,13 +209,13 @@ struct Start {
 void read_recovered(const fs::path& log, Start& start) {
   std::ifstream in(log);
   const std::regex jobs(R"(recovered \d+ nodes, (\d+) jobs)");
-  const std::regex records(R"((\d+) qualification records \(and the keys of (\d+) run reports)");
+  const std::regex records(R"((\d+) qualification records \(and the keys of (\d+) more)");
   std::smatch match;
   for (std::string line; std::getline(in, line);) {
     if (std::regex_search(line, match, jobs)) start.jobs_held = std::stoul(match[1].str());
     if (std::regex_search(line, match, records)) {
       start.records_held = std::stoul(match[1].str());
-      start.run_reports_in_store_only = std::stoul(match[2].str());
+      start.records_in_store_only = std::stoul(match[2].str());
     }
   }
 }
@@ -357,7 +356,7 @@ class Bench {
 nlohmann::json start_json(const Start& s) {
   return {{"jobs_held", s.jobs_held},
           {"records_held", s.records_held},
-          {"run_reports_in_store_only", s.run_reports_in_store_only},
+          {"records_in_store_only", s.records_in_store_only},
           {"serves_after_s", s.serves_after_s},
           {"resident_mb", s.resident_mb},
           {"get_held_job_us", s.get_held_us},
@@ -441,8 +440,8 @@ int main(int argc, char** argv) {
                  "", "", r.load_live_ms, s.held, r.load_all_ms);
       if (s.run_reports > 0) {
         fmt::print("{:>9} {:>9} | {} run reports of {} KB stored, with their runs' change, request and claim: {} records "
-                   "held, {} reports' keys; get_record of the newest {:.0f} us, of the oldest {:.0f} us\n",
-                   "", "", s.run_reports, s.report_kb, r.live.records_held, r.live.run_reports_in_store_only,
+                   "held, {} keys only; get_record of the newest {:.0f} us, of the oldest {:.0f} us\n",
+                   "", "", s.run_reports, s.report_kb, r.live.records_held, r.live.records_in_store_only,
                    r.live.get_report_new_us, r.live.get_report_old_us);
       }
     }

@@ -65,6 +65,12 @@ struct ReadRecords {
   std::uint64_t corr = 0;
   std::variant<protocol::GetRecord, protocol::ListRecords> query;
 };
+// Read back the record a put decides by (RecordBook::document_needed) and hand it to
+// CoordinatorCore::on_record_recalled; the puts that need it wait until then.
+struct RecallRecord {
+  protocol::RecordKind kind = protocol::RecordKind::change;
+  std::string key;
+};
 enum class Severity { debug, info, warn, error };
 struct Log {
   Severity severity = Severity::info;
@@ -74,7 +80,7 @@ struct Log {
 
 using Action = std::variant<action::ToAgent, action::ToClient, action::SaveNode, action::SaveJob,
                             action::SaveRecord, action::SaveLease, action::AppendAudit, action::RecallJob,
-                            action::ReadRecords, action::Log>;
+                            action::ReadRecords, action::RecallRecord, action::Log>;
 
 class ActionSink {
  public:

@@ -50,7 +50,7 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
       records_.in_store_count() != 0) {
     sink_.log(action::Severity::info,
               fmt::format("recovered {} nodes, {} jobs ({} active, {} queued again), {} developer leases ({} "
-                          "active) and {} qualification records (and the keys of {} run reports, read from the "
+                          "active) and {} qualification records (and the keys of {} more, read from the "
                           "store when asked for) from the store",
                           registry_.nodes().size(), jobs_.all().size(), jobs_.active_count(), resubmitted,
                           leases_recovered, leases_.active(), records_.held_count(), records_.in_store_count()));
@@ -139,7 +139,41 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
     if (waiting.size() == 1) sink_.push(action::RecallJob{job_id});
     return;
   }
+  if (const auto* put = std::get_if<protocol::PutRecord>(&m.body)) {
+    if (auto needed = records_.document_needed(*put)) {
+      // A record this coordinator keeps in the store only: the put waits for it to be read back.
+      auto& waiting = waiting_for_record_[*needed];
+      waiting.push_back(RecallWaiter{client, caller, m, clock_now});
+      if (waiting.size() == 1) sink_.push(action::RecallRecord{needed->first, needed->second});
+      return;
+    }
+  }
   take_client_message(client, caller, m, clock_now);
+}
+
+void CoordinatorCore::on_record_recalled(protocol::RecordKind kind, const std::string& key,
+                                         Result<std::vector<protocol::RecordEntry>> found) {
+  auto waiting = waiting_for_record_.extract(std::make_pair(kind, key));
+  KILN_ASSERT(!waiting.empty(), "a record is read back only for the puts that wait for it");
+  if (!found) {
+    for (const RecallWaiter& w : waiting.mapped()) {
+      sink_.reply_error(w.client, w.message.header.id, Errc::unavailable,
+                        fmt::format("{} {} is kept in the store only, and the store could not read it ({}); try "
+                                    "again, and if it persists run `kiln-coordinator check-store`",
+                                    protocol::enum_name(kind), key, found.error().message));
+    }
+    return;
+  }
+  if (found->size() == 1 && found->front().kind == kind && found->front().key == key) {
+    records_.take_recalled(std::move(found->front()));
+  } else {
+    sink_.log(action::Severity::error,
+              fmt::format("the store holds no {} record '{}', which this coordinator knows was written: run "
+                          "`kiln-coordinator check-store`",
+                          protocol::enum_name(kind), key));
+  }
+  for (const RecallWaiter& w : waiting.mapped()) take_client_message(w.client, w.caller, w.message, w.now);
+  records_.forget_recalled();
 }
 
 void CoordinatorCore::on_job_recalled(std::uint64_t job_id, Result<std::optional<JobRecord>> found) {
@@ -300,9 +334,12 @@ std::string no_record(const protocol::GetRecord& get) {
                      protocol::enum_name(get.kind), get.key);
 }
 
-// Run reports read from the store for one page: the page's byte budget holds a few dozen of
-// them, so reading a client's whole limit (up to 10,000) would read what is not sent.
-constexpr std::uint32_t kStoredRowsPerPage = 100;
+// Records read from the store for one page: the page's byte budget holds a few dozen run reports
+// or about a thousand of the other kinds, so reading a client's whole limit (up to 10,000) would
+// read what is not sent.
+std::uint32_t stored_rows_per_page(protocol::RecordKind kind) {
+  return kind == protocol::RecordKind::qualification_run || kind == protocol::RecordKind::stability_run ? 100 : 1000;
+}
 
 }  // namespace
 
@@ -317,12 +354,12 @@ void CoordinatorCore::get_record(const std::string& client, std::uint64_t corr, 
 }
 
 void CoordinatorCore::list_records(const std::string& client, std::uint64_t corr, const protocol::ListRecords& list) {
-  if (!held_in_store_only(list.kind)) {
+  if (held_in_memory(list.kind)) {
     sink_.to_client(client, records_.list(list), corr);
     return;
   }
   protocol::ListRecords read = list;
-  read.limit = std::min(list.limit, kStoredRowsPerPage) + 1;  // one more says whether more follow
+  read.limit = std::min(list.limit, stored_rows_per_page(list.kind)) + 1;  // one more says whether more follow
   sink_.push(action::ReadRecords{client, corr, read});
 }
 
@@ -330,8 +367,9 @@ void CoordinatorCore::on_records_read(const action::ReadRecords& read,
                                       Result<std::vector<protocol::RecordEntry>> found) {
   if (!found) {
     sink_.reply_error(read.client, read.corr, Errc::unavailable,
-                      fmt::format("run reports are kept in the store only, and the store could not read them ({}); "
+                      fmt::format("{} records are kept in the store only, and the store could not read them ({}); "
                                   "try again, and if it persists run `kiln-coordinator check-store`",
+                                  protocol::enum_name(std::visit([](const auto& q) { return q.kind; }, read.query)),
                                   found.error().message));
     return;
   }

@@ -80,6 +80,10 @@ class CoordinatorCore {
   // GetRecord, none or the one; for a ListRecords, in seq order, at most the query's limit), or
   // why they could not be read. The client gets its reply now.
   void on_records_read(const action::ReadRecords& read, Result<std::vector<protocol::RecordEntry>> found);
+  // The answer to action::RecallRecord: the record as the store holds it (none or the one), or
+  // why it could not be read. The puts that wait for it are taken now.
+  void on_record_recalled(protocol::RecordKind kind, const std::string& key,
+                          Result<std::vector<protocol::RecordEntry>> found);
   // The shell's loop did not run for `paused_ms` (the process was stopped, starved or swapped
   // out): heartbeats sent meanwhile may still be unread, so no node is lost for that silence.
   // Each gets a liveness timeout from now, or the restart grace when the pause was longer than
@@ -149,6 +153,8 @@ class CoordinatorCore {
     Now now;
   };
   std::map<std::uint64_t, std::vector<RecallWaiter>> waiting_for_recall_;
+  // Puts that wait for the record they decide by (on_record_recalled).
+  std::map<std::pair<protocol::RecordKind, std::string>, std::vector<RecallWaiter>> waiting_for_record_;
 };
 
 }  // namespace kiln::coordinator

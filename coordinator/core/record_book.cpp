@@ -111,7 +111,7 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       if (!bundle) return tl::unexpected(bundle.error());
       if (auto ok = key_matches(put.key, bundle->id, put.kind); !ok) return ok;
       for (const auto& change : bundle->change_ids) {
-        if (!get(RecordKind::change, change)) {
+        if (!exists(RecordKind::change, change)) {
           return fail(Errc::not_found, fmt::format("bundle {} contains change {}, which is not recorded; record the "
                                                    "changes (kiln change add / import) before their bundles",
                                                    bundle->id, change));
@@ -148,7 +148,7 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       auto request = qualification::run_request_from_json(*json);
       if (!request) return tl::unexpected(request.error());
       if (auto ok = key_matches(put.key, request->run_id, put.kind); !ok) return ok;
-      if (get(RecordKind::bundle, request->bundle_id) == nullptr) {
+      if (!exists(RecordKind::bundle, request->bundle_id)) {
         return fail(Errc::not_found, fmt::format("run {} asks for bundle '{}', which is not recorded; `kiln bundles` "
                                                  "lists the bundles",
                                                  request->run_id, request->bundle_id));
@@ -159,7 +159,7 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       auto claim = qualification::run_claim_from_json(*json);
       if (!claim) return tl::unexpected(claim.error());
       if (auto ok = key_matches(put.key, claim->run_id, put.kind); !ok) return ok;
-      if (get(RecordKind::run_request, put.key) == nullptr) {
+      if (!exists(RecordKind::run_request, put.key)) {
         return fail(Errc::not_found, fmt::format("no run {} was requested; a qualifier claims only requested runs",
                                                  put.key));
       }
@@ -274,6 +274,8 @@ protocol::RecordEntry RecordBook::store(RecordKind kind, const std::string& key,
     auto [it, added] = seq_in_store_.try_emplace(std::make_pair(kind, key), next_seq_);
     if (added) ++next_seq_;
     record.seq = it->second;
+    // A document read back for this put stays current for the puts after it in the same event.
+    if (auto held = records_.find(std::make_pair(kind, key)); held != records_.end()) held->second = record;
     return record;
   }
   auto it = records_.find(std::make_pair(kind, key));
@@ -306,8 +308,51 @@ bool RecordBook::in_store(RecordKind kind, const std::string& key) const {
   return seq_in_store_.count(std::make_pair(kind, key)) != 0;
 }
 
+bool RecordBook::exists(RecordKind kind, const std::string& key) const {
+  return records_.count(std::make_pair(kind, key)) != 0 || in_store(kind, key);
+}
+
+std::optional<std::pair<RecordKind, std::string>> RecordBook::document_needed(const protocol::PutRecord& put) const {
+  std::pair<RecordKind, std::string> needed;
+  switch (put.kind) {
+    case RecordKind::change:
+    case RecordKind::bundle:
+    case RecordKind::run_request:
+    case RecordKind::promotion:
+    case RecordKind::run_claim:
+      // Immutable ones, compared with what is stored; a claim, with its holder.
+      needed = {put.kind, put.key};
+      break;
+    case RecordKind::baseline: {
+      // Its bundle's hardware revisions.
+      auto json = nlohmann::json::parse(put.document, nullptr, false);
+      if (!json.is_object()) return std::nullopt;
+      needed = {RecordKind::bundle, string_member(json, "bundle_id")};
+      break;
+    }
+    default:
+      return std::nullopt;
+  }
+  if (records_.count(needed) != 0 || seq_in_store_.count(needed) == 0) return std::nullopt;
+  return needed;
+}
+
+void RecordBook::take_recalled(protocol::RecordEntry record) {
+  auto key = std::make_pair(record.kind, record.key);
+  KILN_ASSERT(held_in_store_only(record.kind) && in_store(record.kind, record.key),
+              "only records held in the store only are read back");
+  record.seq = seq_in_store_.at(key);
+  recalled_.push_back(key);
+  records_[std::move(key)] = std::move(record);
+}
+
+void RecordBook::forget_recalled() {
+  for (const auto& key : recalled_) records_.erase(key);
+  recalled_.clear();
+}
+
 protocol::RecordList RecordBook::list(const protocol::ListRecords& request) const {
-  KILN_ASSERT(!held_in_store_only(request.kind), "run reports are listed from the store");
+  KILN_ASSERT(held_in_memory(request.kind), "records held in the store only are listed from the store");
   return page_of(request, records_after(records_, request.kind, request.after_seq, request.limit + std::size_t{1}),
                  false);
 }

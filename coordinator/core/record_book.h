@@ -2,15 +2,20 @@
 // run requests and the qualifiers' claims on them): validated on the way in, saved through the
 // core's actions. Pure.
 //
-// It holds every record it decides by. Run reports (held_in_store_only) are the bulk of the
-// history, tens of KB each, and nothing is decided by them: of those it holds only the key and
-// seq, and the core reads the documents from the store when asked (action::ReadRecords).
+// The records grow with every run (a change, its bundle, the run's request, claim and report), so
+// the book holds the documents of the few kinds it reads on most puts (held_in_memory: tickets,
+// baselines, waivers) and, of every other record, only its key and seq: enough to know that it
+// exists and where it goes in a list. The core reads the rest from the store when asked
+// (action::ReadRecords), and reads back the one document a put decides by before taking it
+// (document_needed, action::RecallRecord): an immutable record written again, a claim's holder,
+// a baseline's bundle.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -26,11 +31,13 @@ struct RiskRegister;
 
 namespace kiln::coordinator {
 
-// Run reports: a qualification or stability run's document, written as the run goes and read by
-// people and the qualifier, never by the coordinator's own checks.
-constexpr bool held_in_store_only(protocol::RecordKind kind) {
-  return kind == protocol::RecordKind::qualification_run || kind == protocol::RecordKind::stability_run;
+// Few however long kiln runs (a ticket per culprit, a baseline per revision, waivers of at most 30
+// days), and read by puts of other kinds: their documents are held.
+constexpr bool held_in_memory(protocol::RecordKind kind) {
+  return kind == protocol::RecordKind::ticket || kind == protocol::RecordKind::baseline ||
+         kind == protocol::RecordKind::waiver;
 }
+constexpr bool held_in_store_only(protocol::RecordKind kind) { return !held_in_memory(kind); }
 
 using RecordMap = std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry>;
 
@@ -75,14 +82,22 @@ class RecordBook {
   // A person's state change of a recorded ticket (with_state in ticket_record.h).
   Result<protocol::RecordEntry> set_ticket_state(const protocol::SetTicketState& request, const std::string& written_by,
                                                  TimeMs now);
-  // A held record; nullptr when there is none or its kind is held in the store only.
+  // The record held in the store only whose document put() decides by and does not hold now, if
+  // any: the core reads it back first (take_recalled).
+  std::optional<std::pair<protocol::RecordKind, std::string>> document_needed(const protocol::PutRecord& put) const;
+  // A document read back for document_needed, held until forget_recalled(); the core calls that
+  // once the puts waiting for it are taken, so between two events only held_in_memory documents
+  // are held.
+  void take_recalled(protocol::RecordEntry record);
+  void forget_recalled();
+  // A held document; nullptr when there is none or it is held in the store only.
   const protocol::RecordEntry* get(protocol::RecordKind kind, const std::string& key) const;
   // Whether a record held in the store only was written (its document is then read from the store).
   bool in_store(protocol::RecordKind kind, const std::string& key) const;
   // How many records it holds, and of how many run reports it holds the key only.
   std::size_t held_count() const { return records_.size(); }
   std::size_t in_store_count() const { return seq_in_store_.size(); }
-  // A page of a kind that is held here (not held_in_store_only).
+  // A page of a kind held in memory.
   protocol::RecordList list(const protocol::ListRecords& request) const;
 
  private:
@@ -92,10 +107,13 @@ class RecordBook {
   protocol::RecordEntry store(protocol::RecordKind kind, const std::string& key, std::string document,
                               const std::string& written_by, TimeMs now);
 
+  bool exists(protocol::RecordKind kind, const std::string& key) const;
+
   RecordMap records_;
   // The seq of each record held in the store only: an update keeps it, so readers that page by
-  // seq see each run once.
+  // seq see each record once.
   std::map<std::pair<protocol::RecordKind, std::string>, std::uint64_t> seq_in_store_;
+  std::vector<std::pair<protocol::RecordKind, std::string>> recalled_;
   std::uint64_t next_seq_ = 1;
   std::shared_ptr<const qualification::RiskRegister> waiver_register_;
 };

@@ -33,6 +33,10 @@ Status carry_out(Action action, CoordinatorCore& core, CoordinatorIo& io) {
             core.on_records_read(a, io.read_records(a.query));
             return Status{};
           },
+          [&](action::RecallRecord& a) {
+            core.on_record_recalled(a.kind, a.key, io.read_records(protocol::GetRecord{a.kind, a.key}));
+            return Status{};
+          },
           [&](action::Log& a) {
             io.log(a.severity, a.text);
             return Status{};

@@ -1,6 +1,6 @@
 // kiln-bench-history on a small store: the real coordinator started on it holds only the live
 // jobs (the newest ended ones and the queued ones), or every job when told to, and the keys of the
-// run reports only; it answers for the oldest job and report either way. Only the figures' form and the jobs held are checked, never a timing.
+// qualification records only; it answers for the oldest job and report either way. Only the figures' form and the jobs held are checked, never a timing.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -15,7 +15,7 @@
 
 using namespace kiln::testing;
 
-TEST_CASE("kiln-bench-history: the coordinator starts from the live jobs and the run reports' keys, and reads the "
+TEST_CASE("kiln-bench-history: the coordinator starts from the live jobs and the records' keys, and reads the "
           "oldest back") {
   const std::filesystem::path out =
       std::filesystem::temp_directory_path() / ("kiln-bench-history-test-" + std::to_string(::getpid()) + ".json");
@@ -40,10 +40,10 @@ TEST_CASE("kiln-bench-history: the coordinator starts from the live jobs and the
       // Every get_job answered, the oldest job's included.
       CHECK(row[run]["get_held_job_us"].get<double>() > 0);
       CHECK(row[run]["get_oldest_job_us"].get<double>() > 0);
-      // The run reports stay in the store, and each is read from there when asked for; their
-      // runs' changes, requests and claims are held.
-      CHECK(row[run]["records_held"] == 3 * 40);
-      CHECK(row[run]["run_reports_in_store_only"] == 40);
+      // The run reports, and their runs' changes, requests and claims, stay in the store, and each
+      // is read from there when asked for.
+      CHECK(row[run]["records_held"] == 0);
+      CHECK(row[run]["records_in_store_only"] == 4 * 40);
       CHECK(row[run]["get_newest_run_report_us"].get<double>() > 0);
       CHECK(row[run]["get_oldest_run_report_us"].get<double>() > 0);
     }

@@ -185,6 +185,37 @@ TEST_CASE("run reports are kept in the store only: read back by key and listed a
             .starts_with("unavailable"));
 }
 
+TEST_CASE("a put that decides by a record kept in the store reads it back first; a store that cannot is unavailable") {
+  Harness h;
+  const auto changes = history();
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_change(changes[0]), 1)));
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_change(changes[1]), 2)));
+  CHECK(h.record_reads == 0);  // new records: nothing to compare with
+  // Written again: compared with the stored one, read back.
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_change(changes[0]), 3)));
+  CHECK(h.record_reads == 1);
+  q::Change edited = changes[0];
+  edited.summary = "another summary";
+  CHECK(error_of(h.client("ci", Role::ci, put_change(edited), 4)).starts_with("conflict"));
+  CHECK(h.record_reads == 2);
+  // A bundle needs its changes to exist, which the keys held say without a read.
+  auto bundle = q::build_bundle_at(changes, 1, {});
+  REQUIRE(bundle.has_value());
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_bundle(*bundle), 5)));
+  CHECK(h.record_reads == 2);
+
+  h.record_read_error = "disk I/O error";
+  const std::string unavailable = error_of(h.client("ci", Role::ci, put_change(changes[1]), 6));
+  CHECK(unavailable.starts_with("unavailable"));
+  CHECK(contains(unavailable, "change c1 is kept in the store only"));
+  CHECK(contains(unavailable, "check-store"));
+  q::Change fresh = changes[2];
+  fresh.id = "c9";
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_change(fresh), 7)));
+  h.record_read_error.reset();
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_change(changes[1]), 8)));
+}
+
 TEST_CASE("a baseline names a recorded bundle of its revision, and everything is back after a restart") {
   Harness h;
   const auto changes = history();
