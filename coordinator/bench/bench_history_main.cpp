@@ -377,7 +377,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(100, 10'000'000));
   app.add_option("--doc-kb", s.doc_kb, "the size of each stored job's document, in KB (the demo's average: 11)")
       ->check(CLI::Range(0.5, 1024.0));
-  app.add_option("--run-reports", s.run_reports, "qualification run reports stored besides the jobs")
+  app.add_option("--run-reports", s.run_reports,
+                 "finished runs stored besides the jobs, each its change, request, claim and report")
       ->check(CLI::Range(0, 10'000'000));
   app.add_option("--report-kb", s.report_kb, "the size of each run report, in KB (the demo's presubmit runs: 28)")
       ->check(CLI::Range(0.5, 700.0));
