@@ -119,6 +119,14 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
 
 namespace {
 
+// Why a request about what this coordinator keeps in the store only (`what` says "job 7 is") got
+// no answer, and what to do.
+std::string store_unreadable(std::string_view what, const Error& error) {
+  return fmt::format("{} kept in the store only, and reading the store failed ({}); try again, and if it "
+                     "persists run `kiln-coordinator check-store`",
+                     what, error.message);
+}
+
 // The job a client request is about, or 0.
 std::uint64_t job_named(const protocol::Body& body) {
   if (const auto* get = std::get_if<protocol::GetJob>(&body)) return get->job_id;
@@ -156,11 +164,9 @@ void CoordinatorCore::on_record_recalled(protocol::RecordKind kind, const std::s
   auto waiting = waiting_for_record_.extract(std::make_pair(kind, key));
   KILN_ASSERT(!waiting.empty(), "a record is read back only for the puts that wait for it");
   if (!found) {
+    const std::string why = store_unreadable(fmt::format("{} {} is", protocol::enum_name(kind), key), found.error());
     for (const RecallWaiter& w : waiting.mapped()) {
-      sink_.reply_error(w.client, w.message.header.id, Errc::unavailable,
-                        fmt::format("{} {} is kept in the store only, and the store could not read it ({}); try "
-                                    "again, and if it persists run `kiln-coordinator check-store`",
-                                    protocol::enum_name(kind), key, found.error().message));
+      sink_.reply_error(w.client, w.message.header.id, Errc::unavailable, why);
     }
     return;
   }
@@ -180,11 +186,9 @@ void CoordinatorCore::on_job_recalled(std::uint64_t job_id, Result<std::optional
   auto waiting = waiting_for_recall_.extract(job_id);
   KILN_ASSERT(!waiting.empty(), "a job is recalled only for the requests that wait for it");
   if (!found) {
+    const std::string why = store_unreadable(fmt::format("job {} is", job_id), found.error());
     for (const RecallWaiter& w : waiting.mapped()) {
-      sink_.reply_error(w.client, w.message.header.id, Errc::unavailable,
-                        fmt::format("job {} is kept in the store only, and the store could not read it ({}); try "
-                                    "again, and if it persists run `kiln-coordinator check-store`",
-                                    job_id, found.error().message));
+      sink_.reply_error(w.client, w.message.header.id, Errc::unavailable, why);
     }
     return;
   }
@@ -366,11 +370,9 @@ void CoordinatorCore::list_records(const std::string& client, std::uint64_t corr
 void CoordinatorCore::on_records_read(const action::ReadRecords& read,
                                       Result<std::vector<protocol::RecordEntry>> found) {
   if (!found) {
+    const auto kind = std::visit([](const auto& query) { return query.kind; }, read.query);
     sink_.reply_error(read.client, read.corr, Errc::unavailable,
-                      fmt::format("{} records are kept in the store only, and the store could not read them ({}); "
-                                  "try again, and if it persists run `kiln-coordinator check-store`",
-                                  protocol::enum_name(std::visit([](const auto& q) { return q.kind; }, read.query)),
-                                  found.error().message));
+                      store_unreadable(fmt::format("{} records are", protocol::enum_name(kind)), found.error()));
     return;
   }
   if (const auto* get = std::get_if<protocol::GetRecord>(&read.query)) {
