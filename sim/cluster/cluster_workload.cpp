@@ -3,6 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coordinator/qualification/change.h"
+#include "coordinator/qualification/run_request.h"
+
 namespace kiln::sim::cluster {
 
 void Simulation::World::client_send(std::size_t client, protocol::Body body) {
@@ -242,21 +245,108 @@ std::uint32_t report_version(const protocol::RecordEntry& record) {
   return json.is_object() ? json.value("version", 0u) : 0u;
 }
 
+// The change and the bundle every simulated run is requested on.
+const qualification::Change& report_change() {
+  static const qualification::Change change = [] {
+    qualification::Change c;
+    c.id = "sim-c1";
+    c.layer = qualification::Layer::kernels;
+    c.owner_team = "kernels-team";
+    c.merged_at_ms = 1767600000000;
+    return c;
+  }();
+  return change;
+}
+
+const qualification::Bundle& report_bundle() {
+  static const qualification::Bundle bundle = *qualification::build_bundle_at({report_change()}, 0);
+  return bundle;
+}
+
 }  // namespace
+
+void Simulation::World::put_record_awaited(const protocol::PutRecord& put, RecordPut awaited) {
+  if (coordinator) report_puts_awaited[clients[0].next_message_id] = std::move(awaited);
+  client_send(0, put);
+}
 
 void Simulation::World::handle(ev::NextRunReport&) {
   if (quiet) return;
-  schedule(0, ev::ClientPutReport{next_report_run++, 1});
   schedule(exponential_ms(report_rng, options.workload.run_reports_per_minute), ev::NextRunReport{});
+  if (!report_bundle_acknowledged) {
+    // Recorded again until acknowledged: the change a second time is compared with the stored one.
+    log(clients[0].key_name, "records change sim-c1");
+    put_record_awaited({protocol::RecordKind::change, report_change().id, qualification::to_json(report_change()).dump()},
+                       RecordPut{protocol::RecordKind::change});
+    return;
+  }
+  const std::uint64_t run = next_report_run++;
+  log(clients[0].key_name, fmt::format("requests run {}", report_key(run)));
+  qualification::RunRequest request;
+  request.run_id = report_key(run);
+  request.bundle_id = report_bundle().id;
+  put_record_awaited({protocol::RecordKind::run_request, request.run_id, qualification::to_json(request).dump()},
+                     RecordPut{protocol::RecordKind::run_request, run});
 }
 
 // Client 0 is the ci client, which records runs.
 void Simulation::World::handle(ev::ClientPutReport& e) {
   const std::string key = report_key(e.run);
   log(clients[0].key_name, fmt::format("records report {} version {}", key, e.version));
-  if (coordinator) report_puts_awaited[clients[0].next_message_id] = {e.run, e.version};
   const nlohmann::json document = {{"run_id", key}, {"version", e.version}, {"finished", e.version == 4}};
-  client_send(0, protocol::PutRecord{protocol::RecordKind::qualification_run, key, document.dump()});
+  put_record_awaited({protocol::RecordKind::qualification_run, key, document.dump()},
+                     RecordPut{protocol::RecordKind::qualification_run, e.run, e.version});
+}
+
+void Simulation::World::handle(ev::ClientClaim& e) {
+  const DurationMs lease_ms = between(report_rng, 5000, 30000);
+  log(clients[0].key_name, fmt::format("{} claims run {} for {} ms", e.owner, report_key(e.run), lease_ms));
+  auto& sent = claims_sent[e.run];
+  sent.push_back(ClaimSent{e.owner, wall(), lease_ms});
+  RecordPut awaited{protocol::RecordKind::run_claim, e.run};
+  awaited.claim = sent.size() - 1;
+  awaited.attempt = e.attempt;
+  put_record_awaited({protocol::RecordKind::run_claim, report_key(e.run),
+                      qualification::to_json(qualification::RunClaim{report_key(e.run), e.owner, lease_ms, 0}).dump()},
+                     awaited);
+}
+
+// A claim is refused while another owner's holds, and taken otherwise. Another owner's claim
+// surely held when it was acknowledged before this one was sent, that owner sent nothing since
+// that could have changed its expiry (a renewal), and it expires (counted from when it was sent,
+// with a second's margin for the clocks) after this one was acknowledged: no claim may be taken
+// then.
+void Simulation::World::claim_answered(const RecordPut& put, const protocol::ErrorReply* error) {
+  auto& sent = claims_sent[put.run];
+  ClaimSent& claim = sent.at(put.claim);
+  if (error && error->code != to_string(Errc::conflict)) {
+    return fail(fmt::format("{}'s claim of {} was refused: {}: {}", claim.owner, report_key(put.run), error->code,
+                            error->message));
+  }
+  if (error) {
+    claim.refused = true;
+  } else {
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+      const ClaimSent& other = sent[i];
+      if (other.owner == claim.owner || other.acknowledged_wall_ms == 0 ||
+          other.acknowledged_wall_ms >= claim.sent_wall_ms) {
+        continue;
+      }
+      const bool sent_since = std::any_of(sent.begin() + static_cast<std::ptrdiff_t>(i) + 1, sent.end(),
+                                          [&](const ClaimSent& later) { return later.owner == other.owner && !later.refused; });
+      if (!sent_since && wall() + 1000 < other.sent_wall_ms + other.lease_ms) {
+        return fail(fmt::format("{} claimed {} while {}'s claim, taken at {} for {} ms, still held", claim.owner,
+                                report_key(put.run), other.owner, other.acknowledged_wall_ms, other.lease_ms));
+      }
+    }
+    claim.acknowledged_wall_ms = wall();
+  }
+// Renew a held claim before it expires; try a refused one again later.
+  if (put.attempt < 6) {
+    const DurationMs after = error ? between(report_rng, 1000, claim.lease_ms)
+                                   : between(report_rng, claim.lease_ms / 4, claim.lease_ms * 3 / 4);
+    schedule(after, ev::ClientClaim{put.run, claim.owner, put.attempt + 1});
+  }
 }
 
 void Simulation::World::handle(ev::ClientReadReports& e) {
@@ -275,13 +365,37 @@ bool Simulation::World::report_answered(std::uint64_t corr, const protocol::Body
     fail(std::move(invariant));
     return true;
   };
-  if (auto put = report_puts_awaited.find(corr); put != report_puts_awaited.end()) {
-    const auto [run, version] = put->second;
-    report_puts_awaited.erase(put);
+  if (auto found = report_puts_awaited.find(corr); found != report_puts_awaited.end()) {
+    const RecordPut put = std::move(found->second);
+    report_puts_awaited.erase(found);
+    if (put.kind == protocol::RecordKind::run_claim) {
+      claim_answered(put, error);
+      return true;
+    }
     if (error) {
-      return violated(fmt::format("report {} version {} was refused: {}: {}", report_key(run), version, error->code,
+      return violated(fmt::format("{} of {} was refused: {}: {}", protocol::enum_name(put.kind),
+                                  put.run == 0 ? std::string("the runs' bundle") : report_key(put.run), error->code,
                                   error->message));
     }
+    if (put.kind == protocol::RecordKind::change) {
+      log(clients[0].key_name, "records bundle " + report_bundle().id.substr(0, 12));
+      put_record_awaited({protocol::RecordKind::bundle, report_bundle().id, qualification::to_json(report_bundle()).dump()},
+                         RecordPut{protocol::RecordKind::bundle});
+      return true;
+    }
+    if (put.kind == protocol::RecordKind::bundle) {
+      report_bundle_acknowledged = true;
+      return true;
+    }
+    if (put.kind == protocol::RecordKind::run_request) {
+      schedule(0, ev::ClientPutReport{put.run, 1});
+      for (const char* owner : {"q1/1", "q2/2"}) {
+        schedule(between(report_rng, 0, 30000), ev::ClientClaim{put.run, owner, 1});
+      }
+      return true;
+    }
+    const std::uint64_t run = put.run;
+    const std::uint32_t version = put.version;
     reports_acknowledged[run] = std::max(reports_acknowledged[run], version);
     // The next version comes after any duplicate of this put has arrived (network delays are
     // under a second), so a late duplicate never rewrites a newer version.

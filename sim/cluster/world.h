@@ -165,6 +165,12 @@ struct ClientReadReports {
   std::uint64_t run = 0;
   bool list = false;
 };
+// One of two qualifiers claims a requested run, or renews its claim.
+struct ClientClaim {
+  std::uint64_t run = 0;
+  std::string owner;
+  std::uint32_t attempt = 1;
+};
 struct NextRunReport {};
 struct NextSubmission {};
 struct NextLeaseRequest {};
@@ -176,7 +182,8 @@ using Event = std::variant<ev::Deliver, ev::CoordinatorTick, ev::AgentTick, ev::
                            ev::CoordinatorRestart, ev::AgentCrash, ev::AgentRestart, ev::PartitionStart,
                            ev::ClientSubmit, ev::ClientCancel, ev::ClientGetJob, ev::NodeFault, ev::ProbeDone, ev::ClientRequestLease,
                            ev::ClientReleaseLease, ev::ClientSubmitInLease, ev::ClientSend, ev::NextSubmission,
-                           ev::NextLeaseRequest, ev::ClientPutReport, ev::ClientReadReports, ev::NextRunReport,
+                           ev::NextLeaseRequest, ev::ClientPutReport, ev::ClientReadReports, ev::ClientClaim,
+                           ev::NextRunReport,
                            ev::NextFault, ev::LabRound>;
 
 // A job's process on a simulated node: it runs for the duration its submitter put in its
@@ -262,7 +269,26 @@ struct Simulation::World {
   // acknowledged when they were sent (a read must show that version or a later one).
   std::map<std::uint64_t, std::uint32_t> reports_acknowledged;
   std::uint64_t next_report_run = 1;
-  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> report_puts_awaited;
+  // Each run is requested on one bundle (its change and the bundle recorded first), then two
+  // qualifiers claim it: no two owners' claims may hold at once, across restarts too.
+  bool report_bundle_acknowledged = false;
+  // Every claim sent, per run: acknowledged (taken), refused, or neither (lost, or not answered yet).
+  struct ClaimSent {
+    std::string owner;
+    TimeMs sent_wall_ms = 0;
+    DurationMs lease_ms = 0;
+    TimeMs acknowledged_wall_ms = 0;
+    bool refused = false;
+  };
+  std::map<std::uint64_t, std::vector<ClaimSent>> claims_sent;
+  struct RecordPut {
+    protocol::RecordKind kind = protocol::RecordKind::qualification_run;
+    std::uint64_t run = 0;
+    std::uint32_t version = 0;  // a report's
+    std::size_t claim = 0;      // a claim's index in claims_sent
+    std::uint32_t attempt = 0;  // a claim's
+  };
+  std::map<std::uint64_t, RecordPut> report_puts_awaited;
   struct ReportRead {
     std::uint64_t run = 0;
     bool list = false;
@@ -481,6 +507,9 @@ struct Simulation::World {
   void handle(ev::ClientPutReport& e);
   void handle(ev::ClientReadReports& e);
   void handle(ev::NextRunReport&);
+  void handle(ev::ClientClaim& e);
+  void put_record_awaited(const protocol::PutRecord& put, RecordPut awaited);
+  void claim_answered(const RecordPut& put, const protocol::ErrorReply* error);
   // The answer to a report put or read of the ci client; false when `corr` is not one.
   bool report_answered(std::uint64_t corr, const protocol::Body& answer);
 
