@@ -58,8 +58,8 @@ struct AppendAudit {
 struct RecallJob {
   std::uint64_t job_id = 0;
 };
-// Read run reports (held in the store only, record_book.h) from the store, and hand them to
-// CoordinatorCore::on_records_read, which answers the client's request with them.
+// Read qualification records held in the store only (record_book.h) from the store, and hand
+// them to CoordinatorCore::on_records_read, which answers the client's request with them.
 struct ReadRecords {
   std::string client;
   std::uint64_t corr = 0;

@@ -94,7 +94,7 @@ class RecordBook {
   const protocol::RecordEntry* get(protocol::RecordKind kind, const std::string& key) const;
   // Whether a record held in the store only was written (its document is then read from the store).
   bool in_store(protocol::RecordKind kind, const std::string& key) const;
-  // How many records it holds, and of how many run reports it holds the key only.
+  // How many documents it holds, and of how many records held in the store only it holds the key.
   std::size_t held_count() const { return records_.size(); }
   std::size_t in_store_count() const { return seq_in_store_.size(); }
   // A page of a kind held in memory.

@@ -72,7 +72,7 @@ constexpr const char* kMigrations[] = {
     "CREATE INDEX IF NOT EXISTS jobs_by_rollout_node ON kiln.jobs (rollout_node, job_id) WHERE rollout_node <> '';"
     "CREATE INDEX IF NOT EXISTS jobs_by_rerun_candidate ON kiln.jobs (rerun_candidate_ms) "
     "WHERE rerun_candidate_ms > 0;",
-    // 7: each record's seq, so that run reports are read a page at a time rather than held.
+    // 7: each record's seq, so that records are read a page at a time rather than held.
     "ALTER TABLE kiln.records ADD COLUMN IF NOT EXISTS seq BIGINT NOT NULL DEFAULT 0;",
 };
 static_assert(std::size(kMigrations) == stored::kSchemaVersion, "one migration per schema version");

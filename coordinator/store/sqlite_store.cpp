@@ -54,7 +54,8 @@ constexpr const char* kCreateIndexes[] = {
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);",
     "CREATE INDEX IF NOT EXISTS jobs_by_rollout_node ON jobs (rollout_node, job_id) WHERE rollout_node <> '';",
     "CREATE INDEX IF NOT EXISTS jobs_by_rerun_candidate ON jobs (rerun_candidate_ms) WHERE rerun_candidate_ms > 0;",
-    // Holds the key too: a coordinator starts from the run reports' keys and seqs without reading their documents.
+    // Holds the key too: a coordinator starts from the keys and seqs of the records it holds in the store
+    // only, without reading their documents.
     "CREATE INDEX IF NOT EXISTS records_by_seq ON records (kind, seq, key);",
 };
 

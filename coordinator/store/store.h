@@ -41,10 +41,10 @@ class Store {
   virtual Result<std::vector<protocol::AuditEntry>> read_audit(const protocol::ListAudit& query) = 0;
   // Everything stored (what `migrate-store` copies).
   virtual Result<Snapshot> load() = 0;
-  // What a coordinator starts from: every node and lease, the qualification records with the
-  // documents of those it holds (record_book.h: of run reports the kind, key and seq only), and
-  // of the jobs those job_retention.h says it holds (jobs_held_at_start), so that starting up
-  // reads the live state, not the whole history.
+  // What a coordinator starts from: every node and lease, the qualification records (whole those
+  // record_book.h holds in memory, of the others the kind, key and seq only), and of the jobs
+  // those job_retention.h says it holds (jobs_held_at_start), so that starting up reads the live
+  // state, not the whole history.
   virtual Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) = 0;
   // One job as stored, nullopt when there is none.
   virtual Result<std::optional<JobRecord>> load_job(std::uint64_t job_id) = 0;

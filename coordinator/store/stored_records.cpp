@@ -132,7 +132,7 @@ std::string kinds_in_store_only() {
   return fmt::format("kind IN ({})", fmt::join(names, ", "));
 }
 
-// The kind, key and seq of the run reports, without their documents.
+// The kind, key and seq of the records held in the store only, without their documents.
 Status read_record_keys(const RowReader& read, const Place& place, std::vector<protocol::RecordEntry>& records) {
   // In the order of the (kind, seq, key) index, which holds all three: the documents are not read.
   RowQuery query{"records", "kind, key, seq", kinds_in_store_only(), "kind, seq"};

@@ -26,7 +26,7 @@ namespace kiln::coordinator::stored {
 // for, "" for other jobs), their rerun_candidate_ms column (when a job that may be rerun ended,
 // job_retention.h, 0 for other jobs) and the indexes that let a coordinator start from the live
 // jobs only; version 7 the records' seq column (filled from the documents) and its index by
-// kind, so that run reports are read from the store a page at a time rather than held.
+// kind, so that records are read from the store a page at a time rather than held.
 // Both stores upgrade older databases in place and refuse newer ones, so a coordinator never
 // drops what it does not know about.
 constexpr int kSchemaVersion = 7;
@@ -94,8 +94,8 @@ Result<T> parse_record(const std::optional<std::string>& doc, const Place& place
 }
 
 // Every node, qualification record and lease, each table in its key's order, and the jobs
-// `jobs_where` selects (empty: all). With `live`, run reports come without their documents
-// (record_book.h, held_in_store_only).
+// `jobs_where` selects (empty: all). With `live`, the records held in the store only come
+// without their documents (record_book.h, held_in_store_only).
 Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const std::string& jobs_where = "",
                                bool live = false);
 

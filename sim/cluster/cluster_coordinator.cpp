@@ -111,7 +111,7 @@ coordinator::Snapshot Simulation::World::stored() const {
                                                     std::numeric_limits<TimeMs>::min());
   for (const auto& [key, record] : stored_records) {
     snapshot.records.push_back(record);
-    // As Store::load_live reads them: run reports without their documents.
+    // As Store::load_live reads them: those held in the store only without their documents.
     if (coordinator::held_in_store_only(record.kind)) snapshot.records.back().document.clear();
   }
   for (const auto& [id, lease] : stored_leases) snapshot.leases.push_back(lease);
