@@ -86,18 +86,23 @@ struct GetRecord {
   }
 };
 
-// Records of one kind in the order they were first written, after `after_seq`.
+// Records of one kind with after_seq < seq < before_seq (0: no upper bound), in the order they
+// were first written, or newest first: a client that needs only the latest reads those.
 struct ListRecords {
   static constexpr std::string_view kType = "list_records";
   RecordKind kind = RecordKind::change;
   std::uint32_t limit = 1000;
   std::uint64_t after_seq = 0;
+  std::uint64_t before_seq = 0;
+  bool newest_first = false;
 
   template <class V>
   void visit(V& v) {
     v.field("kind", kind);
     v.field("limit", limit, Range{1, 10000});
     v.field("after_seq", after_seq, kU64);
+    v.field("before_seq", before_seq, kU64);
+    v.field("newest_first", newest_first);
   }
 };
 
@@ -121,7 +126,8 @@ struct RecordEntry {
   }
 };
 
-// `more`: the list stopped early (limit or size); ask again after the last seq.
+// `more`: the list stopped early (limit or size); ask again from the last seq (after it, or
+// before it when newest first).
 struct RecordList {
   static constexpr std::string_view kType = "record_list";
   std::vector<RecordEntry> records;

@@ -43,14 +43,17 @@ Status key_matches(const std::string& key, const std::string& id, RecordKind kin
 
 }  // namespace
 
-std::vector<protocol::RecordEntry> records_after(const RecordMap& records, RecordKind kind, std::uint64_t after_seq,
-                                                 std::size_t limit) {
+std::vector<protocol::RecordEntry> records_in(const RecordMap& records, const protocol::ListRecords& range,
+                                              std::size_t limit) {
   std::vector<protocol::RecordEntry> rows;
+  const auto kind = range.kind;
   for (auto it = records.lower_bound(std::make_pair(kind, std::string())); it != records.end() && it->first.first == kind;
        ++it) {
-    if (it->second.seq > after_seq) rows.push_back(it->second);
+    const std::uint64_t seq = it->second.seq;
+    if (seq > range.after_seq && (range.before_seq == 0 || seq < range.before_seq)) rows.push_back(it->second);
   }
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+  std::sort(rows.begin(), rows.end(),
+            [&](const auto& a, const auto& b) { return range.newest_first ? a.seq > b.seq : a.seq < b.seq; });
   if (rows.size() > limit) rows.resize(limit);
   return rows;
 }
@@ -63,7 +66,7 @@ std::vector<protocol::RecordEntry> read_from(const RecordMap& records,
     return {it->second};
   }
   const auto& list = std::get<protocol::ListRecords>(query);
-  return records_after(records, list.kind, list.after_seq, list.limit);
+  return records_in(records, list, list.limit);
 }
 
 protocol::RecordList page_of(const protocol::ListRecords& request, std::vector<protocol::RecordEntry> rows,
@@ -353,7 +356,7 @@ void RecordBook::forget_recalled() {
 
 protocol::RecordList RecordBook::list(const protocol::ListRecords& request) const {
   KILN_ASSERT(held_in_memory(request.kind), "records held in the store only are listed from the store");
-  return page_of(request, records_after(records_, request.kind, request.after_seq, request.limit + std::size_t{1}),
+  return page_of(request, records_in(records_, request, request.limit + std::size_t{1}),
                  false);
 }
 

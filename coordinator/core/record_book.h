@@ -41,17 +41,17 @@ constexpr bool held_in_store_only(protocol::RecordKind kind) { return !held_in_m
 
 using RecordMap = std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry>;
 
-// The records of `kind` after `after_seq` in seq order, at most `limit`: what a store returns for
-// a page of list_records, before page_of.
-std::vector<protocol::RecordEntry> records_after(const RecordMap& records, protocol::RecordKind kind,
-                                                 std::uint64_t after_seq, std::size_t limit);
+// The records of `range`'s kind within its seqs, in its order, at most `limit`: what a store
+// returns for a page of list_records, before page_of.
+std::vector<protocol::RecordEntry> records_in(const RecordMap& records, const protocol::ListRecords& range,
+                                              std::size_t limit);
 
 // What a store gives back for action::ReadRecords (CoordinatorIo::read_records), from records in
 // memory: the simulation's and the tests' store.
 std::vector<protocol::RecordEntry> read_from(const RecordMap& records,
                                              const std::variant<protocol::GetRecord, protocol::ListRecords>& query);
 
-// The reply to `request` from `rows` (records_after's, or the store's): at most request.limit,
+// The reply to `request` from `rows` (records_in's, or the store's): at most request.limit,
 // within the message budget, `more` when rows were left out or `rows_read_were_cut` (the rows
 // were read up to a limit of their own and more may follow).
 protocol::RecordList page_of(const protocol::ListRecords& request, std::vector<protocol::RecordEntry> rows,

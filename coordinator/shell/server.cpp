@@ -331,8 +331,7 @@ class Server final : public CoordinatorServer, private CoordinatorIo {
       if (!*found) return std::vector<protocol::RecordEntry>{};
       return std::vector<protocol::RecordEntry>{std::move(**found)};
     }
-    const auto& list = std::get<protocol::ListRecords>(query);
-    return store_->list_records(list.kind, list.after_seq, list.limit);
+    return store_->list_records(std::get<protocol::ListRecords>(query));
   }
 
   // The audit lines that may say when the nodes quarantined now were quarantined: those since the

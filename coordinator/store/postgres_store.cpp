@@ -437,9 +437,8 @@ class PostgresStore final : public Store {
   Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind, const std::string& key) override {
     return stored::load_record(session_.row_reader(), session_.place(), kind, key);
   }
-  Result<std::vector<protocol::RecordEntry>> list_records(protocol::RecordKind kind, std::uint64_t after_seq,
-                                                          std::size_t limit) override {
-    return stored::list_records(session_.row_reader(), session_.place(), kind, after_seq, limit);
+  Result<std::vector<protocol::RecordEntry>> list_records(const protocol::ListRecords& range) override {
+    return stored::list_records(session_.row_reader(), session_.place(), range);
   }
   Status each_job(const std::function<Status(const JobRecord&)>& visit) override {
     return stored::each_job(session_.row_reader(), session_.place(), visit);

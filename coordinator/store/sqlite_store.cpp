@@ -545,9 +545,8 @@ class SqliteStore final : public Store {
   Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind, const std::string& key) override {
     return stored::load_record(row_reader(db_.get(), path_), place_of(path_), kind, key);
   }
-  Result<std::vector<protocol::RecordEntry>> list_records(protocol::RecordKind kind, std::uint64_t after_seq,
-                                                          std::size_t limit) override {
-    return stored::list_records(row_reader(db_.get(), path_), place_of(path_), kind, after_seq, limit);
+  Result<std::vector<protocol::RecordEntry>> list_records(const protocol::ListRecords& range) override {
+    return stored::list_records(row_reader(db_.get(), path_), place_of(path_), range);
   }
   Status each_job(const std::function<Status(const JobRecord&)>& visit) override {
     return stored::each_job(row_reader(db_.get(), path_), place_of(path_), visit);

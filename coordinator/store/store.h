@@ -51,10 +51,9 @@ class Store {
   // One qualification record as stored, nullopt when there is none.
   virtual Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind,
                                                                    const std::string& key) = 0;
-  // The records of `kind` after `after_seq`, in seq order, at most `limit`: through an index, so
-  // a page costs the same however many are stored.
-  virtual Result<std::vector<protocol::RecordEntry>> list_records(protocol::RecordKind kind, std::uint64_t after_seq,
-                                                                  std::size_t limit) = 0;
+  // The records of `range`'s kind within its seqs, in its order (oldest or newest first), at most
+  // range.limit: through an index, so a page costs the same however many are stored.
+  virtual Result<std::vector<protocol::RecordEntry>> list_records(const protocol::ListRecords& range) = 0;
   // Every job, in id order, a page at a time: however many are stored, only a page is in
   // memory. The first error, the store's or `visit`'s, stops it.
   virtual Status each_job(const std::function<Status(const JobRecord&)>& visit) = 0;

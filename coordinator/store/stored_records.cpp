@@ -183,12 +183,13 @@ Result<std::optional<protocol::RecordEntry>> load_record(const RowReader& read, 
 }
 
 Result<std::vector<protocol::RecordEntry>> list_records(const RowReader& read, const Place& place,
-                                                        protocol::RecordKind kind, std::uint64_t after_seq,
-                                                        std::size_t limit) {
+                                                        const protocol::ListRecords& range) {
   std::vector<protocol::RecordEntry> found;
-  if (limit == 0) return found;
-  RowQuery query{"records", "kind, key", fmt::format("kind = $1 AND seq > {}", after_seq), "seq", limit};
-  query.parameters = {std::string(protocol::enum_name(kind))};
+  if (range.limit == 0) return found;
+  std::string where = fmt::format("kind = $1 AND seq > {}", range.after_seq);
+  if (range.before_seq != 0) where += fmt::format(" AND seq < {}", range.before_seq);
+  RowQuery query{"records", "kind, key", std::move(where), range.newest_first ? "seq DESC" : "seq", range.limit};
+  query.parameters = {std::string(protocol::enum_name(range.kind))};
   if (auto s = read_into(read, place, query, "qualification", found); !s) return tl::unexpected(s.error());
   return found;
 }

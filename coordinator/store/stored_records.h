@@ -102,12 +102,12 @@ Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const 
 // One job, nullopt when the table has none with that id.
 Result<std::optional<JobRecord>> load_job(const RowReader& read, const Place& place, std::uint64_t job_id);
 
-// One qualification record, and a kind's records after a seq (Store::load_record, list_records).
+// One qualification record, and a kind's records in a range of seqs (Store::load_record,
+// list_records).
 Result<std::optional<protocol::RecordEntry>> load_record(const RowReader& read, const Place& place,
                                                          protocol::RecordKind kind, const std::string& key);
 Result<std::vector<protocol::RecordEntry>> list_records(const RowReader& read, const Place& place,
-                                                        protocol::RecordKind kind, std::uint64_t after_seq,
-                                                        std::size_t limit);
+                                                        const protocol::ListRecords& range);
 
 // The SQL that fills the records' seq column from their documents, in an upgrade to version 7:
 // `number` turns a JSON field (`seq`) into the store's expression for it.

@@ -350,10 +350,13 @@ void Simulation::World::claim_answered(const RecordPut& put, const protocol::Err
 }
 
 void Simulation::World::handle(ev::ClientReadReports& e) {
-  log(clients[0].key_name, e.list ? std::string("lists the run reports") : "reads report " + report_key(e.run));
-  if (coordinator) report_reads_awaited[clients[0].next_message_id] = ReportRead{e.run, e.list, reports_acknowledged};
+  log(clients[0].key_name, e.list ? fmt::format("lists the run reports{}", e.newest_first ? ", newest first" : "")
+                                   : "reads report " + report_key(e.run));
+  if (coordinator) {
+    report_reads_awaited[clients[0].next_message_id] = ReportRead{e.run, e.list, e.newest_first, reports_acknowledged};
+  }
   if (e.list) {
-    client_send(0, protocol::ListRecords{protocol::RecordKind::qualification_run, 1000, 0});
+    client_send(0, protocol::ListRecords{protocol::RecordKind::qualification_run, 1000, 0, 0, e.newest_first});
   } else {
     client_send(0, protocol::GetRecord{protocol::RecordKind::qualification_run, report_key(e.run)});
   }
@@ -403,7 +406,8 @@ bool Simulation::World::report_answered(std::uint64_t corr, const protocol::Body
       schedule(between(report_rng, 1000, 300000), ev::ClientPutReport{run, version + 1});
     }
     if (report_rng.bernoulli(0.7)) {
-      schedule(between(report_rng, 0, 600000), ev::ClientReadReports{run, report_rng.bernoulli(0.3)});
+      const bool list = report_rng.bernoulli(0.3);
+      schedule(between(report_rng, 0, 600000), ev::ClientReadReports{run, list, list && report_rng.bernoulli(0.5)});
     }
     return true;
   }
@@ -429,11 +433,13 @@ bool Simulation::World::report_answered(std::uint64_t corr, const protocol::Body
   }
   const auto* list = std::get_if<protocol::RecordList>(&answer);
   if (!list) return violated("list_records of the run reports was answered with another message");
-  std::uint64_t last_seq = 0;
+  std::optional<std::uint64_t> last_seq;
   std::set<std::string> listed;
   for (const auto& record : list->records) {
-    if (record.seq <= last_seq || !listed.insert(record.key).second) {
-      return violated(fmt::format("list_records of the run reports listed {} out of seq order or twice", record.key));
+    const bool in_order = !last_seq || (asked.newest_first ? record.seq < *last_seq : record.seq > *last_seq);
+    if (!in_order || !listed.insert(record.key).second) {
+      return violated(fmt::format("list_records of the run reports{} listed {} out of seq order or twice",
+                                  asked.newest_first ? " (newest first)" : "", record.key));
     }
     last_seq = record.seq;
     const std::uint64_t run = std::stoull(record.key.substr(record.key.rfind('-') + 1));

@@ -164,6 +164,7 @@ struct ClientPutReport {
 struct ClientReadReports {
   std::uint64_t run = 0;
   bool list = false;
+  bool newest_first = false;  // a list read as a reader of the latest runs reads it
 };
 // One of two qualifiers claims a requested run, or renews its claim.
 struct ClientClaim {
@@ -292,6 +293,7 @@ struct Simulation::World {
   struct ReportRead {
     std::uint64_t run = 0;
     bool list = false;
+    bool newest_first = false;
     std::map<std::uint64_t, std::uint32_t> acknowledged;
   };
   std::map<std::uint64_t, ReportRead> report_reads_awaited;

@@ -168,6 +168,30 @@ TEST_CASE("run reports are kept in the store only: read back by key and listed a
     CHECK(keys.back() == "run-29");
     CHECK(std::is_sorted(seqs.begin(), seqs.end()));
     CHECK(pages >= 3);  // 512 KiB a page
+
+    // The latest first, a page at a time below the last seq read: a client that needs the newest
+    // few stops early, and one that reads on gets every report once.
+    std::vector<std::string> newest;
+    std::uint64_t before = 0;
+    for (bool more = true; more;) {
+      auto reply = coordinator->client(
+          "dev", Role::developer, protocol::ListRecords{RecordKind::qualification_run, 1000, 0, before, true}, now++);
+      REQUIRE(std::holds_alternative<protocol::RecordList>(reply));
+      auto& page = std::get<protocol::RecordList>(reply);
+      REQUIRE_FALSE(page.records.empty());
+      for (const auto& record : page.records) {
+        newest.push_back(record.key);
+        before = record.seq;
+      }
+      more = page.more;
+    }
+    CHECK(newest == std::vector<std::string>(keys.rbegin(), keys.rend()));
+    auto latest = coordinator->client("dev", Role::developer,
+                                      protocol::ListRecords{RecordKind::qualification_run, 2, 20, 0, true}, now++);
+    REQUIRE(std::holds_alternative<protocol::RecordList>(latest));
+    CHECK(std::get<protocol::RecordList>(latest).more);
+    CHECK(std::get<protocol::RecordList>(latest).records.front().key == "run-29");
+    CHECK(std::get<protocol::RecordList>(latest).records.back().key == "run-28");
   }
   // New reports keep counting after the recovered ones.
   REQUIRE(std::holds_alternative<protocol::Ok>(
@@ -307,6 +331,24 @@ TEST_CASE("a ticket is filed once per culprit; people, not the qualifier, set it
   auto list = std::get<protocol::RecordList>(h.client("dev", Role::developer, protocol::ListRecords{RecordKind::ticket}, 3));
   REQUIRE(list.records.size() == 1);
   CHECK(q::ticket_record_from_json(nlohmann::json::parse(list.records[0].document))->run_id == "nightly-1");
+  // Held whole, and listed newest first as the kinds kept in the store are.
+  const q::Change c08{"c08", q::Layer::kernels, "kernels-team", {"gemm-bf16"}, 2000, "tile", std::nullopt};
+  const q::Ticket second = q::make_culprit_ticket(c08, q::TicketKind::correctness_regression, "wrong", "{}", 30);
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client(
+      "ci", Role::ci,
+      protocol::PutRecord{RecordKind::ticket, second.id,
+                          q::to_json(q::new_ticket_record(second, "nightly-2", {"webhook"})).dump()},
+      3)));
+  auto newest =
+      std::get<protocol::RecordList>(h.client("dev", Role::developer, protocol::ListRecords{RecordKind::ticket, 1, 0, 0, true}, 3));
+  REQUIRE(newest.records.size() == 1);
+  CHECK(newest.records[0].key == second.id);
+  CHECK(newest.more);
+  auto older = std::get<protocol::RecordList>(h.client(
+      "dev", Role::developer, protocol::ListRecords{RecordKind::ticket, 1, 0, newest.records[0].seq, true}, 3));
+  REQUIRE(older.records.size() == 1);
+  CHECK(older.records[0].key == first.key);
+  CHECK_FALSE(older.more);
   // A ticket whose key is not its id is refused.
   CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::ticket, "kiln-x", first.document}, 4))
             .starts_with("invalid_argument"));

@@ -41,9 +41,8 @@ class FlakyCommitStore final : public Store {
   Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind, const std::string& key) override {
     return inner_->load_record(kind, key);
   }
-  Result<std::vector<protocol::RecordEntry>> list_records(protocol::RecordKind kind, std::uint64_t after_seq,
-                                                          std::size_t limit) override {
-    return inner_->list_records(kind, after_seq, limit);
+  Result<std::vector<protocol::RecordEntry>> list_records(const protocol::ListRecords& range) override {
+    return inner_->list_records(range);
   }
   Result<StoreCounts> count() override { return inner_->count(); }
   Status begin() override { return inner_->begin(); }

@@ -388,13 +388,26 @@ TEST_CASE_TEMPLATE("a coordinator starts from the run reports' keys only, and re
   CHECK_FALSE((*store)->load_record(RecordKind::stability_run, "run-3")->has_value());
   CHECK_FALSE((*store)->load_record(RecordKind::qualification_run, "' OR '1'='1")->has_value());
 
-  auto runs = (*store)->list_records(RecordKind::qualification_run, 0, 100);
+  const auto range = [](RecordKind kind, std::uint64_t after_seq, std::uint32_t limit, std::uint64_t before_seq = 0,
+                        bool newest_first = false) {
+    return protocol::ListRecords{kind, limit, after_seq, before_seq, newest_first};
+  };
+  auto runs = (*store)->list_records(range(RecordKind::qualification_run, 0, 100));
   REQUIRE_MESSAGE(runs.has_value(), why(runs));
   CHECK(keys_of(*runs) == std::vector<std::string>{"it's", "run-3", "run-5"});
-  CHECK(keys_of(*(*store)->list_records(RecordKind::qualification_run, 0, 2)) == std::vector<std::string>{"it's", "run-3"});
-  CHECK(keys_of(*(*store)->list_records(RecordKind::qualification_run, 3, 2)) == std::vector<std::string>{"run-5"});
-  CHECK(keys_of(*(*store)->list_records(RecordKind::stability_run, 0, 10)) == std::vector<std::string>{"s-4"});
-  CHECK((*store)->list_records(RecordKind::qualification_run, 5, 10)->empty());
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::qualification_run, 0, 2))) ==
+        std::vector<std::string>{"it's", "run-3"});
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::qualification_run, 3, 2))) == std::vector<std::string>{"run-5"});
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::stability_run, 0, 10))) == std::vector<std::string>{"s-4"});
+  CHECK((*store)->list_records(range(RecordKind::qualification_run, 5, 10))->empty());
+  // Newest first, a page at a time from the last one's seq: what a client reads for the latest runs.
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::qualification_run, 0, 2, 0, true))) ==
+        std::vector<std::string>{"run-5", "run-3"});
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::qualification_run, 0, 2, 3, true))) ==
+        std::vector<std::string>{"it's"});
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::qualification_run, 0, 10, 5))) ==
+        std::vector<std::string>{"it's", "run-3"});
+  CHECK((*store)->list_records(range(RecordKind::qualification_run, 2, 10, 3))->empty());
 }
 
 TEST_CASE_TEMPLATE("a version 6 database is upgraded: its records' seqs are read from their documents", Backend,
@@ -416,7 +429,7 @@ TEST_CASE_TEMPLATE("a version 6 database is upgraded: its records' seqs are read
   CHECK(contains(checked->summary, "schema version 6; 0 nodes, 0 jobs, 5 qualification records"));
   auto store = backend.open();
   REQUIRE_MESSAGE(store.has_value(), why(store));
-  auto runs = (*store)->list_records(protocol::RecordKind::qualification_run, 2, 10);
+  auto runs = (*store)->list_records(protocol::ListRecords{protocol::RecordKind::qualification_run, 10, 2});
   REQUIRE_MESSAGE(runs.has_value(), why(runs));
   CHECK(keys_of(*runs) == std::vector<std::string>{"run-3", "run-5"});
   auto live = (*store)->load_live(10, 0);
