@@ -1,4 +1,4 @@
-// The index: every run, newest first, and each model's throughput across the runs (a
+// The index: the latest runs, newest first, and each model's throughput across the runs (a
 // Perfherder-style graph per model and revision, each point a link to its run's page).
 #include <algorithm>
 
@@ -16,11 +16,14 @@ std::string render_index_page(std::span<const RunDigest> runs) {
   for (const RunDigest& run : runs) newest_first.push_back(&run);
   std::stable_sort(newest_first.begin(), newest_first.end(),
                    [](const RunDigest* a, const RunDigest* b) { return a->started_at_ms > b->started_at_ms; });
+  const bool cut = newest_first.size() > kIndexRuns;
+  if (cut) newest_first.resize(kIndexRuns);
 
   std::string out = page_start("kiln qualification runs");
-  out += fmt::format("<h1>kiln qualification runs</h1>\n<p>{} runs, newest first; each model's throughput across them "
-                     "<a href=\"#history\">below</a>.</p>\n",
-                     runs.size());
+  out += fmt::format("<h1>kiln qualification runs</h1>\n<p>{} runs, newest first{}; each model's throughput across "
+                     "them <a href=\"#history\">below</a>.</p>\n",
+                     cut ? fmt::format("The latest {}", kIndexRuns) : std::to_string(runs.size()),
+                     cut ? " (older runs keep their pages here, named by run id)" : "");
   out += "<section id=\"runs\">\n<table>\n<thead><tr><th scope=\"col\">run</th><th scope=\"col\">kind</th>"
          "<th scope=\"col\">verdict</th><th scope=\"col\">why</th><th scope=\"col\">started</th>"
          "<th scope=\"col\">duration</th><th scope=\"col\">bundle</th></tr></thead>\n<tbody>\n";

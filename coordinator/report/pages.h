@@ -63,10 +63,18 @@ std::string run_json_name(std::string_view run_id);
 
 // Plots show at most this many runs of history, the latest.
 constexpr std::size_t kHistoryRuns = 90;
+// The index lists at most this many runs, the latest; older runs keep their pages.
+constexpr std::size_t kIndexRuns = 1000;
+
+// Of `runs`, those the pages can show: the kIndexRuns that started last, and for each model and
+// revision the kHistoryRuns last to measure it. A reader that keeps only these keeps every page
+// as it would be from all the runs, in memory bounded by the models measured.
+std::vector<RunDigest> runs_for_pages(std::vector<RunDigest> runs);
 
 // `history`: other runs, in any order; those that started before this one are its history.
 std::string render_run_page(const nlohmann::json& report, std::span<const RunDigest> history);
-// Every run, newest first, and per model and revision its throughput across the runs.
+// The kIndexRuns latest runs, newest first, and per model and revision its throughput across
+// the runs.
 std::string render_index_page(std::span<const RunDigest> runs);
 
 }  // namespace kiln::report

@@ -130,6 +130,21 @@ std::vector<RunDigest> digests_of(std::span<const Json> reports) {
   return digests;
 }
 
+std::vector<RunDigest> runs_for_pages(std::vector<RunDigest> runs) {
+  std::stable_sort(runs.begin(), runs.end(),
+                   [](const RunDigest& a, const RunDigest& b) { return a.started_at_ms > b.started_at_ms; });
+  std::map<std::pair<std::string, std::string>, std::size_t> measured;
+  std::vector<RunDigest> kept;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    bool keep = i < kIndexRuns;
+    for (const ModelThroughput& entry : runs[i].throughputs) {
+      if (measured[{entry.model, entry.revision}]++ < kHistoryRuns) keep = true;
+    }
+    if (keep) kept.push_back(std::move(runs[i]));
+  }
+  return kept;
+}
+
 std::string run_page_name(std::string_view run_id) { return file_stem(run_id) + ".html"; }
 std::string run_json_name(std::string_view run_id) { return file_stem(run_id) + ".json"; }
 

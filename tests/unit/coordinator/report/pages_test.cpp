@@ -256,6 +256,39 @@ TEST_CASE("the index lists every run newest first and each model's throughput ac
   CHECK(has(index, "<figure id=\"model-0\"><figcaption>mlp-bf16-it on revision a</figcaption>"));
 }
 
+TEST_CASE("the pages keep the latest runs and each model's latest measurements; the index lists the latest") {
+  // Many presubmits of another model, and a nightly model measured once a day long before them:
+  // its plot still shows its last kHistoryRuns nights.
+  auto runs = earlier_runs(r::kHistoryRuns + 10);
+  const kiln::TimeMs first_presubmit_ms = SampleRun{}.started_at_ms;
+  for (std::size_t i = 0; i < r::kIndexRuns + 50; ++i) {
+    r::RunDigest presubmit;
+    presubmit.run_id = fmt::format("presubmit-{}", i);
+    presubmit.tier = "presubmit";
+    presubmit.started_at_ms = first_presubmit_ms + static_cast<kiln::TimeMs>(i) * 60'000;
+    presubmit.throughputs.push_back({"attention-bf16", "a", "pass", 100.0 + static_cast<double>(i % 7), false});
+    runs.push_back(std::move(presubmit));
+  }
+  const auto kept = r::runs_for_pages(runs);
+  CHECK(kept.size() == r::kIndexRuns + r::kHistoryRuns);
+  CHECK(kept.front().run_id == fmt::format("presubmit-{}", r::kIndexRuns + 49));  // newest first
+  const auto kept_run = [&](const std::string& id) {
+    return std::any_of(kept.begin(), kept.end(), [&](const r::RunDigest& run) { return run.run_id == id; });
+  };
+  CHECK(kept_run("nightly-earlier-10"));
+  CHECK_FALSE(kept_run("nightly-earlier-9"));  // the nightly model's 91st last
+  CHECK_FALSE(kept_run("presubmit-49"));       // neither among the latest nor needed by a plot
+
+  const std::string index = r::render_index_page(kept);
+  CHECK(has(index, fmt::format("The latest {} runs, newest first (older runs keep their pages here", r::kIndexRuns)));
+  CHECK(occurrences(index, "<td>presubmit</td>") == r::kIndexRuns);
+  CHECK_FALSE(has(index, "<a href=\"nightly-earlier-10.html\">nightly-earlier-10</a></td>"));
+  // ... and the plots are those of all the runs: the same as from the runs that were not kept.
+  CHECK(svg_with_id(index, "history-0") == svg_with_id(r::render_index_page(runs), "history-0"));
+  CHECK(svg_with_id(index, "history-1") == svg_with_id(r::render_index_page(runs), "history-1"));
+  CHECK(occurrences(svg_with_id(index, "history-1"), "data-series=\"history\"") == r::kHistoryRuns);
+}
+
 TEST_CASE("run file names: the id itself when it is safe, otherwise a safe name of its own") {
   CHECK(r::run_page_name("nightly-2026-12-03") == "nightly-2026-12-03.html");
   CHECK(r::run_json_name("smoke-c17") == "smoke-c17.json");
