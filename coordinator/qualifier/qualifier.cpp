@@ -40,6 +40,7 @@
 #include "coordinator/qualification/unit_tier.h"
 #include "coordinator/qualification/waiver.h"
 #include "coordinator/qualification/workload_catalog.h"
+#include "coordinator/qualifier/recent_runs.h"
 #include "coordinator/qualifier/ticket_sinks.h"
 #include "coordinator/report/report_files.h"
 #include "sim/workloads/catalog.h"
@@ -128,20 +129,20 @@ nlohmann::json recorded(q::RunReport report, bool finished, const q::RunRequest&
 }
 
 // The run's pages in the [reports] directory, written each time its report is recorded. The
-// other runs (the history and the index) are read from the coordinator when the run starts and
-// again before its last record, not on every record of its progress.
+// other runs (the history and the index) are brought up to date from the coordinator when the run
+// starts and again before its last record, not on every record of its progress.
 class RunPages {
  public:
-  RunPages(const std::string& directory, std::ostream& out) : directory_(directory), out_(out) {}
+  RunPages(const std::string& directory, RecentRuns& recent, std::ostream& out)
+      : directory_(directory), recent_(recent), out_(out) {}
 
   void read_other_runs(cli::Client& client) {
     if (directory_.empty()) return;
-    auto runs = qs::list_runs(client);
-    if (!runs) {
-      out_ << "could not list the runs for the report pages' history: " << runs.error().message << "\n";
-      return;
+    if (auto ok = recent_.refresh(client); !ok) {
+      out_ << "could not read the runs for the report pages' history; the pages show what was read before: "
+           << ok.error().message << "\n";
     }
-    others_ = report::digests_of(*runs);
+    others_ = recent_.digests();
   }
 
   void write(const nlohmann::json& document) {
@@ -153,6 +154,7 @@ class RunPages {
 
  private:
   const std::string& directory_;
+  RecentRuns& recent_;
   std::ostream& out_;
   std::vector<report::RunDigest> others_;
 };
@@ -193,6 +195,31 @@ class Claim {
 // The newest recorded jobs per (model, revision) the sequential gate estimates noise from: about
 // 10 to 20 repeats each, so a few hundred samples, enough for a standard error near 5%.
 constexpr std::size_t kNoiseRecordJobs = 20;
+// How far back the noise records and the nightly's reproducibility sample are looked for: the
+// stack changes daily, and a reader of the latest runs must stop somewhere however long the
+// history.
+constexpr DurationMs kLookbackMs = 30 * 24 * kHourMs;
+
+// The sequential gate's noise records: the latest reports, read back until each model of the set
+// has kNoiseRecordJobs batches on each of `revisions`, or for kLookbackMs.
+Result<q::BaselineHistory> latest_baseline_history(cli::Client& client, const q::ModelSet& set,
+                                                   const std::vector<std::string>& revisions) {
+  const TimeMs since_ms = wall_now_ms() - kLookbackMs;
+  std::map<std::pair<std::string, std::string>, std::size_t> batches;
+  const auto enough = [&](const nlohmann::json& report) {
+    if (report.value("started_at_ms", TimeMs{0}) < since_ms) return true;
+    bool all = true;
+    for (const auto& model : set.models) {
+      for (const auto& revision : revisions) all = all && batches[{model.name, revision}] >= kNoiseRecordJobs;
+    }
+    if (all) return true;
+    for (const auto& [pair, more] : q::baseline_history({report}, kNoiseRecordJobs)) batches[pair] += more.size();
+    return false;
+  };
+  auto runs = qs::list_latest_runs(client, enough);
+  if (!runs) return tl::unexpected(runs.error());
+  return q::baseline_history(*runs, kNoiseRecordJobs);
+}
 
 // What the coordinator holds that the run's input is made of.
 Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& request, const q::ModelSet& set) {
@@ -218,9 +245,9 @@ Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& reque
   for (const auto& node : nodes->nodes) revisions.insert(node.hardware_revision);
   facts.fleet_revisions.assign(revisions.begin(), revisions.end());
   if (q::perf_rule_for(request) == stats::GateRule::sequential) {
-    auto runs = qs::list_runs(client);
-    if (!runs) return tl::unexpected(runs.error());
-    facts.baseline_history = q::baseline_history(*runs, kNoiseRecordJobs);
+    auto history = latest_baseline_history(client, set, facts.fleet_revisions);
+    if (!history) return tl::unexpected(history.error());
+    facts.baseline_history = std::move(*history);
   }
   if (auto earlier = qs::get_run(client, request.run_id); earlier && earlier->contains("baseline_bundle_ids")) {
     facts.recorded_baseline_ids = earlier->at("baseline_bundle_ids").get<std::map<std::string, std::string>>();
@@ -270,11 +297,11 @@ class WaivedRuns {
 // when the coordinator stops answering.
 class RequestedRun {
  public:
-  RequestedRun(const QualifierConfig& config, const Setup& setup, WaivedRuns& waived, q::RunRequest request,
-               std::string owner, const std::atomic<bool>& stop)
-      : config_(config), set_(setup.set), risks_(setup.risks), waived_(waived), request_(std::move(request)),
-        owner_(std::move(owner)), stop_(stop),
-        lines_(request_.run_id), out_(&lines_), pages_(config_.reports_dir, out_) {}
+  RequestedRun(const QualifierConfig& config, const Setup& setup, WaivedRuns& waived, RecentRuns& recent,
+               q::RunRequest request, std::string owner, const std::atomic<bool>& stop)
+      : config_(config), set_(setup.set), risks_(setup.risks), waived_(waived), recent_(recent),
+        request_(std::move(request)), owner_(std::move(owner)), stop_(stop), lines_(request_.run_id), out_(&lines_),
+        pages_(config_.reports_dir, recent_, out_) {}
 
   Status drive() {
     auto client = connect(config_);
@@ -357,7 +384,10 @@ class RequestedRun {
   // rerun and checked, reported with the run and never part of its verdict.
   Status rerun_sample(cli::Client& client, const q::RunFacts& facts, const q::RunInput& input,
                       const qs::DriverOptions& options, q::RunReport& whole) {
-    auto runs = qs::list_runs(client);
+    // From the run's start, so that a run taken up again reads back as far.
+    const TimeMs since_ms = whole.started_at_ms - kLookbackMs;
+    auto runs = qs::list_latest_runs(
+        client, [since_ms](const nlohmann::json& report) { return report.value("started_at_ms", TimeMs{0}) < since_ms; });
     if (!runs) return tl::unexpected(runs.error());
     std::vector<q::RunReport> earlier;
     for (const auto& document : *runs) {
@@ -404,11 +434,14 @@ class RequestedRun {
 
   // Every flaky test over its budget, counting this run, gets a ticket to its owner (once).
   void file_flake_tickets(cli::Client& client, const q::RunReport& whole, q::TicketSink& sink) {
-    auto runs = qs::list_runs(client);
-    if (!runs) return;
-    std::erase_if(*runs, [&](const nlohmann::json& run) { return run.value("run_id", "") == whole.run_id; });
-    runs->push_back(recorded(whole, true, request_));
-    for (const auto& ticket : q::flake_budget_tickets(q::flake_ledger_from_reports(*runs), wall_now_ms())) {
+    if (auto ok = recent_.refresh(client); !ok) {
+      out_ << "could not read the other runs; flake budgets are checked on the next run: " << ok.error().message
+           << "\n";
+      return;
+    }
+    q::FlakeLedger ledger = recent_.flake_ledger();
+    q::record_report_runs(ledger, recorded(whole, true, request_));
+    for (const auto& ticket : q::flake_budget_tickets(ledger, wall_now_ms())) {
       if (auto filed = sink.file(ticket); filed && *filed == q::FileResult::filed) {
         out_ << fmt::format("ticket {} to {}: {}\n", ticket.id, ticket.team, ticket.title);
       }
@@ -468,6 +501,7 @@ class RequestedRun {
   const q::ModelSet& set_;
   const q::RiskRegister& risks_;
   WaivedRuns& waived_;
+  RecentRuns& recent_;
   q::RunRequest request_;
   std::string owner_;
   const std::atomic<bool>& stop_;
@@ -481,7 +515,7 @@ class RequestedRun {
 // whoever relies on the run (a promotion, `kiln run`) sees the waiver. `seen`: the waivers
 // already looked at (key and time written).
 void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const q::RiskRegister& risks,
-                       std::set<std::string>& seen, WaivedRuns& waived) {
+                       std::set<std::string>& seen, WaivedRuns& waived, RecentRuns& recent) {
   const auto record_again = [&](nlohmann::json& report, const std::string& run_id) {
     const protocol::RecordKind kind = WaivedRuns::kind_of(report);
     if (auto ok = qs::record_run(client, run_id, report, kind); !ok) {
@@ -490,8 +524,9 @@ void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const
     }
     waived.note(report);
     if (kind == protocol::RecordKind::stability_run) return true;  // it has no report pages
+    recent.judged_again(report);
     std::ostringstream problems;
-    RunPages pages(config.reports_dir, problems);
+    RunPages pages(config.reports_dir, recent, problems);
     pages.read_other_runs(client);
     pages.write(report);
     if (!problems.str().empty()) say(problems.str());
@@ -779,6 +814,8 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
   std::uint64_t stability_seq = 0;
   // The runs recorded before it started that rely on waivers, so that their expiry is seen too.
   WaivedRuns waived;
+  // The other runs' digests and flakes, read once and then only what changed, for all its runs.
+  RecentRuns recent;
   for (const auto kind : {protocol::RecordKind::qualification_run, protocol::RecordKind::stability_run}) {
     if (auto runs = qs::list_runs(**client, kind); runs) {
       for (const auto& report : *runs) waived.note(report);
@@ -800,7 +837,7 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
     }
     if (config.schedule.enabled) ask_for_scheduled_nightly(**client, config, requests, schedule_problem);
     deliver_due_tickets(**client, **sink, sink_name, config.delivery, wall_now_ms(), say);
-    judge_waived_runs(**client, config, setup.risks, waivers_seen, waived);
+    judge_waived_runs(**client, config, setup.risks, waivers_seen, waived, recent);
     judge_stability_runs(**client, config, setup.risks, stability_seq, waived);
     std::set<std::string> busy;
     for (const auto& d : driving) busy.insert(d.run_id);
@@ -818,8 +855,8 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
       say("drives run " + run_id);
       Driving& d = driving.emplace_back();
       d.run_id = run_id;
-      d.thread = std::thread([&config, &setup, &waived, &stop, &d, owner, request = *request] {
-        RequestedRun run(config, setup, waived, request, owner, stop);
+      d.thread = std::thread([&config, &setup, &waived, &recent, &stop, &d, owner, request = *request] {
+        RequestedRun run(config, setup, waived, recent, request, owner, stop);
         if (auto ok = run.drive(); !ok) say(fmt::format("run {}: {}", request.run_id, ok.error().message));
         d.done.store(true);
       });

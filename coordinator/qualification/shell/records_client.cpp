@@ -160,6 +160,31 @@ Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::ui
   return runs;
 }
 
+Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
+                                                     const std::function<bool(const nlohmann::json&)>& enough,
+                                                     RecordKind kind) {
+  std::vector<nlohmann::json> runs;
+  protocol::ListRecords query{kind, 10000, 0, 0, true};
+  for (;;) {
+    auto page = cli::expect_reply<protocol::RecordList>(client.request(query));
+    if (!page) return tl::unexpected(page.error());
+    for (const auto& record : page->records) {
+      auto json = document_of(record);
+      if (!json) return tl::unexpected(json.error());
+      if (enough(*json)) {
+        std::reverse(runs.begin(), runs.end());
+        return runs;
+      }
+      runs.push_back(std::move(*json));
+      query.before_seq = record.seq;
+    }
+    if (!page->more || page->records.empty()) {
+      std::reverse(runs.begin(), runs.end());
+      return runs;
+    }
+  }
+}
+
 Status request_run(cli::Client& client, const RunRequest& request) {
   return put(client, RecordKind::run_request, request.run_id, to_json(request));
 }

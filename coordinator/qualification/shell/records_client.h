@@ -2,6 +2,7 @@
 // reports, run requests, claims and tickets over put_record / get_record / list_records (docs/protocol.md §13).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,6 +47,13 @@ Result<std::vector<nlohmann::json>> list_runs(cli::Client& client,
 // The reports first recorded after `after_seq` (record order); `after_seq` becomes the newest one's.
 Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq,
                                                     protocol::RecordKind kind = protocol::RecordKind::qualification_run);
+
+// The latest reports, read newest first a page at a time until `enough` says so of one (that
+// one is not taken) or none is left; returned oldest first, as list_runs orders them. A reader of
+// the latest runs reads those, however many are recorded.
+Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
+                                                     const std::function<bool(const nlohmann::json&)>& enough,
+                                                     protocol::RecordKind kind = protocol::RecordKind::qualification_run);
 
 // Asks for a run: the same request again is fine, another under a recorded run id is refused.
 Status request_run(cli::Client& client, const RunRequest& request);
