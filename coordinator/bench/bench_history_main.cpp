@@ -203,6 +203,10 @@ struct Start {
   double get_old_us = NAN;   // get_job of the oldest: read back from the store unless held
   double get_report_new_us = NAN;  // get_record of the newest run report (with --run-reports)
   double get_report_old_us = NAN;  // and of the oldest
+  // Listing the run reports as a qualifier's run read them: every one, oldest first (each run read
+  // them all, two or three times), and the latest 100, newest first.
+  double list_every_report_ms = NAN;
+  double list_latest_100_ms = NAN;
 };
 
 // What a coordinator's log says it recovered from its store at start.
@@ -338,6 +342,21 @@ class Bench {
         const auto kind = kiln::protocol::RecordKind::qualification_run;
         start.get_report_new_us = time_gets(kiln::protocol::GetRecord{kind, report_key(s_.run_reports)});
         start.get_report_old_us = time_gets(kiln::protocol::GetRecord{kind, report_key(1)});
+        // The wall time of paging through a list to its end or `count` records; NAN on an error.
+        auto time_list = [&](kiln::protocol::ListRecords query, std::size_t count) {
+          const TimeMs begun = steady_ms();
+          for (std::size_t read = 0; read < count;) {
+            auto reply = client.call(query, 60000);
+            const auto* page = reply ? std::get_if<kiln::protocol::RecordList>(&reply->body) : nullptr;
+            if (page == nullptr) return static_cast<double>(NAN);
+            read += page->records.size();
+            if (!page->more || page->records.empty()) break;
+            (query.newest_first ? query.before_seq : query.after_seq) = page->records.back().seq;
+          }
+          return static_cast<double>(steady_ms() - begun);
+        };
+        start.list_every_report_ms = time_list(kiln::protocol::ListRecords{kind, 10000, 0}, SIZE_MAX);
+        start.list_latest_100_ms = time_list(kiln::protocol::ListRecords{kind, 100, 0, 0, true}, 100);
       }
     }
     stop_process(pid);
@@ -362,7 +381,9 @@ nlohmann::json start_json(const Start& s) {
           {"get_held_job_us", s.get_held_us},
           {"get_oldest_job_us", s.get_old_us},
           {"get_newest_run_report_us", s.get_report_new_us},
-          {"get_oldest_run_report_us", s.get_report_old_us}};
+          {"get_oldest_run_report_us", s.get_report_old_us},
+          {"list_every_run_report_ms", s.list_every_report_ms},
+          {"list_latest_100_run_reports_ms", s.list_latest_100_ms}};
 }
 
 }  // namespace
@@ -441,9 +462,11 @@ int main(int argc, char** argv) {
                  "", "", r.load_live_ms, s.held, r.load_all_ms);
       if (s.run_reports > 0) {
         fmt::print("{:>9} {:>9} | {} run reports of {} KB stored, with their runs' change, request and claim: {} records "
-                   "held, {} keys only; get_record of the newest {:.0f} us, of the oldest {:.0f} us\n",
+                   "held, {} keys only; get_record of the newest {:.0f} us, of the oldest {:.0f} us; listing every "
+                   "report {:.0f} ms, the latest 100 newest first {:.0f} ms\n",
                    "", "", s.run_reports, s.report_kb, r.live.records_held, r.live.records_in_store_only,
-                   r.live.get_report_new_us, r.live.get_report_old_us);
+                   r.live.get_report_new_us, r.live.get_report_old_us, r.live.list_every_report_ms,
+                   r.live.list_latest_100_ms);
       }
     }
   }
