@@ -30,7 +30,7 @@ struct RunFacts {
   Bundle candidate;
   ModelSet set;
   std::vector<Change> history;
-  std::map<std::string, Bundle> bundles;            // every recorded bundle, by id
+  std::map<std::string, Bundle> bundles;            // the candidate's and the baselines' bundles, by id
   std::map<std::string, std::string> accepted_ids;  // by revision: the accepted baseline's bundle id
   std::vector<std::string> fleet_revisions;  // the revisions that have registered nodes
   // The baselines an earlier driver of this run compared against (its recorded report): a run

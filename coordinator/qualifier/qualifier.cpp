@@ -225,14 +225,15 @@ Result<q::BaselineHistory> latest_baseline_history(cli::Client& client, const q:
 Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& request, const q::ModelSet& set) {
   q::RunFacts facts;
   facts.set = set;
-  auto bundles = qs::list_bundles(client);
-  if (!bundles) return tl::unexpected(bundles.error());
-  for (auto& bundle : *bundles) facts.bundles[bundle.id] = bundle;
-  auto candidate = facts.bundles.find(request.bundle_id);
-  if (candidate == facts.bundles.end()) {
-    return fail(Errc::not_found, fmt::format("bundle {} is not recorded", request.bundle_id));
+  auto candidate = qs::get_bundle(client, request.bundle_id);
+  if (!candidate) {
+    if (candidate.error().code == Errc::not_found) {
+      return fail(Errc::not_found, fmt::format("bundle {} is not recorded", request.bundle_id));
+    }
+    return tl::unexpected(candidate.error());
   }
-  facts.candidate = candidate->second;
+  facts.candidate = *candidate;
+  facts.bundles[candidate->id] = std::move(*candidate);
   auto history = qs::list_changes(client);
   if (!history) return tl::unexpected(history.error());
   facts.history = std::move(*history);
@@ -251,6 +252,18 @@ Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& reque
   }
   if (auto earlier = qs::get_run(client, request.run_id); earlier && earlier->contains("baseline_bundle_ids")) {
     facts.recorded_baseline_ids = earlier->at("baseline_bundle_ids").get<std::map<std::string, std::string>>();
+  }
+  // The baselines' bundles, each read by its id (one not recorded is run_input_for's to refuse).
+  for (const auto* ids : {&facts.accepted_ids, &facts.recorded_baseline_ids}) {
+    for (const auto& [revision, id] : *ids) {
+      if (facts.bundles.contains(id)) continue;
+      auto bundle = qs::get_bundle(client, id);
+      if (bundle) {
+        facts.bundles.emplace(id, std::move(*bundle));
+      } else if (bundle.error().code != Errc::not_found) {
+        return tl::unexpected(bundle.error());
+      }
+    }
   }
   return facts;
 }

@@ -84,7 +84,21 @@ Result<std::vector<Bundle>> list_bundles(cli::Client& client) {
   return bundles;
 }
 
+Result<Bundle> get_bundle(cli::Client& client, const std::string& id) {
+  auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{RecordKind::bundle, id}));
+  if (!record) return tl::unexpected(record.error());
+  auto json = document_of(*record);
+  if (!json) return tl::unexpected(json.error());
+  return bundle_from_json(*json);
+}
+
 Result<Bundle> find_bundle(cli::Client& client, const std::string& id_or_prefix) {
+  // A whole id is read by its key: only a prefix needs the list.
+  constexpr std::size_t kIdSize = 64;
+  if (id_or_prefix.size() == kIdSize) {
+    auto bundle = get_bundle(client, id_or_prefix);
+    if (bundle || bundle.error().code != Errc::not_found) return bundle;
+  }
   if (id_or_prefix.size() < 6) {
     return fail(Errc::invalid_argument, fmt::format("bundle id '{}' is too short; give at least 6 characters of it "
                                                     "(`kiln bundles` lists them)",

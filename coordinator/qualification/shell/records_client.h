@@ -24,6 +24,8 @@ Result<std::vector<Change>> list_changes(cli::Client& client);
 
 Status record_bundle(cli::Client& client, const Bundle& bundle);
 Result<std::vector<Bundle>> list_bundles(cli::Client& client);
+// The bundle of this whole id, read by its key; Errc::not_found when none is recorded.
+Result<Bundle> get_bundle(cli::Client& client, const std::string& id);
 // A full id, or a unique prefix of at least 6 characters.
 Result<Bundle> find_bundle(cli::Client& client, const std::string& id_or_prefix);
 
