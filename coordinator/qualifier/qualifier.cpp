@@ -828,11 +828,15 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
   // The runs recorded before it started that rely on waivers, so that their expiry is seen too.
   WaivedRuns waived;
   // The other runs' digests and flakes, read once and then only what changed, for all its runs.
+  // Their first read, of every report, is the one that finds the runs relying on waivers too.
   RecentRuns recent;
-  for (const auto kind : {protocol::RecordKind::qualification_run, protocol::RecordKind::stability_run}) {
-    if (auto runs = qs::list_runs(**client, kind); runs) {
-      for (const auto& report : *runs) waived.note(report);
-    }
+  if (auto ok = recent.refresh(**client, [&waived](const nlohmann::json& report) { waived.note(report); }); !ok) {
+    say("could not read the run reports at start (" + ok.error().message +
+        "): the runs recorded before relying on waivers are not judged again when those expire; restart the "
+        "qualifier once the coordinator answers");
+  }
+  if (auto runs = qs::list_runs(**client, protocol::RecordKind::stability_run); runs) {
+    for (const auto& report : *runs) waived.note(report);
   }
   while (!stop.load()) {
     driving.remove_if([](Driving& d) {

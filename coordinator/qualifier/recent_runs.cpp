@@ -9,7 +9,7 @@ namespace kiln::qualifier {
 
 namespace qs = kiln::qualification::shell;
 
-Status RecentRuns::refresh(cli::Client& client) {
+Status RecentRuns::refresh(cli::Client& client, const std::function<void(const nlohmann::json&)>& also) {
   std::lock_guard lock(mutex_);
   std::uint64_t seq = after_seq_;
   auto fresh = qs::list_runs_after(client, seq);
@@ -18,6 +18,7 @@ Status RecentRuns::refresh(cli::Client& client) {
   for (const auto& report : *fresh) {
     read.insert(report.value("run_id", ""));
     take_locked(report);
+    if (also) also(report);
   }
   for (const std::string& run_id : std::vector<std::string>(unfinished_.begin(), unfinished_.end())) {
     if (read.contains(run_id)) continue;
@@ -27,6 +28,7 @@ Status RecentRuns::refresh(cli::Client& client) {
       return tl::unexpected(report.error());
     }
     take_locked(*report);
+    if (also) also(*report);
   }
   after_seq_ = seq;
   return {};

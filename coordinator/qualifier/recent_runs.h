@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -24,8 +25,9 @@ namespace kiln::qualifier {
 class RecentRuns {
  public:
   // Reads the reports first recorded since the last refresh and those of the runs not finished
-  // then, through `client` (the caller's connection). The first refresh reads every report.
-  Status refresh(cli::Client& client);
+  // then, through `client` (the caller's connection), and shows each to `also` when given. The
+  // first refresh reads every report.
+  Status refresh(cli::Client& client, const std::function<void(const nlohmann::json&)>& also = {});
 
   // A report as read: its digest replaces the run's, and a run seen finished for the first time
   // counts in the flake ledger.
