@@ -828,9 +828,14 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
   // The runs recorded before it started that rely on waivers, so that their expiry is seen too.
   WaivedRuns waived;
   // The other runs' digests and flakes, read once and then only what changed, for all its runs.
-  // Their first read, of every report, is the one that finds the runs relying on waivers too.
+  // Their first read, of every report, is the one that finds the runs relying on waivers too, and
+  // the runs already finished (so that none of those is read again to learn it).
   RecentRuns recent;
-  if (auto ok = recent.refresh(**client, [&waived](const nlohmann::json& report) { waived.note(report); }); !ok) {
+  const auto note = [&waived, &finished](const nlohmann::json& report) {
+    waived.note(report);
+    if (report.value("finished", false)) finished.insert(report.value("run_id", ""));
+  };
+  if (auto ok = recent.refresh(**client, note); !ok) {
     say("could not read the run reports at start (" + ok.error().message +
         "): the runs recorded before relying on waivers are not judged again when those expire; restart the "
         "qualifier once the coordinator answers");
