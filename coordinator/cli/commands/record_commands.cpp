@@ -1,6 +1,8 @@
 // kiln runs, kiln run ID, kiln tickets, kiln ticket ack|fix|duplicate|reopen: what qualification
 // runs have recorded, and people's word on its tickets.
+#include <algorithm>
 #include <iostream>
+#include <map>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -98,14 +100,30 @@ class RunShowCommand : public RemoteCommand {
     return run->value("finished", false) && !run->value("passed", false) ? kExitFailed : kExitOk;
   }
 
-  // The page as the qualifier writes it, from the recorded report and every other run's (its history).
+  // The page as the qualifier writes it, from the recorded report and its history: the runs
+  // recorded before it, read newest first until each of its models has its plot's worth.
   Status write_page(Client& client) {
-    auto run = qs::get_run(client, id_);
-    if (!run) return tl::unexpected(run.error());
-    auto runs = qs::list_runs(client);
+    auto record = expect_reply<protocol::RecordEntry>(
+        client.request(protocol::GetRecord{protocol::RecordKind::qualification_run, id_}));
+    if (!record) return tl::unexpected(record.error());
+    auto run = nlohmann::json::parse(record->document, nullptr, false);
+    if (run.is_discarded()) return fail(Errc::bad_message, fmt::format("run {}'s recorded report is not JSON", id_));
+    std::map<std::pair<std::string, std::string>, std::size_t> points;
+    for (const auto& entry : kiln::report::digest_of(run).throughputs) points[{entry.model, entry.revision}] = 0;
+    const auto enough = [&points](const nlohmann::json& earlier) {
+      if (std::all_of(points.begin(), points.end(),
+                      [](const auto& pair) { return pair.second >= kiln::report::kHistoryRuns; })) {
+        return true;
+      }
+      for (const auto& entry : kiln::report::digest_of(earlier).throughputs) {
+        if (auto it = points.find({entry.model, entry.revision}); it != points.end()) ++it->second;
+      }
+      return false;
+    };
+    auto runs = qs::list_latest_runs(client, enough, protocol::RecordKind::qualification_run, record->seq);
     if (!runs) return tl::unexpected(runs.error());
     return kiln::report::write_file_atomically(html_path_,
-                                               kiln::report::render_run_page(*run, kiln::report::digests_of(*runs)));
+                                               kiln::report::render_run_page(run, kiln::report::digests_of(*runs)));
   }
 
   std::string id_;

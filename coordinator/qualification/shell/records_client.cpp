@@ -176,9 +176,9 @@ Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::ui
 
 Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
                                                      const std::function<bool(const nlohmann::json&)>& enough,
-                                                     RecordKind kind) {
+                                                     RecordKind kind, std::uint64_t before_seq) {
   std::vector<nlohmann::json> runs;
-  protocol::ListRecords query{kind, 10000, 0, 0, true};
+  protocol::ListRecords query{kind, 10000, 0, before_seq, true};
   for (;;) {
     auto page = cli::expect_reply<protocol::RecordList>(client.request(query));
     if (!page) return tl::unexpected(page.error());

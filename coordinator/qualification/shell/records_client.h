@@ -50,12 +50,14 @@ Result<std::vector<nlohmann::json>> list_runs(cli::Client& client,
 Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq,
                                                     protocol::RecordKind kind = protocol::RecordKind::qualification_run);
 
-// The latest reports, read newest first a page at a time until `enough` says so of one (that
-// one is not taken) or none is left; returned oldest first, as list_runs orders them. A reader of
-// the latest runs reads those, however many are recorded.
+// The latest reports (recorded before the one of seq `before_seq`, unless 0), read newest first a
+// page at a time until `enough` says so of one (that one is not taken) or none is left; returned
+// oldest first, as list_runs orders them. A reader of the latest runs reads those, however many
+// are recorded.
 Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
                                                      const std::function<bool(const nlohmann::json&)>& enough,
-                                                     protocol::RecordKind kind = protocol::RecordKind::qualification_run);
+                                                     protocol::RecordKind kind = protocol::RecordKind::qualification_run,
+                                                     std::uint64_t before_seq = 0);
 
 // Asks for a run: the same request again is fine, another under a recorded run id is refused.
 Status request_run(cli::Client& client, const RunRequest& request);
