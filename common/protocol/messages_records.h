@@ -126,6 +126,10 @@ struct RecordEntry {
   }
 };
 
+// A record_list holds documents of at most this many bytes in all (or a single larger one): well
+// below the 1 MiB message limit.
+constexpr std::size_t kRecordListBytes = 512 * 1024;
+
 // `more`: the list stopped early (limit or size); ask again from the last seq (after it, or
 // before it when newest first).
 struct RecordList {

@@ -16,9 +16,6 @@ using protocol::RecordKind;
 
 namespace {
 
-// A list reply stays well below the 1 MiB message limit.
-constexpr std::size_t kListBytes = 512 * 1024;
-
 Result<nlohmann::json> parse_object(const std::string& document, RecordKind kind) {
   auto json = nlohmann::json::parse(document, nullptr, false);
   if (json.is_discarded() || !json.is_object()) {
@@ -75,7 +72,7 @@ protocol::RecordList page_of(const protocol::ListRecords& request, std::vector<p
   list.more = rows_read_were_cut;
   std::size_t bytes = 0;
   for (auto& record : rows) {
-    if (list.records.size() >= request.limit || (bytes + record.document.size() > kListBytes && !list.records.empty())) {
+    if (list.records.size() >= request.limit || (bytes + record.document.size() > protocol::kRecordListBytes && !list.records.empty())) {
       list.more = true;
       break;
     }

@@ -52,7 +52,8 @@ class Store {
   virtual Result<std::optional<protocol::RecordEntry>> load_record(protocol::RecordKind kind,
                                                                    const std::string& key) = 0;
   // The records of `range`'s kind within its seqs, in its order (oldest or newest first), at most
-  // range.limit: through an index, so a page costs the same however many are stored.
+  // range.limit, and none after the one whose document takes them past protocol::kRecordListBytes:
+  // through an index, so a page costs the same however many are stored.
   virtual Result<std::vector<protocol::RecordEntry>> list_records(const protocol::ListRecords& range) = 0;
   // Every job, in id order, a page at a time: however many are stored, only a page is in
   // memory. The first error, the store's or `visit`'s, stops it.

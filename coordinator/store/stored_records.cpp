@@ -190,7 +190,20 @@ Result<std::vector<protocol::RecordEntry>> list_records(const RowReader& read, c
   if (range.before_seq != 0) where += fmt::format(" AND seq < {}", range.before_seq);
   RowQuery query{"records", "kind, key", std::move(where), range.newest_first ? "seq DESC" : "seq", range.limit};
   query.parameters = {std::string(protocol::enum_name(range.kind))};
-  if (auto s = read_into(read, place, query, "qualification", found); !s) return tl::unexpected(s.error());
+  // Read no further than a reply holds: the row that passes its bytes (after a first one, which a
+  // reply holds whatever its size) says that more follow.
+  std::size_t bytes = 0;
+  bool full = false;
+  auto read_rows = read(query, [&](const Row& row) -> Status {
+    auto record = parse_record<protocol::RecordEntry>(row.doc, place, "qualification");
+    if (!record) return tl::unexpected(record.error());
+    bytes += record->document.size();
+    found.push_back(std::move(*record));
+    if (bytes <= protocol::kRecordListBytes || found.size() < 2) return {};
+    full = true;
+    return fail(Errc::too_large, "a reply's worth of records is read");
+  });
+  if (!read_rows && !full) return tl::unexpected(read_rows.error());
   return found;
 }
 

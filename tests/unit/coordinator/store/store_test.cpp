@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "coordinator/core/job_retention.h"
 #include "coordinator/core/record_book.h"
 #include "coordinator/store/copy_store.h"
@@ -408,6 +410,24 @@ TEST_CASE_TEMPLATE("a coordinator starts from the run reports' keys only, and re
   CHECK(keys_of(*(*store)->list_records(range(RecordKind::qualification_run, 0, 10, 5))) ==
         std::vector<std::string>{"it's", "run-3"});
   CHECK((*store)->list_records(range(RecordKind::qualification_run, 2, 10, 3))->empty());
+
+  // No more is read than a reply holds: the row past its bytes is the last read (it says that
+  // more follow), and a first row larger than a reply is read with the next.
+  const std::string big(300 * 1024, 'x');
+  const std::string huge(600 * 1024, 'x');
+  for (std::uint64_t seq = 10; seq < 14; ++seq) {
+    REQUIRE((*store)->save_record(record_of(RecordKind::stability_run, fmt::format("big-{}", seq), seq,
+                                            fmt::format(R"({{"run_id": "big-{}", "pad": "{}"}})", seq,
+                                                        seq == 10 ? huge : big)))
+                .has_value());
+  }
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::stability_run, 0, 10))) ==
+        std::vector<std::string>{"s-4", "big-10"});
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::stability_run, 4, 10))) ==
+        std::vector<std::string>{"big-10", "big-11"});
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::stability_run, 10, 10))) ==
+        std::vector<std::string>{"big-11", "big-12"});
+  CHECK(keys_of(*(*store)->list_records(range(RecordKind::stability_run, 12, 10))) == std::vector<std::string>{"big-13"});
 }
 
 TEST_CASE_TEMPLATE("a version 6 database is upgraded: its records' seqs are read from their documents", Backend,
