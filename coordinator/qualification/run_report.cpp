@@ -16,6 +16,18 @@ using json = nlohmann::json;
 
 namespace {
 
+// A bundle as a report shows it: its versions, and of its changes how many and the last. Not the
+// change list: a bundle lists every change since the start, so a report holding it whole (the
+// candidate and each revision's baseline) would outgrow a record within weeks of history.
+json bundle_summary_json(const Bundle& bundle) {
+  json summary = to_json(bundle);
+  summary.erase("changes");
+  summary.erase("schema");
+  summary["change_count"] = bundle.change_ids.size();
+  summary["last_change"] = bundle.change_ids.empty() ? std::string() : bundle.change_ids.back();
+  return summary;
+}
+
 json measured_job_json(const MeasuredJob& job) {
   json entry = {{"job_id", job.job_id},
                 {"submission", json::parse(job.submission)},
@@ -111,13 +123,13 @@ nlohmann::json to_json(const RunReport& report) {
                          {"purpose", to_string(job.purpose)}});
   }
   json baseline_bundles = json::object();
-  for (const auto& [revision, bundle] : report.baseline_bundles) baseline_bundles[revision] = to_json(bundle);
+  for (const auto& [revision, bundle] : report.baseline_bundles) baseline_bundles[revision] = bundle_summary_json(bundle);
   return {{"schema", "kiln.qualification-run/1"},
           {"run_id", report.run_id},
           {"tier", to_string(report.tier)},
           {"candidate_bundle_id", report.candidate_bundle_id},
           {"baseline_bundle_ids", report.baseline_bundle_ids},
-          {"candidate_bundle", report.candidate_bundle ? to_json(*report.candidate_bundle) : json(nullptr)},
+          {"candidate_bundle", report.candidate_bundle ? bundle_summary_json(*report.candidate_bundle) : json(nullptr)},
           {"baseline_bundles", std::move(baseline_bundles)},
           {"finished", report.finished},
           {"passed", report.passed},

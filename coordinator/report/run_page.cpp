@@ -207,15 +207,18 @@ class RunPage {
       }
       out += "</tr>\n";
     }
-    const auto changes = texts(member(candidate, "changes"));
-    out += fmt::format("</tbody>\n</table>\n<p>Hardware revisions: {}. Bundle id <code>{}</code>.</p>\n",
+    out += fmt::format("</tbody>\n</table>\n<p>Hardware revisions: {}. Bundle id <code>{}</code>.",
                        escape(fmt::format("{}", fmt::join(texts(member(candidate, "hardware_revisions")), ", "))),
                        escape(text_of(candidate, "id")));
-    if (!changes.empty()) {
-      out += fmt::format("<details><summary>{} changes, the last {}</summary><p>{}</p></details>\n", changes.size(),
-                         escape(changes.back()), escape(fmt::format("{}", fmt::join(changes, ", "))));
+    // A report holds the count and the last change; one from before, the bundle's whole list.
+    const auto changes = texts(member(candidate, "changes"));
+    const auto count = number_of(candidate, "change_count");
+    const std::string last = changes.empty() ? text_of(candidate, "last_change") : changes.back();
+    if (count || !changes.empty()) {
+      out += fmt::format(" {} changes, the last <code>{}</code>.", count ? static_cast<std::size_t>(*count) : changes.size(),
+                         escape(last));
     }
-    return out + "</section>\n";
+    return out + "</p>\n</section>\n";
   }
 
   std::string ticket_links(const Json& model) const {

@@ -51,6 +51,7 @@ TEST_CASE("the run page says the verdict first, then the bundle, the models, the
   // The bundle's versions, the baseline's next to them, what differs marked in words.
   CHECK(has(page, "<th scope=\"row\">compiler</th><td>cc-k3</td><td class=\"changed\">cc-0 <small>(differs)</small>"));
   CHECK(has(page, "<th scope=\"row\">firmware</th><td>fmw-1</td><td>fmw-1</td>"));
+  CHECK(has(page, "6 changes, the last <code>k6</code>."));
   // The model's row links its evidence and its ticket; the ticket's evidence is on the page.
   const std::string ticket_id = report.at("tickets").at(0).at("id");
   CHECK(has(page, "<a href=\"#model-0\">mlp-bf16-it</a>"));
@@ -287,6 +288,34 @@ TEST_CASE("the pages keep the latest runs and each model's latest measurements; 
   CHECK(svg_with_id(index, "history-0") == svg_with_id(r::render_index_page(runs), "history-0"));
   CHECK(svg_with_id(index, "history-1") == svg_with_id(r::render_index_page(runs), "history-1"));
   CHECK(occurrences(svg_with_id(index, "history-1"), "data-series=\"history\"") == r::kHistoryRuns);
+}
+
+TEST_CASE("a report holds its bundles' versions and change counts, not their change lists, however long the history") {
+  // Two months of ci-day: 24,000 changes with commit-length ids. Held whole, the candidate's and
+  // the baseline's change lists alone would be 2 MB, past what a record may hold.
+  std::vector<std::string> history;
+  for (int i = 0; i < 24'000; ++i) history.push_back(fmt::format("{:040x}", i));
+  q::RunReport report = kiln::testing::sample_report();
+  q::Bundle candidate = *report.candidate_bundle;
+  candidate.change_ids = history;
+  report.candidate_bundle = q::seal(candidate);
+  q::Bundle baseline = report.baseline_bundles.at("a");
+  baseline.change_ids.assign(history.begin(), history.end() - 5);
+  report.baseline_bundles["a"] = q::seal(baseline);
+  const json recorded = q::to_json(report);
+  CHECK(recorded.dump().size() < 64 * 1024);
+  CHECK(recorded.at("candidate_bundle").at("change_count") == 24'000);
+  CHECK(recorded.at("candidate_bundle").at("last_change") == history.back());
+  CHECK(recorded.at("baseline_bundles").at("a").at("change_count") == 23'995);
+  CHECK(recorded.at("candidate_bundle").at("versions").at("compiler") == "cc-k3");
+  CHECK_FALSE(recorded.at("candidate_bundle").contains("changes"));
+  CHECK(has(r::render_run_page(recorded, {}), fmt::format("24000 changes, the last <code>{}</code>.", history.back())));
+  // A report from before, with the bundle's whole list, still shows it the same way.
+  json earlier = recorded;
+  earlier.at("candidate_bundle").erase("change_count");
+  earlier.at("candidate_bundle").erase("last_change");
+  earlier.at("candidate_bundle")["changes"] = {"k1", "k2"};
+  CHECK(has(r::render_run_page(earlier, {}), "2 changes, the last <code>k2</code>."));
 }
 
 TEST_CASE("run file names: the id itself when it is safe, otherwise a safe name of its own") {
