@@ -136,6 +136,14 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   const auto runs = nlohmann::json::parse(out);
   CHECK(runs.size() >= 3);
   for (const auto& run : runs) CHECK(difference(run, documented_fields("runs`, `run ID")) == "");
+  // The latest only, saying there are more; --all reads every one.
+  REQUIRE(fleet.kiln("ci", {"runs", "--last", "2"}, &out) == 0);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 4);  // the header, two runs, the note
+  CHECK(contains(out, "(the latest 2 runs; --last N lists more, --all every one)"));
+  CHECK(contains(out, runs.back().at("run_id").get<std::string>()));
+  CHECK_FALSE(contains(out, runs.front().at("run_id").get<std::string>() + " "));
+  REQUIRE(fleet.kiln("ci", {"runs", "--all", "--json"}, &out) == 0);
+  CHECK(nlohmann::json::parse(out) == runs);
   CHECK(difference(tickets.at(0), documented_fields("tickets")) == "");
 
   // kiln plan reads these records: every model the runs measured has its measured cost, and the

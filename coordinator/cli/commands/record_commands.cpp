@@ -28,10 +28,16 @@ namespace {
 class RunsCommand : public RemoteCommand {
  public:
   std::string name() const override { return "runs"; }
-  std::string help() const override { return "list qualification runs and their verdicts"; }
-  void add_options(CLI::App&) override {}
+  std::string help() const override { return "list the latest qualification runs and their verdicts"; }
+  void add_options(CLI::App& command) override {
+    command.add_option("--last", last_, "how many of the latest runs to list (50)")->check(CLI::Range(1, 1000000));
+    command.add_flag("--all", all_, "list every run recorded, oldest first (reads them all)");
+  }
   int run_with(Client& client, CommandContext& context) override {
-    auto runs = qs::list_runs(client);
+    // Only the latest are read: every run recorded is months of reports.
+    bool more = false;
+    const auto enough = [&](const nlohmann::json&) { return more = !all_ && ++read_ > last_; };
+    auto runs = qs::list_latest_runs(client, enough);
     if (!runs) return report(runs.error());
     if (context.json()) {
       std::cout << nlohmann::json(*runs).dump(2) << "\n";
@@ -51,8 +57,14 @@ class RunsCommand : public RemoteCommand {
       row(run.value("run_id", ""), run.value("tier", ""), run.value("candidate_bundle_id", "").substr(0, 12),
           run.contains("models") ? run["models"].size() : 0, verdict);
     }
+    if (more) std::cout << fmt::format("(the latest {} runs; --last N lists more, --all every one)\n", last_);
     return kExitOk;
   }
+
+ private:
+  std::size_t last_ = 50;
+  bool all_ = false;
+  std::size_t read_ = 0;
 };
 
 class RunShowCommand : public RemoteCommand {
