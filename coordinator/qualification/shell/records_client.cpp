@@ -183,6 +183,11 @@ Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
     auto page = cli::expect_reply<protocol::RecordList>(client.request(query));
     if (!page) return tl::unexpected(page.error());
     for (const auto& record : page->records) {
+      // A coordinator older than newest_first ignores it and lists oldest first.
+      if (query.before_seq != 0 && record.seq >= query.before_seq) {
+        return fail(Errc::unavailable, "the coordinator lists records oldest first only: it is older than this kiln; "
+                                       "upgrade it (or use a kiln of its version)");
+      }
       auto json = document_of(record);
       if (!json) return tl::unexpected(json.error());
       if (enough(*json)) {
