@@ -397,7 +397,7 @@ class RequestedRun {
   // rerun and checked, reported with the run and never part of its verdict.
   Status rerun_sample(cli::Client& client, const q::RunFacts& facts, const q::RunInput& input,
                       const qs::DriverOptions& options, q::RunReport& whole) {
-    // From the run's start, so that a run taken up again reads back as far.
+    // The kLookbackMs before this run started.
     const TimeMs since_ms = whole.started_at_ms - kLookbackMs;
     auto runs = qs::list_latest_runs(
         client, [since_ms](const nlohmann::json& report) { return report.value("started_at_ms", TimeMs{0}) < since_ms; });
