@@ -72,7 +72,8 @@ protocol::RecordList page_of(const protocol::ListRecords& request, std::vector<p
   list.more = rows_read_were_cut;
   std::size_t bytes = 0;
   for (auto& record : rows) {
-    if (list.records.size() >= request.limit || (bytes + record.document.size() > protocol::kRecordListBytes && !list.records.empty())) {
+    const bool over_bytes = bytes + record.document.size() > protocol::kRecordListBytes && !list.records.empty();
+    if (list.records.size() >= request.limit || over_bytes) {
       list.more = true;
       break;
     }

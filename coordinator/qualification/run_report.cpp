@@ -123,7 +123,9 @@ nlohmann::json to_json(const RunReport& report) {
                          {"purpose", to_string(job.purpose)}});
   }
   json baseline_bundles = json::object();
-  for (const auto& [revision, bundle] : report.baseline_bundles) baseline_bundles[revision] = bundle_summary_json(bundle);
+  for (const auto& [revision, bundle] : report.baseline_bundles) {
+    baseline_bundles[revision] = bundle_summary_json(bundle);
+  }
   return {{"schema", "kiln.qualification-run/1"},
           {"run_id", report.run_id},
           {"tier", to_string(report.tier)},

@@ -399,8 +399,10 @@ class RequestedRun {
                       const qs::DriverOptions& options, q::RunReport& whole) {
     // The kLookbackMs before this run started.
     const TimeMs since_ms = whole.started_at_ms - kLookbackMs;
-    auto runs = qs::list_latest_runs(
-        client, [since_ms](const nlohmann::json& report) { return report.value("started_at_ms", TimeMs{0}) < since_ms; });
+    const auto older = [since_ms](const nlohmann::json& report) {
+      return report.value("started_at_ms", TimeMs{0}) < since_ms;
+    };
+    auto runs = qs::list_latest_runs(client, older);
     if (!runs) return tl::unexpected(runs.error());
     std::vector<q::RunReport> earlier;
     for (const auto& document : *runs) {

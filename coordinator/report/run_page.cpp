@@ -215,8 +215,8 @@ class RunPage {
     const auto count = number_of(candidate, "change_count");
     const std::string last = changes.empty() ? text_of(candidate, "last_change") : changes.back();
     if (count || !changes.empty()) {
-      out += fmt::format(" {} changes, the last <code>{}</code>.", count ? static_cast<std::size_t>(*count) : changes.size(),
-                         escape(last));
+      out += fmt::format(" {} changes, the last <code>{}</code>.",
+                         count ? static_cast<std::size_t>(*count) : changes.size(), escape(last));
     }
     return out + "</p>\n</section>\n";
   }

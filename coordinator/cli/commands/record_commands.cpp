@@ -36,7 +36,8 @@ class RunsCommand : public RemoteCommand {
   int run_with(Client& client, CommandContext& context) override {
     // Only the latest are read: every run recorded is months of reports.
     bool more = false;
-    const auto enough = [&](const nlohmann::json&) { return more = !all_ && ++read_ > last_; };
+    std::size_t read = 0;
+    const auto enough = [&](const nlohmann::json&) { return more = !all_ && ++read > last_; };
     auto runs = qs::list_latest_runs(client, enough);
     if (!runs) return report(runs.error());
     if (context.json()) {
@@ -64,7 +65,6 @@ class RunsCommand : public RemoteCommand {
  private:
   std::size_t last_ = 50;
   bool all_ = false;
-  std::size_t read_ = 0;
 };
 
 class RunShowCommand : public RemoteCommand {

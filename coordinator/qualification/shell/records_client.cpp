@@ -1,6 +1,7 @@
 #include "coordinator/qualification/shell/records_client.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -16,17 +17,38 @@ Status put(cli::Client& client, RecordKind kind, const std::string& key, const n
   return {};
 }
 
-Result<std::vector<protocol::RecordEntry>> all(cli::Client& client, RecordKind kind, std::uint64_t after = 0) {
-  std::vector<protocol::RecordEntry> records;
-  while (true) {
-    auto page = cli::expect_reply<protocol::RecordList>(client.request(protocol::ListRecords{kind, 10000, after}));
+// Pages through `query` (oldest first after its after_seq, or newest first below its before_seq)
+// and hands each record to `take` until it says false or none is left.
+Status each_record(cli::Client& client, protocol::ListRecords query,
+                   const std::function<Result<bool>(protocol::RecordEntry&&)>& take) {
+  for (;;) {
+    auto page = cli::expect_reply<protocol::RecordList>(client.request(query));
     if (!page) return tl::unexpected(page.error());
     for (auto& record : page->records) {
-      after = std::max(after, record.seq);
-      records.push_back(std::move(record));
+      const std::uint64_t seq = record.seq;
+      // A coordinator older than newest_first ignores it and lists oldest first.
+      if (query.newest_first && query.before_seq != 0 && seq >= query.before_seq) {
+        return fail(Errc::unavailable, "the coordinator lists records oldest first only: it is older than this kiln; "
+                                       "upgrade it (or use a kiln of its version)");
+      }
+      auto go_on = take(std::move(record));
+      if (!go_on) return tl::unexpected(go_on.error());
+      if (!*go_on) return {};
+      (query.newest_first ? query.before_seq : query.after_seq) = seq;
     }
-    if (!page->more || page->records.empty()) return records;
+    if (!page->more || page->records.empty()) return {};
   }
+}
+
+Result<std::vector<protocol::RecordEntry>> all(cli::Client& client, RecordKind kind, std::uint64_t after = 0) {
+  std::vector<protocol::RecordEntry> records;
+  auto ok = each_record(client, protocol::ListRecords{kind, 10000, after},
+                        [&records](protocol::RecordEntry&& record) -> Result<bool> {
+                          records.push_back(std::move(record));
+                          return true;
+                        });
+  if (!ok) return tl::unexpected(ok.error());
+  return records;
 }
 
 Result<nlohmann::json> document_of(const protocol::RecordEntry& record) {
@@ -178,30 +200,17 @@ Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
                                                      const std::function<bool(const nlohmann::json&)>& enough,
                                                      RecordKind kind, std::uint64_t before_seq) {
   std::vector<nlohmann::json> runs;
-  protocol::ListRecords query{kind, 10000, 0, before_seq, true};
-  for (;;) {
-    auto page = cli::expect_reply<protocol::RecordList>(client.request(query));
-    if (!page) return tl::unexpected(page.error());
-    for (const auto& record : page->records) {
-      // A coordinator older than newest_first ignores it and lists oldest first.
-      if (query.before_seq != 0 && record.seq >= query.before_seq) {
-        return fail(Errc::unavailable, "the coordinator lists records oldest first only: it is older than this kiln; "
-                                       "upgrade it (or use a kiln of its version)");
-      }
-      auto json = document_of(record);
-      if (!json) return tl::unexpected(json.error());
-      if (enough(*json)) {
-        std::reverse(runs.begin(), runs.end());
-        return runs;
-      }
-      runs.push_back(std::move(*json));
-      query.before_seq = record.seq;
-    }
-    if (!page->more || page->records.empty()) {
-      std::reverse(runs.begin(), runs.end());
-      return runs;
-    }
-  }
+  auto ok = each_record(client, protocol::ListRecords{kind, 10000, 0, before_seq, true},
+                        [&](protocol::RecordEntry&& record) -> Result<bool> {
+                          auto json = document_of(record);
+                          if (!json) return tl::unexpected(json.error());
+                          if (enough(*json)) return false;
+                          runs.push_back(std::move(*json));
+                          return true;
+                        });
+  if (!ok) return tl::unexpected(ok.error());
+  std::reverse(runs.begin(), runs.end());
+  return runs;
 }
 
 Status request_run(cli::Client& client, const RunRequest& request) {
