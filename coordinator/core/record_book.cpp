@@ -111,7 +111,11 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       auto bundle = qualification::bundle_from_json(*json);
       if (!bundle) return tl::unexpected(bundle.error());
       if (auto ok = key_matches(put.key, bundle->id, put.kind); !ok) return ok;
-      for (const auto& change : bundle->change_ids) {
+      // A bundle names the last change of its history prefix; the changes before it were recorded
+      // first (the history only grows). A kiln.bundle/1 record lists every change it holds.
+      std::vector<std::string> named = bundle->listed_change_ids.value_or(std::vector<std::string>{});
+      if (!bundle->listed_change_ids && bundle->change_count > 0) named.push_back(bundle->last_change);
+      for (const auto& change : named) {
         if (!exists(RecordKind::change, change)) {
           return fail(Errc::not_found, fmt::format("bundle {} contains change {}, which is not recorded; record the "
                                                    "changes (kiln change add / import) before their bundles",

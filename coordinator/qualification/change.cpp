@@ -67,13 +67,23 @@ std::vector<std::string> sorted_unique(std::vector<std::string> values) {
   return values;
 }
 
+constexpr std::string_view kBundleSchema = "kiln.bundle/2";
+constexpr std::string_view kListingBundleSchema = "kiln.bundle/1";
+
 nlohmann::json content_to_json(const Bundle& bundle) {
   // nlohmann::json objects keep their keys sorted, so dump() is canonical for this shape.
-  return {{"schema", "kiln.bundle/1"},
-          {"versions", versions_to_json(bundle.versions)},
-          {"model_configs", bundle.model_configs_version},
-          {"hardware_revisions", sorted_unique(bundle.hardware_revisions)},
-          {"changes", bundle.change_ids}};
+  nlohmann::json json = {{"versions", versions_to_json(bundle.versions)},
+                         {"model_configs", bundle.model_configs_version},
+                         {"hardware_revisions", sorted_unique(bundle.hardware_revisions)}};
+  if (bundle.listed_change_ids) {
+    json["schema"] = kListingBundleSchema;
+    json["changes"] = *bundle.listed_change_ids;
+  } else {
+    json["schema"] = kBundleSchema;
+    json["change_count"] = bundle.change_count;
+    json["last_change"] = bundle.last_change;
+  }
+  return json;
 }
 
 struct DigestDeleter {
@@ -106,6 +116,10 @@ std::string canonical_serialization(const Bundle& bundle) { return content_to_js
 
 Bundle seal(Bundle bundle) {
   bundle.hardware_revisions = sorted_unique(std::move(bundle.hardware_revisions));
+  if (const auto& listed = bundle.listed_change_ids) {
+    bundle.change_count = listed->size();
+    bundle.last_change = listed->empty() ? std::string() : listed->back();
+  }
   bundle.id = sha256_hex(canonical_serialization(bundle));
   return bundle;
 }
@@ -129,8 +143,11 @@ nlohmann::json to_json(const Bundle& bundle) {
 Result<Bundle> bundle_from_json(const nlohmann::json& json) {
   try {
     if (!json.is_object()) return fail(Errc::bad_message, "a bundle must be a JSON object");
-    if (json.value("schema", "") != "kiln.bundle/1") {
-      return fail(Errc::bad_message, "a bundle's schema must be \"kiln.bundle/1\"; rebuild it with this kiln");
+    const std::string schema = json.value("schema", "");
+    if (schema != kBundleSchema && schema != kListingBundleSchema) {
+      return fail(Errc::bad_message, fmt::format("a bundle's schema must be \"{}\" (or \"{}\" for one recorded "
+                                                 "before), not \"{}\"; rebuild it with this kiln",
+                                                 kBundleSchema, kListingBundleSchema, schema));
     }
     Bundle bundle;
     bundle.id = json.at("id").get<std::string>();
@@ -142,7 +159,19 @@ Result<Bundle> bundle_from_json(const nlohmann::json& json) {
     }
     bundle.model_configs_version = json.at("model_configs").get<std::string>();
     bundle.hardware_revisions = json.at("hardware_revisions").get<std::vector<std::string>>();
-    bundle.change_ids = json.at("changes").get<std::vector<std::string>>();
+    if (schema == kListingBundleSchema) {
+      auto& listed = bundle.listed_change_ids.emplace(json.at("changes").get<std::vector<std::string>>());
+      bundle.change_count = listed.size();
+      if (!listed.empty()) bundle.last_change = listed.back();
+    } else {
+      bundle.change_count = json.at("change_count").get<std::size_t>();
+      bundle.last_change = json.at("last_change").get<std::string>();
+      if ((bundle.change_count == 0) != bundle.last_change.empty()) {
+        return fail(Errc::bad_message, fmt::format("bundle {} has {} changes and last change \"{}\"; a bundle with "
+                                                   "changes names its last, one without names none: rebuild it",
+                                                   bundle.id, bundle.change_count, bundle.last_change));
+      }
+    }
     if (auto ok = verify_id(bundle); !ok) return tl::unexpected(ok.error());
     return bundle;
   } catch (const nlohmann::json::exception& error) {
@@ -183,8 +212,9 @@ Result<Bundle> build_bundle_at(const std::vector<Change>& history, std::size_t i
     const Change& change = history[i];
     ++counts[change.layer];
     last_change[change.layer] = change.id;
-    bundle.change_ids.push_back(change.id);
   }
+  bundle.change_count = index + 1;
+  bundle.last_change = history[index].id;
   auto version_of = [&](Layer layer) {
     auto it = counts.find(layer);
     return it == counts.end() ? options.base_version : fmt::format("r{}-{}", it->second, last_change[layer]);
@@ -201,20 +231,46 @@ Result<Bundle> build_bundle_at(const std::vector<Change>& history, std::size_t i
   return build_bundle_at(history, index, SimBuilderOptions{});
 }
 
-Result<std::vector<std::string>> changes_between(const Bundle& good, const Bundle& bad) {
-  const auto& before = good.change_ids;
-  const auto& after = bad.change_ids;
-  if (before.size() > after.size() || !std::equal(before.begin(), before.end(), after.begin())) {
-    return fail(Errc::invalid_argument,
-                fmt::format("bundle {} is not an ancestor of bundle {}: its changes are not a prefix of the other's; "
-                            "bisect between bundles built from one history",
-                            good.id, bad.id));
+Result<std::span<const Change>> bundle_changes(std::span<const Change> history, const Bundle& bundle) {
+  const std::size_t count = bundle.change_count;
+  if (count > history.size() || (count > 0 && history[count - 1].id != bundle.last_change)) {
+    const std::string found = count > history.size() ? fmt::format("has only {} changes", history.size())
+                                                     : fmt::format("has change {} there", history[count - 1].id);
+    return fail(Errc::not_found, fmt::format("bundle {} ends with change {} as change {} of its history, but the "
+                                             "history {}; import the change history the bundle was built from "
+                                             "(kiln change import)",
+                                             bundle.id.substr(0, 12), bundle.last_change, count, found));
   }
-  if (before.size() == after.size()) {
+  const auto changes = history.first(count);
+  if (bundle.listed_change_ids &&
+      !std::equal(changes.begin(), changes.end(), bundle.listed_change_ids->begin(), bundle.listed_change_ids->end(),
+                  [](const Change& change, const std::string& id) { return change.id == id; })) {
+    return fail(Errc::invalid_argument, fmt::format("bundle {} lists changes that are not the first {} of the history; "
+                                                    "rebuild it from this history (kiln bundle build)",
+                                                    bundle.id.substr(0, 12), count));
+  }
+  return changes;
+}
+
+Result<std::vector<std::string>> changes_between(std::span<const Change> history, const Bundle& good,
+                                                 const Bundle& bad) {
+  auto before = bundle_changes(history, good);
+  if (!before) return tl::unexpected(before.error());
+  auto after = bundle_changes(history, bad);
+  if (!after) return tl::unexpected(after.error());
+  if (before->size() > after->size()) {
+    return fail(Errc::invalid_argument,
+                fmt::format("bundle {} is not an ancestor of bundle {}: it contains {} changes, the other {}; bisect "
+                            "from the older bundle",
+                            good.id, bad.id, before->size(), after->size()));
+  }
+  if (before->size() == after->size()) {
     return fail(Errc::invalid_argument,
                 fmt::format("bundles {} and {} contain the same changes; there is nothing to bisect", good.id, bad.id));
   }
-  return std::vector<std::string>(after.begin() + static_cast<std::ptrdiff_t>(before.size()), after.end());
+  std::vector<std::string> added;
+  for (const Change& change : after->subspan(before->size())) added.push_back(change.id);
+  return added;
 }
 
 std::set<std::string> sim_broken_kernels(std::span<const Change> changes) {

@@ -103,22 +103,30 @@ struct LayerVersions {
   std::string* find(Layer layer);
 };
 
+// A bundle is the stack at one point of the change history: it contains the history's first
+// change_count changes, the last of them last_change. Change ids are unique and the history only
+// grows, so the pair names that prefix, and a bundle stays the same size however long the
+// history gets (kiln.bundle/2). Bundles recorded before (kiln.bundle/1) listed every change;
+// they are still read, and their list is kept because their id hashes it.
 struct Bundle {
   std::string id;  // lowercase hex SHA-256 of canonical_serialization(); see seal()
   LayerVersions versions;
   std::string model_configs_version;
   std::vector<std::string> hardware_revisions;  // "a", "b"; kept sorted, without duplicates
-  std::vector<std::string> change_ids;          // every change it contains, in merge order
+  std::size_t change_count = 0;
+  std::string last_change;  // empty only when change_count is 0
+  std::optional<std::vector<std::string>> listed_change_ids;  // a kiln.bundle/1 record's changes
 };
 
-// The bytes the id hashes: compact JSON with sorted keys and sorted revisions (the changes keep
-// their order: it is part of the content). The id itself is not part of it.
+// The bytes the id hashes: compact JSON with sorted keys and sorted revisions. The id itself is
+// not part of it. A kiln.bundle/1 bundle keeps its own form (its changes, in order).
 std::string canonical_serialization(const Bundle& bundle);
 
 // Lowercase hex SHA-256 of `bytes` (OpenSSL EVP). Also used for config hashes.
 std::string sha256_hex(std::string_view bytes);
 
-// Sorts and dedupes the revisions and sets the id from the content.
+// Sorts and dedupes the revisions and sets the id from the content (and a kiln.bundle/1 bundle's
+// change_count and last_change from its list).
 Bundle seal(Bundle bundle);
 
 // Fails when the id is not the hash of the content (a tampered or stale record).
@@ -140,9 +148,15 @@ Result<Bundle> build_bundle_at(const std::vector<Change>& history, std::size_t i
                                const SimBuilderOptions& options);
 Result<Bundle> build_bundle_at(const std::vector<Change>& history, std::size_t index);
 
-// The changes `bad` adds on top of `good`, in order: the bisection candidates. `good`'s changes
-// must be a prefix of `bad`'s (bundles built from one history), and `bad` must add at least one.
-Result<std::vector<std::string>> changes_between(const Bundle& good, const Bundle& bad);
+// The bundle's changes in `history` (merge order): its first change_count entries. Fails when the
+// history is shorter or holds another change at the bundle's last position (a bundle of another
+// history), or when a kiln.bundle/1 bundle's list differs from that prefix.
+Result<std::span<const Change>> bundle_changes(std::span<const Change> history, const Bundle& bundle);
+
+// The changes `bad` adds on top of `good`, in order: the bisection candidates. Both must be
+// bundles of `history` (bundle_changes), and `bad` must add at least one change.
+Result<std::vector<std::string>> changes_between(std::span<const Change> history, const Bundle& good,
+                                                 const Bundle& bad);
 
 // The stack-effects TOML (docs/workloads.md, KILN_SIM_STACK_EFFECTS) that simulates the bundle
 // containing changes [0, index]: throughput factors multiplied over the changes, kernels broken
@@ -159,7 +173,7 @@ std::set<std::string> sim_broken_kernels(std::span<const Change> changes);
 // description).
 // The args may hold placeholders the shell expands with expand_command: {change} (the id of the
 // last change to include), {index} (its position in the history), {out} (the output directory).
-// The program must print the built bundle as JSON (to_json's shape) on stdout.
+// The program must print the built bundle as JSON (to_json's shape, kiln.bundle/2) on stdout.
 struct CommandBuilderConfig {
   std::string program;                // absolute path, run by argv, never through a shell
   std::vector<std::string> args;

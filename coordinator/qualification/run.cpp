@@ -410,21 +410,14 @@ Status validate_input(const RunInput& input) {
                                                       change.id));
     }
   }
-  for (const auto& id : input.candidate.change_ids) {
-    if (history_ids.count(id) == 0) {
-      return fail(Errc::invalid_argument, fmt::format("the candidate's change {} is not in the history; pass every "
-                                                      "merged change the candidate contains",
-                                                      id));
-    }
-  }
+  if (auto ok = bundle_changes(input.history, input.candidate); !ok) return tl::unexpected(ok.error());
   for (const auto& [revision, baseline] : input.baselines) {
-    const auto& good = baseline.change_ids;
-    const auto& bad = input.candidate.change_ids;
-    if (good.size() > bad.size() || !std::equal(good.begin(), good.end(), bad.begin())) {
+    if (auto ok = bundle_changes(input.history, baseline); !ok) return tl::unexpected(ok.error());
+    if (baseline.change_count > input.candidate.change_count) {
       return fail(Errc::invalid_argument,
-                  fmt::format("the baseline {} of revision {} is not an ancestor of the candidate (its changes are not "
-                              "a prefix of the candidate's); pick the last accepted bundle of the same history",
-                              baseline.id, revision));
+                  fmt::format("the baseline {} of revision {} is not an ancestor of the candidate (it holds {} changes, "
+                              "the candidate {}); pick the last accepted bundle of the same history",
+                              baseline.id, revision, baseline.change_count, input.candidate.change_count));
     }
   }
   return {};

@@ -30,7 +30,7 @@ Result<RunBisections::Joined> RunBisections::join(std::size_t pair, TicketKind k
     return fail(Errc::not_found,
                 fmt::format("revision {} has no accepted baseline bundle to bisect from", revision));
   }
-  auto candidates = changes_between(input_.baselines.at(revision), input_.candidate);
+  auto candidates = changes_between(input_.history, input_.baselines.at(revision), input_.candidate);
   if (!candidates) return tl::unexpected(candidates.error());
   std::vector<std::size_t> indexes;
   for (const auto& id : *candidates) indexes.push_back(history_index_.at(id));
@@ -197,8 +197,8 @@ void RunBisections::on_bundle_built(std::size_t history_index, Result<Bundle> bu
   if (!bundle) {
     build.state = BuildState::failed;
     build.error = bundle.error().message;
-  } else if (history_index >= history.size() || bundle->change_ids.empty() ||
-             bundle->change_ids.back() != history[history_index].id) {
+  } else if (history_index >= history.size() || bundle->change_count != history_index + 1 ||
+             bundle->last_change != history[history_index].id) {
     build.state = BuildState::failed;
     const std::string expected = history_index < history.size() ? history[history_index].id : "?";
     build.error = fmt::format("the built bundle {} does not end with change {}; the builder built the wrong change",

@@ -40,7 +40,7 @@ Result<std::vector<QualificationModel>> tier_models(const RunRequest& request, c
     if (request.max_models > 0 && models.size() > request.max_models) models.resize(request.max_models);
     return models;
   }
-  const std::string change_id = request.change.empty() ? facts.candidate.change_ids.back() : request.change;
+  const std::string change_id = request.change.empty() ? facts.candidate.last_change : request.change;
   auto change = std::find_if(facts.history.begin(), facts.history.end(),
                              [&](const Change& ch) { return ch.id == change_id; });
   if (change == facts.history.end()) {
@@ -57,7 +57,7 @@ Result<std::vector<QualificationModel>> tier_models(const RunRequest& request, c
 
 Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts) {
   const Bundle& candidate = facts.candidate;
-  if (candidate.change_ids.empty()) {
+  if (candidate.change_count == 0) {
     return fail(Errc::invalid_argument, fmt::format("bundle {} has no changes to qualify", candidate.id));
   }
   RunInput input;

@@ -466,8 +466,7 @@ class RequestedRun {
   // The gate before a hardware smoke (unit_tier.h admit_smoke): the change's unit tier runs here,
   // on this host's CPU and simulated chip, before any job is submitted.
   Result<q::SmokeAdmission> unit_gate(const q::RunFacts& facts) {
-    const auto& ids = facts.candidate.change_ids;
-    const std::string change_id = !request_.change.empty() ? request_.change : (ids.empty() ? "" : ids.back());
+    const std::string change_id = !request_.change.empty() ? request_.change : facts.candidate.last_change;
     auto change = std::find_if(facts.history.begin(), facts.history.end(),
                                [&](const q::Change& c) { return c.id == change_id; });
     // An unknown change is run_input_for's to refuse, with its own message.

@@ -83,6 +83,14 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   REQUIRE(fleet.kiln("ci", {"bundles", "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).at("baselines").at("a").at("bundle_id") == presubmit);
 
+  // A change recorded after the bundles were built, with the earliest merge time (a late import):
+  // the history only grows at its end, so it goes last and no bundle's changes move under it.
+  REQUIRE(fleet.kiln("ci", {"change", "add", "--id", "k9", "--layer", "runtime", "--owner", "runtime-team",
+                            "--merged-at-ms", "1"},
+                     &out) == 0);
+  REQUIRE(fleet.kiln("ci", {"changes", "--json"}, &out) == 0);
+  CHECK(nlohmann::json::parse(out).back().at("id") == "k9");
+
   // The next nightly fails: both regressions, each bisected to its change, one ticket per culprit.
   const int nightly = fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-it", "--junit",
                                        (dir / "nightly.xml").string()},

@@ -139,7 +139,7 @@ TEST_CASE("a qualifier whose nightly is due starts exactly one; restarted during
   const auto listed = nlohmann::json::parse(out);
   bool latest = false;
   for (const auto& bundle : listed.at("bundles")) {
-    if (bundle.at("id") == finished.at("candidate_bundle_id")) latest = bundle.at("changes").size() == 2;
+    if (bundle.at("id") == finished.at("candidate_bundle_id")) latest = bundle.at("change_count") == 2;
   }
   CHECK(latest);
 

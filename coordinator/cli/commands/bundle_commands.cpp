@@ -57,7 +57,7 @@ int BundleBuildCommand::run_with(Client& client, CommandContext& context) {
     std::cout << q::to_json(bundle).dump(2) << "\n";
   } else {
     std::cout << fmt::format("bundle {} at change {} ({} changes, revisions {})\n", bundle.id, built->at_change,
-                             bundle.change_ids.size(), fmt::join(bundle.hardware_revisions, ","));
+                             bundle.change_count, fmt::join(bundle.hardware_revisions, ","));
   }
   return kExitOk;
 }
@@ -125,7 +125,7 @@ void print_bundles(const std::vector<q::Bundle>& bundles, const std::map<std::st
     for (const auto& [revision, baseline] : baselines) {
       if (baseline.bundle_id == bundle.id) baseline_of.push_back(revision);
     }
-    row(short_id(bundle.id), bundle.change_ids.size(), bundle.change_ids.empty() ? "-" : bundle.change_ids.back(),
+    row(short_id(bundle.id), bundle.change_count, bundle.change_count == 0 ? "-" : bundle.last_change,
         fmt::format("{}", fmt::join(bundle.hardware_revisions, ",")), fmt::format("{}", fmt::join(baseline_of, ",")));
   }
 }

@@ -64,11 +64,11 @@ int UnitCommand::run_with(Client& client, CommandContext& context) {
   if (!history) return report(history.error());
   std::string change = change_;
   if (change.empty() && !all_) {
-    if (bundle->change_ids.empty()) {
+    if (bundle->change_count == 0) {
       return report({Errc::invalid_argument, fmt::format("bundle {} has no changes; give --all",
                                                          bundle->id.substr(0, 12))});
     }
-    change = bundle->change_ids.back();
+    change = bundle->last_change;
   }
   auto result = qs::run_unit_tier(*bundle, *history, change, {sim_library_, cpu_library_});
   if (!result) return report(result.error());

@@ -94,17 +94,22 @@ class CommandBuilder final : public BundleBuilder {
     auto json = nlohmann::json::parse(last_json, nullptr, false);
     if (last_json.empty() || json.is_discarded()) {
       return fail(Errc::bad_message, fmt::format("the bundle builder {} printed no bundle JSON line for change {}; "
-                                                 "it must print the bundle (kiln.bundle/1) as one line on stdout",
+                                                 "it must print the bundle (kiln.bundle/2) as one line on stdout",
                                                  config_.program, history[index].id));
     }
     auto bundle = bundle_from_json(json);
     if (!bundle) return bundle;
-    std::vector<std::string> expected;
-    for (std::size_t i = 0; i <= index; ++i) expected.push_back(history[i].id);
-    if (bundle->change_ids != expected) {
-      return fail(Errc::integrity, fmt::format("the bundle the builder made for change {} does not contain exactly "
-                                               "the changes up to it; fix the builder",
-                                               history[index].id));
+    if (bundle->listed_change_ids) {
+      return fail(Errc::bad_message, fmt::format("the bundle builder {} printed a kiln.bundle/1 bundle, which lists "
+                                                 "every change and outgrows a record as the history grows; print "
+                                                 "kiln.bundle/2 (change_count and last_change; docs/qualification.md)",
+                                                 config_.program));
+    }
+    if (bundle->change_count != index + 1 || bundle->last_change != history[index].id) {
+      return fail(Errc::integrity, fmt::format("the bundle the builder made for change {} holds {} changes up to {}, "
+                                               "not the {} up to it; fix the builder",
+                                               history[index].id, bundle->change_count, bundle->last_change,
+                                               index + 1));
     }
     return bundle;
   }

@@ -83,8 +83,6 @@ Result<std::vector<Change>> list_changes(cli::Client& client) {
     if (!change) return tl::unexpected(change.error());
     changes.push_back(std::move(*change));
   }
-  std::stable_sort(changes.begin(), changes.end(),
-                   [](const Change& a, const Change& b) { return a.merged_at_ms < b.merged_at_ms; });
   return changes;
 }
 

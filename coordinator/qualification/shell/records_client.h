@@ -19,7 +19,9 @@
 namespace kiln::qualification::shell {
 
 Status record_change(cli::Client& client, const Change& change);
-// Every recorded change in merge order (by merged_at_ms, then the order they were recorded).
+// Every recorded change, in the order they were recorded: the history's merge order (changes are
+// recorded as they merge). Not sorted by merged_at_ms: a change recorded after others goes after
+// them, so the history only grows at its end and a bundle's place in it never moves.
 Result<std::vector<Change>> list_changes(cli::Client& client);
 
 Status record_bundle(cli::Client& client, const Bundle& bundle);

@@ -64,16 +64,9 @@ class WorkDir {
 Result<UnitTierReport> run_unit_tier(const Bundle& bundle, const std::vector<Change>& history,
                                      const std::string& change_id, const UnitTierSetup& setup) {
   // The bundle's changes in its order: what its kernel library is built from.
-  std::vector<Change> changes;
-  for (const std::string& id : bundle.change_ids) {
-    auto it = std::find_if(history.begin(), history.end(), [&](const Change& c) { return c.id == id; });
-    if (it == history.end()) {
-      return fail(Errc::not_found, fmt::format("bundle {} contains change {}, which the coordinator does not have; "
-                                               "import the change history (kiln change import)",
-                                               bundle.id.substr(0, 12), id));
-    }
-    changes.push_back(*it);
-  }
+  auto bundle_history = bundle_changes(history, bundle);
+  if (!bundle_history) return tl::unexpected(bundle_history.error());
+  const std::span<const Change> changes = *bundle_history;
   UnitTierReport report;
   report.bundle_id = bundle.id;
   UnitSelection selection;

@@ -82,9 +82,17 @@ TEST_CASE("CI records changes and bundles; they are immutable and saved before t
   h.client("ci", Role::ci, put_change(changes[2]), 16);
   CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_bundle(*bundle), 17)));
 
+  // A bundle that lists its changes (kiln.bundle/1, from a kiln before kiln.bundle/2) is still
+  // taken, when every change it lists is recorded.
+  q::Bundle listing = *bundle;
+  listing.listed_change_ids = std::vector<std::string>{"c0", "c1", "c2"};
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, put_bundle(q::seal(listing)), 17)));
+  listing.listed_change_ids = std::vector<std::string>{"c0", "c7", "c2"};
+  CHECK(error_of(h.client("ci", Role::ci, put_bundle(q::seal(listing)), 17)).find("change c7") != std::string::npos);
+
   // A bundle whose id is not the hash of its content is refused.
   q::Bundle tampered = *bundle;
-  tampered.change_ids.pop_back();
+  tampered.change_count -= 1;
   CHECK(error_of(h.client("ci", Role::ci, put_bundle(tampered), 18)).starts_with("integrity"));
 
   // A change's key must be its id.

@@ -31,7 +31,8 @@ q::Bundle bundle(const std::string& id, std::vector<std::string> changes) {
   q::Bundle b;
   b.id = id;
   b.hardware_revisions = {"a", "b"};
-  b.change_ids = std::move(changes);
+  b.change_count = changes.size();
+  if (!changes.empty()) b.last_change = changes.back();
   return b;
 }
 

@@ -24,7 +24,8 @@ q::Bundle bundle(const std::string& compiler, std::vector<std::string> changes) 
   b.versions = {"fw-1", compiler, "kern-1", "rt-1", "drv-1", "fmw-1"};
   b.model_configs_version = "cfg-1";
   b.hardware_revisions = {"a"};
-  b.change_ids = std::move(changes);
+  b.change_count = changes.size();
+  if (!changes.empty()) b.last_change = changes.back();
   return q::seal(std::move(b));
 }
 

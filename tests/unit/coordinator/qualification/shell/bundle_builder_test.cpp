@@ -80,6 +80,15 @@ TEST_CASE("the command builder runs its program and checks the bundle it prints"
   REQUIRE_FALSE(wrong.has_value());
   CHECK(wrong.error().code == kiln::Errc::integrity);
 
+  // A bundle that lists its changes (kiln.bundle/1) is refused, with what to print instead: the
+  // builder's bundles would outgrow a record as the history grows.
+  q::Bundle listing = *expected;
+  listing.listed_change_ids = std::vector<std::string>{history()[0].id, history()[1].id};
+  config.program = script(dir, "listing.sh", q::to_json(q::seal(listing)).dump(), 0);
+  auto listed = qs::make_command_builder(config, dir / "work")->build(history(), 1);
+  REQUIRE_FALSE(listed.has_value());
+  CHECK(listed.error().message.find("print kiln.bundle/2") != std::string::npos);
+
   // A tampered id is refused.
   auto tampered_json = q::to_json(*expected);
   tampered_json["id"] = std::string(64, '0');

@@ -72,7 +72,8 @@ kiln::Result<q::RunReport> drive_one_model(UnansweringCoordinator& coordinator) 
   input.settings.revisions = {"a"};
   q::Bundle candidate;
   candidate.hardware_revisions = {"a"};
-  candidate.change_ids = {"k1"};
+  candidate.change_count = 1;
+  candidate.last_change = "k1";
   input.candidate = q::seal(candidate);
   input.models = {*set->find("mlp-bf16-it")};
   input.set = *set;
