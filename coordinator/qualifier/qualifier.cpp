@@ -222,7 +222,8 @@ Result<q::BaselineHistory> latest_baseline_history(cli::Client& client, const q:
 }
 
 // What the coordinator holds that the run's input is made of.
-Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& request, const q::ModelSet& set) {
+Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& request, const q::ModelSet& set,
+                                 qs::ChangeHistory& changes) {
   q::RunFacts facts;
   facts.set = set;
   auto candidate = qs::get_bundle(client, request.bundle_id);
@@ -234,7 +235,7 @@ Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& reque
   }
   facts.candidate = *candidate;
   facts.bundles[candidate->id] = std::move(*candidate);
-  auto history = qs::list_changes(client);
+  auto history = changes.read(client);
   if (!history) return tl::unexpected(history.error());
   facts.history = std::move(*history);
   auto baselines = qs::list_baselines(client);
@@ -311,8 +312,8 @@ class WaivedRuns {
 class RequestedRun {
  public:
   RequestedRun(const QualifierConfig& config, const Setup& setup, WaivedRuns& waived, RecentRuns& recent,
-               q::RunRequest request, std::string owner, const std::atomic<bool>& stop)
-      : config_(config), set_(setup.set), risks_(setup.risks), waived_(waived), recent_(recent),
+               qs::ChangeHistory& changes, q::RunRequest request, std::string owner, const std::atomic<bool>& stop)
+      : config_(config), set_(setup.set), risks_(setup.risks), waived_(waived), recent_(recent), changes_(changes),
         request_(std::move(request)), owner_(std::move(owner)), stop_(stop), lines_(request_.run_id), out_(&lines_),
         pages_(config_.reports_dir, recent_, out_) {}
 
@@ -322,7 +323,7 @@ class RequestedRun {
     cli::Client& c = **client;
     Claim claim(c, config_, request_.run_id, owner_);
     pages_.read_other_runs(c);
-    auto facts = gather_facts(c, request_, set_);
+    auto facts = gather_facts(c, request_, set_, changes_);
     if (!facts) return tl::unexpected(facts.error());
     for (const auto& revision : q::revisions_skipped(facts->candidate, facts->fleet_revisions)) {
       out_ << fmt::format("no node of revision {} is registered; the run skips it\n", revision);
@@ -516,6 +517,7 @@ class RequestedRun {
   const q::RiskRegister& risks_;
   WaivedRuns& waived_;
   RecentRuns& recent_;
+  qs::ChangeHistory& changes_;
   q::RunRequest request_;
   std::string owner_;
   const std::atomic<bool>& stop_;
@@ -622,7 +624,8 @@ struct Driving {
 // second qualifier asking at the same moment writes the same request, which the coordinator
 // keeps once. `problem` holds the last problem said, so a failing build is said once a night.
 void ask_for_scheduled_nightly(cli::Client& client, const QualifierConfig& config,
-                               const std::vector<q::RunRequest>& requests, std::string& problem) {
+                               const std::vector<q::RunRequest>& requests, qs::ChangeHistory& changes,
+                               std::string& problem) {
   std::set<std::string> requested;
   for (const auto& request : requests) requested.insert(request.run_id);
   const auto night = q::nightly_due(config.schedule, wall_now_ms() + config.clock_offset_ms, requested);
@@ -633,7 +636,13 @@ void ask_for_scheduled_nightly(cli::Client& client, const QualifierConfig& confi
   };
   auto builder = qs::make_configured_builder(config.builder, config.builder_args, config.bundle_dir,
                                              config.schedule_revisions);
-  auto built = qs::build_recorded_bundle(client, *builder, "");
+  auto history = changes.read(client);
+  if (!history) {
+    return say_once(fmt::format("tonight's nightly {} is due but the change history could not be read: {}; trying "
+                                "again on the next poll",
+                                night->run_id, history.error().message));
+  }
+  auto built = qs::build_recorded_bundle(client, *builder, "", *history);
   if (!built) {
     return say_once(fmt::format("tonight's nightly {} is due but its bundle could not be built: {}; trying again on the "
                                 "next poll",
@@ -832,6 +841,8 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
   // Their first read, of every report, is the one that finds the runs relying on waivers too, and
   // the runs already finished (so that none of those is read again to learn it).
   RecentRuns recent;
+  // The change history, read once and then only the changes recorded since, for all its runs.
+  qs::ChangeHistory changes;
   const auto note = [&waived, &finished](const nlohmann::json& report) {
     waived.note(report);
     if (report.value("finished", false)) finished.insert(report.value("run_id", ""));
@@ -858,7 +869,7 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
     } else {
       say("could not list the run requests: " + more.error().message);
     }
-    if (config.schedule.enabled) ask_for_scheduled_nightly(**client, config, requests, schedule_problem);
+    if (config.schedule.enabled) ask_for_scheduled_nightly(**client, config, requests, changes, schedule_problem);
     deliver_due_tickets(**client, **sink, sink_name, config.delivery, wall_now_ms(), say);
     judge_waived_runs(**client, config, setup.risks, waivers_seen, waived, recent);
     judge_stability_runs(**client, config, setup.risks, stability_seq, waived);
@@ -878,8 +889,8 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
       say("drives run " + run_id);
       Driving& d = driving.emplace_back();
       d.run_id = run_id;
-      d.thread = std::thread([&config, &setup, &waived, &recent, &stop, &d, owner, request = *request] {
-        RequestedRun run(config, setup, waived, recent, request, owner, stop);
+      d.thread = std::thread([&config, &setup, &waived, &recent, &changes, &stop, &d, owner, request = *request] {
+        RequestedRun run(config, setup, waived, recent, changes, request, owner, stop);
         if (auto ok = run.drive(); !ok) say(fmt::format("run {}: {}", request.run_id, ok.error().message));
         d.done.store(true);
       });

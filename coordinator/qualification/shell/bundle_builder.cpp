@@ -150,21 +150,26 @@ std::unique_ptr<BundleBuilder> make_configured_builder(const std::string& progra
 Result<RecordedBundle> build_recorded_bundle(cli::Client& client, BundleBuilder& builder, const std::string& at_change) {
   auto history = list_changes(client);
   if (!history) return tl::unexpected(history.error());
-  if (history->empty()) {
+  return build_recorded_bundle(client, builder, at_change, *history);
+}
+
+Result<RecordedBundle> build_recorded_bundle(cli::Client& client, BundleBuilder& builder, const std::string& at_change,
+                                             const std::vector<Change>& history) {
+  if (history.empty()) {
     return fail(Errc::not_found, "no changes are recorded; record them first (kiln change import FILE)");
   }
-  std::size_t index = history->size() - 1;
+  std::size_t index = history.size() - 1;
   if (!at_change.empty()) {
-    auto it = std::find_if(history->begin(), history->end(), [&](const Change& c) { return c.id == at_change; });
-    if (it == history->end()) {
+    auto it = std::find_if(history.begin(), history.end(), [&](const Change& c) { return c.id == at_change; });
+    if (it == history.end()) {
       return fail(Errc::not_found, fmt::format("change {} is not recorded; `kiln changes` lists them", at_change));
     }
-    index = static_cast<std::size_t>(it - history->begin());
+    index = static_cast<std::size_t>(it - history.begin());
   }
-  auto bundle = builder.build(*history, index);
+  auto bundle = builder.build(history, index);
   if (!bundle) return tl::unexpected(bundle.error());
   if (auto ok = record_bundle(client, *bundle); !ok) return tl::unexpected(ok.error());
-  return RecordedBundle{std::move(*bundle), (*history)[index].id};
+  return RecordedBundle{std::move(*bundle), history[index].id};
 }
 
 }  // namespace kiln::qualification::shell

@@ -48,5 +48,8 @@ struct RecordedBundle {
   std::string at_change;  // its last change
 };
 Result<RecordedBundle> build_recorded_bundle(cli::Client& client, BundleBuilder& builder, const std::string& at_change);
+// The same, from `history`, the recorded changes as the caller last read them.
+Result<RecordedBundle> build_recorded_bundle(cli::Client& client, BundleBuilder& builder, const std::string& at_change,
+                                             const std::vector<Change>& history);
 
 }  // namespace kiln::qualification::shell

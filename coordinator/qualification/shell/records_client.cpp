@@ -73,7 +73,12 @@ Status record_change(cli::Client& client, const Change& change) {
 }
 
 Result<std::vector<Change>> list_changes(cli::Client& client) {
-  auto records = all(client, RecordKind::change);
+  std::uint64_t after_seq = 0;
+  return list_changes_after(client, after_seq);
+}
+
+Result<std::vector<Change>> list_changes_after(cli::Client& client, std::uint64_t& after_seq) {
+  auto records = all(client, RecordKind::change, after_seq);
   if (!records) return tl::unexpected(records.error());
   std::vector<Change> changes;
   for (const auto& record : *records) {
@@ -83,7 +88,18 @@ Result<std::vector<Change>> list_changes(cli::Client& client) {
     if (!change) return tl::unexpected(change.error());
     changes.push_back(std::move(*change));
   }
+  for (const auto& record : *records) after_seq = std::max(after_seq, record.seq);
   return changes;
+}
+
+Result<std::vector<Change>> ChangeHistory::read(cli::Client& client) {
+  std::lock_guard lock(mutex_);
+  std::uint64_t after_seq = after_seq_;
+  auto added = list_changes_after(client, after_seq);
+  if (!added) return tl::unexpected(added.error());
+  changes_.insert(changes_.end(), std::make_move_iterator(added->begin()), std::make_move_iterator(added->end()));
+  after_seq_ = after_seq;
+  return changes_;
 }
 
 Status record_bundle(cli::Client& client, const Bundle& bundle) {

@@ -2,8 +2,10 @@
 // reports, run requests, claims and tickets over put_record / get_record / list_records (docs/protocol.md §13).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,22 @@ Status record_change(cli::Client& client, const Change& change);
 // recorded as they merge). Not sorted by merged_at_ms: a change recorded after others goes after
 // them, so the history only grows at its end and a bundle's place in it never moves.
 Result<std::vector<Change>> list_changes(cli::Client& client);
+// The changes recorded after `after_seq`, in that order; `after_seq` becomes the last one's.
+Result<std::vector<Change>> list_changes_after(cli::Client& client, std::uint64_t& after_seq);
+
+// The change history for a process that reads it for every run (the qualifier): each read takes
+// only the changes recorded since the last one (a page), not the whole history again. Changes
+// are immutable and the history only grows at its end, so what was read stays true. Shared by the
+// threads of its runs.
+class ChangeHistory {
+ public:
+  Result<std::vector<Change>> read(cli::Client& client);
+
+ private:
+  std::mutex mutex_;
+  std::uint64_t after_seq_ = 0;
+  std::vector<Change> changes_;
+};
 
 Status record_bundle(cli::Client& client, const Bundle& bundle);
 Result<std::vector<Bundle>> list_bundles(cli::Client& client);
