@@ -29,7 +29,9 @@ namespace qs = kiln::qualification::shell;
 
 namespace {
 
-// A run's measure job, found in the run reports the coordinator holds.
+// A run's measure job, found in the run reports the coordinator holds, read newest first until
+// found: the job to rerun is most often of a recent run, so this reads the latest pages, not the
+// whole history (all of it only for a job no run measured).
 struct Measured {
   std::string run_id;
   std::string model;
@@ -38,18 +40,20 @@ struct Measured {
 };
 
 Result<std::optional<Measured>> find_measured(Client& client, std::uint64_t job_id) {
-  auto runs = qs::list_runs(client);
-  if (!runs) return tl::unexpected(runs.error());
-  for (const auto& document : *runs) {
+  std::optional<Measured> found;
+  const auto measured_it = [&](const nlohmann::json& document) {
     auto report = q::report_outline_from_json(document);
-    if (!report) continue;
+    if (!report) return false;
     for (const auto& m : report->models) {
       if (m.measure_job && m.measure_job->has_job(job_id)) {
-        return Measured{report->run_id, m.model, m.revision, *m.measure_job};
+        found = Measured{report->run_id, m.model, m.revision, *m.measure_job};
+        return true;
       }
     }
-  }
-  return std::nullopt;
+    return false;
+  };
+  if (auto read = qs::list_latest_runs(client, measured_it); !read) return tl::unexpected(read.error());
+  return found;
 }
 
 // Why the job cannot be rerun and compared; nullopt when it can. A measure job needs a result

@@ -210,6 +210,18 @@ Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::ui
   return runs;
 }
 
+Result<std::vector<nlohmann::json>> list_runs_of_bundle(cli::Client& client, const std::string& bundle_id) {
+  auto bundle = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{RecordKind::bundle, bundle_id}));
+  if (!bundle) return tl::unexpected(bundle.error());
+  std::uint64_t after_seq = bundle->seq;
+  auto runs = list_runs_after(client, after_seq);
+  if (!runs) return tl::unexpected(runs.error());
+  std::erase_if(*runs, [&](const nlohmann::json& report) {
+    return report.value("candidate_bundle_id", std::string()) != bundle_id;
+  });
+  return runs;
+}
+
 Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
                                                      const std::function<bool(const nlohmann::json&)>& enough,
                                                      RecordKind kind, std::uint64_t before_seq) {

@@ -70,6 +70,11 @@ Result<std::vector<nlohmann::json>> list_runs(cli::Client& client,
 Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq,
                                                     protocol::RecordKind kind = protocol::RecordKind::qualification_run);
 
+// The reports of the runs of bundle `bundle_id`, oldest first. A run is requested once its bundle
+// is recorded, and a report's seq is its first write, so only the reports recorded since the
+// bundle are read: a promotion reads its bundle's weeks, not the whole history.
+Result<std::vector<nlohmann::json>> list_runs_of_bundle(cli::Client& client, const std::string& bundle_id);
+
 // The latest reports (recorded before the one of seq `before_seq`, unless 0), read newest first a
 // page at a time until `enough` says so of one (that one is not taken) or none is left; returned
 // oldest first, as list_runs orders them. A reader of the latest runs reads those, however many

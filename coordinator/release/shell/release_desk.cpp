@@ -307,11 +307,10 @@ Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::
   if (!recorded) return tl::unexpected(recorded.error());
   auto snapshot = snapshot_at(config_.main_branch);
   if (!snapshot) return tl::unexpected(snapshot.error());
-  auto reports = qs::list_runs(client_);
+  auto reports = qs::list_runs_of_bundle(client_, recorded->id);
   if (!reports) return tl::unexpected(reports.error());
   std::vector<GateRun> runs;
   for (const auto& report : *reports) {
-    if (report.value("candidate_bundle_id", std::string()) != recorded->id) continue;
     auto run = gate_run_from_json(report);
     if (!run) return tl::unexpected(run.error());
     runs.push_back(std::move(*run));

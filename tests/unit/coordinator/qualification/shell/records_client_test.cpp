@@ -1,10 +1,12 @@
-// The records client's change history: read in the order the changes were recorded, and by the
-// qualifier's ChangeHistory a page of what was recorded since, not the whole history per run.
+// The records client reads what it needs, not the whole history: the change history in the order
+// the changes were recorded (by the qualifier's ChangeHistory, only what was recorded since), and
+// a promotion's runs from its bundle's record on.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/shell/records_client.h"
@@ -15,27 +17,43 @@ namespace protocol = kiln::protocol;
 
 namespace {
 
-// Holds change records as the coordinator's store does (seq in the order they were recorded)
-// and pages list_records as §13 says; counts the records it sends.
-class ChangeRecords final : public kiln::cli::Client {
+// Holds records as the coordinator's store does (one seq over every kind, in the order they were
+// first written), answers get_record and pages list_records as §13 says; counts the records it
+// sends.
+class Records final : public kiln::cli::Client {
  public:
-  void record(const q::Change& change) {
-    records_.push_back({protocol::RecordKind::change, change.id, q::to_json(change).dump(), records_.size() + 1, 0, "ci"});
+  void record(protocol::RecordKind kind, const std::string& key, const std::string& document) {
+    records_.push_back({kind, key, document, records_.size() + 1, 0, "ci"});
   }
+  void record(const q::Change& change) { record(protocol::RecordKind::change, change.id, q::to_json(change).dump()); }
 
   kiln::Result<protocol::Body> request(protocol::Body body) override {
+    if (const auto* get = std::get_if<protocol::GetRecord>(&body)) {
+      for (const auto& record : records_) {
+        if (record.kind == get->kind && record.key == get->key) {
+          ++sent;
+          return record;
+        }
+      }
+      return tl::unexpected(kiln::Error{kiln::Errc::not_found, "no such record"});
+    }
     const auto* list = std::get_if<protocol::ListRecords>(&body);
     REQUIRE(list != nullptr);
-    REQUIRE(list->kind == protocol::RecordKind::change);
-    REQUIRE_FALSE(list->newest_first);
-    protocol::RecordList page;
+    std::vector<protocol::RecordEntry> in_range;
     for (const auto& record : records_) {
-      if (record.seq <= list->after_seq) continue;
+      if (record.kind == list->kind && record.seq > list->after_seq &&
+          (list->before_seq == 0 || record.seq < list->before_seq)) {
+        in_range.push_back(record);
+      }
+    }
+    if (list->newest_first) std::reverse(in_range.begin(), in_range.end());
+    protocol::RecordList page;
+    for (auto& record : in_range) {
       if (page.records.size() == kPageRecords) {
         page.more = true;
         break;
       }
-      page.records.push_back(record);
+      page.records.push_back(std::move(record));
     }
     sent += page.records.size();
     return page;
@@ -61,7 +79,7 @@ std::vector<std::string> ids(const std::vector<q::Change>& changes) {
 }  // namespace
 
 TEST_CASE("the change history is the order changes were recorded, whatever their merge times") {
-  ChangeRecords coordinator;
+  Records coordinator;
   coordinator.record(change(1, 2000));
   coordinator.record(change(2, 3000));
   coordinator.record(change(3, 1000));  // recorded late, merged earlier: it still comes last
@@ -71,7 +89,7 @@ TEST_CASE("the change history is the order changes were recorded, whatever their
 }
 
 TEST_CASE("the qualifier's change history reads only the changes recorded since its last read") {
-  ChangeRecords coordinator;
+  Records coordinator;
   for (int i = 0; i < 1000; ++i) coordinator.record(change(i, 1000 + i));
   qs::ChangeHistory history;
   auto first = history.read(coordinator);
@@ -92,4 +110,26 @@ TEST_CASE("the qualifier's change history reads only the changes recorded since 
   REQUIRE(whole.has_value());
   CHECK(ids(*grown) == ids(*whole));
   CHECK(grown->back().id == "c01001");
+}
+
+TEST_CASE("a promotion reads the reports recorded since its bundle, and finds each of its runs") {
+  Records coordinator;
+  const auto report = [](const std::string& run_id, const std::string& bundle_id) {
+    return nlohmann::json{{"run_id", run_id}, {"candidate_bundle_id", bundle_id}}.dump();
+  };
+  for (int i = 0; i < 500; ++i) {
+    coordinator.record(protocol::RecordKind::qualification_run, fmt::format("old-{}", i), report("old", "0ld"));
+  }
+  coordinator.record(protocol::RecordKind::bundle, "b1", "{}");
+  coordinator.record(protocol::RecordKind::qualification_run, "smoke-b1", report("smoke-b1", "b1"));
+  coordinator.record(protocol::RecordKind::qualification_run, "smoke-other", report("smoke-other", "b2"));
+  coordinator.record(protocol::RecordKind::qualification_run, "nightly-b1", report("nightly-b1", "b1"));
+  coordinator.sent = 0;
+  auto runs = qs::list_runs_of_bundle(coordinator, "b1");
+  REQUIRE(runs.has_value());
+  REQUIRE(runs->size() == 2);
+  CHECK(runs->at(0).at("run_id") == "smoke-b1");
+  CHECK(runs->at(1).at("run_id") == "nightly-b1");
+  CHECK(coordinator.sent == 1 + 3);  // the bundle's record, then the three reports after it
+  CHECK(qs::list_runs_of_bundle(coordinator, "b9").error().code == kiln::Errc::not_found);
 }
