@@ -207,6 +207,10 @@ struct Start {
   // them all, two or three times), and the latest 100, newest first.
   double list_every_report_ms = NAN;
   double list_latest_100_ms = NAN;
+  // The change history as a qualifier's run read it: every change (each run did), and the changes
+  // recorded after the newest one it read (what it reads now, as ChangeHistory does).
+  double list_every_change_ms = NAN;
+  double list_changes_since_ms = NAN;
 };
 
 // What a coordinator's log says it recovered from its store at start.
@@ -344,7 +348,7 @@ class Bench {
         start.get_report_old_us = time_gets(kiln::protocol::GetRecord{kind, report_key(1)});
         // The wall time of paging through a list to its end or `count` records; NAN on an error.
         auto time_list = [&](kiln::protocol::ListRecords query, std::size_t count) {
-          const TimeMs begun = steady_ms();
+          const auto begun = std::chrono::steady_clock::now();
           for (std::size_t read = 0; read < count;) {
             auto reply = client.call(query, 60000);
             const auto* page = reply ? std::get_if<kiln::protocol::RecordList>(&reply->body) : nullptr;
@@ -353,10 +357,18 @@ class Bench {
             if (!page->more || page->records.empty()) break;
             (query.newest_first ? query.before_seq : query.after_seq) = page->records.back().seq;
           }
-          return static_cast<double>(steady_ms() - begun);
+          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begun).count();
         };
         start.list_every_report_ms = time_list(kiln::protocol::ListRecords{kind, 10000, 0}, SIZE_MAX);
         start.list_latest_100_ms = time_list(kiln::protocol::ListRecords{kind, 100, 0, 0, true}, 100);
+        const auto change = kiln::protocol::RecordKind::change;
+        start.list_every_change_ms = time_list(kiln::protocol::ListRecords{change, 10000, 0}, SIZE_MAX);
+        auto newest = client.call(kiln::protocol::ListRecords{change, 1, 0, 0, true}, 60000);
+        const auto* page = newest ? std::get_if<kiln::protocol::RecordList>(&newest->body) : nullptr;
+        if (page != nullptr && !page->records.empty()) {
+          start.list_changes_since_ms =
+              time_list(kiln::protocol::ListRecords{change, 10000, page->records.front().seq}, SIZE_MAX);
+        }
       }
     }
     stop_process(pid);
@@ -383,7 +395,9 @@ nlohmann::json start_json(const Start& s) {
           {"get_newest_run_report_us", s.get_report_new_us},
           {"get_oldest_run_report_us", s.get_report_old_us},
           {"list_every_run_report_ms", s.list_every_report_ms},
-          {"list_latest_100_run_reports_ms", s.list_latest_100_ms}};
+          {"list_latest_100_run_reports_ms", s.list_latest_100_ms},
+          {"list_every_change_ms", s.list_every_change_ms},
+          {"list_changes_since_newest_ms", s.list_changes_since_ms}};
 }
 
 }  // namespace
@@ -463,10 +477,11 @@ int main(int argc, char** argv) {
       if (s.run_reports > 0) {
         fmt::print("{:>9} {:>9} | {} run reports of {} KB stored, with their runs' change, request and claim: {} records "
                    "held, {} keys only; get_record of the newest {:.0f} us, of the oldest {:.0f} us; listing every "
-                   "report {:.0f} ms, the latest 100 newest first {:.0f} ms\n",
+                   "report {:.0f} ms, the latest 100 newest first {:.0f} ms; listing every change {:.1f} ms, the "
+                   "changes since the newest {:.1f} ms\n",
                    "", "", s.run_reports, s.report_kb, r.live.records_held, r.live.records_in_store_only,
                    r.live.get_report_new_us, r.live.get_report_old_us, r.live.list_every_report_ms,
-                   r.live.list_latest_100_ms);
+                   r.live.list_latest_100_ms, r.live.list_every_change_ms, r.live.list_changes_since_ms);
       }
     }
   }

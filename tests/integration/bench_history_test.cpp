@@ -46,9 +46,11 @@ TEST_CASE("kiln-bench-history: the coordinator starts from the live jobs and the
       CHECK(row[run]["records_in_store_only"] == 4 * 40);
       CHECK(row[run]["get_newest_run_report_us"].get<double>() > 0);
       CHECK(row[run]["get_oldest_run_report_us"].get<double>() > 0);
-      // Both lists read to their end (a failed one is null).
+      // Every list read to its end (a failed one is null).
       CHECK(row[run]["list_every_run_report_ms"].is_number());
       CHECK(row[run]["list_latest_100_run_reports_ms"].is_number());
+      CHECK(row[run]["list_every_change_ms"].is_number());
+      CHECK(row[run]["list_changes_since_newest_ms"].is_number());
     }
     CHECK(row["load_live_ms"].get<double>() > 0);
     CHECK(row["store_mb"].get<double>() > 0);
