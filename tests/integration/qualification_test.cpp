@@ -152,6 +152,16 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   CHECK_FALSE(contains(out, runs.front().at("run_id").get<std::string>() + " "));
   REQUIRE(fleet.kiln("ci", {"runs", "--all", "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out) == runs);
+  // The same for bundles: the baseline, the presubmit's, the candidate and the probes' bundles.
+  REQUIRE(fleet.kiln("ci", {"bundles", "--all", "--json"}, &out) == 0);
+  const auto every_bundle = nlohmann::json::parse(out).at("bundles");
+  REQUIRE(every_bundle.size() >= 3);
+  CHECK(every_bundle == bundles.at("bundles"));
+  REQUIRE(fleet.kiln("ci", {"bundles", "--last", "2"}, &out) == 0);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 4);  // the header, two bundles, the note
+  CHECK(contains(out, "(the latest 2 bundles; --last N lists more, --all every one)"));
+  CHECK(contains(out, every_bundle.back().at("id").get<std::string>().substr(0, 12)));
+  CHECK_FALSE(contains(out, every_bundle.front().at("id").get<std::string>().substr(0, 12)));
   CHECK(difference(tickets.at(0), documented_fields("tickets")) == "");
 
   // kiln plan reads these records: every model the runs measured has its measured cost, and the

@@ -106,18 +106,33 @@ Status record_bundle(cli::Client& client, const Bundle& bundle) {
   return put(client, RecordKind::bundle, bundle.id, to_json(bundle));
 }
 
-Result<std::vector<Bundle>> list_bundles(cli::Client& client) {
-  auto records = all(client, RecordKind::bundle);
-  if (!records) return tl::unexpected(records.error());
+namespace {
+
+Result<std::vector<Bundle>> bundles_of(const std::vector<nlohmann::json>& documents) {
   std::vector<Bundle> bundles;
-  for (const auto& record : *records) {
-    auto json = document_of(record);
-    if (!json) return tl::unexpected(json.error());
-    auto bundle = bundle_from_json(*json);
+  for (const auto& json : documents) {
+    auto bundle = bundle_from_json(json);
     if (!bundle) return tl::unexpected(bundle.error());
     bundles.push_back(std::move(*bundle));
   }
   return bundles;
+}
+
+}  // namespace
+
+Result<std::vector<Bundle>> list_bundles(cli::Client& client) {
+  auto documents = list_runs(client, RecordKind::bundle);
+  if (!documents) return tl::unexpected(documents.error());
+  return bundles_of(*documents);
+}
+
+Result<std::vector<Bundle>> list_latest_bundles(cli::Client& client, std::size_t last, bool& more) {
+  std::size_t read = 0;
+  more = false;
+  const auto enough = [&](const nlohmann::json&) { return more = ++read > last; };
+  auto documents = list_latest_runs(client, enough, RecordKind::bundle);
+  if (!documents) return tl::unexpected(documents.error());
+  return bundles_of(*documents);
 }
 
 Result<Bundle> get_bundle(cli::Client& client, const std::string& id) {

@@ -44,6 +44,8 @@ class ChangeHistory {
 
 Status record_bundle(cli::Client& client, const Bundle& bundle);
 Result<std::vector<Bundle>> list_bundles(cli::Client& client);
+// The `last` bundles recorded latest, oldest of them first; `more` says whether older ones are left.
+Result<std::vector<Bundle>> list_latest_bundles(cli::Client& client, std::size_t last, bool& more);
 // The bundle of this whole id, read by its key; Errc::not_found when none is recorded.
 Result<Bundle> get_bundle(cli::Client& client, const std::string& id);
 // A full id, or a unique prefix of at least 6 characters.
