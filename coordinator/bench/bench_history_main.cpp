@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -195,8 +196,7 @@ kiln::Status fill_store(const fs::path& path, std::size_t history, double doc_kb
 
 struct Start {
   std::size_t jobs_held = 0;  // as its log says it recovered them
-  std::size_t records_held = 0;
-  std::size_t records_in_store_only = 0;  // qualification records of which it holds the key only
+  std::optional<std::size_t> records_held;  // none: the coordinator's log did not say
   double serves_after_s = NAN;
   double resident_mb = NAN;
   double get_held_us = NAN;  // get_job of the newest ended job
@@ -217,13 +217,12 @@ struct Start {
 void read_recovered(const fs::path& log, Start& start) {
   std::ifstream in(log);
   const std::regex jobs(R"(recovered \d+ nodes, (\d+) jobs)");
-  const std::regex records(R"((\d+) qualification records \(and the keys of (\d+) more)");
+  const std::regex records(R"((\d+) qualification records \(the others)");
   std::smatch match;
   for (std::string line; std::getline(in, line);) {
     if (std::regex_search(line, match, jobs)) start.jobs_held = std::stoul(match[1].str());
     if (std::regex_search(line, match, records)) {
       start.records_held = std::stoul(match[1].str());
-      start.records_in_store_only = std::stoul(match[2].str());
     }
   }
 }
@@ -386,8 +385,7 @@ class Bench {
 
 nlohmann::json start_json(const Start& s) {
   return {{"jobs_held", s.jobs_held},
-          {"records_held", s.records_held},
-          {"records_in_store_only", s.records_in_store_only},
+          {"records_held", s.records_held ? nlohmann::json(*s.records_held) : nlohmann::json()},
           {"serves_after_s", s.serves_after_s},
           {"resident_mb", s.resident_mb},
           {"get_held_job_us", s.get_held_us},
@@ -476,10 +474,10 @@ int main(int argc, char** argv) {
                  "", "", r.load_live_ms, s.held, r.load_all_ms);
       if (s.run_reports > 0) {
         fmt::print("{:>9} {:>9} | {} run reports of {} KB stored, with their runs' change, request and claim: {} records "
-                   "held, {} keys only; get_record of the newest {:.0f} us, of the oldest {:.0f} us; listing every "
+                   "held; get_record of the newest {:.0f} us, of the oldest {:.0f} us; listing every "
                    "report {:.0f} ms, the latest 100 newest first {:.0f} ms; listing every change {:.1f} ms, the "
                    "changes since the newest {:.1f} ms\n",
-                   "", "", s.run_reports, s.report_kb, r.live.records_held, r.live.records_in_store_only,
+                   "", "", s.run_reports, s.report_kb, r.live.records_held.value_or(0),
                    r.live.get_report_new_us, r.live.get_report_old_us, r.live.list_every_report_ms,
                    r.live.list_latest_100_ms, r.live.list_every_change_ms, r.live.list_changes_since_ms);
       }

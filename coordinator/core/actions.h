@@ -65,8 +65,8 @@ struct ReadRecords {
   std::uint64_t corr = 0;
   std::variant<protocol::GetRecord, protocol::ListRecords> query;
 };
-// Read back the record a put decides by (RecordBook::document_needed) and hand it to
-// CoordinatorCore::on_record_recalled; the puts that need it wait until then.
+// Read back a record a put decides by (RecordBook::records_needed) and hand it, or the word that
+// the store holds none, to CoordinatorCore::on_record_recalled; the puts that need it wait until then.
 struct RecallRecord {
   protocol::RecordKind kind = protocol::RecordKind::change;
   std::string key;

@@ -46,14 +46,13 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
   leases_.prune_ended();
   const std::size_t resubmitted = jobs_.requeue_recovered(now);
   scheduling_.refresh_chip_counts();
-  if (!recovered.nodes.empty() || jobs_recovered != 0 || leases_recovered != 0 || records_.held_count() != 0 ||
-      records_.in_store_count() != 0) {
+  if (!recovered.nodes.empty() || jobs_recovered != 0 || leases_recovered != 0 || records_.held_count() != 0) {
     sink_.log(action::Severity::info,
               fmt::format("recovered {} nodes, {} jobs ({} active, {} queued again), {} developer leases ({} "
-                          "active) and {} qualification records (and the keys of {} more, read from the "
-                          "store when asked for) from the store",
+                          "active) and {} qualification records (the others are read from the store when asked "
+                          "for) from the store",
                           registry_.nodes().size(), jobs_.all().size(), jobs_.active_count(), resubmitted,
-                          leases_recovered, leases_.active(), records_.held_count(), records_.in_store_count()));
+                          leases_recovered, leases_.active(), records_.held_count()));
   }
   scheduling_.pump(now);
   jobs_.forget_ended(now);
@@ -148,38 +147,50 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
     return;
   }
   if (const auto* put = std::get_if<protocol::PutRecord>(&m.body)) {
-    if (auto needed = records_.document_needed(*put)) {
-      // A record this coordinator keeps in the store only: the put waits for it to be read back.
-      auto& waiting = waiting_for_record_[*needed];
-      waiting.push_back(RecallWaiter{client, caller, m, clock_now});
-      if (waiting.size() == 1) sink_.push(action::RecallRecord{needed->first, needed->second});
+    const auto needed = records_.records_needed(*put);
+    if (!needed.empty() || !puts_waiting_.empty()) {
+      // Records this coordinator keeps in the store only: the put waits for them to be read back,
+      // after the puts already waiting.
+      puts_waiting_.push_back(RecallWaiter{client, caller, m, clock_now});
+      recall(needed);
       return;
     }
   }
   take_client_message(client, caller, m, clock_now);
 }
 
+void CoordinatorCore::recall(const std::vector<std::pair<protocol::RecordKind, std::string>>& records) {
+  for (const auto& record : records) {
+    if (records_recalling_.insert(record).second) sink_.push(action::RecallRecord{record.first, record.second});
+  }
+}
+
 void CoordinatorCore::on_record_recalled(protocol::RecordKind kind, const std::string& key,
                                          Result<std::vector<protocol::RecordEntry>> found) {
-  auto waiting = waiting_for_record_.extract(std::make_pair(kind, key));
-  KILN_ASSERT(!waiting.empty(), "a record is read back only for the puts that wait for it");
+  const bool asked = records_recalling_.erase(std::make_pair(kind, key)) != 0;
+  KILN_ASSERT(asked, "a record is read back only for the puts that wait for it");
   if (!found) {
+    // The puts waiting cannot be decided: each is refused, and what was known is read again.
     const std::string why = store_unreadable(fmt::format("{} {} is", protocol::enum_name(kind), key), found.error());
-    for (const RecallWaiter& w : waiting.mapped()) {
-      sink_.reply_error(w.client, w.message.header.id, Errc::unavailable, why);
-    }
-    return;
-  }
-  if (found->size() == 1 && found->front().kind == kind && found->front().key == key) {
+    for (const RecallWaiter& w : puts_waiting_) sink_.reply_error(w.client, w.message.header.id, Errc::unavailable, why);
+    puts_waiting_.clear();
+  } else if (found->size() == 1 && found->front().kind == kind && found->front().key == key) {
     records_.take_recalled(std::move(found->front()));
   } else {
-    sink_.log(action::Severity::error,
-              fmt::format("the store holds no {} record '{}', which this coordinator knows was written: run "
-                          "`kiln-coordinator check-store`",
-                          protocol::enum_name(kind), key));
+    records_.take_absent(kind, key);
   }
-  for (const RecallWaiter& w : waiting.mapped()) take_client_message(w.client, w.caller, w.message, w.now);
-  records_.forget_recalled();
+  while (!puts_waiting_.empty()) {
+    const auto& put = std::get<protocol::PutRecord>(puts_waiting_.front().message.body);
+    if (const auto needed = records_.records_needed(put); !needed.empty()) {
+      recall(needed);
+      break;
+    }
+    const RecallWaiter w = std::move(puts_waiting_.front());
+    puts_waiting_.pop_front();
+    take_client_message(w.client, w.caller, w.message, w.now);
+  }
+  // Every read asked for from now on is made after the writes of the puts taken.
+  if (records_recalling_.empty() && puts_waiting_.empty()) records_.forget_recalled();
 }
 
 void CoordinatorCore::on_job_recalled(std::uint64_t job_id, Result<std::optional<JobRecord>> found) {
@@ -348,10 +359,10 @@ std::uint32_t stored_rows_per_page(protocol::RecordKind kind) {
 }  // namespace
 
 void CoordinatorCore::get_record(const std::string& client, std::uint64_t corr, const protocol::GetRecord& get) {
-  if (const protocol::RecordEntry* record = records_.get(get.kind, get.key)) {
-    sink_.to_client(client, *record, corr);
-  } else if (records_.in_store(get.kind, get.key)) {
+  if (held_in_store_only(get.kind)) {
     sink_.push(action::ReadRecords{client, corr, get});
+  } else if (const protocol::RecordEntry* record = records_.get(get.kind, get.key)) {
+    sink_.to_client(client, *record, corr);
   } else {
     sink_.reply_error(client, corr, Errc::not_found, no_record(get));
   }

@@ -28,8 +28,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,7 +83,7 @@ class CoordinatorCore {
   // why they could not be read. The client gets its reply now.
   void on_records_read(const action::ReadRecords& read, Result<std::vector<protocol::RecordEntry>> found);
   // The answer to action::RecallRecord: the record as the store holds it (none or the one), or
-  // why it could not be read. The puts that wait for it are taken now.
+  // why it could not be read. The puts that waited for it and for nothing else are taken now.
   void on_record_recalled(protocol::RecordKind kind, const std::string& key,
                           Result<std::vector<protocol::RecordEntry>> found);
   // The shell's loop did not run for `paused_ms` (the process was stopped, starved or swapped
@@ -95,6 +97,9 @@ class CoordinatorCore {
   void on_environments_problem(std::string problem) { rollouts_.set_problem(std::move(problem)); }
 
   std::optional<Action> poll_action();
+  // The qualification records it holds documents of (tickets, baselines, waivers): however long
+  // the history, the others are in the store only.
+  std::size_t held_record_count() const { return records_.held_count(); }
   // On the monotonic clock of Now.
   std::optional<TimeMs> next_deadline() const;
 
@@ -153,8 +158,11 @@ class CoordinatorCore {
     Now now;
   };
   std::map<std::uint64_t, std::vector<RecallWaiter>> waiting_for_recall_;
-  // Puts that wait for the record they decide by (on_record_recalled).
-  std::map<std::pair<protocol::RecordKind, std::string>, std::vector<RecallWaiter>> waiting_for_record_;
+  // Puts that wait for the records they decide by (on_record_recalled), taken in the order they
+  // came, and the records being read back for them.
+  void recall(const std::vector<std::pair<protocol::RecordKind, std::string>>& records);
+  std::deque<RecallWaiter> puts_waiting_;
+  std::set<std::pair<protocol::RecordKind, std::string>> records_recalling_;
 };
 
 }  // namespace kiln::coordinator

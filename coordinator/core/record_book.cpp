@@ -88,13 +88,9 @@ RecordBook::RecordBook(std::vector<protocol::RecordEntry> recovered,
     : waiver_register_(std::move(waiver_register)) {
   for (auto& record : recovered) {
     next_seq_ = std::max(next_seq_, record.seq + 1);
-    auto key = std::make_pair(record.kind, std::move(record.key));
-    if (held_in_store_only(record.kind)) {
-      seq_in_store_.emplace(std::move(key), record.seq);
-    } else {
-      record.key = key.second;
-      records_.emplace(std::move(key), std::move(record));
-    }
+    if (held_in_store_only(record.kind)) continue;
+    auto key = std::make_pair(record.kind, record.key);
+    records_.emplace(std::move(key), std::move(record));
   }
 }
 
@@ -111,16 +107,19 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       auto bundle = qualification::bundle_from_json(*json);
       if (!bundle) return tl::unexpected(bundle.error());
       if (auto ok = key_matches(put.key, bundle->id, put.kind); !ok) return ok;
+      if (bundle->listed_change_ids) {
+        return fail(Errc::bad_message, fmt::format("bundle {} is a kiln.bundle/1 record, which lists every change and "
+                                                   "outgrows a record as the history grows; those recorded before are "
+                                                   "read, new ones are not taken: build it with this kiln (kiln bundle "
+                                                   "build)",
+                                                   bundle->id));
+      }
       // A bundle names the last change of its history prefix; the changes before it were recorded
-      // first (the history only grows). A kiln.bundle/1 record lists every change it holds.
-      std::vector<std::string> named = bundle->listed_change_ids.value_or(std::vector<std::string>{});
-      if (!bundle->listed_change_ids && bundle->change_count > 0) named.push_back(bundle->last_change);
-      for (const auto& change : named) {
-        if (!exists(RecordKind::change, change)) {
-          return fail(Errc::not_found, fmt::format("bundle {} contains change {}, which is not recorded; record the "
-                                                   "changes (kiln change add / import) before their bundles",
-                                                   bundle->id, change));
-        }
+      // first (the history only grows).
+      if (bundle->change_count > 0 && !exists(RecordKind::change, bundle->last_change)) {
+        return fail(Errc::not_found, fmt::format("bundle {} contains change {}, which is not recorded; record the "
+                                                 "changes (kiln change add / import) before their bundles",
+                                                 bundle->id, bundle->last_change));
       }
       return {};
     }
@@ -234,17 +233,16 @@ Result<std::string> RecordBook::waiver_document(const protocol::PutRecord& put, 
 
 Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now) {
   if (auto ok = check(put); !ok) return tl::unexpected(ok.error());
-  const auto key = std::make_pair(put.kind, put.key);
-  auto it = records_.find(key);
+  const protocol::RecordEntry* held = get(put.kind, put.key);
   const bool immutable = put.kind == RecordKind::change || put.kind == RecordKind::bundle ||
                          put.kind == RecordKind::run_request || put.kind == RecordKind::promotion;
-  if (it != records_.end() && immutable) {
-    if (nlohmann::json::parse(it->second.document) != nlohmann::json::parse(put.document)) {
+  if (held != nullptr && immutable) {
+    if (nlohmann::json::parse(held->document) != nlohmann::json::parse(put.document)) {
       return fail(Errc::conflict, fmt::format("{} {} is already recorded with other content; {} records never "
                                               "change: use a new id",
                                               protocol::enum_name(put.kind), put.key, protocol::enum_name(put.kind)));
     }
-    return it->second;
+    return *held;
   }
   std::string document = put.document;
   if (put.kind == RecordKind::run_claim) {
@@ -257,12 +255,12 @@ Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, co
     if (!waiver) return tl::unexpected(waiver.error());
     document = std::move(*waiver);
   }
-  if (put.kind == RecordKind::ticket && it != records_.end()) {
+  if (put.kind == RecordKind::ticket && held != nullptr) {
     // Both documents passed check(): the held one when it was stored.
-    const auto held = qualification::ticket_record_from_json(nlohmann::json::parse(it->second.document));
+    const auto ticket = qualification::ticket_record_from_json(nlohmann::json::parse(held->document));
     const auto filed = qualification::ticket_record_from_json(nlohmann::json::parse(put.document));
-    KILN_ASSERT(held && filed, "stored and checked tickets parse");
-    document = qualification::to_json(qualification::merge_filing(*held, *filed)).dump();
+    KILN_ASSERT(ticket && filed, "stored and checked tickets parse");
+    document = qualification::to_json(qualification::merge_filing(*ticket, *filed)).dump();
   }
   return store(put.kind, put.key, std::move(document), written_by, now);
 }
@@ -276,11 +274,11 @@ protocol::RecordEntry RecordBook::store(RecordKind kind, const std::string& key,
   record.updated_at_ms = std::max<TimeMs>(now, 0);
   record.written_by = written_by;
   if (held_in_store_only(kind)) {
-    auto [it, added] = seq_in_store_.try_emplace(std::make_pair(kind, key), next_seq_);
-    if (added) ++next_seq_;
-    record.seq = it->second;
-    // A document read back for this put stays current for the puts after it in the same event.
-    if (auto held = records_.find(std::make_pair(kind, key)); held != records_.end()) held->second = record;
+    auto known = known_.find(std::make_pair(kind, key));
+    KILN_ASSERT(known != known_.end(), "a record held in the store only is read back before it is put");
+    record.seq = known->second ? known->second->seq : next_seq_++;
+    // Known as put for the puts after it until the core forgets: a read back may precede this write.
+    known->second = record;
     return record;
   }
   auto it = records_.find(std::make_pair(kind, key));
@@ -305,56 +303,61 @@ Result<protocol::RecordEntry> RecordBook::set_ticket_state(const protocol::SetTi
 }
 
 const protocol::RecordEntry* RecordBook::get(RecordKind kind, const std::string& key) const {
-  auto it = records_.find(std::make_pair(kind, key));
+  const auto wanted = std::make_pair(kind, key);
+  if (held_in_store_only(kind)) {
+    auto it = known_.find(wanted);
+    return it == known_.end() || !it->second ? nullptr : &*it->second;
+  }
+  auto it = records_.find(wanted);
   return it == records_.end() ? nullptr : &it->second;
 }
 
-bool RecordBook::in_store(RecordKind kind, const std::string& key) const {
-  return seq_in_store_.count(std::make_pair(kind, key)) != 0;
-}
+bool RecordBook::exists(RecordKind kind, const std::string& key) const { return get(kind, key) != nullptr; }
 
-bool RecordBook::exists(RecordKind kind, const std::string& key) const {
-  return records_.count(std::make_pair(kind, key)) != 0 || in_store(kind, key);
-}
-
-std::optional<std::pair<RecordKind, std::string>> RecordBook::document_needed(const protocol::PutRecord& put) const {
-  std::pair<RecordKind, std::string> needed;
-  switch (put.kind) {
-    case RecordKind::change:
-    case RecordKind::bundle:
-    case RecordKind::run_request:
-    case RecordKind::promotion:
-    case RecordKind::run_claim:
-      // Immutable ones, compared with what is stored; a claim, with its holder.
-      needed = {put.kind, put.key};
-      break;
-    case RecordKind::baseline: {
-      // Its bundle's hardware revisions.
-      auto json = nlohmann::json::parse(put.document, nullptr, false);
-      if (!json.is_object()) return std::nullopt;
-      needed = {RecordKind::bundle, string_member(json, "bundle_id")};
-      break;
+std::vector<std::pair<RecordKind, std::string>> RecordBook::records_needed(const protocol::PutRecord& put) const {
+  std::vector<std::pair<RecordKind, std::string>> needed;
+  if (held_in_store_only(put.kind)) needed.emplace_back(put.kind, put.key);
+  // The records check() looks for: documents that do not parse need none, check() refuses them.
+  auto json = nlohmann::json::parse(put.document, nullptr, false);
+  if (json.is_object()) {
+    switch (put.kind) {
+      case RecordKind::bundle:
+        if (auto bundle = qualification::bundle_from_json(json); bundle && bundle->change_count > 0) {
+          needed.emplace_back(RecordKind::change, bundle->last_change);
+        }
+        break;
+      case RecordKind::baseline:
+        needed.emplace_back(RecordKind::bundle, string_member(json, "bundle_id"));
+        break;
+      case RecordKind::run_request:
+        needed.emplace_back(RecordKind::bundle, string_member(json, "bundle_id"));
+        break;
+      case RecordKind::run_claim:
+        needed.emplace_back(RecordKind::run_request, put.key);
+        break;
+      default:
+        break;
     }
-    default:
-      return std::nullopt;
   }
-  if (records_.count(needed) != 0 || seq_in_store_.count(needed) == 0) return std::nullopt;
+  std::erase_if(needed, [&](const auto& record) { return record.second.empty() || known_.count(record) != 0; });
+  std::sort(needed.begin(), needed.end());
+  needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
   return needed;
 }
 
 void RecordBook::take_recalled(protocol::RecordEntry record) {
+  KILN_ASSERT(held_in_store_only(record.kind), "only records held in the store only are read back");
   auto key = std::make_pair(record.kind, record.key);
-  KILN_ASSERT(held_in_store_only(record.kind) && in_store(record.kind, record.key),
-              "only records held in the store only are read back");
-  record.seq = seq_in_store_.at(key);
-  recalled_.push_back(key);
-  records_[std::move(key)] = std::move(record);
+  next_seq_ = std::max(next_seq_, record.seq + 1);
+  known_.try_emplace(std::move(key), std::move(record));
 }
 
-void RecordBook::forget_recalled() {
-  for (const auto& key : recalled_) records_.erase(key);
-  recalled_.clear();
+void RecordBook::take_absent(RecordKind kind, const std::string& key) {
+  KILN_ASSERT(held_in_store_only(kind), "only records held in the store only are read back");
+  known_.try_emplace(std::make_pair(kind, key), std::nullopt);
 }
+
+void RecordBook::forget_recalled() { known_.clear(); }
 
 protocol::RecordList RecordBook::list(const protocol::ListRecords& request) const {
   KILN_ASSERT(held_in_memory(request.kind), "records held in the store only are listed from the store");

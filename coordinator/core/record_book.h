@@ -4,11 +4,12 @@
 //
 // The records grow with every run (a change, its bundle, the run's request, claim and report), so
 // the book holds the documents of the few kinds it reads on most puts (held_in_memory: tickets,
-// baselines, waivers) and, of every other record, only its key and seq: enough to know that it
-// exists and where it goes in a list. The core reads the rest from the store when asked
-// (action::ReadRecords), and reads back the one document a put decides by before taking it
-// (document_needed, action::RecallRecord): an immutable record written again, a claim's holder,
-// a baseline's bundle.
+// baselines, waivers) and nothing of every other record: its memory does not grow with the
+// history. The core reads those from the store when asked (action::ReadRecords), and before
+// taking a put reads back the records it decides by (records_needed, action::RecallRecord): the
+// put's own record (whether it exists, and so its seq; an immutable one's content; a claim's
+// holder) and the records it names (a bundle's last change, a request's bundle, a claim's
+// request, a baseline's bundle).
 #pragma once
 
 #include <cstddef>
@@ -61,8 +62,8 @@ class RecordBook {
  public:
   // `waiver_register`: the register whose teams' approvers may waive their gates (coordinator.toml
   // risk_register); without one every waiver is refused.
-  // Of `recovered` records held in the store only, the documents may be empty (Store::load_live
-  // reads their keys and seqs only); they are not kept either way.
+  // Of `recovered` records held in the store only, only the seq is read (the next record's comes
+  // after it); Store::load_live gives the newest of each kind, without its document.
   explicit RecordBook(std::vector<protocol::RecordEntry> recovered = {},
                       std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr);
 
@@ -82,21 +83,20 @@ class RecordBook {
   // A person's state change of a recorded ticket (with_state in ticket_record.h).
   Result<protocol::RecordEntry> set_ticket_state(const protocol::SetTicketState& request, const std::string& written_by,
                                                  TimeMs now);
-  // The record held in the store only whose document put() decides by and does not hold now, if
-  // any: the core reads it back first (take_recalled).
-  std::optional<std::pair<protocol::RecordKind, std::string>> document_needed(const protocol::PutRecord& put) const;
-  // A document read back for document_needed, held until forget_recalled(); the core calls that
-  // once the puts waiting for it are taken, so between two events only held_in_memory documents
-  // are held.
+  // The records held in the store only that put() decides by and the book does not know now: the
+  // core reads them back first (take_recalled, take_absent).
+  std::vector<std::pair<protocol::RecordKind, std::string>> records_needed(const protocol::PutRecord& put) const;
+  // A record read back for records_needed, or the word that the store holds none: known, with the
+  // records put since, until forget_recalled(). The core calls that when no put waits for a read:
+  // every read it asks for later is made after the writes of those puts, so between two events
+  // only held_in_memory documents are held.
   void take_recalled(protocol::RecordEntry record);
+  void take_absent(protocol::RecordKind kind, const std::string& key);
   void forget_recalled();
-  // A held document; nullptr when there is none or it is held in the store only.
+  // A held or known document; nullptr when there is none or it is in the store only.
   const protocol::RecordEntry* get(protocol::RecordKind kind, const std::string& key) const;
-  // Whether a record held in the store only was written (its document is then read from the store).
-  bool in_store(protocol::RecordKind kind, const std::string& key) const;
-  // How many documents it holds, and of how many records held in the store only it holds the key.
+  // How many documents it holds.
   std::size_t held_count() const { return records_.size(); }
-  std::size_t in_store_count() const { return seq_in_store_.size(); }
   // A page of a kind held in memory.
   protocol::RecordList list(const protocol::ListRecords& request) const;
 
@@ -109,11 +109,10 @@ class RecordBook {
 
   bool exists(protocol::RecordKind kind, const std::string& key) const;
 
-  RecordMap records_;
-  // The seq of each record held in the store only: an update keeps it, so readers that page by
-  // seq see each record once.
-  std::map<std::pair<protocol::RecordKind, std::string>, std::uint64_t> seq_in_store_;
-  std::vector<std::pair<protocol::RecordKind, std::string>> recalled_;
+  RecordMap records_;  // held_in_memory kinds only
+  // Records held in the store only as read back (nullopt: the store holds none) or put since, until
+  // forget_recalled(). An update keeps a record's seq, so readers that page by seq see it once.
+  std::map<std::pair<protocol::RecordKind, std::string>, std::optional<protocol::RecordEntry>> known_;
   std::uint64_t next_seq_ = 1;
   std::shared_ptr<const qualification::RiskRegister> waiver_register_;
 };

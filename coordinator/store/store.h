@@ -42,7 +42,7 @@ class Store {
   // Everything stored (what `migrate-store` copies).
   virtual Result<Snapshot> load() = 0;
   // What a coordinator starts from: every node and lease, the qualification records (whole those
-  // record_book.h holds in memory, of the others the kind, key and seq only), and of the jobs
+  // record_book.h holds in memory, of each other kind the kind, key and seq of its newest), and of the jobs
   // those job_retention.h says it holds (jobs_held_at_start), so that starting up reads the live
   // state, not the whole history.
   virtual Result<Snapshot> load_live(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms) = 0;

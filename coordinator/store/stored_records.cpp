@@ -132,28 +132,35 @@ std::string kinds_in_store_only() {
   return fmt::format("kind IN ({})", fmt::join(names, ", "));
 }
 
-// The kind, key and seq of the records held in the store only, without their documents.
-Status read_record_keys(const RowReader& read, const Place& place, std::vector<protocol::RecordEntry>& records) {
-  // In the order of the (kind, seq, key) index, which holds all three: the documents are not read.
-  RowQuery query{"records", "kind, key, seq", kinds_in_store_only(), "kind, seq"};
-  query.document = false;
-  return read(query, [&](const Row& row) -> Status {
-    protocol::RecordEntry record;
-    const auto kind = enum_from_name<protocol::RecordKind>(row.keys.at(0));
-    std::uint64_t seq = 0;
-    const std::string& seq_text = row.keys.at(2);
-    const auto parsed = std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq);
-    if (!kind || parsed.ec != std::errc() || seq == 0) {
-      return fail(Errc::io, fmt::format("{} holds a qualification record row ('{}', '{}') whose kind or seq ('{}') "
-                                        "is not kiln's; {}",
-                                        place.name, row.keys.at(0), row.keys.at(1), seq_text, place.restore_advice));
-    }
-    record.kind = *kind;
-    record.key = row.keys.at(1);
-    record.seq = seq;
-    records.push_back(std::move(record));
-    return {};
-  });
+// The kind, key and seq of the newest record of each kind held in the store only, without its
+// document: the coordinator needs their seqs only, to number the next record after them.
+Status read_newest_record_keys(const RowReader& read, const Place& place, std::vector<protocol::RecordEntry>& records) {
+  for (const auto wanted : enum_values<protocol::RecordKind>()) {
+    if (!held_in_store_only(wanted)) continue;
+    // The kind's last entry in the (kind, seq, key) index, which holds all three.
+    RowQuery query{"records", "kind, key, seq", "kind = $1", "kind DESC, seq DESC", 1};
+    query.parameters = {std::string(protocol::enum_name(wanted))};
+    query.document = false;
+    auto s = read(query, [&](const Row& row) -> Status {
+      protocol::RecordEntry record;
+      const auto kind = enum_from_name<protocol::RecordKind>(row.keys.at(0));
+      std::uint64_t seq = 0;
+      const std::string& seq_text = row.keys.at(2);
+      const auto parsed = std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq);
+      if (!kind || parsed.ec != std::errc() || seq == 0) {
+        return fail(Errc::io, fmt::format("{} holds a qualification record row ('{}', '{}') whose kind or seq ('{}') "
+                                          "is not kiln's; {}",
+                                          place.name, row.keys.at(0), row.keys.at(1), seq_text, place.restore_advice));
+      }
+      record.kind = *kind;
+      record.key = row.keys.at(1);
+      record.seq = seq;
+      records.push_back(std::move(record));
+      return {};
+    });
+    if (!s) return s;
+  }
+  return {};
 }
 
 }  // namespace
@@ -165,7 +172,7 @@ Result<Snapshot> load_snapshot(const RowReader& read, const Place& place, const 
   for (auto s : {read_into(read, place, RowQuery{"nodes", "node_id", "", "node_id"}, "node", snapshot.nodes),
                  read_into(read, place, RowQuery{"jobs", "job_id", jobs_where, "job_id"}, "job", snapshot.jobs),
                  read_into(read, place, records, "qualification", snapshot.records),
-                 live ? read_record_keys(read, place, snapshot.records) : Status{},
+                 live ? read_newest_record_keys(read, place, snapshot.records) : Status{},
                  read_into(read, place, RowQuery{"leases", "lease_id", "", "lease_id"}, "lease", snapshot.leases)}) {
     if (!s) return tl::unexpected(s.error());
   }
