@@ -134,6 +134,21 @@ std::uint64_t job_named(const protocol::Body& body) {
   return 0;
 }
 
+// Why the caller's role may not write this record, if it may not: a waiver is a person's word (an
+// approver of the gate's team), every other record is CI's.
+std::optional<std::string> put_refusal(const Caller& caller, const protocol::PutRecord& put) {
+  if (put.kind == protocol::RecordKind::waiver) {
+    if (caller.role != Role::ci) return std::nullopt;
+    return fmt::format("role {} may not waive a gate; an approver of the gate's team does, with their own key (kiln "
+                       "waive)",
+                       protocol::enum_name(caller.role));
+  }
+  if (caller.role == Role::ci || privileged(caller.role)) return std::nullopt;
+  return fmt::format("role {} may not write {} records; CI, ops and admin keys record changes, bundles and "
+                     "qualification results",
+                     protocol::enum_name(caller.role), protocol::enum_name(put.kind));
+}
+
 }  // namespace
 
 void CoordinatorCore::on_client_message(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -147,6 +162,11 @@ void CoordinatorCore::on_client_message(const std::string& client, const Caller&
     return;
   }
   if (const auto* put = std::get_if<protocol::PutRecord>(&m.body)) {
+    // Refused for its writer's role before the store reads anything for it.
+    if (auto refusal = put_refusal(caller, *put)) {
+      sink_.reply_error(client, m.header.id, Errc::unauthorized, *refusal);
+      return;
+    }
     const auto needed = records_.records_needed(*put);
     if (!needed.empty() || !puts_waiting_.empty()) {
       // Records this coordinator keeps in the store only: the put waits for them to be read back,
@@ -280,16 +300,9 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
 
 void CoordinatorCore::put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                                  const protocol::PutRecord& put, TimeMs now) {
-  // A waiver is a person's word (an approver of the gate's team); every other record is CI's.
   const bool waiver = put.kind == protocol::RecordKind::waiver;
-  if (waiver ? caller.role == Role::ci : caller.role != Role::ci && !privileged(caller.role)) {
-    sink_.reply_error(client, m.header.id, Errc::unauthorized,
-                      waiver ? fmt::format("role {} may not waive a gate; an approver of the gate's team does, with "
-                                           "their own key (kiln waive)",
-                                           protocol::enum_name(caller.role))
-                             : fmt::format("role {} may not write {} records; CI, ops and admin keys record changes, "
-                                           "bundles and qualification results",
-                                           protocol::enum_name(caller.role), protocol::enum_name(put.kind)));
+  if (auto refusal = put_refusal(caller, put)) {
+    sink_.reply_error(client, m.header.id, Errc::unauthorized, *refusal);
     return;
   }
   auto record = records_.put(put, caller.key_name, now);

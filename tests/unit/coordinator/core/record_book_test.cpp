@@ -71,8 +71,10 @@ TEST_CASE("CI records changes and bundles; they are immutable and saved before t
   edited.owner_team = "someone-else";
   CHECK(error_of(h.client("ci", Role::ci, put_change(edited), 12)).starts_with("conflict"));
 
-  // Developers read but do not write.
+  // Developers read but do not write: refused before the store reads anything for the put.
+  const std::size_t reads = h.record_reads;
   CHECK(error_of(h.client("dev", Role::developer, put_change(changes[1]), 13)).starts_with("unauthorized"));
+  CHECK(h.record_reads == reads);
 
   // A bundle whose changes are not all recorded is refused.
   auto bundle = q::build_bundle_at(changes, 2);
