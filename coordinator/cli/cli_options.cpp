@@ -4,10 +4,21 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "common/text/edit_distance.h"
 
 namespace kiln::cli {
+
+void LatestOptions::add_to(CLI::App& command, const std::string& what) {
+  command.add_option("--last", last, fmt::format("how many of the latest {} to list ({})", what, last))
+      ->check(CLI::Range(1, 1000000));
+  command.add_flag("--all", all, fmt::format("list all the {} recorded, oldest first (reads them all)", what));
+}
+
+std::string LatestOptions::more_note(const std::string& what) const {
+  return fmt::format("(the latest {} {}; --last N lists more, --all every one)\n", last, what);
+}
 
 void add_deprecated_option(CLI::App& command, const std::string& old_name, const std::string& new_usage,
                            std::function<void(const std::string&)> apply) {

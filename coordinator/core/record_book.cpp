@@ -317,26 +317,18 @@ bool RecordBook::exists(RecordKind kind, const std::string& key) const { return 
 std::vector<std::pair<RecordKind, std::string>> RecordBook::records_needed(const protocol::PutRecord& put) const {
   std::vector<std::pair<RecordKind, std::string>> needed;
   if (held_in_store_only(put.kind)) needed.emplace_back(put.kind, put.key);
-  // The records check() looks for: documents that do not parse need none, check() refuses them.
-  auto json = nlohmann::json::parse(put.document, nullptr, false);
-  if (json.is_object()) {
-    switch (put.kind) {
-      case RecordKind::bundle:
-        if (auto bundle = qualification::bundle_from_json(json); bundle && bundle->change_count > 0) {
-          needed.emplace_back(RecordKind::change, bundle->last_change);
-        }
-        break;
-      case RecordKind::baseline:
-        needed.emplace_back(RecordKind::bundle, string_member(json, "bundle_id"));
-        break;
-      case RecordKind::run_request:
-        needed.emplace_back(RecordKind::bundle, string_member(json, "bundle_id"));
-        break;
-      case RecordKind::run_claim:
-        needed.emplace_back(RecordKind::run_request, put.key);
-        break;
-      default:
-        break;
+  if (put.kind == RecordKind::run_claim) needed.emplace_back(RecordKind::run_request, put.key);
+  // The records check() looks for that the document names; only those kinds' documents are read
+  // here (a report's tens of KB are parsed once, by check()). A document that does not parse, or
+  // names none, needs none: check() refuses it.
+  const bool names_a_record =
+      put.kind == RecordKind::bundle || put.kind == RecordKind::baseline || put.kind == RecordKind::run_request;
+  if (names_a_record) {
+    const auto json = nlohmann::json::parse(put.document, nullptr, false);
+    if (json.is_object()) {
+      const bool bundle = put.kind == RecordKind::bundle;
+      needed.emplace_back(bundle ? RecordKind::change : RecordKind::bundle,
+                          string_member(json, bundle ? "last_change" : "bundle_id"));
     }
   }
   std::erase_if(needed, [&](const auto& record) { return record.second.empty() || known_.count(record) != 0; });

@@ -134,20 +134,17 @@ class BundlesCommand : public RemoteCommand {
  public:
   std::string name() const override { return "bundles"; }
   std::string help() const override { return "list the latest bundles and the accepted baseline per revision"; }
-  void add_options(CLI::App& command) override {
-    command.add_option("--last", last_, "how many of the latest bundles to list (50)")->check(CLI::Range(1, 1000000));
-    command.add_flag("--all", all_, "list every bundle recorded, oldest first (reads them all)");
-  }
+  void add_options(CLI::App& command) override { latest_.add_to(command, "bundles"); }
   int run_with(Client& client, CommandContext& context) override {
     // Only the latest are read: a bundle is built for every change qualified, months of them.
     bool more = false;
-    auto bundles = all_ ? qs::list_bundles(client) : qs::list_latest_bundles(client, last_, more);
+    auto bundles = qs::list_latest_bundles(client, latest_.count(), more);
     if (!bundles) return report(bundles.error());
     auto baselines = qs::list_baselines(client);
     if (!baselines) return report(baselines.error());
     if (!context.json()) {
       print_bundles(*bundles, *baselines);
-      if (more) std::cout << fmt::format("(the latest {} bundles; --last N lists more, --all every one)\n", last_);
+      if (more) std::cout << latest_.more_note("bundles");
       return kExitOk;
     }
     nlohmann::json out = {{"bundles", nlohmann::json::array()}, {"baselines", nlohmann::json::object()}};
@@ -162,8 +159,7 @@ class BundlesCommand : public RemoteCommand {
   }
 
  private:
-  std::size_t last_ = 50;
-  bool all_ = false;
+  LatestOptions latest_;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "coordinator/cli/cli_options.h"
 #include "coordinator/cli/commands/all.h"
 #include "coordinator/cli/commands/qualification_options.h"
 #include "coordinator/cli/commands/qualification_run.h"
@@ -29,15 +30,12 @@ class RunsCommand : public RemoteCommand {
  public:
   std::string name() const override { return "runs"; }
   std::string help() const override { return "list the latest qualification runs and their verdicts"; }
-  void add_options(CLI::App& command) override {
-    command.add_option("--last", last_, "how many of the latest runs to list (50)")->check(CLI::Range(1, 1000000));
-    command.add_flag("--all", all_, "list every run recorded, oldest first (reads them all)");
-  }
+  void add_options(CLI::App& command) override { latest_.add_to(command, "runs"); }
   int run_with(Client& client, CommandContext& context) override {
     // Only the latest are read: every run recorded is months of reports.
     bool more = false;
     std::size_t read = 0;
-    const auto enough = [&](const nlohmann::json&) { return more = !all_ && ++read > last_; };
+    const auto enough = [&](const nlohmann::json&) { return more = ++read > latest_.count(); };
     auto runs = qs::list_latest_runs(client, enough);
     if (!runs) return report(runs.error());
     if (context.json()) {
@@ -58,13 +56,12 @@ class RunsCommand : public RemoteCommand {
       row(run.value("run_id", ""), run.value("tier", ""), run.value("candidate_bundle_id", "").substr(0, 12),
           run.contains("models") ? run["models"].size() : 0, verdict);
     }
-    if (more) std::cout << fmt::format("(the latest {} runs; --last N lists more, --all every one)\n", last_);
+    if (more) std::cout << latest_.more_note("runs");
     return kExitOk;
   }
 
  private:
-  std::size_t last_ = 50;
-  bool all_ = false;
+  LatestOptions latest_;
 };
 
 class RunShowCommand : public RemoteCommand {

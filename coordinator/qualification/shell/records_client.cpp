@@ -66,6 +66,40 @@ Result<TicketRecord> ticket_of(const protocol::RecordEntry& record) {
   return ticket_record_from_json(*json);
 }
 
+// The documents of `kind` first recorded after `after_seq`, oldest first; `after_seq` becomes the
+// newest one's.
+Result<std::vector<nlohmann::json>> documents_after(cli::Client& client, RecordKind kind, std::uint64_t& after_seq) {
+  auto records = all(client, kind, after_seq);
+  if (!records) return tl::unexpected(records.error());
+  for (const auto& record : *records) after_seq = std::max(after_seq, record.seq);
+  std::vector<nlohmann::json> documents;
+  for (const auto& record : *records) {
+    auto json = document_of(record);
+    if (!json) return tl::unexpected(json.error());
+    documents.push_back(std::move(*json));
+  }
+  return documents;
+}
+
+// The latest documents of `kind` below `before_seq` (0: none), read newest first until `enough`
+// says so of one (not taken); returned oldest first.
+Result<std::vector<nlohmann::json>> latest_documents(cli::Client& client, RecordKind kind,
+                                                     const std::function<bool(const nlohmann::json&)>& enough,
+                                                     std::uint64_t before_seq = 0) {
+  std::vector<nlohmann::json> documents;
+  auto ok = each_record(client, protocol::ListRecords{kind, 10000, 0, before_seq, true},
+                        [&](protocol::RecordEntry&& record) -> Result<bool> {
+                          auto json = document_of(record);
+                          if (!json) return tl::unexpected(json.error());
+                          if (enough(*json)) return false;
+                          documents.push_back(std::move(*json));
+                          return true;
+                        });
+  if (!ok) return tl::unexpected(ok.error());
+  std::reverse(documents.begin(), documents.end());
+  return documents;
+}
+
 }  // namespace
 
 Status record_change(cli::Client& client, const Change& change) {
@@ -78,27 +112,25 @@ Result<std::vector<Change>> list_changes(cli::Client& client) {
 }
 
 Result<std::vector<Change>> list_changes_after(cli::Client& client, std::uint64_t& after_seq) {
-  auto records = all(client, RecordKind::change, after_seq);
-  if (!records) return tl::unexpected(records.error());
+  // Advanced only once every change read is taken: a failed read is read again whole.
+  std::uint64_t read_to = after_seq;
+  auto documents = documents_after(client, RecordKind::change, read_to);
+  if (!documents) return tl::unexpected(documents.error());
   std::vector<Change> changes;
-  for (const auto& record : *records) {
-    auto json = document_of(record);
-    if (!json) return tl::unexpected(json.error());
-    auto change = change_from_json(*json);
+  for (const auto& json : *documents) {
+    auto change = change_from_json(json);
     if (!change) return tl::unexpected(change.error());
     changes.push_back(std::move(*change));
   }
-  for (const auto& record : *records) after_seq = std::max(after_seq, record.seq);
+  after_seq = read_to;
   return changes;
 }
 
 Result<std::vector<Change>> ChangeHistory::read(cli::Client& client) {
   std::lock_guard lock(mutex_);
-  std::uint64_t after_seq = after_seq_;
-  auto added = list_changes_after(client, after_seq);
+  auto added = list_changes_after(client, after_seq_);
   if (!added) return tl::unexpected(added.error());
   changes_.insert(changes_.end(), std::make_move_iterator(added->begin()), std::make_move_iterator(added->end()));
-  after_seq_ = after_seq;
   return changes_;
 }
 
@@ -121,7 +153,8 @@ Result<std::vector<Bundle>> bundles_of(const std::vector<nlohmann::json>& docume
 }  // namespace
 
 Result<std::vector<Bundle>> list_bundles(cli::Client& client) {
-  auto documents = list_runs(client, RecordKind::bundle);
+  std::uint64_t after_seq = 0;
+  auto documents = documents_after(client, RecordKind::bundle, after_seq);
   if (!documents) return tl::unexpected(documents.error());
   return bundles_of(*documents);
 }
@@ -130,7 +163,7 @@ Result<std::vector<Bundle>> list_latest_bundles(cli::Client& client, std::size_t
   std::size_t read = 0;
   more = false;
   const auto enough = [&](const nlohmann::json&) { return more = ++read > last; };
-  auto documents = list_latest_runs(client, enough, RecordKind::bundle);
+  auto documents = latest_documents(client, RecordKind::bundle, enough);
   if (!documents) return tl::unexpected(documents.error());
   return bundles_of(*documents);
 }
@@ -213,16 +246,7 @@ Result<std::vector<nlohmann::json>> list_runs(cli::Client& client, RecordKind ki
 }
 
 Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq, RecordKind kind) {
-  auto records = all(client, kind, after_seq);
-  if (!records) return tl::unexpected(records.error());
-  for (const auto& record : *records) after_seq = std::max(after_seq, record.seq);
-  std::vector<nlohmann::json> runs;
-  for (const auto& record : *records) {
-    auto json = document_of(record);
-    if (!json) return tl::unexpected(json.error());
-    runs.push_back(std::move(*json));
-  }
-  return runs;
+  return documents_after(client, kind, after_seq);
 }
 
 Result<std::vector<nlohmann::json>> list_runs_of_bundle(cli::Client& client, const std::string& bundle_id) {
@@ -240,18 +264,7 @@ Result<std::vector<nlohmann::json>> list_runs_of_bundle(cli::Client& client, con
 Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
                                                      const std::function<bool(const nlohmann::json&)>& enough,
                                                      RecordKind kind, std::uint64_t before_seq) {
-  std::vector<nlohmann::json> runs;
-  auto ok = each_record(client, protocol::ListRecords{kind, 10000, 0, before_seq, true},
-                        [&](protocol::RecordEntry&& record) -> Result<bool> {
-                          auto json = document_of(record);
-                          if (!json) return tl::unexpected(json.error());
-                          if (enough(*json)) return false;
-                          runs.push_back(std::move(*json));
-                          return true;
-                        });
-  if (!ok) return tl::unexpected(ok.error());
-  std::reverse(runs.begin(), runs.end());
-  return runs;
+  return latest_documents(client, kind, enough, before_seq);
 }
 
 Status request_run(cli::Client& client, const RunRequest& request) {

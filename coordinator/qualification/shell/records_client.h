@@ -25,7 +25,8 @@ Status record_change(cli::Client& client, const Change& change);
 // recorded as they merge). Not sorted by merged_at_ms: a change recorded after others goes after
 // them, so the history only grows at its end and a bundle's place in it never moves.
 Result<std::vector<Change>> list_changes(cli::Client& client);
-// The changes recorded after `after_seq`, in that order; `after_seq` becomes the last one's.
+// The changes recorded after `after_seq`, in that order; `after_seq` becomes the last one's (and
+// stays as it was when the read fails).
 Result<std::vector<Change>> list_changes_after(cli::Client& client, std::uint64_t& after_seq);
 
 // The change history for a process that reads it for every run (the qualifier): each read takes
