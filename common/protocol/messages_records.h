@@ -87,7 +87,8 @@ struct GetRecord {
 };
 
 // Records of one kind with after_seq < seq < before_seq (0: no upper bound), in the order they
-// were first written, or newest first: a client that needs only the latest reads those.
+// were first written, or newest first: a client that needs only the latest reads those. With a
+// key_prefix, only the records whose key starts with it (a bundle named by a prefix of its id).
 struct ListRecords {
   static constexpr std::string_view kType = "list_records";
   RecordKind kind = RecordKind::change;
@@ -95,6 +96,7 @@ struct ListRecords {
   std::uint64_t after_seq = 0;
   std::uint64_t before_seq = 0;
   bool newest_first = false;
+  std::string key_prefix{};  // empty: every key
 
   template <class V>
   void visit(V& v) {
@@ -103,6 +105,7 @@ struct ListRecords {
     v.field("after_seq", after_seq, kU64);
     v.field("before_seq", before_seq, kU64);
     v.field("newest_first", newest_first);
+    v.field("key_prefix", key_prefix, Str{0, kRecordKey.max_len});
   }
 };
 

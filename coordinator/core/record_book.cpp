@@ -44,8 +44,9 @@ std::vector<protocol::RecordEntry> records_in(const RecordMap& records, const pr
                                               std::size_t limit) {
   std::vector<protocol::RecordEntry> rows;
   const auto kind = range.kind;
-  for (auto it = records.lower_bound(std::make_pair(kind, std::string())); it != records.end() && it->first.first == kind;
-       ++it) {
+  // Keys are in order within a kind, so the keys with a prefix are one run from its lower bound.
+  for (auto it = records.lower_bound(std::make_pair(kind, range.key_prefix));
+       it != records.end() && it->first.first == kind && it->first.second.starts_with(range.key_prefix); ++it) {
     const std::uint64_t seq = it->second.seq;
     if (seq > range.after_seq && (range.before_seq == 0 || seq < range.before_seq)) rows.push_back(it->second);
   }

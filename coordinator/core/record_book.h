@@ -42,8 +42,8 @@ constexpr bool held_in_store_only(protocol::RecordKind kind) { return !held_in_m
 
 using RecordMap = std::map<std::pair<protocol::RecordKind, std::string>, protocol::RecordEntry>;
 
-// The records of `range`'s kind within its seqs, in its order, at most `limit`: what a store
-// returns for a page of list_records, before page_of.
+// The records of `range`'s kind within its seqs and with its key prefix, in its order, at most
+// `limit`: what a store returns for a page of list_records, before page_of.
 std::vector<protocol::RecordEntry> records_in(const RecordMap& records, const protocol::ListRecords& range,
                                               std::size_t limit);
 

@@ -195,8 +195,11 @@ Result<std::vector<protocol::RecordEntry>> list_records(const RowReader& read, c
   if (range.limit == 0) return found;
   std::string where = fmt::format("kind = $1 AND seq > {}", range.after_seq);
   if (range.before_seq != 0) where += fmt::format(" AND seq < {}", range.before_seq);
+  // Compared as characters by both stores, whatever PostgreSQL's collation orders keys by.
+  if (!range.key_prefix.empty()) where += " AND substr(key, 1, length(CAST($2 AS TEXT))) = CAST($2 AS TEXT)";
   RowQuery query{"records", "kind, key", std::move(where), range.newest_first ? "seq DESC" : "seq", range.limit};
   query.parameters = {std::string(protocol::enum_name(range.kind))};
+  if (!range.key_prefix.empty()) query.parameters.push_back(range.key_prefix);
   // Read no further than a reply holds: the row that passes its bytes (after a first one, which a
   // reply holds whatever its size) says that more follow.
   std::size_t bytes = 0;

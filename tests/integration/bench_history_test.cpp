@@ -50,6 +50,7 @@ TEST_CASE("kiln-bench-history: the coordinator starts from the live jobs and the
       CHECK(row[run]["list_latest_100_run_reports_ms"].is_number());
       CHECK(row[run]["list_every_change_ms"].is_number());
       CHECK(row[run]["list_changes_since_newest_ms"].is_number());
+      CHECK(row[run]["list_change_by_key_prefix_ms"].is_number());
     }
     CHECK(row["load_live_ms"].get<double>() > 0);
     CHECK(row["store_mb"].get<double>() > 0);

@@ -188,22 +188,30 @@ Result<Bundle> find_bundle(cli::Client& client, const std::string& id_or_prefix)
                                                     "(`kiln bundles` lists them)",
                                                     id_or_prefix));
   }
-  auto bundles = list_bundles(client);
-  if (!bundles) return tl::unexpected(bundles.error());
-  std::vector<const Bundle*> matches;
-  for (const auto& bundle : *bundles) {
-    if (bundle.id.starts_with(id_or_prefix)) matches.push_back(&bundle);
-  }
+  // The coordinator lists only the keys with the prefix, and two of them say it is ambiguous. (One
+  // older than key_prefix lists every bundle, two a page: the keys are checked here too.)
+  std::vector<protocol::RecordEntry> matches;
+  protocol::ListRecords query{RecordKind::bundle, 2};
+  query.key_prefix = id_or_prefix;
+  auto ok = each_record(client, query, [&](protocol::RecordEntry&& record) -> Result<bool> {
+    if (record.key.starts_with(id_or_prefix)) matches.push_back(std::move(record));
+    return matches.size() < 2;
+  });
+  if (!ok) return tl::unexpected(ok.error());
   if (matches.empty()) {
     return fail(Errc::not_found, fmt::format("no bundle {}; build one with `kiln bundle build`, `kiln bundles` lists "
                                              "them",
                                              id_or_prefix));
   }
   if (matches.size() > 1) {
-    return fail(Errc::invalid_argument,
-                fmt::format("{} bundles start with {}; give more of the id", matches.size(), id_or_prefix));
+    return fail(Errc::invalid_argument, fmt::format("more than one bundle starts with {} ({}..., {}...); give more of the "
+                                                    "id",
+                                                    id_or_prefix, matches[0].key.substr(0, 16),
+                                                    matches[1].key.substr(0, 16)));
   }
-  return *matches.front();
+  auto json = document_of(matches.front());
+  if (!json) return tl::unexpected(json.error());
+  return bundle_from_json(*json);
 }
 
 Result<std::map<std::string, Baseline>> list_baselines(cli::Client& client) {

@@ -366,6 +366,14 @@ TEST_CASE("a ticket is filed once per culprit; people, not the qualifier, set it
   REQUIRE(older.records.size() == 1);
   CHECK(older.records[0].key == first.key);
   CHECK_FALSE(older.more);
+  // By a prefix of the key, as the kinds kept in the store are listed too.
+  protocol::ListRecords by_prefix{RecordKind::ticket};
+  by_prefix.key_prefix = second.id.substr(0, second.id.size() - 1);
+  auto prefixed = std::get<protocol::RecordList>(h.client("dev", Role::developer, by_prefix, 3));
+  REQUIRE(prefixed.records.size() == 1);
+  CHECK(prefixed.records[0].key == second.id);
+  by_prefix.key_prefix = second.id + "x";
+  CHECK(std::get<protocol::RecordList>(h.client("dev", Role::developer, by_prefix, 3)).records.empty());
   // A ticket whose key is not its id is refused.
   CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::ticket, "kiln-x", first.document}, 4))
             .starts_with("invalid_argument"));

@@ -417,6 +417,22 @@ TEST_CASE_TEMPLATE("a coordinator starts from the newest seq of each kind of rep
   CHECK(keys_of(*(*store)->list_records(range(RecordKind::qualification_run, 0, 10, 5))) ==
         std::vector<std::string>{"it's", "run-3"});
   CHECK((*store)->list_records(range(RecordKind::qualification_run, 2, 10, 3))->empty());
+  // By a prefix of the key, as a bundle is named by a prefix of its id: characters compared as
+  // they are (no pattern, no quoting), in either order, within the seqs.
+  const auto prefixed = [&](std::string prefix, std::uint64_t after_seq = 0, bool newest_first = false) {
+    auto query = range(RecordKind::qualification_run, after_seq, 10, 0, newest_first);
+    query.key_prefix = std::move(prefix);
+    return keys_of(*(*store)->list_records(query));
+  };
+  CHECK(prefixed("run-") == std::vector<std::string>{"run-3", "run-5"});
+  CHECK(prefixed("run-", 0, true) == std::vector<std::string>{"run-5", "run-3"});
+  CHECK(prefixed("run-", 3) == std::vector<std::string>{"run-5"});
+  CHECK(prefixed("it'") == std::vector<std::string>{"it's"});
+  CHECK(prefixed("run-5") == std::vector<std::string>{"run-5"});
+  CHECK(prefixed("run_").empty());
+  CHECK(prefixed("%").empty());
+  CHECK(prefixed("run-50").empty());
+  CHECK(prefixed("s-").empty());
 
   // No more is read than a reply holds: the row past its bytes is the last read (it says that
   // more follow), and a first row larger than a reply is read with the next.

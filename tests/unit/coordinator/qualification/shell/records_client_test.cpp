@@ -1,6 +1,6 @@
 // The records client reads what it needs, not the whole history: the change history in the order
-// the changes were recorded (by the qualifier's ChangeHistory, only what was recorded since), and
-// a promotion's runs from its bundle's record on.
+// the changes were recorded (by the qualifier's ChangeHistory, only what was recorded since), a
+// promotion's runs from its bundle's record on, and a bundle named by a prefix of its id.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -42,14 +42,14 @@ class Records final : public kiln::cli::Client {
     std::vector<protocol::RecordEntry> in_range;
     for (const auto& record : records_) {
       if (record.kind == list->kind && record.seq > list->after_seq &&
-          (list->before_seq == 0 || record.seq < list->before_seq)) {
+          (list->before_seq == 0 || record.seq < list->before_seq) && record.key.starts_with(list->key_prefix)) {
         in_range.push_back(record);
       }
     }
     if (list->newest_first) std::reverse(in_range.begin(), in_range.end());
     protocol::RecordList page;
     for (auto& record : in_range) {
-      if (page.records.size() == kPageRecords) {
+      if (page.records.size() == std::min<std::size_t>(kPageRecords, list->limit)) {
         page.more = true;
         break;
       }
@@ -132,4 +132,47 @@ TEST_CASE("a promotion reads the reports recorded since its bundle, and finds ea
   CHECK(runs->at(1).at("run_id") == "nightly-b1");
   CHECK(coordinator.sent == 1 + 3);  // the bundle's record, then the three reports after it
   CHECK(qs::list_runs_of_bundle(coordinator, "b9").error().code == kiln::Errc::not_found);
+}
+
+TEST_CASE("a bundle named by a prefix of its id is read alone, not with every bundle") {
+  Records coordinator;
+  std::vector<q::Change> history;
+  for (int i = 0; i < 300; ++i) history.push_back(change(i, 1000 + i));
+  std::vector<q::Bundle> bundles;
+  for (std::size_t i = 0; i < history.size(); ++i) {
+    auto bundle = q::build_bundle_at(history, i);
+    REQUIRE(bundle.has_value());
+    coordinator.record(protocol::RecordKind::bundle, bundle->id, q::to_json(*bundle).dump());
+    bundles.push_back(std::move(*bundle));
+  }
+  const q::Bundle& wanted = bundles[123];
+  // The shortest prefix that no other bundle's id starts with, at least 6 characters.
+  std::size_t unique = 6;
+  while (std::any_of(bundles.begin(), bundles.end(), [&](const q::Bundle& b) {
+    return b.id != wanted.id && b.id.starts_with(wanted.id.substr(0, unique));
+  })) {
+    ++unique;
+  }
+  coordinator.sent = 0;
+  auto found = qs::find_bundle(coordinator, wanted.id.substr(0, unique));
+  REQUIRE_MESSAGE(found.has_value(), found.error().message);
+  CHECK(found->id == wanted.id);
+  CHECK(coordinator.sent == 1);
+
+  // Two bundles share a prefix: both are named, and no more than those two is read.
+  const std::string ambiguous = "abcdef";
+  for (const char* tail : {"-one", "-two", "-three"}) coordinator.record(protocol::RecordKind::bundle, ambiguous + tail, "{}");
+  coordinator.sent = 0;
+  auto two = qs::find_bundle(coordinator, ambiguous);
+  REQUIRE_FALSE(two.has_value());
+  CHECK(two.error().code == kiln::Errc::invalid_argument);
+  CHECK(two.error().message.find(ambiguous + "-one") != std::string::npos);
+  CHECK(two.error().message.find("give more of the id") != std::string::npos);
+  CHECK(coordinator.sent == 2);
+
+  coordinator.sent = 0;
+  auto none = qs::find_bundle(coordinator, "zzzzzz");
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.error().code == kiln::Errc::not_found);
+  CHECK(coordinator.sent == 0);
 }
