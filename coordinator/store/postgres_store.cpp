@@ -186,7 +186,7 @@ class Session {
   // Reads kiln's tables for the shared loading and checking (stored_records.h).
   stored::RowReader row_reader() {
     return [this](const stored::RowQuery& query, const std::function<Status(const stored::Row&)>& visit) -> Status {
-      const std::string sql = stored::select_sql(query, fmt::format("kiln.{}", query.table));
+      const std::string sql = stored::select_sql(query, fmt::format("kiln.{}", query.table), " COLLATE \"C\"");
       auto result = run(fmt::format("read the {} table", query.table), sql.c_str(), query.parameters);
       if (!result) return tl::unexpected(result.error());
       PGresult* rows = result->get();

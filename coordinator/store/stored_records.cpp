@@ -54,9 +54,10 @@ Status check_table(const RowReader& read, const Place& place, std::string_view t
 
 }  // namespace
 
-std::string select_sql(const RowQuery& query, std::string_view table) {
-  const std::string where =
-      query.where.empty() ? "" : " WHERE " + fmt::format(fmt::runtime(query.where), fmt::arg("table", table));
+std::string select_sql(const RowQuery& query, std::string_view table, std::string_view bytes_collation) {
+  const std::string where = query.where.empty() ? ""
+                                                : " WHERE " + fmt::format(fmt::runtime(query.where), fmt::arg("table", table),
+                                                                          fmt::arg("bytes", bytes_collation));
   const std::string limit = query.limit == 0 ? "" : fmt::format(" LIMIT {}", query.limit);
   return fmt::format("SELECT {}, {} FROM {}{} ORDER BY {}{};", query.key_columns, query.document ? "doc" : "NULL",
                      table, where, query.order, limit);
@@ -193,13 +194,27 @@ Result<std::vector<protocol::RecordEntry>> list_records(const RowReader& read, c
                                                         const protocol::ListRecords& range) {
   std::vector<protocol::RecordEntry> found;
   if (range.limit == 0) return found;
-  std::string where = fmt::format("kind = $1 AND seq > {}", range.after_seq);
-  if (range.before_seq != 0) where += fmt::format(" AND seq < {}", range.before_seq);
-  // Compared as characters by both stores, whatever PostgreSQL's collation orders keys by.
-  if (!range.key_prefix.empty()) where += " AND substr(key, 1, length(CAST($2 AS TEXT))) = CAST($2 AS TEXT)";
+  const std::string& prefix = range.key_prefix;
+  // With a key prefix the keys are the narrower range: `+seq` keeps the planner off the seq index.
+  const std::string_view seq = prefix.empty() ? "seq" : "+seq";
+  std::string where = fmt::format("kind = $1 AND {} > {}", seq, range.after_seq);
+  if (range.before_seq != 0) where += fmt::format(" AND {} < {}", seq, range.before_seq);
+  std::vector<std::string> parameters = {std::string(protocol::enum_name(range.kind))};
+  if (!prefix.empty()) {
+    // The keys from the prefix on, compared as bytes whatever PostgreSQL's collation, up to the
+    // prefix with its last character one higher when that is ASCII (a range of SQLite's key
+    // index); the substr check is exact for any prefix.
+    parameters.push_back(prefix);
+    where += " AND key{bytes} >= $2 AND substr(key, 1, length(CAST($2 AS TEXT))) = CAST($2 AS TEXT)";
+    if (const auto last = static_cast<unsigned char>(prefix.back()); last < 0x7F) {
+      std::string above = prefix;
+      above.back() = static_cast<char>(last + 1);
+      parameters.push_back(std::move(above));
+      where += " AND key{bytes} < $3";
+    }
+  }
   RowQuery query{"records", "kind, key", std::move(where), range.newest_first ? "seq DESC" : "seq", range.limit};
-  query.parameters = {std::string(protocol::enum_name(range.kind))};
-  if (!range.key_prefix.empty()) query.parameters.push_back(range.key_prefix);
+  query.parameters = std::move(parameters);
   // Read no further than a reply holds: the row that passes its bytes (after a first one, which a
   // reply holds whatever its size) says that more follow.
   std::size_t bytes = 0;

@@ -62,8 +62,10 @@ struct RowQuery {
 // Reads the rows a query selects and visits each. Fails when the database does.
 using RowReader = std::function<Status(const RowQuery& query, const std::function<Status(const Row&)>& visit)>;
 
-// The SQL both stores run for a query, `table` being the table's full name.
-std::string select_sql(const RowQuery& query, std::string_view table);
+// The SQL both stores run for a query, `table` being the table's full name. A `where` names
+// `{table}` for that name and `{bytes}` for what makes a text comparison compare bytes
+// (`bytes_collation`: nothing in SQLite, whose text compares as bytes already).
+std::string select_sql(const RowQuery& query, std::string_view table, std::string_view bytes_collation = {});
 
 // The `where` of the jobs a coordinator holds at start (job_retention.h, jobs_held_at_start).
 std::string jobs_held_at_start_where(std::size_t ended_jobs_in_memory, TimeMs reruns_since_ms);

@@ -451,6 +451,32 @@ TEST_CASE_TEMPLATE("a coordinator starts from the newest seq of each kind of rep
   CHECK(keys_of(*(*store)->list_records(range(RecordKind::stability_run, 10, 10))) ==
         std::vector<std::string>{"big-11", "big-12"});
   CHECK(keys_of(*(*store)->list_records(range(RecordKind::stability_run, 12, 10))) == std::vector<std::string>{"big-13"});
+
+  // A prefix matches by bytes, whatever the server's collation: keys that sort beside it by
+  // letters (case, accents) are not in it, a prefix ending in a character past ASCII or in the
+  // last ASCII one still finds its keys, and a prefix is not a pattern.
+  if constexpr (std::is_same_v<Backend, PostgresBackend>) {
+    // A server whose keys sort by a language's rules (ICU's root locale, where case comes after
+    // letters and DEL is ignored), as a database made in such a locale has them.
+    run_sql(backend, "ALTER TABLE " + backend.table("records") + " ALTER COLUMN key TYPE TEXT COLLATE \"und-x-icu\";");
+  }
+  std::uint64_t seq = 20;
+  for (const char* key : {"ab~", "ab~z", "abc", "abC", "ABc", "ab", "abé", "abéz", "abf", "ab\x7f", "ab%", "a\xc3\xa9"}) {
+    REQUIRE((*store)->save_record(record_of(RecordKind::bundle, key, seq++, "{}")).has_value());
+  }
+  const auto bundles = [&](std::string prefix) {
+    protocol::ListRecords query{RecordKind::bundle, 100};
+    query.key_prefix = std::move(prefix);
+    return keys_of(*(*store)->list_records(query));
+  };
+  CHECK(bundles("abc") == std::vector<std::string>{"abc"});
+  CHECK(bundles("ab~") == std::vector<std::string>{"ab~", "ab~z"});
+  CHECK(bundles("abé") == std::vector<std::string>{"abé", "abéz"});
+  CHECK(bundles("ab%") == std::vector<std::string>{"ab%"});
+  CHECK(bundles("ab\x7f") == std::vector<std::string>{"ab\x7f"});
+  CHECK(bundles("aé") == std::vector<std::string>{"a\xc3\xa9"});
+  CHECK(bundles("ab").size() == 10);
+  CHECK(bundles("abd").empty());
 }
 
 TEST_CASE_TEMPLATE("a version 6 database is upgraded: its records' seqs are read from their documents", Backend,
