@@ -301,10 +301,7 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
 void CoordinatorCore::put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                                  const protocol::PutRecord& put, TimeMs now) {
   const bool waiver = put.kind == protocol::RecordKind::waiver;
-  if (auto refusal = put_refusal(caller, put)) {
-    sink_.reply_error(client, m.header.id, Errc::unauthorized, *refusal);
-    return;
-  }
+  KILN_ASSERT(!put_refusal(caller, put), "a put refused for its writer's role is refused on arrival");
   auto record = records_.put(put, caller.key_name, now);
   if (!record) {
     sink_.reply_error(client, m.header.id, record.error().code, record.error().message);

@@ -203,14 +203,16 @@ Result<std::vector<protocol::RecordEntry>> list_records(const RowReader& read, c
   if (!prefix.empty()) {
     // The keys from the prefix on, compared as bytes whatever PostgreSQL's collation, up to the
     // prefix with its last character one higher when that is ASCII (a range of SQLite's key
-    // index); the substr check is exact for any prefix.
+    // index, exact); after any other last character, up to where they stop starting with it.
     parameters.push_back(prefix);
-    where += " AND key{bytes} >= $2 AND substr(key, 1, length(CAST($2 AS TEXT))) = CAST($2 AS TEXT)";
+    where += " AND key{bytes} >= $2";
     if (const auto last = static_cast<unsigned char>(prefix.back()); last < 0x7F) {
       std::string above = prefix;
       above.back() = static_cast<char>(last + 1);
       parameters.push_back(std::move(above));
       where += " AND key{bytes} < $3";
+    } else {
+      where += " AND substr(key, 1, length(CAST($2 AS TEXT))) = CAST($2 AS TEXT)";
     }
   }
   RowQuery query{"records", "kind, key", std::move(where), range.newest_first ? "seq DESC" : "seq", range.limit};
