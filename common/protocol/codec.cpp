@@ -48,6 +48,10 @@ class Encoder {
     packer_.pack(std::string(name));
     write(join_path(path_, name), value, spec...);
   }
+  template <class T, class... Spec>
+  void field(std::string_view name, const T& value, Optional, Spec... spec) {
+    field(name, value, spec...);
+  }
 
   template <Record T>
   void write_record(const std::string& path, const T& record) {
@@ -153,6 +157,12 @@ class Decoder {
       return;
     }
     read(path, *it->second, value, spec...);
+  }
+  // Absent, it keeps its default.
+  template <class T, class... Spec>
+  void field(std::string_view name, T& value, Optional, Spec... spec) {
+    if (error || fields_.find(std::string(name)) == fields_.end()) return;
+    field(name, value, spec...);
   }
 
   template <Record T>

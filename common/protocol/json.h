@@ -79,6 +79,12 @@ class Reader {
     }
     read(path, *it, value, spec...);
   }
+  // Absent, it keeps its default.
+  template <class T, class... Spec>
+  void field(std::string_view name, T& value, Optional, Spec... spec) {
+    if (error || !in_.contains(std::string(name))) return;
+    field(name, value, spec...);
+  }
 
  private:
   void read(const std::string& path, const nlohmann::json& j, std::string& value, Str spec) {

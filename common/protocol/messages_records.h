@@ -171,12 +171,14 @@ struct QuarantineNode {
   std::string node_id;
   std::string reason;
   std::string owner;  // who must look: "lab"
+  QuarantineCause cause = QuarantineCause::other;
 
   template <class V>
   void visit(V& v) {
     v.field("node_id", node_id, kIdentifier);
     v.field("reason", reason, Str{1, 4096});
     v.field("owner", owner, Str{1, 64});
+    v.field("cause", cause, Optional{});
   }
 };
 

@@ -130,6 +130,16 @@ constexpr EnumTable<HealthStatus, 5> enum_names(HealthStatus) {
   }};
 }
 
+// Why a client quarantines a node, which decides what releases it (docs/health.md, "What
+// releases a node"): wrong results (silent data corruption) only the level 3 compute self-test sees.
+enum class QuarantineCause { other, wrong_results };
+constexpr EnumTable<QuarantineCause, 2> enum_names(QuarantineCause) {
+  return {{
+      {QuarantineCause::other, "other"},
+      {QuarantineCause::wrong_results, "wrong_results"},
+  }};
+}
+
 // Workloads every agent provides itself; only some roles may run them (docs/protocol.md).
 constexpr std::string_view kDiagWorkload = "kiln.diag";
 constexpr std::string_view kInstallWorkload = "kiln.install";
@@ -261,6 +271,9 @@ struct NodeSummary {
   HostInfo host;
   std::string rendezvous_address;  // from the node's hello: where the ranks of a gang reach it
   std::vector<std::string> labels;  // from the node's hello: key=value
+  // Quarantined: the diagnostics level whose pass releases it, as its quarantine's cause needs;
+  // 0 when it is not quarantined.
+  std::uint32_t release_diag_level = 0;
 
   template <class V>
   void visit(V& v) {
@@ -280,6 +293,7 @@ struct NodeSummary {
     v.field("host", host);
     v.field("rendezvous_address", rendezvous_address, kHostAddress);
     v.field("labels", labels, Count{0, kMaxLabels}, kLabel);
+    v.field("release_diag_level", release_diag_level, Optional{}, Range{0, 3});
   }
 };
 
@@ -306,6 +320,10 @@ struct JobSummary {
   std::uint64_t gang_id = 0;
   std::uint32_t gang_rank = 0;
   std::uint32_t gang_size = 0;
+  // Its node's quarantine reason when the node was quarantined at the attempt's dispatch or
+  // before it ended: its result is no evidence about the stack (triage discards it). Empty
+  // otherwise.
+  std::string node_quarantined;
 
   template <class V>
   void visit(V& v) {
@@ -329,6 +347,7 @@ struct JobSummary {
     v.field("gang_id", gang_id, kU64);
     v.field("gang_rank", gang_rank, Range{0, kMaxGangSize - 1});
     v.field("gang_size", gang_size, Range{0, kMaxGangSize});
+    v.field("node_quarantined", node_quarantined, Optional{}, kMessageText);
   }
 };
 

@@ -19,6 +19,10 @@ class Utf8Repairer {
   void field(std::string_view, T& value, Spec... spec) {
     repair(value, spec...);
   }
+  template <class T, class... Spec>
+  void field(std::string_view, T& value, Optional, Spec... spec) {
+    repair(value, spec...);
+  }
 
  private:
   static void repair(std::string& value, Str spec) {

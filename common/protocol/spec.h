@@ -31,6 +31,11 @@ struct Range {
   std::int64_t max = INT64_MAX;
 };
 
+// A field added to version 1 after peers and stores without it existed: a message or a stored
+// document without it reads as the field's default (docs/protocol.md §5.2). Written first among
+// a field's specifications.
+struct Optional {};
+
 // Element count bounds for an array field.
 struct Count {
   std::size_t min = 0;

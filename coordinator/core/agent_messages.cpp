@@ -38,6 +38,24 @@ std::optional<DiagOutcome> diag_outcome(const std::string& result) {
   return DiagOutcome{level->get<int>(), verdict->get<std::string>()};
 }
 
+// The diagnostics level whose checks see a fault of a check's category (docs/health.md, "Levels"):
+// memory and interconnect faults the level 2 self-tests, faults that show under load (compute,
+// thermal, power) only the level 3 compute stress.
+std::uint32_t level_seeing(const std::string& category) {
+  if (category == "memory" || category == "interconnect") return 2;
+  if (category == "compute" || category == "thermal" || category == "power") return 3;
+  return 1;
+}
+
+// The checks a level adds, for a quarantine reason that says what releases the node.
+std::string_view checks_of_level(std::uint32_t level) {
+  switch (level) {
+    case 1: return "level 1 diagnostics (software, configuration and the probes)";
+    case 2: return "level 2 diagnostics (adds the memory and interconnect self-tests)";
+    default: return "level 3 diagnostics (adds the compute self-test, which checks results against known answers)";
+  }
+}
+
 }  // namespace
 
 void AgentSessions::hello(const std::string& peer, const Caller& caller, const protocol::Envelope& m,
@@ -115,8 +133,13 @@ void AgentSessions::quarantine_request(const std::string& client, const Caller& 
                      fmt::format("node {} is not registered; `kiln nodes` lists the nodes", request.node_id));
     return;
   }
+  // Wrong results may be silent data corruption, which only the level 3 compute self-test sees.
+  const std::uint32_t level = request.cause == protocol::QuarantineCause::wrong_results ? 3u : 1u;
+  const std::string reason = request.reason + " (by " + caller.key_name + ")";
   if (node->summary.state != NodeState::quarantined) {
-    quarantine(*node, request.reason + " (by " + caller.key_name + ")", request.owner, now, &caller);
+    quarantine(*node, reason, request.owner, level, now, &caller);
+  } else {
+    raise_release_level(*node, level, reason);
   }
   ctx_.sink.to_client(client,
                       protocol::Ok{fmt::format("node {} is quarantined (owner {}); it returns after passing level {} "
@@ -217,7 +240,11 @@ void AgentSessions::health_report(const std::string& node_id, const protocol::He
   node.summary.health = report.verdict;
   node.summary.health_detail = text::utf8_head(fmt::format("{}", fmt::join(problems, "; ")), protocol::kMessageText.max_len);
   if (report.verdict == protocol::HealthStatus::fail && node.summary.state != NodeState::quarantined) {
-    quarantine(node, "health probe failed: " + node.summary.health_detail, "lab", now);
+    std::uint32_t level = 1;
+    for (const auto& check : report.checks) {
+      if (check.status == protocol::HealthStatus::fail) level = std::max(level, level_seeing(check.category));
+    }
+    quarantine(node, "health probe failed: " + node.summary.health_detail, "lab", level, now);
   } else if (changed) {
     ctx_.save(node);
   }
@@ -229,30 +256,45 @@ void AgentSessions::apply_diag_result(const std::string& node_id, const JobRecor
   NodeRecord& node = it->second;
   auto outcome = diag_outcome(job.result);
   if (!outcome) return;
+  const auto level = static_cast<std::uint32_t>(std::clamp(outcome->level, 1, 3));
   if (outcome->verdict == "fail") {
+    // The checks that found the fault are the ones that must pass to release the node.
+    const std::string reason = fmt::format("level {} diagnostics failed (job {})", level, job.summary.job_id);
     if (node.summary.state != NodeState::quarantined) {
-      quarantine(node, fmt::format("level {} diagnostics failed (job {})", outcome->level, job.summary.job_id), "lab",
-                 now);
+      quarantine(node, reason, "lab", level, now);
+    } else {
+      raise_release_level(node, level, reason);
     }
     return;
   }
-  if (node.summary.state == NodeState::quarantined &&
-      outcome->level >= static_cast<int>(release_diag_level(node))) {
-    node.summary.state = node.draining ? NodeState::draining : NodeState::up;
-    node.summary.health = protocol::HealthStatus::pass;
-    ctx_.log(action::Severity::info, fmt::format("node {} leaves quarantine: level {} diagnostics {} (job {}); it was "
-                                                 "quarantined for: {}",
-                                                 node_id, outcome->level, outcome->verdict, job.summary.job_id,
-                                                 node.summary.quarantine_reason));
-    ctx_.audit("released_from_quarantine", "node " + node_id,
-               fmt::format("level {} diagnostics {} (job {}); it was quarantined for: {}", outcome->level,
-                           outcome->verdict, job.summary.job_id, node.summary.quarantine_reason));
-    node.summary.quarantine_reason.clear();
-    node.summary.quarantine_owner.clear();
-    ctx_.registry.released_from_quarantine(node_id, job.started_at_ms + ctx_.clock.wall_offset_ms());
-    ctx_.save(node);
-    scheduling_.sync_node_states(now);
+  if (node.summary.state != NodeState::quarantined) return;
+  if (level < release_diag_level(node)) {
+    // A weaker level cannot see the fault: its pass says nothing about it.
+    const std::string refused =
+        fmt::format("node {} stays quarantined: level {} diagnostics cannot clear its quarantine ({}); it needs "
+                    "level {} (kiln diag {} --level {})",
+                    node_id, level, node.summary.quarantine_reason, release_diag_level(node), node_id,
+                    release_diag_level(node));
+    ctx_.log(action::Severity::warn, refused);
+    ctx_.audit("release_refused", "node " + node_id, fmt::format("job {}: {}", job.summary.job_id, refused));
+    jobs_.add_to_detail(job.summary.job_id, refused);
+    return;
   }
+  node.summary.state = node.draining ? NodeState::draining : NodeState::up;
+  node.summary.health = protocol::HealthStatus::pass;
+  ctx_.log(action::Severity::info, fmt::format("node {} leaves quarantine: level {} diagnostics {} (job {}); it was "
+                                               "quarantined for: {}",
+                                               node_id, outcome->level, outcome->verdict, job.summary.job_id,
+                                               node.summary.quarantine_reason));
+  ctx_.audit("released_from_quarantine", "node " + node_id,
+             fmt::format("level {} diagnostics {} (job {}); it was quarantined for: {}", outcome->level,
+                         outcome->verdict, job.summary.job_id, node.summary.quarantine_reason));
+  node.summary.quarantine_reason.clear();
+  node.summary.quarantine_owner.clear();
+  node.summary.release_diag_level = 0;
+  ctx_.registry.released_from_quarantine(node_id, job.started_at_ms + ctx_.clock.wall_offset_ms());
+  ctx_.save(node);
+  scheduling_.sync_node_states(now);
 }
 
 void AgentSessions::apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
@@ -282,7 +324,7 @@ void AgentSessions::apply_install_result(const std::string& node_id, const JobRe
                                                        : ": " + text_of("reason")));
   if (!fit && node.summary.state != NodeState::quarantined) {
     quarantine(node, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason), "ops",
-               now);
+               1, now);
     return;
   }
   if (job.summary.state == JobState::succeeded && (outcome == "installed" || outcome == "already_installed")) {
@@ -304,16 +346,29 @@ void AgentSessions::apply_install_result(const std::string& node_id, const JobRe
                fmt::format("did not converge on bundle {}: install job {} {}: {}", job.summary.bundle_id.substr(0, 12),
                            job.summary.job_id, outcome.empty() ? "failed" : outcome,
                            text_of("reason").empty() ? job.summary.detail : text_of("reason")),
-               "ops", now);
+               "ops", 1, now);
   }
 }
 
 std::uint32_t AgentSessions::release_diag_level(const NodeRecord& node) const {
-  return node.recent_quarantines >= 2 ? 3u : ctx_.knobs.quarantine_release_min_diag_level;
+  // A node quarantined before the level was kept with it: the knob's, or 3 when flapping.
+  const std::uint32_t fallback = node.recent_quarantines >= 2 ? 3u : ctx_.knobs.quarantine_release_min_diag_level;
+  return node.summary.release_diag_level != 0 ? node.summary.release_diag_level : fallback;
 }
 
-void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now,
-                               const Caller* by) {
+void AgentSessions::raise_release_level(NodeRecord& node, std::uint32_t level, const std::string& reason) {
+  if (level <= release_diag_level(node)) return;
+  node.summary.release_diag_level = level;
+  node.summary.quarantine_reason = text::utf8_head(
+      fmt::format("{}; also {}; released by {}", node.summary.quarantine_reason, reason, checks_of_level(level)),
+      protocol::kMessageText.max_len);
+  ctx_.save(node);
+  ctx_.audit("quarantine_raised", "node " + node.summary.node_id,
+             fmt::format("{}: it now returns after passing level {} diagnostics", reason, level));
+}
+
+void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner,
+                               std::uint32_t release_level, TimeMs now, const Caller* by) {
   node.summary.state = NodeState::quarantined;
   ctx_.bridge.node_changed(node.summary.node_id);
   if (node.recent_quarantines == 0 || now - node.flap_window_start_ms > ctx_.knobs.flap_window_ms) {
@@ -322,24 +377,29 @@ void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, cons
   }
   node.recent_quarantines += 1;
   const bool flapping = node.recent_quarantines >= 2;
-  const std::string why = flapping ? fmt::format("{} (quarantined {} times in {} h: flapping)", reason,
-                                                 node.recent_quarantines, ctx_.knobs.flap_window_ms / 3600000)
-                                   : reason;
+  node.summary.release_diag_level =
+      std::max({release_level, ctx_.knobs.quarantine_release_min_diag_level, flapping ? 3u : 1u});
+  const std::string cause = flapping ? fmt::format("{} (quarantined {} times in {} h: flapping)", reason,
+                                                   node.recent_quarantines, ctx_.knobs.flap_window_ms / 3600000)
+                                     : reason;
+  // The reason says what releases the node: the checks that can see what quarantined it.
+  const std::string why = fmt::format("{}; released by {}", cause.empty() ? "quarantined" : cause,
+                                      checks_of_level(node.summary.release_diag_level));
   // A non-empty reason is what marks the quarantine across a lost node's return (handle_hello).
-  node.summary.quarantine_reason = why.empty() ? "quarantined" : text::utf8_head(why, protocol::kMessageText.max_len);
+  node.summary.quarantine_reason = text::utf8_head(why, protocol::kMessageText.max_len);
   node.summary.quarantine_owner = owner;
   ctx_.save(node);
-  ctx_.log(action::Severity::warn, fmt::format("node {} quarantined (owner {}): {}; it returns after passing level {} "
-                                               "diagnostics",
-                                               node.summary.node_id, owner, why, release_diag_level(node)));
+  ctx_.log(action::Severity::warn, fmt::format("node {} quarantined (owner {}): {}", node.summary.node_id, owner, why));
   const std::string audited = fmt::format("owner {}: {}", owner, node.summary.quarantine_reason);
   if (by != nullptr) {
     ctx_.audit(*by, "quarantined", "node " + node.summary.node_id, audited);
   } else {
     ctx_.audit("quarantined", "node " + node.summary.node_id, audited);
   }
-  // The scheduler learns of the quarantine first, so no rerun lands back on this node.
+  // The scheduler learns of the quarantine first, so no rerun or withdrawn attempt lands back on
+  // this node.
   scheduling_.sync_node_states(now);
+  jobs_.node_quarantined(node, now);
   jobs_.rerun_failures_of(node, now);
 }
 

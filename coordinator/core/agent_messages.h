@@ -54,10 +54,14 @@ class AgentSessions {
   void take_inventory(NodeRecord& node, const protocol::Hello& hello, TimeMs now);
   void apply_diag_result(const std::string& node_id, const JobRecord& job, TimeMs now);
   void apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now);
-  // `by`: who asked for it, when not the coordinator's own finding.
-  void quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, TimeMs now,
-                  const Caller* by = nullptr);
-  // The diagnostics level that returns a quarantined node: higher for a flapping one.
+  // `release_level`: the diagnostics level whose checks see what quarantined it (the knob's
+  // minimum, or 3 for a flapping node, when higher). `by`: who asked for it, when not the
+  // coordinator's own finding.
+  void quarantine(NodeRecord& node, const std::string& reason, const std::string& owner, std::uint32_t release_level,
+                  TimeMs now, const Caller* by = nullptr);
+  // A quarantined node found at fault again by what only a higher level sees: that level releases it.
+  void raise_release_level(NodeRecord& node, std::uint32_t level, const std::string& reason);
+  // The diagnostics level that returns a quarantined node.
   std::uint32_t release_diag_level(const NodeRecord& node) const;
   void mark_node_lost(NodeRecord& node, TimeMs now);
 

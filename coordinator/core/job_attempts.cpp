@@ -863,6 +863,8 @@ void JobTable::start_attempt(JobRecord& job, const std::string& node_id, std::ve
   job.summary.chip_indices = chips;
   job.summary.attempt += 1;
   job.started_at_ms = now;
+  // A new attempt: what its node was is read again.
+  job.summary.node_quarantined.clear();
   save(job);
   // Every chip an attempt of the job used on the node: an older attempt may still run there.
   auto& placed = last_placement_[job.summary.job_id][node_id];
@@ -1008,29 +1010,13 @@ void JobTable::revoke_due(TimeMs now) {
   }
   for (std::uint64_t id : due) {
     JobRecord& job = jobs_.at(id);
-    const std::string node_id = job.summary.node_id;
-    if (auto held = hold_chips_of_stopping_job(job, now); !held) {
-      ctx_.log(action::Severity::warn,
-               fmt::format("job {}: {}; the scheduler revokes it itself", id, held.error().message));
+    if (!stop_and_requeue(job, "preempted: the grace period ended",
+                          fmt::format("attempt {} preempted on {}; queued again keeping its age", job.summary.attempt,
+                                      job.summary.node_id),
+                          now)) {
+      ctx_.log(action::Severity::warn, fmt::format("job {} holds no chips of its own; the scheduler revokes it itself", id));
       attempts_.to(id, AttemptPhase::dispatched);
-      continue;
     }
-    if (auto peer = ctx_.peer_of(node_id))
-      ctx_.to_agent(*peer, protocol::JobCancel{id, "preempted: the grace period ended"});
-    attempts_.to(id, AttemptPhase::waiting);
-    attempts_.of(id).earlier_stopping = StoppingAttempt{node_id, job.summary.attempt, now};
-    job.preemptions += 1;
-    job.summary.state = JobState::queued;
-    job.summary.detail = fmt::format("attempt {} preempted on {}; queued again keeping its age", job.summary.attempt,
-                                     node_id);
-    job.summary.node_id.clear();
-    job.summary.chip_indices.clear();
-    if (auto s = submit_to_scheduler(job, now); !s) {
-      finish(job, JobState::failed, "cannot be queued again after its preemption: " + s.error().message, now);
-      continue;
-    }
-    save(job);
-    ctx_.log(action::Severity::info, fmt::format("job {}: {}", id, job.summary.detail));
   }
 }
 

@@ -112,6 +112,13 @@ class JobTable {
   std::size_t fail_over_from(const std::string& node_id, TimeMs now);
   // CI jobs that failed on a node now quarantined run again on a healthy node of its revision.
   void rerun_failures_of(const NodeRecord& node, TimeMs now);
+  // The node was just quarantined: it takes only its diagnostics. Attempts there that had not
+  // started (dispatched without a job_started yet, or waiting to be sent) are withdrawn and
+  // queued again keeping their age, costing no attempt; those already running carry the
+  // quarantine's reason with their results (JobSummary node_quarantined).
+  void node_quarantined(const NodeRecord& node, TimeMs now);
+  // A note for people added to an ended job's detail (why a diagnostics pass did not release its node).
+  void add_to_detail(std::uint64_t job_id, const std::string& note);
 
   // ---- ticks
   void time_out_overdue(TimeMs now);
@@ -172,6 +179,13 @@ class JobTable {
   // One attempt of an active job ended without a result from the agent (node lost, agent
   // restarted without it): requeue while attempts remain, otherwise the job is lost.
   void attempt_lost(JobRecord& job, const std::string& why, TimeMs now);
+  // A dispatched attempt holding chips of its own is told to stop (`why`, to the agent); its chips
+  // stay held until it is gone, and the job is queued again keeping its age, the attempt not
+  // counted against max_attempts. False, changing nothing, when it holds no chips of its own.
+  bool stop_and_requeue(JobRecord& job, const std::string& why, const std::string& detail, TimeMs now);
+  // The job, its attempt over without a result, is queued again keeping its age, with `detail`;
+  // the attempt is not counted against max_attempts.
+  void requeue_uncounted(JobRecord& job, const std::string& detail, TimeMs now);
   void finish(JobRecord& job, protocol::JobState state, std::string detail, TimeMs now);
   void start_attempt(JobRecord& job, const std::string& node_id, std::vector<std::uint32_t> chips, TimeMs now);
   // The old attempt of a revoked job has stopped (or can no longer be waited for): a new attempt

@@ -518,6 +518,8 @@ std::vector<std::uint32_t> JobTable::free_lease_chips(const protocol::LeasePlace
                                                       const std::map<std::string, std::set<std::uint32_t>>& busy,
                                                       std::uint32_t chips) const {
   if (!ctx_.registry.has_session(p.node_id)) return {};
+  // A quarantined node takes only its diagnostics, also on chips a developer's lease holds.
+  if (ctx_.registry.nodes().at(p.node_id).summary.state == NodeState::quarantined) return {};
   // Only chips the node reported healthy in its latest hello.
   std::set<std::uint32_t> reported;
   for (const auto& chip : ctx_.registry.nodes().at(p.node_id).summary.chips) {

@@ -326,6 +326,17 @@ void JobTable::granted(const scheduler::LeaseGranted& granted, std::uint64_t job
   }
   JobRecord& job = it->second;
   const scheduler::Placement& placement = granted.placement.front();
+  if (const NodeRecord* node = ctx_.registry.find(placement.node);
+      node && node->summary.state == NodeState::quarantined && !protocol::is_maintenance_workload(job.summary.workload)) {
+    // Decided before the node was quarantined in this same step: a quarantined node takes only
+    // its diagnostics. The chips go back and the job waits again, keeping its age.
+    ctx_.log(action::Severity::info, fmt::format("job {} was granted chips on {}, quarantined in the same step; "
+                                                 "queued again",
+                                                 job.summary.job_id, placement.node));
+    (void)ctx_.scheduler().cancel(granted.request, ctx_.to_scheduler_time(now));
+    if (auto s = submit_to_scheduler(job, now); !s) finish(job, JobState::failed, s.error().message, now);
+    return;
+  }
   if (!ctx_.registry.has_session(placement.node)) {
     // The scheduler's view of the node was stale: correct it and let the job wait again.
     ctx_.log(action::Severity::error, fmt::format("job {} was granted chips on {}, which has no agent session; "

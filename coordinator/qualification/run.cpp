@@ -233,6 +233,26 @@ struct QualificationRun::State {
     }
   }
 
+  // A rerun on a node quarantined when it started or while it ran says nothing about the stack:
+  // its result is no evidence. One on the other node runs again on another healthy node; the one
+  // on the failing node was optional evidence anyway.
+  void discard_rerun(std::size_t p, const RunJob& job, const JobResult& result) {
+    const std::string& model = model_of(pairs[p]).name;
+    book.log(fmt::format("{} {} on node {} not counted as triage evidence: the node was quarantined while it ran ({})",
+                         model, to_string(job.request.purpose), result.node_id, result.node_quarantined));
+    if (job.request.purpose == JobPurpose::triage_rerun) {
+      if (auto other = triage.rerun_elsewhere(p, result.node_id, fleet.healthy())) {
+        JobRequest again = pair_job(p, JobPurpose::triage_rerun);
+        again.node_id = *other;
+        enqueue_followup(p, std::move(again));
+        book.log(fmt::format("{}: rerunning on {} instead", model, *other));
+        return;
+      }
+      book.log(fmt::format("{}: no other healthy node of revision {} to rerun on", model, pairs[p].revision));
+    }
+    if (auto decision = triage.on_rerun(p, job.request.purpose, std::nullopt)) decide_triage(p, *decision);
+  }
+
   // -- bisection and tickets ----------------------------------------------------------------
 
   void start_bisection(std::size_t p, TicketKind kind, std::string detail) {
@@ -356,6 +376,10 @@ struct QualificationRun::State {
       case JobPurpose::triage_rerun:
       case JobPurpose::origin_rerun:
         if (pair.stage != Stage::triage) return;
+        if (!result.node_quarantined.empty()) {
+          discard_rerun(p, job, result);
+          return;
+        }
         if (auto decision = triage.on_rerun(p, job.request.purpose, result.correct)) decide_triage(p, *decision);
         return;
       case JobPurpose::bisect_probe: return;

@@ -36,6 +36,19 @@ TriageStart RunTriage::begin(std::size_t pair, FailedRun failure, const std::str
   return start;
 }
 
+std::optional<std::string> RunTriage::rerun_elsewhere(std::size_t pair, const std::string& node,
+                                                     std::span<const NodeCandidate> healthy) {
+  PairTriage& state = pairs_[pair];
+  state.quarantined.insert(node);
+  std::vector<NodeCandidate> candidates;
+  for (const NodeCandidate& candidate : healthy) {
+    if (!state.quarantined.count(candidate.id)) candidates.push_back(candidate);
+  }
+  auto other = choose_rerun_node(state.failure, candidates);
+  if (other) state.rerun_node = *other;
+  return other;
+}
+
 std::optional<Result<TriageAction>> RunTriage::on_rerun(std::size_t pair, JobPurpose purpose,
                                                         std::optional<bool> correct) {
   PairTriage& state = pairs_[pair];

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ class RunTriage {
   // A rerun's outcome; nullopt for the rerun on the failing node that could not run (optional
   // evidence: a dead node cannot run it). The decision once every rerun is in.
   std::optional<Result<TriageAction>> on_rerun(std::size_t pair, JobPurpose purpose, std::optional<bool> correct);
+  // A rerun on the other node came back from a node quarantined while it ran, `node`: no
+  // evidence. The node to run it again on instead (another healthy node of the revision, never
+  // one quarantined under an earlier rerun), or nullopt when there is none.
+  std::optional<std::string> rerun_elsewhere(std::size_t pair, const std::string& node,
+                                             std::span<const NodeCandidate> healthy);
 
   const std::string& failure_detail(std::size_t pair) const { return pairs_[pair].detail; }
   const std::string& rerun_node(std::size_t pair) const { return pairs_[pair].rerun_node; }
@@ -53,6 +59,7 @@ class RunTriage {
     std::vector<RunOutcome> outcomes;
     std::vector<RunOutcome> origin_outcomes;
     std::size_t outstanding = 0;
+    std::set<std::string> quarantined;  // rerun nodes whose results were discarded
   };
 
   TriageOptions options_;

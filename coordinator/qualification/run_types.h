@@ -119,6 +119,9 @@ struct JobResult {
   std::vector<double> candidate_samples;  // ... on the bundle under test
   std::optional<TrainingEvidence> training;  // a training model's curves and gates
   std::string detail;  // the job's own detail (why it did not run)
+  // Its node's quarantine reason when the node was quarantined at the job's dispatch or before
+  // it ended (the coordinator's JobSummary node_quarantined): triage does not count it.
+  std::string node_quarantined;
   // The backend (sim, cpu, silicon: backends::Backend) of the node's driver when the shell read
   // the result; empty when the shell did not know the node's driver, or a gang's ranks differ.
   std::string backend;

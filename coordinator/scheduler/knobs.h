@@ -43,7 +43,7 @@ struct SchedulerKnobs {
       DurationMs{0},              // release: at its start time
       DurationMs{15 * kMinuteMs}, // presubmit: with 8-minute smoke runs, signal within ~20 min
       DurationMs{30 * kMinuteMs}, // bisect
-      std::nullopt,               // nightly: only when its deadline is at risk
+      DurationMs{0},              // nightly: at once, with the notice (its triage must not wait on a week's lease)
       std::nullopt};              // experiment: never preempts
   // A class over its quota may still use idle chips (borrow) when allowed; borrowed leases are
   // the first reclaimed.

@@ -530,11 +530,8 @@ void Simulation::World::handle(ev::LabRound&) {
     }
     if (a.diagnostics_submitted_at >= 0 && now - a.diagnostics_submitted_at < 5 * kMinuteMs) continue;
     a.diagnostics_submitted_at = now;
-    // The level that brings it back: 3 for a flapping node (its quarantine reason says so),
-    // otherwise the coordinator's configured minimum.
-    const std::uint32_t level = node->second.recent_quarantines >= 2
-                                    ? 3u
-                                    : std::max(2u, options.coordinator_knobs.quarantine_release_min_diag_level);
+    // The level that brings it back, as `kiln nodes` shows it: what its quarantine's cause needs.
+    const std::uint32_t level = std::max(2u, node->second.summary.release_diag_level);
     protocol::SubmitJob diag;
     diag.workload = std::string(protocol::kDiagWorkload);
     diag.args = {"--level", std::to_string(level)};

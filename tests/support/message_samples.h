@@ -35,6 +35,10 @@ class SampleFiller {
   void field(std::string_view name, T& value, Spec... spec) {
     fill(path_.empty() ? std::string(name) : path_ + "." + std::string(name), value, spec...);
   }
+  template <class T, class... Spec>
+  void field(std::string_view name, T& value, protocol::Optional, Spec... spec) {
+    field(name, value, spec...);
+  }
 
  private:
   SampleFiller(const SampleFiller& outer, std::string path)

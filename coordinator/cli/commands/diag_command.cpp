@@ -66,6 +66,11 @@ class DiagCommand : public RemoteCommand {
     }
     if (context.json()) std::cout << health::format_diag_json(*diag);
     else std::cout << health::format_diag_text(*diag);
+    // A pass too weak for the node's quarantine does not release it; the coordinator says so.
+    if (const auto refused = detail->job.detail.find("stays quarantined"); refused != std::string::npos) {
+      const auto from = detail->job.detail.rfind("node ", refused);
+      std::cerr << "kiln: " << detail->job.detail.substr(from == std::string::npos ? refused : from) << "\n";
+    }
     return diag->verdict == health::CheckStatus::pass || diag->verdict == health::CheckStatus::warn ? kExitOk
                                                                                                    : kExitFailed;
   }

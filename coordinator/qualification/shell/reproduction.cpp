@@ -53,6 +53,7 @@ JobResult read_job_result(const protocol::JobDetail& detail, const Qualification
   }
   result.node_id = job.node_id;
   result.chips = job.chip_indices;
+  result.node_quarantined = job.node_quarantined;
   return result;
 }
 

@@ -367,8 +367,10 @@ class Driver {
 
   Status carry_out(run_action::QuarantineNode& quarantine) {
     auto ok = cli::expect_reply<protocol::Ok>(
-        client_.request(protocol::QuarantineNode{quarantine.node_id, quarantine.reason, "lab"}));
-    say(ok ? fmt::format("node {} quarantined: {}", quarantine.node_id, quarantine.reason)
+        // Triage suspects a node for wrong outputs: only the level 3 compute self-test can clear it.
+        client_.request(protocol::QuarantineNode{quarantine.node_id, quarantine.reason, "lab",
+                                                 protocol::QuarantineCause::wrong_results}));
+    say(ok ? fmt::format("node {} quarantined: {} ({})", quarantine.node_id, quarantine.reason, ok->detail)
            : fmt::format("could not quarantine node {}: {}", quarantine.node_id, ok.error().message));
     return {};
   }

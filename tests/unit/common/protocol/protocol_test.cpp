@@ -146,6 +146,34 @@ TEST_CASE("random garbage never crashes the decoder") {
   }
 }
 
+TEST_CASE("an optional field left out reads as its default; sent, it is read and checked like any other") {
+  // A quarantine_node from a qualifier built before `cause` existed.
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_map(3);
+  for (const char* kv : {"node_id", "n01", "reason", "wrong outputs", "owner", "lab"}) pk.pack(std::string(kv));
+  auto old_sender = decode(pack_header(1, "quarantine_node"), std::string(buffer.data(), buffer.size()));
+  REQUIRE(old_sender.has_value());
+  CHECK(std::get<QuarantineNode>(old_sender->body).cause == QuarantineCause::other);
+
+  QuarantineNode sent{"n01", "wrong outputs", "lab", QuarantineCause::wrong_results};
+  auto round = encode(make_envelope(sent, 2));
+  REQUIRE(round.has_value());
+  auto read = decode(round->header, round->body);
+  REQUIRE(read.has_value());
+  CHECK(std::get<QuarantineNode>(read->body).cause == QuarantineCause::wrong_results);
+
+  msgpack::sbuffer bad;
+  msgpack::packer<msgpack::sbuffer> bad_pk(bad);
+  bad_pk.pack_map(4);
+  for (const char* kv : {"node_id", "n01", "reason", "x", "owner", "lab", "cause", "cosmic_rays"}) {
+    bad_pk.pack(std::string(kv));
+  }
+  auto refused = decode(pack_header(3, "quarantine_node"), std::string(bad.data(), bad.size()));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message.find("cause") != std::string::npos);
+}
+
 TEST_CASE("wrongly typed, missing and out-of-range fields name the field") {
   SUBCASE("wrong type") {
     msgpack::sbuffer buffer;

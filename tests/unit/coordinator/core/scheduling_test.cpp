@@ -131,6 +131,7 @@ TEST_CASE("a quarantined node gets no leases; maintenance still runs there after
   Harness h(knobs_with_fast_preemption());
   h.agent("p1", "n01", hello("n01", "a"), 0);
   const auto busy = h.submit("dev", Role::developer, sleep_job(4, PriorityClass::experiment), 10);
+  h.agent("p1", "n01", JobStarted{busy, 1}, 15);
   HealthReport report;
   report.verdict = HealthStatus::fail;
   report.checks.push_back(HealthCheck{"ecc", 3, HealthStatus::fail, "ecc_uncorrected", "memory", "12 uncorrected", ""});

@@ -89,6 +89,9 @@ struct Scenario {
   std::set<std::size_t> failing_builds;        // history indexes the builder cannot build
   std::size_t nodes_of_revision_b = 4;
   bool lose_origin_reruns = false;            // the failing node cannot run anything more
+  // Faulty too: the coordinator quarantines each while a triage rerun runs there, and the rerun
+  // computes wrong outputs.
+  std::set<std::string> quarantined_during_reruns;
   std::size_t max_jobs_in_flight = 32;
   std::size_t min_reruns = 1;
   bool tell_nodes = true;
@@ -264,6 +267,11 @@ class FakeFleet {
     const auto [factor, broken] = effect(request.bundle_id, m);
     const int run_number = ++runs_[m.name];
     result.correct = !broken && scenario_.bad_nodes.count(result.node_id) == 0;
+    if (request.purpose == q::JobPurpose::triage_rerun && scenario_.quarantined_during_reruns.count(result.node_id)) {
+      result.correct = false;
+      result.node_quarantined = "health probe failed: ecc chip 2 fail: ecc_uncorrected";
+      quarantined_.insert(result.node_id);
+    }
     if (m.name == scenario_.flaky_model && (run_number == 1 || run_number == 3)) result.correct = false;
     if (!result.correct) result.correctness_detail = "output: 812 of 8192 elements outside tolerance";
     if (request.repeats_per_side > 0) {
@@ -497,6 +505,30 @@ TEST_CASE("a failing node that cannot even run its own rerun is still a hardware
   const auto& suspect = find_report(out.report, "fp8-small", "a");
   CHECK(suspect.verdict == q::ModelVerdict::hardware_suspect);
   CHECK(out.quarantined == std::vector<std::string>{"a1"});
+}
+
+TEST_CASE("a triage rerun on a node quarantined while it ran is no evidence: it runs again on a healthy node") {
+  Scenario scenario;
+  scenario.candidate_index = 6;
+  scenario.nodes_per_revision = 3;
+  scenario.models = {default_models()[3]};
+  scenario.bad_nodes = {"a0"};                   // the measure job fails here
+  scenario.quarantined_during_reruns = {"a1"};  // the first rerun node, quarantined under the rerun
+  const Outcome out = run_scenario(scenario);
+  INFO(q::summary_text(out.report));
+  const auto& model = find_report(out.report, "fp8-small", "a");
+  // Counted, a1's wrong outputs would read "fails on a1 too: a software regression".
+  CHECK(model.verdict == q::ModelVerdict::hardware_suspect);
+  REQUIRE(model.triage.has_value());
+  CHECK(model.triage->quarantine_node == "a0");
+  CHECK(model.triage->reason.find("passes on a2") != std::string::npos);
+  CHECK_FALSE(model.bisection.has_value());
+  std::vector<std::string> rerun_nodes;
+  for (const auto& r : out.started) {
+    if (r.purpose == q::JobPurpose::triage_rerun) rerun_nodes.push_back(r.node_id);
+  }
+  CHECK(rerun_nodes == std::vector<std::string>{"a1", "a2"});
+  CHECK(out.quarantined == std::vector<std::string>{"a0"});
 }
 
 TEST_CASE("the same run twice gives the same report") {
