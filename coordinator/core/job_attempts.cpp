@@ -33,6 +33,13 @@ bool finished_its_work(const protocol::JobFinished& fin) {
   return status == doc.end() || !status->is_string() || status->get<std::string>() != "preempted";
 }
 
+// A workload that ran to its end and found its outputs wrong exits 1 with its result document
+// (docs/workloads.md, "Ending a workload"): a rank that did so ran, and its gang with it is
+// judged from the ranks' documents, so it ends no one.
+bool ran_and_reported(const JobRecord& job) {
+  return job.summary.state == JobState::failed && job.summary.exit_code == 1 && !job.result.empty();
+}
+
 }  // namespace
 
 void JobTable::recover(std::vector<JobRecord> jobs) {
@@ -830,7 +837,7 @@ void JobTable::finish(JobRecord& job, JobState state, std::string detail, TimeMs
       may_rerun(job, node->second, now)) {
     rerun(job.summary.job_id, node->second, now);
   }
-  if (job.summary.gang_size > 0 && state != JobState::succeeded) end_gang(job, now);
+  if (job.summary.gang_size > 0 && state != JobState::succeeded && !ran_and_reported(job)) end_gang(job, now);
 }
 
 void JobTable::end_gang(const JobRecord& ended, TimeMs now) {

@@ -133,6 +133,11 @@ std::vector<GateRun> gate_runs_from_reports(const std::vector<json>& reports) {
     if (auto models = report.find("models"); models != report.end() && models->is_array()) {
       run.models.assign(models->begin(), models->end());
     }
+    if (auto tickets = report.find("tickets"); tickets != report.end() && tickets->is_array()) {
+      for (const json& ticket : *tickets) {
+        if (ticket.is_object()) run.ticket_teams[text_member(ticket, "id")] = text_member(ticket, "team");
+      }
+    }
     runs.push_back(std::move(run));
   }
   return runs;
@@ -150,22 +155,46 @@ std::string_view run_tier_of(RiskTier tier) {
 
 namespace {
 
-// The gate's result in one run: the worst over the model's revisions; nullopt when not judged.
-std::optional<GateResult> result_in(const GateRun& run, const RiskGate& gate, GateMetric metric, TimeMs now) {
+std::string page_culprit(const Risk& risk, const std::string& run_id) { return fmt::format("risk:{}@{}", risk.id, run_id); }
+
+// Who a gate failed by `entry`, a model run of `run`, pages (risk_status.h, risk_gate_pages).
+void route_page(const Risk& risk, const GateRun& run, const json& entry, GateResult& result) {
+  if (auto ids = entry.find("ticket_ids"); ids != entry.end() && ids->is_array() && !ids->empty() &&
+                                           ids->front().is_string()) {
+    result.paged_ticket = ids->front().get<std::string>();
+    auto team = run.ticket_teams.find(result.paged_ticket);
+    result.paged_team = team != run.ticket_teams.end() ? team->second : "";
+    result.paged_by_triage = true;
+    return;
+  }
+  const std::string verdict = text_member(entry, "verdict");
+  const std::string model_owner = text_member(entry, "owner_team");
+  const bool software = verdict == "correctness_regression" || verdict == "performance_regression";
+  result.paged_team = software && risk.layer == RiskLayer::hardware && !model_owner.empty() ? model_owner
+                                                                                            : risk.page.team;
+  result.paged_ticket = ticket_id(TicketKind::risk_gate, page_culprit(risk, run.run_id));
+}
+
+// The risk's gate's result in one run: the worst over the model's revisions, with its page when
+// it failed; nullopt when not judged.
+std::optional<GateResult> result_in(const GateRun& run, const Risk& risk, GateMetric metric, TimeMs now) {
   std::optional<GateResult> result;
+  const json* worst = nullptr;
   for (const json& entry : run.models) {
-    if (text_member(entry, "model") != gate.model) continue;
+    if (text_member(entry, "model") != risk.gate->model) continue;
     auto verdict = metric_verdict(entry, metric, now);
     if (!verdict) continue;
     if (result && badness(verdict->state) <= badness(result->state)) continue;
     const std::string revision = text_member(entry, "revision");
-    result = GateResult{run.run_id,
-                        verdict->state,
-                        revision.empty() ? verdict->detail : fmt::format("revision {}: {}", revision, verdict->detail),
-                        verdict->waiver,
-                        run.finished_at_ms,
-                        0};
+    result = GateResult{};
+    result->run_id = run.run_id;
+    result->state = verdict->state;
+    result->detail = revision.empty() ? verdict->detail : fmt::format("revision {}: {}", revision, verdict->detail);
+    result->waiver = verdict->waiver;
+    result->finished_at_ms = run.finished_at_ms;
+    worst = &entry;
   }
+  if (result && result->state == GateState::failed) route_page(risk, run, *worst, *result);
   return result;
 }
 
@@ -264,7 +293,7 @@ std::vector<RiskStatus> assess_risks(const RiskRegister& reg, const ModelSet& se
     }
     for (const GateRun& run : runs) {
       if (run.tier != run_tier_of(risk.tier)) continue;
-      auto result = result_in(run, *risk.gate, *metric, now);
+      auto result = result_in(run, risk, *metric, now);
       if (result && (!status.latest || result->finished_at_ms > status.latest->finished_at_ms)) status.latest = result;
     }
     if (!status.latest) {
@@ -282,29 +311,60 @@ std::vector<RiskStatus> assess_risks(const RiskRegister& reg, const ModelSet& se
   return statuses;
 }
 
-std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const json& report, TimeMs now) {
-  std::vector<Ticket> tickets;
+std::vector<GatePage> risk_gate_pages(const RiskRegister& reg, const json& report, TimeMs now) {
+  std::vector<GatePage> pages;
   const auto runs = gate_runs_from_reports({report});
-  if (runs.empty()) return tickets;
+  if (runs.empty()) return pages;
   const GateRun& run = runs.front();
   for (const Risk& risk : reg.risks) {
     if (!risk.gate || run.tier != run_tier_of(risk.tier)) continue;
     const auto metric = enum_from_name<GateMetric>(risk.gate->metric);
     if (!metric) continue;
-    auto result = result_in(run, *risk.gate, *metric, now);
+    auto result = result_in(run, risk, *metric, now);
     if (!result || result->state != GateState::failed) continue;
-    const json evidence = {{"risk", risk.id},          {"run_id", run.run_id},         {"model", risk.gate->model},
-                           {"metric", risk.gate->metric}, {"rule", gate_rule_text(*metric)}, {"detail", result->detail},
-                           {"owner_team", risk.owner_team}, {"layer", enum_name(risk.layer)}};
-    Ticket ticket = make_ticket(TicketKind::risk_gate, risk.page.team,
-                                fmt::format("risk {} ({}): gate {} {} failed in {}", risk.id, risk.title,
-                                            risk.gate->model, risk.gate->metric, run.run_id),
-                                fmt::format("risk:{}@{}", risk.id, run.run_id),
-                                layer_from_string(enum_name(risk.layer)), evidence.dump(), now);
-    ticket.severity = std::string(enum_name(risk.page.severity));
-    tickets.push_back(std::move(ticket));
+    GatePage page{&risk, *result, std::nullopt};
+    if (!result->paged_by_triage) {
+      const json evidence = {{"risk", risk.id},          {"run_id", run.run_id},         {"model", risk.gate->model},
+                             {"metric", risk.gate->metric}, {"rule", gate_rule_text(*metric)}, {"detail", result->detail},
+                             {"owner_team", risk.owner_team}, {"layer", enum_name(risk.layer)}};
+      Ticket ticket = make_ticket(TicketKind::risk_gate, result->paged_team,
+                                  fmt::format("risk {} ({}): gate {} {} failed in {}", risk.id, risk.title,
+                                              risk.gate->model, risk.gate->metric, run.run_id),
+                                  page_culprit(risk, run.run_id), layer_from_string(enum_name(risk.layer)),
+                                  evidence.dump(), now);
+      ticket.severity = std::string(enum_name(risk.page.severity));
+      page.ticket = std::move(ticket);
+    }
+    pages.push_back(std::move(page));
+  }
+  return pages;
+}
+
+std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const json& report, TimeMs now) {
+  std::vector<Ticket> tickets;
+  for (auto& page : risk_gate_pages(reg, report, now)) {
+    if (page.ticket) tickets.push_back(std::move(*page.ticket));
   }
   return tickets;
+}
+
+namespace {
+
+// "paged lab through the run's ticket kiln-..." or "paged compiler sev2, ticket kiln-...".
+std::string paged_text(const GateResult& result, Severity severity) {
+  const std::string team = result.paged_team.empty() ? "its owner" : result.paged_team;
+  if (result.paged_by_triage) return fmt::format("paged {} through the run's ticket {}", team, result.paged_ticket);
+  return fmt::format("paged {} {}, ticket {}", team, enum_name(severity), result.paged_ticket);
+}
+
+}  // namespace
+
+std::string page_text(const GatePage& page) {
+  const Risk& risk = *page.risk;
+  if (page.ticket) return fmt::format("paged {} ({}): {}", page.ticket->team, page.ticket->severity, page.ticket->title);
+  return fmt::format("risk {}: gate {} {} failed in {}; {}, as its triage named, and not again for the risk",
+                     risk.id, risk.gate->model, risk.gate->metric, page.result.run_id,
+                     paged_text(page.result, risk.page.severity));
 }
 
 std::size_t gap_count(const std::vector<RiskStatus>& statuses) {
@@ -325,8 +385,8 @@ std::string risks_text(const std::vector<RiskStatus>& statuses) {
                        s.latest ? age_text(s.latest->age_ms) : "-");
     if (s.latest && !s.latest->waiver.empty()) out += fmt::format("    {}\n", s.latest->waiver);
     if (s.latest && s.latest->state == GateState::failed) {
-      out += fmt::format("    FAILED in {}: {} (paged {} {})\n", s.latest->run_id, s.latest->detail, r.page.team,
-                         enum_name(r.page.severity));
+      out += fmt::format("    FAILED in {}: {} ({})\n", s.latest->run_id, s.latest->detail,
+                         paged_text(*s.latest, r.page.severity));
     }
   }
   const std::size_t gaps = gap_count(statuses);
@@ -359,6 +419,13 @@ json to_json(const std::vector<RiskStatus>& statuses) {
                                       {"finished_at_ms", s.latest->finished_at_ms},
                                       {"age_ms", s.latest->age_ms}}
                                : json(nullptr);
+    if (s.latest) {
+      entry["latest"]["paged"] = s.latest->state != GateState::failed
+                                     ? json(nullptr)
+                                     : json{{"team", s.latest->paged_team},
+                                            {"ticket", s.latest->paged_ticket},
+                                            {"by_triage", s.latest->paged_by_triage}};
+    }
     json gaps = json::array();
     for (const Gap& gap : s.gaps) gaps.push_back({{"kind", enum_name(gap.kind)}, {"detail", gap.detail}});
     entry["gaps"] = std::move(gaps);

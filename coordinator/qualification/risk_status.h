@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,6 +54,7 @@ struct GateRun {
   TimeMs started_at_ms = 0;
   TimeMs finished_at_ms = 0;
   std::vector<nlohmann::json> models;
+  std::map<std::string, std::string> ticket_teams;  // the run's own tickets (the report's): id -> team
 };
 // The finished runs among recorded run reports (kiln.qualification-run/1) and stability runs
 // (kiln.stability-run/1, stability_gates.h); others are left out.
@@ -85,6 +87,11 @@ struct GateResult {
   std::string waiver;
   TimeMs finished_at_ms = 0;
   DurationMs age_ms = 0;
+  // A failed gate's page, following the triage of the model run that failed it (risk_gate_pages):
+  // the team paged and the ticket that pages it; by_triage when that is the run's own ticket.
+  std::string paged_team;
+  std::string paged_ticket;
+  bool paged_by_triage = false;
 };
 
 struct RiskStatus {
@@ -102,10 +109,23 @@ std::vector<RiskStatus> assess_risks(const RiskRegister& reg, const ModelSet& se
 std::size_t gap_count(const std::vector<RiskStatus>& statuses);
 
 // Gates fire on their own: the pages a finished run's report (kiln.qualification-run/1, waivers
-// applied) calls for. Every risk of the run's tier whose gate failed on some revision gets one
-// risk_gate ticket to its page team with its severity, culprit "risk:ID@RUN" (so a run taken up
-// again pages once); a waived failure pages no one.
+// applied) calls for, one per risk of the run's tier whose gate failed on some revision; a waived
+// failure pages no one. One incident, one page, to the owner its triage names: when the model
+// run that failed the gate filed its own ticket (the lab's for a hardware suspect, the culprit
+// change's owner's for a bisected regression), that ticket is the page and the gate links it.
+// Otherwise the gate files a risk_gate ticket with the risk's severity and culprit "risk:ID@RUN"
+// (a run taken up again pages once), to the risk's page team; but a regression triage called
+// software never pages through a hardware risk: it goes to the model's owning team.
+struct GatePage {
+  const Risk* risk = nullptr;     // points into the register
+  GateResult result;              // failed, with its page
+  std::optional<Ticket> ticket;   // the risk_gate ticket to file; none when the run's own ticket pages
+};
+std::vector<GatePage> risk_gate_pages(const RiskRegister& reg, const nlohmann::json& report, TimeMs now);
+// The risk_gate tickets among risk_gate_pages.
 std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const nlohmann::json& report, TimeMs now);
+// For the qualifier's output: "risk ID: gate MODEL METRIC failed in RUN; paged TEAM ...".
+std::string page_text(const GatePage& page);
 
 // `kiln risks`: one line per risk, then every gap.
 std::string risks_text(const std::vector<RiskStatus>& statuses);

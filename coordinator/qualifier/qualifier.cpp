@@ -430,7 +430,8 @@ class RequestedRun {
   }
 
   // The risk register's word on the finished run: the waivers in force let their failures through
-  // (the report shows each), then every risk gate still failing pages its team (risk_status.h).
+  // (the report shows each), then every risk gate still failing pages once, the owner its triage
+  // names (risk_status.h): a failure the run ticketed already is not paged again.
   // Without the waivers (the coordinator did not list them) the run stays failed: a waiver is
   // never assumed.
   void judge_risks(cli::Client& client, nlohmann::json& document, q::TicketSink& sink) {
@@ -439,11 +440,14 @@ class RequestedRun {
     } else {
       for (const auto& text : q::apply_waivers(document, *waivers, risks_, wall_now_ms())) out_ << text << "\n";
     }
-    for (const auto& ticket : q::risk_gate_tickets(risks_, document, wall_now_ms())) {
-      if (auto filed = sink.file(ticket); !filed) {
-        out_ << fmt::format("could not page {} for {}: {}\n", ticket.team, ticket.title, filed.error().message);
+    for (const auto& page : q::risk_gate_pages(risks_, document, wall_now_ms())) {
+      if (!page.ticket) {
+        out_ << q::page_text(page) << "\n";
+      } else if (auto filed = sink.file(*page.ticket); !filed) {
+        out_ << fmt::format("could not page {} for {}: {}\n", page.ticket->team, page.ticket->title,
+                            filed.error().message);
       } else if (*filed == q::FileResult::filed) {
-        out_ << fmt::format("paged {} ({}): {}\n", ticket.team, ticket.severity, ticket.title);
+        out_ << q::page_text(page) << "\n";
       }
     }
   }

@@ -186,6 +186,45 @@ TEST_CASE("a rank that fails ends its gang: the others are stopped and their rec
   CHECK(h.core.scheduler().check_invariants().has_value());
 }
 
+TEST_CASE("a rank that ran and found its outputs wrong ends nothing: the others run on to their own results") {
+  // The scenario of a nightly with a broken bf16 change: every rank of a multi-node model computes
+  // wrong outputs and exits 1 with its result document (docs/workloads.md). The first to end must
+  // not cancel the others, or the gang ends without their results, is retried and never judged.
+  Harness h(quiet_knobs());
+  register_nodes(h, 3);
+  const auto lease = lease_nodes(h, 3, 10);
+  const auto ids = submit_gang(h, gang_of(lease, 3), 20);
+  const auto peer_of = [&](std::uint64_t id) { return "p" + h.job(id).summary.node_id.substr(2, 1); };
+  for (std::uint64_t id : ids) h.agent(peer_of(id), h.job(id).summary.node_id, JobStarted{id, 1}, 30);
+  const auto incorrect = [](std::uint64_t id) {
+    JobFinished fin = rank_ended(id, JobOutcome::failed);
+    fin.exit_code = 1;
+    fin.result = R"({"schema": "kiln.workload-result/1", "passed": false})";
+    return fin;
+  };
+  h.agent(peer_of(ids[2]), h.job(ids[2]).summary.node_id, incorrect(ids[2]), 100);
+  CHECK(h.job(ids[2]).summary.state == JobState::failed);
+  CHECK(cancels(h).empty());
+  CHECK(h.job(ids[0]).summary.state == JobState::running);
+  CHECK_FALSE(h.job(ids[0]).cancel_requested);
+  for (std::uint64_t id : {ids[0], ids[1]}) {
+    h.agent(peer_of(id), h.job(id).summary.node_id, incorrect(id), 110);
+    CHECK(h.job(id).summary.state == JobState::failed);
+    CHECK(h.job(id).result.find("\"passed\": false") != std::string::npos);
+  }
+  CHECK(cancels(h).empty());
+
+  // Exit 1 without a result document is no report of a run: the gang ends as before.
+  const auto again = submit_gang(h, gang_of(lease, 3), 200);
+  for (std::uint64_t id : again) h.agent(peer_of(id), h.job(id).summary.node_id, JobStarted{id, 1}, 210);
+  JobFinished crashed = rank_ended(again[0], JobOutcome::failed);
+  crashed.exit_code = 1;
+  h.agent(peer_of(again[0]), h.job(again[0]).summary.node_id, crashed, 300);
+  CHECK(cancels(h).size() == 2);
+  CHECK(h.job(again[1]).cancel_requested);
+  CHECK(h.core.scheduler().check_invariants().has_value());
+}
+
 TEST_CASE("a rank whose agent restarted without it is not retried alone: the gang ends") {
   Harness h(quiet_knobs());
   register_nodes(h, 2);

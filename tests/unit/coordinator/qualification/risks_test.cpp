@@ -416,6 +416,88 @@ TEST_CASE("a failing gate pages its risk's team with its severity, once per run,
   CHECK(q::risk_gate_tickets(r, waived, kNow).empty());
 }
 
+TEST_CASE("a failing gate's page follows the run's triage: one incident, one page, to the owner triage names") {
+  // The shipped register's hardware-fp8-rounding risk gates transformer-block-fp8-small-01
+  // correctness in the nightly, and pages the hardware team.
+  auto loaded = q::load_risk_register_file(std::filesystem::path(KILN_SOURCE_DIR) / q::kRiskRegisterPath);
+  REQUIRE(loaded);
+  const q::RiskRegister& r = *loaded;
+  const std::string model = "transformer-block-fp8-small-01";
+  const auto nightly_with = [&](json entry, std::vector<q::Ticket> filed) {
+    entry["owner_team"] = "llm-models";
+    json doc = report("nightly-9", "nightly", kNow, {entry});
+    doc["tickets"] = json::array();
+    for (const auto& t : filed) doc["tickets"].push_back(json::parse(q::to_json_text(t)));
+    return doc;
+  };
+  const auto page_of = [&](const json& doc) {
+    auto pages = q::risk_gate_pages(r, doc, kNow);
+    REQUIRE(pages.size() == 1);
+    CHECK(pages[0].risk->id == "hardware-fp8-rounding");
+    CHECK(pages[0].result.state == q::GateState::failed);
+    return pages[0];
+  };
+
+  SUBCASE("a hardware suspect: the lab's ticket is the page, the hardware team is not paged again") {
+    const q::Ticket lab = q::make_ticket(q::TicketKind::hardware_suspect, "lab", "node n07 suspect", "node:n07",
+                                         std::nullopt, "{}", kNow);
+    json entry = model_entry(model, "hardware_suspect", false);
+    entry["ticket_ids"] = {lab.id};
+    const json doc = nightly_with(entry, {lab});
+    const auto page = page_of(doc);
+    CHECK_FALSE(page.ticket);
+    CHECK(page.result.paged_team == "lab");
+    CHECK(page.result.paged_ticket == lab.id);
+    CHECK(page.result.paged_by_triage);
+    CHECK(q::risk_gate_tickets(r, doc, kNow).empty());
+    CHECK(q::page_text(page).find("paged lab through the run's ticket " + lab.id) != std::string::npos);
+    // kiln risks links the lab's ticket where it said "paged hardware".
+    auto s = q::load_model_set_file(r.model_set);
+    REQUIRE(s);
+    const auto statuses = q::assess_risks(r, *s, q::gate_runs_from_reports({doc}), {}, kNow);
+    const std::string text = q::risks_text(statuses);
+    CHECK(text.find("(paged lab through the run's ticket " + lab.id + ")") != std::string::npos);
+    CHECK(text.find("paged hardware") == std::string::npos);
+    const json listed = q::to_json(statuses);
+    for (const auto& risk : listed.at("risks")) {
+      if (risk.at("id") != "hardware-fp8-rounding") continue;
+      CHECK(risk.at("latest").at("paged") == json{{"team", "lab"}, {"ticket", lab.id}, {"by_triage", true}});
+    }
+  }
+  SUBCASE("a bisected software regression: the culprit's owner's ticket is the page") {
+    q::Change culprit;
+    culprit.id = "c42";
+    culprit.layer = q::Layer::compiler;
+    culprit.owner_team = "compiler-team";
+    const q::Ticket found =
+        q::make_culprit_ticket(culprit, q::TicketKind::correctness_regression, "outputs incorrect", "{}", kNow);
+    json entry = model_entry(model, "correctness_regression", false);
+    entry["ticket_ids"] = {found.id};
+    const auto page = page_of(nightly_with(entry, {found}));
+    CHECK_FALSE(page.ticket);
+    CHECK(page.result.paged_team == "compiler-team");
+    CHECK(page.result.paged_ticket == found.id);
+  }
+  SUBCASE("a software regression no bisection pinned: the model's owner, never the hardware team") {
+    const auto page = page_of(nightly_with(model_entry(model, "correctness_regression", false), {}));
+    REQUIRE(page.ticket);
+    CHECK(page.ticket->team == "llm-models");
+    CHECK(page.ticket->severity == "sev2");
+    CHECK(page.ticket->culprit_change == "risk:hardware-fp8-rounding@nightly-9");
+    CHECK(page.result.paged_team == "llm-models");
+    CHECK(page.result.paged_ticket == page.ticket->id);
+    CHECK_FALSE(page.result.paged_by_triage);
+  }
+  SUBCASE("a software risk's unpinned regression still pages the risk's own team") {
+    const auto pages = q::risk_gate_pages(
+        r, nightly_with(model_entry("transformer-block-fp8-medium-01", "correctness_regression", false), {}), kNow);
+    REQUIRE(pages.size() == 1);
+    CHECK(pages[0].risk->id == "compiler-fp8-fusion");
+    REQUIRE(pages[0].ticket);
+    CHECK(pages[0].ticket->team == "compiler");
+  }
+}
+
 TEST_CASE("a waived model run is no JUnit failure, and says so") {
   q::RunReport run;
   run.run_id = "nightly-7";
