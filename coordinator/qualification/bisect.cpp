@@ -83,57 +83,36 @@ BisectPlan Bisection::next_probes(std::size_t free_nodes) {
   plan.finished = finished();
   if (plan.finished) return plan;
 
-  // Segments between known points: the last good (good_count_ - 1, -1 for the good bundle),
-  // the running probes, and the first bad. A segment (a, b] holds b - a candidates.
-  struct Segment {
-    long long low = 0;
-    long long high = 0;
-    std::vector<std::size_t> probeable;
-    std::size_t new_probes = 0;
-  };
-  std::vector<long long> points = {static_cast<long long>(good_count_) - 1};
-  for (std::size_t index : running_) points.push_back(static_cast<long long>(index));
-  points.push_back(static_cast<long long>(bad_index_));
-  std::vector<Segment> segments;
-  for (std::size_t s = 0; s + 1 < points.size(); ++s) {
-    Segment segment{points[s], points[s + 1], {}, 0};
-    for (long long i = segment.low + 1; i < segment.high; ++i) {
-      if (probeable(static_cast<std::size_t>(i))) segment.probeable.push_back(static_cast<std::size_t>(i));
-    }
-    segments.push_back(std::move(segment));
+  // One round at a time: the next is planned from every answer of this one.
+  if (!running_.empty()) return plan;
+  std::vector<std::size_t> open;
+  for (std::size_t i = good_count_; i < bad_index_; ++i) {
+    if (probeable(i)) open.push_back(i);
   }
-  // Give each new probe to the segment whose parts would stay largest: minimises the range left
-  // after this round, and splits a fresh range into k + 1 equal parts.
   const std::size_t budget = std::min(free_nodes, options_.max_total_probes - probes_started_);
-  for (std::size_t given = 0; given < budget; ++given) {
-    Segment* best = nullptr;
-    for (auto& segment : segments) {
-      if (segment.new_probes >= segment.probeable.size()) continue;
-      const auto length = static_cast<std::size_t>(segment.high - segment.low);
-      if (best == nullptr ||
-          length * (best->new_probes + 1) > static_cast<std::size_t>(best->high - best->low) * (segment.new_probes + 1)) {
-        best = &segment;
-      }
-    }
-    if (best == nullptr) break;
-    ++best->new_probes;
+  const std::size_t count = std::min(budget, open.size());
+  if (count == 0) return plan;
+  ++rounds_;
+  fewest_offered_ = rounds_ == 1 ? free_nodes : std::min(fewest_offered_, free_nodes);
+  // Split the range (good_count_ - 1, bad_index_] into count + 1 parts of nearly equal length:
+  // the j-th probe at the j-th (count + 1)-quantile of the range, or the nearest probeable
+  // change at or before it (a skipped change is never probed again).
+  const std::size_t length = bad_index_ - good_count_ + 1;
+  std::size_t next = 0;  // into open: the probes stay distinct and in order
+  for (std::size_t j = 1; j <= count; ++j) {
+    // ceil(j * length / (count + 1)) past the last good (unsigned: good_count_ - 1 may wrap to
+    // the good bundle's -1 and back).
+    const std::size_t target = good_count_ - 1 + (j * length + count) / (count + 1);
+    std::size_t pick = next;
+    while (pick + 1 < open.size() && open[pick + 1] <= target && open.size() - (pick + 1) >= count - j + 1) ++pick;
+    next = pick + 1;
+    const std::size_t index = open[pick];
+    const int attempt = ++attempts_[index];
+    running_.insert(index);
+    round_of_[index] = rounds_;
+    ++probes_started_;
+    plan.start.push_back({index, candidates_[index], attempt});
   }
-  if (std::any_of(segments.begin(), segments.end(), [](const Segment& part) { return part.new_probes > 0; })) ++rounds_;
-  for (const auto& segment : segments) {
-    const std::size_t m = segment.new_probes;
-    const std::size_t p = segment.probeable.size();
-    for (std::size_t j = 1; j <= m; ++j) {
-      // Evenly spaced over the probeable changes; distinct because m <= p.
-      const std::size_t index = segment.probeable[j * p / (m + 1)];
-      const int attempt = ++attempts_[index];
-      running_.insert(index);
-      round_of_[index] = rounds_;
-      ++probes_started_;
-      plan.start.push_back({index, candidates_[index], attempt});
-    }
-  }
-  std::sort(plan.start.begin(), plan.start.end(),
-            [](const Probe& a, const Probe& b) { return a.change_index < b.change_index; });
   return plan;
 }
 
@@ -160,6 +139,7 @@ Status Bisection::on_probe_result(std::size_t change_index, ProbeVerdict verdict
       case ProbeVerdict::good: good_count_ = std::max(good_count_, change_index + 1); break;
       case ProbeVerdict::bad: bad_index_ = std::min(bad_index_, change_index); break;
       case ProbeVerdict::inconclusive:
+        inconclusive_rounds_.insert(record.round);
         if (attempts_[change_index] >= options_.max_attempts_per_change) skipped_.insert(change_index);
         break;
     }
@@ -178,6 +158,8 @@ std::optional<BisectResult> Bisection::result() const {
   result.evidence = evidence_;
   result.probes_started = probes_started_;
   result.rounds = rounds_;
+  result.round_bound = round_bound();
+  result.probes_per_round = fewest_offered_;
   result.contradictions = contradictions_;
   if (good_count_ == bad_index_) {
     result.outcome = BisectOutcome::culprit_found;
@@ -199,6 +181,10 @@ std::optional<BisectResult> Bisection::result() const {
     result.detail += fmt::format("; {} probe results contradicted others: a probe may be flaky", contradictions_);
   }
   return result;
+}
+
+std::size_t Bisection::round_bound() const {
+  return expected_rounds(candidates_.size(), std::max<std::size_t>(1, fewest_offered_)) + inconclusive_rounds_.size();
 }
 
 std::size_t expected_rounds(std::size_t candidates, std::size_t parallel_probes) {
@@ -231,6 +217,8 @@ nlohmann::json to_json(const BisectResult& result) {
           {"candidates", result.candidates},
           {"probes_started", result.probes_started},
           {"rounds", result.rounds},
+          {"round_bound", result.round_bound},
+          {"probes_per_round", result.probes_per_round},
           {"contradictions", result.contradictions},
           {"detail", result.detail},
           {"probes", evidence}};

@@ -5,15 +5,19 @@
 // the last candidate's bundle is the known bad one, the good bundle precedes candidate 0. The
 // culprit is the first candidate whose bundle is bad.
 //
-// k-ary search: with k free nodes, k probes split the remaining range into k + 1 parts, so a
-// range of n candidates takes ceil(log_{k+1}(n)) rounds (expected_rounds). Probes run
-// asynchronously: ask next_probes(free_nodes) whenever nodes are free, report each result with
-// on_probe_result; a result can make running probes pointless, and the next plan lists them to
-// cancel. The verdict of a probe comes from the caller (repeats and the statistical test, or the
-// correctness gate, on the model's proxy where one is declared). Inconclusive probes are retried
-// up to max_attempts_per_change, then that change is skipped (as `git bisect skip`); when only
-// skipped changes separate good from bad, the result is ambiguous and names every suspect.
-// Pure and deterministic.
+// k-ary search in rounds: with k free nodes, k probes split the remaining range into k + 1 parts
+// of at most ceil(L / (k + 1)) candidates, so a range of n candidates takes at most
+// ceil(log_{k+1}(n)) rounds (expected_rounds) when every probe answers. A round is one
+// next_probes(free_nodes) that starts probes; the next round is planned only once every probe of
+// this one has answered or was cancelled (a result can make running probes pointless, and the
+// next plan lists them to cancel), because a round planned around a probe still running splits
+// the range unevenly and takes more rounds than the bound. The verdict of a probe comes from the
+// caller (repeats and the statistical test, or the correctness gate, on the model's proxy where
+// one is declared). Inconclusive probes are retried in the next round up to
+// max_attempts_per_change, then that change is skipped (as `git bisect skip`); when only skipped
+// changes separate good from bad, the result is ambiguous and names every suspect. Every round
+// with an inconclusive answer may add one round to the bound (round_bound). Pure and
+// deterministic.
 #pragma once
 
 #include <cstddef>
@@ -94,6 +98,10 @@ struct BisectResult {
   std::vector<ProbeRecord> evidence;  // every probe result, in arrival order
   std::size_t probes_started = 0;
   std::size_t rounds = 0;  // plans that started probes: the rounds of the k-ary search
+  // The most rounds the search may take: expected_rounds(candidates, the fewest free nodes a
+  // round was offered) plus the rounds that had an inconclusive answer. rounds <= round_bound.
+  std::size_t round_bound = 0;
+  std::size_t probes_per_round = 0;  // the fewest free nodes a round was offered (k of the bound)
   std::size_t contradictions = 0;  // > 0: a flaky probe; rerun the culprit's neighbours to be sure
   std::string detail;
 };
@@ -103,8 +111,9 @@ class Bisection {
   // Fails when there is no candidate or the change ids are not unique.
   static Result<Bisection> start(std::vector<std::string> candidate_change_ids, BisectOptions options = {});
 
-  // New probes for up to `free_nodes` nodes (running probes keep theirs), and the probes to
-  // cancel since the last plan. Empty `start` with finished false: wait for running probes.
+  // The next round's probes for up to `free_nodes` nodes once no probe is running, and the
+  // probes to cancel since the last plan. Empty `start` with finished false: wait for the
+  // running probes (or, with no node free, for one).
   BisectPlan next_probes(std::size_t free_nodes);
 
   // Fails (conflict) for a change with no running or cancelled probe.
@@ -121,6 +130,8 @@ class Bisection {
   std::size_t probes_started() const { return probes_started_; }
   // Plans that started probes so far: the rounds of the k-ary search.
   std::size_t rounds() const { return rounds_; }
+  // See BisectResult::round_bound; so far.
+  std::size_t round_bound() const;
 
  private:
   Bisection(std::vector<std::string> candidates, BisectOptions options);
@@ -139,6 +150,8 @@ class Bisection {
   std::map<std::size_t, int> attempts_;  // probes started per candidate
   std::map<std::size_t, std::size_t> round_of_;  // the plan that started each candidate's latest probe
   std::size_t rounds_ = 0;                        // plans that started probes
+  std::size_t fewest_offered_ = 0;                // free nodes of the round offered the fewest
+  std::set<std::size_t> inconclusive_rounds_;     // rounds with an inconclusive answer
   std::set<std::size_t> skipped_;        // inconclusive max_attempts_per_change times
   std::vector<ProbeRecord> evidence_;
   std::size_t probes_started_ = 0;
@@ -147,7 +160,7 @@ class Bisection {
 
 // Rounds a k-ary search needs for n candidates when every round runs k probes: the smallest r
 // with (k + 1)^r >= n (0 for n <= 1). Also the worst case of any search that learns one of
-// k + 1 outcomes per round.
+// k + 1 outcomes per round, and the rounds Bisection takes at most when every probe answers.
 std::size_t expected_rounds(std::size_t candidates, std::size_t parallel_probes);
 
 nlohmann::json to_json(const BisectResult& result);

@@ -1,6 +1,7 @@
 #include "coordinator/qualification/run.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -30,7 +31,8 @@ struct QualificationRun::State {
     bool started = false;
     TimeMs first_start_ms = 0;
     std::uint64_t measure_tag = 0;
-    std::optional<std::size_t> bisection;
+    std::optional<std::size_t> bisection;  // in Stage::bisection, none until it starts
+    TicketKind regression_kind = TicketKind::performance_regression;
     ModelVerdict regression_verdict = ModelVerdict::performance_regression;
     std::string regression_detail;
   };
@@ -131,6 +133,7 @@ struct QualificationRun::State {
       book.log(fmt::format("{} on revision {}: {}: {}", model_report.model, pair.revision, to_string(verdict),
                            model_report.detail));
     }
+    start_ready_bisections();
     check_finished();
   }
 
@@ -257,6 +260,7 @@ struct QualificationRun::State {
 
   void start_bisection(std::size_t p, TicketKind kind, std::string detail) {
     Pair& pair = pairs[p];
+    pair.regression_kind = kind;
     pair.regression_verdict = kind == TicketKind::performance_regression ? ModelVerdict::performance_regression
                                                                          : ModelVerdict::correctness_regression;
     pair.regression_detail = std::move(detail);
@@ -264,65 +268,139 @@ struct QualificationRun::State {
       finalize(p, pair.regression_verdict, pair.regression_detail + "; not bisected (bisection is off)");
       return;
     }
-    auto joined = bisections.join(p, kind, model_of(pair), pair.revision, pair.baseline_bundle_id);
-    if (!joined) {
-      finalize(p, pair.regression_verdict, pair.regression_detail + "; not bisected: " + joined.error().message);
-      return;
-    }
     pair.stage = Stage::bisection;
-    pair.bisection = joined->bisection;
-    if (joined->started) {
-      bisections.pump(joined->bisection);
-    } else if (bisections.at(joined->bisection).result) {
-      conclude_from_bisection(p);
+    pair.bisection.reset();
+    start_ready_bisections();
+  }
+
+  // One bisection per culprit: the regressions between one baseline and the candidate are
+  // bisected together, so it waits until no other pair of that baseline can still regress (every
+  // one has its verdict or waits for a bisection).
+  void start_ready_bisections() {
+    for (;;) {
+      std::optional<std::string> ready;
+      for (const Pair& pair : pairs) {
+        if (pair.stage == Stage::bisection && !pair.bisection && !undecided(pair.baseline_bundle_id)) {
+          ready = pair.baseline_bundle_id;
+          break;
+        }
+      }
+      if (!ready) return;
+      std::vector<std::size_t> waiting;
+      std::vector<Regression> regressions;
+      for (std::size_t p = 0; p < pairs.size(); ++p) {
+        const Pair& pair = pairs[p];
+        if (pair.stage != Stage::bisection || pair.bisection || pair.baseline_bundle_id != *ready) continue;
+        waiting.push_back(p);
+        regressions.push_back({p, pair.regression_kind, &model_of(pair), pair.revision});
+      }
+      auto started = bisections.start(regressions, *ready);
+      if (!started) {
+        for (std::size_t p : waiting) {
+          finalize(p, pairs[p].regression_verdict, pairs[p].regression_detail + "; not bisected: " + started.error().message);
+        }
+        continue;
+      }
+      for (std::size_t p : waiting) pairs[p].bisection = *started;
+      bisections.pump(*started);
     }
+  }
+
+  bool undecided(const std::string& baseline_bundle_id) const {
+    return std::any_of(pairs.begin(), pairs.end(), [&](const Pair& pair) {
+      return pair.baseline_bundle_id == baseline_bundle_id && pair.stage != Stage::bisection && pair.stage != Stage::done;
+    });
   }
 
   void finish_bisection(std::size_t b) {
-    BisectionRun& run = bisections.at(b);
-    const Pair& owner = pairs[run.owner_pair];
-    const QualificationModel& model = model_of(owner);
-    if (run.result->outcome == BisectOutcome::culprit_found) {
-      const ModelReport& owner_report = report_of(run.owner_pair);
-      const CulpritFound found{report.run_id,
-                               run.kind,
-                               model.name,
-                               owner.revision,
-                               run.probe_model.name,
-                               input.candidate.id,
-                               run.baseline_bundle_id,
-                               owner.regression_detail,
-                               *run.result,
-                               input.history[run.history_index[run.result->culprit_index]],
-                               owner_report.performance,
-                               owner_report.triage};
-      run.ticket_ids.push_back(tickets.file(culprit_ticket(found, now_ms)));
+    const BisectionRun& run = bisections.at(b);
+    const BisectResult result = *run.result;
+    const std::vector<BisectionTarget> targets = run.targets;
+    const std::vector<bool> explained = run.explained;
+    std::map<std::size_t, std::vector<std::string>> tickets_of;  // by pair
+    if (result.outcome == BisectOutcome::culprit_found) {
+      const Change& culprit = input.history[run.history_index[result.culprit_index]];
+      for (TicketKind kind : {TicketKind::performance_regression, TicketKind::correctness_regression}) {
+        std::optional<CulpritFound> found;
+        std::vector<std::size_t> explained_pairs;
+        for (std::size_t t = 0; t < targets.size(); ++t) {
+          if (!explained[t] || targets[t].kind != kind) continue;
+          for (std::size_t p : targets[t].pairs) {
+            if (!found) found = culprit_found(p, targets[t], run.baseline_bundle_id, result, culprit);
+            add_unique(found->models, model_of(pairs[p]).name);
+            explained_pairs.push_back(p);
+          }
+        }
+        if (!found) continue;
+        const std::string id = tickets.file(culprit_ticket(*found, now_ms));
+        for (std::size_t p : explained_pairs) tickets_of[p].push_back(id);
+      }
+    } else {
+      // Confirmed but not pinned down: the models' owners hear of it, with the range.
+      for (const BisectionTarget& target : targets) {
+        for (std::size_t p : target.pairs) {
+          const ModelReport& model_report = report_of(p);
+          tickets_of[p].push_back(tickets.file(unpinned_ticket(
+              {report.run_id, target.kind, model_report.model, model_report.owner_team, pairs[p].revision,
+               target.probe_model.name, input.candidate.id, run.baseline_bundle_id, pairs[p].regression_detail,
+               result, model_report.performance, model_report.triage},
+              now_ms)));
+        }
+      }
     }
-    book.log(fmt::format("bisection of {} ({}): {}", model.name, to_string(run.kind), run.result->detail));
-    const std::vector<std::size_t> waiting = run.pairs;
-    for (std::size_t p : waiting) conclude_from_bisection(p);
+    book.log(fmt::format("bisection of {} in {} rounds (at most {} for {} changes with {} probes a round): {}",
+                         targets.front().model, result.rounds, result.round_bound, result.candidates.size(),
+                         result.probes_per_round, result.detail));
+    const bool all_explained = std::all_of(explained.begin(), explained.end(), [](bool e) { return e; });
+    const std::optional<std::size_t> next =
+        all_explained ? std::nullopt : std::optional<std::size_t>(bisections.follow_up(b));
+    for (std::size_t t = 0; t < targets.size(); ++t) {
+      for (std::size_t p : targets[t].pairs) {
+        if (explained[t]) {
+          conclude_from_bisection(p, b, targets, tickets_of[p]);
+        } else {
+          pairs[p].bisection = next;
+        }
+      }
+    }
+    if (next) bisections.pump(*next);
   }
 
-  void conclude_from_bisection(std::size_t p) {
+  CulpritFound culprit_found(std::size_t p, const BisectionTarget& target, const std::string& baseline_bundle_id,
+                             const BisectResult& result, const Change& culprit) {
+    const Pair& pair = pairs[p];
+    const ModelReport& model_report = report_of(p);
+    return CulpritFound{report.run_id,          target.kind,      model_of(pair).name,      pair.revision,
+                        target.probe_model.name, input.candidate.id, baseline_bundle_id,     pair.regression_detail,
+                        result,                 culprit,          model_report.performance, model_report.triage,
+                        {}};
+  }
+
+  void conclude_from_bisection(std::size_t p, std::size_t b, const std::vector<BisectionTarget>& targets,
+                               const std::vector<std::string>& ticket_ids) {
     Pair& pair = pairs[p];
-    const BisectionRun& run = bisections.at(*pair.bisection);
+    const BisectionRun& run = bisections.at(b);
     const BisectResult& result = *run.result;
     ModelReport& model_report = report_of(p);
     model_report.bisection = result;
-    for (const auto& id : run.ticket_ids) add_unique(model_report.ticket_ids, id);
+    for (const auto& id : ticket_ids) add_unique(model_report.ticket_ids, id);
     std::string detail = pair.regression_detail;
-    if (run.owner_pair != p) {
-      detail += fmt::format("; bisected once, with {} on revision {}", model_of(pairs[run.owner_pair]).name,
-                            pairs[run.owner_pair].revision);
+    std::vector<std::string> others;
+    for (const BisectionTarget& target : targets) {
+      for (std::size_t other : target.pairs) {
+        if (other != p) add_unique(others, fmt::format("{} on revision {}", model_of(pairs[other]).name, pairs[other].revision));
+      }
     }
+    if (!others.empty()) detail += fmt::format("; bisected once, together with {}", fmt::join(others, ", "));
     if (result.outcome == BisectOutcome::culprit_found) {
       const Change& culprit = input.history[run.history_index[result.culprit_index]];
       detail += fmt::format("; culprit {} ({}, {}): {}", culprit.id, to_string(culprit.layer), culprit.owner_team,
                             culprit.summary);
-      if (!run.ticket_ids.empty()) detail += fmt::format("; ticket {}", fmt::join(run.ticket_ids, ", "));
     } else {
-      detail += fmt::format("; bisection ambiguous, no ticket: suspects {}", fmt::join(result.suspects, ", "));
+      detail += fmt::format("; the bisection could not pin the culprit down: suspects {}, ticketed to {} with the range",
+                            fmt::join(result.suspects, ", "), model_report.owner_team);
     }
+    if (!ticket_ids.empty()) detail += fmt::format("; ticket {}", fmt::join(ticket_ids, ", "));
     finalize(p, pair.regression_verdict, std::move(detail));
   }
 

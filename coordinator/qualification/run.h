@@ -13,9 +13,9 @@
 //   3. performance: every model's samples go through one stats::RunPerfGate for the run
 //      (Benjamini-Hochberg across all models and revisions, extra repeats while inconclusive, a
 //      confirmation rerun for a regression); a confirmed regression is bisected;
-//   4. bisection (bisect.h) over the changes between the baseline and the candidate, probes as
-//      jobs on the model's proxy, then one ticket to the culprit's owner (never two for the same
-//      culprit and kind).
+//   4. bisection (bisect.h) over the changes between the baseline and the candidate, one per
+//      culprit for every model that regressed between them, probes as jobs on each model's
+//      proxy, then one ticket to the culprit's owner (never two for the same culprit and kind).
 //
 // Choices the shell and the reports rely on:
 //   - Jobs start in poll_action(): at most max_jobs_in_flight started and neither answered nor
@@ -32,13 +32,18 @@
 //     failing node. With no other node known, the failure is bisected as an unconfirmed
 //     software regression (its detail says so). Flaky and hardware-suspect pairs are not
 //     judged for performance.
-//   - Bisection once per probe model, kind and baseline bundle: a model's regression on a later
-//     revision, and a larger model whose proxy it is, reuse the first bisection and its ticket
-//     (their probes would be the same jobs). Parallel probes: min(max_probes_per_bisection, free
-//     healthy nodes of the revision + its running probes), at least 1. Performance probes are
-//     judged like a confirmation rerun (stats::decide at alpha, stats::next_step's extra
-//     rounds); a bundle that fails to build makes its probes inconclusive. An ambiguous
-//     bisection files no ticket: the verdict stays a regression and the detail lists suspects.
+//   - One bisection per culprit (run_bisect.h): the regressions between one baseline bundle and
+//     the candidate wait until no other pair of that baseline can still regress, then share one
+//     bisection whose probes measure every regressed probe model (a model's regression on another
+//     revision, and a larger model whose proxy regressed, share its probe model's jobs). A probe
+//     is bad when any model is bad there; the models good at the culprit go on to a follow-up
+//     bisection over the changes after it. Rounds are planned one at a time with k =
+//     min(max_probes_per_bisection, healthy nodes of the revision), at least 1, so n changes take
+//     at most ceil(log_{k+1}(n)) rounds when every probe answers (BisectResult::round_bound).
+//     Performance probes are judged like the run's gate (the sequential plan from the probe
+//     model's recorded noise, or the fixed rule's confirmation); a bundle that fails to build
+//     makes its probes inconclusive. A bisection that cannot pin the culprit down tickets each
+//     model's owner with the suspect range (unpinned_ticket); the verdict stays a regression.
 #pragma once
 
 #include <memory>

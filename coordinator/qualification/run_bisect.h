@@ -1,11 +1,19 @@
-// The bisection phase of a run: a confirmed regression is bisected (bisect.h) over the changes
-// between its revision's baseline and the candidate, each probe a job on the model's proxy with
-// the bundle at that change built on demand. One bisection per probe model, kind and baseline
-// bundle: a model's regression on a later revision, and a larger model whose proxy it is, wait
-// for the first one's result. Parallel probes: min(max_probes_per_bisection, free healthy nodes of
-// the revision + its running probes), at least 1. Performance probes are judged like a
-// confirmation rerun (stats::decide at alpha, stats::next_step's extra rounds), correctness probes
-// by the golden; a bundle that fails to build makes its probes inconclusive. Pure.
+// The bisection phase of a run: the regressions confirmed between one baseline bundle and the
+// candidate are bisected together (bisect.h) over the changes between them. One bisection per
+// culprit: its targets are every (probe model, kind) that regressed, and each probe is a job per
+// target on the target's probe model (the model's proxy where one is declared) with the bundle
+// at that change built on demand. A probe is bad when any target is bad there, so the search
+// finds the first culprit; the targets that were good at it regressed later, and a follow-up
+// bisection over the changes after it looks for theirs.
+//
+// Rounds: the next round is planned once every probe of the last one has answered, with
+// k = min(max_probes_per_bisection, healthy nodes of the first target's revision), at least 1,
+// so n changes take at most ceil(log_{k+1}(n)) rounds when every probe answers (plus one per
+// round with an inconclusive answer: BisectResult::round_bound). Performance probes are judged
+// like the run's gate: under the sequential rule each target's probe takes the looks and repeats
+// its probe model's recorded noise plans (noise_history.h) and stops at the plan's bounds; under
+// the fixed rule, stats::decide at alpha with stats::next_step's extra rounds. Correctness probes
+// are judged by the golden; a bundle that fails to build makes its probes inconclusive. Pure.
 #pragma once
 
 #include <cstddef>
@@ -14,10 +22,10 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "common/error.h"
+#include "common/stats/sequential_gate.h"
 #include "coordinator/qualification/bisect.h"
 #include "coordinator/qualification/run_context.h"
 #include "coordinator/qualification/run_types.h"
@@ -25,26 +33,49 @@
 
 namespace kiln::qualification {
 
-struct BisectionRun {
-  std::size_t owner_pair = 0;  // the pair that started it
+// A confirmed regression of one pair, to be bisected.
+struct Regression {
+  std::size_t pair = 0;
+  TicketKind kind = TicketKind::performance_regression;
+  const QualificationModel* model = nullptr;
+  std::string revision;
+};
+
+// What one bisection looks for: a probe model's regression of one kind, and the pairs it
+// explains (the first one's model named it).
+struct BisectionTarget {
   TicketKind kind = TicketKind::performance_regression;
   QualificationModel probe_model;
-  std::string revision;
+  std::string revision;  // its probes run there: the first pair's
+  std::string model;     // the first pair's model
+  std::vector<std::size_t> pairs;
+  std::optional<stats::SequentialPlan> plan;  // a performance probe's looks, under the sequential rule
+};
+
+struct BisectionRun {
   std::string baseline_bundle_id;
   Bisection bisection;
   std::vector<std::size_t> history_index;  // per candidate
-  std::vector<std::size_t> pairs;          // waiting for the result, the owner first
+  std::vector<BisectionTarget> targets;
   std::optional<BisectResult> result;
-  std::vector<std::string> ticket_ids;     // filed for the result
-  std::string model;                       // whose regression it looks for: the owner pair's model
+  // Once finished: per target, whether the culprit explains its regression (it was not good at
+  // the culprit). A target it does not explain goes on to a follow-up bisection.
+  std::vector<bool> explained;
 
-  struct Probe {
-    std::uint64_t tag = 0;  // the job measuring it now; 0 while its bundle is being built
+  struct TargetProbe {
+    std::uint64_t tag = 0;  // the job measuring it now; 0 while its bundle is being built or once answered
     std::vector<double> baseline;
     std::vector<double> candidate;
-    int extra_rounds = 0;
+    int looks = 0;  // jobs answered
+    std::optional<ProbeVerdict> verdict;
+    std::string detail;
+  };
+  struct Probe {
+    std::vector<TargetProbe> targets;  // by target
   };
   std::map<std::size_t, Probe> probes;  // running probes by candidate
+  // The targets' verdicts of the latest answered probe of each candidate.
+  std::map<std::size_t, std::vector<ProbeVerdict>> verdicts;
 };
 
 class RunBisections {
@@ -54,17 +85,15 @@ class RunBisections {
   RunBisections(const RunInput& input, JobBook& book, const FleetView& fleet,
                 std::vector<BisectionProgress>& progress, std::function<void(std::size_t)> finished);
 
-  struct Joined {
-    std::size_t bisection = 0;
-    bool started = false;  // a new bisection: pump() it once the pair refers to it
-  };
-  // The bisection of the pair's regression: the one of the same probe model, kind and baseline
-  // if there is one (the pair waits for it unless it has its result), else a new one. Fails, with
-  // why it cannot be bisected, without a baseline or changes to bisect.
-  Result<Joined> join(std::size_t pair, TicketKind kind, const QualificationModel& model, const std::string& revision,
-                      const std::string& baseline_bundle_id);
+  // One bisection for every regression between `baseline_bundle_id` and the candidate (pairs of
+  // the same probe model and kind share a target). Fails, with why they cannot be bisected,
+  // without a baseline or changes to bisect. pump() it once the pairs refer to it.
+  Result<std::size_t> start(const std::vector<Regression>& regressions, const std::string& baseline_bundle_id);
+  // A bisection of the targets of finished bisection `b` that its culprit does not explain, over
+  // the changes after the culprit. pump() it once the pairs refer to it.
+  std::size_t follow_up(std::size_t b);
 
-  // Starts the probes the bisection's free nodes allow; finishes it when it has its answer.
+  // Starts the next round when the last one has answered; finishes it when it has its answer.
   void pump(std::size_t bisection);
   void pump_all();
 
@@ -87,12 +116,21 @@ class RunBisections {
     std::vector<std::pair<std::size_t, std::size_t>> waiting;  // (bisection, candidate)
   };
 
-  bool current_probe(const RunJob& job) const;
+  std::size_t add(std::string baseline_bundle_id, std::vector<std::string> candidates,
+                  std::vector<std::size_t> indexes, std::vector<BisectionTarget> targets);
+  // The target of the probe job, or nullopt for an obsolete one.
+  std::optional<std::size_t> current_target(const RunJob& job) const;
   bool start_probe(std::size_t b, std::size_t candidate);
-  void launch_probe_job(std::size_t b, std::size_t candidate, std::uint32_t repeats_per_side);
+  void launch_probe_jobs(std::size_t b, std::size_t candidate);
+  void launch_probe_job(std::size_t b, std::size_t candidate, std::size_t target, std::uint32_t repeats_per_side);
+  std::uint32_t first_repeats(const BisectionTarget& target) const;
+  void answer_target(std::size_t b, std::size_t candidate, std::size_t target, ProbeVerdict verdict,
+                     std::string detail);
   void answer_probe(std::size_t b, std::size_t candidate, ProbeVerdict verdict, std::string detail);
+  void judge_performance(const RunJob& job, std::size_t target, const JobResult& result);
   void finish(std::size_t b);
-  // Plans and starts probes until the bisection waits for results or has its answer.
+  // Plans and starts the next round unless probes are running; finishes the bisection when it
+  // has its answer.
   void advance(std::size_t b);
   void publish_progress();
 
@@ -103,7 +141,6 @@ class RunBisections {
   std::function<void(std::size_t)> finished_;
   std::map<std::string, std::size_t> history_index_;
   std::vector<BisectionRun> runs_;
-  std::map<std::tuple<std::string, TicketKind, std::string>, std::size_t> by_probe_;
   std::map<std::size_t, BundleBuild> builds_;
 };
 

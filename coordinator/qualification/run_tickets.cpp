@@ -22,6 +22,17 @@ Ticket hardware_suspect_ticket(const HardwareSuspect& suspect, TimeMs now_ms) {
                      "node:" + node, std::nullopt, evidence.dump(), now_ms);
 }
 
+namespace {
+
+// "throughput -3.00%" or "outputs incorrect".
+std::string regression_words(TicketKind kind, const std::optional<stats::ModelGateOutcome>& performance) {
+  if (kind != TicketKind::performance_regression) return "outputs incorrect";
+  const double shift = performance && performance->initial ? performance->initial->shift.relative : 0.0;
+  return "throughput " + percent(shift);
+}
+
+}  // namespace
+
 Ticket culprit_ticket(const CulpritFound& found, TimeMs now_ms) {
   json evidence = {{"run_id", found.run_id},
                    {"model", found.model},
@@ -31,20 +42,43 @@ Ticket culprit_ticket(const CulpritFound& found, TimeMs now_ms) {
                    {"baseline_bundle", found.baseline_bundle_id},
                    {"detail", found.detail},
                    {"bisection", to_json(found.bisection)}};
+  if (!found.models.empty()) evidence["models"] = found.models;
   if (found.performance) evidence["performance"] = to_json(*found.performance);
   if (found.triage) evidence["triage"] = to_json(*found.triage);
   const Change& culprit = found.culprit;
-  std::string title;
-  if (found.kind == TicketKind::performance_regression) {
-    const double shift = found.performance && found.performance->initial ? found.performance->initial->shift.relative
-                                                                         : 0.0;
-    title = fmt::format("{}: throughput {} on revision {} since change {} ({}, {})", found.model, percent(shift),
-                        found.revision, culprit.id, to_string(culprit.layer), culprit.owner_team);
-  } else {
-    title = fmt::format("{}: outputs incorrect on revision {} since change {} ({}, {})", found.model, found.revision,
-                        culprit.id, to_string(culprit.layer), culprit.owner_team);
-  }
+  const std::string models = found.models.size() > 1
+                                 ? fmt::format("{} and {} more", found.model, found.models.size() - 1)
+                                 : found.model;
+  const std::string title =
+      fmt::format("{}: {} on revision {} since change {} ({}, {})", models,
+                  regression_words(found.kind, found.performance), found.revision, culprit.id,
+                  to_string(culprit.layer), culprit.owner_team);
   return make_culprit_ticket(culprit, found.kind, title, evidence.dump(), now_ms);
+}
+
+Ticket unpinned_ticket(const RegressionUnpinned& regression, TimeMs now_ms) {
+  const BisectResult& bisection = regression.bisection;
+  KILN_ASSERT(!bisection.suspects.empty(), "an ambiguous bisection names its suspects");
+  const std::string range = bisection.suspects.size() == 1
+                                ? bisection.suspects.front()
+                                : fmt::format("{}..{}", bisection.suspects.front(), bisection.suspects.back());
+  json evidence = {{"run_id", regression.run_id},
+                   {"model", regression.model},
+                   {"revision", regression.revision},
+                   {"probe_model", regression.probe_model},
+                   {"candidate_bundle", regression.candidate_bundle_id},
+                   {"baseline_bundle", regression.baseline_bundle_id},
+                   {"detail", regression.detail},
+                   {"suspects", bisection.suspects},
+                   {"bisection", to_json(bisection)}};
+  if (regression.performance) evidence["performance"] = to_json(*regression.performance);
+  if (regression.triage) evidence["triage"] = to_json(*regression.triage);
+  const std::string title = fmt::format(
+      "{}: {} on revision {} since one of {} changes ({}); the bisection could not pin it down: {}", regression.model,
+      regression_words(regression.kind, regression.performance), regression.revision, bisection.suspects.size(), range,
+      bisection.detail);
+  return make_ticket(regression.kind, regression.owner_team, title, "range:" + regression.model + ":" + range,
+                     std::nullopt, evidence.dump(), now_ms);
 }
 
 std::string RunTickets::file(Ticket ticket) {

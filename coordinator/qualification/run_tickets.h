@@ -46,8 +46,28 @@ struct CulpritFound {
   Change culprit;
   std::optional<stats::ModelGateOutcome> performance;  // the model's gate outcome, if any
   std::optional<TriageAction> triage;
+  std::vector<std::string> models;  // every model the culprit explains with this kind, `model` first
 };
 Ticket culprit_ticket(const CulpritFound& found, TimeMs now_ms);
+
+// A regression the gate or triage confirmed whose bisection could not pin the culprit down: the
+// model's owner's ticket, naming the suspect range. Its culprit is "range:MODEL:FIRST..LAST", so
+// the same range for the same model is ticketed once, run after run.
+struct RegressionUnpinned {
+  std::string run_id;
+  TicketKind kind = TicketKind::performance_regression;
+  std::string model;
+  std::string owner_team;
+  std::string revision;
+  std::string probe_model;
+  std::string candidate_bundle_id;
+  std::string baseline_bundle_id;
+  std::string detail;  // the regression's
+  BisectResult bisection;  // ambiguous: its suspects are the range
+  std::optional<stats::ModelGateOutcome> performance;
+  std::optional<TriageAction> triage;
+};
+Ticket unpinned_ticket(const RegressionUnpinned& regression, TimeMs now_ms);
 
 class RunTickets {
  public:

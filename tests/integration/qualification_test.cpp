@@ -250,7 +250,11 @@ TEST_CASE("a nightly builds its bisection bundles with the configured builder an
   REQUIRE(fleet.kiln("ci", {"bundle", "build", "--at", "k3", "--rev", "a", "--bundle-dir", (dir / "bundles").string()},
                      &out) == 0);
   const std::string candidate = first_word_after(out, "bundle ");
-  write(dir / "fp8.toml", std::string(kModelSet).substr(0, std::string(kModelSet).find("[[model]]\nname = \"mlp-fp8-wide\"")));
+  // A second model of the mlp-fp8 workload, owned by another team: both regress from k3.
+  write(dir / "fp8.toml", std::string(kModelSet).substr(0, std::string(kModelSet).find("[[model]]\nname = \"mlp-fp8-wide\"")) +
+                              "[[model]]\nname = \"mlp-fp8-ranker\"\nsize_class = \"small\"\nchips = 1\nminutes = 1\n"
+                              "components = [\"gemm-fp8\", \"quantize-fp8\", \"gelu\"]\nowner_team = \"ranking-models\"\n"
+                              "workload = \"mlp-fp8\"\nseed = 6\n");
 
   // A catalog of the fleet's workloads without the set's: the qualifier refuses to start.
   write(dir / "catalog.json", R"({"models": [{"name": "llama-70b", "components": ["gemm-bf16"]}]})");
@@ -260,9 +264,10 @@ TEST_CASE("a nightly builds its bisection bundles with the configured builder an
   CHECK(checked.status == 2);
   CHECK(contains(checked.output, "workload 'mlp-bf16' is not in the workload catalog"));
 
-  // k3 slows mlp-fp8 by 10%; the bisection between k1 and k3 needs the bundle at k2, which the
-  // configured builder (one that records its call and fails) cannot make: the bisection is
-  // ambiguous and tickets nobody. The sim builder would have built it and found k3.
+  // k3 slows mlp-fp8 by 10%: both of its models regress, and share one bisection between k1 and
+  // k3. It needs the bundle at k2, which the configured builder (one that records its call and
+  // fails) cannot make: the bisection cannot pin the culprit down, and each model's owner gets a
+  // ticket with the range. The sim builder would have built it and found k3.
   write(builder, "#!/bin/sh\necho \"$1\" >> " + (dir / "builder-calls").string() + "\necho 'no compiler here' >&2\nexit 3\n");
   fs::permissions(builder, fs::perms::owner_all);
   fleet.start_qualifier("qualifier");
@@ -272,7 +277,19 @@ TEST_CASE("a nightly builds its bisection bundles with the configured builder an
   const std::string log = fleet.log_of("qualifier");
   CHECK(log.find("could not build the bundle at change k2") != std::string::npos);
   CHECK(read(dir / "builder-calls") == "k2\n");
-  CHECK(out.find("bisection ambiguous, no ticket") != std::string::npos);
+  std::size_t bisections = 0;
+  for (auto at = log.find("bisecting over 2 changes"); at != std::string::npos; at = log.find("bisecting over 2 changes", at + 1)) {
+    ++bisections;
+  }
+  CHECK(bisections == 1);
+  CHECK(contains(out, "the bisection could not pin the culprit down: suspects k2, k3, ticketed to recsys-models"));
+  CHECK(contains(out, "the bisection could not pin the culprit down: suspects k2, k3, ticketed to ranking-models"));
   REQUIRE(fleet.kiln("ci", {"tickets", "--json"}, &out) == 0);
-  CHECK(nlohmann::json::parse(out).empty());
+  std::map<std::string, std::string> culprit_of_team;
+  for (const auto& ticket : nlohmann::json::parse(out)) {
+    CHECK(ticket.at("kind") == "performance_regression");
+    culprit_of_team[ticket.at("team").get<std::string>()] = ticket.at("culprit").get<std::string>();
+  }
+  CHECK(culprit_of_team == std::map<std::string, std::string>{{"recsys-models", "range:mlp-fp8-it:k2..k3"},
+                                                              {"ranking-models", "range:mlp-fp8-ranker:k2..k3"}});
 }

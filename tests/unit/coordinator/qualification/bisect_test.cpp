@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -170,24 +171,66 @@ TEST_CASE("a result that makes running probes pointless cancels them; their late
   CHECK(bisection->on_probe_result(1000, q::ProbeVerdict::good).error().code == kiln::Errc::invalid_argument);
 }
 
-TEST_CASE("probes started as nodes free up one by one still converge") {
+TEST_CASE("a round is planned only once every probe of the one before has answered") {
   const std::size_t culprit = 271;
   auto bisection = q::Bisection::start(candidates(400));
   REQUIRE(bisection.has_value());
-  std::vector<std::size_t> queue;
-  for (int guard = 0; guard < 500 && !bisection->finished(); ++guard) {
-    const std::size_t free_nodes = 4 - bisection->running().size();
-    for (const auto& probe : bisection->next_probes(free_nodes).start) queue.push_back(probe.change_index);
-    // Only the most recently started probe answers, then nodes are offered again.
-    if (queue.empty()) break;
-    const std::size_t index = queue.back();
-    queue.pop_back();
-    if (bisection->running().count(index) == 0) continue;  // cancelled meanwhile
-    REQUIRE(bisection->on_probe_result(index, monotone(index, culprit)).has_value());
+  const q::BisectPlan first = bisection->next_probes(3);
+  REQUIRE(first.start.size() == 3);
+  REQUIRE(bisection->on_probe_result(first.start[0].change_index, monotone(first.start[0].change_index, culprit)));
+  // A node is free again, but a round planned around the running probes would split the range
+  // unevenly: nothing starts until the round is complete.
+  CHECK(bisection->next_probes(3).start.empty());
+  for (std::size_t i = 1; i < 3; ++i) {
+    REQUIRE(bisection->on_probe_result(first.start[i].change_index, monotone(first.start[i].change_index, culprit)));
   }
-  REQUIRE(bisection->finished());
-  CHECK(bisection->result()->culprit_index == culprit);
-  CHECK(bisection->result()->contradictions == 0);
+  CHECK(bisection->next_probes(3).start.size() == 3);
+  CHECK(bisection->rounds() == 2);
+}
+
+TEST_CASE("every range and every culprit is found within ceil(log_{k+1}(n)) rounds, the bound it reports") {
+  for (std::size_t n = 1; n <= 130; ++n) {
+    for (std::size_t k = 1; k <= 6; ++k) {
+      for (std::size_t culprit = 0; culprit < n; ++culprit) {
+        const Run run = run_rounds(n, k, [&](std::size_t i, int) { return monotone(i, culprit); });
+        REQUIRE(run.result.culprit_index == culprit);
+        INFO("n " << n << ", k " << k << ", culprit " << culprit);
+        REQUIRE(run.rounds <= q::expected_rounds(n, k));
+        REQUIRE(run.result.round_bound == q::expected_rounds(n, k));
+      }
+    }
+  }
+  // The issue's case: change 23 of 41 with 3 probes a round takes 3 rounds of at most 3 probes.
+  const Run change_23 = run_rounds(41, 3, [](std::size_t i, int) { return monotone(i, 22); });
+  CHECK(change_23.result.culprit_change_id == "c22");
+  CHECK(change_23.rounds == 3);
+  CHECK(change_23.result.probes_started <= 9);
+  CHECK(change_23.result.probes_per_round == 3);
+}
+
+TEST_CASE("an inconclusive answer adds at most one round per round it happens in") {
+  std::uint64_t state = 7;
+  auto coin = [&state] {  // a fixed linear congruential sequence: the same draws every time
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (state >> 33) % 100;
+  };
+  for (int trial = 0; trial < 3000; ++trial) {
+    const std::size_t n = 2 + coin() * 4;
+    const std::size_t k = 1 + coin() % 5;
+    const std::size_t culprit = coin() * n / 100;
+    const std::uint64_t flake_percent = coin() % 40;
+    const Run run = run_rounds(n, k, [&](std::size_t i, int) {
+      return coin() < flake_percent ? q::ProbeVerdict::inconclusive : monotone(i, culprit);
+    });
+    INFO("n " << n << ", k " << k << ", culprit " << culprit << ", flakes " << flake_percent << "%");
+    std::set<std::size_t> inconclusive_rounds;
+    for (const auto& record : run.result.evidence) {
+      // An answer that arrived after its probe was cancelled cost nothing.
+      if (record.verdict == q::ProbeVerdict::inconclusive && !record.obsolete) inconclusive_rounds.insert(record.round);
+    }
+    REQUIRE(run.result.round_bound == q::expected_rounds(n, k) + inconclusive_rounds.size());
+    REQUIRE(run.rounds <= run.result.round_bound);
+  }
 }
 
 TEST_CASE("the probe budget ends a bisection that cannot converge") {

@@ -378,7 +378,8 @@ TEST_CASE("a nightly catches a 3% slowdown and a broken kernel, bisects both to 
     CHECK(mlp.performance->initial_samples.candidate.size() == mlp.performance->initial->test.n_candidate);
     REQUIRE(mlp.performance->confirmation.has_value());
     CHECK(mlp.performance->confirmation_samples.candidate.size() == mlp.performance->confirmation->test.n_candidate);
-    CHECK(tfm.bisection->candidates.size() == kCandidateIndex - kBaselineIndex);
+    CHECK(mlp.bisection->candidates.size() == kCandidateIndex - kBaselineIndex);
+    CHECK(tfm.bisection->candidates.size() == kCandidateIndex - kPerfCulprit);
     for (const auto& probe : tfm.bisection->evidence) {
       CHECK(probe.round >= 1);
       CHECK(tfm.bisection->candidates.at(probe.change_index) == probe.change_id);
@@ -399,15 +400,17 @@ TEST_CASE("a nightly catches a 3% slowdown and a broken kernel, bisects both to 
     CHECK(r.chips == 8);
     CHECK(r.node_id.empty());
   }
-  // Rev b's regressions reference rev a's bisection instead of bisecting again, and mlp-medium,
-  // whose proxy is mlp-small, shares mlp-small's: the probes would be the same jobs.
-  CHECK(find_report(report, "mlp-small", "b").detail.find("bisected once, with mlp-small on revision a") !=
+  // One bisection for the regressions of the baseline: rev b's and mlp-medium's (whose proxy is
+  // mlp-small) share mlp-small's probe jobs. The broken kernel was good at c07, so a follow-up
+  // bisection over the changes after c07 found its culprit.
+  CHECK(find_report(report, "mlp-small", "b").detail.find("bisected once, together with mlp-small on revision a") !=
         std::string::npos);
-  const bool medium_shares = find_report(report, "mlp-medium", "a").detail.find("bisected once, with mlp-small") !=
-                             std::string::npos;
-  const bool small_shares = find_report(report, "mlp-small", "a").detail.find("bisected once, with mlp-medium") !=
-                            std::string::npos;
-  CHECK(medium_shares != small_shares);
+  CHECK(find_report(report, "mlp-medium", "a").detail.find("mlp-small on revision b") != std::string::npos);
+  CHECK(find_report(report, "mlp-medium", "a").detail.find("tfm-small on revision a") != std::string::npos);
+  const auto& tfm_a = find_report(report, "tfm-small", "a");
+  CHECK(tfm_a.detail.find("together with tfm-small on revision b, llm-large on revision a") != std::string::npos);
+  CHECK(tfm_a.detail.find("mlp-small") == std::string::npos);
+  CHECK(tfm_a.bisection->candidates.front() == "c08");
 
   REQUIRE(out.tickets.size() == 2);
   REQUIRE(report.tickets.size() == 2);
@@ -449,7 +452,7 @@ TEST_CASE("a nightly catches a 3% slowdown and a broken kernel, bisects both to 
 
 TEST_CASE("probes run in parallel up to max_probes_per_bisection and obsolete probes are cancelled") {
   Scenario scenario;
-  scenario.models = {default_models()[0], default_models()[2]};  // one bisection per probe model
+  scenario.models = {default_models()[0], default_models()[2]};  // one bisection, probes of both
   const Outcome out = run_scenario(scenario);
   CHECK(out.max_probes_in_flight_seen == 3);
   CHECK(out.cancellations > 0);
@@ -464,7 +467,7 @@ TEST_CASE("probes run in parallel up to max_probes_per_bisection and obsolete pr
   CHECK(out.report.bisections_running.empty());
 }
 
-TEST_CASE("a change whose bundle does not build leaves the bisection ambiguous: no ticket, the suspects listed") {
+TEST_CASE("a change whose bundle does not build leaves the bisection ambiguous: the model's owner gets the range") {
   Scenario scenario;
   scenario.models = {default_models()[0]};
   scenario.failing_builds = {kPerfCulprit - 1};
@@ -475,9 +478,11 @@ TEST_CASE("a change whose bundle does not build leaves the bisection ambiguous: 
   REQUIRE(mlp.bisection.has_value());
   CHECK(mlp.bisection->outcome == q::BisectOutcome::ambiguous);
   CHECK(mlp.bisection->suspects == std::vector<std::string>{"c06", "c07"});
-  CHECK(mlp.detail.find("suspects c06, c07") != std::string::npos);
-  CHECK(mlp.ticket_ids.empty());
-  CHECK(out.tickets.empty());
+  CHECK(mlp.detail.find("suspects c06, c07, ticketed to recsys-models with the range") != std::string::npos);
+  REQUIRE(out.tickets.size() == 1);  // the same range for the model on both revisions: one ticket
+  CHECK(out.tickets[0].team == "recsys-models");
+  CHECK(out.tickets[0].culprit_change == "range:mlp-small:c06..c07");
+  CHECK(mlp.ticket_ids == std::vector<std::string>{out.tickets[0].id});
   CHECK(out.builds == out.built_indexes.size());  // the failed build is not asked for again
 }
 
