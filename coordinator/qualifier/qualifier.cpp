@@ -33,6 +33,7 @@
 #include "coordinator/qualification/run_service.h"
 #include "coordinator/qualification/schedule.h"
 #include "coordinator/qualification/shell/bundle_builder.h"
+#include "coordinator/qualification/shell/fleet_check.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/shell/reproduction.h"
 #include "coordinator/qualification/shell/run_driver.h"
@@ -357,6 +358,16 @@ class RequestedRun {
     if (request_.tier == q::Tier::nightly && config_.reproducibility_sample > 0) {
       if (auto ok = rerun_sample(c, *facts, *input, options, *whole); !ok) return ok;
     }
+    // A slow node passes every comparison above (each on its own chips): the fleet check sets its
+    // nodes side by side.
+    std::optional<qs::FleetCheckReport> fleet;
+    if (request_.tier == q::Tier::nightly && config_.fleet_check_models > 0) {
+      const qs::FleetCheckSettings settings{config_.fleet_check_models, config_.fleet_outliers,
+                                            config_.fleet_check_wait_ms};
+      auto checked = qs::check_fleet_speed(c, *whole, set_, settings, options, sink, wall_now_ms());
+      if (!checked) return tl::unexpected(checked.error());
+      fleet = std::move(*checked);
+    }
     file_flake_tickets(c, *whole, sink);
     const auto accepted = q::revisions_to_accept(request_, *input, *whole);
     for (const auto& revision : accepted) {
@@ -370,6 +381,7 @@ class RequestedRun {
     }
     pages_.read_other_runs(c);
     nlohmann::json document = recorded(*whole, true, request_);
+    if (fleet) qs::add_fleet_check(document, *fleet);
     judge_risks(c, document, sink);
     if (auto ok = record(c, request_.run_id, document); !ok) return ok;
     waived_.note(document);

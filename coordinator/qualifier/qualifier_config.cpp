@@ -24,6 +24,8 @@ const std::vector<std::string_view> kScheduleKeys = {"nightly", "nightly_start",
 const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config", "retry_backoff_ms",
                                                    "max_retry_backoff_ms"};
 const std::vector<std::string_view> kReportKeys = {"directory"};
+const std::vector<std::string_view> kFleetCheckKeys = {"models",          "min_nodes",    "min_samples_per_node",
+                                                       "min_slowdown_percent", "outlier_mads", "min_slow_models", "wait_ms"};
 
 std::string host_name() {
   char name[256] = {};
@@ -113,7 +115,8 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
   const toml::table* schedule = (*root)["schedule"].as_table();
   const toml::table* http = (*root)["http"].as_table();
   const toml::table* reports = (*root)["reports"].as_table();
-  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets", "schedule", "http", "reports"});
+  const toml::table* fleet_check = (*root)["fleet_check"].as_table();
+  problems.unknown_keys(*root, "qualifier.toml", {"qualifier", "tickets", "schedule", "http", "reports", "fleet_check"});
   if (qualifier == nullptr) {
     problems.add("missing the [qualifier] table (coordinator, key files, model_set, bundle_dir, golden_dir)");
   } else {
@@ -211,6 +214,18 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     Reader r(problems, *reports, base);
     r.path("directory", config.reports_dir);
     r.required("[reports] directory", config.reports_dir, "where each run's pages are written (or leave out [reports])");
+  }
+  if (fleet_check != nullptr) {
+    problems.unknown_keys(*fleet_check, "[fleet_check]", kFleetCheckKeys);
+    Reader r(problems, *fleet_check, base);
+    qualification::FleetOutlierOptions& o = config.fleet_outliers;
+    r.number("models", config.fleet_check_models, 0, 100);
+    r.number("min_nodes", o.min_nodes, 3, 100000);
+    r.number("min_samples_per_node", o.min_samples_per_node, 3, 100000);
+    r.number("min_slowdown_percent", o.min_slowdown_percent, 1, 99);
+    r.number("outlier_mads", o.outlier_mads, 0, 1000);
+    r.number("min_slow_models", o.min_slow_models, 1, 100);
+    r.number("wait_ms", config.fleet_check_wait_ms, 1000, 86400000);
   }
   if (config.name.empty()) config.name = host_name();
   if (auto ok = problems.status(); !ok) return tl::unexpected(ok.error());

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/time.h"
 #include "coordinator/cli/client.h"
+#include "coordinator/qualification/fleet_outliers.h"
 #include "coordinator/qualification/schedule.h"
 #include "coordinator/qualification/ticket_record.h"
 
@@ -44,6 +45,12 @@ struct QualifierConfig {
   std::uint32_t max_runs = 4;  // runs driven at once
   // Earlier results each nightly reruns to see whether they reproduce; 0: none.
   std::uint32_t reproducibility_sample = 2;
+  // [fleet_check]: after its measurements a nightly runs this many of its models (the cheapest) on
+  // every node of each revision and sends a node slower than its peers to diagnostics
+  // (fleet_outliers.h has the method and the thresholds); 0: no fleet check.
+  std::uint32_t fleet_check_models = 2;
+  DurationMs fleet_check_wait_ms = 30 * 60 * 1000;  // then its jobs not ended are cancelled
+  qualification::FleetOutlierOptions fleet_outliers;
   // [schedule]: the nightly's calendar. Off without the table, so a qualifier only starts
   // nightlies by itself where it was told to.
   qualification::NightlySchedule schedule{.enabled = false};

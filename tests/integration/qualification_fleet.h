@@ -1,7 +1,8 @@
-// The qualification tests' fleet: a CI key, two nodes of revision a, the model set, the change
-// history and the goldens in the fleet's directory, and qualifiers (not started yet).
+// The qualification tests' fleet: a CI key, nodes of revision a (two, or as many as asked), the
+// model set, the change history and the goldens in the fleet's directory, and qualifiers (not started yet).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -61,16 +62,18 @@ inline Tonight tonight_starting_now() {
   return tonight;
 }
 
-// Each qualifier named gets these settings (Fleet::add_qualifier).
-inline void start_two_nodes(Fleet& fleet, const std::map<std::string, std::string>& qualifier_settings = {},
-                            const std::vector<std::string>& qualifiers = {"qualifier"}) {
+// `node_count` nodes of revision a, n01, n02, ...; each qualifier named gets these settings and
+// tables (Fleet::add_qualifier).
+inline void start_nodes(Fleet& fleet, int node_count, const std::map<std::string, std::string>& qualifier_settings = {},
+                        const std::vector<std::string>& qualifiers = {"qualifier"},
+                        const std::string& qualifier_tables = "") {
   fleet.add_key("ci", "ci");
-  for (const auto& name : qualifiers) fleet.add_qualifier(name, qualifier_settings);
-  fleet.add_agent({"n01", "a"});
-  fleet.add_agent({"n02", "a"});
+  for (const auto& name : qualifiers) fleet.add_qualifier(name, qualifier_settings, qualifier_tables);
+  std::vector<std::string> nodes;
+  for (int n = 1; n <= node_count; ++n) nodes.push_back((n < 10 ? "n0" : "n") + std::to_string(n));
+  for (const auto& node : nodes) fleet.add_agent({node, "a"});
   fleet.start_coordinator();
-  fleet.start_agent("n01");
-  fleet.start_agent("n02");
+  for (const auto& node : nodes) fleet.start_agent(node);
   const std::filesystem::path dir = fleet.dir();
   write(dir / "models.toml", kModelSet);
   write(dir / "history.toml", kHistory);
@@ -80,8 +83,16 @@ inline void start_two_nodes(Fleet& fleet, const std::map<std::string, std::strin
     REQUIRE(std::system(command.c_str()) == 0);
   }
   std::string out;
-  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"nodes"}, &out) == 0 && out.find("n02") != std::string::npos; },
-                            std::chrono::seconds(20)));
+  const auto all_registered = [&] {
+    if (fleet.kiln("ci", {"nodes"}, &out) != 0) return false;
+    return std::all_of(nodes.begin(), nodes.end(), [&](const auto& node) { return out.find(node) != std::string::npos; });
+  };
+  REQUIRE(Fleet::eventually(all_registered, std::chrono::seconds(20)));
+}
+
+inline void start_two_nodes(Fleet& fleet, const std::map<std::string, std::string>& qualifier_settings = {},
+                            const std::vector<std::string>& qualifiers = {"qualifier"}) {
+  start_nodes(fleet, 2, qualifier_settings, qualifiers);
 }
 
 // The history recorded, the bundle at k1 accepted as the baseline; returns the bundle at `at`

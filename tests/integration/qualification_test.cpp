@@ -293,3 +293,72 @@ TEST_CASE("a nightly builds its bisection bundles with the configured builder an
   CHECK(culprit_of_team == std::map<std::string, std::string>{{"recsys-models", "range:mlp-fp8-it:k2..k3"},
                                                               {"ranking-models", "range:mlp-fp8-ranker:k2..k3"}});
 }
+
+TEST_CASE("a node whose eight chips run at half speed passes its nightly, and the fleet check sends it to diagnostics") {
+  Fleet fleet("qualification-slow-node");
+  fleet.add_key("lab1", "lab");
+  start_nodes(fleet, 4);
+  // Every chip of n03 at half speed: its health probes read telemetry only, and each of its
+  // comparisons of a candidate with a baseline is made on its own chips.
+  for (int chip = 0; chip < 8; ++chip) {
+    REQUIRE(fleet.sim_chip("n03", {"inject", "--chip", std::to_string(chip), "--fault", "slow", "--factor", "0.5"}) == 0);
+  }
+  const std::string bundle = prepare_bundles(fleet, "k2");
+  fleet.start_qualifier("qualifier");
+  std::string out;
+  const int nightly = fleet.kiln("ci", {"nightly", "--bundle", bundle, "--wait", "--run-id", "nightly-slow-node"}, &out,
+                                 480s);
+  INFO(out);
+  CHECK(nightly == 0);  // the bundle is fine: the slow node is the fleet's problem, not the bundle's
+  INFO(fleet.log_of("qualifier"));
+
+  REQUIRE(fleet.kiln("ci", {"run", "nightly-slow-node", "--json"}, &out) == 0);
+  const auto run = nlohmann::json::parse(out);
+  const auto& check = run.at("fleet_check");
+  // The two cheapest models, each on all four nodes, on the candidate and the baseline.
+  CHECK(check.at("models").size() == 2);
+  CHECK(check.at("job_ids").size() == 8);
+  CHECK(check.at("pairs_judged") == 4);
+  CHECK(check.at("nodes_compared") == 4);
+  REQUIRE(check.at("slow_nodes").size() == 1);
+  const auto& slow = check.at("slow_nodes").at(0);
+  CHECK(slow.at("node_id") == "n03");
+  CHECK(slow.at("effect").get<double>() < -0.3);
+  CHECK(slow.at("models_judged") == 2);
+  for (const auto& evidence : slow.at("evidence")) {
+    CHECK(evidence.at("node_median").get<double>() < 0.7 * evidence.at("fleet_median").get<double>());
+    CHECK(evidence.at("fleet_nodes") == 3);
+  }
+  CHECK(difference(run, documented_fields("runs`, `run ID")) == "");
+  // `kiln run ID` says so.
+  REQUIRE(fleet.kiln("ci", {"run", "nightly-slow-node"}, &out) == 0);
+  CHECK(contains(out, "SLOW node n03 (revision a)"));
+  CHECK(contains(out, "node n03 quarantined for the lab (diagnostics)"));
+
+  // Out of service until its diagnostics pass, with the evidence as the reason; the others serve.
+  REQUIRE(fleet.kiln("ci", {"nodes", "--json"}, &out) == 0);
+  for (const auto& node : nlohmann::json::parse(out)) {
+    if (node.at("node_id") != "n03") {
+      CHECK(node.at("state") == "up");
+      continue;
+    }
+    CHECK(node.at("state") == "quarantined");
+    CHECK(node.at("quarantine_owner") == "lab");
+    CHECK(contains(node.at("quarantine_reason").get<std::string>(), "fleet check of run nightly-slow-node: node n03"));
+    CHECK(contains(node.at("quarantine_reason").get<std::string>(), "slower than the other nodes of its revision"));
+  }
+  REQUIRE(fleet.kiln("ci", {"tickets", "--json"}, &out) == 0);
+  const auto tickets = nlohmann::json::parse(out);
+  REQUIRE(tickets.size() == 1);
+  CHECK(tickets[0].at("kind") == "hardware_suspect");
+  CHECK(tickets[0].at("team") == "lab");
+  CHECK(tickets[0].at("culprit") == "node:n03");
+  // What the lab runs: diagnostics see the slow chips' bandwidth, and the node stays out.
+  const int diag = fleet.kiln("lab1", {"diag", "n03", "--level", "2"}, &out, 180s);
+  INFO(out);
+  CHECK(diag == 1);
+  REQUIRE(fleet.kiln("ci", {"nodes", "--json"}, &out) == 0);
+  for (const auto& node : nlohmann::json::parse(out)) {
+    if (node.at("node_id") == "n03") CHECK(node.at("state") == "quarantined");
+  }
+}

@@ -130,6 +130,35 @@ TEST_CASE("a qualifier's [schedule] names the nightly's window, revisions and ho
   CHECK(kiln::testing::contains(negative.error().message, "max_models"));
 }
 
+TEST_CASE("a qualifier's [fleet_check] sets the slow-node thresholds; a comparison of two nodes is refused") {
+  const std::string base =
+      "[qualifier]\ncoordinator = \"tcp://127.0.0.1:7000\"\ncoordinator_public_key_file = \"coordinator.pub\"\n"
+      "secret_key_file = \"qualifier.key\"\nmodel_set = \"models.toml\"\nbundle_dir = \"bundles\"\n"
+      "golden_dir = \"golden\"\n\n[tickets]\ndir = \"tickets\"\n";
+  auto defaults = kiln::qualifier::qualifier_config_from_text(base, "/etc/kiln/qualifier.toml");
+  REQUIRE(defaults);
+  CHECK(defaults->fleet_check_models == 2);
+  CHECK(defaults->fleet_outliers.min_nodes == 4);
+  CHECK(defaults->fleet_outliers.min_slowdown_percent == 10);
+  auto config = kiln::qualifier::qualifier_config_from_text(
+      base + "\n[fleet_check]\nmodels = 3\nmin_nodes = 6\nmin_samples_per_node = 8\nmin_slowdown_percent = 15\n"
+             "outlier_mads = 4\nmin_slow_models = 3\nwait_ms = 60000\n",
+      "/etc/kiln/qualifier.toml");
+  REQUIRE_MESSAGE(config, (config ? "" : config.error().message));
+  CHECK(config->fleet_check_models == 3);
+  CHECK(config->fleet_outliers.min_nodes == 6);
+  CHECK(config->fleet_outliers.min_samples_per_node == 8);
+  CHECK(config->fleet_outliers.min_slowdown_percent == 15);
+  CHECK(config->fleet_outliers.outlier_mads == 4);
+  CHECK(config->fleet_outliers.min_slow_models == 3);
+  CHECK(config->fleet_check_wait_ms == 60000);
+  auto two = kiln::qualifier::qualifier_config_from_text(base + "\n[fleet_check]\nmin_nodes = 2\nspeed = 1\n",
+                                                         "/etc/kiln/qualifier.toml");
+  REQUIRE_FALSE(two);
+  CHECK(kiln::testing::contains(two.error().message, "min_nodes must be an integer from 3"));
+  CHECK(kiln::testing::contains(two.error().message, "speed"));
+}
+
 TEST_CASE("[http] listen in coordinator.toml, agent.toml and qualifier.toml: optional, HOST:PORT, problems at its line") {
   const std::string coordinator = "[coordinator]\nsecret_key_file = \"coordinator.key\"\n\n";
   const std::string agent =
