@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
+#include "common/text/utf8.h"
 #include "coordinator/core/job_attempts.h"
 
 namespace kiln::coordinator {
@@ -59,6 +61,18 @@ std::vector<std::string_view> layers_to_install(const DesiredEnvironment& enviro
 
 const DesiredPackage& package_of(const DesiredEnvironment& environment, std::string_view layer) {
   return layer == "driver" ? environment.driver : environment.firmware;
+}
+
+// Why an install job failed, for `kiln envs`: its install report's reason (docs/health.md) where
+// the node wrote one, since the job's own detail only says how the install process exited.
+std::string install_failure(const JobRecord& job) {
+  const auto report = nlohmann::json::parse(job.result, nullptr, /*allow_exceptions=*/false);
+  const auto reason = report.is_object() ? report.find("reason") : report.end();
+  const bool has_reason = reason != report.end() && reason->is_string() && !reason->get<std::string>().empty();
+  const std::string detail = fmt::format("install job {} {}: {}", job.summary.job_id,
+                                         protocol::enum_name(job.summary.state),
+                                         has_reason ? reason->get<std::string>() : job.summary.detail);
+  return text::utf8_head(detail, protocol::kMessageText.max_len);
 }
 
 
@@ -173,8 +187,7 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
         if (started) canary_passed = true;
       } else if (started && job->second->summary.state != JobState::succeeded) {
         node.state = "failed";
-        node.detail = fmt::format("install job {} {}: {}", node.install_job_id,
-                                  protocol::enum_name(job->second->summary.state), job->second->summary.detail);
+        node.detail = install_failure(*job->second);
         if (failure.empty()) failure = fmt::format("node {}: {}", node_id, node.detail);
       } else if (state == NodeState::quarantined || state == NodeState::lost ||
                  !ctx_.registry.has_session(node_id)) {

@@ -113,6 +113,13 @@ std::string state_of(const EnvironmentConvergence& env, const std::string& node)
   return "absent";
 }
 
+std::string detail_of(const EnvironmentConvergence& env, const std::string& node) {
+  for (const auto& n : env.nodes) {
+    if (n.node_id == node) return n.detail;
+  }
+  return "absent";
+}
+
 }  // namespace
 
 TEST_CASE("an environment converges: the canary first, then the rest in waves, each install by digest") {
@@ -184,6 +191,9 @@ TEST_CASE("a canary that fails to converge is quarantined with the reason, and t
   CHECK(env.detail.find("node n01") != std::string::npos);
   CHECK(state_of(env, "n01") == "failed");
   CHECK(state_of(env, "n02") == "drifted");
+  // The install report's reason, not merely how the install process exited (`kiln envs`).
+  CHECK(detail_of(env, "n01") == "install job 1 failed: the new firmware failed its check; every chip runs 1.0 again");
+  CHECK(env.detail.find("every chip runs 1.0 again") != std::string::npos);
 
   // A restarted coordinator reads the same from its store: still halted, nothing installed.
   auto restarted_at = restart_on_staging(h, quiet_knobs());
@@ -337,5 +347,6 @@ TEST_CASE("a failed driver install quarantines the node and stops the rollout") 
   auto env = listed(h, 10001);
   CHECK(env.rollout == "halted");
   CHECK(state_of(env, "n01") == "failed");
+  CHECK(detail_of(env, "n01") == "install job 1 failed: the driver installer for r2 failed (exit code 3)");
   CHECK(state_of(env, "n02") == "drifted");
 }
