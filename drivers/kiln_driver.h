@@ -121,6 +121,11 @@ struct kiln_chip_telemetry {
   uint32_t throttled;       /* 1 when clocks are reduced for thermal or power reasons */
 };
 
+/* What a backend drives, as backend_kind declares it. */
+#define KILN_BACKEND_SIM 1u     /* a simulated chip */
+#define KILN_BACKEND_CPU 2u     /* the CPU reference: kernels in host arithmetic, no chip */
+#define KILN_BACKEND_SILICON 3u /* a real chip */
+
 /* Why a chip's clocks are reduced: bits of kiln_chip_activity.throttle_reasons. */
 #define KILN_THROTTLE_THERMAL 1u /* the chip is too hot */
 #define KILN_THROTTLE_POWER 2u   /* the chip is at its power limit */
@@ -207,6 +212,11 @@ struct kiln_driver_api {
    * How busy the chip is and why its clocks are reduced, beside chip_telemetry's figures. */
   kiln_driver_status (*chip_activity)(kiln_driver* handle, uint32_t chip,
                                       struct kiln_chip_activity* out);
+
+  /* Added after chip_activity, likewise optional. What the backend drives: KILN_BACKEND_SIM,
+   * _CPU or _SILICON. kiln counts a node's results as silicon's only when its driver declares
+   * it; a backend without this function is of no known kind. */
+  kiln_driver_status (*backend_kind)(kiln_driver* handle, uint32_t* out_kind);
 };
 
 /* Returns the table for requested_abi_version, or NULL when the backend does not implement

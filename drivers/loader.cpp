@@ -250,6 +250,24 @@ Result<ChipActivity> Driver::chip_activity(std::uint32_t chip) {
                       (raw.throttle_reasons & KILN_THROTTLE_POWER) != 0};
 }
 
+Result<std::string> Driver::backend_kind() {
+  if (!table_reaches(*api_, offsetof(kiln_driver_api, backend_kind), sizeof(api_->backend_kind)) ||
+      api_->backend_kind == nullptr) {
+    return built_without(library_path_, "backend_kind", "backend_kind",
+                         "it does not declare what it drives, so its results count as no backend's");
+  }
+  std::uint32_t kind = 0;
+  if (auto ok = check(api_->backend_kind(handle_, &kind), "backend_kind"); !ok) return tl::unexpected(ok.error());
+  switch (kind) {
+    case KILN_BACKEND_SIM: return std::string("sim");
+    case KILN_BACKEND_CPU: return std::string("cpu");
+    case KILN_BACKEND_SILICON: return std::string("silicon");
+    default: break;
+  }
+  return fail(Errc::device, "chip driver '" + library_path_ + "' declares backend kind " + std::to_string(kind) +
+                                ", which the ABI does not define (1 sim, 2 cpu, 3 silicon); fix the backend");
+}
+
 Status Driver::reset_chip(std::uint32_t chip) {
   return check(api_->reset_chip(handle_, chip), chip_operation("reset_chip", chip));
 }

@@ -107,6 +107,10 @@ class Driver {
   // A backend built without chip_activity gives an invalid_argument error naming
   // KILN_DRIVER_E_UNSUPPORTED.
   Result<ChipActivity> chip_activity(std::uint32_t chip);
+  // What the backend declares it drives: "sim", "cpu" or "silicon"; an invalid_argument error
+  // naming KILN_DRIVER_E_UNSUPPORTED from a backend built without backend_kind, and a device
+  // error for a kind the ABI does not define.
+  Result<std::string> backend_kind();
   Status reset_chip(std::uint32_t chip);
 
   Result<FirmwareSlots> firmware_slots(std::uint32_t chip);

@@ -89,7 +89,8 @@ std::string reading_to_json(const CheckReading& reading) {
   }
   if (reading.driver) {
     out["driver"] = {{"version", reading.driver->version},
-                     {"chip_count", reading.driver->chip_count}};
+                     {"chip_count", reading.driver->chip_count},
+                     {"backend", reading.driver->backend}};
   }
   if (reading.identity) out["identity"] = identity_json(*reading.identity);
   if (reading.firmware) out["firmware"] = firmware_json(*reading.firmware);
@@ -115,7 +116,8 @@ Result<CheckReading> parse_reading_json(std::string_view text) {
     }
     if (in.contains("driver")) {
       reading.driver = DriverInfo{in["driver"].at("version").get<std::string>(),
-                                  in["driver"].at("chip_count").get<std::uint32_t>()};
+                                  in["driver"].at("chip_count").get<std::uint32_t>(),
+                                  in["driver"].value("backend", "")};
     }
     if (in.contains("identity")) {
       const auto& j = in.at("identity");
@@ -210,7 +212,9 @@ CheckReading take_reading(const std::string& driver_library, const std::string& 
     if (!version) return failed(version.error());
     auto count = d.chip_count();
     if (!count) return failed(count.error());
-    reading.driver = DriverInfo{*version, *count};
+    // A backend built before backend_kind declares nothing: its kind stays unknown.
+    auto backend = d.backend_kind();
+    reading.driver = DriverInfo{*version, *count, backend ? *backend : std::string()};
     return reading;
   }
   KILN_ASSERT(chip.has_value(), "chip checks are always given a chip");

@@ -46,6 +46,8 @@ bool needs_chip(CheckKind kind);
 struct DriverInfo {
   std::string version;
   std::uint32_t chip_count = 0;
+  // What the driver declares it drives: "sim", "cpu" or "silicon"; empty when it does not say.
+  std::string backend;
 };
 
 struct CheckReading {

@@ -394,6 +394,10 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
       } else if (!keys.insert(label->substr(0, label->find('='))).second) {
         loader.error_at(labels->first.source(), fmt::format("labels names \"{}\" twice; give each key one value",
                                                             label->substr(0, label->find('='))));
+      } else if (label->starts_with("backend=")) {
+        loader.error_at(labels->first.source(),
+                        "labels has " + *label + ", but backend= is the driver's to declare (docs/driver-abi.md); "
+                        "remove it");
       } else {
         out.labels.push_back(*label);
       }
@@ -401,9 +405,10 @@ void load_document(Loader& loader, const toml::table& root, AgentConfig& out) {
     if (list == nullptr) {
       loader.error_at(labels->first.source(), "labels must be an array of strings, as labels = [\"pool=prod\"] (got " +
                                                   describe_node(labels->second) + ")");
-    } else if (list->size() > protocol::kMaxLabels) {
+    } else if (list->size() >= protocol::kMaxLabels) {
+      // One place is the driver's: its backend=KIND label.
       loader.error_at(labels->first.source(),
-                      fmt::format("labels has {} entries; at most {}", list->size(), protocol::kMaxLabels));
+                      fmt::format("labels has {} entries; at most {}", list->size(), protocol::kMaxLabels - 1));
     }
     loader.origins["labels"] = loader.at(labels->first.source());
   }

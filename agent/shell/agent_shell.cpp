@@ -784,6 +784,9 @@ Result<DiscoveredIdentity> discover_identity(const AgentConfig& config) {
   for (const auto& [name, program] : config.workloads) identity.workloads.push_back(name);
   identity.rendezvous_address = announced_rendezvous_address(config);
   identity.labels = config.labels;
+  // What the driver declares it drives travels as the label backend=KIND: kiln counts a node's
+  // results as silicon's by it alone (docs/driver-abi.md). The config may not set it.
+  if (!node->driver.backend.empty()) identity.labels.push_back("backend=" + node->driver.backend);
   for (std::uint32_t i = 0; i < node->chips.size(); ++i) {
     const Result<health::CheckReading>& chip = node->chips[i];
     if (!chip || !chip->identity || !chip->firmware) {

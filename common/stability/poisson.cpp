@@ -17,11 +17,11 @@ CountInterval garwood_interval(std::uint64_t count, double confidence) {
   return interval;
 }
 
-RateEstimate failure_rate(std::uint64_t failures, double chip_hours, double confidence) {
+RateEstimate failure_rate(std::uint64_t count, double chip_hours, double confidence) {
   assert(chip_hours > 0);
-  const CountInterval interval = garwood_interval(failures, confidence);
+  const CountInterval interval = garwood_interval(count, confidence);
   const double per_1000 = 1000 / chip_hours;
-  return {failures, static_cast<double>(failures) * per_1000, interval.lower * per_1000, interval.upper * per_1000};
+  return {count, static_cast<double>(count) * per_1000, interval.lower * per_1000, interval.upper * per_1000};
 }
 
 }  // namespace kiln::stability

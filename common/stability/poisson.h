@@ -17,13 +17,13 @@ struct CountInterval {
 CountInterval garwood_interval(std::uint64_t count, double confidence);
 
 struct RateEstimate {
-  std::uint64_t failures = 0;
+  std::uint64_t count = 0;  // the independent events the rate counts (a stability run's episodes)
   double per_1000_chip_hours = 0;
   double lower = 0;  // of the rate, per 1000 chip-hours
   double upper = 0;
 };
 
-// `failures` seen in `chip_hours` of exposure (> 0).
-RateEstimate failure_rate(std::uint64_t failures, double chip_hours, double confidence);
+// `count` independent events seen in `chip_hours` of exposure (> 0).
+RateEstimate failure_rate(std::uint64_t count, double chip_hours, double confidence);
 
 }  // namespace kiln::stability

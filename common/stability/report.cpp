@@ -1,5 +1,7 @@
 #include "common/stability/report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -57,6 +59,28 @@ Result<RankRun> rank_run_from_result(const nlohmann::json& result) {
   return run;
 }
 
+std::vector<Episode> episodes_of(const std::vector<RankRun>& ranks) {
+  std::vector<Episode> episodes;
+  for (const auto& r : ranks) {
+    for (const auto& f : r.failures) {
+      const auto same = std::find_if(episodes.begin(), episodes.end(), [&](const Episode& e) {
+        return e.kind == f.kind && e.rank == r.rank && e.job_id == r.job_id && e.node_id == r.node_id &&
+               e.chip == f.chip;
+      });
+      if (same == episodes.end()) {
+        episodes.push_back({f.kind, r.rank, r.job_id, r.node_id, f.chip, 1, f.step, f.step, f.time_s, f.time_s});
+        continue;
+      }
+      ++same->occurrences;
+      same->first_step = std::min(same->first_step, f.step);
+      same->last_step = std::max(same->last_step, f.step);
+      same->first_time_s = std::min(same->first_time_s, f.time_s);
+      same->last_time_s = std::max(same->last_time_s, f.time_s);
+    }
+  }
+  return episodes;
+}
+
 StabilityReport make_report(std::string model, std::uint32_t chips, double hours_asked,
                             const StabilityCriteria& criteria, std::vector<RankRun> ranks) {
   StabilityReport report;
@@ -66,31 +90,35 @@ StabilityReport make_report(std::string model, std::uint32_t chips, double hours
   report.criteria = criteria;
   report.ranks = std::move(ranks);
   report.complete = !report.ranks.empty();
-  std::uint64_t total = 0;
   for (const auto& r : report.ranks) {
     report.chip_hours += r.chip_hours();
     report.complete = report.complete && r.reported;
-    total += r.failures.size();
+    report.occurrences += r.failures.size();
   }
+  report.episodes = episodes_of(report.ranks);
   // No exposure at all (every rank hung at once): the rate's denominator is the smallest
   // measurable one, so the report still says how many failures there were.
   const double exposure = report.chip_hours > 0 ? report.chip_hours : 1e-9;
   for (const FailureKind kind : enum_values<FailureKind>()) {
-    std::uint64_t count = 0;
-    for (const auto& r : report.ranks) {
-      for (const auto& f : r.failures) count += f.kind == kind ? 1 : 0;
+    std::uint64_t episodes = 0;
+    std::uint64_t occurrences = 0;
+    for (const auto& e : report.episodes) {
+      if (e.kind != kind) continue;
+      ++episodes;
+      occurrences += e.occurrences;
     }
-    report.kinds.push_back({kind, failure_rate(count, exposure, criteria.confidence)});
+    report.kinds.push_back({kind, occurrences, failure_rate(episodes, exposure, criteria.confidence)});
   }
-  report.total = failure_rate(total, exposure, criteria.confidence);
-  report.passed = report.complete && total == 0;
+  report.total = failure_rate(report.episodes.size(), exposure, criteria.confidence);
+  report.passed = report.complete && report.occurrences == 0;
   return report;
 }
 
 namespace {
 
-nlohmann::json rate_json(const RateEstimate& rate) {
-  return {{"failures", rate.failures},
+nlohmann::json rate_json(std::uint64_t occurrences, const RateEstimate& rate) {
+  return {{"episodes", rate.count},
+          {"failures", occurrences},
           {"per_1000_chip_hours", rate.per_1000_chip_hours},
           {"lower", rate.lower},
           {"upper", rate.upper}};
@@ -100,7 +128,20 @@ nlohmann::json rate_json(const RateEstimate& rate) {
 
 nlohmann::json to_json(const StabilityReport& report) {
   nlohmann::json kinds = nlohmann::json::object();
-  for (const auto& k : report.kinds) kinds[std::string(enum_name(k.kind))] = rate_json(k.rate);
+  for (const auto& k : report.kinds) kinds[std::string(enum_name(k.kind))] = rate_json(k.occurrences, k.rate);
+  nlohmann::json episodes = nlohmann::json::array();
+  for (const auto& e : report.episodes) {
+    episodes.push_back({{"kind", enum_name(e.kind)},
+                        {"rank", e.rank},
+                        {"job_id", e.job_id},
+                        {"node_id", e.node_id},
+                        {"chip", e.chip ? nlohmann::json(*e.chip) : nlohmann::json(nullptr)},
+                        {"occurrences", e.occurrences},
+                        {"first_step", e.first_step},
+                        {"last_step", e.last_step},
+                        {"first_time_s", e.first_time_s},
+                        {"last_time_s", e.last_time_s}});
+  }
   nlohmann::json ranks = nlohmann::json::array();
   nlohmann::json failures = nlohmann::json::array();
   for (const auto& r : report.ranks) {
@@ -131,8 +172,9 @@ nlohmann::json to_json(const StabilityReport& report) {
           {"criteria", criteria_to_json(report.criteria)},
           {"chip_hours", report.chip_hours},
           {"confidence", report.criteria.confidence},
-          {"total", rate_json(report.total)},
+          {"total", rate_json(report.occurrences, report.total)},
           {"kinds", kinds},
+          {"episodes", episodes},
           {"failures", failures},
           {"ranks", ranks},
           {"complete", report.complete},
@@ -142,13 +184,20 @@ nlohmann::json to_json(const StabilityReport& report) {
 std::string to_text(const StabilityReport& report) {
   std::string out = fmt::format("stability run of {} on {} chips, {} h asked: {:.1f} chip-hours run\n", report.model,
                                 report.chips, report.hours_asked, report.chip_hours);
-  const auto line = [&](std::string_view name, const RateEstimate& rate) {
-    out += fmt::format("  {:<17} {:>4} failures  {:>9.2f} per 1000 chip-hours  ({:.0f}% CI {:.2f} to {:.2f})\n", name,
-                       rate.failures, rate.per_1000_chip_hours, 100 * report.criteria.confidence, rate.lower,
-                       rate.upper);
+  const auto line = [&](std::string_view name, std::uint64_t occurrences, const RateEstimate& rate) {
+    out += fmt::format("  {:<17} {:>4} episode{} {:>5} failures  {:>9.2f} per 1000 chip-hours  ({:.0f}% CI {:.2f} to "
+                       "{:.2f})\n",
+                       name, rate.count, rate.count == 1 ? " " : "s", occurrences, rate.per_1000_chip_hours,
+                       100 * report.criteria.confidence, rate.lower, rate.upper);
   };
-  for (const auto& k : report.kinds) line(enum_name(k.kind), k.rate);
-  line("total", report.total);
+  for (const auto& k : report.kinds) line(enum_name(k.kind), k.occurrences, k.rate);
+  line("total", report.occurrences, report.total);
+  for (const auto& e : report.episodes) {
+    if (e.occurrences < 2) continue;
+    out += fmt::format("  episode: {} on {} rank {}{} fired {} times, steps {} to {}: one cause, counted once\n",
+                       enum_name(e.kind), e.node_id, e.rank, e.chip ? fmt::format(" chip {}", *e.chip) : "",
+                       e.occurrences, e.first_step, e.last_step);
+  }
   for (const auto& r : report.ranks) {
     if (!r.reported) {
       out += fmt::format("  rank {} (job {}, {}): no report: {}\n", r.rank, r.job_id,
@@ -162,10 +211,29 @@ std::string to_text(const StabilityReport& report) {
     }
   }
   out += report.passed     ? "PASSED: no failure\n"
-         : report.complete ? fmt::format("FAILED: {} failure{}\n", report.total.failures,
-                                         report.total.failures == 1 ? "" : "s")
+         : report.complete ? fmt::format("FAILED: {} failure{} in {} episode{}\n", report.occurrences,
+                                         report.occurrences == 1 ? "" : "s", report.total.count,
+                                         report.total.count == 1 ? "" : "s")
                            : "FAILED: not every rank reported\n";
   return out;
+}
+
+nlohmann::json rate_to_json(std::uint64_t episodes, double chip_hours, double confidence) {
+  const RateEstimate rate = failure_rate(episodes, chip_hours, confidence);
+  return {{"schema", "kiln.stability-rate/1"},
+          {"episodes", episodes},
+          {"chip_hours", chip_hours},
+          {"confidence", confidence},
+          {"per_1000_chip_hours", rate.per_1000_chip_hours},
+          {"lower", rate.lower},
+          {"upper", rate.upper}};
+}
+
+std::string rate_to_text(std::uint64_t episodes, double chip_hours, double confidence) {
+  const RateEstimate rate = failure_rate(episodes, chip_hours, confidence);
+  return fmt::format("{} episode{} in {:g} chip-hours: {:.2f} per 1000 chip-hours ({:.0f}% CI {:.2f} to {:.2f})\n",
+                     episodes, episodes == 1 ? "" : "s", chip_hours, rate.per_1000_chip_hours, 100 * confidence,
+                     rate.lower, rate.upper);
 }
 
 }  // namespace kiln::stability

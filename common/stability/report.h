@@ -1,8 +1,10 @@
 // A stability run's report: what each rank saw (the `stability` object of its workload result)
-// and the failure rates per 1000 chip-hours, per kind and in total, with Garwood intervals.
+// and the failure rates per 1000 chip-hours, per kind and in total, with Garwood intervals, over
+// episodes (one cause on one chip, with its occurrences).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,9 +40,29 @@ nlohmann::json rank_section(const StabilityMonitor& monitor, std::uint32_t chips
 // Reads it back from a workload result document; an error when it is missing or malformed.
 Result<RankRun> rank_run_from_result(const nlohmann::json& workload_result);
 
+// One cause on one chip: the failures of one kind on one rank's chip (on the rank, for a kind
+// with no chip), however often it fired. A periodic fault that fires 46 times is one episode
+// with 46 occurrences, not 46 independent failures: rates and their intervals count episodes.
+struct Episode {
+  FailureKind kind = FailureKind::nan;
+  std::uint32_t rank = 0;
+  std::uint64_t job_id = 0;
+  std::string node_id;
+  std::optional<std::uint32_t> chip;
+  std::uint64_t occurrences = 0;
+  std::uint64_t first_step = 0;
+  std::uint64_t last_step = 0;
+  double first_time_s = 0;
+  double last_time_s = 0;
+};
+
+// The episodes of the ranks' failures, in the order their first failures come in the ranks.
+std::vector<Episode> episodes_of(const std::vector<RankRun>& ranks);
+
 struct KindRate {
   FailureKind kind = FailureKind::nan;
-  RateEstimate rate;
+  std::uint64_t occurrences = 0;  // failures seen, every firing counted
+  RateEstimate rate;              // over episodes
 };
 
 struct StabilityReport {
@@ -50,8 +72,10 @@ struct StabilityReport {
   StabilityCriteria criteria;
   std::vector<RankRun> ranks;
   double chip_hours = 0;        // exposure: each rank's chips x the hours it ran
+  std::vector<Episode> episodes;
   std::vector<KindRate> kinds;  // every kind, in enum order
-  RateEstimate total;
+  std::uint64_t occurrences = 0;  // failures seen in all
+  RateEstimate total;             // over episodes
   bool complete = false;  // every rank reported
   bool passed = false;    // complete, with no failure
 };
@@ -60,5 +84,11 @@ StabilityReport make_report(std::string model, std::uint32_t chips, double hours
                             const StabilityCriteria& criteria, std::vector<RankRun> ranks);
 nlohmann::json to_json(const StabilityReport& report);
 std::string to_text(const StabilityReport& report);
+
+// The rate and interval of episodes counted elsewhere (`kiln stability --episodes K --chip-hours
+// T`): schema kiln.stability-rate/1 with episodes, chip_hours, confidence, per_1000_chip_hours,
+// lower, upper.
+nlohmann::json rate_to_json(std::uint64_t episodes, double chip_hours, double confidence);
+std::string rate_to_text(std::uint64_t episodes, double chip_hours, double confidence);
 
 }  // namespace kiln::stability

@@ -11,10 +11,12 @@
 
 namespace kiln::backends {
 
-Backend backend_of(std::string_view driver_version) {
-  if (driver_version.starts_with("kiln-sim")) return Backend::sim;
-  if (driver_version.starts_with("kiln-cpu")) return Backend::cpu;
-  return Backend::silicon;
+std::optional<Backend> declared_backend(const std::vector<std::string>& labels) {
+  constexpr std::string_view kKey = "backend=";
+  for (const std::string& label : labels) {
+    if (label.starts_with(kKey)) return enum_from_name<Backend>(std::string_view(label).substr(kKey.size()));
+  }
+  return std::nullopt;
 }
 
 namespace {
@@ -48,11 +50,31 @@ struct Evidence {
   std::map<Backend, std::size_t> correct_runs;
   std::map<Backend, std::size_t> baseline_samples;
   std::vector<std::pair<double, std::size_t>> silicon_noise;  // per run: noise, samples
+  // The baseline samples counted, by backend and seed: the same ones again are a repeat.
+  std::set<std::tuple<Backend, std::string, std::vector<double>>> seen_samples;
 };
+
+// The seed of a result's measure job (its submission), as text; "" when it was not recorded.
+std::string seed_of(const json& model) {
+  const auto job = model.find("measure_job");
+  if (job == model.end() || !job->is_object()) return "";
+  const auto submission = job->find("submission");
+  if (submission == job->end() || !submission->is_object() || !submission->contains("seed")) return "";
+  return (*submission)["seed"].dump();
+}
+
+GateStatus never_run_gate(const std::string& model, const std::string& revision, const std::string& gate) {
+  GateStatus status{model, revision, gate, {}, false, std::nullopt, ""};
+  status.never_run = true;
+  status.remaining = fmt::format("never run: no recorded run measured {} on revision {}; run it on a silicon node of "
+                                 "that revision",
+                                 model, revision);
+  return status;
+}
 
 }  // namespace
 
-SwitchoverReport switchover_report(const std::vector<json>& runs, const std::map<std::string, std::string>& node_drivers,
+SwitchoverReport switchover_report(const std::vector<json>& runs, const NodeBackends& nodes,
                                    const SwitchoverOptions& options) {
   SwitchoverReport report;
   std::map<std::pair<std::string, std::string>, Evidence> by_model;
@@ -82,12 +104,13 @@ SwitchoverReport switchover_report(const std::vector<json>& runs, const std::map
           unknown_backend = unknown_backend || !backend;
           continue;
         }
-        const auto driver = node_drivers.find(id);
-        if (driver == node_drivers.end()) {
+        const auto declared = nodes.find(id);
+        if (declared == nodes.end()) {
           unknown.insert(id);
           continue;
         }
-        backends.insert(backend_of(driver->second));
+        if (declared->second) backends.insert(*declared->second);
+        unknown_backend = unknown_backend || !declared->second;
       }
       if (backends.size() != 1 || unknown_backend) continue;
       if (!by_record) ++report.results_by_current_driver;
@@ -102,6 +125,10 @@ SwitchoverReport switchover_report(const std::vector<json>& runs, const std::map
       std::vector<double> baseline;
       for (const json& s : (*samples)["baseline"]) {
         if (s.is_number()) baseline.push_back(s.get<double>());
+      }
+      if (!evidence.seen_samples.insert({backend, seed_of(m), baseline}).second) {
+        report.repeated_samples += baseline.size();
+        continue;
       }
       evidence.baseline_samples[backend] += baseline.size();
       if (backend == Backend::silicon) {
@@ -147,8 +174,25 @@ SwitchoverReport switchover_report(const std::vector<json>& runs, const std::map
     }
     report.gates.push_back(std::move(performance));
   }
+  // Every gate of the set counts, measured or not: a model that did not run is not calibrated.
+  if (options.models) {
+    report.model_set_known = true;
+    std::set<std::string> revisions(options.revisions.begin(), options.revisions.end());
+    for (const auto& [key, evidence] : by_model) revisions.insert(key.second);
+    for (const std::string& model : *options.models) {
+      for (const std::string& revision : revisions) {
+        if (by_model.count({model, revision}) > 0) continue;
+        report.gates.push_back(never_run_gate(model, revision, "correctness"));
+        report.gates.push_back(never_run_gate(model, revision, "performance"));
+        report.never_run += 2;
+      }
+    }
+    std::stable_sort(report.gates.begin(), report.gates.end(), [](const GateStatus& x, const GateStatus& y) {
+      return std::tie(x.model, x.revision) < std::tie(y.model, y.revision);
+    });
+  }
   for (const auto& g : report.gates) report.calibrated += g.calibrated ? 1 : 0;
-  report.ready = !report.gates.empty() && report.calibrated == report.gates.size();
+  report.ready = report.model_set_known && !report.gates.empty() && report.calibrated == report.gates.size();
   report.unknown_nodes.assign(unknown.begin(), unknown.end());
   return report;
 }
@@ -167,6 +211,7 @@ json to_json(const SwitchoverReport& report) {
                      {"evidence", evidence},
                      {"calibrated_on_silicon", g.calibrated},
                      {"silicon_noise", g.silicon_noise ? json(*g.silicon_noise) : json(nullptr)},
+                     {"never_run", g.never_run},
                      {"remaining", g.remaining}});
   }
   return {{"schema", "kiln.switchover/1"},
@@ -174,6 +219,9 @@ json to_json(const SwitchoverReport& report) {
           {"gates", gates},
           {"calibrated", report.calibrated},
           {"ready", report.ready},
+          {"model_set_known", report.model_set_known},
+          {"never_run", report.never_run},
+          {"repeated_samples", report.repeated_samples},
           {"unknown_nodes", report.unknown_nodes},
           {"results_by_current_driver", report.results_by_current_driver}};
 }
@@ -200,12 +248,24 @@ std::string to_text(const SwitchoverReport& report) {
                        report.results_by_current_driver, one ? "" : "s", one ? "is" : "are",
                        one ? "its node's" : "their nodes'");
   }
+  if (report.repeated_samples > 0) {
+    out += fmt::format("  {} baseline samples left out: an earlier result of the same seed had the very same ones (a "
+                       "rerun is not new evidence)\n",
+                       report.repeated_samples);
+  }
   if (!report.unknown_nodes.empty()) {
     out += fmt::format("  results on nodes the coordinator no longer knows were left out: {}\n",
                        fmt::join(report.unknown_nodes, ", "));
   }
-  out += report.ready ? "READY: every gate is calibrated on silicon\n"
-                      : "NOT READY: gates still rely on the simulator\n";
+  if (report.ready) {
+    out += "READY: every gate of the model set is calibrated on silicon\n";
+  } else if (!report.model_set_known) {
+    out += "NOT READY: readiness counts every gate of the model set; give --register or --models to judge it\n";
+  } else {
+    out += fmt::format("NOT READY: {} of {} gates of the model set still rely on the simulator{}\n",
+                       report.gates.size() - report.calibrated, report.gates.size(),
+                       report.never_run > 0 ? fmt::format(" ({} never run)", report.never_run) : "");
+  }
   return out;
 }
 

@@ -42,24 +42,36 @@ std::string what_it_watches(GateMetric metric) {
 std::vector<StabilityGate> stability_gates(const stability::StabilityReport& report) {
   std::vector<StabilityGate> gates;
   for (GateMetric metric : {GateMetric::loss_curve, GateMetric::throughput, GateMetric::correctness}) {
+    // Episodes, not firings: one cause on one chip fails the gate once, with its occurrences.
     std::vector<std::string> seen;
-    std::size_t failures = 0;
-    for (const auto& rank : report.ranks) {
-      for (const auto& f : rank.failures) {
-        if (stability_gate_of(f.kind) != metric) continue;
-        ++failures;
-        if (seen.size() < kFailuresShown) {
-          seen.push_back(fmt::format("{} on {} rank {}{} at step {}: {}", enum_name(f.kind), rank.node_id, rank.rank,
-                                     f.chip ? fmt::format(" chip {}", *f.chip) : "", f.step, f.detail));
+    std::size_t episodes = 0;
+    std::uint64_t failures = 0;
+    for (const auto& e : report.episodes) {
+      if (stability_gate_of(e.kind) != metric) continue;
+      ++episodes;
+      failures += e.occurrences;
+      if (seen.size() >= kFailuresShown) continue;
+      std::string detail;
+      for (const auto& rank : report.ranks) {
+        if (rank.rank != e.rank || rank.job_id != e.job_id || rank.node_id != e.node_id) continue;
+        for (const auto& f : rank.failures) {
+          if (f.kind == e.kind && f.chip == e.chip && detail.empty()) detail = f.detail;
         }
       }
+      seen.push_back(fmt::format("{} on {} rank {}{} at step {}{}: {}", enum_name(e.kind), e.node_id, e.rank,
+                                 e.chip ? fmt::format(" chip {}", *e.chip) : "", e.first_step,
+                                 e.occurrences > 1
+                                     ? fmt::format(" ({} times, to step {})", e.occurrences, e.last_step)
+                                     : "",
+                                 detail));
     }
     StabilityGate gate{metric, GateState::passed, ""};
     if (failures > 0) {
       gate.state = GateState::failed;
-      gate.detail = fmt::format("{} failure{} in {:.1f} chip-hours: {}{}", failures, failures == 1 ? "" : "s",
-                                report.chip_hours, fmt::join(seen, "; "),
-                                failures > seen.size() ? fmt::format("; {} more", failures - seen.size()) : "");
+      gate.detail = fmt::format("{} episode{} ({} failure{}) in {:.1f} chip-hours: {}{}", episodes,
+                                episodes == 1 ? "" : "s", failures, failures == 1 ? "" : "s", report.chip_hours,
+                                fmt::join(seen, "; "),
+                                episodes > seen.size() ? fmt::format("; {} more", episodes - seen.size()) : "");
     } else if (!report.complete) {
       const auto missing = std::count_if(report.ranks.begin(), report.ranks.end(),
                                          [](const stability::RankRun& r) { return !r.reported; });

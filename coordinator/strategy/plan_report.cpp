@@ -53,9 +53,10 @@ std::string plan_text(const Matrix& matrix, const Plan& plan) {
   }
   out += fmt::format("\nnight {}: {} of {} cells, {:.1f} of {:.1f} chip-hours\n", plan.night, plan.chosen.size(),
                      plan.cells_total, plan.chip_hours, plan.budget_chip_hours);
-  out += fmt::format("  pairs covered: {} of {} ({:.1f}%); {} cells ({:.1f} chip-hours) added for pairs the "
-                     "rotation's left; a cover from nothing costs {:.1f}\n",
-                     plan.pairs_covered, plan.pairs_total, percent(plan.pairs_covered, plan.pairs_total), pairwise,
+  out += fmt::format("  pairs covered: {} of {} ({}, {} of their risk weight); {} cells ({:.1f} chip-hours) added "
+                     "for pairs the rotation's left; a cover from nothing costs {:.1f}\n",
+                     plan.pairs_covered, plan.pairs_total, share_text(plan.pairs_covered, plan.pairs_total),
+                     share_text(plan.pair_weight_covered, plan.pair_weight_total), pairwise,
                      plan.pairwise_chip_hours, plan.full_cover_chip_hours);
   out += fmt::format("  risk covered: {:.1f} of {:.1f} ({:.1f}%)\n", plan.risk_covered, plan.risk_total,
                      percent(plan.risk_covered, plan.risk_total));
@@ -76,6 +77,10 @@ std::string plan_json_text(const Matrix& matrix, const Plan& plan, const std::ve
   }
   nlohmann::json skipped_top = nlohmann::json::array();
   for (const PlannedCell& cell : plan.skipped_top) skipped_top.push_back(cell_json(matrix, cell));
+  nlohmann::json missing_pairs = nlohmann::json::array();
+  for (const MissingPair& pair : plan.missing_pairs) {
+    missing_pairs.push_back({{"pair", pair.name}, {"weight", pair.weight}});
+  }
   const Rotation& r = plan.rotation;
   const nlohmann::json doc{
       {"night", plan.night},
@@ -85,6 +90,9 @@ std::string plan_json_text(const Matrix& matrix, const Plan& plan, const std::ve
       {"cells", chosen},
       {"pairs_total", plan.pairs_total},
       {"pairs_covered", plan.pairs_covered},
+      {"pair_weight_total", plan.pair_weight_total},
+      {"pair_weight_covered", plan.pair_weight_covered},
+      {"missing_pairs", missing_pairs},
       {"pairwise_chip_hours", plan.pairwise_chip_hours},
       {"full_cover_chip_hours", plan.full_cover_chip_hours},
       {"risk_total", plan.risk_total},

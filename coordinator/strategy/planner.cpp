@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "coordinator/strategy/cover.h"
+
 namespace kiln::strategy {
 
 std::string_view to_string(ChoiceReason reason) {
@@ -22,6 +24,14 @@ double cell_risk(const Matrix& matrix, const Cell& cell, std::optional<std::int6
                  std::uint32_t rotation_nights) {
   const double age = age_nights ? static_cast<double>(std::max<std::int64_t>(*age_nights, 0)) : rotation_nights;
   return matrix.base_risk(cell) * (1.0 + age / rotation_nights);
+}
+
+std::string share_text(double part, double whole) {
+  if (!(whole > 0)) return "100.0%";
+  double tenths = std::round(1000.0 * part / whole);
+  if (part < whole) tenths = std::min(tenths, 999.0);
+  if (part > 0) tenths = std::max(tenths, 1.0);
+  return fmt::format("{:.1f}%", tenths / 10);
 }
 
 namespace {
@@ -40,95 +50,6 @@ class Rng {
 
  private:
   std::uint64_t state_;
-};
-
-// Every pair of values of two factors, each with a weight (the product of the two values'),
-// and which of them the cells chosen so far cover.
-class PairCover {
- public:
-  explicit PairCover(const Matrix& matrix) : matrix_(matrix) {
-    const auto& factors = matrix.factors();
-    offsets_.assign(factors.size(), std::vector<std::size_t>(factors.size(), 0));
-    for (std::size_t f = 0; f < factors.size(); ++f) {
-      for (std::size_t g = f + 1; g < factors.size(); ++g) {
-        offsets_[f][g] = weights_.size();
-        for (std::uint32_t a = 0; a < factors[f].values.size(); ++a) {
-          for (std::uint32_t b = 0; b < factors[g].values.size(); ++b) {
-            weights_.push_back(matrix.risk_weight(f, a) * matrix.risk_weight(g, b));
-            ends_.push_back({f, g, a, b});
-          }
-        }
-      }
-    }
-    covered_.assign(weights_.size(), false);
-    uncovered_ = weights_.size();
-    total_weight_ = std::accumulate(weights_.begin(), weights_.end(), 0.0);
-  }
-
-  struct Ends {
-    std::size_t f, g;
-    std::uint32_t a, b;
-  };
-
-  std::size_t size() const { return weights_.size(); }
-  std::size_t uncovered() const { return uncovered_; }
-  double total_weight() const { return total_weight_; }
-  double covered_weight() const { return covered_weight_; }
-  bool covered(std::size_t pair) const { return covered_[pair]; }
-  double weight(std::size_t pair) const { return weights_[pair]; }
-  const Ends& ends(std::size_t pair) const { return ends_[pair]; }
-
-  std::size_t id(std::size_t f, std::uint32_t a, std::size_t g, std::uint32_t b) const {
-    if (f > g) {
-      std::swap(f, g);
-      std::swap(a, b);
-    }
-    return offsets_[f][g] + a * matrix_.factors()[g].values.size() + b;
-  }
-
-  // The weight of the uncovered pairs value v of factor h makes with the values set in `cell`.
-  double gain(const Cell& cell, const std::vector<bool>& set, std::size_t h, std::uint32_t v) const {
-    double sum = 0;
-    for (std::size_t f = 0; f < cell.size(); ++f) {
-      if (f == h || !set[f]) continue;
-      const std::size_t pair = id(f, cell[f], h, v);
-      if (!covered_[pair]) sum += weights_[pair];
-    }
-    return sum;
-  }
-
-  double gain(const Cell& cell) const {
-    double sum = 0;
-    for (std::size_t f = 0; f < cell.size(); ++f) {
-      for (std::size_t g = f + 1; g < cell.size(); ++g) {
-        const std::size_t pair = id(f, cell[f], g, cell[g]);
-        if (!covered_[pair]) sum += weights_[pair];
-      }
-    }
-    return sum;
-  }
-
-  void cover(const Cell& cell) {
-    for (std::size_t f = 0; f < cell.size(); ++f) {
-      for (std::size_t g = f + 1; g < cell.size(); ++g) {
-        const std::size_t pair = id(f, cell[f], g, cell[g]);
-        if (covered_[pair]) continue;
-        covered_[pair] = true;
-        --uncovered_;
-        covered_weight_ += weights_[pair];
-      }
-    }
-  }
-
- private:
-  const Matrix& matrix_;
-  std::vector<std::vector<std::size_t>> offsets_;
-  std::vector<double> weights_;
-  std::vector<Ends> ends_;
-  std::vector<bool> covered_;
-  std::size_t uncovered_ = 0;
-  double total_weight_ = 0;
-  double covered_weight_ = 0;
 };
 
 // The cost-aware greedy covering construction (after AETG): each cell added is the best of a
@@ -245,8 +166,12 @@ class CoverBuilder {
 // night for it.
 double pairwise_cover_cost(const Matrix& matrix, std::uint64_t seed, std::size_t candidates) {
   PairCover pairs(matrix);
-  CoverBuilder builder(matrix, pairs, seed, candidates);
   double spent = 0;
+  for (const Cell& cell : grid_cover(matrix, pairs, seed)) {
+    spent += matrix.cost(cell);
+    pairs.cover(cell);
+  }
+  CoverBuilder builder(matrix, pairs, seed, candidates);
   while (auto cell = builder.next(std::numeric_limits<double>::infinity())) {
     spent += matrix.cost(*cell);
     pairs.cover(*cell);
@@ -354,8 +279,15 @@ Plan plan_night(const Matrix& matrix, const NightHistory& history, const PlanReq
         cover_cost, matrix.max_cell_cost(), request.budget_chip_hours, kMaxRotationNights));
   }
 
-  // 2. The pairwise covering set, cheaply.
+  // 2. The pairwise covering set, cheaply: the grid cover when the budget pays for it, then the
+  // greedy for what it left; the greedy alone, heaviest pairs first, when it does not.
   const double before_cover = spent;
+  const std::vector<Cell> grid = grid_cover(matrix, pairs, request.seed);
+  double grid_cost = 0;
+  for (const Cell& cell : grid) grid_cost += matrix.cost(cell);
+  if (spent + grid_cost <= request.budget_chip_hours) {
+    for (const Cell& cell : grid) choose(matrix.index_of(cell), cell, ChoiceReason::pairwise);
+  }
   CoverBuilder builder(matrix, pairs, request.seed, request.candidates_per_row);
   while (auto cell = builder.next(request.budget_chip_hours - spent)) {
     const std::size_t index = matrix.index_of(*cell);
@@ -363,16 +295,6 @@ Plan plan_night(const Matrix& matrix, const NightHistory& history, const PlanReq
     choose(index, *cell, ChoiceReason::pairwise);
   }
   plan.pairwise_chip_hours = spent - before_cover;
-  plan.pairs_total = pairs.size();
-  plan.pairs_covered = pairs.size() - pairs.uncovered();
-  plan.pair_weight_total = pairs.total_weight();
-  plan.pair_weight_covered = pairs.covered_weight();
-  if (pairs.uncovered() > 0) {
-    plan.notes.push_back(fmt::format(
-        "the budget covers {} of {} pairs ({:.1f}% of their risk weight), the heaviest first; a full cover costs about "
-        "{:.1f} chip-hours",
-        plan.pairs_covered, plan.pairs_total, 100.0 * plan.pair_weight_covered / plan.pair_weight_total, cover_cost));
-  }
 
   // 3. The rest by risk per chip-hour, every cell that still fits.
   std::vector<std::size_t> by_value;
@@ -386,6 +308,32 @@ Plan plan_night(const Matrix& matrix, const NightHistory& history, const PlanReq
     if (spent + facts[index].cost <= request.budget_chip_hours) choose(index, matrix.cell_at(index), ChoiceReason::risk);
   }
   plan.chip_hours = spent;
+
+  // The pairs covered, and those missing by name, heaviest first: a budget short of a full cover
+  // says which pairs of values no cell ran tonight.
+  plan.pairs_total = pairs.size();
+  plan.pairs_covered = pairs.size() - pairs.uncovered();
+  plan.pair_weight_total = pairs.total_weight();
+  plan.pair_weight_covered = pairs.covered_weight();
+  std::vector<std::size_t> missing;
+  for (std::size_t p = 0; p < pairs.size(); ++p) {
+    if (!pairs.covered(p)) missing.push_back(p);
+  }
+  std::stable_sort(missing.begin(), missing.end(),
+                   [&](std::size_t x, std::size_t y) { return pairs.weight(x) > pairs.weight(y); });
+  for (std::size_t p : missing) plan.missing_pairs.push_back({pairs.describe(p), pairs.weight(p)});
+  if (!missing.empty()) {
+    std::string named;
+    for (std::size_t k = 0; k < std::min(missing.size(), kMissingPairsNamed); ++k) {
+      named += fmt::format("{}{}", k == 0 ? "" : ", ", pairs.describe(missing[k]));
+    }
+    if (missing.size() > kMissingPairsNamed) named += fmt::format(" and {} more", missing.size() - kMissingPairsNamed);
+    plan.notes.push_back(fmt::format(
+        "the budget covers {} of {} pairs ({} of their risk weight), the heaviest first; {} pair{} missing: {}; a full "
+        "cover costs about {:.1f} chip-hours",
+        plan.pairs_covered, plan.pairs_total, share_text(plan.pair_weight_covered, plan.pair_weight_total),
+        missing.size(), missing.size() == 1 ? " is" : "s are", named, cover_cost));
+  }
 
   // What is left, the riskiest first.
   std::vector<std::size_t> skipped;

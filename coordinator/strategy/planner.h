@@ -1,6 +1,7 @@
 // Tonight's cells of a test matrix on a chip-hour budget (docs/strategy.md, "The matrix
-// planner"): the cells rotation cannot put off, then a cost-aware greedy pairwise covering set
-// (AETG-like, seeded), then the rest of the budget by risk per chip-hour. Never over budget.
+// planner"): the cells rotation cannot put off, then a pairwise covering set (the grid cover of
+// cover.h when the budget pays for it, else a cost-aware greedy, AETG-like, heaviest pairs
+// first; seeded), then the rest of the budget by risk per chip-hour. Never over budget.
 // Pure: the matrix, the history of nights and a seed in, a plan out.
 #pragma once
 
@@ -56,6 +57,15 @@ struct Rotation {
   double due_unpaid_chip_hours = 0;    // of that, what did not fit the budget (rotation falls behind)
 };
 
+// A pair of values no chosen cell covers: "model=llama-70b x hardware=gen1", and its risk weight.
+struct MissingPair {
+  std::string name;
+  double weight = 0;
+};
+
+// How many missing pairs a plan's note names; the plan lists them all.
+constexpr std::size_t kMissingPairsNamed = 10;
+
 struct Plan {
   std::int64_t night = 1;
   double budget_chip_hours = 0;
@@ -65,6 +75,7 @@ struct Plan {
   std::size_t pairs_covered = 0;
   double pair_weight_total = 0;
   double pair_weight_covered = 0;
+  std::vector<MissingPair> missing_pairs;  // heaviest first
   double pairwise_chip_hours = 0;  // of chip_hours, spent on the covering set after the rotation's cells
   double full_cover_chip_hours = 0;  // what a covering set costs from nothing (no rotation cells first)
   double risk_total = 0;           // every cell's risk
@@ -82,6 +93,10 @@ struct Plan {
 // never run counts as one rotation old).
 double cell_risk(const Matrix& matrix, const Cell& cell, std::optional<std::int64_t> age_nights,
                  std::uint32_t rotation_nights);
+
+// "99.9%": part of whole to a tenth of a percent, never "100.0%" while part falls short of it
+// (nor "0.0%" for a part above 0), so a missing pair always shows.
+std::string share_text(double part, double whole);
 
 Plan plan_night(const Matrix& matrix, const NightHistory& history, const PlanRequest& request);
 

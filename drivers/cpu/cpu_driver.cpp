@@ -148,11 +148,20 @@ kiln_driver_status cpu_run_kernel(kiln_driver* handle, std::uint32_t chip, kiln_
   });
 }
 
+kiln_driver_status cpu_backend_kind(kiln_driver* handle, std::uint32_t* out_kind) {
+  return guarded(handle, [&](kiln_driver&) -> Status {
+    if (out_kind == nullptr) return null_argument("out_kind");
+    *out_kind = KILN_BACKEND_CPU;
+    return {};
+  });
+}
+
 const kiln_driver_api kCpuApi = {
     KILN_DRIVER_ABI_VERSION, sizeof(kiln_driver_api), cpu_open, cpu_close, cpu_last_error,
     cpu_driver_version, cpu_chip_count, cpu_chip_identity, cpu_chip_telemetry, cpu_reset_chip,
     cpu_firmware_slots, cpu_flash_standby, cpu_activate_standby, cpu_rollback_firmware,
     cpu_bind_workload, cpu_unbind_workload, cpu_chip_binding, cpu_run_self_test, cpu_run_kernel, cpu_chip_activity,
+    cpu_backend_kind,
 };
 
 }  // namespace

@@ -228,11 +228,20 @@ kiln_driver_status sim_run_kernel(kiln_driver* handle, std::uint32_t chip, kiln_
   });
 }
 
+kiln_driver_status sim_backend_kind(kiln_driver* handle, std::uint32_t* out_kind) {
+  return guarded(handle, [&](kiln_driver&) -> Status {
+    if (out_kind == nullptr) return null_argument("out_kind");
+    *out_kind = KILN_BACKEND_SIM;
+    return {};
+  });
+}
+
 const kiln_driver_api kSimApi = {
     KILN_DRIVER_ABI_VERSION, sizeof(kiln_driver_api), sim_open, sim_close, sim_last_error,
     sim_driver_version, sim_chip_count, sim_chip_identity, sim_chip_telemetry, sim_reset_chip,
     sim_firmware_slots, sim_flash_standby, sim_activate_standby, sim_rollback_firmware,
     sim_bind_workload, sim_unbind_workload, sim_chip_binding, sim_run_self_test, sim_run_kernel, sim_chip_activity,
+    sim_backend_kind,
 };
 
 // The run-time fault functions work on the state directory alone, like kiln-sim-chip.

@@ -5,6 +5,8 @@
 // feeds `kiln switchover`: its gates, measured on the simulated chip only, rest on the simulator.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/documented_fields.h"
@@ -69,6 +71,29 @@ TEST_CASE("kiln rerun: a nightly's measure job reproduces; on corrupting chips i
     CHECK(contains(g.at("remaining").get<std::string>(), "on silicon"));
   }
   CHECK(mlp_gates == 2);
+  // Without the model set readiness cannot be judged; with it, every gate of the set counts.
+  CHECK(switchover.at("model_set_known") == false);
+  const std::string models = (fleet.dir() / "one-node.toml").string();
+  CHECK(fleet.kiln_split("ci", {"switchover", "--models", models, "--json"}, &out, &switchover_err) == 1);
+  const auto of_set = nlohmann::json::parse(out);
+  CHECK(of_set.at("model_set_known") == true);
+  CHECK(of_set.at("never_run") == 0);
+  CHECK(of_set.at("gates").size() == 4);  // two models, two gates, revision a
+  // The simulated nodes' drivers declare what they drive, whatever their version string says.
+  std::string nodes_out;
+  REQUIRE(fleet.kiln_split("ci", {"nodes", "--json"}, &nodes_out, &switchover_err) == 0);
+  for (const auto& node : nlohmann::json::parse(nodes_out)) {
+    const auto labels = node.at("labels").get<std::vector<std::string>>();
+    CHECK(std::find(labels.begin(), labels.end(), "backend=sim") != labels.end());
+  }
+  const auto sim_samples_of = [](const nlohmann::json& report) {
+    for (const auto& g : report.at("gates")) {
+      if (g.at("model") == "mlp-bf16-it" && g.at("gate") == "performance") return g.at("evidence").at("sim").get<int>();
+    }
+    return -1;
+  };
+  const int samples_after_one = sim_samples_of(of_set);
+  REQUIRE(samples_after_one > 0);
   const std::string job = std::to_string(jobs.at("mlp-bf16-it"));
   // The first nightly had nothing earlier to rerun.
   CHECK(contains(fleet.log_of("qualifier"), "reproducibility: no earlier result"));
@@ -122,6 +147,11 @@ TEST_CASE("kiln rerun: a nightly's measure job reproduces; on corrupting chips i
                      &out, 240s) == 0);
   REQUIRE(fleet.kiln("ci", {"run", "nightly-r2"}, &out) == 0);
   CHECK(contains(out, "reproducibility: 2 earlier results rerun: 2 reproduced"));
+  // The second nightly's baseline samples of the same seed count only where they differ from the
+  // first's: what repeats exactly is left out, and said.
+  CHECK(fleet.kiln_split("ci", {"switchover", "--models", models, "--json"}, &out, &switchover_err) == 1);
+  const auto after_two = nlohmann::json::parse(out);
+  CHECK(sim_samples_of(after_two) + after_two.at("repeated_samples").get<int>() >= 2 * samples_after_one);
   CHECK(contains(out, "job " + job + " (mlp-bf16-it on revision a, run nightly-r1) rerun as job "));
   std::string err;
   REQUIRE(fleet.kiln_split("ci", {"run", "nightly-r2", "--json"}, &out, &err) == 0);

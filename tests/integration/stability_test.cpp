@@ -5,10 +5,12 @@
 // injected while the run goes, which end a rank) is caught with its kind and evidence. The runs
 // of the shipped set's train-tiny-large-01 are recorded with their gates: the shipped register's
 // stability risks get a verdict, a failing one pages its team, and an approver's waiver covers it.
+// A periodic fault's firings on one chip are one episode: the rates count episodes.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/documented_fields.h"
@@ -157,6 +159,38 @@ TEST_CASE("kiln stability: a clean run, then each failure kind injected on the s
   CHECK(by_node["n02"][0].at("value").get<double>() < by_node["n02"][0].at("threshold").get<double>());
   CHECK(contains(by_node["n02"][0].at("detail").get<std::string>(), "below the first 10 minutes'"));
   CHECK(survived.at("kinds").at("throughput_decay").at("failures") == 1);
+  // The periodic spike fired several times on n01's rank: one cause, one episode with its
+  // occurrences. The rates and intervals count the two episodes, not every firing.
+  REQUIRE(by_node["n01"].size() >= 2);
+  CHECK(survived.at("kinds").at("loss_spike").at("episodes") == 1);
+  CHECK(survived.at("kinds").at("loss_spike").at("failures") == by_node["n01"].size());
+  CHECK(survived.at("total").at("episodes") == 2);
+  CHECK(survived.at("total").at("failures") == by_node["n01"].size() + 1);
+  REQUIRE(survived.at("episodes").size() == 2);
+  for (const auto& episode : survived.at("episodes")) {
+    if (episode.at("kind") != "loss_spike") continue;
+    CHECK(episode.at("node_id") == "n01");
+    CHECK(episode.at("occurrences") == by_node["n01"].size());
+  }
+  // The same interval as two episodes counted on the command line in the run's chip-hours.
+  const double spiky_chip_hours = survived.at("chip_hours").get<double>();
+  std::string rate_out;
+  std::string rate_err;
+  REQUIRE(fleet.kiln_split("ci",
+                           {"stability", "--episodes", "2", "--chip-hours", fmt::format("{:.17g}", spiky_chip_hours),
+                            "--json"},
+                           &rate_out, &rate_err) == 0);
+  const auto rate = nlohmann::json::parse(rate_out);
+  CHECK(rate.at("schema") == "kiln.stability-rate/1");
+  CHECK(rate.at("upper").get<double>() == doctest::Approx(survived.at("total").at("upper").get<double>()));
+  CHECK(rate.at("lower").get<double>() == doctest::Approx(survived.at("total").at("lower").get<double>()));
+  // Garwood's 95% upper bound of 2 events is 7.2247, per 1000 chip-hours of exposure.
+  CHECK(rate.at("upper").get<double>() == doctest::Approx(7224.7 / spiky_chip_hours).epsilon(1e-3));
+  std::string text_out;
+  REQUIRE(fleet.kiln("ci", {"stability", "--episodes", "0", "--chip-hours", "8"}, &text_out) == 0);
+  CHECK(contains(text_out, "0 episodes in 8 chip-hours: 0.00 per 1000 chip-hours (95% CI 0.00 to 461.11)"));
+  CHECK(fleet.kiln("ci", {"stability", "--episodes", "2"}, &text_out) == 2);
+  CHECK(contains(text_out, "--episodes and --chip-hours go together"));
   for (const auto& rank : survived.at("ranks")) CHECK(rank.at("ended_early") == false);
   for (const auto& node : {"n01", "n02"}) REQUIRE(fleet.sim_chip(node, {"clear"}) == 0);
 

@@ -80,7 +80,9 @@ st::RankRun rank_run(const protocol::JobDetail& detail) {
   return run;
 }
 
-class StabilityCommand : public RemoteCommand {
+// A run on the fleet, or with --episodes and --chip-hours, the rate and interval of counts
+// given, with no coordinator.
+class StabilityCommand : public Command {
  public:
   std::string name() const override { return "stability"; }
   std::string help() const override {
@@ -89,12 +91,17 @@ class StabilityCommand : public RemoteCommand {
   void add_options(CLI::App& command) override {
     command.add_option("--model", model_,
                        "the training model: a model of the register's set (its workload trains, and the run is "
-                       "recorded under its name), else the workload's own model (train-tiny on the simulated chip)")
-        ->required();
+                       "recorded under its name), else the workload's own model (train-tiny on the simulated chip)");
     command.add_option("--chips", chips_, "chips in all: one node's worth or fewer, or whole nodes")
-        ->required()
         ->check(CLI::Range(1, 64 * 64));
-    command.add_option("--duration", duration_, "how long it trains, on the run's clock (24h, 90m)")->required();
+    command.add_option("--duration", duration_, "how long it trains, on the run's clock (24h, 90m)");
+    command.add_option("--episodes", episodes_,
+                       "no run: the rate and interval of this many failure episodes (one cause on one chip each) "
+                       "counted elsewhere; with --chip-hours");
+    command.add_option("--chip-hours", counted_chip_hours_, "no run: the exposure the --episodes were counted in")
+        ->check(CLI::PositiveNumber);
+    command.add_option("--confidence", confidence_,
+                       "of the interval (overrides [run] confidence; 0.5 to 0.999, default 0.95)");
     command.add_option("--criteria", criteria_file_, "stability.toml: the failure criteria (default: the defaults)");
     command.add_option("--time-scale", time_scale_,
                        "run-clock seconds per wall second (overrides [run] time_scale; 1 on silicon)");
@@ -106,6 +113,30 @@ class StabilityCommand : public RemoteCommand {
     add_register_option(command, register_path_);
   }
   Status check_arguments() override {
+    if (episodes_ || counted_chip_hours_) {
+      if (confidence_ > 0) criteria_.confidence = confidence_;
+      if (!episodes_ || !counted_chip_hours_) {
+        return fail(Errc::invalid_argument, "--episodes and --chip-hours go together: give both for the rate of "
+                                            "counts, or neither for a run");
+      }
+      if (!model_.empty() || chips_ != 0 || !duration_.empty()) {
+        return fail(Errc::invalid_argument,
+                    "--episodes and --chip-hours give the rate of counts without a run: leave out --model, --chips "
+                    "and --duration");
+      }
+      if (auto valid = st::validate(criteria_); !valid) {
+        return fail(Errc::invalid_argument, "--confidence: " + valid.error().message);
+      }
+      return {};
+    }
+    for (const auto& [given, option] : {std::pair{!model_.empty(), "--model"}, std::pair{chips_ != 0, "--chips"},
+                                        std::pair{!duration_.empty(), "--duration"}}) {
+      if (!given) {
+        return fail(Errc::invalid_argument, fmt::format("{} is required for a run (or give --episodes and "
+                                                        "--chip-hours for the rate of counts)",
+                                                        option));
+      }
+    }
     auto cls = parse_priority_class(class_);
     if (!cls) return tl::unexpected(cls.error());
     priority_class_ = *cls;
@@ -118,12 +149,28 @@ class StabilityCommand : public RemoteCommand {
       criteria_ = *read;
     }
     if (time_scale_ > 0) criteria_.time_scale = time_scale_;
+    if (confidence_ > 0) criteria_.confidence = confidence_;
     if (auto valid = st::validate(criteria_); !valid) {
-      return fail(Errc::invalid_argument, "--time-scale: " + valid.error().message);
+      return fail(Errc::invalid_argument, "--time-scale or --confidence: " + valid.error().message);
     }
     return resolve_model();
   }
-  int run_with(Client& client, CommandContext& context) override {
+  int run(CommandContext& context) override {
+    if (episodes_) {
+      if (context.json()) {
+        std::cout << st::rate_to_json(*episodes_, *counted_chip_hours_, criteria_.confidence).dump(2) << "\n";
+      } else {
+        std::cout << st::rate_to_text(*episodes_, *counted_chip_hours_, criteria_.confidence);
+      }
+      return kExitOk;
+    }
+    auto client = context.client();
+    if (!client) return report(client.error());
+    return run_with(**client, context);
+  }
+
+ private:
+  int run_with(Client& client, CommandContext& context) {
     const TimeMs started_at_ms = wall_now_ms();
     auto per_node = chips_per_node(client, revision_);
     if (!per_node) return report(per_node.error());
@@ -180,7 +227,6 @@ class StabilityCommand : public RemoteCommand {
     return result.passed ? kExitOk : kExitFailed;
   }
 
- private:
   protocol::SubmitJob rank_template(std::uint32_t chips) const {
     protocol::SubmitJob job;
     job.workload = workload_;
@@ -263,7 +309,7 @@ class StabilityCommand : public RemoteCommand {
     return {};
   }
 
-  // The ranks' nodes' revision, and each node's backend as its driver is at the end of the run.
+  // The ranks' nodes' revision, and each node's backend as its driver declares it at the end of the run.
   static Status nodes_of_run(Client& client, const st::StabilityReport& result, q::StabilityRunFacts& facts) {
     auto nodes = list_nodes(client);
     if (!nodes) return tl::unexpected(nodes.error());
@@ -271,7 +317,8 @@ class StabilityCommand : public RemoteCommand {
       for (const auto& n : *nodes) {
         if (n.node_id != rank.node_id) continue;
         facts.revision = n.hardware_revision;
-        facts.node_backends[n.node_id] = std::string(kiln::enum_name(backends::backend_of(n.driver_version)));
+        const auto backend = backends::declared_backend(n.labels);
+        facts.node_backends[n.node_id] = backend ? std::string(kiln::enum_name(*backend)) : "unknown";
       }
     }
     return {};
@@ -298,6 +345,9 @@ class StabilityCommand : public RemoteCommand {
   std::string register_path_;
   std::uint32_t chips_ = 0;
   std::string duration_;
+  std::optional<std::uint64_t> episodes_;
+  std::optional<double> counted_chip_hours_;
+  double confidence_ = 0;
   double hours_ = 0;
   std::string criteria_file_;
   double time_scale_ = 0;

@@ -108,7 +108,8 @@ class Driver {
     }
     std::vector<NodeCandidate> nodes;
     for (const auto& n : list->nodes) {
-      node_drivers_[n.node_id] = n.driver_version;
+      const auto backend = backends::declared_backend(n.labels);
+      node_backends_[n.node_id] = backend ? std::string(kiln::enum_name(*backend)) : std::string();
       const bool healthy = n.state == protocol::NodeState::up && n.health != protocol::HealthStatus::fail;
       nodes.push_back(NodeCandidate{n.node_id, n.hardware_revision, healthy, n.chips_used == 0});
     }
@@ -418,9 +419,10 @@ class Driver {
       result.detail = fmt::format("job {} {}: {}", job.job_id, protocol::enum_name(job.state), job.detail);
     }
     result.tag = flight.tag;
-    // The node's driver now, as the result is read: the backend that made it, kept with it.
-    if (auto driver = node_drivers_.find(job.node_id); driver != node_drivers_.end()) {
-      result.backend = std::string(kiln::enum_name(backends::backend_of(driver->second)));
+    // What the node's driver declares now, as the result is read: the backend that made it, kept
+    // with it (none when the driver declares nothing).
+    if (auto backend = node_backends_.find(job.node_id); backend != node_backends_.end()) {
+      result.backend = backend->second;
     }
     if (result.ran && flight.measure) {
       measured_[{flight.model, flight.revision}] =
@@ -477,7 +479,7 @@ class Driver {
   std::map<std::uint64_t, Gang> gangs_;                    // by tag
   std::map<std::string, protocol::ArtifactRef> uploaded_;  // file path -> its artifact, this run
   std::map<std::pair<std::string, std::string>, MeasuredJob> measured_;  // by (model, revision)
-  std::map<std::string, std::string> node_drivers_;  // node id -> its driver's version, as last listed
+  std::map<std::string, std::string> node_backends_;  // node id -> its driver's declared backend, as last listed
 };
 
 }  // namespace

@@ -30,6 +30,7 @@ std::unique_ptr<Driver> load(const std::string& library, const std::string& opti
 TEST_CASE("the CPU backend has one device and runs kernels with the chip's numerics") {
   auto driver = load(testing::cpu_library(), "");
   CHECK(driver->driver_version().value() == "kiln-cpu 0.1.0");
+  CHECK(driver->backend_kind().value() == "cpu");
   CHECK(driver->chip_count().value() == 1);
   const auto id = driver->chip_identity(0);
   REQUIRE(id);

@@ -32,7 +32,7 @@ TEST_CASE("a failure rate is per 1000 chip-hours of exposure") {
   CHECK(none.lower == 0.0);
   CHECK(none.upper == doctest::Approx(3.6889 * 2).epsilon(1e-4));  // 3.69 failures in 500 chip-hours
   const RateEstimate two = failure_rate(2, 4000.0, 0.95);
-  CHECK(two.failures == 2);
+  CHECK(two.count == 2);
   CHECK(two.per_1000_chip_hours == doctest::Approx(0.5));
   CHECK(two.lower < 0.5);
   CHECK(two.upper > 0.5);

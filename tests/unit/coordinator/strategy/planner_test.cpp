@@ -110,7 +110,7 @@ TEST_CASE("every pair is covered when the budget allows, also by a budget of the
   }
 }
 
-TEST_CASE("the statement-sized cover is small: two factors of 15 and 12 values need about 180 cells") {
+TEST_CASE("the statement-sized cover is the smallest: one cell per pair of the two largest factors, 180") {
   std::vector<Factor> factors;
   for (auto [name, count] : {std::pair{"model", 15}, {"config", 12}, {"hw", 3}, {"sw", 8}, {"env", 4}}) {
     Factor factor{name, {}};
@@ -119,15 +119,28 @@ TEST_CASE("the statement-sized cover is small: two factors of 15 and 12 values n
   }
   const Matrix m(std::move(factors), 1.0, 3.0, 1.0, "");
   PlanRequest request;
-  request.budget_chip_hours = 200;  // a cover and some rotation, not much more
-  const Plan plan = plan_night(m, {}, request);
+  request.budget_chip_hours = 185;  // a cover and a few cells by risk: no rotation
+  Plan plan = plan_night(m, {}, request);
+  CHECK(plan.rotation.nights == 0);
   CHECK(plan.pairs_covered == plan.pairs_total);
   CHECK(plan.pairs_total == 653);
-  // 15 x 12 pairs of the two largest factors, one per cell: the cells before the risk's.
-  const auto cover_cells = std::count_if(plan.chosen.begin(), plan.chosen.end(),
-                                         [](const PlannedCell& c) { return c.reason != ChoiceReason::risk; });
-  CHECK(cover_cells >= 180);
-  CHECK(cover_cells <= 190);
+  CHECK(plan.full_cover_chip_hours == 180);
+  const auto count = [](const Plan& p, ChoiceReason reason) {
+    return std::count_if(p.chosen.begin(), p.chosen.end(), [&](const PlannedCell& c) { return c.reason == reason; });
+  };
+  // 15 x 12 pairs of the two largest factors, one per cell.
+  CHECK(count(plan, ChoiceReason::pairwise) == 180);
+
+  // With rotation cells first, the cover adds a cell for each model x config pair they left.
+  request.budget_chip_hours = 200;
+  plan = plan_night(m, {}, request);
+  REQUIRE(plan.rotation.nights > 0);
+  CHECK(plan.pairs_covered == plan.pairs_total);
+  std::set<std::pair<std::uint32_t, std::uint32_t>> by_rotation;
+  for (const PlannedCell& c : plan.chosen) {
+    if (c.reason == ChoiceReason::rotation) by_rotation.insert({c.cell[0], c.cell[1]});
+  }
+  CHECK(count(plan, ChoiceReason::pairwise) == static_cast<std::ptrdiff_t>(180 - by_rotation.size()));
 }
 
 TEST_CASE("a short budget covers what it can, says so, and the heaviest pairs first") {
@@ -141,6 +154,19 @@ TEST_CASE("a short budget covers what it can, says so, and the heaviest pairs fi
   CHECK(plan.pairs_covered == 2);
   REQUIRE_FALSE(plan.notes.empty());
   CHECK(plan.notes.back().find("covers 2 of 9 pairs") != std::string::npos);
+  // The 7 pairs missing, by count and by name, the heaviest first: x and p weigh 10 each.
+  REQUIRE(plan.missing_pairs.size() == 7);
+  CHECK(plan.missing_pairs.front().weight == 10);
+  CHECK(plan.missing_pairs.back().weight == 1);
+  CHECK(plan.notes.back().find("7 pairs are missing: a=x x b=") != std::string::npos);
+}
+
+TEST_CASE("a share short of the whole never reads 100.0%, nor a share above nothing 0.0%") {
+  CHECK(share_text(1, 1) == "100.0%");
+  CHECK(share_text(0.9996, 1) == "99.9%");
+  CHECK(share_text(0.0001, 1) == "0.1%");
+  CHECK(share_text(0, 1) == "0.0%");
+  CHECK(share_text(0.5, 1) == "50.0%");
 }
 
 TEST_CASE("the same seed gives the same plan; another seed may not") {

@@ -427,6 +427,9 @@ TEST_CASE("the driver reports the version a driver install recorded, also after 
   REQUIRE(std::system((tool + " set-driver-version --driver-options '" + testing::fast_options(dir) + "' 2.0.0")
                           .c_str()) == 0);
   CHECK(driver->driver_version().value() == "2.0.0");
+  // A version string like a vendor's does not make the simulated chip silicon: its kind is what
+  // the driver declares.
+  CHECK(driver->backend_kind().value() == "sim");
   driver.reset();
   CHECK(open_sim(dir)->driver_version().value() == "2.0.0");
   REQUIRE(std::system((tool + " set-driver-version --state-dir " + (dir / "state").string() + " 2.1.0").c_str()) ==
