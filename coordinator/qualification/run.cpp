@@ -297,7 +297,8 @@ struct QualificationRun::State {
       auto started = bisections.start(regressions, *ready);
       if (!started) {
         for (std::size_t p : waiting) {
-          finalize(p, pairs[p].regression_verdict, pairs[p].regression_detail + "; not bisected: " + started.error().message);
+          finalize(p, pairs[p].regression_verdict,
+                   pairs[p].regression_detail + "; not bisected: " + started.error().message);
         }
         continue;
       }
@@ -308,7 +309,8 @@ struct QualificationRun::State {
 
   bool undecided(const std::string& baseline_bundle_id) const {
     return std::any_of(pairs.begin(), pairs.end(), [&](const Pair& pair) {
-      return pair.baseline_bundle_id == baseline_bundle_id && pair.stage != Stage::bisection && pair.stage != Stage::done;
+      return pair.baseline_bundle_id == baseline_bundle_id && pair.stage != Stage::bisection &&
+             pair.stage != Stage::done;
     });
   }
 
@@ -388,7 +390,8 @@ struct QualificationRun::State {
     std::vector<std::string> others;
     for (const BisectionTarget& target : targets) {
       for (std::size_t other : target.pairs) {
-        if (other != p) add_unique(others, fmt::format("{} on revision {}", model_of(pairs[other]).name, pairs[other].revision));
+        if (other == p) continue;
+        add_unique(others, fmt::format("{} on revision {}", model_of(pairs[other]).name, pairs[other].revision));
       }
     }
     if (!others.empty()) detail += fmt::format("; bisected once, together with {}", fmt::join(others, ", "));
@@ -397,7 +400,8 @@ struct QualificationRun::State {
       detail += fmt::format("; culprit {} ({}, {}): {}", culprit.id, to_string(culprit.layer), culprit.owner_team,
                             culprit.summary);
     } else {
-      detail += fmt::format("; the bisection could not pin the culprit down: suspects {}, ticketed to {} with the range",
+      detail += fmt::format("; the bisection could not pin the culprit down: suspects {}, ticketed to {} with the "
+                            "range",
                             fmt::join(result.suspects, ", "), model_report.owner_team);
     }
     if (!ticket_ids.empty()) detail += fmt::format("; ticket {}", fmt::join(ticket_ids, ", "));

@@ -42,13 +42,16 @@ Result<std::size_t> RunBisections::start(const std::vector<Regression>& regressi
     }
     BisectionTarget target{regression.kind, probe, regression.revision, regression.model->name, {regression.pair},
                            std::nullopt};
-    if (regression.kind == TicketKind::performance_regression && input_.settings.perf.rule == stats::GateRule::sequential) {
+    if (regression.kind == TicketKind::performance_regression &&
+        input_.settings.perf.rule == stats::GateRule::sequential) {
       static const std::vector<std::vector<double>> no_records;
       auto records = input_.baseline_history.find({probe.name, regression.revision});
       std::string note;
       target.plan = plan_for_pair(records == input_.baseline_history.end() ? no_records : records->second,
                                   input_.settings.perf, &note);
-      if (!note.empty()) book_.log(fmt::format("probes of {} on revision {}: {}", probe.name, regression.revision, note));
+      if (!note.empty()) {
+        book_.log(fmt::format("probes of {} on revision {}: {}", probe.name, regression.revision, note));
+      }
       book_.log(fmt::format("probes of {} on revision {}: {}", probe.name, regression.revision,
                             describe_plan(*target.plan)));
     }
@@ -182,7 +185,8 @@ void RunBisections::launch_probe_job(std::size_t b, std::size_t candidate, std::
   job.baseline_bundle_id = performance ? run.baseline_bundle_id : std::string();
   job.repeats_per_side = performance ? repeats_per_side : 0;
   job.seed = of.probe_model.seed;
-  run.probes[candidate].targets[target].tag = book_.enqueue(std::move(job), JobOwner{of.pairs.front(), b, candidate}, true);
+  run.probes[candidate].targets[target].tag =
+      book_.enqueue(std::move(job), JobOwner{of.pairs.front(), b, candidate}, true);
 }
 
 // The probe's verdict once every target has one: bad when any target is bad (the first culprit

@@ -31,20 +31,28 @@ std::string regression_words(TicketKind kind, const std::optional<stats::ModelGa
   return "throughput " + percent(shift);
 }
 
+// What a culprit's and an unpinned regression's tickets both say (CulpritFound and
+// RegressionUnpinned name these fields alike).
+template <class Regression>
+json regression_evidence(const Regression& regression) {
+  json evidence = {{"run_id", regression.run_id},
+                   {"model", regression.model},
+                   {"revision", regression.revision},
+                   {"probe_model", regression.probe_model},
+                   {"candidate_bundle", regression.candidate_bundle_id},
+                   {"baseline_bundle", regression.baseline_bundle_id},
+                   {"detail", regression.detail},
+                   {"bisection", to_json(regression.bisection)}};
+  if (regression.performance) evidence["performance"] = to_json(*regression.performance);
+  if (regression.triage) evidence["triage"] = to_json(*regression.triage);
+  return evidence;
+}
+
 }  // namespace
 
 Ticket culprit_ticket(const CulpritFound& found, TimeMs now_ms) {
-  json evidence = {{"run_id", found.run_id},
-                   {"model", found.model},
-                   {"revision", found.revision},
-                   {"probe_model", found.probe_model},
-                   {"candidate_bundle", found.candidate_bundle_id},
-                   {"baseline_bundle", found.baseline_bundle_id},
-                   {"detail", found.detail},
-                   {"bisection", to_json(found.bisection)}};
+  json evidence = regression_evidence(found);
   if (!found.models.empty()) evidence["models"] = found.models;
-  if (found.performance) evidence["performance"] = to_json(*found.performance);
-  if (found.triage) evidence["triage"] = to_json(*found.triage);
   const Change& culprit = found.culprit;
   const std::string models = found.models.size() > 1
                                  ? fmt::format("{} and {} more", found.model, found.models.size() - 1)
@@ -62,17 +70,8 @@ Ticket unpinned_ticket(const RegressionUnpinned& regression, TimeMs now_ms) {
   const std::string range = bisection.suspects.size() == 1
                                 ? bisection.suspects.front()
                                 : fmt::format("{}..{}", bisection.suspects.front(), bisection.suspects.back());
-  json evidence = {{"run_id", regression.run_id},
-                   {"model", regression.model},
-                   {"revision", regression.revision},
-                   {"probe_model", regression.probe_model},
-                   {"candidate_bundle", regression.candidate_bundle_id},
-                   {"baseline_bundle", regression.baseline_bundle_id},
-                   {"detail", regression.detail},
-                   {"suspects", bisection.suspects},
-                   {"bisection", to_json(bisection)}};
-  if (regression.performance) evidence["performance"] = to_json(*regression.performance);
-  if (regression.triage) evidence["triage"] = to_json(*regression.triage);
+  json evidence = regression_evidence(regression);
+  evidence["suspects"] = bisection.suspects;
   const std::string title = fmt::format(
       "{}: {} on revision {} since one of {} changes ({}); the bisection could not pin it down: {}", regression.model,
       regression_words(regression.kind, regression.performance), regression.revision, bisection.suspects.size(), range,

@@ -145,9 +145,11 @@ class Fleet {
     result.tag = request.tag;
     result.node_id = "a0";
     kiln::stats::Rng rng(request.seed);
+    const double baseline = 1000 * factor(request.baseline_bundle_id, workload);
+    const double candidate = 1000 * factor(request.bundle_id, workload);
     for (std::uint32_t i = 0; i < request.repeats_per_side; ++i) {
-      result.baseline_samples.push_back(1000 * factor(request.baseline_bundle_id, workload) * (1 + kNoise * rng.normal()));
-      result.candidate_samples.push_back(1000 * factor(request.bundle_id, workload) * (1 + kNoise * rng.normal()));
+      result.baseline_samples.push_back(baseline * (1 + kNoise * rng.normal()));
+      result.candidate_samples.push_back(candidate * (1 + kNoise * rng.normal()));
     }
     return result;
   }
@@ -164,8 +166,9 @@ const q::ModelReport& report_of(const q::RunReport& report, const std::string& m
 }
 
 std::size_t logs_containing(const Outcome& out, const std::string& text) {
-  return static_cast<std::size_t>(
-      std::count_if(out.logs.begin(), out.logs.end(), [&](const std::string& log) { return log.find(text) != std::string::npos; }));
+  return static_cast<std::size_t>(std::count_if(out.logs.begin(), out.logs.end(), [&](const std::string& log) {
+    return log.find(text) != std::string::npos;
+  }));
 }
 
 // One bisection for both models, every probe measuring both, within the documented rounds.
@@ -191,7 +194,9 @@ void check_one_bisection(const Outcome& out) {
   std::map<std::string, std::set<std::string>> models_of_bundle;
   for (const auto& probe : out.probes) models_of_bundle[probe.bundle_id].insert(probe.model);
   CHECK(models_of_bundle.size() == ranker.bisection->probes_started);
-  for (const auto& [bundle, models] : models_of_bundle) CHECK(models == std::set<std::string>{"mlp-ranker", "mlp-recsys"});
+  for (const auto& [bundle, models] : models_of_bundle) {
+    CHECK(models == std::set<std::string>{"mlp-ranker", "mlp-recsys"});
+  }
   // One ticket, to the culprit's owner, naming both models.
   REQUIRE(out.report.tickets.size() == 1);
   const q::Ticket& ticket = out.report.tickets.front();
@@ -241,7 +246,9 @@ TEST_CASE("a confirmed regression the bisection cannot pin down tickets each mod
   std::map<std::string, q::Ticket> by_team;
   for (const auto& ticket : out.report.tickets) by_team[ticket.team] = ticket;
   REQUIRE(by_team.size() == 2);
-  for (const auto& [name, team] : {std::pair{"mlp-ranker", "ranking-models"}, std::pair{"mlp-recsys", "recsys-models"}}) {
+  const std::pair<std::string, std::string> owners[] = {{"mlp-ranker", "ranking-models"},
+                                                        {"mlp-recsys", "recsys-models"}};
+  for (const auto& [name, team] : owners) {
     const auto& m = report_of(out.report, name);
     CHECK(m.verdict == q::ModelVerdict::performance_regression);
     REQUIRE(m.bisection.has_value());
