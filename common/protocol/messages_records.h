@@ -29,9 +29,10 @@ enum class RecordKind {
   ticket,
   promotion,
   waiver,
-  stability_run
+  stability_run,
+  run_cancel
 };
-constexpr EnumTable<RecordKind, 10> enum_names(RecordKind) {
+constexpr EnumTable<RecordKind, 11> enum_names(RecordKind) {
   return {{
       {RecordKind::change, "change"},
       {RecordKind::bundle, "bundle"},
@@ -43,6 +44,7 @@ constexpr EnumTable<RecordKind, 10> enum_names(RecordKind) {
       {RecordKind::promotion, "promotion"},
       {RecordKind::waiver, "waiver"},
       {RecordKind::stability_run, "stability_run"},
+      {RecordKind::run_cancel, "run_cancel"},
   }};
 }
 

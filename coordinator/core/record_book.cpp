@@ -170,6 +170,13 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
       }
       return {};
     }
+    case RecordKind::run_cancel: {
+      if (auto ok = key_matches(put.key, string_member(*json, "run_id"), put.kind); !ok) return ok;
+      if (!exists(RecordKind::run_request, put.key)) {
+        return fail(Errc::not_found, fmt::format("no run {} was requested; `kiln runs` lists the runs", put.key));
+      }
+      return {};
+    }
     case RecordKind::ticket: {
       auto ticket = qualification::ticket_record_from_json(*json);
       if (!ticket) return tl::unexpected(ticket.error());
@@ -236,7 +243,8 @@ Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, co
   if (auto ok = check(put); !ok) return tl::unexpected(ok.error());
   const protocol::RecordEntry* held = get(put.kind, put.key);
   const bool immutable = put.kind == RecordKind::change || put.kind == RecordKind::bundle ||
-                         put.kind == RecordKind::run_request || put.kind == RecordKind::promotion;
+                         put.kind == RecordKind::run_request || put.kind == RecordKind::promotion ||
+                         put.kind == RecordKind::run_cancel;
   if (held != nullptr && immutable) {
     if (nlohmann::json::parse(held->document) != nlohmann::json::parse(put.document)) {
       return fail(Errc::conflict, fmt::format("{} {} is already recorded with other content; {} records never "
@@ -318,7 +326,9 @@ bool RecordBook::exists(RecordKind kind, const std::string& key) const { return 
 std::vector<std::pair<RecordKind, std::string>> RecordBook::records_needed(const protocol::PutRecord& put) const {
   std::vector<std::pair<RecordKind, std::string>> needed;
   if (held_in_store_only(put.kind)) needed.emplace_back(put.kind, put.key);
-  if (put.kind == RecordKind::run_claim) needed.emplace_back(RecordKind::run_request, put.key);
+  if (put.kind == RecordKind::run_claim || put.kind == RecordKind::run_cancel) {
+    needed.emplace_back(RecordKind::run_request, put.key);
+  }
   // The records check() looks for that the document names; only those kinds' documents are read
   // here (a report's tens of KB are parsed once, by check()). A document that does not parse, or
   // names none, needs none: check() refuses it.

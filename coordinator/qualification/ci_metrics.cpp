@@ -6,6 +6,7 @@
 
 #include "coordinator/qualification/flake_budget.h"
 #include "coordinator/qualification/run_report.h"
+#include "coordinator/qualification/run_verdict.h"
 
 namespace kiln::qualification {
 namespace {
@@ -39,7 +40,7 @@ void CiMetrics::add_report(const nlohmann::json& report) {
   if (request == requests_.end()) return;
   const TimeMs finished_at_ms = report.value("finished_at_ms", TimeMs{0});
   request->second.finished_at_ms = finished_at_ms;
-  runs_[{request->second.tier, report.value("passed", false)}] += 1;
+  runs_[{request->second.tier, run_verdict(report).word}] += 1;
   if (request->second.tier == Tier::smoke) {
     time_to_signal_.observe(seconds_from_ms(std::max<TimeMs>(0, finished_at_ms - request->second.requested_at_ms)));
   }
@@ -78,12 +79,12 @@ std::string CiMetrics::render(TimeMs now_wall_ms) const {
   const TimeMs end_ms = nightly_finished ? nightly->second.finished_at_ms : now_wall_ms;
   out.sample({}, have_nightly && end_ms > nightly->second.deadline_ms ? 1 : 0);
 
-  out.counter("kiln_runs_total", "Finished qualification runs by kind (smoke, nightly, release) and verdict.");
+  out.counter("kiln_runs_total", "Finished qualification runs by kind (smoke, nightly, release) and verdict (passed; "
+                                 "failed: a regression; error: the run could not be carried out).");
   for (Tier tier : enum_values<Tier>()) {
-    for (bool passed : {true, false}) {
-      const auto it = runs_.find({tier, passed});
-      out.sample({{"kind", std::string(to_string(tier))}, {"verdict", passed ? "passed" : "failed"}},
-                 it == runs_.end() ? 0 : it->second);
+    for (const char* verdict : {"passed", "failed", "error"}) {
+      const auto it = runs_.find({tier, verdict});
+      out.sample({{"kind", std::string(to_string(tier))}, {"verdict", verdict}}, it == runs_.end() ? 0 : it->second);
     }
   }
 

@@ -56,7 +56,7 @@ class CiMetrics {
   std::string latest_scheduled_nightly_;  // the last nightly requested with a deadline
   std::set<std::string> finished_;
   std::map<std::string, std::vector<BisectionProgress>> running_;  // unfinished runs' bisections
-  std::map<std::pair<Tier, bool>, double> runs_;                  // by tier and passed
+  std::map<std::pair<Tier, std::string>, double> runs_;  // by tier and verdict (run_verdict.h)
   metrics::Histogram time_to_signal_{kTimeToSignalBucketsSeconds};
   FlakeLedger flakes_;
   std::map<std::string, double> tickets_by_team_;

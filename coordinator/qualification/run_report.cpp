@@ -9,6 +9,7 @@
 
 #include "coordinator/qualification/junit.h"
 #include "coordinator/qualification/run_evidence.h"
+#include "coordinator/qualification/run_verdict.h"
 
 namespace kiln::qualification {
 
@@ -148,10 +149,12 @@ nlohmann::json to_json(const RunReport& report) {
 }
 
 std::string summary_text(const RunReport& report) {
+  // The run's verdict as every reader shows it (run_verdict.h), failures in capitals.
+  const std::string verdict = run_verdict(to_json(report)).word;
   std::string out = fmt::format("kiln {} {}: {} (candidate {})\n", to_string(report.tier), report.run_id,
-                                !report.finished ? "running"
-                                : report.passed  ? "passed"
-                                                 : "FAILED",
+                                verdict == "failed"  ? "FAILED"
+                                : verdict == "error" ? "ERROR"
+                                                     : verdict,
                                 report.candidate_bundle_id.substr(0, 12));
   std::map<ModelVerdict, std::size_t> counts;
   for (const ModelReport& m : report.models) ++counts[m.verdict];

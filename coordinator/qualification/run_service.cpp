@@ -43,8 +43,8 @@ Result<std::vector<QualificationModel>> tier_models(const RunRequest& request, c
   const std::string change_id = request.change.empty() ? facts.candidate.last_change : request.change;
   auto change = std::find_if(facts.history.begin(), facts.history.end(),
                              [&](const Change& ch) { return ch.id == change_id; });
-  if (change == facts.history.end()) {
-    return fail(Errc::not_found, fmt::format("change {} is not recorded; `kiln changes` lists them", change_id));
+  if (auto ok = check_change_under_test(change_id, change != facts.history.end()); !ok) {
+    return tl::unexpected(ok.error());
   }
   PresubmitOptions presubmit;
   presubmit.max_models = request.max_models == 0 ? set.models.size() : request.max_models;
@@ -54,6 +54,27 @@ Result<std::vector<QualificationModel>> tier_models(const RunRequest& request, c
 }
 
 }  // namespace
+
+Status check_change_under_test(const std::string& change_id, bool recorded) {
+  if (recorded) return {};
+  return fail(Errc::invalid_argument, fmt::format("change {} is not recorded, so there is nothing to smoke; give a "
+                                                  "change `kiln changes` lists, or leave --change out for the "
+                                                  "bundle's last",
+                                                  change_id));
+}
+
+Status check_not_older_than_baselines(const Bundle& candidate, const std::map<std::string, Bundle>& baselines) {
+  for (const auto& [revision, baseline] : baselines) {
+    if (baseline.change_count <= candidate.change_count) continue;
+    return fail(Errc::invalid_argument,
+                fmt::format("bundle {} (changes up to {}) is older than the accepted baseline {} of revision {} "
+                            "(changes up to {}): a run compares a bundle with an earlier one; ask for a bundle built "
+                            "at or after change {} (kiln bundle build)",
+                            candidate.id.substr(0, 12), candidate.last_change.empty() ? "none" : candidate.last_change,
+                            baseline.id.substr(0, 12), revision, baseline.last_change, baseline.last_change));
+  }
+  return {};
+}
 
 Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts) {
   const Bundle& candidate = facts.candidate;
@@ -95,6 +116,7 @@ Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts)
     }
     input.baselines[revision] = bundle->second;
   }
+  if (auto ok = check_not_older_than_baselines(candidate, input.baselines); !ok) return tl::unexpected(ok.error());
   auto models = tier_models(request, facts);
   if (!models) return tl::unexpected(models.error());
   input.models = std::move(*models);

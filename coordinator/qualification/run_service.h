@@ -46,6 +46,15 @@ struct RunFacts {
 // samples it sizes repeats from, and the seed of the run id.
 Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts);
 
+// What can be known of a request when it is asked, checked by the client that asks (kiln smoke
+// ...) and again by the qualifier that takes it up, so that a run that cannot be carried out is
+// refused instead of started. Each is Errc::invalid_argument, naming what is wrong.
+// A smoke's change under test must be recorded (`recorded`: whether it is).
+Status check_change_under_test(const std::string& change_id, bool recorded);
+// A candidate older than a revision's baseline cannot be compared with it (the baseline holds
+// changes it lacks). `baselines`: by revision, those the run compares against.
+Status check_not_older_than_baselines(const Bundle& candidate, const std::map<std::string, Bundle>& baselines);
+
 // The candidate's revisions without nodes in the fleet: the run skips them (the shell says so).
 std::vector<std::string> revisions_skipped(const Bundle& candidate, const std::vector<std::string>& fleet_revisions);
 

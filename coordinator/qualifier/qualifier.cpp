@@ -31,6 +31,7 @@
 #include "coordinator/qualification/risk_status.h"
 #include "coordinator/qualification/run.h"
 #include "coordinator/qualification/run_service.h"
+#include "coordinator/qualification/run_verdict.h"
 #include "coordinator/qualification/schedule.h"
 #include "coordinator/qualification/shell/bundle_builder.h"
 #include "coordinator/qualification/shell/fleet_check.h"
@@ -42,6 +43,7 @@
 #include "coordinator/qualification/waiver.h"
 #include "coordinator/qualification/workload_catalog.h"
 #include "coordinator/qualifier/recent_runs.h"
+#include "coordinator/qualifier/run_errors.h"
 #include "coordinator/qualifier/ticket_sinks.h"
 #include "coordinator/report/report_files.h"
 #include "sim/workloads/catalog.h"
@@ -309,33 +311,50 @@ class WaivedRuns {
 
 // One requested run from its request to its finished report. Returns early (the run stays
 // unfinished, for this or another qualifier to take up) when stopped, when the claim is lost or
-// when the coordinator stops answering.
+// when the coordinator stops answering (run_errors.h); a run that cannot be carried out, or was
+// cancelled, ends with the error verdict.
 class RequestedRun {
  public:
   RequestedRun(const QualifierConfig& config, const Setup& setup, WaivedRuns& waived, RecentRuns& recent,
-               qs::ChangeHistory& changes, q::RunRequest request, std::string owner, const std::atomic<bool>& stop)
+               qs::ChangeHistory& changes, const RunCancels& cancels, q::RunRequest request, std::string owner,
+               const std::atomic<bool>& stop)
       : config_(config), set_(setup.set), risks_(setup.risks), waived_(waived), recent_(recent), changes_(changes),
-        request_(std::move(request)), owner_(std::move(owner)), stop_(stop), lines_(request_.run_id), out_(&lines_),
-        pages_(config_.reports_dir, recent_, out_) {}
+        cancels_(cancels), request_(std::move(request)), owner_(std::move(owner)), stop_(stop),
+        lines_(request_.run_id), out_(&lines_), pages_(config_.reports_dir, recent_, out_) {}
 
   Status drive() {
     auto client = connect(config_);
     if (!client) return tl::unexpected(client.error());
     cli::Client& c = **client;
     Claim claim(c, config_, request_.run_id, owner_);
+    auto driven = drive_claimed(c, claim);
+    if (const std::string who = cancels_.by(request_.run_id); !driven && !who.empty()) {
+      return end_in_error(c, "cancelled by " + who, who);
+    }
+    if (driven || driven_again_after(driven.error()) || stop_.load()) return driven;
+    return end_in_error(c, "cannot run: " + driven.error().message);
+  }
+
+ private:
+  Status drive_claimed(cli::Client& c, Claim& claim) {
+    if (const std::string who = cancels_.by(request_.run_id); !who.empty()) {
+      return fail(Errc::conflict, "cancelled by " + who + " before it started");
+    }
     pages_.read_other_runs(c);
     auto facts = gather_facts(c, request_, set_, changes_);
     if (!facts) return tl::unexpected(facts.error());
     for (const auto& revision : q::revisions_skipped(facts->candidate, facts->fleet_revisions)) {
       out_ << fmt::format("no node of revision {} is registered; the run skips it\n", revision);
     }
+    // A request that cannot be carried out is refused before the unit tier spends anything on it.
+    auto input = q::run_input_for(request_, *facts);
+    if (!input) return unrunnable(c, input.error());
+    if (auto ok = qs::check_stack_files(*input, config_.bundle_dir); !ok) return unrunnable(c, ok.error());
     if (request_.tier == q::Tier::smoke) {
       auto gate = unit_gate(*facts);
       if (!gate) return unrunnable(c, gate.error());
       if (!gate->admitted) return finish_without_jobs(c, gate->reason);
     }
-    auto input = q::run_input_for(request_, *facts);
-    if (!input) return unrunnable(c, input.error());
     RecordTicketSink sink(c, request_.run_id, {ticket_sink_name(config_.webhook_config)});
     auto builder = qs::make_configured_builder(config_.builder, config_.builder_args, config_.bundle_dir,
                                                facts->candidate.hardware_revisions);
@@ -346,6 +365,7 @@ class RequestedRun {
     options.progress = &out_;
     options.stop = &stop_;
     options.may_continue = [&claim] { return claim.keep(); };
+    options.cancelled_by = [this] { return cancels_.by(request_.run_id); };
 
     auto whole = drive_stage(c, *input, sink, *builder, options, /*last=*/false);
     if (!whole) return tl::unexpected(whole.error());
@@ -389,7 +409,6 @@ class RequestedRun {
     return {};
   }
 
- private:
   // `last`: its report is whole when it finishes (a soak round's own record).
   Result<q::RunReport> drive_stage(cli::Client& client, const q::RunInput& input, q::TicketSink& sink,
                                    qs::BundleBuilder& builder, qs::DriverOptions options, bool last) {
@@ -504,27 +523,41 @@ class RequestedRun {
     return {};
   }
 
-  // A run that cannot start (its change unknown, no node of its revisions): finished,
-  // failed, its summary saying why, so whoever waits for it learns it.
+  // A run that cannot start (its change unknown, no node of its revisions, a stack file missing):
+  // refused with the error verdict, its summary saying why, so whoever waits for it learns it.
   Status unrunnable(cli::Client& client, const Error& error) {
-    return finish_without_jobs(client, "cannot run: " + error.message, /*could_not_run=*/true);
+    return end_in_error(client, "cannot run: " + error.message);
   }
 
-  // A run that ends before any job: finished, failed, its summary saying why. `could_not_run`:
-  // the run itself is in error (as opposed to its change refused by the unit tier).
-  Status finish_without_jobs(cli::Client& client, const std::string& why, bool could_not_run = false) {
+  // A run that cannot be carried out, or was cancelled: its report as far as it got (no model
+  // before its first job), finished with the error verdict and why (run_verdict.h).
+  Status end_in_error(cli::Client& client, const std::string& why, const std::string& cancelled_by = "") {
     out_ << why << "\n";
+    auto earlier = qs::get_run(client, request_.run_id);
+    nlohmann::json document = earlier ? std::move(*earlier) : recorded(report_without_jobs(), true, request_);
+    q::end_with_error(document, why, cancelled_by, wall_now_ms());
+    return record(client, request_.run_id, document);
+  }
+
+  q::RunReport report_without_jobs() const {
     q::RunReport report;
     report.run_id = request_.run_id;
     report.tier = request_.tier;
     report.candidate_bundle_id = request_.bundle_id;
     report.finished = true;
     report.started_at_ms = report.finished_at_ms = wall_now_ms();
+    return report;
+  }
+
+  // The unit tier refused the run's change: finished, failed, its summary saying why.
+  Status finish_without_jobs(cli::Client& client, const std::string& why) {
+    out_ << why << "\n";
+    const q::RunReport report = report_without_jobs();
     nlohmann::json document = recorded(report, true, request_);
     document["summary"] = fmt::format("kiln {} {}: FAILED (candidate {})\n  {}\n", q::to_string(report.tier),
                                       report.run_id, report.candidate_bundle_id.substr(0, 12), why);
     document["reason"] = why;
-    document["could_not_run"] = could_not_run;
+    document["could_not_run"] = false;
     return record(client, request_.run_id, document);
   }
 
@@ -534,6 +567,7 @@ class RequestedRun {
   WaivedRuns& waived_;
   RecentRuns& recent_;
   qs::ChangeHistory& changes_;
+  const RunCancels& cancels_;
   q::RunRequest request_;
   std::string owner_;
   const std::atomic<bool>& stop_;
@@ -631,6 +665,7 @@ void judge_stability_runs(cli::Client& client, const QualifierConfig& config, co
 // A run being driven on its own thread.
 struct Driving {
   std::string run_id;
+  std::atomic<bool> failed{false};  // its driving stopped on an error: taken up again after a wait
   std::atomic<bool> done{false};
   std::thread thread;
 };
@@ -859,6 +894,10 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
   RecentRuns recent;
   // The change history, read once and then only the changes recorded since, for all its runs.
   qs::ChangeHistory changes;
+  RunCancels cancels;
+  std::uint64_t cancels_seq = 0;
+  std::string cancels_problem;  // the last one said
+  RetryBackoff retries(config.poll_interval_ms);
   const auto note = [&waived, &finished](const nlohmann::json& report) {
     waived.note(report);
     if (report.value("finished", false)) finished.insert(report.value("run_id", ""));
@@ -872,11 +911,20 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
     for (const auto& report : *runs) waived.note(report);
   }
   while (!stop.load()) {
-    driving.remove_if([](Driving& d) {
+    driving.remove_if([&retries](Driving& d) {
       if (!d.done.load()) return false;
       d.thread.join();
+      if (d.failed.load()) retries.failed(d.run_id, Clock::now());
+      else retries.forget(d.run_id);
       return true;
     });
+    if (auto more = qs::list_run_cancels(**client, cancels_seq); more) {
+      for (const auto& cancel : *more) cancels.add(cancel.run_id, cancel.cancelled_by);
+      cancels_problem.clear();
+    } else if (more.error().message != cancels_problem) {
+      cancels_problem = more.error().message;
+      say("could not list the cancelled runs (said once until it changes): " + cancels_problem);
+    }
     if (auto more = qs::list_run_requests(**client, last_seq); more) {
       for (auto& recorded_request : *more) {
         last_seq = std::max(last_seq, recorded_request.seq);
@@ -893,6 +941,7 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
     for (const auto& d : driving) busy.insert(d.run_id);
     for (const auto& run_id : q::runs_to_take_up(requests, finished, busy)) {
       if (driving.size() >= config.max_runs) break;
+      if (!retries.may_try(run_id, Clock::now())) continue;
       if (auto report = qs::get_run(**client, run_id); report && report->value("finished", false)) {
         finished.insert(run_id);
         continue;
@@ -905,9 +954,13 @@ Status run_qualifier(const QualifierConfig& config, const Setup& setup, const st
       say("drives run " + run_id);
       Driving& d = driving.emplace_back();
       d.run_id = run_id;
-      d.thread = std::thread([&config, &setup, &waived, &recent, &changes, &stop, &d, owner, request = *request] {
-        RequestedRun run(config, setup, waived, recent, changes, request, owner, stop);
-        if (auto ok = run.drive(); !ok) say(fmt::format("run {}: {}", request.run_id, ok.error().message));
+      d.thread = std::thread([&config, &setup, &waived, &recent, &changes, &cancels, &stop, &d, owner,
+                              request = *request] {
+        RequestedRun run(config, setup, waived, recent, changes, cancels, request, owner, stop);
+        if (auto ok = run.drive(); !ok) {
+          say(fmt::format("run {}: {}", request.run_id, ok.error().message));
+          d.failed.store(true);
+        }
         d.done.store(true);
       });
     }

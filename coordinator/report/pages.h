@@ -17,16 +17,13 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/time.h"
+#include "coordinator/qualification/run_verdict.h"
 
 namespace kiln::report {
 
-// A run's verdict for people: "running", "passed", "failed" (a model failed it, or its change
-// was refused) or "error" (it could not run, or none of its failing models could be measured),
-// and why, in one line.
-struct RunVerdict {
-  std::string word;
-  std::string reason;
-};
+// A run's verdict for people, and why in one line (qualification/run_verdict.h): running, passed,
+// failed or error.
+using RunVerdict = qualification::RunVerdict;
 RunVerdict run_verdict(const nlohmann::json& report);
 
 // One model on one revision in one run: the median of the candidate's timed throughputs of the

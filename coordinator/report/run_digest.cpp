@@ -6,39 +6,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "coordinator/qualification/run_verdict.h"
 #include "coordinator/report/pages.h"
 #include "coordinator/report/report_fields.h"
 
 namespace kiln::report {
 
 namespace {
-
-// Reports written before `fails_run` was kept name the failing verdicts only.
-bool model_fails_run(const Json& model) {
-  const Json& flag = member(model, "fails_run");
-  if (flag.is_boolean()) return flag.get<bool>();
-  static const std::set<std::string> failing = {"performance_regression", "correctness_regression",
-                                                "hardware_suspect", "error"};
-  return failing.count(text_of(model, "verdict")) > 0;
-}
-
-std::string counts_text(const std::vector<std::string>& verdicts) {
-  std::map<std::string, std::size_t> counts;
-  for (const auto& verdict : verdicts) ++counts[verdict];
-  std::vector<std::string> parts;
-  for (const auto& [verdict, count] : counts) parts.push_back(fmt::format("{} {}", count, verdict));
-  return fmt::format("{}", fmt::join(parts, ", "));
-}
-
-// The summary's second line: what a report of a run that ended before any job says about why.
-std::string summary_reason(const Json& report) {
-  const std::string summary = text_of(report, "summary");
-  const auto first_end = summary.find('\n');
-  if (first_end == std::string::npos) return "";
-  std::string line = summary.substr(first_end + 1, summary.find('\n', first_end + 1) - first_end - 1);
-  line.erase(0, line.find_first_not_of(' '));
-  return line;
-}
 
 std::uint64_t fnv1a(std::string_view text) {
   std::uint64_t hash = 14695981039346656037ull;
@@ -65,32 +39,7 @@ std::string file_stem(std::string_view run_id) {
 
 }  // namespace
 
-RunVerdict run_verdict(const Json& report) {
-  const Json& models = items(report, "models");
-  std::vector<std::string> verdicts;
-  std::vector<std::string> failing;
-  for (const Json& model : models) {
-    verdicts.push_back(text_of(model, "verdict"));
-    if (model_fails_run(model)) failing.push_back(verdicts.back());
-  }
-  if (!flag_of(report, "finished")) {
-    if (models.empty()) return {"running", "no model run has started yet"};
-    const auto decided = std::count_if(verdicts.begin(), verdicts.end(), [](const auto& v) { return v != "pending"; });
-    return {"running", fmt::format("{} of {} model runs have a verdict so far", decided, models.size())};
-  }
-  if (flag_of(report, "passed")) {
-    if (models.empty()) return {"passed", "no model to run"};
-    return {"passed", fmt::format("{} model runs: {}", models.size(), counts_text(verdicts))};
-  }
-  const std::string reason = !text_of(report, "reason").empty() ? text_of(report, "reason") : summary_reason(report);
-  if (flag_of(report, "could_not_run")) return {"error", reason};
-  if (failing.empty()) return {"failed", reason};
-  if (std::all_of(failing.begin(), failing.end(), [](const auto& v) { return v == "error"; })) {
-    return {"error", fmt::format("{} of {} model runs could not be measured: their jobs did not run", failing.size(),
-                                 models.size())};
-  }
-  return {"failed", fmt::format("{} of {} model runs fail it: {}", failing.size(), models.size(), counts_text(failing))};
-}
+RunVerdict run_verdict(const Json& report) { return qualification::run_verdict(report); }
 
 RunDigest digest_of(const Json& report) {
   RunDigest digest;

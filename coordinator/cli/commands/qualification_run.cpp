@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -18,6 +19,8 @@
 #include "coordinator/cli/wait_progress.h"
 #include "coordinator/qualification/run_report.h"
 #include "coordinator/qualification/run_request.h"
+#include "coordinator/qualification/run_service.h"
+#include "coordinator/qualification/run_verdict.h"
 #include "coordinator/qualification/shell/records_client.h"
 
 namespace kiln::cli {
@@ -82,6 +85,29 @@ Status write_junit(const std::string& path, const nlohmann::json& document) {
   return {};
 }
 
+// What the coordinator's records already say of the request (run_service.h): a run that cannot be
+// carried out is refused when it is asked (exit 2), never started. A run asked for before (the same
+// command following it) is not checked again: the baselines may have moved on since.
+Status check_request(Client& client, const q::RunRequest& request, const q::Bundle& candidate) {
+  if (qs::get_run(client, request.run_id)) return {};
+  if (request.tier == q::Tier::smoke && !request.change.empty()) {
+    auto change = expect_reply<protocol::RecordEntry>(
+        client.request(protocol::GetRecord{protocol::RecordKind::change, request.change}));
+    if (!change && change.error().code != Errc::not_found) return tl::unexpected(change.error());
+    if (auto ok = q::check_change_under_test(request.change, change.has_value()); !ok) return ok;
+  }
+  auto baselines = qs::list_baselines(client);
+  if (!baselines) return tl::unexpected(baselines.error());
+  std::map<std::string, q::Bundle> compared;
+  for (const auto& revision : candidate.hardware_revisions) {
+    const auto baseline = baselines->find(revision);
+    if (baseline == baselines->end() || baseline->second.bundle_id == candidate.id) continue;
+    auto bundle = qs::get_bundle(client, baseline->second.bundle_id);
+    if (bundle) compared.emplace(revision, std::move(*bundle));
+  }
+  return q::check_not_older_than_baselines(candidate, compared);
+}
+
 }  // namespace
 
 Status check_run_locally(const RunOptions& options) { return check_output_path("--junit", options.junit_path); }
@@ -114,6 +140,7 @@ int run_qualification(const RunOptions& options, q::Tier tier, Client& client, b
   request.soak_rounds = tier == q::Tier::release ? options.soak_rounds : 0;
   request.accept = !options.no_accept;
   if (!options.perf_rule.empty()) request.perf_rule = enum_from_name<stats::GateRule>(options.perf_rule);
+  if (auto ok = check_request(client, request, *candidate); !ok) return report(ok.error());
   if (auto ok = qs::request_run(client, request); !ok) {
     if (ok.error().code != Errc::conflict) return report(ok.error());
     return report({Errc::invalid_argument, fmt::format("run {} was asked for before with other options; run the same "
@@ -138,7 +165,16 @@ int follow_to_verdict(Client& client, const std::string& run_id, const std::stri
   }
   if (json) std::cout << document->dump(2) << "\n";
   else std::cout << document->value("summary", std::string());
-  return document->value("passed", false) ? kExitOk : kExitFailed;
+  return verdict_exit_code(*document);
+}
+
+int verdict_exit_code(const nlohmann::json& report) {
+  const q::RunVerdict verdict = q::run_verdict(report);
+  if (verdict.word == "failed") return kExitFailed;
+  if (verdict.word != "error") return kExitOk;
+  std::cerr << fmt::format("kiln: run {} could not be carried out, which says nothing of the bundle: {}\n",
+                           report.value("run_id", ""), verdict.reason);
+  return kExitUsage;
 }
 
 }  // namespace kiln::cli

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/error.h"
 #include "coordinator/cli/client.h"
 #include "coordinator/qualification/run_types.h"
@@ -38,5 +40,8 @@ int run_qualification(const RunOptions& options, qualification::Tier tier, Clien
 // Follows a run (one not recorded yet included: a scheduled nightly) to its verdict: prints its
 // summary (or report, with json), writes the JUnit file if a path is given; the exit code is the verdict.
 int follow_to_verdict(Client& client, const std::string& run_id, const std::string& junit_path, bool json);
+// The exit code of a run's recorded report (qualification/run_verdict.h): 0 passed or still
+// running, 1 failed (a regression), 2 error (it could not be carried out; says why on stderr).
+int verdict_exit_code(const nlohmann::json& report);
 
 }  // namespace kiln::cli

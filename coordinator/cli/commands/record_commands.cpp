@@ -15,6 +15,7 @@
 #include "coordinator/cli/exit_codes.h"
 #include "coordinator/cli/text.h"
 #include "coordinator/cli/wait_progress.h"
+#include "coordinator/qualification/run_verdict.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualification/ticket_record.h"
 #include "coordinator/report/report_files.h"
@@ -51,8 +52,7 @@ class RunsCommand : public RemoteCommand {
     };
     row("RUN", "TIER", "BUNDLE", "MODELS", "VERDICT");
     for (const auto& run : *runs) {
-      const bool finished = run.value("finished", false);
-      const std::string verdict = !finished ? "running" : run.value("passed", false) ? "passed" : "failed";
+      const std::string verdict = q::run_verdict(run).word;
       row(run.value("run_id", ""), run.value("tier", ""), run.value("candidate_bundle_id", "").substr(0, 12),
           run.contains("models") ? run["models"].size() : 0, verdict);
     }
@@ -64,12 +64,46 @@ class RunsCommand : public RemoteCommand {
   LatestOptions latest_;
 };
 
+// kiln run cancel ID: records the cancel, which the qualifier driving the run (or the next one to
+// take it up) honours: it cancels the run's jobs and ends it with the error verdict.
+class RunCancelCommand : public RemoteCommand {
+ public:
+  std::string name() const override { return "cancel"; }
+  std::string help() const override {
+    return "stop a qualification run: the qualifier cancels its jobs and ends it with the error verdict";
+  }
+  void add_options(CLI::App& command) override { command.add_option("ID", id_, "run id")->required(); }
+  int run_with(Client& client, CommandContext& context) override {
+    if (auto run = qs::get_run(client, id_); run && run->value("finished", false)) {
+      return report({Errc::conflict, fmt::format("run {} has already finished ({}); there is nothing to cancel", id_,
+                                                 q::run_verdict(*run).word)});
+    }
+    if (auto ok = qs::cancel_run(client, id_); !ok) return report(ok.error());
+    if (context.json()) {
+      std::cout << nlohmann::json{{"run_id", id_}, {"cancel_recorded", true}}.dump() << "\n";
+    } else {
+      std::cout << fmt::format("run {}: cancel recorded; the qualifier cancels its jobs and ends it with the error "
+                               "verdict (`kiln run {}` shows it)\n",
+                               id_, id_);
+    }
+    return kExitOk;
+  }
+
+ private:
+  std::string id_;
+};
+
 class RunShowCommand : public RemoteCommand {
  public:
+  RunShowCommand() { subcommands_.push_back(std::make_unique<RunCancelCommand>()); }
   std::string name() const override { return "run"; }
-  std::string help() const override { return "show one qualification run (progress while it runs)"; }
+  std::string help() const override {
+    return "show one qualification run (progress while it runs); `run cancel ID` stops one";
+  }
+  const CommandList& subcommands() const override { return subcommands_; }
   void add_options(CLI::App& command) override {
-    command.add_option("ID", id_, "run id")->required();
+    // Not required of CLI11: `kiln run cancel ID` gives none (check_arguments asks for it).
+    command.add_option("ID", id_, "run id");
     command.add_flag("--wait", wait_, "follow the run until its verdict (also one not asked for yet, such as "
                                       "tonight's scheduled nightly); the exit code is the verdict");
     command.add_option("--junit", junit_path_, "with --wait: write the verdict as JUnit XML here");
@@ -77,6 +111,7 @@ class RunShowCommand : public RemoteCommand {
                                              "with --wait, once the run has its verdict)");
   }
   Status check_arguments() override {
+    if (id_.empty()) return fail(Errc::invalid_argument, "kiln run needs a run id (`kiln runs` lists them)");
     if (!junit_path_.empty() && !wait_) {
       return fail(Errc::invalid_argument, "--junit needs --wait: the verdict is written once the run has one");
     }
@@ -106,7 +141,7 @@ class RunShowCommand : public RemoteCommand {
         for (std::size_t i = 1; i < lines.size(); ++i) std::cout << "  " << lines[i] << "\n";
       }
     }
-    return run->value("finished", false) && !run->value("passed", false) ? kExitFailed : kExitOk;
+    return verdict_exit_code(*run);
   }
 
   // The page as the qualifier writes it, from the recorded report and its history: the runs
@@ -135,6 +170,7 @@ class RunShowCommand : public RemoteCommand {
                                                kiln::report::render_run_page(run, kiln::report::digests_of(*runs)));
   }
 
+  CommandList subcommands_;
   std::string id_;
   std::string junit_path_;
   std::string html_path_;

@@ -298,6 +298,21 @@ Status claim_run(cli::Client& client, const RunClaim& claim) {
   return put(client, RecordKind::run_claim, claim.run_id, to_json(claim));
 }
 
+Status cancel_run(cli::Client& client, const std::string& run_id) {
+  return put(client, RecordKind::run_cancel, run_id, nlohmann::json{{"run_id", run_id}});
+}
+
+Result<std::vector<RunCancel>> list_run_cancels(cli::Client& client, std::uint64_t& after_seq) {
+  auto records = all(client, RecordKind::run_cancel, after_seq);
+  if (!records) return tl::unexpected(records.error());
+  std::vector<RunCancel> cancels;
+  for (const auto& record : *records) {
+    after_seq = std::max(after_seq, record.seq);
+    cancels.push_back({record.key, record.written_by});
+  }
+  return cancels;
+}
+
 Status record_ticket(cli::Client& client, const TicketRecord& record) {
   return put(client, RecordKind::ticket, record.ticket.id, to_json(record));
 }

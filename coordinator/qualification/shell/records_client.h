@@ -99,6 +99,15 @@ Result<std::vector<RecordedRequest>> list_run_requests(cli::Client& client, std:
 // Claims the run, or renews this owner's claim; Errc::conflict while another owner's holds.
 Status claim_run(cli::Client& client, const RunClaim& claim);
 
+// Asks the qualifier to stop a requested run (kiln run cancel): the first cancel stands.
+Status cancel_run(cli::Client& client, const std::string& run_id);
+struct RunCancel {
+  std::string run_id;
+  std::string cancelled_by;  // the key that wrote the cancel
+};
+// The cancels recorded after `after_seq`, in that order; `after_seq` becomes the last one's.
+Result<std::vector<RunCancel>> list_run_cancels(cli::Client& client, std::uint64_t& after_seq);
+
 // Files the ticket, or records its deliveries: the coordinator keeps the first filing of a
 // culprit and merges the deliveries (docs/protocol.md §13, ticket records).
 Status record_ticket(cli::Client& client, const TicketRecord& record);

@@ -67,6 +67,9 @@ class Driver {
       if (options_.may_continue) {
         if (auto ok = options_.may_continue(); !ok) return stop(ok.error().message);
       }
+      if (options_.cancelled_by) {
+        if (const std::string who = options_.cancelled_by(); !who.empty()) return cancel_jobs(who);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
       refresh_nodes();
       if (auto ok = collect_results(); !ok) return tl::unexpected(ok.error());
@@ -458,6 +461,26 @@ class Driver {
     return report;
   }
 
+  // The run was cancelled: none of its jobs' answers matters any more, so their chips are freed.
+  Result<RunReport> cancel_jobs(const std::string& who) {
+    std::size_t cancelled = 0;
+    for (const auto& [job_id, flight] : in_flight_) {
+      if (job_id != 0 && client_.request(protocol::CancelJob{job_id})) ++cancelled;
+    }
+    for (const auto& [tag, gang] : gangs_) {
+      for (std::uint64_t id : gang.job_ids) {
+        if (client_.request(protocol::CancelJob{id})) ++cancelled;
+      }
+      if (gang.lease_id != 0) (void)client_.request(protocol::ReleaseLease{gang.lease_id});
+    }
+    in_flight_.clear();
+    gangs_.clear();
+    say(fmt::format("cancelled by {}: {} jobs cancelled", who, cancelled));
+    record();
+    return fail(Errc::conflict, fmt::format("run {} was cancelled by {}; {} of its jobs were cancelled",
+                                            run_.report().run_id, who, cancelled));
+  }
+
   // Its jobs keep running: whoever drives the run next takes them up by config hash.
   Result<RunReport> stop(const std::string& why) {
     record();
@@ -517,6 +540,22 @@ Result<JobFiles> job_files(const JobRequest& request, const ModelSet& set, const
     if (std::filesystem::is_regular_file(path, ec)) files.golden.push_back(path);
   }
   return files;
+}
+
+Status check_stack_files(const RunInput& input, const std::filesystem::path& bundle_dir) {
+  std::vector<const Bundle*> bundles = {&input.candidate};
+  for (const auto& [revision, baseline] : input.baselines) bundles.push_back(&baseline);
+  for (const Bundle* bundle : bundles) {
+    const auto path = stack_effects_path(bundle_dir, bundle->id);
+    std::error_code error;
+    if (std::filesystem::is_regular_file(path, error)) continue;
+    return fail(Errc::not_found,
+                fmt::format("the stack file of bundle {} is missing: {} is not a file, and the run's jobs read it; "
+                            "build the bundle into the qualifier's bundle_dir (kiln bundle build --bundle-dir {}), or "
+                            "set bundle_dir in qualifier.toml to where it was built",
+                            bundle->id.substr(0, 12), path.string(), bundle_dir.string()));
+  }
+  return {};
 }
 
 Result<protocol::SubmitJob> job_for(const JobRequest& request, const std::string& run_id, Tier tier,

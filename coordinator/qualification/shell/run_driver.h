@@ -48,6 +48,9 @@ struct DriverOptions {
   std::function<void(const RunReport&)> record;  // the report so far, and at the end
   // Asked every turn: an error stops driving as `stop` does (the qualifier lost its claim).
   std::function<Status()> may_continue;
+  // Asked every turn: who cancelled the run (kiln run cancel), or empty. A cancelled run's jobs
+  // and leases are cancelled at the coordinator, and drive_run returns Errc::conflict saying so.
+  std::function<std::string()> cancelled_by;
 };
 
 // The coordinator did not answer, or is full for now: a request refused this way was not refused
@@ -74,8 +77,13 @@ struct JobFiles {
 };
 Result<JobFiles> job_files(const JobRequest& request, const ModelSet& set, const DriverOptions& options);
 
+// Every stack file the run's jobs read (the candidate's and its baselines', in bundle_dir), checked
+// before its first job: a missing one is Errc::not_found naming the file and what to do, as the
+// jobs could not run without it.
+Status check_stack_files(const RunInput& input, const std::filesystem::path& bundle_dir);
+
 // Runs until the run finishes, or `stop` is set or may_continue fails: then its jobs keep
-// running for whoever drives the run next, and the error says so.
+// running for whoever drives the run next, and the error says so; or until it is cancelled.
 // Resumes: a request whose job this run already submitted (the same config hash, among the
 // coordinator's newest 1000 jobs) that is queued, running or ended with a result is taken up
 // instead of started again, so running a run's command again with its --run-id after the

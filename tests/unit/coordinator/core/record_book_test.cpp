@@ -509,6 +509,32 @@ TEST_CASE("a run request names a recorded bundle and never changes; a claim on i
       restarted.client("q1", Role::ci, put_claim("nightly-1", "q1/10", 5000), 14000)));
 }
 
+TEST_CASE("a cancel names a requested run; the first one stands, its writer named") {
+  Harness h;
+  const auto changes = history();
+  for (const auto& change : changes) h.client("ci", Role::ci, put_change(change), 1);
+  auto bundle = q::build_bundle_at(changes, 2);
+  REQUIRE(bundle.has_value());
+  h.client("ci", Role::ci, put_bundle(*bundle), 2);
+  const auto cancel = [](const std::string& run_id) {
+    return protocol::PutRecord{RecordKind::run_cancel, run_id, nlohmann::json{{"run_id", run_id}}.dump()};
+  };
+  CHECK(error_of(h.client("ci", Role::ci, cancel("nightly-1"), 3))
+            .starts_with("not_found: no run nightly-1 was requested"));
+  q::RunRequest request;
+  request.run_id = "nightly-1";
+  request.bundle_id = bundle->id;
+  h.client("ci", Role::ci, protocol::PutRecord{RecordKind::run_request, "nightly-1", q::to_json(request).dump()}, 4);
+  CHECK(error_of(h.client("dev", Role::developer, cancel("nightly-1"), 5)).starts_with("unauthorized"));
+  const protocol::PutRecord other_key{RecordKind::run_cancel, "nightly-1", "{\"run_id\": \"x\"}"};
+  CHECK(error_of(h.client("ci", Role::ci, other_key, 6)).starts_with("invalid_argument"));
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("alice", Role::ops, cancel("nightly-1"), 7)));
+  CHECK(std::holds_alternative<protocol::Ok>(h.client("ci", Role::ci, cancel("nightly-1"), 8)));
+  auto got = h.client("ci", Role::ci, protocol::GetRecord{RecordKind::run_cancel, "nightly-1"}, 9);
+  REQUIRE(std::holds_alternative<protocol::RecordEntry>(got));
+  CHECK(std::get<protocol::RecordEntry>(got).written_by == "alice");
+}
+
 // The register the coordinator checks waivers against: mei and jonas approve for kernels, whose
 // risk gates moe-large throughput.
 std::shared_ptr<const q::RiskRegister> kernels_register() {

@@ -5,6 +5,7 @@
 
 #include "coordinator/qualification/ci_metrics.h"
 #include "coordinator/qualification/run_report.h"
+#include "coordinator/qualification/run_verdict.h"
 #include "tests/support/text.h"
 
 using namespace kiln;
@@ -70,6 +71,23 @@ TEST_CASE("a presubmit's time to signal runs from its request to its verdict; ru
                            "kiln_runs_total{kind=\"release\",verdict=\"passed\"} 0\n"}) {
     CHECK_MESSAGE(contains(text, line), line);
   }
+}
+
+TEST_CASE("a run that could not be carried out counts as an error, not as a failure") {
+  CiMetrics m;
+  for (const char* run_id : {"smoke-refused", "smoke-unmeasured", "smoke-regressed"}) {
+    m.add_request(request(run_id, Tier::smoke), 1000);
+  }
+  nlohmann::json refused = report("smoke-refused", Tier::smoke, true, false, 2000);
+  end_with_error(refused, "cannot run: change c99 is not recorded", "", 2000);
+  m.add_report(refused);
+  m.add_report(report("smoke-unmeasured", Tier::smoke, true, false, 2000, {model("mlp", ModelVerdict::error)}));
+  m.add_report(report("smoke-regressed", Tier::smoke, true, false, 2000,
+                      {model("mlp", ModelVerdict::error), model("bert", ModelVerdict::correctness_regression)}));
+  const std::string text = m.render(3000);
+  CHECK(contains(text, "kiln_runs_total{kind=\"smoke\",verdict=\"error\"} 2\n"));
+  CHECK(contains(text, "kiln_runs_total{kind=\"smoke\",verdict=\"failed\"} 1\n"));
+  CHECK(contains(text, "kiln_runs_total{kind=\"smoke\",verdict=\"passed\"} 0\n"));
 }
 
 TEST_CASE("the latest scheduled nightly: its deadline, its finish once it has one, and whether it is late") {

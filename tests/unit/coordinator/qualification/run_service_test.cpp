@@ -97,8 +97,14 @@ TEST_CASE("a run's input: the tier's models, the fleet's revisions, each revisio
   auto of_c1 = request(q::Tier::smoke);
   of_c1.change = "c1";
   CHECK(q::run_input_for(of_c1, facts())->models[0].name == "mlp-bf16");
+  // A change that is not recorded is refused, naming it: the client asking refuses it the same way.
   of_c1.change = "c9";
-  CHECK(q::run_input_for(of_c1, facts()).error().code == Errc::not_found);
+  const auto unknown = q::run_input_for(of_c1, facts());
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK(unknown.error().code == Errc::invalid_argument);
+  CHECK(unknown.error().message.starts_with("change c9 is not recorded"));
+  CHECK(q::check_change_under_test("c9", false).error().message == unknown.error().message);
+  CHECK(q::check_change_under_test("c1", true).has_value());
 
   // The first N models; only the revisions the fleet has, and none is an error.
   auto first = request(q::Tier::nightly);
@@ -126,6 +132,24 @@ TEST_CASE("a run taken up again keeps the baselines its first driver compared ag
   CHECK_FALSE(input->baselines.count("b"));
   f.recorded_baseline_ids = {{"a", "gone"}};
   CHECK(q::run_input_for(request(q::Tier::nightly), f).error().code == Errc::not_found);
+}
+
+TEST_CASE("a bundle older than a revision's baseline is refused before the run starts, naming both") {
+  auto f = facts();
+  f.candidate = bundle("older-candidate", {"c1"});
+  f.bundles["older-candidate"] = f.candidate;
+  f.bundles["base"] = bundle("base", {"c1", "c2"});
+  f.accepted_ids = {{"a", "base"}};
+  const auto input = q::run_input_for(request(q::Tier::smoke), f);
+  REQUIRE_FALSE(input.has_value());
+  CHECK(input.error().code == Errc::invalid_argument);
+  CHECK(input.error().message == "bundle older-candid (changes up to c1) is older than the accepted baseline base of "
+                                 "revision a (changes up to c2): a run compares a bundle with an earlier one; ask for a "
+                                 "bundle built at or after change c2 (kiln bundle build)");
+  // The same bundle as the baseline, or a newer one, is compared.
+  f.bundles["base"] = bundle("base", {"c1"});
+  CHECK(q::run_input_for(request(q::Tier::smoke), f).has_value());
+  CHECK(q::check_not_older_than_baselines(f.candidate, {{"a", bundle("base", {"c1"})}}).has_value());
 }
 
 TEST_CASE("a release soaks round after round while it passes; its rounds join its report") {
