@@ -210,7 +210,25 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
 
 TEST_CASE("a model that fails on one node only quarantines that node and tickets the lab, without bisecting") {
   Fleet fleet("qualification-hw");
-  start_two_nodes(fleet);
+  // A hardware risk gates the model's correctness in the smoke: the lab's ticket is its page,
+  // and the hardware team is not paged a second time beside it.
+  write(fleet.dir() / "risks.toml", R"(
+model_set = "models.toml"
+
+[[team]]
+name = "hardware"
+approvers = ["dana"]
+
+[[risk]]
+id = "hardware-bf16-rounding"
+title = "a revision's matrix unit rounds bf16 differently from the reference"
+owner_team = "hardware"
+layer = "hardware"
+tier = "presubmit"
+gate = { model = "mlp-bf16-it", metric = "correctness" }
+page = { team = "hardware", severity = "sev2" }
+)");
+  start_two_nodes(fleet, {{"risk_register", "\"risks.toml\""}});
   fleet.start_qualifier("qualifier");
   const fs::path dir = fleet.dir();
   std::string out;
@@ -242,6 +260,13 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
   CHECK(tickets[0].at("kind") == "hardware_suspect");
   CHECK(tickets[0].at("team") == "lab");
   CHECK(tickets[0].at("culprit") == "node:n01");
+  REQUIRE(fleet.kiln("ci", {"risks", "--register", (dir / "risks.toml").string(), "--json"}, &out) <= 1);
+  const auto latest = nlohmann::json::parse(out).at("risks")[0].at("latest");
+  CHECK(latest.at("verdict") == "failed");
+  CHECK(latest.at("paged") ==
+        nlohmann::json{{"team", "lab"}, {"ticket", tickets[0].at("id")}, {"by_triage", true}});
+  CHECK(fleet.log_of("qualifier").find("paged lab through the run's ticket " + tickets[0].at("id").get<std::string>()) !=
+        std::string::npos);
   REQUIRE(fleet.kiln("ci", {"nodes", "--json"}, &out) == 0);
   for (const auto& node : nlohmann::json::parse(out)) {
     CHECK(node.at("state") == (node.at("node_id") == "n01" ? "quarantined" : "up"));
