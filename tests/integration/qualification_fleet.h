@@ -62,6 +62,27 @@ inline Tonight tonight_starting_now() {
   return tonight;
 }
 
+// A register (over models.toml) of one hardware risk gating `model`'s correctness in `tier`, paging
+// the hardware team, as the shipped register's hardware-fp8-rounding gates a model's.
+inline std::string hardware_risk_register(const std::string& model, const std::string& tier) {
+  return R"(
+model_set = "models.toml"
+
+[[team]]
+name = "hardware"
+approvers = ["dana"]
+
+[[risk]]
+id = "hardware-bf16-rounding"
+title = "a revision's matrix unit rounds bf16 differently from the reference"
+owner_team = "hardware"
+layer = "hardware"
+tier = ")" + tier + R"("
+gate = { model = ")" + model + R"(", metric = "correctness" }
+page = { team = "hardware", severity = "sev2" }
+)";
+}
+
 // `node_count` nodes of revision a, n01, n02, ...; each qualifier named gets these settings and
 // tables (Fleet::add_qualifier).
 inline void start_nodes(Fleet& fleet, int node_count, const std::map<std::string, std::string>& qualifier_settings = {},

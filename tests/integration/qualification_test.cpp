@@ -212,22 +212,7 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
   Fleet fleet("qualification-hw");
   // A hardware risk gates the model's correctness in the smoke: the lab's ticket is its page,
   // and the hardware team is not paged a second time beside it.
-  write(fleet.dir() / "risks.toml", R"(
-model_set = "models.toml"
-
-[[team]]
-name = "hardware"
-approvers = ["dana"]
-
-[[risk]]
-id = "hardware-bf16-rounding"
-title = "a revision's matrix unit rounds bf16 differently from the reference"
-owner_team = "hardware"
-layer = "hardware"
-tier = "presubmit"
-gate = { model = "mlp-bf16-it", metric = "correctness" }
-page = { team = "hardware", severity = "sev2" }
-)");
+  write(fleet.dir() / "risks.toml", hardware_risk_register("mlp-bf16-it", "presubmit"));
   start_two_nodes(fleet, {{"risk_register", "\"risks.toml\""}});
   fleet.start_qualifier("qualifier");
   const fs::path dir = fleet.dir();

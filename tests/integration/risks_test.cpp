@@ -173,25 +173,6 @@ seed = 6
 proxy = "mlp-bf16-it"
 )";
 
-// A hardware risk gating the large model's correctness, as the shipped register's
-// hardware-fp8-rounding gates a model's.
-constexpr const char* kHardwareRegister = R"(
-model_set = "models.toml"
-
-[[team]]
-name = "hardware"
-approvers = ["dana"]
-
-[[risk]]
-id = "hardware-bf16-rounding"
-title = "a revision's matrix unit rounds bf16 differently from the reference"
-owner_team = "hardware"
-layer = "hardware"
-tier = "nightly"
-gate = { model = "mlp-bf16-wide", metric = "correctness" }
-page = { team = "hardware", severity = "sev2" }
-)";
-
 }  // namespace
 
 TEST_CASE("a multi-node model with wrong outputs is judged, bisected and ticketed once; its hardware risk pages no one") {
@@ -201,7 +182,7 @@ TEST_CASE("a multi-node model with wrong outputs is judged, bisected and tickete
   // ticket: the hardware risk the failure trips does not page the hardware team.
   Fleet fleet("risks-wide");
   const fs::path dir = fleet.dir();
-  write(dir / "risks.toml", kHardwareRegister);
+  write(dir / "risks.toml", hardware_risk_register("mlp-bf16-wide", "nightly"));
   start_two_nodes(fleet, {{"risk_register", "\"risks.toml\""}});
   write(dir / "models.toml", kWideSet);
   fleet.start_qualifier("qualifier");
