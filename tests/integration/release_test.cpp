@@ -98,6 +98,20 @@ fs::path watched_remote(Fleet& fleet) {
   return remote;
 }
 
+// Seeds the remote's main in one commit: `files` (path -> text) and a compatibility matrix that
+// allows any stack on revisions a and b.
+void seed_remote(Fleet& fleet, const fs::path& remote, const std::map<std::string, std::string>& files) {
+  const fs::path seed = fleet.dir() / "seed";
+  git_out(fleet.dir(), {"clone", "-q", remote.string(), seed.string()});
+  for (const auto& [path, text] : files) write(seed / path, text);
+  write(seed / "compatibility.toml",
+        "[[combination]]\nhardware_revision = \"a\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n"
+        "[[combination]]\nhardware_revision = \"b\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n");
+  git_out(seed, {"add", "-A"});
+  git_out(seed, {"commit", "-q", "-m", "Environments"});
+  git_out(seed, {"push", "-q", "origin", "main"});
+}
+
 // What `kiln envs --json` says of one environment.
 json rollout_of(Fleet& fleet, const std::string& key, const std::string& environment) {
   std::string out, err;
@@ -181,23 +195,17 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
   }
 
   // The repository: a bare remote, seeded with the layout of docs/releases.md.
-  const fs::path seed = fleet.dir() / "seed";
-  git_out(fleet.dir(), {"clone", "-q", remote.string(), seed.string()});
-  write(seed / ("bundles/" + a + ".toml"), bundle_file(bundles[0], base_packages));
-  write(seed / ("bundles/" + b + ".toml"), bundle_file(bundles[1], base_packages));
-  write(seed / ("bundles/" + c + ".toml"),
-        bundle_file(bundles[2], {}, "one_way_firmware = \"raises the minimum firmware to r1-c3\"\n"));
-  write(seed / "environments/dev.toml", "bundle = \"\"\nrequires = [\"nightly\"]\nnodes = [\"n01\"]\n");
-  write(seed / "environments/staging.toml", "bundle = \"\"\nfollows = \"dev\"\nrequires = [\"nightly\"]\nnodes = [\"n02\"]\n");
-  write(seed / "environments/production.toml",
-        "bundle = \"\"\nfollows = \"staging\"\nrequires = [\"release\"]\nsoak_hours = 0.005\nnode_labels = "
-        "[\"pool=prod\"]\neval_threshold = 0.99\n");
-  write(seed / "compatibility.toml",
-        "[[combination]]\nhardware_revision = \"a\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n"
-        "[[combination]]\nhardware_revision = \"b\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n");
-  git_out(seed, {"add", "-A"});
-  git_out(seed, {"commit", "-q", "-m", "Environments: dev, staging, production"});
-  git_out(seed, {"push", "-q", "origin", "main"});
+  seed_remote(fleet, remote,
+              {{"bundles/" + a + ".toml", bundle_file(bundles[0], base_packages)},
+               {"bundles/" + b + ".toml", bundle_file(bundles[1], base_packages)},
+               {"bundles/" + c + ".toml",
+                bundle_file(bundles[2], {}, "one_way_firmware = \"raises the minimum firmware to r1-c3\"\n")},
+               {"environments/dev.toml", "bundle = \"\"\nrequires = [\"nightly\"]\nnodes = [\"n01\"]\n"},
+               {"environments/staging.toml",
+                "bundle = \"\"\nfollows = \"dev\"\nrequires = [\"nightly\"]\nnodes = [\"n02\"]\n"},
+               {"environments/production.toml",
+                "bundle = \"\"\nfollows = \"staging\"\nrequires = [\"release\"]\nsoak_hours = 0.005\nnode_labels = "
+                "[\"pool=prod\"]\neval_threshold = 0.99\n"}});
 
   // Each person's clone and release.toml; alice's opens pull requests on a Gitea stand-in.
   LoopbackServer gitea({201});
@@ -439,18 +447,11 @@ TEST_CASE("releases follow health: a bundle whose dev rollout halted goes no fur
       {"driver", upload_package(fleet, "alice", "driver-r1-c1.run", std::string("\x7f" "ELF\x02\x01\x01", 7) + "aarch64")},
       {"firmware", upload_package(fleet, "alice", "firmware-base.bin", "firmware base")}};
 
-  const fs::path seed = fleet.dir() / "seed";
-  git_out(fleet.dir(), {"clone", "-q", remote.string(), seed.string()});
-  write(seed / ("bundles/" + x + ".toml"), bundle_file(bundle, packages));
-  write(seed / "environments/dev.toml", "bundle = \"\"\nrequires = [\"nightly\"]\nnodes = [\"n01\", \"n02\"]\n");
-  write(seed / "environments/staging.toml",
-        "bundle = \"\"\nfollows = \"dev\"\nrequires = [\"nightly\"]\nnodes = [\"n03\"]\n");
-  write(seed / "compatibility.toml",
-        "[[combination]]\nhardware_revision = \"a\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n"
-        "[[combination]]\nhardware_revision = \"b\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n");
-  git_out(seed, {"add", "-A"});
-  git_out(seed, {"commit", "-q", "-m", "Environments: dev, staging"});
-  git_out(seed, {"push", "-q", "origin", "main"});
+  seed_remote(fleet, remote,
+              {{"bundles/" + x + ".toml", bundle_file(bundle, packages)},
+               {"environments/dev.toml", "bundle = \"\"\nrequires = [\"nightly\"]\nnodes = [\"n01\", \"n02\"]\n"},
+               {"environments/staging.toml",
+                "bundle = \"\"\nfollows = \"dev\"\nrequires = [\"nightly\"]\nnodes = [\"n03\"]\n"}});
   for (const char* who : {"alice", "bob"}) {
     const fs::path clone = fleet.dir() / (std::string(who) + "-clone");
     git_out(fleet.dir(), {"clone", "-q", remote.string(), clone.string()});
