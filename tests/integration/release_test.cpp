@@ -4,9 +4,12 @@
 // environment, and a merge made without kiln (as after a crash between commit and record).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -17,6 +20,7 @@
 #include "coordinator/qualification/change.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/fleet_queries.h"
 #include "tests/integration/git_repo.h"
 #include "tests/integration/run_command.h"
 #include "tests/support/loopback_http.h"
@@ -28,6 +32,7 @@ namespace q = kiln::qualification;
 namespace qs = kiln::qualification::shell;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace std::chrono_literals;
 
 bool has(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return true;
@@ -35,12 +40,17 @@ bool has(const std::string& text, const std::string& part) {
   return false;
 }
 
-std::string bundle_file(const q::Bundle& bundle, const std::string& extra = "") {
+// The packages nodes install, by layer: the driver's and the firmware's, uploaded to the
+// coordinator so a rollout can fetch them by digest; other layers are not installed on nodes.
+using Packages = std::map<std::string, std::string>;  // layer -> sha256
+
+std::string bundle_file(const q::Bundle& bundle, const Packages& packages, const std::string& extra = "") {
   std::string text = "id = \"" + bundle.id + "\"\nhardware_revisions = [\"a\", \"b\"]\nmodel_configs_version = \"" +
                      bundle.model_configs_version + "\"\n" + extra;
   for (const char* layer : {"framework", "compiler", "kernels", "runtime", "driver", "firmware"}) {
+    const auto package = packages.find(layer);
     text += std::string("[layers.") + layer + "]\nversion = \"" + *bundle.versions.find(*q::layer_from_string(layer)) +
-            "\"\ndigest = \"sha256:" + std::string(64, 'e') + "\"\n";
+            "\"\ndigest = \"sha256:" + (package == packages.end() ? std::string(64, 'e') : package->second) + "\"\n";
   }
   return text + "[[model]]\nname = \"llm-70b\"\nbatch_size = 8\nprecision = \"bf16\"\ntensor_parallel = 8\n";
 }
@@ -68,14 +78,100 @@ std::vector<std::string> promotion_keys(cli::Client& client) {
   return keys;
 }
 
+// A package file for a layer, uploaded to the coordinator's artifact store; its sha256.
+std::string upload_package(Fleet& fleet, const std::string& key, const std::string& name, const std::string& content) {
+  const fs::path file = fleet.dir() / "packages" / name;
+  write(file, content);
+  std::string out;
+  REQUIRE_MESSAGE(fleet.kiln(key, {"artifact", "upload", file.string()}, &out) == 0, out);
+  auto digest = sha256_of_file(file.string(), 1 << 20);
+  REQUIRE(digest.has_value());
+  return *digest;
+}
+
+// The environments repository's remote, bare and empty, which the coordinator watches for its
+// rollouts (docs/releases.md). Call before start_coordinator.
+fs::path watched_remote(Fleet& fleet) {
+  const fs::path remote = fleet.dir() / "environments.git";
+  git_out(fleet.dir(), {"init", "-q", "--bare", "-b", "main", remote.string()});
+  fleet.add_coordinator_tables("[environments]\nrepo = \"environments.git\"\npoll_interval_ms = 200\n");
+  return remote;
+}
+
+// Seeds the remote's main in one commit: `files` (path -> text) and a compatibility matrix that
+// allows any stack on revisions a and b.
+void seed_remote(Fleet& fleet, const fs::path& remote, const std::map<std::string, std::string>& files) {
+  const fs::path seed = fleet.dir() / "seed";
+  git_out(fleet.dir(), {"clone", "-q", remote.string(), seed.string()});
+  for (const auto& [path, text] : files) write(seed / path, text);
+  write(seed / "compatibility.toml",
+        "[[combination]]\nhardware_revision = \"a\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n"
+        "[[combination]]\nhardware_revision = \"b\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n");
+  git_out(seed, {"add", "-A"});
+  git_out(seed, {"commit", "-q", "-m", "Environments"});
+  git_out(seed, {"push", "-q", "origin", "main"});
+}
+
+// What `kiln envs --json` says of one environment.
+json rollout_of(Fleet& fleet, const std::string& key, const std::string& environment) {
+  std::string out, err;
+  fleet.kiln_split(key, {"--json", "envs"}, &out, &err);
+  const auto doc = json::parse(out, nullptr, false);
+  REQUIRE_MESSAGE(doc.is_object(), out << err);
+  for (const auto& env : doc["environments"]) {
+    if (env["name"] == environment) return env;
+  }
+  return json::object();
+}
+
+bool converged_on(Fleet& fleet, const std::string& key, const std::string& environment, const std::string& bundle) {
+  const json env = rollout_of(fleet, key, environment);
+  return env.value("bundle_id", "") == bundle && env.value("rollout", "") == "converged";
+}
+
+// Sim nodes whose chips run firmware `version` and whose driver reports `version` (a driver
+// installer's record, read again when the agent restarts): an environment whose bundle pins both
+// converges on them without installing anything. `ops`: a key of role ops. Call after
+// start_coordinator, with the agents added before it.
+void run_nodes_on(Fleet& fleet, cli::Client& ops, const std::vector<std::string>& node_ids, const std::string& version) {
+  const auto all_up = [&] {
+    return std::all_of(node_ids.begin(), node_ids.end(),
+                       [&](const std::string& id) { return node_state_is(ops, id, protocol::NodeState::up); });
+  };
+  for (const auto& id : node_ids) fleet.start_agent(id);
+  REQUIRE(Fleet::eventually(all_up, 20s));
+  for (const auto& id : node_ids) {
+    REQUIRE(fleet.sim_chip(id, {"set-driver-version", version}) == 0);
+    fleet.stop_agent(id, SIGTERM);
+  }
+  REQUIRE(Fleet::eventually([&] {
+    return std::none_of(node_ids.begin(), node_ids.end(),
+                        [&](const std::string& id) { return node_state_is(ops, id, protocol::NodeState::up); });
+  }, 20s));
+  for (const auto& id : node_ids) fleet.start_agent(id);
+  REQUIRE(Fleet::eventually([&] {
+    return all_up() && std::all_of(node_ids.begin(), node_ids.end(), [&](const std::string& id) {
+             auto n = node(ops, id);
+             return n && n->driver_version == version;
+           });
+  }, 20s));
+}
+
 TEST_CASE("releases in git: promote, review, merge, race, roll back, and record") {
   Fleet fleet("release");
   fleet.add_key("alice", "ops");
   fleet.add_key("bob", "admin");
   fleet.add_key("dana", "developer");
   fleet.add_key("ci", "ci");
+  // The coordinator rolls out what the remote's main says: dev runs on n01, staging on n02, both
+  // on the driver and firmware of bundles a and b (the layers' base versions).
+  const fs::path remote = watched_remote(fleet);
+  for (const char* id : {"n01", "n02"}) fleet.add_agent({id, "a", {}}, "self_test_time_scale=0.05;firmware_version=base");
   fleet.start_coordinator();
   auto ci = fleet.client("ci");
+  run_nodes_on(fleet, *ci, {"n01", "n02"}, "base");
+  const Packages base_packages = {{"driver", upload_package(fleet, "alice", "driver-base.run", "#!/bin/sh\nexit 0\n")},
+                                  {"firmware", upload_package(fleet, "alice", "firmware-base.bin", "firmware base")}};
 
   // Three bundles of one history; the third flashes one-way firmware.
   std::vector<q::Change> history = {
@@ -99,24 +195,17 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
   }
 
   // The repository: a bare remote, seeded with the layout of docs/releases.md.
-  const fs::path remote = fleet.dir() / "environments.git";
-  const fs::path seed = fleet.dir() / "seed";
-  git_out(fleet.dir(), {"init", "-q", "--bare", "-b", "main", remote.string()});
-  git_out(fleet.dir(), {"clone", "-q", remote.string(), seed.string()});
-  write(seed / ("bundles/" + a + ".toml"), bundle_file(bundles[0]));
-  write(seed / ("bundles/" + b + ".toml"), bundle_file(bundles[1]));
-  write(seed / ("bundles/" + c + ".toml"), bundle_file(bundles[2], "one_way_firmware = \"raises the minimum firmware to r1-c3\"\n"));
-  write(seed / "environments/dev.toml", "bundle = \"\"\nrequires = [\"nightly\"]\nnodes = [\"n01\"]\n");
-  write(seed / "environments/staging.toml", "bundle = \"\"\nfollows = \"dev\"\nrequires = [\"nightly\"]\nnodes = [\"n02\"]\n");
-  write(seed / "environments/production.toml",
-        "bundle = \"\"\nfollows = \"staging\"\nrequires = [\"release\"]\nsoak_hours = 0.002\nnode_labels = "
-        "[\"pool=prod\"]\neval_threshold = 0.99\n");
-  write(seed / "compatibility.toml",
-        "[[combination]]\nhardware_revision = \"a\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n"
-        "[[combination]]\nhardware_revision = \"b\"\nfirmware = [\"*\"]\ndriver = [\"*\"]\nruntime = [\"*\"]\n");
-  git_out(seed, {"add", "-A"});
-  git_out(seed, {"commit", "-q", "-m", "Environments: dev, staging, production"});
-  git_out(seed, {"push", "-q", "origin", "main"});
+  seed_remote(fleet, remote,
+              {{"bundles/" + a + ".toml", bundle_file(bundles[0], base_packages)},
+               {"bundles/" + b + ".toml", bundle_file(bundles[1], base_packages)},
+               {"bundles/" + c + ".toml",
+                bundle_file(bundles[2], {}, "one_way_firmware = \"raises the minimum firmware to r1-c3\"\n")},
+               {"environments/dev.toml", "bundle = \"\"\nrequires = [\"nightly\"]\nnodes = [\"n01\"]\n"},
+               {"environments/staging.toml",
+                "bundle = \"\"\nfollows = \"dev\"\nrequires = [\"nightly\"]\nnodes = [\"n02\"]\n"},
+               {"environments/production.toml",
+                "bundle = \"\"\nfollows = \"staging\"\nrequires = [\"release\"]\nsoak_hours = 0.005\nnode_labels = "
+                "[\"pool=prod\"]\neval_threshold = 0.99\n"}});
 
   // Each person's clone and release.toml; alice's opens pull requests on a Gitea stand-in.
   LoopbackServer gitea({201});
@@ -198,13 +287,19 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
   CHECK(has(out, "rebase"));
   CHECK(has(git_out(remote, {"show", "main:environments/dev.toml"}), "bundle = \"" + b + "\""));
 
-  // Staging, then production: soak time, the release gate and the eval threshold.
+  // Staging, then production: the previous environment converged on the bundle, soak time, the
+  // release gate and the eval threshold.
+  REQUIRE_MESSAGE(Fleet::eventually([&] { return converged_on(fleet, "alice", "dev", b); }, 30s),
+                  rollout_of(fleet, "alice", "dev").dump(2));
   REQUIRE(release("alice", {"promote", b12, "--to", "staging"}, &out) == 0);
   REQUIRE(release("bob", {"approve", "staging"}, &out) == 0);
   REQUIRE(release("bob", {"merge", "staging"}, &out) == 0);
+  const auto staging_merged = std::chrono::steady_clock::now();
   CHECK(release("alice", {"promote", b12, "--to", "production"}, &out) == 1);
   CHECK(has(out, "to soak 0.0 h in staging first"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(7500));
+  REQUIRE_MESSAGE(Fleet::eventually([&] { return converged_on(fleet, "alice", "staging", b); }, 30s),
+                  rollout_of(fleet, "alice", "staging").dump(2));
+  std::this_thread::sleep_until(staging_merged + std::chrono::seconds(19));  // the soak: 18 s
   CHECK(release("alice", {"promote", b12, "--to", "production"}, &out) == 1);
   CHECK(has(out, "production requires a passing release run of bundle " + b12 + ", and none is recorded"));
   REQUIRE(qs::record_run(*ci, "release-low", report("release-low", "release", b, true, now_ms(), 0.985)));
@@ -213,6 +308,13 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
   REQUIRE(qs::record_run(*ci, "release-good", report("release-good", "release", b, true, now_ms() + 1000, 0.997)));
   REQUIRE(release("alice", {"promote", b12, "--to", "production"}, &out) == 0);
   REQUIRE(release("bob", {"approve", "production"}, &out) == 0);
+  // Staging's node is lost before the merge: production waits until staging is healthy again.
+  fleet.stop_agent("n02", SIGKILL);
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*ci, "n02", protocol::NodeState::lost); }, 60s));
+  CHECK(release("bob", {"merge", "production"}, &out) == 1);
+  CHECK(has(out, "bundle " + b12 + " may not go to production yet: its rollout in staging is converged; n02 lost"));
+  fleet.start_agent("n02");
+  REQUIRE(Fleet::eventually([&] { return node_state_is(*ci, "n02", protocol::NodeState::up); }, 30s));
   REQUIRE(release("bob", {"merge", "production"}, &out) == 0);
   const std::string production_merge = git_out(remote, {"rev-parse", "main"}).substr(0, 40);
 
@@ -226,13 +328,13 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
   CHECK(release("bob", {"rollback", "production"}, &out) == 5);
   CHECK(has(out, "production has no promotion left to roll back"));
 
-  // One-way firmware: promoted again on the new main with its override; no rollback past it.
-  git_out(remote, {"branch", "-D", "promote/dev/" + c12});
-  for (const char* who : {"alice", "bob"}) {
-    git(fleet.dir() / (std::string(who) + "-clone"), {"branch", "-D", "promote/dev/" + c12});
-  }
+  // One-way firmware: promoted again on the new main with its override, which replaces the
+  // proposal main left behind (no branch deleted by hand); no rollback past it.
+  const std::string raced = git_out(remote, {"rev-parse", "promote/dev/" + c12}).substr(0, 40);
   REQUIRE(release("alice", {"promote", c12, "--to", "dev", "--override-one-way", "fleet moves to r1-c3 (REL-7)"},
                   &out) == 0);
+  CHECK(has(out, "replaces the branch's earlier proposal (commit " + raced.substr(0, 12) + ")"));
+  CHECK(git_out(remote, {"rev-parse", "promote/dev/" + c12}).substr(0, 40) != raced);
   REQUIRE(release("bob", {"approve", "dev"}, &out) == 0);
   REQUIRE(release("bob", {"merge", "dev"}, &out) == 0);
   CHECK(release("bob", {"rollback", "dev"}, &out) == 1);
@@ -309,6 +411,115 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
 
 namespace kiln::testing {
 namespace {
+
+TEST_CASE("releases follow health: a bundle whose dev rollout halted goes no further; the reason shows; it may be "
+          "promoted again after a rollback") {
+  Fleet fleet("release-health");
+  fleet.add_key("alice", "ops");
+  fleet.add_key("bob", "admin");
+  fleet.add_key("ci", "ci");
+  const fs::path remote = watched_remote(fleet);
+  for (const char* id : {"n01", "n02", "n03"}) {
+    fleet.add_agent({id, "a", {}}, "self_test_time_scale=0.05;firmware_version=base");
+  }
+  fleet.start_coordinator();
+  auto ci = fleet.client("ci");
+  for (const char* id : {"n01", "n02", "n03"}) fleet.start_agent(id);
+  REQUIRE(Fleet::eventually([&] {
+    for (const char* id : {"n01", "n02", "n03"}) {
+      if (!node_state_is(*ci, id, protocol::NodeState::up)) return false;
+    }
+    return true;
+  }, 20s));
+
+  // A bundle whose new driver's installer is no program the nodes can run (built for another
+  // machine): executing it fails with "Exec format error".
+  std::vector<q::Change> history = {{"c1", q::Layer::driver, "driver-team", {}, 1000, "", std::nullopt}};
+  REQUIRE(qs::record_change(*ci, history[0]));
+  const q::Bundle bundle = *q::build_bundle_at(history, 0);
+  REQUIRE(qs::record_bundle(*ci, bundle));
+  const std::string x = bundle.id, x12 = x.substr(0, 12);
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  REQUIRE(qs::record_run(*ci, "nightly-x", report("nightly-x", "nightly", x, true, now_ms)));
+  const Packages packages = {
+      {"driver", upload_package(fleet, "alice", "driver-r1-c1.run", std::string("\x7f" "ELF\x02\x01\x01", 7) + "aarch64")},
+      {"firmware", upload_package(fleet, "alice", "firmware-base.bin", "firmware base")}};
+
+  seed_remote(fleet, remote,
+              {{"bundles/" + x + ".toml", bundle_file(bundle, packages)},
+               {"environments/dev.toml", "bundle = \"\"\nrequires = [\"nightly\"]\nnodes = [\"n01\", \"n02\"]\n"},
+               {"environments/staging.toml",
+                "bundle = \"\"\nfollows = \"dev\"\nrequires = [\"nightly\"]\nnodes = [\"n03\"]\n"}});
+  for (const char* who : {"alice", "bob"}) {
+    const fs::path clone = fleet.dir() / (std::string(who) + "-clone");
+    git_out(fleet.dir(), {"clone", "-q", remote.string(), clone.string()});
+    write(fleet.dir() / (std::string(who) + "-release.toml"),
+          "[release]\nrepo = \"" + clone.string() + "\"\nremote = \"origin\"\n");
+  }
+  auto release = [&](const std::string& who, std::vector<std::string> args, std::string* output) {
+    args.insert(args.begin(), "release");
+    args.insert(args.begin() + 2, {"--release-config", (fleet.dir() / (who + "-release.toml")).string()});
+    return fleet.kiln(who, args, output);
+  };
+  std::string out;
+
+  // Dev takes the bundle (its gates passed); its canary fails to install the driver and is
+  // quarantined, and the rollout halts there.
+  REQUIRE(release("alice", {"promote", x12, "--to", "dev"}, &out) == 0);
+  REQUIRE(release("bob", {"approve", "dev"}, &out) == 0);
+  const std::string first_proposal = git_out(remote, {"rev-parse", "promote/dev/" + x12}).substr(0, 40);
+  REQUIRE(release("bob", {"merge", "dev"}, &out) == 0);
+  REQUIRE_MESSAGE(Fleet::eventually([&] { return rollout_of(fleet, "alice", "dev").value("rollout", "") == "halted"; },
+                                    90s),
+                  rollout_of(fleet, "alice", "dev").dump(2));
+  const json dev = rollout_of(fleet, "alice", "dev");
+  CHECK(dev["bundle_id"] == x);
+  REQUIRE(dev["nodes"].size() == 2);
+  CHECK(dev["nodes"][0]["node_id"] == "n01");
+  CHECK(dev["nodes"][0]["state"] == "failed");
+  // `kiln envs` says why, as `kiln result` of the install job does.
+  CHECK(has(dev["nodes"][0]["detail"].get<std::string>(), "Exec format error"));
+  CHECK(has(dev["nodes"][0]["detail"].get<std::string>(), "the driver installer did not start"));
+  CHECK(fleet.kiln("alice", {"envs"}, &out) == 1);
+  CHECK(has(out, "Exec format error"));
+  const std::string install_job = std::to_string(dev["nodes"][0]["install_job_id"].get<std::uint64_t>());
+  CHECK(fleet.kiln("alice", {"result", install_job}, &out) == 1);  // the job failed
+  CHECK(has(out, "Exec format error"));
+  auto n01 = node(*ci, "n01");
+  REQUIRE(n01.has_value());
+  CHECK(n01->state == protocol::NodeState::quarantined);
+
+  // Staging does not take it: dev's rollout of it halted, its canary quarantined.
+  CHECK(release("alice", {"promote", x12, "--to", "staging"}, &out) == 1);
+  CHECK(has(out, "bundle " + x12 + " may not go to staging yet: its rollout in dev is halted"));
+  CHECK(has(out, "n01 failed"));
+  CHECK(has(out, "Exec format error"));
+  CHECK(has(out, "quarantined (did not converge on bundle " + x12));
+  CHECK(has(out, "`kiln release rollback dev`"));
+  CHECK(git(remote, {"rev-parse", "--verify", "-q", "promote/staging/" + x12}).status != 0);
+  const std::string coordinator_log = fleet.log_of("coordinator");
+  // The canary stopped dev's rollout, and staging's canary was never touched.
+  CHECK(coordinator_log.find("of bundle " + x12 + " on node n02") == std::string::npos);
+  CHECK(coordinator_log.find("of bundle " + x12 + " on node n03") == std::string::npos);
+
+  // Dev rolls back. The same bundle may be promoted again later (here at once): its branch, merged
+  // and rolled back, is made anew from main, with nothing deleted by hand.
+  REQUIRE(release("bob", {"rollback", "dev"}, &out) == 0);
+  REQUIRE(release("alice", {"promote", x12, "--to", "dev"}, &out) == 0);
+  CHECK(has(out, "proposed " + x12 + " for dev on branch promote/dev/" + x12));
+  CHECK(has(out, "replaces the branch's earlier proposal (commit " + first_proposal.substr(0, 12) + ")"));
+  const std::string second_proposal = git_out(remote, {"rev-parse", "promote/dev/" + x12}).substr(0, 40);
+  CHECK(second_proposal != first_proposal);
+  CHECK(git_out(remote, {"rev-parse", "promote/dev/" + x12 + "^"}).substr(0, 40) ==
+        git_out(remote, {"rev-parse", "main"}).substr(0, 40));
+  CHECK(release("alice", {"promote", x12, "--to", "dev"}, &out) == 1);  // open on main's tip: proposed once
+  CHECK(has(out, "is already proposed on promote/dev/" + x12));
+  REQUIRE(release("bob", {"approve", "dev"}, &out) == 0);
+  REQUIRE(release("bob", {"merge", "dev"}, &out) == 0);
+  CHECK(has(git_out(remote, {"show", "main:environments/dev.toml"}), "bundle = \"" + x + "\""));
+}
 
 TEST_CASE("kiln release add-bundle writes the recorded bundle's file with each package's digest, once") {
   Fleet fleet("add-bundle");

@@ -149,6 +149,7 @@ class PromoteCommand : public ReleaseCommand {
                         {"environment", p.environment},
                         {"bundle_id", p.bundle_id},
                         {"pull_request_url", promoted->pull_request_url},
+                        {"replaced_commit", promoted->replaced_commit},
                         {"evidence", r::evidence_json(p)}}
                        .dump(2)
                 << "\n";
@@ -160,6 +161,10 @@ class PromoteCommand : public ReleaseCommand {
                              p.branch, short_id(promoted->commit));
     std::cout << fmt::format("  gates passed: {}\n  evidence: {}\n", gates.empty() ? std::string("none required") : fmt::format("{}", fmt::join(gates, ", ")),
                              r::evidence_path(p.environment, p.bundle_id));
+    if (!promoted->replaced_commit.empty()) {
+      std::cout << fmt::format("  replaces the branch's earlier proposal (commit {}), merged or behind main since\n",
+                               short_id(promoted->replaced_commit));
+    }
     if (!promoted->pull_request_url.empty()) std::cout << "  pull request: " << promoted->pull_request_url << "\n";
     std::cout << fmt::format("next: someone else approves it (`kiln release approve {}`), then `kiln release merge {}`\n",
                              p.branch, p.branch);

@@ -209,9 +209,12 @@ Result<std::string> ReleaseDesk::commit_with_message(const std::vector<std::stri
   return rev("HEAD");
 }
 
-Status ReleaseDesk::push(const std::string& ref) {
+Status ReleaseDesk::push(const std::string& ref, const std::string& replaced_commit) {
   if (config_.remote.empty()) return {};
-  auto pushed = git_.run({"push", "-q", config_.remote, ref});
+  std::vector<std::string> args = {"push", "-q", config_.remote, ref};
+  // Replacing a branch only where the remote still has what this clone saw there.
+  if (!replaced_commit.empty()) args.insert(args.begin() + 2, fmt::format("--force-with-lease={}:{}", ref, replaced_commit));
+  auto pushed = git_.run(args);
   if (!pushed) return tl::unexpected(pushed.error());
   if (pushed->exit_code != 0) {
     return fail(Errc::conflict, fmt::format("{} refused {}: {}", config_.remote, ref, trimmed(pushed->err)));
@@ -330,24 +333,19 @@ Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::
   auto promotion = decide_promotion(*snapshot, request, runs, pins, arrived);
   if (!promotion) return tl::unexpected(promotion.error());
 
-  const std::string branch = promotion->branch;  // a copy: the promotion is moved into the result below
-  const bool local = git_.run({"rev-parse", "--verify", "-q", "refs/heads/" + branch}).value_or(GitOutput{}).exit_code == 0;
-  const bool remote = !config_.remote.empty() &&
-                      git_.run({"rev-parse", "--verify", "-q", "refs/remotes/" + config_.remote + "/" + branch})
-                              .value_or(GitOutput{})
-                              .exit_code == 0;
-  if (local || remote) {
-    return fail(Errc::conflict, fmt::format("{} is already proposed on {}; approve and merge it, or delete the branch "
-                                            "(`git branch -D {}`{}) to propose it again",
-                                            promotion->bundle_id.substr(0, 12), branch, branch,
-                                            remote ? fmt::format(", `git push {} :{}`", config_.remote, branch) : ""));
+  if (auto ok = previous_rollout_healthy(snapshot->environments.at(environment), promotion->bundle_id); !ok) {
+    return tl::unexpected(ok.error());
   }
+
+  const std::string branch = promotion->branch;  // a copy: the promotion is moved into the result below
+  auto earlier = superseded_proposal(branch);
+  if (!earlier) return tl::unexpected(earlier.error());
   auto env_text = git_.check({"show", config_.main_branch + ":" + environment_path(environment)});
   if (!env_text) return tl::unexpected(env_text.error());
   auto changed = with_bundle(*env_text, promotion->bundle_id);
   if (!changed) return tl::unexpected(changed.error());
 
-  if (auto ok = git_.check({"checkout", "-q", "-b", branch, config_.main_branch}); !ok) return tl::unexpected(ok.error());
+  if (auto ok = git_.check({"checkout", "-q", "-B", branch, config_.main_branch}); !ok) return tl::unexpected(ok.error());
   auto write_and_commit = [&]() -> Result<std::string> {
     const std::filesystem::path root(config_.repo);
     const std::string evidence = evidence_path(environment, promotion->bundle_id);
@@ -363,8 +361,8 @@ Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::
     (void)git_.run({"branch", "-D", branch});
     return tl::unexpected(commit.error());
   }
-  Promoted promoted{std::move(*promotion), *commit, "", ""};
-  if (auto ok = push(branch); !ok) return tl::unexpected(ok.error());
+  Promoted promoted{std::move(*promotion), *commit, "", "", earlier->commit};
+  if (auto ok = push(branch, earlier->remote_commit); !ok) return tl::unexpected(ok.error());
   if (!config_.forge.kind.empty()) {
     PullRequest request{fmt::format("Promote {} to {}", promoted.promotion.bundle_id.substr(0, 12), environment),
                         promotion_message(promoted.promotion), branch, config_.main_branch};
@@ -374,15 +372,51 @@ Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::
   }
   const Promotion& p = promoted.promotion;
   const std::string subject = "environment " + environment;
-  promoted.audit_problem = audit("promotion_proposed", subject,
-                                 fmt::format("{} on branch {} (commit {})", p.bundle_id.substr(0, 12), branch,
-                                             promoted.commit.substr(0, 12)));
+  promoted.audit_problem =
+      audit("promotion_proposed", subject,
+            fmt::format("{} on branch {} (commit {}{})", p.bundle_id.substr(0, 12), branch, promoted.commit.substr(0, 12),
+                        earlier->commit.empty() ? "" : ", replacing " + earlier->commit.substr(0, 12)));
   if (!p.one_way_override.empty() && promoted.audit_problem.empty()) {
     promoted.audit_problem = audit("one_way_override", subject,
                                    fmt::format("{} has one-way firmware ({}); promoted anyway: {}",
                                                p.bundle_id.substr(0, 12), p.one_way_firmware, p.one_way_override));
   }
   return promoted;
+}
+
+Status ReleaseDesk::previous_rollout_healthy(const EnvironmentFile& environment, const std::string& bundle_id) {
+  if (environment.follows.empty()) return {};  // bundles come here from CI: no environment ran it before
+  auto rollouts = cli::expect_reply<protocol::EnvironmentList>(client_.request(protocol::ListEnvironments{}));
+  if (!rollouts) return tl::unexpected(rollouts.error());
+  auto nodes = cli::expect_reply<protocol::NodeList>(client_.request(protocol::ListNodes{}));
+  if (!nodes) return tl::unexpected(nodes.error());
+  return check_previous_rollout(environment.name, environment.follows, bundle_id, *rollouts, nodes->nodes);
+}
+
+Result<ReleaseDesk::EarlierProposal> ReleaseDesk::superseded_proposal(const std::string& branch) {
+  auto main_tip = rev(config_.main_branch);
+  if (!main_tip) return tl::unexpected(main_tip.error());
+  EarlierProposal earlier;
+  // The remote's first: what others approved is there.
+  std::vector<std::string> refs;
+  if (!config_.remote.empty()) refs.push_back("refs/remotes/" + config_.remote + "/" + branch);
+  refs.push_back("refs/heads/" + branch);
+  for (const auto& ref : refs) {
+    auto tip = rev(ref);
+    if (!tip) continue;
+    auto merged = git_.run({"merge-base", "--is-ancestor", *tip, config_.main_branch});
+    auto base = git_.check({"merge-base", config_.main_branch, *tip});
+    const bool in_main = merged && merged->exit_code == 0;
+    if (!in_main && base && trimmed(*base) == *main_tip) {
+      return fail(Errc::conflict, fmt::format("{} is already proposed on {} (commit {}); approve and merge it "
+                                              "(`kiln release approve {}`, `kiln release merge {}`)",
+                                              branch.substr(branch.rfind('/') + 1), branch, tip->substr(0, 12), branch,
+                                              branch));
+    }
+    if (earlier.commit.empty()) earlier.commit = *tip;
+    if (ref != refs.back()) earlier.remote_commit = *tip;
+  }
+  return earlier;
 }
 
 Result<std::string> ReleaseDesk::resolve_branch(const std::string& target) {
@@ -394,9 +428,11 @@ Result<std::string> ReleaseDesk::resolve_branch(const std::string& target) {
     if (!remote_commit) return {};
     auto local_commit = rev("refs/heads/" + branch);
     if (!local_commit) return git_.check({"branch", "-q", branch, remote_ref}).map([](auto&&) {});
-    auto behind = git_.run({"merge-base", "--is-ancestor", *local_commit, *remote_commit});
-    if (behind && behind->exit_code == 0) return git_.check({"branch", "-q", "-f", branch, remote_ref}).map([](auto&&) {});
-    return {};
+    // The local branch stays only while it holds all of the remote's (and perhaps more, not yet
+    // pushed); one behind, or one the remote replaced with a new proposal, takes the remote's.
+    auto ahead = git_.run({"merge-base", "--is-ancestor", *remote_commit, *local_commit});
+    if (ahead && ahead->exit_code == 0) return {};
+    return git_.check({"branch", "-q", "-f", branch, remote_ref}).map([](auto&&) {});
   };
   if (target.find('/') != std::string::npos) {
     if (auto ok = adopt(target); !ok) return tl::unexpected(ok.error());
@@ -514,6 +550,7 @@ Result<Merged> ReleaseDesk::merge(const std::string& target) {
   const std::string& branch = open->branch;
   auto& proposed = open->proposed;
   if (auto ok = decide_merge(proposed, open->environment); !ok) return tl::unexpected(ok.error());
+  if (auto ok = previous_rollout_healthy(open->environment, proposed.bundle_id); !ok) return tl::unexpected(ok.error());
   auto before = rev(config_.main_branch);
   if (!before) return tl::unexpected(before.error());
   auto commit = commit_with_message({"merge", "-q", "--no-ff", branch}, merge_message(proposed, actor_));

@@ -20,6 +20,7 @@
 #include "coordinator/cli/client.h"
 #include "coordinator/release/environments.h"
 #include "coordinator/release/promotion.h"
+#include "coordinator/release/rollout_gate.h"
 #include "coordinator/release/shell/git.h"
 #include "coordinator/release/shell/release_config.h"
 
@@ -33,6 +34,7 @@ struct Promoted {
   std::string commit;
   std::string pull_request_url;  // empty without a forge (or when it gave none)
   std::string audit_problem;     // why the coordinator's audit log lacks this step; empty: written
+  std::string replaced_commit;   // the earlier proposal the branch held (merged, or behind main); empty: none
 };
 struct Approved {
   ProposedPromotion proposed;
@@ -99,8 +101,19 @@ class ReleaseDesk {
     EnvironmentFile environment;
   };
   Result<OpenPromotion> open_promotion(const std::string& target);
+  // Releases follow health: the environment takes the bundle only once the coordinator's rollout
+  // of it in the environment it follows converged with every node up (check_previous_rollout).
+  Status previous_rollout_healthy(const EnvironmentFile& environment, const std::string& bundle_id);
+  // An earlier proposal on a promotion branch: one merged since (and perhaps rolled back) or left
+  // behind by main is replaced by the new one; one still open on main's tip is a conflict.
+  struct EarlierProposal {
+    std::string commit;         // the branch's tip, the remote's where it has one; empty: no branch
+    std::string remote_commit;  // the remote's tip, which the push replaces; empty: none there
+  };
+  Result<EarlierProposal> superseded_proposal(const std::string& branch);
   Result<std::string> commit_with_message(const std::vector<std::string>& commit_args, const std::string& message);
-  Status push(const std::string& ref);
+  // `replaced_commit`: the remote's tip of `ref` this push may replace; empty: a fast-forward only.
+  Status push(const std::string& ref, const std::string& replaced_commit = "");
   Result<std::string> rev(const std::string& name);
 
   ReleaseConfig config_;
