@@ -52,7 +52,8 @@ std::string listed_verdict(Fleet& fleet, const std::string& run_id) {
   REQUIRE(fleet.kiln("ci", {"runs"}, &out) == 0);
   const auto at = out.find(run_id + " ");
   if (at == std::string::npos) return "";
-  const std::string line = out.substr(at, out.find('\n', at) - at);
+  std::string line = out.substr(at, out.find('\n', at) - at);
+  line.erase(line.find_last_not_of(' ') + 1);  // the column is padded
   return line.substr(line.find_last_of(' ') + 1);
 }
 
