@@ -26,7 +26,8 @@ using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFi
                           QueueWhy, QueueExplanation, PutRecord, GetRecord, ListRecords, RecordEntry, RecordList,
                           QuarantineNode, ListQueue, QueueList, SetTicketState, SubmitGang, GangAccepted,
                           PutArtifact, ArtifactProgress, GetArtifact, ArtifactChunk, ListEnvironments,
-                          EnvironmentList, PutAudit, ListAudit, AuditList>;
+                          EnvironmentList, PutAudit, ListAudit, AuditList, GetRiskRegister,
+                          RiskRegisterText>;
 
 std::string_view type_name(const Body& body);
 

@@ -233,6 +233,27 @@ struct PutAudit {
   }
 };
 
+// The risk register the coordinator checks waivers against (coordinator.toml risk_register), as
+// its file reads: `kiln waive` takes the gates and their approvers from it. Every client role.
+// Replies `risk_register`, or `error` `not_found` when coordinator.toml names none.
+struct GetRiskRegister {
+  static constexpr std::string_view kType = "get_risk_register";
+  template <class V>
+  void visit(V&) {}
+};
+
+struct RiskRegisterText {
+  static constexpr std::string_view kType = "risk_register";
+  std::string source;  // the file the coordinator read it from
+  std::string toml;    // its text (docs/risks.md)
+
+  template <class V>
+  void visit(V& v) {
+    v.field("source", source, Str{1, 4096});
+    v.field("toml", toml, Str{0, 786432});
+  }
+};
+
 // The audit log's lines written at or after `since_ms` (wall clock) and after `after_seq`,
 // oldest first. Replies `audit_list`; `more`: ask again after the last seq.
 struct ListAudit {

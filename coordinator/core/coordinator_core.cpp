@@ -282,6 +282,15 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
           set_ticket_state(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::PutAudit>) {
           put_audit(client, caller, corr, body);
+        } else if constexpr (std::is_same_v<T, protocol::GetRiskRegister>) {
+          if (const qualification::RiskRegister* reg = records_.waiver_register()) {
+            reply(protocol::RiskRegisterText{reg->source, reg->text});
+          } else {
+            sink_.reply_error(client, corr, Errc::not_found,
+                              "this coordinator names no risk register, so it takes no waiver; set [coordinator] "
+                              "risk_register in coordinator.toml to the register the qualifier uses and restart it "
+                              "(docs/operations.md, \"Waivers\")");
+          }
         } else if constexpr (std::is_same_v<T, protocol::ListEnvironments>) {
           reply(rollouts_.list());
         } else if constexpr (std::is_same_v<T, protocol::ListQueue>) {
@@ -302,19 +311,41 @@ void CoordinatorCore::put_record(const std::string& client, const Caller& caller
                                  const protocol::PutRecord& put, TimeMs now) {
   const bool waiver = put.kind == protocol::RecordKind::waiver;
   KILN_ASSERT(!put_refusal(caller, put), "a put refused for its writer's role is refused on arrival");
-  auto record = records_.put(put, caller.key_name, now);
+  // The waiver a new one replaces, for the audit line (the record book holds waivers).
+  std::optional<qualification::Waiver> replaced;
+  if (const protocol::RecordEntry* held = waiver ? records_.get(put.kind, put.key) : nullptr) {
+    auto earlier = qualification::waiver_from_json(nlohmann::json::parse(held->document));
+    KILN_ASSERT(earlier.has_value(), "the record book stores checked waivers");
+    replaced = std::move(*earlier);
+  }
+  auto record = records_.put(put, caller.key_name, caller.role == Role::admin, now);
   if (!record) {
     sink_.reply_error(client, m.header.id, record.error().code, record.error().message);
     return;
   }
-  if (waiver) {
-    const auto held = qualification::waiver_from_json(nlohmann::json::parse(record->document));
-    KILN_ASSERT(held.has_value(), "the record book stores checked waivers");
-    context().audit(caller, "waiver", fmt::format("gate {} {}", held->model, kiln::enum_name(held->metric)),
-                    fmt::format("{} ({}, team {})", qualification::waiver_text(*held), held->scope, held->team));
-  }
+  if (waiver) audit_waiver(caller, record->document, replaced, now);
   sink_.push(action::SaveRecord{*record});
   sink_.to_client(client, protocol::Ok{}, m.header.id);
+}
+
+// A waiver recorded, replacing another, or withdrawn: each its own audit line, naming the gate.
+void CoordinatorCore::audit_waiver(const Caller& caller, const std::string& document,
+                                   const std::optional<qualification::Waiver>& replaced, TimeMs now) {
+  const auto stored = qualification::waiver_from_json(nlohmann::json::parse(document));
+  KILN_ASSERT(stored.has_value(), "the record book stores checked waivers");
+  const std::string gate = fmt::format("gate {} {}", stored->model, kiln::enum_name(stored->metric));
+  const std::string what = fmt::format("{} ({}, team {})", qualification::waiver_text(*stored), stored->scope,
+                                       stored->team);
+  if (!stored->withdrawn_by.empty()) {
+    context().audit(caller, "waiver_withdrawn", gate, "withdrew " + what);
+  } else if (replaced) {
+    const std::string earlier = qualification::in_force(*replaced, now)
+                                    ? qualification::waiver_text(*replaced)
+                                    : fmt::format("{} (no longer in force)", qualification::waiver_text(*replaced));
+    context().audit(caller, "waiver_replaced", gate, fmt::format("{}, replacing {}", what, earlier));
+  } else {
+    context().audit(caller, "waiver", gate, what);
+  }
 }
 
 // What a client did outside the coordinator (a release in the environments repository): the line

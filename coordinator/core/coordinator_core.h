@@ -51,6 +51,7 @@
 #include "coordinator/core/rollouts.h"
 #include "coordinator/core/scheduler_bridge.h"
 #include "coordinator/core/scheduler_decisions.h"
+#include "coordinator/qualification/waiver.h"
 #include "coordinator/scheduler/scheduler.h"
 
 namespace kiln::coordinator {
@@ -132,6 +133,8 @@ class CoordinatorCore {
   void take_client_message(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                            Now clock_now);
   void put_audit(const std::string& client, const Caller& caller, std::uint64_t corr, const protocol::PutAudit& put);
+  void audit_waiver(const Caller& caller, const std::string& document,
+                    const std::optional<qualification::Waiver>& replaced, TimeMs now);
   void put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                   const protocol::PutRecord& put, TimeMs now);
   void get_record(const std::string& client, std::uint64_t corr, const protocol::GetRecord& get);

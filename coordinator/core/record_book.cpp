@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "coordinator/qualification/change.h"
@@ -220,11 +221,13 @@ Result<std::string> RecordBook::claim_document(const protocol::PutRecord& put, T
 // A waiver names its approver, team and time as the coordinator saw them, not as the client said:
 // the key that wrote it, the team of the register that owns the gate and lists that key among its
 // approvers, and now. A client that skips its own check of the register gets no further. Its
-// expiry is checked against this clock.
+// expiry is checked against this clock. A document naming who withdrew it withdraws the waiver
+// held under its key instead (withdrawal_document).
 Result<std::string> RecordBook::waiver_document(const protocol::PutRecord& put, const std::string& written_by,
-                                                TimeMs now) const {
+                                                bool written_by_admin, TimeMs now) const {
   auto waiver = qualification::waiver_from_json(nlohmann::json::parse(put.document));
   KILN_ASSERT(waiver.has_value(), "check() accepted the waiver");
+  if (!waiver->withdrawn_by.empty()) return withdrawal_document(put.key, written_by, written_by_admin, now);
   if (!waiver_register_) {
     return fail(Errc::unauthorized, "this coordinator has no risk register to check the approver against, so it takes "
                                     "no waiver; set [coordinator] risk_register in coordinator.toml to the register "
@@ -239,7 +242,43 @@ Result<std::string> RecordBook::waiver_document(const protocol::PutRecord& put, 
   return qualification::to_json(*waiver).dump();
 }
 
-Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now) {
+// A withdrawal is a person's act on the waiver in force under `key`: an approver of the team that
+// waived it, or an admin. The held waiver is kept, marked with who withdrew it and now.
+Result<std::string> RecordBook::withdrawal_document(const std::string& key, const std::string& written_by,
+                                                    bool written_by_admin, TimeMs now) const {
+  const protocol::RecordEntry* held = get(RecordKind::waiver, key);
+  if (held == nullptr) {
+    return fail(Errc::not_found, fmt::format("no waiver {} is recorded; `kiln waivers` lists those in force with their "
+                                             "ids",
+                                             key));
+  }
+  auto waiver = qualification::waiver_from_json(nlohmann::json::parse(held->document));
+  KILN_ASSERT(waiver.has_value(), "the record book stores checked waivers");
+  if (!waiver->withdrawn_by.empty()) {
+    return fail(Errc::conflict, fmt::format("waiver {} was already withdrawn by {}; nothing lets the gate through", key,
+                                            waiver->withdrawn_by));
+  }
+  if (now >= waiver->expires_at_ms) {
+    return fail(Errc::conflict, fmt::format("waiver {} has expired; it lets nothing through already", key));
+  }
+  if (!written_by_admin) {
+    const qualification::RiskTeam* team = waiver_register_ ? waiver_register_->team(waiver->team) : nullptr;
+    if (team == nullptr ||
+        std::find(team->approvers.begin(), team->approvers.end(), written_by) == team->approvers.end()) {
+      return fail(Errc::unauthorized,
+                  fmt::format("{} is not an approver of team {}, which waived {}; one of its approvers ({}) or an "
+                              "admin withdraws it",
+                              written_by, waiver->team, key,
+                              team != nullptr ? fmt::format("{}", fmt::join(team->approvers, ", ")) : "none listed"));
+    }
+  }
+  waiver->withdrawn_by = written_by;
+  waiver->withdrawn_at_ms = std::max<TimeMs>(now, 0);
+  return qualification::to_json(*waiver).dump();
+}
+
+Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, const std::string& written_by,
+                                              bool written_by_admin, TimeMs now) {
   if (auto ok = check(put); !ok) return tl::unexpected(ok.error());
   const protocol::RecordEntry* held = get(put.kind, put.key);
   const bool immutable = put.kind == RecordKind::change || put.kind == RecordKind::bundle ||
@@ -260,7 +299,7 @@ Result<protocol::RecordEntry> RecordBook::put(const protocol::PutRecord& put, co
     document = std::move(*claim);
   }
   if (put.kind == RecordKind::waiver) {
-    auto waiver = waiver_document(put, written_by, now);
+    auto waiver = waiver_document(put, written_by, written_by_admin, now);
     if (!waiver) return tl::unexpected(waiver.error());
     document = std::move(*waiver);
   }

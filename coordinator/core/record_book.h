@@ -78,8 +78,12 @@ class RecordBook {
   // ticket_record.h), so a culprit has one ticket however often it is filed; a waiver keyed by
   // scope/model/metric, stamped with the writer as approver, the gate's owning team and now as its
   // time, refused (unauthorized) unless the writer is an approver of that team in the waiver
-  // register, expiring after now and at most 30 days ahead (waiver.h). Returns the record to save.
-  Result<protocol::RecordEntry> put(const protocol::PutRecord& put, const std::string& written_by, TimeMs now);
+  // register, expiring after now and at most 30 days ahead (waiver.h); a waiver document naming
+  // who withdrew it withdraws the waiver in force under its key instead, when the writer is an
+  // approver of the team that waived it or an admin (`written_by_admin`), stamped with the writer
+  // and now. Returns the record to save.
+  Result<protocol::RecordEntry> put(const protocol::PutRecord& put, const std::string& written_by,
+                                    bool written_by_admin, TimeMs now);
   // A person's state change of a recorded ticket (with_state in ticket_record.h).
   Result<protocol::RecordEntry> set_ticket_state(const protocol::SetTicketState& request, const std::string& written_by,
                                                  TimeMs now);
@@ -95,6 +99,8 @@ class RecordBook {
   void forget_recalled();
   // A held or known document; nullptr when there is none or it is in the store only.
   const protocol::RecordEntry* get(protocol::RecordKind kind, const std::string& key) const;
+  // The register waivers are checked against; nullptr when coordinator.toml names none.
+  const qualification::RiskRegister* waiver_register() const { return waiver_register_.get(); }
   // How many documents it holds.
   std::size_t held_count() const { return records_.size(); }
   // A page of a kind held in memory.
@@ -103,7 +109,10 @@ class RecordBook {
  private:
   Status check(const protocol::PutRecord& put) const;
   Result<std::string> claim_document(const protocol::PutRecord& put, TimeMs now) const;
-  Result<std::string> waiver_document(const protocol::PutRecord& put, const std::string& written_by, TimeMs now) const;
+  Result<std::string> waiver_document(const protocol::PutRecord& put, const std::string& written_by,
+                                      bool written_by_admin, TimeMs now) const;
+  Result<std::string> withdrawal_document(const std::string& key, const std::string& written_by, bool written_by_admin,
+                                          TimeMs now) const;
   protocol::RecordEntry store(protocol::RecordKind kind, const std::string& key, std::string document,
                               const std::string& written_by, TimeMs now);
 

@@ -226,6 +226,8 @@ Result<RiskRegister> parse_risk_register(std::string_view toml_text, std::string
   config::Problems problems{std::string(source)};
   problems.unknown_keys(*root, "the risk register", kTopKeys);
   RiskRegister reg;
+  reg.source = std::string(source);
+  reg.text = std::string(toml_text);
   if (auto set = Reader(problems, *root, "the risk register").text("model_set", true)) reg.model_set = *set;
   read_teams(problems, *root, reg);
   read_risks(problems, *root, reg);

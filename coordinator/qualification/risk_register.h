@@ -116,6 +116,9 @@ struct Risk {
 
 struct RiskRegister {
   std::filesystem::path model_set;  // absolute once loaded from a file
+  // Where it was read from and its text as read: the coordinator hands them to `kiln waive`.
+  std::string source;
+  std::string text;
   std::vector<RiskTeam> teams;
   std::vector<Risk> risks;
 

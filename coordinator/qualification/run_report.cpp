@@ -128,24 +128,27 @@ nlohmann::json to_json(const RunReport& report) {
   for (const auto& [revision, bundle] : report.baseline_bundles) {
     baseline_bundles[revision] = bundle_summary_json(bundle);
   }
-  return {{"schema", "kiln.qualification-run/1"},
-          {"run_id", report.run_id},
-          {"tier", to_string(report.tier)},
-          {"candidate_bundle_id", report.candidate_bundle_id},
-          {"baseline_bundle_ids", report.baseline_bundle_ids},
-          {"candidate_bundle", report.candidate_bundle ? bundle_summary_json(*report.candidate_bundle) : json(nullptr)},
-          {"baseline_bundles", std::move(baseline_bundles)},
-          {"finished", report.finished},
-          {"passed", report.passed},
-          {"started_at_ms", report.started_at_ms},
-          {"finished_at_ms", report.finished_at_ms},
-          {"jobs_started", report.jobs_started},
-          {"verdict_counts", counts},
-          {"models", std::move(models)},
-          {"tickets", std::move(tickets)},
-          {"reproducibility", reproducibility_json(report.reproducibility)},
-          {"jobs_in_flight", std::move(in_flight)},
-          {"bisections_running", std::move(bisections)}};
+  json document = {{"schema", "kiln.qualification-run/1"},
+                   {"run_id", report.run_id},
+                   {"tier", to_string(report.tier)},
+                   {"candidate_bundle_id", report.candidate_bundle_id},
+                   {"baseline_bundle_ids", report.baseline_bundle_ids},
+                   {"candidate_bundle",
+                    report.candidate_bundle ? bundle_summary_json(*report.candidate_bundle) : json(nullptr)},
+                   {"baseline_bundles", std::move(baseline_bundles)},
+                   {"finished", report.finished},
+                   {"passed", report.passed},
+                   {"started_at_ms", report.started_at_ms},
+                   {"finished_at_ms", report.finished_at_ms},
+                   {"jobs_started", report.jobs_started},
+                   {"verdict_counts", counts},
+                   {"models", std::move(models)},
+                   {"tickets", std::move(tickets)},
+                   {"reproducibility", reproducibility_json(report.reproducibility)},
+                   {"jobs_in_flight", std::move(in_flight)},
+                   {"bisections_running", std::move(bisections)}};
+  if (report.soak) document["soak"] = {{"rounds_asked", report.soak->asked}, {"rounds_run", report.soak->run}};
+  return document;
 }
 
 std::string summary_text(const RunReport& report) {
@@ -166,6 +169,7 @@ std::string summary_text(const RunReport& report) {
     out += fmt::format("  {} {} on revision {} ({}): {}: {}\n", fails_run(m.verdict) ? "FAIL" : "LOOK", m.model,
                        m.revision, m.owner_team, to_string(m.verdict), m.detail);
   }
+  if (report.soak) out += fmt::format("  soak: {} of {} rounds run\n", report.soak->run, report.soak->asked);
   for (const Ticket& t : report.tickets) {
     out += fmt::format("  ticket {} to {}: {} ({})\n", t.id, t.team, t.title, to_string(t.kind));
   }

@@ -125,7 +125,8 @@ Result<RunInput> run_input_for(const RunRequest& request, const RunFacts& facts)
 
 std::optional<RunInput> next_soak_round(const RunRequest& request, const RunInput& first, const RunReport& whole,
                                         std::uint32_t rounds_done) {
-  if (request.tier != Tier::release || !whole.passed || rounds_done >= request.soak_rounds) return std::nullopt;
+  // Whatever the first round found: a waiver covers the gate it names, never the soak.
+  if (request.tier != Tier::release || !whole.finished || rounds_done >= request.soak_rounds) return std::nullopt;
   RunInput again = first;
   again.settings.run_id = fmt::format("{}-soak{}", first.settings.run_id, rounds_done + 1);
   again.settings.seed = stats::stable_hash(again.settings.run_id);
@@ -139,7 +140,8 @@ void add_soak_round(RunReport& whole, const RunReport& round_report, std::uint32
   }
   whole.tickets.insert(whole.tickets.end(), round_report.tickets.begin(), round_report.tickets.end());
   whole.jobs_started += round_report.jobs_started;
-  whole.passed = round_report.passed;
+  whole.passed = whole.passed && round_report.passed;
+  if (whole.soak) whole.soak->run = round;
   whole.finished_at_ms = round_report.finished_at_ms;
 }
 

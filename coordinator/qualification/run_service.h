@@ -58,11 +58,13 @@ Status check_not_older_than_baselines(const Bundle& candidate, const std::map<st
 // The candidate's revisions without nodes in the fleet: the run skips them (the shell says so).
 std::vector<std::string> revisions_skipped(const Bundle& candidate, const std::vector<std::string>& fleet_revisions);
 
-// A release's soak round after `rounds_done` rounds, while the release passes: the whole set
-// again, correctness as the gate, under its own run id (`<id>-soak<N>`) and seed.
+// A release's soak round after `rounds_done` rounds, once its first round finished, whatever that
+// found (a waiver covers the gate it names, never the soak): the whole set again, correctness as
+// the gate, under its own run id (`<id>-soak<N>`) and seed.
 std::optional<RunInput> next_soak_round(const RunRequest& request, const RunInput& first, const RunReport& whole,
                                         std::uint32_t rounds_done);
-// A soak round's models and tickets join the release's report; its verdict is the release's.
+// A soak round's models and tickets join the release's report, and it counts as run in its
+// `soak`; the release passes only if it and every round before passed.
 void add_soak_round(RunReport& whole, const RunReport& round_report, std::uint32_t round);
 
 // The revisions a finished run makes its candidate the baseline of: a passing nightly or release

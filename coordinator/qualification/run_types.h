@@ -230,6 +230,13 @@ struct BisectionProgress {
   std::size_t probes_started = 0;
 };
 
+// A release's soak rounds (run_service.h): how many it asked for and how many ran, whatever the
+// first round found. Its gate needs them all, and at least one (docs/releases.md).
+struct SoakRounds {
+  std::uint32_t asked = 0;
+  std::uint32_t run = 0;
+};
+
 struct RunReport {
   std::string run_id;
   Tier tier = Tier::nightly;
@@ -251,6 +258,7 @@ struct RunReport {
   std::vector<JobInFlight> jobs_in_flight;  // while it runs
   // The bisections not finished yet (none once the run is).
   std::vector<BisectionProgress> bisections_running;
+  std::optional<SoakRounds> soak;  // a release's only
 };
 
 

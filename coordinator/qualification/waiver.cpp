@@ -39,12 +39,19 @@ std::string waiver_text(const Waiver& waiver) {
   return fmt::format("waived by {} until {}: {}", waiver.approver, utc_minute(waiver.expires_at_ms), waiver.reason);
 }
 
+bool in_force(const Waiver& waiver, TimeMs now) { return waiver.withdrawn_by.empty() && now < waiver.expires_at_ms; }
+
 json to_json(const Waiver& waiver) {
-  return {{"schema", "kiln.waiver/1"},         {"scope", waiver.scope},
-          {"model", waiver.model},             {"metric", enum_name(waiver.metric)},
-          {"team", waiver.team},               {"approver", waiver.approver},
-          {"reason", waiver.reason},           {"created_at_ms", waiver.created_at_ms},
-          {"expires_at_ms", waiver.expires_at_ms}};
+  json document = {{"schema", "kiln.waiver/1"},         {"scope", waiver.scope},
+                   {"model", waiver.model},             {"metric", enum_name(waiver.metric)},
+                   {"team", waiver.team},               {"approver", waiver.approver},
+                   {"reason", waiver.reason},           {"created_at_ms", waiver.created_at_ms},
+                   {"expires_at_ms", waiver.expires_at_ms}};
+  if (!waiver.withdrawn_by.empty()) {
+    document["withdrawn_by"] = waiver.withdrawn_by;
+    document["withdrawn_at_ms"] = waiver.withdrawn_at_ms;
+  }
+  return document;
 }
 
 Result<Waiver> waiver_from_json(const json& document) {
@@ -67,6 +74,10 @@ Result<Waiver> waiver_from_json(const json& document) {
     auto it = document.find(name);
     if (it == document.end() || !it->is_number_integer()) return bad(name);
     *field = it->get<TimeMs>();
+  }
+  waiver.withdrawn_by = text_member(document, "withdrawn_by");
+  if (auto at = document.find("withdrawn_at_ms"); at != document.end() && at->is_number_integer()) {
+    waiver.withdrawn_at_ms = at->get<TimeMs>();
   }
   return waiver;
 }
@@ -127,7 +138,7 @@ Result<std::string> waiving_team(const RiskRegister& reg, std::string_view scope
 }
 
 bool waiver_applies(const Waiver& waiver, const RiskRegister& reg, std::string_view run_id, TimeMs now) {
-  if (now >= waiver.expires_at_ms) return false;
+  if (!in_force(waiver, now)) return false;
   const Risk* risk = reg.find(waiver.scope);
   if (risk == nullptr && waiver.scope != run_id) return false;
   auto team = waiving_team(reg, waiver.scope, waiver.model, waiver.metric, waiver.approver);
@@ -211,55 +222,60 @@ std::vector<std::string> apply_waivers(json& report, const std::vector<Waiver>& 
   return texts;
 }
 
-std::vector<Waiver> expired_waivers_in(const json& report, TimeMs now) {
-  std::vector<Waiver> expired;
-  auto waivers = report.find("waivers");
-  if (waivers == report.end() || !waivers->is_array()) return expired;
-  for (const json& one : *waivers) {
-    auto waiver = waiver_from_json(one);
-    if (waiver && waiver->expires_at_ms <= now) expired.push_back(std::move(*waiver));
+std::string why_lapsed(const json& relied, const std::vector<Waiver>& recorded, TimeMs now) {
+  auto held = waiver_from_json(relied);
+  if (!held) return "no longer recorded";
+  const std::string key = waiver_key(*held);
+  auto current = std::find_if(recorded.begin(), recorded.end(), [&](const Waiver& w) { return waiver_key(w) == key; });
+  if (current == recorded.end()) return "no longer recorded";
+  if (current->created_at_ms != held->created_at_ms) return "replaced by " + waiver_text(*current);
+  if (!current->withdrawn_by.empty()) {
+    return fmt::format("withdrawn by {} at {}", current->withdrawn_by, utc_minute(current->withdrawn_at_ms));
   }
-  return expired;
+  if (now >= current->expires_at_ms) return "expired at " + utc_minute(current->expires_at_ms);
+  return "";
 }
 
-std::optional<TimeMs> first_waiver_expiry(const json& report) {
-  std::optional<TimeMs> first;
-  auto waivers = report.find("waivers");
-  if (waivers == report.end() || !waivers->is_array()) return first;
-  for (const json& one : *waivers) {
-    const TimeMs expires = one.value("expires_at_ms", TimeMs{0});
-    if (!first || expires < *first) first = expires;
-  }
-  return first;
-}
-
-std::vector<std::string> revoke_expired_waivers(json& report, TimeMs now) {
+std::vector<std::string> revoke_lapsed_waivers(json& report, const std::vector<Waiver>& recorded, TimeMs now) {
   std::vector<std::string> texts;
   auto models = report.find("models");
   if (models == report.end() || !models->is_array()) return texts;
+  json lapsed = json::array();
+  if (auto earlier = report.find("lapsed_waivers"); earlier != report.end() && earlier->is_array()) lapsed = *earlier;
   std::string lines;
   for (json& entry : *models) {
     auto waivers = entry.find("waivers");
     if (waivers == entry.end() || !waivers->is_array()) continue;
-    const bool expired = std::any_of(waivers->begin(), waivers->end(), [&](const json& w) {
-      return w.value("expires_at_ms", TimeMs{0}) <= now;
-    });
-    if (!expired) continue;
+    bool revoked = false;
     for (const json& w : *waivers) {
-      if (w.value("expires_at_ms", TimeMs{0}) > now) continue;
-      texts.push_back(text_member(w, "text"));
-      lines += fmt::format("  EXPIRED {} on revision {} ({}): {}\n", text_member(entry, "model"),
-                           text_member(entry, "revision"), text_member(w, "metric"), text_member(w, "text"));
+      const std::string why = why_lapsed(w, recorded, now);
+      if (why.empty()) continue;
+      revoked = true;
+      const std::string word = why.starts_with("expired")     ? "EXPIRED"
+                               : why.starts_with("withdrawn") ? "WITHDRAWN"
+                               : why.starts_with("replaced")  ? "REPLACED"
+                                                              : "UNRECORDED";
+      texts.push_back(fmt::format("{}: {}", text_member(w, "text"), why));
+      lines += fmt::format("  {} {} on revision {} ({}): {}: {}\n", word, text_member(entry, "model"),
+                           text_member(entry, "revision"), text_member(w, "metric"), text_member(w, "text"), why);
+      json one = w;
+      one["why"] = why;
+      lapsed.push_back(std::move(one));
     }
+    // A model's failure passes only while every waiver it relied on holds.
+    if (!revoked) continue;
     entry.erase("waivers");
     entry["fails_run"] = true;
   }
   if (texts.empty()) return texts;
-  json kept = json::array();
-  for (const json& w : report.at("waivers")) {
-    if (w.value("expires_at_ms", TimeMs{0}) > now) kept.push_back(w);
+  json kept = json::array();  // those of the failures still waived
+  for (const json& entry : *models) {
+    if (auto waivers = entry.find("waivers"); waivers != entry.end() && waivers->is_array()) {
+      kept.insert(kept.end(), waivers->begin(), waivers->end());
+    }
   }
   report["waivers"] = std::move(kept);
+  report["lapsed_waivers"] = std::move(lapsed);
   report["passed"] = false;
   if (auto summary = report.find("summary"); summary != report.end() && summary->is_string()) {
     std::string text = summary->get<std::string>();

@@ -2,11 +2,12 @@
 // owns it. `kiln waive` records one on the coordinator (a `waiver` record, audited); every
 // evaluation after that applies it: a run's report marks the model's failure waived ("waived by X
 // until T: reason") and passes if nothing else fails, and a promotion relying on the run shows the
-// waiver. An expired waiver, or one whose approver the register does not list for the owning
-// team, lets nothing through. Pure.
+// waiver. An expired or withdrawn waiver, or one whose approver the register does not list for the
+// owning team, lets nothing through. A report keeps what the run found; whether the waivers it
+// relies on still hold is decided when someone relies on it, from the waivers the coordinator
+// holds then (revoke_lapsed_waivers). Pure.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,7 +35,13 @@ struct Waiver {
   std::string reason;
   TimeMs created_at_ms = 0;
   TimeMs expires_at_ms = 0;
+  // Who withdrew it and when (`kiln waiver withdraw`): the coordinator's word. Empty: not withdrawn.
+  std::string withdrawn_by;
+  TimeMs withdrawn_at_ms = 0;
 };
+
+// Whether it lets anything through at `now`: not withdrawn, not expired.
+bool in_force(const Waiver& waiver, TimeMs now);
 
 // The record key: one waiver per scope, model and metric (a new one replaces the old).
 std::string waiver_key(const Waiver& waiver);
@@ -54,7 +61,7 @@ Status validate_new_waiver(const Waiver& waiver, TimeMs now);
 Result<std::string> waiving_team(const RiskRegister& reg, std::string_view scope, std::string_view model,
                                  GateMetric metric, std::string_view approver);
 
-// Whether a waiver lets a failure of `run_id` through at `now`: in scope, not expired, and its
+// Whether a waiver lets a failure of `run_id` through at `now`: in scope, in force, and its
 // approver listed for its gate's owning team.
 bool waiver_applies(const Waiver& waiver, const RiskRegister& reg, std::string_view run_id, TimeMs now);
 
@@ -71,16 +78,18 @@ std::vector<GateMetric> failing_metrics(const nlohmann::json& model_entry);
 std::vector<std::string> apply_waivers(nlohmann::json& report, const std::vector<Waiver>& waivers,
                                        const RiskRegister& reg, TimeMs now);
 
-// The waivers a report relies on (its `waivers`) that have expired at `now`: a promotion
-// evaluated after their expiry is refused, as the gate blocks again.
-std::vector<Waiver> expired_waivers_in(const nlohmann::json& report, TimeMs now);
+// Why a waiver a report relies on (an entry of its `waivers`, as apply_waivers wrote it) lets
+// nothing through any more at `now`, given every waiver the coordinator holds (`recorded`, as
+// `kiln waivers --all` lists them): "expired at T", "withdrawn by X at T", "replaced by <text>" or
+// "no longer recorded". Empty while the very waiver it relied on is in force.
+std::string why_lapsed(const nlohmann::json& relied, const std::vector<Waiver>& recorded, TimeMs now);
 
-// The first expiry among the waivers a report relies on; nullopt when it relies on none.
-std::optional<TimeMs> first_waiver_expiry(const nlohmann::json& report);
-
-// Judges a report again once waivers it relies on have expired at `now`: their failures fail the
-// run again (`fails_run` true, `passed` false, the summary says FAILED and which waiver expired)
-// and they leave its `waivers`. Returns the texts of the expired waivers, in order.
-std::vector<std::string> revoke_expired_waivers(nlohmann::json& report, TimeMs now);
+// Judges a report again by the waivers the coordinator holds at `now`: each waiver it relies on
+// that is no longer in force lets nothing through. Its failures fail the run again (`fails_run`
+// true, `passed` false, the summary says FAILED and which waiver lapsed, and why), it leaves the
+// report's `waivers` and joins its `lapsed_waivers` (with `why`). Returns one line per lapsed
+// waiver ("<text>: <why>"), in order; none when every waiver it relies on holds.
+std::vector<std::string> revoke_lapsed_waivers(nlohmann::json& report, const std::vector<Waiver>& recorded,
+                                               TimeMs now);
 
 }  // namespace kiln::qualification

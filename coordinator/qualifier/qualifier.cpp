@@ -272,9 +272,10 @@ Result<q::RunFacts> gather_facts(cli::Client& client, const q::RunRequest& reque
   return facts;
 }
 
-// The runs whose recorded verdict relies on waivers, each with the first expiry among them: once
-// it passes, the run is judged again without them (waiver.h revoke_expired_waivers). Shared by
-// the threads that drive runs and the main loop.
+// The runs whose recorded verdict relies on waivers, each with the waivers it relies on: once one
+// of those is no longer in force (expired, withdrawn, replaced), the run is judged again by the
+// waivers in force (waiver.h revoke_lapsed_waivers). Shared by the threads that drive runs and the
+// main loop.
 class WaivedRuns {
  public:
   // A run is a qualification run's report or a stability run's (kiln stability).
@@ -284,17 +285,22 @@ class WaivedRuns {
   void note(const nlohmann::json& report) {
     const RunKey key{kind_of(report), report.value("run_id", "")};
     std::lock_guard lock(mutex_);
-    if (auto first = q::first_waiver_expiry(report)) {
-      first_expiry_[key] = *first;
+    auto waivers = report.find("waivers");
+    if (waivers != report.end() && waivers->is_array() && !waivers->empty()) {
+      relied_[key] = *waivers;
     } else {
-      first_expiry_.erase(key);
+      relied_.erase(key);
     }
   }
-  std::vector<RunKey> due(TimeMs now) const {
+  // The runs relying on a waiver not in force at `now` among those the coordinator holds.
+  std::vector<RunKey> due(const std::vector<q::Waiver>& recorded, TimeMs now) const {
     std::lock_guard lock(mutex_);
     std::vector<RunKey> runs;
-    for (const auto& [key, expiry] : first_expiry_) {
-      if (expiry <= now) runs.push_back(key);
+    for (const auto& [key, waivers] : relied_) {
+      if (std::any_of(waivers.begin(), waivers.end(),
+                      [&](const nlohmann::json& w) { return !q::why_lapsed(w, recorded, now).empty(); })) {
+        runs.push_back(key);
+      }
     }
     return runs;
   }
@@ -306,7 +312,7 @@ class WaivedRuns {
 
  private:
   mutable std::mutex mutex_;
-  std::map<RunKey, TimeMs> first_expiry_;
+  std::map<RunKey, nlohmann::json> relied_;
 };
 
 // One requested run from its request to its finished report. Returns early (the run stays
@@ -369,6 +375,7 @@ class RequestedRun {
 
     auto whole = drive_stage(c, *input, sink, *builder, options, /*last=*/false);
     if (!whole) return tl::unexpected(whole.error());
+    if (request_.tier == q::Tier::release) whole->soak = q::SoakRounds{request_.soak_rounds, 0};
     for (std::uint32_t round = 0; auto soak = q::next_soak_round(request_, *input, *whole, round);) {
       out_ << fmt::format("stability soak round {} of {}\n", round + 1, request_.soak_rounds);
       auto soaked = drive_stage(c, *soak, sink, *builder, options, /*last=*/true);
@@ -576,10 +583,12 @@ class RequestedRun {
   RunPages pages_;
 };
 
-// A waiver written after the run it names had finished and failed: that run is judged again with
-// the waivers in force, and its report (and pages) recorded again when they let it through, so
-// whoever relies on the run (a promotion, `kiln run`) sees the waiver. `seen`: the waivers
-// already looked at (key and time written).
+// A waiver no longer in force (expired, withdrawn, replaced) that a run relied on: the run is
+// judged again by the waivers in force, failing unless another lets it through. A waiver written
+// after the run it names had finished and failed: that run is judged again with the waivers in
+// force. Either way its report (and pages) are recorded again when the verdict changed, so
+// whoever reads the run (`kiln run`, a promotion) sees it. `seen`: the waivers already looked at
+// (key and time written).
 void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const q::RiskRegister& risks,
                        std::set<std::string>& seen, WaivedRuns& waived, RecentRuns& recent) {
   const auto record_again = [&](nlohmann::json& report, const std::string& run_id) {
@@ -598,18 +607,23 @@ void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const
     if (!problems.str().empty()) say(problems.str());
     return true;
   };
-  for (const auto& [kind, run_id] : waived.due(wall_now_ms())) {
-    auto report = qs::get_run(client, run_id, kind);
-    if (!report) continue;
-    const auto expired = q::revoke_expired_waivers(*report, wall_now_ms());
-    if (expired.empty()) {
-      waived.note(*report);
-    } else if (record_again(*report, run_id)) {
-      say(fmt::format("run {} judged again: its waiver expired, it fails: {}", run_id, fmt::join(expired, "; ")));
-    }
-  }
   auto waivers = qs::list_waivers(client);
   if (!waivers) return;
+  const TimeMs now = wall_now_ms();
+  for (const auto& [kind, run_id] : waived.due(*waivers, now)) {
+    auto report = qs::get_run(client, run_id, kind);
+    if (!report) continue;
+    const auto lapsed = q::revoke_lapsed_waivers(*report, *waivers, now);
+    if (lapsed.empty()) {
+      waived.note(*report);
+      continue;
+    }
+    const auto again = q::apply_waivers(*report, *waivers, risks, now);
+    if (!record_again(*report, run_id)) continue;
+    say(fmt::format("run {} judged again: its waiver lapsed ({}), {}", run_id, fmt::join(lapsed, "; "),
+                    report->value("passed", false) ? fmt::format("it passes by {}", fmt::join(again, "; "))
+                                                   : std::string("it fails")));
+  }
   for (const auto& waiver : *waivers) {
     if (!seen.insert(fmt::format("{}@{}", q::waiver_key(waiver), waiver.created_at_ms)).second) continue;
     if (risks.find(waiver.scope) != nullptr) continue;  // a risk's waiver: for the runs to come
@@ -618,7 +632,7 @@ void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const
       report = qs::get_run(client, waiver.scope, protocol::RecordKind::stability_run);
     }
     if (!report || !report->value("finished", false) || report->value("passed", false)) continue;
-    const auto texts = q::apply_waivers(*report, *waivers, risks, wall_now_ms());
+    const auto texts = q::apply_waivers(*report, *waivers, risks, now);
     if (texts.empty() || !record_again(*report, waiver.scope)) continue;
     say(fmt::format("run {} judged again: {}{}", waiver.scope, report->value("passed", false) ? "passed, " : "",
                     fmt::join(texts, "; ")));

@@ -88,6 +88,17 @@ Result<GateRun> gate_run_from_json(const json& report) {
                              entry.value("expires_at_ms", TimeMs{0})});
     }
   }
+  if (auto lapsed = report.find("lapsed_waivers"); lapsed != report.end() && lapsed->is_array()) {
+    for (const auto& entry : *lapsed) {
+      if (!entry.is_object()) return bad("lapsed_waivers[]");
+      run.lapsed_waivers.push_back({entry.value("model", ""), entry.value("metric", ""),
+                                    fmt::format("{}: {}", entry.value("text", ""), entry.value("why", "")),
+                                    entry.value("expires_at_ms", TimeMs{0})});
+    }
+  }
+  if (auto soak = report.find("soak"); soak != report.end() && soak->is_object()) {
+    run.soak = SoakRounds{soak->value("rounds_asked", 0U), soak->value("rounds_run", 0U)};
+  }
   return run;
 }
 
@@ -121,19 +132,47 @@ const GateWaiver* expired_waiver(const GateRun& run, TimeMs now_ms) {
   return nullptr;
 }
 
+// Why a release run is not the release gate's evidence, if it is not: a waiver covers the gate it
+// names, never the soak, so the soak rounds it asked for must all have run, and at least one.
+std::optional<std::string> missing_soak(const GateRun& run) {
+  if (run.tier != "release") return std::nullopt;
+  if (!run.soak) return "its report records no soak rounds";
+  if (run.soak->asked == 0) return "it asked for no soak round";
+  if (run.soak->run < run.soak->asked) {
+    return fmt::format("it ran {} of its {} soak rounds", run.soak->run, run.soak->asked);
+  }
+  return std::nullopt;
+}
+
 // The newest passing run of `gate` for the bundle, or why there is none. A run that passed by a
-// waiver passes while every waiver it relies on is in force.
+// waiver passes while every waiver it relies on is in force; a release run needs its soak.
 Result<GateRun> passing_run(const std::vector<GateRun>& runs, const std::string& gate, const std::string& bundle_id,
                             const std::string& environment, TimeMs now_ms) {
   const GateRun* newest_passed = nullptr;
   const GateRun* newest_other = nullptr;
   for (const auto& run : runs) {
     if (run.tier != gate || run.bundle_id != bundle_id) continue;
-    const GateRun*& slot = run.finished && run.passed && expired_waiver(run, now_ms) == nullptr ? newest_passed
-                                                                                                : newest_other;
+    const bool passes = run.finished && run.passed && expired_waiver(run, now_ms) == nullptr && !missing_soak(run);
+    const GateRun*& slot = passes ? newest_passed : newest_other;
     if (slot == nullptr || run.finished_at_ms > slot->finished_at_ms) slot = &run;
   }
   if (newest_passed != nullptr) return *newest_passed;
+  if (newest_other != nullptr && !newest_other->passed && !newest_other->lapsed_waivers.empty()) {
+    const GateWaiver& lapsed = newest_other->lapsed_waivers.front();
+    return fail(Errc::conflict,
+                fmt::format("{} requires a passing {} run of bundle {}: {} passed only by a waiver that is no longer "
+                            "in force (gate {} {}, {}); the gate blocks again: fix it, or have an approver waive it "
+                            "again (`kiln waive`)",
+                            environment, gate, short_id(bundle_id), newest_other->run_id, lapsed.model, lapsed.metric,
+                            lapsed.text));
+  }
+  if (const auto why = newest_other != nullptr && newest_other->passed ? missing_soak(*newest_other) : std::nullopt) {
+    return fail(Errc::conflict, fmt::format("{} requires a release run of bundle {} with its soak evidence: {} passed, "
+                                            "but {}; qualify it again with soak rounds (`kiln qualify-release "
+                                            "--bundle {} --wait`)",
+                                            environment, short_id(bundle_id), newest_other->run_id, *why,
+                                            short_id(bundle_id)));
+  }
   if (const GateWaiver* expired = newest_other != nullptr && newest_other->passed ? expired_waiver(*newest_other, now_ms)
                                                                                    : nullptr) {
     return fail(Errc::conflict, fmt::format("{} requires a passing {} run of bundle {}: {} passed only by a waiver that "

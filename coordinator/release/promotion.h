@@ -5,6 +5,7 @@
 // times) and carries out what these return. docs/releases.md states the rules.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,6 +47,12 @@ struct GateWaiver {
   TimeMs expires_at_ms = 0;
 };
 
+// A release run's soak rounds (its report's `soak`): how many it asked for and how many ran.
+struct SoakRounds {
+  std::uint32_t asked = 0;
+  std::uint32_t run = 0;
+};
+
 // A qualification run report as evidence for a gate.
 struct GateRun {
   std::string run_id;
@@ -56,6 +63,10 @@ struct GateRun {
   TimeMs finished_at_ms = 0;
   std::vector<ModelResult> models;
   std::vector<GateWaiver> waivers;  // a run that passed by waivers passes only until the first expires
+  // The waivers it relied on that are no longer in force (the report judged again by those the
+  // coordinator holds now, waiver.h revoke_lapsed_waivers); `text` says why.
+  std::vector<GateWaiver> lapsed_waivers;
+  std::optional<SoakRounds> soak;  // nullopt: its report records none
 };
 // From a kiln.qualification-run/1 document; Errc::bad_message naming what is missing.
 Result<GateRun> gate_run_from_json(const nlohmann::json& report);
@@ -114,7 +125,9 @@ std::vector<std::string> required_gates(const Snapshot& snapshot, const std::str
 // Errc::unauthorized never (proposing is open to every key), Errc::not_found for a missing
 // environment or bundle file, Errc::integrity when the file's pins are not the recorded bundle,
 // Errc::invalid_argument for an override a bundle does not need. A run that passed by a waiver
-// expired at request.now_ms does not pass: the gate blocks again.
+// expired at request.now_ms, or one that lapsed before, does not pass: the gate blocks again. A
+// release run passes its gate only with its soak evidence: every soak round it asked for run, and
+// at least one.
 Result<Promotion> decide_promotion(const Snapshot& snapshot, const PromotionRequest& request,
                                    const std::vector<GateRun>& runs, const RecordedBundle& recorded,
                                    std::optional<TimeMs> arrived_in_previous_ms);

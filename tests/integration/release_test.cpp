@@ -63,10 +63,13 @@ json report(const std::string& run_id, const std::string& tier, const std::strin
                       {"verdict", passed ? "passed" : "correctness_regression"}, {"fails_run", !passed},
                       {"detail", ""}, {"eval", {{"score", eval_score}, {"reference", 1.0}}}});
   }
-  return {{"schema", "kiln.qualification-run/1"}, {"run_id", run_id}, {"tier", tier},
-          {"candidate_bundle_id", bundle}, {"baseline_bundle_ids", json::object()}, {"finished", true},
-          {"passed", passed}, {"started_at_ms", finished_at_ms - 1000}, {"finished_at_ms", finished_at_ms},
-          {"jobs_started", 2}, {"models", models}, {"tickets", json::array()}};
+  json document = {{"schema", "kiln.qualification-run/1"}, {"run_id", run_id}, {"tier", tier},
+                   {"candidate_bundle_id", bundle}, {"baseline_bundle_ids", json::object()}, {"finished", true},
+                   {"passed", passed}, {"started_at_ms", finished_at_ms - 1000}, {"finished_at_ms", finished_at_ms},
+                   {"jobs_started", 2}, {"models", models}, {"tickets", json::array()}};
+  // A release's soak rounds, all run (its gate needs them).
+  if (tier == "release") document["soak"] = {{"rounds_asked", 2}, {"rounds_run", 2}};
+  return document;
 }
 
 std::vector<std::string> promotion_keys(cli::Client& client) {
@@ -302,6 +305,13 @@ TEST_CASE("releases in git: promote, review, merge, race, roll back, and record"
   std::this_thread::sleep_until(staging_merged + std::chrono::seconds(19));  // the soak: 18 s
   CHECK(release("alice", {"promote", b12, "--to", "production"}, &out) == 1);
   CHECK(has(out, "production requires a passing release run of bundle " + b12 + ", and none is recorded"));
+  // A release run without its soak rounds is no release evidence, passed or not.
+  json unsoaked = report("release-unsoaked", "release", b, true, now_ms());
+  unsoaked["soak"]["rounds_run"] = 0;
+  REQUIRE(qs::record_run(*ci, "release-unsoaked", unsoaked));
+  CHECK(release("alice", {"promote", b12, "--to", "production"}, &out) == 1);
+  CHECK(has(out, "production requires a release run of bundle " + b12 + " with its soak evidence: release-unsoaked "
+                 "passed, but it ran 0 of its 2 soak rounds"));
   REQUIRE(qs::record_run(*ci, "release-low", report("release-low", "release", b, true, now_ms(), 0.985)));
   CHECK(release("alice", {"promote", b12, "--to", "production"}, &out) == 1);
   CHECK(has(out, "llm-70b's eval would fall below production's accepted threshold: 0.9850"));

@@ -1,9 +1,11 @@
 // The risk register and waivers end to end with the real binaries: a nightly fails a blocking
 // gate of the register, whose page is the run's ticket to the culprit's owner; a person who is not
 // an approver of the owning team is refused; an approver's waiver lets the run through, shown in
-// its report and the audit log; once the waiver expires, the gate fails the run again. And a
-// multi-node model whose outputs are wrong is judged, bisected and ticketed like any model, its
-// hardware risk paging no one a second time.
+// its report, the audit log and a promotion; a waiver replaced by a shorter one, expired or
+// withdrawn lets nothing through any more, in the run report, `kiln risks` and `kiln release
+// promote` alike. A release whose gate failed still runs its soak rounds, and a waiver of the gate
+// does not stand in for them. And a multi-node model whose outputs are wrong is judged, bisected
+// and ticketed like any model, its hardware risk paging no one a second time.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "coordinator/cli/client.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/qualification_fleet.h"
+#include "tests/integration/run_command.h"
 
 using namespace kiln::testing;
 using namespace std::chrono_literals;
@@ -53,21 +56,66 @@ const nlohmann::json& model_of(const nlohmann::json& report, const std::string& 
   return report;
 }
 
+bool has(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return true;
+  MESSAGE("expected '" << part << "' in:\n" << text);
+  return false;
+}
+
+std::string git(const fs::path& dir, const std::vector<std::string>& args) {
+  std::string command = "git -C '" + dir.string() + "' -c user.name=test -c user.email=test@kiln";
+  for (const auto& arg : args) command += " '" + arg + "'";
+  const Ran ran = run(command);
+  INFO(ran.output);
+  REQUIRE(ran.status == 0);
+  return ran.output;
+}
+
+// An environments repository (docs/releases.md) with the candidate's file, added by `kiln release
+// add-bundle`, and one environment that requires the gate `gate` (nightly or release).
+fs::path environments_repo(Fleet& fleet, const std::string& bundle, const std::string& gate) {
+  const fs::path repo = fleet.dir() / "environments";
+  fs::create_directories(repo / "environments");
+  git(repo, {"init", "-q", "-b", "main"});
+  write(repo / "compatibility.toml", "[[combination]]\nhardware_revision = \"a\"\nfirmware = [\"*\"]\n"
+                                     "driver = [\"*\"]\nruntime = [\"*\"]\n");
+  write(repo / "environments" / "serving.toml", "bundle = \"\"\nrequires = [\"" + gate + "\"]\nnodes = [\"n01\"]\n");
+  git(repo, {"add", "-A"});
+  git(repo, {"commit", "-q", "-m", "environments"});
+  std::vector<std::string> args = {"release", "add-bundle", "--repo", repo.string(), bundle.substr(0, 12)};
+  fs::create_directories(fleet.dir() / "packages");
+  for (const char* layer : {"framework", "compiler", "kernels", "runtime", "driver", "firmware"}) {
+    write(fleet.dir() / "packages" / layer, std::string("package of ") + layer);
+    args.push_back("--package");
+    args.push_back(std::string(layer) + "=" + (fleet.dir() / "packages" / layer).string());
+  }
+  std::string out;
+  INFO(out);
+  REQUIRE(fleet.kiln("ci", args, &out) == 0);
+  return repo;
+}
+
+// The fleet of these tests: the register on the coordinator and the qualifier, two nodes, and the
+// candidate at k3 (whose fp8 tiles lose throughput).
+std::string start_risk_fleet(Fleet& fleet) {
+  fleet.add_key("approver", "developer");
+  fleet.add_key("bystander", "developer");
+  fleet.add_key("auditor", "ops");
+  fleet.add_key("root", "admin");
+  // The coordinator checks waivers against the same register the qualifier judges gates by.
+  write(fleet.dir() / "risks.toml", kRegister);
+  fleet.add_coordinator_settings("risk_register = \"risks.toml\"\n");
+  start_two_nodes(fleet, {{"risk_register", "\"risks.toml\""}});
+  fleet.start_qualifier("qualifier");
+  return prepare_bundles(fleet, "k3");
+}
+
 }  // namespace
 
 TEST_CASE("a failing gate pages its team; an approver's waiver lets the run through until it expires") {
   Fleet fleet("risks");
-  fleet.add_key("approver", "developer");
-  fleet.add_key("bystander", "developer");
-  fleet.add_key("auditor", "ops");
-  const fs::path dir = fleet.dir();
-  // The coordinator checks waivers against the same register the qualifier judges gates by.
-  write(dir / "risks.toml", kRegister);
-  fleet.add_coordinator_settings("risk_register = \"risks.toml\"\n");
-  start_two_nodes(fleet, {{"risk_register", "\"risks.toml\""}});
-  fleet.start_qualifier("qualifier");
-  const std::string candidate = prepare_bundles(fleet, "k3");
-  const std::string registry = (dir / "risks.toml").string();
+  const std::string candidate = start_risk_fleet(fleet);
+  const std::string registry = (fleet.dir() / "risks.toml").string();
 
   // The nightly fails the register's gate. The run bisected the slowdown to k3 and ticketed its
   // owner: one incident, one page, so that ticket is the gate's page and recsys-oncall is not
@@ -92,8 +140,9 @@ TEST_CASE("a failing gate pages its team; an approver's waiver lets the run thro
         nlohmann::json{{"team", "compiler-team"}, {"ticket", culprit_ticket}, {"by_triage", true}});
 
   // Someone who is not an approver of the owning team is refused, and told whom to ask.
-  const std::vector<std::string> waive = {"waive",    "nightly-w", "--model",    "mlp-fp8-it",        "--metric",
-                                          "throughput", "--reason", "10% low, fix in k7", "--register", registry};
+  // `kiln waive` reads the register the coordinator holds: no --register.
+  const std::vector<std::string> waive = {"waive",      "nightly-w", "--model",           "mlp-fp8-it",
+                                          "--metric",   "throughput", "--reason", "10% low, fix in k7"};
   std::vector<std::string> for_an_hour = waive;
   for_an_hour.insert(for_an_hour.end(), {"--expires", "1h"});
   CHECK(fleet.kiln("bystander", for_an_hour, &out) == 3);
@@ -112,11 +161,17 @@ TEST_CASE("a failing gate pages its team; an approver's waiver lets the run thro
   CHECK(fleet.kiln("ci", {"waivers"}, &out) == 0);
   CHECK(out.find("no waiver is in force") != std::string::npos);
 
-  // The approver's waiver lets the finished run through: the qualifier judges it again.
-  std::vector<std::string> briefly = waive;
-  briefly.insert(briefly.end(), {"--expires", "20s"});
-  REQUIRE(fleet.kiln("approver", briefly, &out) == 0);
-  CHECK(out.find("waived by approver until ") != std::string::npos);
+  // The approver's waiver for 7 days lets the finished run through: the qualifier judges it
+  // again, and a promotion may rely on it.
+  const auto waive_for = [&](const std::string& expiry) {
+    std::vector<std::string> args = waive;
+    args.insert(args.end(), {"--expires", expiry});
+    std::string said;
+    INFO(said);
+    REQUIRE(fleet.kiln("approver", args, &said) == 0);
+    CHECK(has(said, "waived by approver until "));
+  };
+  waive_for("7d");
   REQUIRE(Fleet::eventually([&] { return run_report(fleet, "nightly-w").at("passed") == true; }, 15s));
   const auto waived = run_report(fleet, "nightly-w");
   REQUIRE(waived.at("waivers").size() == 1);
@@ -124,27 +179,111 @@ TEST_CASE("a failing gate pages its team; an approver's waiver lets the run thro
   CHECK(model_of(waived, "mlp-fp8-it").at("fails_run") == false);
   CHECK(model_of(waived, "mlp-fp8-it").at("verdict") == "performance_regression");
   REQUIRE(fleet.kiln("ci", {"run", "nightly-w"}, &out) == 0);
-  CHECK(out.find("passed with waivers") != std::string::npos);
-  CHECK(out.find("WAIVED mlp-fp8-it on revision a (throughput): waived by approver until ") != std::string::npos);
+  CHECK(has(out, "passed with waivers"));
+  CHECK(has(out, "WAIVED mlp-fp8-it on revision a (throughput): waived by approver until "));
   REQUIRE(fleet.kiln("ci", {"risks", "--register", registry, "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).at("risks")[0].at("latest").at("verdict") == "waived");
   REQUIRE(fleet.kiln("ci", {"waivers"}, &out) == 0);
-  CHECK(out.find("nightly-w") != std::string::npos);
-  REQUIRE(fleet.kiln("auditor", {"audit"}, &out) == 0);
-  CHECK(out.find("waiver") != std::string::npos);
-  CHECK(out.find("gate mlp-fp8-it throughput") != std::string::npos);
-  CHECK(out.find("approver") != std::string::npos);
+  CHECK(has(out, "nightly-w/mlp-fp8-it/throughput"));
+  const fs::path repo = environments_repo(fleet, candidate, "nightly");
+  const std::vector<std::string> promote = {"release", "promote", candidate.substr(0, 12), "--to", "serving",
+                                            "--repo", repo.string()};
+  REQUIRE(fleet.kiln("auditor", promote, &out) == 0);
+  CHECK(has(git(repo, {"log", "-1", "--format=%B", "promote/serving/" + candidate.substr(0, 12)}),
+            "Kiln-Waiver: nightly nightly-w mlp-fp8-it throughput: waived by approver until "));
+  git(repo, {"branch", "-D", "promote/serving/" + candidate.substr(0, 12)});
 
-  // Once the waiver has expired, the run fails again.
-  REQUIRE(Fleet::eventually([&] { return run_report(fleet, "nightly-w").at("passed") == false; }, 60s));
-  const auto expired = run_report(fleet, "nightly-w");
-  CHECK(model_of(expired, "mlp-fp8-it").at("fails_run") == true);
-  CHECK(expired.at("summary").get<std::string>().find("EXPIRED mlp-fp8-it") != std::string::npos);
+  // Waived again with a 20 s expiry: the record is replaced, and the audit says so. Once it has
+  // expired, nothing counts the 7-day waiver any more: not the run report, not `kiln risks`, not
+  // a promotion.
+  waive_for("20s");
+  REQUIRE(fleet.kiln("auditor", {"audit", "--json"}, &out) == 0);
+  bool replaced = false;
+  for (const auto& line : nlohmann::json::parse(out)) {
+    if (line.at("action") != "waiver_replaced") continue;
+    replaced = true;
+    CHECK(line.at("actor") == "approver");
+    CHECK(line.at("subject") == "gate mlp-fp8-it throughput");
+    CHECK(has(line.at("detail").get<std::string>(), ", replacing waived by approver until "));
+  }
+  CHECK(replaced);
+  REQUIRE(Fleet::eventually([&] {
+    return fleet.kiln("ci", {"waivers"}, &out) == 0 && out.find("no waiver is in force") != std::string::npos;
+  }, 60s));
   CHECK(fleet.kiln("ci", {"run", "nightly-w"}, &out) == 1);
+  CHECK(has(out, "kiln nightly nightly-w: FAILED ("));
+  CHECK(has(out, "EXPIRED mlp-fp8-it on revision a (throughput)"));
   REQUIRE(fleet.kiln("ci", {"risks", "--register", registry, "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).at("risks")[0].at("latest").at("verdict") == "failed");
+  CHECK(fleet.kiln("auditor", promote, &out) == 1);
+  CHECK(has(out, "passed only by a waiver that is no longer in force (gate mlp-fp8-it throughput"));
+  // The qualifier records the run failed again, too.
+  REQUIRE(Fleet::eventually([&] {
+    auto recorded = kiln::cli::expect_reply<kiln::protocol::RecordEntry>(ci->request(
+        kiln::protocol::GetRecord{kiln::protocol::RecordKind::qualification_run, "nightly-w"}));
+    return recorded && nlohmann::json::parse(recorded->document).at("passed") == false;
+  }, 30s));
   REQUIRE(fleet.kiln("ci", {"waivers", "--all"}, &out) == 0);
-  CHECK(out.find("EXPIRED waived by approver") != std::string::npos);
+  CHECK(has(out, "EXPIRED waived by approver"));
+
+  // Withdrawn: only by an approver of the team that waived it (or an admin), audited, and from
+  // that moment nothing relies on it.
+  waive_for("1h");
+  REQUIRE(Fleet::eventually([&] { return fleet.kiln("ci", {"run", "nightly-w"}, &out) == 0; }, 15s));
+  const std::vector<std::string> withdraw = {"waiver", "withdraw", "nightly-w/mlp-fp8-it/throughput"};
+  CHECK(fleet.kiln("bystander", withdraw, &out) == 3);
+  CHECK(has(out, "bystander is not an approver of team recsys"));
+  REQUIRE(fleet.kiln("approver", withdraw, &out) == 0);
+  CHECK(has(out, "withdrew nightly-w/mlp-fp8-it/throughput"));
+  CHECK(fleet.kiln("ci", {"run", "nightly-w"}, &out) == 1);
+  CHECK(has(out, "WITHDRAWN mlp-fp8-it on revision a (throughput)"));
+  CHECK(has(out, "withdrawn by approver at "));
+  REQUIRE(fleet.kiln("ci", {"risks", "--register", registry, "--json"}, &out) == 0);
+  CHECK(nlohmann::json::parse(out).at("risks")[0].at("latest").at("verdict") == "failed");
+  CHECK(fleet.kiln("auditor", promote, &out) == 1);
+  CHECK(has(out, "withdrawn by approver"));
+  REQUIRE(fleet.kiln("ci", {"waivers"}, &out) == 0);
+  CHECK(has(out, "no waiver is in force"));
+  REQUIRE(fleet.kiln("ci", {"waivers", "--all"}, &out) == 0);
+  CHECK(has(out, "WITHDRAWN by approver waived by approver"));
+  CHECK(fleet.kiln("approver", withdraw, &out) == 1);
+  CHECK(has(out, "already withdrawn by approver"));
+  REQUIRE(fleet.kiln("auditor", {"audit"}, &out) == 0);
+  CHECK(has(out, "waiver_withdrawn"));
+}
+
+TEST_CASE("a release whose gate failed still runs its soak rounds; a waiver of the gate does not stand in for them") {
+  Fleet fleet("risks-release");
+  const std::string candidate = start_risk_fleet(fleet);
+  std::string out;
+  const int release = fleet.kiln("ci", {"qualify-release", "--bundle", candidate, "--wait", "--run-id", "release-w",
+                                        "--max-models", "2", "--soak-rounds", "1", "--no-accept"},
+                                 &out, 480s);
+  INFO(out);
+  REQUIRE(release == 1);
+  auto report = run_report(fleet, "release-w");
+  // The first round failed the gate, and the soak round ran all the same.
+  CHECK(model_of(report, "mlp-fp8-it").at("verdict") == "performance_regression");
+  REQUIRE(report.contains("soak"));
+  CHECK(report.at("soak").at("rounds_asked") == 1);
+  CHECK(report.at("soak").at("rounds_run") == 1);
+  std::size_t soaked = 0;
+  for (const auto& entry : report.at("models")) {
+    soaked += entry.at("detail").get<std::string>().starts_with("soak round 1: ");
+  }
+  CHECK(soaked >= 2);
+  CHECK(has(report.at("summary").get<std::string>(), "soak: 1 of 1 rounds run"));
+
+  // Waived, the gate's failure passes; the release gate takes the run with its soak evidence.
+  REQUIRE(fleet.kiln("approver", {"waive", "release-w", "--model", "mlp-fp8-it", "--metric", "throughput", "--reason",
+                                  "10% low, fix in k7", "--expires", "1h"},
+                     &out) == 0);
+  REQUIRE(Fleet::eventually([&] { return run_report(fleet, "release-w").at("passed") == true; }, 15s));
+  const fs::path repo = environments_repo(fleet, candidate, "release");
+  REQUIRE(fleet.kiln("auditor", {"release", "promote", candidate.substr(0, 12), "--to", "serving", "--repo",
+                                 repo.string()},
+                     &out) == 0);
+  CHECK(has(out, "proposed"));
 }
 
 namespace {

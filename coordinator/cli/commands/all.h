@@ -24,7 +24,7 @@ void add_release_commands(CommandList& commands);        // release promote|appr
 void add_environment_commands(CommandList& commands);    // envs, artifact upload
 void add_audit_command(CommandList& commands);           // audit
 void add_plan_command(CommandList& commands);            // plan
-void add_risk_commands(CommandList& commands);           // risks, waive, waivers
+void add_risk_commands(CommandList& commands);           // risks, waive, waivers, waiver withdraw
 
 inline CommandList all_commands() {
   CommandList commands;

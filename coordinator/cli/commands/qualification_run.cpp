@@ -160,6 +160,8 @@ int run_qualification(const RunOptions& options, q::Tier tier, Client& client, b
 int follow_to_verdict(Client& client, const std::string& run_id, const std::string& junit_path, bool json) {
   auto document = follow(client, run_id, json);
   if (!document) return report(document.error());
+  // The verdict by the waivers in force now, not those the report was recorded with.
+  if (auto ok = qs::revoke_lapsed_waivers(client, *document, wall_now_ms()); !ok) return report(ok.error());
   if (!junit_path.empty()) {
     if (auto ok = write_junit(junit_path, *document); !ok) return report(ok.error());
   }

@@ -130,6 +130,8 @@ class RunShowCommand : public RemoteCommand {
   int show(Client& client, CommandContext& context) {
     auto run = qs::get_run(client, id_);
     if (!run) return report(run.error());
+    // The verdict by the waivers in force now, not those the report was recorded with.
+    if (auto ok = qs::revoke_lapsed_waivers(client, *run, wall_now_ms()); !ok) return report(ok.error());
     if (context.json()) {
       std::cout << run->dump(2) << "\n";
     } else {

@@ -341,14 +341,28 @@ Result<TicketRecord> set_ticket_state(cli::Client& client, const protocol::SetTi
   return ticket_of(*record);
 }
 
-Result<Waiver> record_waiver(cli::Client& client, const Waiver& waiver) {
-  const std::string key = waiver_key(waiver);
-  if (auto ok = put(client, RecordKind::waiver, key, to_json(waiver)); !ok) return tl::unexpected(ok.error());
+namespace {
+
+// The waiver the coordinator holds under `key`, as it stored it.
+Result<Waiver> held_waiver(cli::Client& client, const std::string& key) {
   auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{RecordKind::waiver, key}));
+  if (!record && record.error().code == Errc::not_found) {
+    return fail(Errc::not_found, fmt::format("no waiver {} is recorded; `kiln waivers` lists those in force with their "
+                                             "ids",
+                                             key));
+  }
   if (!record) return tl::unexpected(record.error());
   auto json = document_of(*record);
   if (!json) return tl::unexpected(json.error());
   return waiver_from_json(*json);
+}
+
+}  // namespace
+
+Result<Waiver> record_waiver(cli::Client& client, const Waiver& waiver) {
+  const std::string key = waiver_key(waiver);
+  if (auto ok = put(client, RecordKind::waiver, key, to_json(waiver)); !ok) return tl::unexpected(ok.error());
+  return held_waiver(client, key);
 }
 
 Result<std::vector<Waiver>> list_waivers(cli::Client& client) {
@@ -363,6 +377,39 @@ Result<std::vector<Waiver>> list_waivers(cli::Client& client) {
     waivers.push_back(std::move(*waiver));
   }
   return waivers;
+}
+
+Result<Waiver> withdraw_waiver(cli::Client& client, const std::string& key) {
+  auto held = held_waiver(client, key);
+  if (!held) return held;
+  auto me = cli::expect_reply<protocol::WhoamiReply>(client.request(protocol::Whoami{}));
+  if (!me) return tl::unexpected(me.error());
+  held->withdrawn_by = me->key_name;  // the coordinator writes its own word of who and when
+  if (auto ok = put(client, RecordKind::waiver, key, to_json(*held)); !ok) return tl::unexpected(ok.error());
+  return held_waiver(client, key);
+}
+
+Status revoke_lapsed_waivers(cli::Client& client, std::vector<nlohmann::json>& reports, TimeMs now) {
+  const bool relies = std::any_of(reports.begin(), reports.end(), [](const nlohmann::json& report) {
+    auto waivers = report.find("waivers");
+    return waivers != report.end() && waivers->is_array() && !waivers->empty();
+  });
+  if (!relies) return {};
+  auto waivers = list_waivers(client);
+  if (!waivers) {
+    return fail(waivers.error().code, fmt::format("could not read the waivers in force, which a run relies on: {}; try "
+                                                  "again",
+                                                  waivers.error().message));
+  }
+  for (auto& report : reports) qualification::revoke_lapsed_waivers(report, *waivers, now);
+  return {};
+}
+
+Status revoke_lapsed_waivers(cli::Client& client, nlohmann::json& report, TimeMs now) {
+  std::vector<nlohmann::json> one{std::move(report)};
+  auto ok = revoke_lapsed_waivers(client, one, now);
+  report = std::move(one.front());
+  return ok;
 }
 
 }  // namespace kiln::qualification::shell

@@ -120,7 +120,16 @@ Result<TicketRecord> set_ticket_state(cli::Client& client, const protocol::SetTi
 
 // Records a waiver (the coordinator stamps the approver and the time) and returns it as stored.
 Result<Waiver> record_waiver(cli::Client& client, const Waiver& waiver);
-// Every recorded waiver, expired ones included, in the order they were first written.
+// Every recorded waiver, expired and withdrawn ones included, in the order they were first written.
 Result<std::vector<Waiver>> list_waivers(cli::Client& client);
+// Withdraws the waiver in force under `key` (waiver_key); the coordinator stamps who withdrew it
+// and when, and refuses anyone but an approver of the team that waived it or an admin. Returns it
+// as stored.
+Result<Waiver> withdraw_waiver(cli::Client& client, const std::string& key);
+// Judges the reports again by the waivers the coordinator holds at `now` (waiver.h
+// revoke_lapsed_waivers): a report relying on a waiver withdrawn, expired or replaced since fails
+// again. Lists the waivers only when a report relies on one.
+Status revoke_lapsed_waivers(cli::Client& client, std::vector<nlohmann::json>& reports, TimeMs now);
+Status revoke_lapsed_waivers(cli::Client& client, nlohmann::json& report, TimeMs now);
 
 }  // namespace kiln::qualification::shell

@@ -312,6 +312,8 @@ Result<Promoted> ReleaseDesk::promote(const std::string& bundle_arg, const std::
   if (!snapshot) return tl::unexpected(snapshot.error());
   auto reports = qs::list_runs_of_bundle(client_, recorded->id);
   if (!reports) return tl::unexpected(reports.error());
+  // A run passes by the waivers the coordinator holds now, not those its report was recorded with.
+  if (auto ok = qs::revoke_lapsed_waivers(client_, *reports, now_()); !ok) return tl::unexpected(ok.error());
   std::vector<GateRun> runs;
   for (const auto& report : *reports) {
     auto run = gate_run_from_json(report);

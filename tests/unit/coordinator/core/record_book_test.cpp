@@ -566,7 +566,7 @@ TEST_CASE("a waiver is a person's word: stamped with its key and the coordinator
   const kiln::TimeMs day = 24 * 3600 * 1000;
   const auto put = [&](kiln::TimeMs expires_at_ms, std::string reason = "4% low, fix in c9") {
     const q::Waiver w{"release-7", "moe-large", q::GateMetric::throughput, "kernels", "someone else", std::move(reason),
-                      0, expires_at_ms};
+                      0, expires_at_ms, "", 0};
     return protocol::PutRecord{RecordKind::waiver, q::waiver_key(w), q::to_json(w).dump()};
   };
   CHECK(error_of(h.client("ci", Role::ci, put(now + day), now)).starts_with("unauthorized"));
@@ -604,7 +604,7 @@ TEST_CASE("the coordinator takes a waiver only from an approver of the gate's ow
   // What a client that skips its own check of the register would send: any team, any approver.
   const auto put = [&](std::string scope, std::string team) {
     const q::Waiver w{std::move(scope), "moe-large", q::GateMetric::throughput, std::move(team), "mei",
-                      "4% low, fix in c9", 0, now + day};
+                      "4% low, fix in c9", 0, now + day, "", 0};
     return protocol::PutRecord{RecordKind::waiver, q::waiver_key(w), q::to_json(w).dump()};
   };
   Harness h({}, {}, 0, kernels_register());
@@ -638,6 +638,73 @@ TEST_CASE("the coordinator takes a waiver only from an approver of the gate's ow
   const std::string refused = error_of(without.client("mei", Role::developer, put("nightly-3", "kernels"), now));
   CHECK(refused.starts_with("unauthorized"));
   CHECK(refused.find("set [coordinator] risk_register") != std::string::npos);
+}
+
+TEST_CASE("a waiver replaced is audited as replacing the earlier one; a withdrawn one is kept, marked and audited") {
+  Harness h({}, {}, 0, kernels_register());
+  const kiln::TimeMs now = 1'800'000'000'000;
+  const kiln::TimeMs day = 24 * 3600 * 1000;
+  const q::Waiver week{"nightly-3", "moe-large", q::GateMetric::throughput, "kernels", "", "4% low, fix in c9", 0,
+                       now + 7 * day, "", 0};
+  const std::string key = q::waiver_key(week);
+  const auto put = [&](const q::Waiver& w) {
+    return protocol::PutRecord{RecordKind::waiver, q::waiver_key(w), q::to_json(w).dump()};
+  };
+  // What `kiln waiver withdraw` sends: the held document, naming who asks.
+  const auto withdrawal = [&](const std::string& by) {
+    auto held = q::waiver_from_json(nlohmann::json::parse(h.saved_records.back().document));
+    REQUIRE(held);
+    held->withdrawn_by = by;
+    return put(*held);
+  };
+  const auto stored = [&] {
+    auto w = q::waiver_from_json(nlohmann::json::parse(h.saved_records.back().document));
+    REQUIRE(w);
+    return *w;
+  };
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("mei", Role::developer, put(week), now)));
+  auto briefly = week;
+  briefly.expires_at_ms = now + 1000 + 45'000;
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("jonas", Role::developer, put(briefly), now + 1000)));
+  REQUIRE(h.audit.size() == 2);
+  CHECK(h.audit[1].action == "waiver_replaced");
+  CHECK(h.audit[1].actor == "jonas");
+  CHECK(h.audit[1].detail.find("waived by jonas until ") != std::string::npos);
+  CHECK(h.audit[1].detail.find(", replacing waived by mei until ") != std::string::npos);
+  CHECK(stored().created_at_ms == now + 1000);
+
+  // Only an approver of the team that waived it, or an admin, withdraws it.
+  CHECK(error_of(h.client("priya", Role::developer, withdrawal("priya"), now + 2000)).starts_with("unauthorized"));
+  CHECK(error_of(h.client("alice", Role::ops, withdrawal("alice"), now + 2000)).find("or an admin") !=
+        std::string::npos);
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("mei", Role::developer, withdrawal("someone"), now + 2000)));
+  const q::Waiver withdrawn = stored();
+  CHECK(withdrawn.withdrawn_by == "mei");  // the coordinator's word, not the document's
+  CHECK(withdrawn.withdrawn_at_ms == now + 2000);
+  CHECK(withdrawn.approver == "jonas");
+  CHECK(!q::in_force(withdrawn, now + 2000));
+  REQUIRE(h.audit.size() == 3);
+  CHECK(h.audit[2].action == "waiver_withdrawn");
+  CHECK(h.audit[2].actor == "mei");
+  CHECK(h.audit[2].subject == "gate moe-large throughput");
+  CHECK(h.audit[2].detail.find("withdrew waived by jonas until ") != std::string::npos);
+  // Withdrawn once is withdrawn: nothing left to withdraw.
+  CHECK(error_of(h.client("mei", Role::developer, withdrawal("mei"), now + 3000)).starts_with("conflict"));
+
+  // A new waiver of the gate replaces the withdrawn one (said so), and an admin may withdraw it.
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("jonas", Role::developer, put(week), now + 4000)));
+  CHECK(stored().withdrawn_by.empty());
+  CHECK(h.audit[3].action == "waiver_replaced");
+  CHECK(h.audit[3].detail.find("(no longer in force)") != std::string::npos);
+  REQUIRE(std::holds_alternative<protocol::Ok>(h.client("root", Role::admin, withdrawal("root"), now + 5000)));
+  CHECK(stored().withdrawn_by == "root");
+  auto other = week;
+  other.scope = "nightly-4";
+  CHECK(error_of(h.client("mei", Role::developer, [&] {
+          auto w = other;
+          w.withdrawn_by = "mei";
+          return put(w);
+        }(), now + 6000)).starts_with("not_found"));
 }
 
 TEST_CASE("puts of one record that come before any read back are taken in order, as if one by one") {

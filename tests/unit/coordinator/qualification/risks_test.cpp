@@ -307,7 +307,7 @@ TEST_CASE("only an approver of the gate's owning team may waive it") {
 
 TEST_CASE("a waiver needs a reason and an expiry within 30 days") {
   q::Waiver w{"moe-tokens", "moe-large", q::GateMetric::throughput, "kernels", "mei", "fix in c9", kNow,
-              kNow + kHourMs};
+              kNow + kHourMs, "", 0};
   CHECK(q::validate_new_waiver(w, kNow));
   auto no_reason = w;
   no_reason.reason.clear();
@@ -327,7 +327,7 @@ TEST_CASE("a waiver needs a reason and an expiry within 30 days") {
 TEST_CASE("a waived failing gate lets its run through until the waiver expires") {
   const auto r = reg();
   const q::Waiver w{"nightly-7", "moe-large", q::GateMetric::throughput, "kernels", "mei", "4% low, fix in c9", kNow,
-                    kNow + 2 * kHourMs};
+                    kNow + 2 * kHourMs, "", 0};
   const json failed = report("nightly-7", "nightly", kNow, {model_entry("moe-large", "performance_regression"),
                                                             model_entry("mlp-small", "passed")});
   REQUIRE(!failed.at("passed").get<bool>());
@@ -344,27 +344,58 @@ TEST_CASE("a waived failing gate lets its run through until the waiver expires")
   const auto statuses = q::assess_risks(r, set(), q::gate_runs_from_reports({waived}), {}, kNow + kHourMs);
   CHECK(status_of(statuses, "moe-tokens").latest->state == q::GateState::waived);
   CHECK(status_of(statuses, "moe-tokens").latest->waiver.starts_with("waived by mei"));
-  CHECK(q::expired_waivers_in(waived, kNow + kHourMs).empty());
-  CHECK(q::expired_waivers_in(waived, kNow + 2 * kHourMs).size() == 1);
+  // While the very waiver it relied on is in force at the coordinator, the report stands.
+  CHECK(q::revoke_lapsed_waivers(waived, {w}, kNow + kHourMs).empty());
+  CHECK(waived.at("passed").get<bool>());
 
   SUBCASE("after expiry the next evaluation fails the gate") {
     json again = failed;
     CHECK(q::apply_waivers(again, {w}, r, kNow + 2 * kHourMs).empty());
     CHECK(!again.at("passed").get<bool>());
     // The report that relied on it is failed again, and the register reads the gate as failed.
-    CHECK(q::first_waiver_expiry(waived) == kNow + 2 * kHourMs);
-    CHECK(q::revoke_expired_waivers(waived, kNow + kHourMs).empty());
     CHECK(status_of(q::assess_risks(r, set(), q::gate_runs_from_reports({waived}), {}, kNow + 2 * kHourMs),
                     "moe-tokens")
               .latest->state == q::GateState::failed);
-    REQUIRE(q::revoke_expired_waivers(waived, kNow + 2 * kHourMs).size() == 1);
+    REQUIRE(q::revoke_lapsed_waivers(waived, {w}, kNow + 2 * kHourMs).size() == 1);
     CHECK(!waived.at("passed").get<bool>());
     CHECK(waived.at("models")[0].at("fails_run").get<bool>());
     CHECK(waived.at("waivers").empty());
-    CHECK(!q::first_waiver_expiry(waived));
+    REQUIRE(waived.at("lapsed_waivers").size() == 1);
+    CHECK(waived.at("lapsed_waivers")[0].at("why").get<std::string>().starts_with("expired at "));
     const std::string summary = waived.at("summary").get<std::string>();
     CHECK(summary.starts_with("kiln nightly nightly-7: FAILED ("));
     CHECK(summary.find("EXPIRED moe-large on revision a (throughput): waived by mei") != std::string::npos);
+  }
+  SUBCASE("a waiver withdrawn lets nothing through from then on, whatever the report recorded") {
+    auto withdrawn = w;
+    withdrawn.withdrawn_by = "jonas";
+    withdrawn.withdrawn_at_ms = kNow + kHourMs / 2;
+    json again = failed;
+    CHECK(q::apply_waivers(again, {withdrawn}, r, kNow + kHourMs).empty());
+    const auto lapsed = q::revoke_lapsed_waivers(waived, {withdrawn}, kNow + kHourMs);
+    REQUIRE(lapsed.size() == 1);
+    CHECK(lapsed[0].find(": withdrawn by jonas at ") != std::string::npos);
+    CHECK(!waived.at("passed").get<bool>());
+    CHECK(waived.at("summary").get<std::string>().find("WITHDRAWN moe-large on revision a (throughput)") !=
+          std::string::npos);
+    CHECK(status_of(q::assess_risks(r, set(), q::gate_runs_from_reports({waived}), {}, kNow + kHourMs), "moe-tokens")
+              .latest->state == q::GateState::failed);
+  }
+  SUBCASE("a waiver replaced by a shorter one: the report relied on the earlier one, which holds no more") {
+    auto shorter = w;
+    shorter.created_at_ms = kNow + kHourMs / 2;
+    shorter.expires_at_ms = kNow + kHourMs / 2 + 45'000;
+    const auto lapsed = q::revoke_lapsed_waivers(waived, {shorter}, kNow + kHourMs);
+    REQUIRE(lapsed.size() == 1);
+    CHECK(lapsed[0].find(": replaced by waived by mei until ") != std::string::npos);
+    CHECK(!waived.at("passed").get<bool>());
+    // Nor does the shorter one let it through once it has expired.
+    CHECK(q::apply_waivers(waived, {shorter}, r, kNow + kHourMs).empty());
+    CHECK(!waived.at("passed").get<bool>());
+  }
+  SUBCASE("a waiver no longer recorded holds no more") {
+    REQUIRE(q::revoke_lapsed_waivers(waived, {}, kNow + kHourMs).size() == 1);
+    CHECK(!waived.at("passed").get<bool>());
   }
   SUBCASE("another run is not waived by a waiver of one run") {
     json other = failed;
@@ -411,7 +442,7 @@ TEST_CASE("a failing gate pages its risk's team with its severity, once per run,
   CHECK(q::risk_gate_tickets(r, report("n8", "nightly", kNow, {model_entry("moe-large", "passed")}), kNow).empty());
   json waived = failed;
   const q::Waiver w{"moe-tokens", "moe-large", q::GateMetric::throughput, "kernels", "mei", "fix in c9", kNow,
-                    kNow + kHourMs};
+                    kNow + kHourMs, "", 0};
   REQUIRE(q::apply_waivers(waived, {w}, r, kNow).size() == 1);
   CHECK(q::risk_gate_tickets(r, waived, kNow).empty());
 }
@@ -515,7 +546,7 @@ TEST_CASE("a waived model run is no JUnit failure, and says so") {
   REQUIRE(failing);
   CHECK(q::to_junit_xml(*failing).find("<failure") != std::string::npos);
   const q::Waiver w{"nightly-7", "moe-large", q::GateMetric::throughput, "kernels", "mei", "fix in c9", kNow,
-                    kNow + kHourMs};
+                    kNow + kHourMs, "", 0};
   REQUIRE(q::apply_waivers(document, {w}, reg(), kNow).size() == 1);
   const auto waived = q::report_outline_from_json(document);
   REQUIRE(waived);
@@ -666,7 +697,7 @@ TEST_CASE("a recorded stability run gives its risks their verdict, pages their t
   // The runtime approver waives the loss curve: that gate reads waived and pages no one; the
   // throughput gate still fails the run.
   const q::Waiver w{"stability-2", "train-small", q::GateMetric::loss_curve, "runtime", "sam", "injected spikes", kNow,
-                    kNow + kHourMs};
+                    kNow + kHourMs, "", 0};
   REQUIRE(q::apply_waivers(failed, {w}, r, kNow).size() == 1);
   CHECK(failed.at("passed") == false);
   statuses = q::assess_risks(r, set(), q::gate_runs_from_reports({failed}), {}, kNow);
@@ -677,7 +708,7 @@ TEST_CASE("a recorded stability run gives its risks their verdict, pages their t
   CHECK(still[0].team == "hardware");
   // Once the throughput failure is waived too, the run passes with waivers.
   const q::Waiver thermal{"thermal-derating", "train-small", q::GateMetric::throughput, "hardware", "dana",
-                          "chassis fans replaced next week", kNow, kNow + kHourMs};
+                          "chassis fans replaced next week", kNow, kNow + kHourMs, "", 0};
   REQUIRE(q::apply_waivers(failed, {w, thermal}, r, kNow).size() == 1);
   CHECK(failed.at("passed") == true);
   CHECK(failed.at("summary").get<std::string>().starts_with("kiln stability stability-2: passed with waivers ("));

@@ -15,7 +15,8 @@ constexpr TimeMs kNow = 1'800'000'000'000;
 
 GateRun run_of(const std::string& tier, char bundle, bool passed, TimeMs finished_at_ms = kNow - kHourMs,
                std::optional<double> eval_score = std::nullopt) {
-  GateRun run{tier + "-" + std::string(1, bundle), tier, bundle_id(bundle), true, passed, finished_at_ms, {}, {}};
+  GateRun run{tier + "-" + std::string(1, bundle), tier, bundle_id(bundle), true, passed, finished_at_ms, {}, {}, {}, std::nullopt};
+  if (tier == "release") run.soak = SoakRounds{2, 2};  // its soak rounds, all run
   for (const char* revision : {"a", "b"}) {
     ModelResult model{"llm-70b", revision, passed ? "passed" : "correctness_regression", passed ? "" : "logits off",
                       eval_score, eval_score ? std::optional<double>(1.0) : std::nullopt};
@@ -93,6 +94,50 @@ TEST_CASE("a gate passed by a waiver promotes while the waiver holds, shows it, 
   const std::string expired = refusal(decide_promotion(snapshot, later, {waived}, recorded('a'), std::nullopt));
   CHECK(expired.find("nightly-a passed only by a waiver that has expired (gate llm-70b correctness") !=
         std::string::npos);
+}
+
+TEST_CASE("a gate whose waiver lapsed at the coordinator blocks, saying which and why") {
+  // The report judged again by the waivers the coordinator holds (waiver.h revoke_lapsed_waivers).
+  nlohmann::json report = {{"schema", "kiln.qualification-run/1"}, {"run_id", "nightly-1"}, {"tier", "nightly"},
+                           {"candidate_bundle_id", bundle_id('a')}, {"finished", true}, {"passed", false},
+                           {"finished_at_ms", kNow - kHourMs},
+                           {"models", {{{"model", "llm-70b"}, {"revision", "a"}, {"verdict", "performance_regression"},
+                                        {"detail", "4% low"}}}},
+                           {"waivers", nlohmann::json::array()},
+                           {"lapsed_waivers", {{{"model", "llm-70b"}, {"metric", "throughput"},
+                                                {"text", "waived by mei until 2027-01-15 08:00 UTC: fix in c9"},
+                                                {"why", "withdrawn by jonas at 2027-01-10 09:00 UTC"},
+                                                {"expires_at_ms", kNow + 7 * 24 * kHourMs}}}}};
+  auto run = gate_run_from_json(report);
+  REQUIRE(run.has_value());
+  const std::string message = refusal(decide_promotion(snapshot_of("", ""), request('a', "dev"), {*run}, recorded('a'),
+                                                       std::nullopt));
+  CHECK(message.find("nightly-1 passed only by a waiver that is no longer in force (gate llm-70b throughput, waived "
+                     "by mei until 2027-01-15 08:00 UTC: fix in c9: withdrawn by jonas at 2027-01-10 09:00 UTC)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a release run is the release gate's evidence only with its soak rounds, all run") {
+  auto snapshot = snapshot_of(bundle_id('a'), bundle_id('a'));
+  const auto refusal_for = [&](std::optional<SoakRounds> soak) {
+    GateRun release = run_of("release", 'a', true, kNow, 0.999);
+    release.soak = soak;
+    return refusal(decide_promotion(snapshot, request('a', "production"), {run_of("nightly", 'a', true), release},
+                                    recorded('a'), kNow - 50 * kHourMs));
+  };
+  CHECK(refusal_for(std::nullopt).find("production requires a release run of bundle aaaaaaaaaaaa with its soak "
+                                       "evidence: release-a passed, but its report records no soak rounds") !=
+        std::string::npos);
+  CHECK(refusal_for(SoakRounds{0, 0}).find("it asked for no soak round") != std::string::npos);
+  CHECK(refusal_for(SoakRounds{2, 1}).find("it ran 1 of its 2 soak rounds") != std::string::npos);
+  nlohmann::json report = {{"schema", "kiln.qualification-run/1"}, {"run_id", "release-1"}, {"tier", "release"},
+                           {"candidate_bundle_id", bundle_id('a')}, {"finished", true}, {"passed", true},
+                           {"models", nlohmann::json::array()}, {"soak", {{"rounds_asked", 2}, {"rounds_run", 2}}}};
+  auto run = gate_run_from_json(report);
+  REQUIRE(run.has_value());
+  REQUIRE(run->soak.has_value());
+  CHECK(run->soak->asked == 2);
+  CHECK(run->soak->run == 2);
 }
 
 TEST_CASE("every refusal says why and what to do") {
