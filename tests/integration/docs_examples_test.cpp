@@ -284,6 +284,7 @@ struct Surface {
   std::set<std::string> options;
   std::set<std::string> options_with_value;
   std::set<std::string> subcommands;
+  bool takes_positionals = false;  // `kiln run ID` beside `kiln run cancel ID`
 };
 
 Surface surface(const std::string& command) {
@@ -293,6 +294,7 @@ Surface surface(const std::string& command) {
   Surface s;
   bool in_subcommands = false;
   for (const std::string& line : lines_of(help.output)) {
+    if (line.rfind("Positionals:", 0) == 0 || line.rfind("POSITIONALS:", 0) == 0) s.takes_positionals = true;
     if (line.rfind("Subcommands:", 0) == 0 || line.rfind("SUBCOMMANDS:", 0) == 0) {
       in_subcommands = true;
       continue;
@@ -387,7 +389,7 @@ std::string simple_command_problem(std::vector<std::string> argv) {
       options.insert(level.options.begin(), level.options.end());
       continue;
     }
-    if (!level.subcommands.empty()) return name + ": '" + word + "' is not a subcommand of `" +
+    if (!level.subcommands.empty() && !level.takes_positionals) return name + ": '" + word + "' is not a subcommand of `" +
                                            command.substr(bin(name).size() - name.size()) + "`";
     descended_all = true;  // a positional argument
   }

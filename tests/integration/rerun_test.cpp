@@ -147,12 +147,12 @@ TEST_CASE("kiln rerun: a nightly's measure job reproduces; on corrupting chips i
                      &out, 240s) == 0);
   REQUIRE(fleet.kiln("ci", {"run", "nightly-r2"}, &out) == 0);
   CHECK(contains(out, "reproducibility: 2 earlier results rerun: 2 reproduced"));
+  CHECK(contains(out, "job " + job + " (mlp-bf16-it on revision a, run nightly-r1) rerun as job "));
   // The second nightly's baseline samples of the same seed count only where they differ from the
   // first's: what repeats exactly is left out, and said.
   CHECK(fleet.kiln_split("ci", {"switchover", "--models", models, "--json"}, &out, &switchover_err) == 1);
   const auto after_two = nlohmann::json::parse(out);
   CHECK(sim_samples_of(after_two) + after_two.at("repeated_samples").get<int>() >= 2 * samples_after_one);
-  CHECK(contains(out, "job " + job + " (mlp-bf16-it on revision a, run nightly-r1) rerun as job "));
   std::string err;
   REQUIRE(fleet.kiln_split("ci", {"run", "nightly-r2", "--json"}, &out, &err) == 0);
   const auto report = nlohmann::json::parse(out);

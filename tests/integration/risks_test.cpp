@@ -240,8 +240,10 @@ TEST_CASE("a failing gate pages its team; an approver's waiver lets the run thro
   CHECK(has(out, "withdrawn by approver at "));
   REQUIRE(fleet.kiln("ci", {"risks", "--register", registry, "--json"}, &out) == 0);
   CHECK(nlohmann::json::parse(out).at("risks")[0].at("latest").at("verdict") == "failed");
+  // Refused: the promotion names the first lapse of the waivers the recorded run relied on, which
+  // may be the replacement above if the qualifier has not recorded the run again since.
   CHECK(fleet.kiln("auditor", promote, &out) == 1);
-  CHECK(has(out, "withdrawn by approver"));
+  CHECK(has(out, "passed only by a waiver that is no longer in force"));
   REQUIRE(fleet.kiln("ci", {"waivers"}, &out) == 0);
   CHECK(has(out, "no waiver is in force"));
   REQUIRE(fleet.kiln("ci", {"waivers", "--all"}, &out) == 0);

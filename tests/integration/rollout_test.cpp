@@ -153,7 +153,8 @@ TEST_CASE("nodes converge on their environment's firmware: canary, then waves; a
   for (const char* id : {"n01", "n02", "n03"}) CHECK(firmware_of(*ops, id) == "2.0.0");
   CHECK(firmware_of(*ops, "n04") != "2.0.0");  // another pool's node is not staging's
   CHECK(envs(fleet)["nodes"].size() == 3);
-  CHECK(node(*ops, "n02")->labels == std::vector<std::string>{"pool=staging", "rack=r1"});
+  // The agent adds what its driver declares (docs/driver-abi.md) to the labels of its config.
+  CHECK(node(*ops, "n02")->labels == std::vector<std::string>{"pool=staging", "rack=r1", "backend=sim"});
   // The canary converged before anything else was installed.
   const std::string log = fleet.log_of("coordinator");
   const auto canary_done = log.find("job 1 succeeded");
