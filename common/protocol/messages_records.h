@@ -174,6 +174,9 @@ struct QuarantineNode {
   std::string reason;
   std::string owner;  // who must look: "lab"
   QuarantineCause cause = QuarantineCause::other;
+  // wrong_results: the job whose outputs were wrong on this node; a correct rerun of it there
+  // (recheck_node) releases the node. 0: none named, only level 3 diagnostics release it.
+  std::uint64_t failing_job_id = 0;
 
   template <class V>
   void visit(V& v) {
@@ -181,6 +184,20 @@ struct QuarantineNode {
     v.field("reason", reason, Str{1, 4096});
     v.field("owner", owner, Str{1, 64});
     v.field("cause", cause, Optional{});
+    v.field("failing_job_id", failing_job_id, Optional{}, kU64);
+  }
+};
+
+// Reruns, on a node quarantined for wrong results, the job whose outputs were wrong there, on
+// the chips it ran on (docs/protocol.md §9.7): correct outputs release the node. Replies
+// `job_accepted` with the rerun's id. CI, lab, ops and admin keys.
+struct RecheckNode {
+  static constexpr std::string_view kType = "recheck_node";
+  std::string node_id;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("node_id", node_id, kIdentifier);
   }
 };
 

@@ -274,6 +274,9 @@ struct NodeSummary {
   // Quarantined: the diagnostics level whose pass releases it, as its quarantine's cause needs;
   // 0 when it is not quarantined.
   std::uint32_t release_diag_level = 0;
+  // Quarantined for wrong results alone: the job whose outputs were wrong, whose correct rerun
+  // on the node (kiln recheck) also releases it; 0 otherwise.
+  std::uint64_t wrong_results_job_id = 0;
 
   template <class V>
   void visit(V& v) {
@@ -294,6 +297,7 @@ struct NodeSummary {
     v.field("rendezvous_address", rendezvous_address, kHostAddress);
     v.field("labels", labels, Count{0, kMaxLabels}, kLabel);
     v.field("release_diag_level", release_diag_level, Optional{}, Range{0, 3});
+    v.field("wrong_results_job_id", wrong_results_job_id, Optional{}, kU64);
   }
 };
 
@@ -324,6 +328,9 @@ struct JobSummary {
   // before it ended: its result is no evidence about the stack (triage discards it). Empty
   // otherwise.
   std::string node_quarantined;
+  // A recheck (recheck_node): this job reruns that job on its node, quarantined for that job's
+  // wrong outputs; correct outputs release the node. 0 otherwise.
+  std::uint64_t recheck_of_job_id = 0;
 
   template <class V>
   void visit(V& v) {
@@ -348,6 +355,7 @@ struct JobSummary {
     v.field("gang_rank", gang_rank, Range{0, kMaxGangSize - 1});
     v.field("gang_size", gang_size, Range{0, kMaxGangSize});
     v.field("node_quarantined", node_quarantined, Optional{}, kMessageText);
+    v.field("recheck_of_job_id", recheck_of_job_id, Optional{}, kU64);
   }
 };
 

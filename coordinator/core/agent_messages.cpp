@@ -117,6 +117,7 @@ void AgentSessions::heartbeat(const std::string& peer, const std::string& node_i
 void AgentSessions::job_ended(const std::string& node_id, const JobRecord& job, TimeMs now) {
   if (job.summary.workload == protocol::kDiagWorkload) apply_diag_result(node_id, job, now);
   if (job.summary.workload == protocol::kInstallWorkload) apply_install_result(node_id, job, now);
+  if (job.summary.recheck_of_job_id != 0) apply_recheck_result(node_id, job, now);
 }
 
 void AgentSessions::quarantine_request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -136,10 +137,25 @@ void AgentSessions::quarantine_request(const std::string& client, const Caller& 
   // Wrong results may be silent data corruption, which only the level 3 compute self-test sees.
   const std::uint32_t level = request.cause == protocol::QuarantineCause::wrong_results ? 3u : 1u;
   const std::string reason = request.reason + " (by " + caller.key_name + ")";
-  if (node->summary.state != NodeState::quarantined) {
+  const bool fresh = node->summary.state != NodeState::quarantined;
+  if (fresh) {
     quarantine(*node, reason, request.owner, level, now, &caller);
   } else {
     raise_release_level(*node, level, reason);
+    node->summary.wrong_results_job_id = 0;  // another finding: only diagnostics see them all
+    ctx_.save(*node);
+  }
+  // Its wrong outputs alone: a correct rerun of that job there also releases it (not a flapping node).
+  const JobRecord* failing = request.failing_job_id != 0 ? jobs_.find(request.failing_job_id) : nullptr;
+  if (fresh && request.cause == protocol::QuarantineCause::wrong_results && failing != nullptr &&
+      failing->summary.node_id == request.node_id && !failing->summary.chip_indices.empty() &&
+      failing->summary.gang_size == 0 && node->recent_quarantines < 2) {
+    node->summary.wrong_results_job_id = request.failing_job_id;
+    node->summary.quarantine_reason = text::utf8_head(
+        fmt::format("{}, or by a correct rerun of job {} there (kiln recheck {})", node->summary.quarantine_reason,
+                    request.failing_job_id, request.node_id),
+        protocol::kMessageText.max_len);
+    ctx_.save(*node);
   }
   ctx_.sink.to_client(client,
                       protocol::Ok{fmt::format("node {} is quarantined (owner {}); it returns after passing level {} "
@@ -264,6 +280,8 @@ void AgentSessions::apply_diag_result(const std::string& node_id, const JobRecor
       quarantine(node, reason, "lab", level, now);
     } else {
       raise_release_level(node, level, reason);
+      node.summary.wrong_results_job_id = 0;  // a fault the diagnostics see: only they release it
+      ctx_.save(node);
     }
     return;
   }
@@ -280,18 +298,24 @@ void AgentSessions::apply_diag_result(const std::string& node_id, const JobRecor
     jobs_.add_to_detail(job.summary.job_id, refused);
     return;
   }
+  release_from_quarantine(
+      node, fmt::format("level {} diagnostics {} (job {})", outcome->level, outcome->verdict, job.summary.job_id), job,
+      now);
+}
+
+void AgentSessions::release_from_quarantine(NodeRecord& node, const std::string& how, const JobRecord& job,
+                                            TimeMs now) {
+  const std::string& node_id = node.summary.node_id;
   node.summary.state = node.draining ? NodeState::draining : NodeState::up;
   node.summary.health = protocol::HealthStatus::pass;
-  ctx_.log(action::Severity::info, fmt::format("node {} leaves quarantine: level {} diagnostics {} (job {}); it was "
-                                               "quarantined for: {}",
-                                               node_id, outcome->level, outcome->verdict, job.summary.job_id,
-                                               node.summary.quarantine_reason));
+  ctx_.log(action::Severity::info, fmt::format("node {} leaves quarantine: {}; it was quarantined for: {}", node_id,
+                                               how, node.summary.quarantine_reason));
   ctx_.audit("released_from_quarantine", "node " + node_id,
-             fmt::format("level {} diagnostics {} (job {}); it was quarantined for: {}", outcome->level,
-                         outcome->verdict, job.summary.job_id, node.summary.quarantine_reason));
+             fmt::format("{}; it was quarantined for: {}", how, node.summary.quarantine_reason));
   node.summary.quarantine_reason.clear();
   node.summary.quarantine_owner.clear();
   node.summary.release_diag_level = 0;
+  node.summary.wrong_results_job_id = 0;
   ctx_.registry.released_from_quarantine(node_id, job.started_at_ms + ctx_.clock.wall_offset_ms());
   ctx_.save(node);
   scheduling_.sync_node_states(now);

@@ -41,6 +41,9 @@ class AgentSessions {
              const protocol::DrainNode& drain, TimeMs now);
   void quarantine_request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                           const protocol::QuarantineNode& request, TimeMs now);
+  // Reruns the job whose wrong outputs quarantined the node there (quarantine_recheck.cpp).
+  void recheck_request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                       const protocol::RecheckNode& request, TimeMs now);
 
   // Nodes silent past their liveness deadline are lost, their attempts failed over.
   void lose_silent_nodes(TimeMs now);
@@ -54,6 +57,9 @@ class AgentSessions {
   void take_inventory(NodeRecord& node, const protocol::Hello& hello, TimeMs now);
   void apply_diag_result(const std::string& node_id, const JobRecord& job, TimeMs now);
   void apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now);
+  void apply_recheck_result(const std::string& node_id, const JobRecord& job, TimeMs now);
+  // The node returns to service: `how` says what cleared its quarantine (the audit's words).
+  void release_from_quarantine(NodeRecord& node, const std::string& how, const JobRecord& job, TimeMs now);
   // `release_level`: the diagnostics level whose checks see what quarantined it (the knob's
   // minimum, or 3 for a flapping node, when higher). `by`: who asked for it, when not the
   // coordinator's own finding.

@@ -127,8 +127,13 @@ std::string store_unreadable(std::string_view what, const Error& error) {
 }
 
 // The job a client request is about, or 0.
-std::uint64_t job_named(const protocol::Body& body) {
+std::uint64_t job_named(const protocol::Body& body, const NodeRegistry& registry) {
   if (const auto* get = std::get_if<protocol::GetJob>(&body)) return get->job_id;
+  if (const auto* recheck = std::get_if<protocol::RecheckNode>(&body)) {
+    // The rerun copies the job whose wrong outputs quarantined the node.
+    const auto node = registry.nodes().find(recheck->node_id);
+    return node != registry.nodes().end() ? node->second.summary.wrong_results_job_id : 0;
+  }
   if (const auto* cancel = std::get_if<protocol::CancelJob>(&body)) return cancel->job_id;
   if (const auto* why = std::get_if<protocol::QueueWhy>(&body)) return why->job_id;
   return 0;
@@ -154,7 +159,7 @@ std::optional<std::string> put_refusal(const Caller& caller, const protocol::Put
 void CoordinatorCore::on_client_message(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                                         Now clock_now) {
   KILN_ASSERT(caller.role != Role::agent, "the shell refuses agent keys on the client socket");
-  if (const std::uint64_t job_id = job_named(m.body); jobs_.may_recall(job_id)) {
+  if (const std::uint64_t job_id = job_named(m.body, registry_); jobs_.may_recall(job_id)) {
     // An ended job this coordinator let go of: the request waits for the store to read it back.
     auto& waiting = waiting_for_recall_[job_id];
     waiting.push_back(RecallWaiter{client, caller, m, clock_now});
@@ -272,6 +277,8 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
           leases_.watch(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::QuarantineNode>) {
           agents_.quarantine_request(client, caller, m, body, now);
+        } else if constexpr (std::is_same_v<T, protocol::RecheckNode>) {
+          agents_.recheck_request(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::PutRecord>) {
           put_record(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::GetRecord>) {

@@ -744,25 +744,12 @@ void JobTable::rerun_failures_of(const NodeRecord& node, TimeMs now) {
 }
 
 void JobTable::rerun(std::uint64_t id, const NodeRecord& node, TimeMs now) {
-  JobRecord rerun;
-  const JobRecord& original = jobs_.at(id);
-  rerun.summary = original.summary;
-  rerun.summary.job_id = next_job_id_;
-  rerun.summary.state = JobState::queued;
-  rerun.summary.node_id.clear();
-  rerun.summary.chip_indices.clear();
-  rerun.summary.attempt = 0;
-  rerun.summary.exit_code = 0;
-  rerun.summary.duration_ms = 0;
+  JobRecord rerun = rerun_record(jobs_.at(id), now);
   // Same revision, and the quarantined node takes no work: the rerun lands on a healthy peer.
   rerun.summary.hardware_revision = node.summary.hardware_revision;
   rerun.summary.detail = fmt::format("rerun of job {}, which failed on {}, quarantined since", id,
                                      node.summary.node_id);
-  rerun.timeout_ms = original.timeout_ms;
-  rerun.seed = original.seed;
-  rerun.benchmark = original.benchmark;
   rerun.rerun_of = id;
-  rerun.submitted_at_ms = now;
   if (auto s = submit_to_scheduler(rerun, now); !s) {
     ctx_.log(action::Severity::warn, fmt::format("cannot rerun job {}: {}", id, s.error().message));
     return;
@@ -1058,7 +1045,7 @@ scheduler::Request JobTable::job_request(const JobRecord& job) {
   req.id = ctx_.bridge.request_of(request_owner::Job{job.summary.job_id});
   req.name = describe(request_owner::Job{job.summary.job_id});
   req.cls = to_request_class(job.summary.priority_class);
-  if (protocol::is_maintenance_workload(job.summary.workload)) {
+  if (takes_whole_node(job)) {
     req.nodes = 1;
     req.maintenance = true;
   } else {
@@ -1180,7 +1167,7 @@ void JobTable::save(const JobRecord& job) {
 
 void JobTable::activate(std::uint64_t id, const JobRecord& job) {
   active_jobs_.insert(id);
-  if (protocol::is_maintenance_workload(job.summary.workload)) active_maintenance_jobs_.insert(id);
+  if (takes_whole_node(job)) active_maintenance_jobs_.insert(id);
 }
 
 std::optional<std::uint64_t> JobTable::maintenance_waiting_on(const std::string& node_id) const {

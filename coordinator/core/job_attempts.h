@@ -25,6 +25,10 @@ namespace kiln::coordinator {
 class LeaseLifecycle;
 class SchedulerDecisions;
 
+// Placed as maintenance: the whole node leased, allowed onto its quarantined node (diagnostics,
+// installs, and the rerun that rechecks a node quarantined for that job's wrong outputs).
+bool takes_whole_node(const JobRecord& job);
+
 class JobTable {
  public:
   JobTable(CoreContext context, const LeaseLifecycle& leases, SchedulerDecisions& scheduling)
@@ -84,6 +88,10 @@ class JobTable {
   void cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
               const protocol::CancelJob& cancel, TimeMs now);
   void get(const std::string& client, std::uint64_t corr, const protocol::GetJob& get) const;
+  // Reruns `failing` on its quarantined node, on the chips it had (recheck_node): its id, or why
+  // not (one such rerun at a time).
+  Result<std::uint64_t> submit_recheck(const JobRecord& failing, const NodeRecord& node, const Caller& caller,
+                                       TimeMs now);
 
   // ---- agents
   void job_started(const std::string& node_id, const protocol::JobStarted& started);
@@ -174,6 +182,8 @@ class JobTable {
   void hold_chips_told_to_stop(const NodeRecord& node, const std::vector<std::uint64_t>& cancelled, TimeMs now);
   bool may_rerun(const JobRecord& job, const NodeRecord& node, TimeMs now) const;
   void rerun(std::uint64_t job_id, const NodeRecord& node, TimeMs now);
+  // A new queued job (its id not yet taken) that runs `original` again as it was submitted.
+  JobRecord rerun_record(const JobRecord& original, TimeMs now) const;
   // A running attempt is told to stop; the job ends when its result comes, and says why.
   void request_cancel(JobRecord& job, const std::string& why);
   // One attempt of an active job ended without a result from the agent (node lost, agent

@@ -25,7 +25,7 @@ void JobTable::node_quarantined(const NodeRecord& node, TimeMs now) {
     JobRecord& job = jobs_.at(id);
     const auto state = job.summary.state;
     if ((state != JobState::assigned && state != JobState::running) ||
-        protocol::is_maintenance_workload(job.summary.workload)) {
+        takes_whole_node(job)) {
       continue;
     }
     // Withdrawn: a job on chips of its own whose agent has not said it started. A job inside a

@@ -59,6 +59,9 @@ struct JobRecord {
   // Attempts that ended in preemption: they do not count against max_attempts.
   std::uint32_t preemptions = 0;
   std::vector<protocol::ArtifactRef> artifacts;  // fetched by digest by the agent that runs it
+  // A recheck (JobSummary recheck_of_job_id): the chips of its node the job it reruns had, where
+  // it runs again; empty otherwise.
+  std::vector<std::uint32_t> recheck_chips;
 
   template <class V>
   void visit(V& v) {
@@ -79,6 +82,7 @@ struct JobRecord {
     v.field("lease_id", lease_id, protocol::kU64);
     v.field("preemptions", preemptions, protocol::Range{0, 100});
     v.field("artifacts", artifacts, protocol::kJobArtifacts);
+    v.field("recheck_chips", recheck_chips, protocol::Optional{}, protocol::Count{0, 64}, protocol::kChipIndex);
   }
 };
 

@@ -327,7 +327,7 @@ void JobTable::granted(const scheduler::LeaseGranted& granted, std::uint64_t job
   JobRecord& job = it->second;
   const scheduler::Placement& placement = granted.placement.front();
   if (const NodeRecord* node = ctx_.registry.find(placement.node);
-      node && node->summary.state == NodeState::quarantined && !protocol::is_maintenance_workload(job.summary.workload)) {
+      node && node->summary.state == NodeState::quarantined && !takes_whole_node(job)) {
     // Decided before the node was quarantined in this same step: a quarantined node takes only
     // its diagnostics. The chips go back and the job waits again, keeping its age.
     ctx_.log(action::Severity::info, fmt::format("job {} was granted chips on {}, quarantined in the same step; "
@@ -349,7 +349,10 @@ void JobTable::granted(const scheduler::LeaseGranted& granted, std::uint64_t job
     return;
   }
   std::vector<std::uint32_t> chips;
-  if (protocol::is_maintenance_workload(job.summary.workload)) {
+  if (!job.recheck_chips.empty()) {
+    // A recheck runs where the job it reruns had its wrong outputs.
+    chips = job.recheck_chips;
+  } else if (protocol::is_maintenance_workload(job.summary.workload)) {
     // The whole node is leased: maintenance gets every chip, the unhealthy ones too.
     for (const auto& chip : ctx_.registry.nodes().at(placement.node).summary.chips) chips.push_back(chip.index);
   } else {

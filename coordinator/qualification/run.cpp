@@ -35,6 +35,7 @@ struct QualificationRun::State {
     TicketKind regression_kind = TicketKind::performance_regression;
     ModelVerdict regression_verdict = ModelVerdict::performance_regression;
     std::string regression_detail;
+    std::uint64_t failing_job_id = 0;  // the coordinator's job whose outputs were wrong, when known
   };
 
   static std::vector<Pair> make_pairs(const RunInput& input) {
@@ -186,11 +187,14 @@ struct QualificationRun::State {
 
   // -- triage -------------------------------------------------------------------------------
 
-  void begin_triage(std::size_t p, const std::string& node, const std::string& detail) {
+  void begin_triage(std::size_t p, const JobResult& failed) {
+    const std::string& node = failed.node_id;
+    const std::string& detail = failed.correctness_detail;
     apply(gate.leave(p));
     Pair& pair = pairs[p];
     if (pair.stage == Stage::done || pair.stage == Stage::triage || pair.stage == Stage::bisection) return;
     pair.stage = Stage::triage;
+    pair.failing_job_id = failed.job_id;
     const QualificationModel& model = model_of(pair);
     const TriageStart start =
         triage.begin(p, FailedRun{model.name, model.owner_team, node, pair.revision, input.candidate.id}, detail,
@@ -218,7 +222,7 @@ struct QualificationRun::State {
     switch (action->decision) {
       case TriageDecision::hardware_suspect: {
         const std::string node = *action->quarantine_node;
-        if (fleet.quarantine(node)) book.push(run_action::QuarantineNode{node, action->reason});
+        if (fleet.quarantine(node)) book.push(run_action::QuarantineNode{node, action->reason, pair.failing_job_id});
         const std::string id = tickets.file(hardware_suspect_ticket(
             {report.run_id, model_of(pair).name, pair.revision, input.candidate.id, triage.rerun_node(p),
              triage.failure_detail(p), *action, triage.options().lab_team},
@@ -439,7 +443,7 @@ struct QualificationRun::State {
       case JobPurpose::extra_repeats:
       case JobPurpose::confirmation:
         if (!result.correct) {
-          begin_triage(p, result.node_id, result.correctness_detail);
+          begin_triage(p, result);
           return;
         }
         if (!gate.judges(p)) {

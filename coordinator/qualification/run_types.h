@@ -110,6 +110,7 @@ struct JobRequest {
 // What a finished job measured, as the shell read it from the result document.
 struct JobResult {
   std::uint64_t tag = 0;
+  std::uint64_t job_id = 0;  // the coordinator's, when one job made it (not a gang's ranks): 0 otherwise
   bool ran = true;  // false: lost, crashed, timed out or refused: the measurement is missing
   std::string node_id;
   std::vector<std::uint32_t> chips;
@@ -145,6 +146,7 @@ struct FileTicket {
 struct QuarantineNode {
   std::string node_id;
   std::string reason;
+  std::uint64_t failing_job_id = 0;  // whose wrong outputs a correct rerun there clears; 0: none known
 };
 struct Log {
   std::string text;

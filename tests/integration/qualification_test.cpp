@@ -208,7 +208,8 @@ TEST_CASE("a nightly catches a slowdown and a broken kernel, bisects both and ti
   CHECK(difference(plan, documented_fields("plan")) == "");
 }
 
-TEST_CASE("a model that fails on one node only quarantines that node and tickets the lab, without bisecting") {
+TEST_CASE("a model that fails on one node only quarantines that node and tickets the lab, without bisecting; a "
+          "correct rerun of the failing job there returns it") {
   Fleet fleet("qualification-hw");
   // A hardware risk gates the model's correctness in the smoke: the lab's ticket is its page,
   // and the hardware team is not paged a second time beside it.
@@ -253,9 +254,45 @@ TEST_CASE("a model that fails on one node only quarantines that node and tickets
   CHECK(fleet.log_of("qualifier").find("paged lab through the run's ticket " + tickets[0].at("id").get<std::string>()) !=
         std::string::npos);
   REQUIRE(fleet.kiln("ci", {"nodes", "--json"}, &out) == 0);
+  std::uint64_t failing_job = 0;
   for (const auto& node : nlohmann::json::parse(out)) {
     CHECK(node.at("state") == (node.at("node_id") == "n01" ? "quarantined" : "up"));
+    if (node.at("node_id") == "n01") failing_job = node.value("wrong_results_job_id", std::uint64_t{0});
   }
+  // The quarantine names the job whose outputs were wrong: one that ran on n01.
+  REQUIRE(failing_job != 0);
+  REQUIRE(fleet.kiln("ci", {"result", std::to_string(failing_job), "--json"}, &out) == 0);
+  CHECK(nlohmann::json::parse(out).at("job").at("node_id") == "n01");
+
+  // The quarantined node takes no work: nightly work goes to n02, and work pinned to n01 waits.
+  REQUIRE(fleet.kiln("ci", {"submit", "--workload", "sleep", "--chips", "8", "--class", "nightly", "--wait", "--", "0"},
+                     &out) == 0);
+  CHECK(contains(out, "n02"));
+  REQUIRE(fleet.kiln("ci", {"submit", "--workload", "sleep", "--node", "n01", "--class", "nightly", "--json", "--",
+                            "0"},
+                     &out) == 0);
+  const std::string pinned = std::to_string(nlohmann::json::parse(out).at("job_id").get<std::uint64_t>());
+
+  // With the fault still there, the rerun's outputs are wrong again: n01 stays quarantined.
+  std::string err;
+  CHECK(fleet.kiln_split("ci", {"recheck", "n01"}, &out, &err, 120s) == 1);
+  INFO(out, err);
+  CHECK(contains(out, "its outputs were wrong again"));
+  CHECK(contains(out, "node n01 is quarantined"));
+  REQUIRE(fleet.kiln("ci", {"result", pinned, "--json"}, &out) == 0);
+  CHECK(nlohmann::json::parse(out).at("job").at("state") == "queued");
+
+  // The lab replaced the board: the same job, rerun on the same chips, is correct and n01 returns.
+  REQUIRE(fleet.sim_chip("n01", {"clear"}) == 0);
+  CHECK(fleet.kiln_split("ci", {"recheck", "n01", "--json"}, &out, &err, 120s) == 0);
+  const auto recheck = nlohmann::json::parse(out);
+  CHECK(recheck.at("released") == true);
+  CHECK(recheck.at("node_state") == "up");
+  CHECK(contains(recheck.at("detail").get<std::string>(), "node n01 leaves quarantine"));
+  // The work pinned to n01 runs there now.
+  CHECK(Fleet::eventually([&] { return fleet.kiln("ci", {"result", pinned, "--json"}, &out) == 0 &&
+                                       nlohmann::json::parse(out).at("job").at("state") == "succeeded"; },
+                          60s));
 }
 
 TEST_CASE("a nightly builds its bisection bundles with the configured builder and checks the set against the catalog") {

@@ -94,6 +94,10 @@ TEST_CASE("a smoke of a bundle older than the accepted baseline is refused, neve
   const std::string log = fleet.log_of("qualifier");
   CHECK(count_of(log, "drives run smoke-old-2\n") == 1);
   CHECK(listed_verdict(fleet, "smoke-old-2") == "error");
+  // The run that could not be carried out has its page like any other, saying so.
+  const std::filesystem::path html = fleet.dir() / "smoke-old-2.html";
+  CHECK(fleet.kiln("ci", {"run", "smoke-old-2", "--html", html.string()}, &out) == 2);
+  CHECK(contains(read(html), "older than the accepted baseline"));
   std::string page;
   CHECK(Fleet::eventually([&] {
     page = kiln::http::get(metrics_address, "/metrics").body;

@@ -7,7 +7,7 @@ namespace kiln::cli {
 
 void add_account_commands(CommandList& commands);        // keygen, whoami
 void add_node_commands(CommandList& commands);           // nodes, drain, undrain
-void add_diag_command(CommandList& commands);            // diag
+void add_diag_command(CommandList& commands);            // diag, recheck
 void add_job_commands(CommandList& commands);            // submit, jobs, result, cancel
 void add_rerun_command(CommandList& commands);           // rerun
 void add_lease_commands(CommandList& commands);          // lease, leases, release-lease

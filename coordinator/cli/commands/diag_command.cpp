@@ -1,4 +1,6 @@
 // kiln diag NODE [--level N]: diagnostics through the coordinator, which drains the node first.
+// kiln recheck NODE: the other way out of a wrong-results quarantine, a correct rerun of the job
+// whose outputs were wrong there (docs/health.md, "What releases a node").
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -81,8 +83,66 @@ class DiagCommand : public RemoteCommand {
   bool no_wait_ = false;
 };
 
+class RecheckCommand : public RemoteCommand {
+ public:
+  std::string name() const override { return "recheck"; }
+  std::string help() const override {
+    return "rerun, on a node quarantined for wrong outputs, the job whose outputs were wrong, on its chips: correct "
+           "outputs release the node (ci, lab, ops, admin); exit 0 released, 1 still quarantined";
+  }
+  void add_options(CLI::App& command) override {
+    command.add_option("NODE", node_, "node id");
+    command.add_flag("--no-wait", no_wait_, "print the rerun's job id and return at once");
+  }
+  Status check_arguments() override {
+    if (!node_.empty()) return {};
+    return fail(Errc::invalid_argument, "say which node to recheck: kiln recheck NODE (kiln nodes lists them)");
+  }
+  int run_with(Client& client, CommandContext& context) override {
+    auto accepted = expect_reply<protocol::JobAccepted>(client.request(protocol::RecheckNode{node_}));
+    if (!accepted) return report(accepted.error());
+    if (no_wait_) {
+      if (context.json()) std::cout << nlohmann::json{{"job_id", accepted->job_id}}.dump() << "\n";
+      else std::cout << fmt::format("rerun queued as job {}; kiln result {} --wait\n", accepted->job_id,
+                                    accepted->job_id);
+      return kExitOk;
+    }
+    auto detail = wait_for_job(client, accepted->job_id, context.json());
+    if (!detail) return report(detail.error());
+    // The node's state after the rerun is the answer; the job's detail says why.
+    auto nodes = expect_reply<protocol::NodeList>(client.request(protocol::ListNodes{}));
+    if (!nodes) return report(nodes.error());
+    std::string state = "unknown";
+    for (const auto& node : nodes->nodes) {
+      if (node.node_id == node_) state = protocol::enum_name(node.state);
+    }
+    const bool released = state != "quarantined" && state != "unknown";
+    if (context.json()) {
+      std::cout << nlohmann::json{{"job_id", accepted->job_id},
+                                  {"job_state", protocol::enum_name(detail->job.state)},
+                                  {"node_id", node_},
+                                  {"node_state", state},
+                                  {"released", released},
+                                  {"detail", detail->job.detail}}
+                       .dump(2)
+                << "\n";
+    } else {
+      std::cout << fmt::format("job {} {}: {}\nnode {} is {}\n", accepted->job_id,
+                               protocol::enum_name(detail->job.state), detail->job.detail, node_, state);
+    }
+    return released ? kExitOk : kExitFailed;
+  }
+
+ private:
+  std::string node_;
+  bool no_wait_ = false;
+};
+
 }  // namespace
 
-void add_diag_command(CommandList& commands) { commands.push_back(std::make_unique<DiagCommand>()); }
+void add_diag_command(CommandList& commands) {
+  commands.push_back(std::make_unique<DiagCommand>());
+  commands.push_back(std::make_unique<RecheckCommand>());
+}
 
 }  // namespace kiln::cli

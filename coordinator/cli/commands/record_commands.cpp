@@ -120,7 +120,10 @@ class RunShowCommand : public RemoteCommand {
   }
   int run_with(Client& client, CommandContext& context) override {
     const int verdict = wait_ ? follow_to_verdict(client, id_, junit_path_, context.json()) : show(client, context);
-    if (html_path_.empty() || verdict > kExitFailed) return verdict;
+    // An `error` run (exit 2) has a page too; a run that could not be read has none.
+    if (html_path_.empty() || verdict == kExitRefused || verdict == kExitUnreachable || verdict == kExitNotFound) {
+      return verdict;
+    }
     if (auto ok = write_page(client); !ok) return report(ok.error());
     std::cerr << fmt::format("kiln: wrote the page of run {} to {}; open it in a browser\n", id_, html_path_);
     return verdict;

@@ -373,7 +373,8 @@ class Driver {
     auto ok = cli::expect_reply<protocol::Ok>(
         // Triage suspects a node for wrong outputs: only the level 3 compute self-test can clear it.
         client_.request(protocol::QuarantineNode{quarantine.node_id, quarantine.reason, "lab",
-                                                 protocol::QuarantineCause::wrong_results}));
+                                                 protocol::QuarantineCause::wrong_results,
+                                                 quarantine.failing_job_id}));
     say(ok ? fmt::format("node {} quarantined: {} ({})", quarantine.node_id, quarantine.reason, ok->detail)
            : fmt::format("could not quarantine node {}: {}", quarantine.node_id, ok.error().message));
     return {};
@@ -422,6 +423,7 @@ class Driver {
       result.detail = fmt::format("job {} {}: {}", job.job_id, protocol::enum_name(job.state), job.detail);
     }
     result.tag = flight.tag;
+    result.job_id = job.job_id;
     // What the node's driver declares now, as the result is read: the backend that made it, kept
     // with it (none when the driver declares nothing).
     if (auto backend = node_backends_.find(job.node_id); backend != node_backends_.end()) {

@@ -245,3 +245,118 @@ TEST_CASE("nightly triage reruns pinned to a node a 7-day experiment lease holds
   CHECK(h.core.leases().at(0).state == LeaseState::pending);
   CHECK(h.core.leases().at(0).lease_id == lease.lease_id);
 }
+
+namespace {
+
+// A nightly job that ran on n01 (chips 2 and 3 first taken by a 2-chip job) and reported its
+// outputs against the golden: `correct` or not.
+std::uint64_t job_with_outputs(Harness& h, bool correct, TimeMs now) {
+  const auto blocker = h.submit("ci", Role::ci, sleep_job(2, PriorityClass::nightly), now);
+  h.agent("p1", "n01", JobStarted{blocker, 1}, now + 1);
+  const auto job = h.submit("ci", Role::ci, sleep_job(2, PriorityClass::nightly), now + 2);
+  h.agent("p1", "n01", JobStarted{job, 1}, now + 3);
+  h.agent("p1", "n01",
+          finished(job, 1, JobOutcome::succeeded, fmt::format(R"({{"correctness_passed": {}}})", correct)), now + 4);
+  h.agent("p1", "n01", finished(blocker, 1, JobOutcome::succeeded), now + 5);
+  return job;
+}
+
+QuarantineNode wrong_results_of(std::uint64_t job) {
+  QuarantineNode request{"n01", "fp8-small gave wrong outputs on n01 and correct ones on n02", "lab"};
+  request.cause = QuarantineCause::wrong_results;
+  request.failing_job_id = job;
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("a node quarantined for one job's wrong outputs returns after a correct rerun of that job on its chips") {
+  Harness h(patient_knobs());
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto failing = job_with_outputs(h, false, 10);
+  const std::vector<std::uint32_t> failing_chips = h.job(failing).summary.chip_indices;
+  REQUIRE(failing_chips.size() == 2);
+  REQUIRE(std::holds_alternative<Ok>(h.client("ci", Role::ci, wrong_results_of(failing), 20)));
+  const NodeSummary& node = h.core.nodes().at("n01").summary;
+  REQUIRE(node.state == NodeState::quarantined);
+  CHECK(node.wrong_results_job_id == failing);
+  CHECK(node.quarantine_reason.find(fmt::format("or by a correct rerun of job {} there (kiln recheck n01)", failing)) !=
+        std::string::npos);
+  // Other work still waits elsewhere: the quarantined node takes none of it.
+  const auto other = h.submit("ci", Role::ci, sleep_job(1, PriorityClass::nightly), 25);
+  CHECK(starts_of(h, "p1", other) == 0);
+
+  const Body accepted = h.client("lab1", Role::lab, RecheckNode{"n01"}, 30);
+  REQUIRE(std::holds_alternative<JobAccepted>(accepted));
+  const auto recheck = std::get<JobAccepted>(accepted).job_id;
+  CHECK(h.job(recheck).summary.recheck_of_job_id == failing);
+  REQUIRE(starts_of(h, "p1", recheck) == 1);
+  CHECK(h.job(recheck).summary.chip_indices == failing_chips);
+  CHECK(h.job(recheck).summary.workload == h.job(failing).summary.workload);
+  CHECK(h.job(recheck).summary.args == h.job(failing).summary.args);
+  // One rerun at a time.
+  const Body twice = h.client("lab1", Role::lab, RecheckNode{"n01"}, 31);
+  REQUIRE(std::holds_alternative<ErrorReply>(twice));
+  CHECK(std::get<ErrorReply>(twice).message.find(fmt::format("job {} already reruns job {}", recheck, failing)) !=
+        std::string::npos);
+  h.agent("p1", "n01", JobStarted{recheck, 1}, 32);
+
+  SUBCASE("wrong outputs again: it stays quarantined, and may be rechecked again") {
+    h.agent("p1", "n01", finished(recheck, 1, JobOutcome::succeeded, R"({"correctness_passed": false})"), 40);
+    CHECK(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+    CHECK(h.job(recheck).summary.detail.find("stays quarantined") != std::string::npos);
+    CHECK(h.job(recheck).summary.detail.find("its outputs were wrong again") != std::string::npos);
+    CHECK(std::any_of(h.audit.begin(), h.audit.end(),
+                      [](const AuditEntry& line) { return line.action == "release_refused"; }));
+    CHECK(std::holds_alternative<JobAccepted>(h.client("lab1", Role::lab, RecheckNode{"n01"}, 50)));
+  }
+  SUBCASE("a rerun that says nothing of its outputs releases nothing") {
+    h.agent("p1", "n01", finished(recheck, 1, JobOutcome::succeeded, R"({"throughput": 3.0})"), 40);
+    CHECK(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+    CHECK(h.job(recheck).summary.detail.find("says nothing of its outputs") != std::string::npos);
+  }
+  SUBCASE("correct outputs: the node returns, and the audit says how") {
+    h.agent("p1", "n01", finished(recheck, 1, JobOutcome::succeeded, R"({"correctness_passed": true})"), 40);
+    CHECK(h.core.nodes().at("n01").summary.state == NodeState::up);
+    CHECK(h.core.nodes().at("n01").summary.wrong_results_job_id == 0);
+    CHECK(h.job(recheck).summary.detail.find("node n01 leaves quarantine") != std::string::npos);
+    CHECK(std::any_of(h.audit.begin(), h.audit.end(), [&](const AuditEntry& line) {
+      return line.action == "released_from_quarantine" &&
+             line.detail.find(fmt::format("job {} reran job {} there with correct outputs", recheck, failing)) !=
+                 std::string::npos;
+    }));
+  }
+}
+
+TEST_CASE("a rerun cannot clear a quarantine for a fault only the diagnostics see") {
+  Harness h(patient_knobs());
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  SUBCASE("a probe's fault") {
+    h.agent("p1", "n01", failing_probe(), 10);
+  }
+  SUBCASE("wrong outputs, and then failed level 2 diagnostics") {
+    const auto failing = job_with_outputs(h, false, 10);
+    REQUIRE(std::holds_alternative<Ok>(h.client("ci", Role::ci, wrong_results_of(failing), 20)));
+    const auto diag = h.submit("lab1", Role::lab, diagnostics("n01", 2), 30);
+    h.agent("p1", "n01", diag_outcome(diag, 2, "fail"), 40);
+  }
+  SUBCASE("wrong outputs named without the job") {
+    REQUIRE(std::holds_alternative<Ok>(h.client("ci", Role::ci, wrong_results_of(0), 20)));
+  }
+  REQUIRE(h.core.nodes().at("n01").summary.state == NodeState::quarantined);
+  const Body refused = h.client("lab1", Role::lab, RecheckNode{"n01"}, 50);
+  REQUIRE(std::holds_alternative<ErrorReply>(refused));
+  CHECK(std::get<ErrorReply>(refused).message.find("a rerun cannot clear that; run kiln diag n01 --level") !=
+        std::string::npos);
+}
+
+TEST_CASE("a recheck is for CI, lab, ops and admin keys, of a node that is quarantined") {
+  Harness h(patient_knobs());
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const Body developer = h.client("dev", Role::developer, RecheckNode{"n01"}, 10);
+  REQUIRE(std::holds_alternative<ErrorReply>(developer));
+  CHECK(std::get<ErrorReply>(developer).code == "unauthorized");
+  const Body up = h.client("lab1", Role::lab, RecheckNode{"n01"}, 20);
+  REQUIRE(std::holds_alternative<ErrorReply>(up));
+  CHECK(std::get<ErrorReply>(up).message.find("is not quarantined") != std::string::npos);
+}

@@ -1,0 +1,167 @@
+// The second way out of a wrong-results quarantine (docs/health.md, "What releases a node"): the
+// job whose outputs were wrong runs again on that node, on the chips it had, and correct outputs
+// release the node. Only that job may run on the quarantined node besides its diagnostics.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/text/utf8.h"
+#include "coordinator/core/agent_messages.h"
+#include "coordinator/core/core_rules.h"
+#include "coordinator/core/job_attempts.h"
+#include "coordinator/core/scheduler_decisions.h"
+
+namespace kiln::coordinator {
+
+using namespace detail;
+
+namespace {
+
+// What a job's result says of its outputs against the golden: the agent's benchmark report
+// (`correctness_passed`) or the workload's own document (`correctness {checked, passed}`);
+// nothing when it says nothing (docs/workloads.md).
+std::optional<bool> outputs_correct(const std::string& result) {
+  auto doc = nlohmann::json::parse(result, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  if (auto passed = doc.find("correctness_passed"); passed != doc.end() && passed->is_boolean()) {
+    return passed->get<bool>();
+  }
+  auto correctness = doc.find("correctness");
+  if (correctness == doc.end() || !correctness->is_object()) return std::nullopt;
+  auto checked = correctness->find("checked");
+  auto passed = correctness->find("passed");
+  if (checked == correctness->end() || !checked->is_boolean() || !checked->get<bool>() ||
+      passed == correctness->end() || !passed->is_boolean()) {
+    return std::nullopt;
+  }
+  return passed->get<bool>();
+}
+
+}  // namespace
+
+bool takes_whole_node(const JobRecord& job) {
+  return protocol::is_maintenance_workload(job.summary.workload) || job.summary.recheck_of_job_id != 0;
+}
+
+JobRecord JobTable::rerun_record(const JobRecord& original, TimeMs now) const {
+  JobRecord rerun;
+  rerun.summary = original.summary;
+  rerun.summary.job_id = next_job_id_;
+  rerun.summary.state = JobState::queued;
+  rerun.summary.node_id.clear();
+  rerun.summary.chip_indices.clear();
+  rerun.summary.attempt = 0;
+  rerun.summary.exit_code = 0;
+  rerun.summary.duration_ms = 0;
+  rerun.summary.node_quarantined.clear();
+  rerun.timeout_ms = original.timeout_ms;
+  rerun.seed = original.seed;
+  rerun.benchmark = original.benchmark;
+  rerun.artifacts = original.artifacts;
+  rerun.submitted_at_ms = now;
+  return rerun;
+}
+
+Result<std::uint64_t> JobTable::submit_recheck(const JobRecord& failing, const NodeRecord& node, const Caller& caller,
+                                               TimeMs now) {
+  const std::string& node_id = node.summary.node_id;
+  for (std::uint64_t id : active_jobs_) {
+    const JobRecord& active = jobs_.at(id);
+    if (active.summary.recheck_of_job_id == failing.summary.job_id && active.requested_node_id == node_id) {
+      return fail(Errc::already_exists, fmt::format("job {} already reruns job {} on {}; kiln result {} --wait", id,
+                                                    failing.summary.job_id, node_id, id));
+    }
+  }
+  JobRecord recheck = rerun_record(failing, now);
+  recheck.summary.recheck_of_job_id = failing.summary.job_id;
+  recheck.summary.submitted_by = caller.key_name;
+  recheck.summary.max_attempts = 1;
+  recheck.requested_node_id = node_id;
+  recheck.recheck_chips = failing.summary.chip_indices;
+  recheck.summary.detail = fmt::format("reruns job {} on {} (chips {}), quarantined for its wrong outputs: correct "
+                                       "outputs release the node",
+                                       failing.summary.job_id, node_id, fmt::join(recheck.recheck_chips, ","));
+  if (auto s = submit_to_scheduler(recheck, now); !s) return tl::unexpected(s.error());
+  const std::uint64_t id = next_job_id_++;
+  activate(id, recheck);
+  save(jobs_[id] = std::move(recheck));
+  ctx_.log(action::Severity::info, fmt::format("job {}: {}", id, jobs_.at(id).summary.detail));
+  return id;
+}
+
+void AgentSessions::recheck_request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                                    const protocol::RecheckNode& request, TimeMs now) {
+  const auto refuse = [&](Errc code, std::string why) { ctx_.reply_error(client, m.header.id, code, std::move(why)); };
+  if (caller.role != Role::ci && caller.role != Role::lab && !privileged(caller.role)) {
+    refuse(Errc::unauthorized, fmt::format("role {} may not recheck nodes; CI, lab, ops and admin keys may",
+                                           protocol::enum_name(caller.role)));
+    return;
+  }
+  NodeRecord* node = ctx_.registry.find(request.node_id);
+  if (!node) {
+    refuse(Errc::not_found, fmt::format("node {} is not registered; `kiln nodes` lists the nodes", request.node_id));
+    return;
+  }
+  if (node->summary.state != NodeState::quarantined) {
+    refuse(Errc::invalid_argument, fmt::format("node {} is not quarantined ({}): there is nothing to recheck",
+                                               request.node_id, protocol::enum_name(node->summary.state)));
+    return;
+  }
+  const std::uint64_t failing_id = node->summary.wrong_results_job_id;
+  if (failing_id == 0) {
+    refuse(Errc::invalid_argument,
+           fmt::format("node {} was not quarantined for one job's wrong outputs alone ({}): a rerun cannot clear "
+                       "that; run kiln diag {} --level {}",
+                       request.node_id, node->summary.quarantine_reason, request.node_id, release_diag_level(*node)));
+    return;
+  }
+  const JobRecord* failing = jobs_.find(failing_id);
+  if (!failing) {
+    refuse(Errc::not_found, fmt::format("job {}, whose wrong outputs quarantined {}, is no longer kept; run kiln diag "
+                                        "{} --level 3",
+                                        failing_id, request.node_id, request.node_id));
+    return;
+  }
+  auto id = jobs_.submit_recheck(*failing, *node, caller, now);
+  if (!id) {
+    refuse(id.error().code, id.error().message);
+    return;
+  }
+  ctx_.audit(caller, "recheck_requested", "node " + request.node_id,
+             fmt::format("job {} reruns job {}, whose outputs were wrong there", *id, failing_id));
+  ctx_.sink.to_client(client, protocol::JobAccepted{*id}, m.header.id);
+}
+
+void AgentSessions::apply_recheck_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
+  NodeRecord* node = ctx_.registry.find(node_id);
+  if (!node) return;
+  const std::uint64_t failing_id = job.summary.recheck_of_job_id;
+  if (node->summary.state != NodeState::quarantined || node->summary.wrong_results_job_id != failing_id) {
+    jobs_.add_to_detail(job.summary.job_id, fmt::format("node {} is no longer quarantined for job {}'s wrong outputs: "
+                                                        "this rerun decides nothing",
+                                                        node_id, failing_id));
+    return;
+  }
+  const std::optional<bool> correct =
+      job.summary.state == JobState::succeeded ? outputs_correct(job.result) : std::nullopt;
+  if (!correct || !*correct) {
+    const std::string why =
+        correct ? "its outputs were wrong again"
+        : job.summary.state == JobState::succeeded
+            ? "its result says nothing of its outputs against the golden"
+            : fmt::format("it ended {}: {}", protocol::enum_name(job.summary.state), job.summary.detail);
+    const std::string stays =
+        fmt::format("node {} stays quarantined: job {} reran job {} there and {}; rerun it (kiln recheck {}) or run "
+                    "kiln diag {} --level 3",
+                    node_id, job.summary.job_id, failing_id, why, node_id, node_id);
+    ctx_.log(action::Severity::warn, stays);
+    ctx_.audit("release_refused", "node " + node_id, stays);
+    jobs_.add_to_detail(job.summary.job_id, stays);
+    return;
+  }
+  release_from_quarantine(*node,
+                          fmt::format("job {} reran job {} there with correct outputs", job.summary.job_id, failing_id),
+                          job, now);
+  jobs_.add_to_detail(job.summary.job_id, fmt::format("node {} leaves quarantine", node_id));
+}
+
+}  // namespace kiln::coordinator
