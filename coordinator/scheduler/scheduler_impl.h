@@ -1,7 +1,10 @@
 // The scheduler's state and the planning pass, shared by the files of the scheduler core:
-// scheduler.cpp (the public surface and applying decisions), scheduler_placement.cpp (where a
-// request fits now or later), scheduler_preemption.cpp (whose notice lets it start),
-// scheduler_explanation.cpp (why it waits). Internal: only those files include it.
+// scheduler.cpp (the public surface), scheduler_changes.cpp (applying decisions and keeping the
+// indexes with each change), scheduler_pass.cpp (the planning pass), scheduler_placement.cpp
+// (where a request fits now or later), scheduler_preemption.cpp (whose notice lets it start),
+// scheduler_explanation.cpp (why it waits), scheduler_invariants.cpp (the audit against a full
+// scan). The indexes are classes of their own (scheduler_queue.h, scheduler_indexes.h), each able
+// to check itself against a scan of the records. Internal: only those files include it.
 #pragma once
 
 #include <algorithm>
@@ -14,126 +17,13 @@
 #include <tuple>
 #include <vector>
 
-#include <ext/pb_ds/assoc_container.hpp>
-#include <ext/pb_ds/tree_policy.hpp>
 #include <fmt/format.h>
 
 #include "coordinator/scheduler/scheduler.h"
+#include "coordinator/scheduler/scheduler_queue.h"
+#include "coordinator/scheduler/scheduler_records.h"
 
 namespace kiln::scheduler {
-
-inline constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
-// An overrunning lease is assumed to end a little later, never "now": its chips are not free.
-inline constexpr DurationMs kOverrunStepMs = kMinuteMs;
-// Victim search enumerates subsets of the preemptible leases on one node; nodes hold at most a
-// handful, this bounds the work if one ever holds more.
-inline constexpr std::size_t kMaxVictimCandidates = 12;
-// Marks a chip granted earlier in the same planning pass.
-inline constexpr LeaseId kPlannedLease = std::numeric_limits<LeaseId>::max();
-// The end filed for a free chip (nodes_by_end): before any moment a pass sees.
-inline constexpr TimeMs kFreeNow = std::numeric_limits<TimeMs>::min();
-
-// A filing by revision as a request may read it: its revision's entry alone, if it names one.
-template <typename ByRevision>
-struct RevisionsRead {
-  typename ByRevision::const_iterator first, last;
-  auto begin() const { return first; }
-  auto end() const { return last; }
-};
-template <typename ByRevision>
-RevisionsRead<ByRevision> revisions_read(const ByRevision& filing, const std::optional<std::string>& revision) {
-  if (!revision) return {filing.begin(), filing.end()};
-  auto [first, last] = filing.equal_range(*revision);
-  return {first, last};
-}
-
-struct ChipRef {
-  std::size_t node = 0;
-  std::size_t pos = 0;  // position in NodeInfo::chips
-  auto operator<=>(const ChipRef&) const = default;
-};
-
-struct NodeRec {
-  NodeInfo info;
-  NodeState state = NodeState::up;
-  std::string reason;
-  std::string owner;
-  TimeMs since_ms = 0;
-  std::vector<LeaseId> chip_lease;  // 0 = free
-  // The request whose claim holds the chip (0: none): kept with the claims (set_claim,
-  // clear_claim), so that the nodes filed for preemption leave claimed chips out.
-  std::vector<RequestId> chip_claim;
-};
-
-struct LeaseRec {
-  LeaseId id = 0;
-  RequestId request = 0;
-  RequestClass cls = RequestClass::experiment;
-  std::string revision;
-  std::vector<ChipRef> chips;
-  TimeMs start_ms = 0;
-  TimeMs expected_end_ms = 0;
-  TimeMs expiry_ms = 0;
-  DurationMs work_ms = 0;  // the request's remaining work when this lease started
-  bool borrowed = false;
-  std::optional<TimeMs> grace_deadline_ms;
-  RequestId preempted_for = 0;
-  TimeMs last_ack_ms = 0;
-  DurationMs checkpoint_interval_ms = 0;
-};
-
-// When a lease's chips come free as planned: at its grace deadline if it was given notice, else at
-// its expected end. A pass sees an overrunning lease end later still (PassView::fresh).
-inline TimeMs planned_end(const LeaseRec& l) { return l.grace_deadline_ms.value_or(l.expected_end_ms); }
-
-// Chips a preempting request holds on to while its victims wind down.
-struct Claim {
-  std::vector<ChipRef> chips;
-  std::vector<LeaseId> victims;
-  TimeMs ready_ms = 0;
-  std::int64_t lost_chip_ms = 0;  // work the notices will destroy
-};
-
-struct RequestRec {
-  Request req;
-  DurationMs remaining_ms = 0;
-  std::optional<LeaseId> lease;
-  std::set<RequestId> preempted_by;  // demands that already preempted it: never again
-  std::optional<Claim> claim;
-};
-
-// Until when a pass at `now` holds the claimed chips for their request: from the end of its victims'
-// grace (or now, if that passed) for its work.
-inline TimeMs claim_end(const RequestRec& r, TimeMs now) { return std::max(r.claim->ready_ms, now) + r.remaining_ms; }
-
-// Per-pass picture of one chip.
-struct ChipPlan {
-  LeaseId lease = 0;
-  TimeMs busy_until = 0;
-  RequestId claimed_by = 0;
-  // While claimed_by holds the chip for a claim of an earlier pass: claim_end. No other request
-  // can reserve the chip before then.
-  TimeMs claim_end = 0;
-  TimeMs resv_start = kNever;  // earliest reservation on the chip: backfill must end by then
-  TimeMs resv_end = 0;         // latest reservation end: a new reservation queues after it
-  RequestId resv_owner = 0;
-};
-
-struct Grant {
-  RequestId request = 0;
-  std::vector<ChipRef> chips;
-  bool borrowed = false;
-};
-
-struct Preemption {
-  RequestId request = 0;
-  Claim claim;
-};
-
-struct PendingInfo {
-  std::optional<TimeMs> expected_start;
-  std::vector<std::string> reasons;
-};
 
 
 
@@ -228,8 +118,6 @@ struct ReservationInfo {
 
 
 struct Scheduler::Impl {
-  using OrderKey = std::tuple<int, TimeMs, RequestId>;
-
   SchedulerKnobs knobs;
   std::vector<NodeRec> nodes;
   std::map<std::string, std::size_t, std::less<>> node_index;
@@ -239,40 +127,9 @@ struct Scheduler::Impl {
   LeaseId next_lease = 1;
   TimeMs wake = kNever;
   // Indexes kept with every change, so that no step scans every request or lease: the pending
-  // requests in scheduling order, the requests holding a claim, each lease's next deadline
-  // (grace or expiry), and the chips leased per class and revision.
-  std::map<OrderKey, RequestRec*> queue;
-  // The same keys, counted by rank: how many requests are ahead of one (an explanation says so).
-  __gnu_pbds::tree<OrderKey, __gnu_pbds::null_type, std::less<>, __gnu_pbds::rb_tree_tag,
-                   __gnu_pbds::tree_order_statistics_node_update>
-      queue_ranks;
-  // The same requests split for the planning pass: the plain ones (no window, no preemption, no
-  // maintenance) by shape, and the others. Plain requests of one shape that lack free chips once
-  // the reservations are taken all do: the pass leaves the rest of that shape unread.
-  using Shape = std::tuple<std::string, int, int>;  // pinned node, whole nodes, chips
-  std::map<Shape, std::map<OrderKey, RequestRec*>> plain_by_shape;
-  // The requests that wait for their target (waits_for_target) and are not due to preempt as of
-  // `targets_filed_at`, by shape and by when each becomes due; the other requests that are not
-  // plain in `unplain`. Until it is due, such a request changes a pass only if chips are free for
-  // its shape, a reservation is left or a notice to an experiment would lose nothing; otherwise
-  // it only wakes the scheduler when it becomes due. So, like a plain shape, a shape of them is
-  // read no further once its next request could take nothing. schedule() files them again as
-  // of each pass's moment (refile_targets).
-  std::map<Shape, std::map<OrderKey, RequestRec*>> targets_by_shape;
-  std::set<std::pair<TimeMs, RequestId>> targets_by_due;
-  TimeMs targets_filed_at = kFreeNow;
-  // Those due as of `targets_filed_at`, by shape. A due request changes a pass only by starting,
-  // by holding a reservation or by preempting: a shape of them is read no further once its next
-  // request lacks free chips, no reservation is left and no node is filed where a notice could
-  // free chips for it (may_find_victims).
-  std::map<Shape, std::map<OrderKey, RequestRec*>> due_by_shape;
-  // The requests holding a claim and no window (filed_as_claimant), by shape. Every pass's view
-  // holds their claims from the start (PassView), so such a request changes a pass only by
-  // starting, which needs free chips for its shape that no other claim holds: a pass reads in
-  // full those with a free chip of their own claim, and a shape of the others no further than
-  // its first request that lacks free chips no claim holds (free_unclaimed).
-  std::map<Shape, std::map<OrderKey, RequestRec*>> claims_by_shape;
-  std::map<OrderKey, RequestRec*> unplain;
+  // requests in scheduling order and filed for the pass (place_of), the requests holding a claim,
+  // each lease's next deadline (grace or expiry), and the chips leased per class and revision.
+  RequestQueue queue;
   // The requests holding a claim, by when it lapses (schedule(), lapse_at).
   std::set<std::pair<TimeMs, RequestId>> claims_by_lapse;
   // The up nodes with a claimed chip that is free: the one kind of node whose free chips a request
@@ -471,7 +328,6 @@ struct Scheduler::Impl {
     return node.state == NodeState::up && free == static_cast<int>(node.chip_lease.size());
   }
 
-  static Shape shape_of(const Request& q);
   bool plain(const RequestRec& r) const;
   // A request that may preempt once its target nears, with no window of its own and no claim.
   bool waits_for_target(const RequestRec& r) const {
@@ -482,17 +338,17 @@ struct Scheduler::Impl {
   // Whether a search for victims for a request of q's shape could find any: a node it may use,
   // under any revision, is filed with an experiment's lease that has had no notice.
   bool may_find_victims(const Request& q) const;
-  // Whether enqueue files `r` in claims_by_shape.
+  // Whether enqueue files `r` as a claimant.
   static bool filed_as_claimant(const RequestRec& r) { return r.claim && !r.req.not_before_ms; }
   // When a claim its request has not used lets its chips go: a grace after its victims' grace.
   TimeMs lapse_at(const Claim& claim) const { return claim.ready_ms + knobs.grace_ms; }
-  // Whether enqueue files `r` in targets_by_shape: it waits for its target and is not due as of
-  // the filing's moment.
+  // Whether enqueue files `r` as waiting for its target: it is not due as of the filing's moment.
   bool filed_as_target(const RequestRec& r) const {
-    return waits_for_target(r) && due_at(r) > targets_filed_at;
+    return waits_for_target(r) && due_at(r) > queue.targets_filed_at();
   }
-  // Files the requests waiting for their targets as of `now`: those due by then move to unplain
-  // (and, with a clock set back, those not yet due back from it).
+  // Where the planning pass reads a pending request from (RequestQueue).
+  QueuePlace place_of(const RequestRec& r) const;
+  // Files the requests waiting for their targets as of `now` (RequestQueue::refile_targets).
   void refile_targets(TimeMs now);
   void enqueue(RequestRec& r);
   void dequeue(const RequestRec& r);
@@ -679,6 +535,7 @@ struct Scheduler::Impl {
                                        const std::map<std::pair<RequestClass, std::string>, int>& used,
                                        std::size_t ahead, FleetSummary& fleet) const;
 
+  class PlanningPass;
   // A planning pass. `with_reasons`: it reads every request, for each one's expected start, and puts
   // in words why each waits, or only `reasons_of` if given. `first_requests`, with reasons for every
   // request: the pass ends after that many of the queue.
