@@ -124,10 +124,7 @@ void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
   l.grace_deadline_ms = at;
   lease_deadlines.insert({deadline_of(l), l.id});
   unfile_without_notice(l.id);
-  for (std::size_t n : nodes_of(l.chips)) {
-    file_ends(n);
-    file_victims(n);
-  }
+  for (std::size_t n : nodes_of(l.chips)) file_ends(n);
 }
 
 void Scheduler::Impl::end_lease(LeaseId id) {
@@ -255,12 +252,12 @@ bool Scheduler::Impl::lacks_free_chips(const RequestRec& r, const FreeChips& fre
   if (q.node) {
     auto it = node_index.find(*q.node);
     if (it == node_index.end()) return true;
-    const int on_node = free.on_node[it->second];
+    const int on_node = free.on_node(it->second);
     if (q.nodes > 0) return q.nodes > 1 || on_node < static_cast<int>(nodes[it->second].info.chips.size());
     return on_node < q.chips;
   }
-  if (q.nodes > 0) return free.whole_free_nodes < q.nodes;
-  return free.most_on_a_node < q.chips;
+  if (q.nodes > 0) return free.whole_free_nodes() < q.nodes;
+  return free.most_on_a_node() < q.chips;
 }
 
 bool Scheduler::Impl::settled_without_pass(const RequestRec& r, TimeMs now) const {
@@ -335,7 +332,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
                                                "the limit in [scheduler]",
                                                s.knobs.max_nodes));
     }
-    s.file_topology(nullptr, node);
+    s.largest_groups.refile(nullptr, node);
     NodeRec rec;
     rec.info = node;
     rec.since_ms = now;
@@ -343,7 +340,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
     rec.chip_claim.assign(node.chips.size(), 0);
     s.node_index.emplace(node.id, s.nodes.size());
     s.nodes.push_back(std::move(rec));
-    s.count_node(s.nodes.size() - 1, 1);
+    s.fleet_by_revision.add(s.nodes.size() - 1, s.nodes.back());
     s.recount_free(s.nodes.size() - 1);
   } else {
     NodeRec& rec = s.nodes[it->second];
@@ -356,12 +353,12 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
                               node.id));
     }
     s.drop_claims_on(it->second);
-    s.file_topology(&rec.info, node);
-    s.count_node(it->second, -1);
+    s.largest_groups.refile(&rec.info, node);
+    s.fleet_by_revision.remove(it->second, rec);
     rec.info = node;
     rec.chip_lease.resize(node.chips.size(), 0);
     rec.chip_claim.resize(node.chips.size(), 0);
-    s.count_node(it->second, 1);
+    s.fleet_by_revision.add(it->second, rec);
     s.recount_free(it->second);
   }
   s.schedule(now);
@@ -376,9 +373,9 @@ Status Scheduler::set_node_state(std::string_view node, NodeState state, std::st
     return fail(Errc::not_found, fmt::format("unknown node '{}'; list nodes with `kiln nodes`", node));
   }
   NodeRec& rec = s.nodes[it->second];
-  s.count_node(it->second, -1);
+  s.fleet_by_revision.remove(it->second, rec);
   rec.state = state;
-  s.count_node(it->second, 1);
+  s.fleet_by_revision.add(it->second, rec);
   rec.reason = std::move(reason);
   rec.owner = std::move(owner);
   rec.since_ms = now;

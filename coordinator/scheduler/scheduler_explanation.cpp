@@ -38,9 +38,9 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
     if (pinned != node_index.end()) read.push_back(pinned->second);
   } else {
     for (std::size_t n : view.touched_nodes()) {
-      if (free_chips.on_node[n] > 0) read.push_back(n);
+      if (free_chips.on_node(n) > 0) read.push_back(n);
     }
-    read.insert(read.end(), claimed_free_nodes.begin(), claimed_free_nodes.end());
+    read.insert(read.end(), claimed_free_nodes.nodes().begin(), claimed_free_nodes.nodes().end());
     std::sort(read.begin(), read.end());
     read.erase(std::unique(read.begin(), read.end()), read.end());
   }
@@ -59,7 +59,7 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
     } else {
       // Not pinned to a node, a request counts a node in service only when it is up: the states
       // as counted.
-      for (const auto& [rev, of] : nodes_by_revision) {
+      for (const auto& [rev, of] : fleet_by_revision.by_revision()) {
         if (q.revision && rev != *q.revision) continue;
         for (const auto& [state, count] : of.states) counted[state] += count;
       }
@@ -88,7 +88,7 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
   }
   if (filed_free) {
     const auto is_read = [&](std::size_t n) { return std::binary_search(read.begin(), read.end(), n); };
-    for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
+    for (const auto& [rev, by_free] : revisions_read(nodes_by_free.by_free(), q.revision)) {
       // Down the filing by free chips: the first node not read at the largest count it has.
       for (auto top = by_free.end(); top != by_free.begin();) {
         const int most = std::prev(top)->first;
@@ -100,7 +100,7 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
         }
         top = first;
       }
-      if (auto whole = whole_free_by_revision.find(rev); whole != whole_free_by_revision.end()) {
+      if (auto whole = nodes_by_free.whole_free().find(rev); whole != nodes_by_free.whole_free().end()) {
         const auto read_here = std::count_if(read.begin(), read.end(), [&](std::size_t n) { return whole->second.count(n) != 0; });
         const auto unread = static_cast<int>(whole->second.size()) - static_cast<int>(read_here);
         if (unread > 0) whole_free_by_rev[rev] += unread;
@@ -139,7 +139,7 @@ std::vector<std::string> Scheduler::Impl::reasons_for(const RequestRec& r, TimeM
       if (knobs.exhaustive_passes) {
         for (const NodeRec& node : nodes) fleet.chips_by_revision[node.info.revision] = static_cast<int>(node.info.chips.size());
       } else {
-        for (const auto& [rev, of] : nodes_by_revision) fleet.chips_by_revision[rev] = of.chips_by_node.rbegin()->second;
+        for (const auto& [rev, of] : fleet_by_revision.by_revision()) fleet.chips_by_revision[rev] = of.chips_by_node.rbegin()->second;
       }
     }
     for (const auto& [rev, chips_per_node] : fleet.chips_by_revision) {

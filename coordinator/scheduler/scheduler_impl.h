@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "coordinator/scheduler/scheduler.h"
+#include "coordinator/scheduler/scheduler_node_filings.h"
 #include "coordinator/scheduler/scheduler_queue.h"
 #include "coordinator/scheduler/scheduler_records.h"
 
@@ -60,30 +61,6 @@ class PassView {
   mutable std::vector<std::uint32_t> slot_;  // 1 + the row's index in rows_; 0: not made yet
   mutable std::deque<std::vector<ChipPlan>> rows_;  // a deque: adding a row moves no other
   mutable std::vector<std::size_t> touched_;
-};
-
-// Chips free now (not leased), counted per node over the nodes new work may enter (`up`): an
-// upper bound on what any non-maintenance request could take, so that one that cannot fit is
-// passed over without looking at every node. The scheduler keeps it with every change of a node's
-// leases or state; a pass takes a copy and counts its own grants off it.
-struct FreeChips {
-  // Counts only the chips no claim holds (Scheduler::Impl::free_unclaimed).
-  bool unclaimed_only = false;
-  std::vector<int> on_node;     // 0 on nodes that are not up
-  std::vector<int> nodes_with;  // nodes_with[k]: up nodes with exactly k free chips; no trailing 0
-  int whole_free_nodes = 0;     // up nodes with every chip free
-  int most_on_a_node = 0;
-
-  // Counts a node again after its chips, leases or state changed; an index past the end is a new node.
-  void recount(std::size_t node, const std::vector<NodeRec>& nodes);
-  void take(std::size_t node, int chips);
-  // Every node counted from scratch: what the kept counts must equal.
-  static FreeChips counted(const std::vector<NodeRec>& nodes, bool unclaimed_only = false);
-  bool operator==(const FreeChips&) const = default;
-
- private:
-  void settle_most();
-  std::vector<int> counted_chips_;  // an up node's chips when it was counted; -1: not counted
 };
 
 // What the last planning pass left: while nothing but queued requests that can neither start nor
@@ -132,9 +109,8 @@ struct Scheduler::Impl {
   RequestQueue queue;
   // The requests holding a claim, by when it lapses (schedule(), lapse_at).
   std::set<std::pair<TimeMs, RequestId>> claims_by_lapse;
-  // The up nodes with a claimed chip that is free: the one kind of node whose free chips a request
-  // may not all use without a row made (untouched_free_chips). Kept by file_claimed_free.
-  std::set<std::size_t> claimed_free_nodes;
+  // The up nodes with a claimed chip that is free.
+  ClaimedFreeNodes claimed_free_nodes;
   // How many requests' preempted_by name each request. One named by none finds the same victims
   // as any other of its class and shape: a pass searches once for all of them (plan).
   std::map<RequestId, int> preempted_by_mentions;
@@ -144,72 +120,14 @@ struct Scheduler::Impl {
   FreeChips free_chips;
   // The same, counting only the chips no claim holds: at a pass's start, a bound on what a request
   // with no free chip of its own claim could take. Kept with free_chips and with the claims.
-  FreeChips free_unclaimed = [] {
-    FreeChips counts;
-    counts.unclaimed_only = true;
-    return counts;
-  }();
-  // The up nodes with free chips, by revision, then by how many and then by index: a pass places
-  // a one-node request by reading them in the order of the least score each could reach, and
-  // stops at the first that could not beat the best found (place_now). Kept by recount_free.
-  using ByFree = std::set<std::pair<int, std::size_t>>;
-  std::map<std::string, ByFree> nodes_by_free;
-  // The up nodes with every chip free, by revision and index, for requests of whole nodes.
-  std::map<std::string, std::set<std::size_t>> whole_free_by_revision;
-  // The fleet by revision: how many nodes are in each state, and each node's chips by its index.
-  // An explanation reads these instead of every node (reasons_for). Kept by count_node.
-  struct NodesOfRevision {
-    std::map<NodeState, int> states;
-    std::map<std::size_t, int> chips_by_node;
-    bool operator==(const NodesOfRevision&) const = default;
-  };
-  std::map<std::string, NodesOfRevision> nodes_by_revision;
-  // The revision each node's free chips are filed under in those two, if they are.
-  std::vector<std::optional<std::string>> free_filed_as;
-  // The up nodes by when their chips come free, for the reservation of a request that cannot
-  // start (reserve), per revision: for each k, the nodes of at least k chips by the k-th earliest
-  // end among their chips, then index; and every node by its last chip's end. A chip's end is its
-  // lease's planned_end (a free chip's is kFreeNow): never later than the pass sees the chip come
-  // free, so each entry bounds the node's start from below. Kept by file_ends, with every change
-  // of a node's leases, state or grace deadlines; a change moves only the entries whose end it
-  // changed.
-  struct EndsByRevision {
-    std::vector<std::set<std::pair<TimeMs, std::size_t>>> by_chips;  // [k - 1]; no trailing empty set
-    std::set<std::pair<TimeMs, std::size_t>> whole;
-    bool operator==(const EndsByRevision&) const = default;
-  };
-  std::map<std::string, EndsByRevision> nodes_by_end;
-  struct EndsFiled {
-    std::string revision;
-    std::vector<TimeMs> ends;  // sorted
-  };
-  std::vector<std::optional<EndsFiled>> ends_filed_as;
-  // Each node's largest NUMA node and largest switch group, in chips: how well the best-placed
-  // node could keep a request's chips together (least_penalty).
-  std::multiset<int> largest_numa_nodes;
-  std::multiset<int> largest_switch_groups;
-  // The up nodes an overdue request could take chips on at the end of a grace (find_victims), per
-  // revision: those with a chip under an experiment's lease that has had no notice (a victim to
-  // be), those by how many of their chips are free or under notice (come free within the grace),
-  // and those with every chip in one of these three (a whole node to be had). A chip an earlier
-  // pass's claim holds is none of these: a request with a claim does not search, and every pass
-  // keeps the claims it found. Filed from the leases and those claims, so a superset of what a
-  // pass, with its grants, new claims and reservations, finds there. Kept by file_victims, with
-  // nodes_by_end and with the claims.
-  struct VictimsByRevision {
-    std::set<std::size_t> with_victims;
-    std::set<std::pair<int, std::size_t>> by_soon_free;  // nodes with at least one such chip
-    std::set<std::size_t> all_soon_free_or_victims;
-    bool operator==(const VictimsByRevision&) const = default;
-  };
-  std::map<std::string, VictimsByRevision> nodes_for_victims;
-  struct VictimsFiled {
-    std::string revision;
-    int soon_free = 0;  // chips free or under notice
-    int victims = 0;    // chips under an experiment's lease without notice
-    int others = 0;     // chips under any other lease, or claimed
-  };
-  std::vector<std::optional<VictimsFiled>> victims_filed_as;
+  FreeChips free_unclaimed{true};
+  // The node filings, each filed again for a node by recount_free (and the fleet and topology by
+  // upsert_node and set_node_state).
+  NodesByFree nodes_by_free;
+  FleetByRevision fleet_by_revision;
+  NodesByEnd nodes_by_end;
+  LargestGroups largest_groups;
+  NodesForVictims nodes_for_victims;
   // The experiments' leases that have had no notice, the only ones a notice can go to, filed by
   // whether a notice would lose nothing and from when on one would (free_notices). Both change
   // only at a lease's checkpoints and at that moment itself, so each lease is filed again once
@@ -286,47 +204,15 @@ struct Scheduler::Impl {
 
   // --- keeping the indexes ---------------------------------------------------------------------
 
-  // Counts a node's free chips again (FreeChips::recount) and files it by them, by its chips' ends
-  // (file_ends), for preemption (file_victims) and by its claimed free chips (file_claimed_free):
-  // after its chips' leases, its state or its claims changed.
+  // Counts a node's free chips again (FreeChips) and files it again in each node filing: after its
+  // chips' leases, its state, its claims or a grace deadline of one of its leases changed. Its
+  // leases must be in `leases`.
   void recount_free(std::size_t node);
-  // Files the node again in nodes_by_end: after its chips' leases, its state, or a grace deadline
-  // of one of its leases changed. Its leases must be in `leases`.
+  // Files the node again where its chips' ends and victims are filed: after a grace deadline of
+  // one of its leases changed, which changes no count of free chips.
   void file_ends(std::size_t node);
-  // A claimed chip ends no earlier than its claim, as of its victims' grace (claim_end).
-  static std::optional<EndsFiled> ends_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases,
-                                          const std::map<RequestId, RequestRec>& requests);
-  static void add_ends(std::map<std::string, EndsByRevision>& filing, std::size_t node, const EndsFiled& ends);
-  void remove_ends(std::size_t node, const EndsFiled& ends);
-  // Files the node again in nodes_for_victims: after the same changes as file_ends.
-  void file_victims(std::size_t node);
-  static std::optional<VictimsFiled> victims_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases);
-  static void add_victims(std::map<std::string, VictimsByRevision>& filing, std::size_t node, const VictimsFiled& filed);
-  // What nodes_for_victims must hold, from the nodes and leases themselves.
-  static std::map<std::string, VictimsByRevision> nodes_for_victims_counted(const std::vector<NodeRec>& nodes,
-                                                                            const std::map<LeaseId, LeaseRec>& leases);
   // The nodes find_victims reads for `q`, in index order: every node when the knobs ask for it.
   std::vector<std::size_t> victim_nodes(const Request& q) const;
-  // What nodes_by_end must hold, from the nodes and leases themselves.
-  static std::map<std::string, EndsByRevision> nodes_by_end_counted(const std::vector<NodeRec>& nodes,
-                                                                    const std::map<LeaseId, LeaseRec>& leases,
-                                                                    const std::map<RequestId, RequestRec>& requests);
-  // Files the node again in claimed_free_nodes: after its leases, its state or its claims changed.
-  void file_claimed_free(std::size_t node);
-  static bool has_claimed_free_chip(const NodeRec& node);
-  // Counts node `n` as it is now into nodes_by_revision (`sign` 1), or takes it out (-1): around
-  // every change of its state, revision or chips.
-  void count_node(std::size_t n, int sign);
-  // What nodes_by_revision must hold, from the nodes themselves.
-  static std::map<std::string, NodesOfRevision> nodes_by_revision_counted(const std::vector<NodeRec>& nodes);
-  // What nodes_by_free must hold, from the nodes themselves.
-  static std::map<std::string, ByFree> nodes_by_free_counted(const std::vector<NodeRec>& nodes, const FreeChips& free);
-  static std::map<std::string, std::set<std::size_t>> whole_free_counted(const std::vector<NodeRec>& nodes,
-                                                                         const FreeChips& free);
-  // Whether the untouched node has every chip free (a pass reads that off the counts).
-  static bool whole_free(const NodeRec& node, int free) {
-    return node.state == NodeState::up && free == static_cast<int>(node.chip_lease.size());
-  }
 
   bool plain(const RequestRec& r) const;
   // A request that may preempt once its target nears, with no window of its own and no claim.
@@ -444,18 +330,6 @@ struct Scheduler::Impl {
   // held for their claims.
   PassView initial_view(TimeMs now) const { return PassView(nodes, leases, requests, now); }
 
-  // Files a node's topology in largest_numa_nodes and largest_switch_groups; `before`: what it
-  // was filed with, if it was.
-  void file_topology(const NodeInfo* before, const NodeInfo& now);
-  static std::pair<int, int> largest_groups(const NodeInfo& node);
-  // The least penalty choose_chips gives k chips on any node, with all its chips free: no node
-  // can place them better.
-  int least_penalty(int k) const {
-    if (!largest_numa_nodes.empty() && k <= *largest_numa_nodes.rbegin()) return 0;
-    if (!largest_switch_groups.empty() && k <= *largest_switch_groups.rbegin()) return 1;
-    return 2;
-  }
-
   // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
   // else one switch group, else spread. Returns (penalty, chips).
   std::pair<int, std::vector<std::size_t>> choose_chips(std::size_t n,
@@ -478,19 +352,10 @@ struct Scheduler::Impl {
   // every node (the tests that hold the shortcuts to the same decisions).
   std::optional<int> untouched_free_chips(const PassView& view, const FreeChips& free, std::size_t node) const {
     // A free chip another request claimed is not usable: such a node is read in full.
-    if (knobs.exhaustive_passes || view.touched(node) || claimed_free_nodes.count(node)) return std::nullopt;
+    if (knobs.exhaustive_passes || view.touched(node) || claimed_free_nodes.contains(node)) return std::nullopt;
     // Only grants change the pass's count of an up node, and a grant marks the node.
-    if (nodes[node].state == NodeState::up) return free.on_node[node];
+    if (nodes[node].state == NodeState::up) return free.on_node(node);
     return view.untouched_free_chips(node);
-  }
-
-  // Up nodes with at least `chips` chips free when the pass began.
-  std::size_t up_nodes_with_free(int chips) const {
-    std::size_t count = 0;
-    for (std::size_t k = static_cast<std::size_t>(chips); k < free_chips.nodes_with.size(); ++k) {
-      count += static_cast<std::size_t>(free_chips.nodes_with[k]);
-    }
-    return count;
   }
 
   std::optional<Grant> place_now(const RequestRec& r, TimeMs now,
@@ -519,7 +384,7 @@ struct Scheduler::Impl {
 
   // What explanations read of the fleet, once per pass: how many nodes of each state a request of a
   // revision (any: nullopt) may use, and each revision's chips per node (its last node's, by
-  // index). From nodes_by_revision, or from every node in passes that read every node (the
+  // index). From fleet_by_revision, or from every node in passes that read every node (the
   // reference, exhaustive_passes).
   struct FleetSummary {
     std::map<std::optional<std::string>, std::map<NodeState, int>> states_by_revision;

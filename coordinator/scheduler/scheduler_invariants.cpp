@@ -72,14 +72,12 @@ Status Scheduler::check_invariants() const {
       claimed[c.node][c.pos] = id;
     }
   }
-  std::set<std::size_t> claimed_free;
   for (std::size_t n = 0; n < s.nodes.size(); ++n) {
     if (claimed[n] != s.nodes[n].chip_claim) {
       return fail(Errc::internal, fmt::format("the chips claimed on {} disagree with the claims", s.nodes[n].info.id));
     }
-    if (Impl::has_claimed_free_chip(s.nodes[n])) claimed_free.insert(n);
   }
-  if (claimed_free != s.claimed_free_nodes) {
+  if (!s.claimed_free_nodes.matches_scan(s.nodes)) {
     return fail(Errc::internal, "the nodes filed with a free chip claimed disagree with the nodes' leases and claims");
   }
   std::map<std::pair<RequestClass, std::string>, int> used;
@@ -96,29 +94,19 @@ Status Scheduler::check_invariants() const {
   if (FreeChips::counted(s.nodes, true) != s.free_unclaimed) {
     return fail(Errc::internal, "the unclaimed free chips counted per node disagree with the nodes' leases, claims and states");
   }
-  if (Impl::nodes_by_free_counted(s.nodes, s.free_chips) != s.nodes_by_free) {
+  if (!s.nodes_by_free.matches_scan(s.nodes, s.free_chips)) {
     return fail(Errc::internal, "the nodes filed by free chips disagree with the free chips counted per node");
   }
-  if (Impl::nodes_by_revision_counted(s.nodes) != s.nodes_by_revision) {
+  if (!s.fleet_by_revision.matches_scan(s.nodes)) {
     return fail(Errc::internal, "the nodes counted by revision and state disagree with the nodes");
   }
-  if (Impl::whole_free_counted(s.nodes, s.free_chips) != s.whole_free_by_revision) {
-    return fail(Errc::internal, "the nodes filed as wholly free disagree with the free chips counted per node");
-  }
-  if (Impl::nodes_by_end_counted(s.nodes, s.leases, s.requests) != s.nodes_by_end) {
+  if (!s.nodes_by_end.matches_scan(s.nodes, s.leases, s.requests)) {
     return fail(Errc::internal, "the nodes filed by their chips' ends disagree with the nodes' leases, claims and states");
   }
-  std::multiset<int> numa_nodes;
-  std::multiset<int> switch_groups;
-  for (const NodeRec& n : s.nodes) {
-    const auto [numa, switches] = Impl::largest_groups(n.info);
-    numa_nodes.insert(numa);
-    switch_groups.insert(switches);
-  }
-  if (numa_nodes != s.largest_numa_nodes || switch_groups != s.largest_switch_groups) {
+  if (!s.largest_groups.matches_scan(s.nodes)) {
     return fail(Errc::internal, "the nodes' largest NUMA nodes and switch groups disagree with their chips");
   }
-  if (Impl::nodes_for_victims_counted(s.nodes, s.leases) != s.nodes_for_victims) {
+  if (!s.nodes_for_victims.matches_scan(s.nodes, s.leases)) {
     return fail(Errc::internal, "the nodes filed for preemption disagree with the nodes' leases and states");
   }
   std::set<LeaseId> without_notice;

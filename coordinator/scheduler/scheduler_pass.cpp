@@ -264,7 +264,7 @@ void Scheduler::Impl::PlanningPass::read_filings() {
   // The requests holding a claim with a free chip of it are read in full: the free chips the other
   // claimants may use are only those no claim holds (free_unclaimed), of which there are no more at
   // any point of the pass than at its start.
-  for (std::size_t n : s_.claimed_free_nodes) {
+  for (std::size_t n : s_.claimed_free_nodes.nodes()) {
     for (std::size_t p = 0; p < s_.nodes[n].chip_lease.size(); ++p) {
       const RequestId id = s_.nodes[n].chip_claim[p];
       if (id == 0 || s_.nodes[n].chip_lease[p] != 0) continue;

@@ -123,7 +123,7 @@ std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs n
       auto it = node_index.find(*q.node);
       if (it != node_index.end() && serves_alone(it->second)) return std::nullopt;
     } else if (!knobs.exhaustive_passes) {
-      for (const auto& [rev, by] : revisions_read(nodes_for_victims, q.revision)) {
+      for (const auto& [rev, by] : revisions_read(nodes_for_victims.by_revision(), q.revision)) {
         for (auto it = by.by_soon_free.lower_bound({q.chips, 0}); it != by.by_soon_free.end(); ++it) {
           if (serves_alone(it->second)) return std::nullopt;
         }
