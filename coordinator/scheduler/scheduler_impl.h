@@ -362,6 +362,14 @@ struct Scheduler::Impl {
                                  const PassView& view, const FreeChips& free,
                                  const std::map<std::pair<RequestClass, std::string>, int>& used)
       const;
+  // place_now for a request of chips on one node, and for one of whole nodes; `claim_nodes`: the
+  // nodes of its claim.
+  std::optional<Grant> place_chips(const RequestRec& r, TimeMs now, const PassView& view, const FreeChips& free,
+                                   const std::map<std::pair<RequestClass, std::string>, int>& used,
+                                   const std::set<std::size_t>& claim_nodes) const;
+  std::optional<Grant> place_whole_nodes(const RequestRec& r, TimeMs now, const PassView& view, const FreeChips& free,
+                                         const std::map<std::pair<RequestClass, std::string>, int>& used,
+                                         const std::set<std::size_t>& claim_nodes) const;
 
   struct Reservation {
     TimeMs start = kNever;
@@ -371,12 +379,25 @@ struct Scheduler::Impl {
   // Earliest time the request could start from expected lease ends and earlier reservations.
   Reservation reserve(const RequestRec& r, TimeMs now,
                       const PassView& view) const;
+  // reserve for a request of chips on one node, and for one of whole nodes, into `best`; `by_ends`:
+  // the nodes the pass has not read are read from their filings.
+  void reserve_chips(const RequestRec& r, TimeMs now, const PassView& view, bool by_ends, Reservation& best) const;
+  void reserve_whole_nodes(const RequestRec& r, TimeMs now, const PassView& view, bool by_ends,
+                           Reservation& best) const;
+  // When a chip comes free as the pass sees it: no chip comes free before now, not even one whose
+  // lease's grace passed before a tick ended it.
+  static TimeMs chip_available(TimeMs now, const ChipPlan& c) {
+    TimeMs t = c.lease != 0 ? std::max(c.busy_until, now) : now;
+    if (c.claimed_by != 0) t = std::max(t, c.claim_end);
+    return std::max(t, c.resv_end);
+  }
 
   static void mark_reserved(PassView& view, const std::vector<ChipRef>& chips,
                             TimeMs start, TimeMs end, RequestId owner);
 
   // Finds the experiment leases whose notice lets `r` start at the end of the grace, losing
   // the least work. nullopt when no such set exists or none is needed.
+  class VictimSearch;
   std::optional<Claim> find_victims(const RequestRec& r, TimeMs now,
                                     const PassView& view,
                                     const std::map<std::pair<RequestClass, std::string>, int>& used)
@@ -395,6 +416,7 @@ struct Scheduler::Impl {
   // when the pass began (the only ones with any now) it reads those the pass read and those with a
   // free chip claimed, the others from their filings, and the fleet's summary (`fleet`, filled on
   // first use), unless the knobs ask every pass to read every node.
+  class WaitReasons;
   std::vector<std::string> reasons_for(const RequestRec& r, TimeMs now,
                                        const PassView& view,
                                        const std::map<std::pair<RequestClass, std::string>, int>& used,
