@@ -54,10 +54,7 @@ void Scheduler::Impl::erase_request(RequestId id) {
   KILN_ASSERT(it != requests.end() && !it->second.lease, "erasing a request that is unknown or holds a lease");
   if (it->second.claim) clear_claim(it->second);
   dequeue(it->second);
-  for (RequestId preempter : it->second.preempted_by) {
-    auto mentions = preempted_by_mentions.find(preempter);
-    if (--mentions->second == 0) preempted_by_mentions.erase(mentions);
-  }
+  preemptor_mentions.remove(it->second.preempted_by);
   requests.erase(it);
 }
 
@@ -90,8 +87,8 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
   RequestRec& r = requests.at(made.request);
   if (!r.lease) dequeue(r);
   r.lease = id;
-  chips_in_use[{made.cls, made.revision}] += static_cast<int>(made.chips.size());
-  lease_deadlines.insert({deadline_of(made), id});
+  chips_in_use.add(made);
+  lease_deadlines.add(made);
   if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) file_without_notice(id);
 }
 
@@ -102,7 +99,7 @@ void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
   dequeue(r);
   r.claim = std::move(claim);
   enqueue(r);
-  claims_by_lapse.insert({lapse_at(*r.claim), r.req.id});
+  claim_lapses.add(lapse_at(*r.claim), r.req.id);
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = r.req.id;
   for (std::size_t n : nodes_of(r.claim->chips)) recount_free(n);
 }
@@ -112,7 +109,7 @@ void Scheduler::Impl::clear_claim(RequestRec& r) {
   KILN_ASSERT(!r.lease, "only pending requests hold claims");
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = 0;
   const std::vector<std::size_t> claimed = nodes_of(r.claim->chips);
-  claims_by_lapse.erase({lapse_at(*r.claim), r.req.id});
+  claim_lapses.remove(lapse_at(*r.claim), r.req.id);
   dequeue(r);
   r.claim.reset();
   enqueue(r);
@@ -120,9 +117,9 @@ void Scheduler::Impl::clear_claim(RequestRec& r) {
 }
 
 void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
-  lease_deadlines.erase({deadline_of(l), l.id});
+  lease_deadlines.remove(l);
   l.grace_deadline_ms = at;
-  lease_deadlines.insert({deadline_of(l), l.id});
+  lease_deadlines.add(l);
   unfile_without_notice(l.id);
   for (std::size_t n : nodes_of(l.chips)) file_ends(n);
 }
@@ -139,12 +136,9 @@ void Scheduler::Impl::end_lease(LeaseId id) {
     nodes_with_lease_changes.insert(n);
     recount_free(n);
   }
-  lease_deadlines.erase({deadline_of(l), id});
+  lease_deadlines.remove(l);
   unfile_without_notice(id);
-  auto used = chips_in_use.find({l.cls, l.revision});
-  KILN_ASSERT(used != chips_in_use.end(), "a lease's chips are counted in use");
-  used->second -= static_cast<int>(l.chips.size());
-  if (used->second == 0) chips_in_use.erase(used);
+  chips_in_use.remove(l);
   auto req = requests.find(l.request);
   if (req != requests.end() && req->second.lease == id) {
     req->second.lease.reset();
@@ -207,7 +201,7 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
       LeaseRec& l = leases.at(v);
       set_grace_deadline(l, now + knobs.grace_ms);
       l.preempted_for = pre.request;
-      if (requests.at(l.request).preempted_by.insert(pre.request).second) ++preempted_by_mentions[pre.request];
+      if (requests.at(l.request).preempted_by.insert(pre.request).second) preemptor_mentions.add(pre.request);
       actions.push_back(PreemptNotice{l.id, l.request, pre.request, *l.grace_deadline_ms});
     }
     set_claim(r, std::move(pre.claim));
@@ -218,16 +212,14 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
 void Scheduler::Impl::schedule(TimeMs now) {
   if (queue.empty() && !knobs.exhaustive_passes) {
     // Nothing waits: a pass would decide nothing, and there is no window or target to wake for.
-    KILN_ASSERT(claims_by_lapse.empty(), "only pending requests hold claims");
+    KILN_ASSERT(claim_lapses.empty(), "only pending requests hold claims");
     wake = kNever;
     settled = {};
     return;
   }
   // A claim whose victims are long gone but whose request still cannot start (reservations
   // moved, say) would hold chips idle: let it go, the request plans afresh.
-  while (!claims_by_lapse.empty() && claims_by_lapse.begin()->first <= now) {
-    clear_claim(requests.at(claims_by_lapse.begin()->second));
-  }
+  while (const auto lapsed = claim_lapses.first_lapsed(now)) clear_claim(requests.at(*lapsed));
   refile_targets(now);
   Plan p = plan(now, false);
   const bool decided_nothing = p.grants.empty() && p.preemptions.empty();
@@ -560,9 +552,9 @@ void Scheduler::on_tick(TimeMs now) {
   Impl& s = *impl_;
   std::vector<LeaseId> revoke;
   std::vector<LeaseId> expire;
-  for (auto it = s.lease_deadlines.begin(); it != s.lease_deadlines.end() && it->first <= now; ++it) {
-    const LeaseRec& l = s.leases.at(it->second);
-    (l.grace_deadline_ms && *l.grace_deadline_ms <= now ? revoke : expire).push_back(it->second);
+  for (LeaseId id : s.lease_deadlines.due_by(now)) {
+    const LeaseRec& l = s.leases.at(id);
+    (l.grace_deadline_ms && *l.grace_deadline_ms <= now ? revoke : expire).push_back(id);
   }
   // In lease order, as they are reported.
   std::sort(revoke.begin(), revoke.end());
@@ -589,9 +581,9 @@ std::optional<Action> Scheduler::poll_action() {
 std::optional<TimeMs> Scheduler::next_deadline() const {
   TimeMs t = impl_->wake;
   // A lease under notice still ends at its expiry if that comes before the grace deadline.
-  if (!impl_->lease_deadlines.empty()) t = std::min(t, impl_->lease_deadlines.begin()->first);
+  if (const auto deadline = impl_->lease_deadlines.next()) t = std::min(t, *deadline);
   // A claim its request has not used lets its chips go then (schedule()).
-  if (!impl_->claims_by_lapse.empty()) t = std::min(t, impl_->claims_by_lapse.begin()->first);
+  if (const auto lapse = impl_->claim_lapses.next()) t = std::min(t, *lapse);
   if (t == kNever) return std::nullopt;
   return t;
 }

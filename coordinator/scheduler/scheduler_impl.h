@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "coordinator/scheduler/scheduler.h"
+#include "coordinator/scheduler/scheduler_indexes.h"
 #include "coordinator/scheduler/scheduler_node_filings.h"
 #include "coordinator/scheduler/scheduler_queue.h"
 #include "coordinator/scheduler/scheduler_records.h"
@@ -108,14 +109,12 @@ struct Scheduler::Impl {
   // each lease's next deadline (grace or expiry), and the chips leased per class and revision.
   RequestQueue queue;
   // The requests holding a claim, by when it lapses (schedule(), lapse_at).
-  std::set<std::pair<TimeMs, RequestId>> claims_by_lapse;
+  ClaimLapses claim_lapses;
   // The up nodes with a claimed chip that is free.
   ClaimedFreeNodes claimed_free_nodes;
-  // How many requests' preempted_by name each request. One named by none finds the same victims
-  // as any other of its class and shape: a pass searches once for all of them (plan).
-  std::map<RequestId, int> preempted_by_mentions;
-  std::set<std::pair<TimeMs, LeaseId>> lease_deadlines;
-  std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
+  PreemptorMentions preemptor_mentions;
+  LeaseDeadlines lease_deadlines;
+  ChipsInUse chips_in_use;
   std::set<std::size_t> nodes_with_lease_changes;
   FreeChips free_chips;
   // The same, counting only the chips no claim holds: at a pass's start, a bound on what a request
@@ -244,7 +243,6 @@ struct Scheduler::Impl {
   void erase_request(RequestId id);
   void set_claim(RequestRec& r, Claim claim);
   void clear_claim(RequestRec& r);
-  static TimeMs deadline_of(const LeaseRec& l) { return std::min(l.grace_deadline_ms.value_or(kNever), l.expiry_ms); }
   // Takes the lease's chips for its request, which leaves the queue.
   void add_lease(LeaseRec l);
   void set_grace_deadline(LeaseRec& l, TimeMs at);
@@ -428,6 +426,16 @@ struct Scheduler::Impl {
   // request: the pass ends after that many of the queue.
   Plan plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of = std::nullopt,
             std::size_t first_requests = std::numeric_limits<std::size_t>::max()) const;
+
+  // --- the audit (Scheduler::check_invariants) ------------------------------------------------
+
+  // The leases against the nodes' chips and the requests.
+  Status check_leases() const;
+  // The claims against the nodes' chips, and the indexes of the claims.
+  Status check_claims() const;
+  // Each node filing against a scan of the nodes.
+  Status check_node_filings() const;
+  Status check_notice_windows() const;
 
   // --- applying decisions ----------------------------------------------------------------------
 

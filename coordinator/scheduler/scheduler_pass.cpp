@@ -18,7 +18,7 @@ class Scheduler::Impl::PlanningPass {
         reasons_of_(reasons_of),
         first_requests_(first_requests),
         view_(s.initial_view(now)),
-        used_(s.chips_in_use),
+        used_(s.chips_in_use.counts()),
         free_(s.free_chips),
         share_searches_(!s.knobs.exhaustive_passes),
         explain_one_(with_reasons && reasons_of && !s.knobs.exhaustive_passes && s.queue.targets_filed_at() == now) {}
@@ -142,7 +142,7 @@ void Scheduler::Impl::PlanningPass::marked(const std::vector<ChipRef>& chips) {
 }
 
 std::optional<Claim> Scheduler::Impl::PlanningPass::find_victims_shared(const RequestRec& r) {
-  if (!share_searches_ || s_.preempted_by_mentions.count(r.req.id)) return s_.find_victims(r, now_, view_, used_);
+  if (!share_searches_ || s_.preemptor_mentions.named(r.req.id)) return s_.find_victims(r, now_, view_, used_);
   auto [it, added] = victims_by_shape_.try_emplace(like_requests(r, now_ + s_.knobs.grace_ms + r.remaining_ms));
   if (added || it->second.first != plan_changes_) it->second = {plan_changes_, s_.find_victims(r, now_, view_, used_)};
   return it->second.second;
