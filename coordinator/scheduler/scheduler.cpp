@@ -89,7 +89,7 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
   r.lease = id;
   chips_in_use.add(made);
   lease_deadlines.add(made);
-  if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) file_without_notice(id);
+  if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) without_notice.file(id);
 }
 
 void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
@@ -120,7 +120,7 @@ void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
   lease_deadlines.remove(l);
   l.grace_deadline_ms = at;
   lease_deadlines.add(l);
-  unfile_without_notice(l.id);
+  without_notice.unfile(l.id);
   for (std::size_t n : nodes_of(l.chips)) file_ends(n);
 }
 
@@ -137,7 +137,7 @@ void Scheduler::Impl::end_lease(LeaseId id) {
     recount_free(n);
   }
   lease_deadlines.remove(l);
-  unfile_without_notice(id);
+  without_notice.unfile(id);
   chips_in_use.remove(l);
   auto req = requests.find(l.request);
   if (req != requests.end() && req->second.lease == id) {
@@ -542,7 +542,7 @@ Status Scheduler::checkpoint_ack(LeaseId lease, TimeMs now) {
   if (it->second.grace_deadline_ms) {
     s.requeue(lease, now);
   } else if (it->second.cls == RequestClass::experiment) {
-    s.file_without_notice(lease);
+    s.without_notice.file(lease);
   }
   s.schedule(now);
   return {};

@@ -1,10 +1,10 @@
-// The scheduler's state and the planning pass, shared by the files of the scheduler core:
-// scheduler.cpp (the public surface), scheduler_changes.cpp (applying decisions and keeping the
-// indexes with each change), scheduler_pass.cpp (the planning pass), scheduler_placement.cpp
-// (where a request fits now or later), scheduler_preemption.cpp (whose notice lets it start),
-// scheduler_explanation.cpp (why it waits), scheduler_invariants.cpp (the audit against a full
-// scan). The indexes are classes of their own (scheduler_queue.h, scheduler_indexes.h), each able
-// to check itself against a scan of the records. Internal: only those files include it.
+// The scheduler's state, shared by the files of the scheduler core: scheduler.cpp (the public
+// surface, applying decisions and keeping the indexes with each change), scheduler_pass.cpp (the
+// planning pass), scheduler_placement.cpp (where a request fits now or later),
+// scheduler_preemption.cpp (whose notice lets it start), scheduler_explanation.cpp (why it
+// waits), scheduler_invariants.cpp (the audit against a full scan). The indexes are classes of
+// their own (scheduler_queue.h, scheduler_node_filings.h, scheduler_indexes.h), each able to check
+// itself against a scan of the records. Internal: only those files include it.
 #pragma once
 
 #include <algorithm>
@@ -127,37 +127,8 @@ struct Scheduler::Impl {
   NodesByEnd nodes_by_end;
   LargestGroups largest_groups;
   NodesForVictims nodes_for_victims;
-  // The experiments' leases that have had no notice, the only ones a notice can go to, filed by
-  // whether a notice would lose nothing and from when on one would (free_notices). Both change
-  // only at a lease's checkpoints and at that moment itself, so each lease is filed again once
-  // the first of those passes (`recheck`) or when it acknowledges a checkpoint, and a pass reads
-  // the earliest entries instead of every lease. The pass that reads it files what is due, hence
-  // mutable.
-  struct NoticeFiled {
-    TimeMs recheck = kFreeNow;     // kFreeNow: not filed for any moment yet
-    std::optional<TimeMs> window;  // the moment from which a notice loses nothing, if later
-    bool free = false;             // a notice now loses nothing
-    bool operator==(const NoticeFiled&) const = default;
-  };
-  struct NoticeWindows {
-    std::map<LeaseId, NoticeFiled> filed;
-    std::set<std::pair<TimeMs, LeaseId>> rechecks;
-    std::set<std::pair<TimeMs, LeaseId>> windows;
-    std::size_t free = 0;
-    TimeMs filed_at = kFreeNow;  // the moment every entry whose recheck is later holds for
-
-    // Enters an entry of `filed` in the sets and the count, or takes it out of them.
-    void add(LeaseId id, const NoticeFiled& entry) {
-      rechecks.insert({entry.recheck, id});
-      if (entry.window) windows.insert({*entry.window, id});
-      if (entry.free) ++free;
-    }
-    void remove(LeaseId id, const NoticeFiled& entry) {
-      rechecks.erase({entry.recheck, id});
-      if (entry.window) windows.erase({*entry.window, id});
-      if (entry.free) --free;
-    }
-  };
+  // The experiments' leases without notice (NoticeWindows). The pass that reads it files what is
+  // due, hence mutable.
   mutable NoticeWindows without_notice;
   SettledPass settled;
 
@@ -283,11 +254,6 @@ struct Scheduler::Impl {
   FreeNotices free_notices(TimeMs now) const;
   // What the filing of an experiment's lease without notice holds at `at`, and until when.
   NoticeFiled notice_state(const LeaseRec& l, TimeMs at) const;
-  // Files the lease (again) as without notice: the next read of the filing places it.
-  void file_without_notice(LeaseId id);
-  void unfile_without_notice(LeaseId id);
-  // Places the lease as of `at` (notice_state).
-  void place_without_notice(LeaseId id, TimeMs at) const;
 
   std::optional<TimeMs> target_time(const RequestRec& r) const {
     const Request& q = r.req;

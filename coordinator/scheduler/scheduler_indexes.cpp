@@ -1,5 +1,7 @@
 #include "coordinator/scheduler/scheduler_indexes.h"
 
+#include <fmt/format.h>
+
 namespace kiln::scheduler {
 
 std::optional<TimeMs> LeaseDeadlines::next() const {
@@ -67,6 +69,68 @@ bool PreemptorMentions::matches_scan(const std::map<RequestId, RequestRec>& requ
     for (RequestId preemptor : r.preempted_by) scanned.add(preemptor);
   }
   return scanned.count_ == count_;
+}
+
+void NoticeWindows::enter(LeaseId id, const NoticeFiled& entry) {
+  rechecks_.insert({entry.recheck, id});
+  if (entry.window) windows_.insert({*entry.window, id});
+  if (entry.free) ++free_;
+}
+
+void NoticeWindows::leave(LeaseId id, const NoticeFiled& entry) {
+  rechecks_.erase({entry.recheck, id});
+  if (entry.window) windows_.erase({*entry.window, id});
+  if (entry.free) --free_;
+}
+
+void NoticeWindows::file(LeaseId id) {
+  unfile(id);
+  enter(id, filed_.emplace(id, NoticeFiled{}).first->second);
+}
+
+void NoticeWindows::unfile(LeaseId id) {
+  auto it = filed_.find(id);
+  if (it == filed_.end()) return;
+  leave(id, it->second);
+  filed_.erase(it);
+}
+
+void NoticeWindows::place(LeaseId id, const NoticeFiled& entry) {
+  NoticeFiled& filed = filed_.at(id);
+  leave(id, filed);
+  filed = entry;
+  enter(id, filed);
+}
+
+std::optional<LeaseId> NoticeWindows::first_to_recheck(TimeMs now) const {
+  if (rechecks_.empty() || rechecks_.begin()->first > now) return std::nullopt;
+  return rechecks_.begin()->second;
+}
+
+std::optional<TimeMs> NoticeWindows::next_window() const {
+  if (windows_.empty()) return std::nullopt;
+  return windows_.begin()->first;
+}
+
+Status NoticeWindows::check(const std::set<LeaseId>& unnoticed,
+                            const std::function<NoticeFiled(LeaseId, TimeMs)>& state_at) const {
+  NoticeWindows entered;
+  for (const auto& [id, entry] : filed_) {
+    if (!unnoticed.count(id)) {
+      return fail(Errc::internal, fmt::format("lease {} is filed as an experiment without notice and is not one", id));
+    }
+    if (entry.recheck > filed_at_ && state_at(id, filed_at_) != entry) {
+      return fail(Errc::internal, fmt::format("lease {}'s notice window disagrees with its checkpoints", id));
+    }
+    entered.enter(id, entry);
+  }
+  if (filed_.size() != unnoticed.size()) {
+    return fail(Errc::internal, "the experiments filed as without notice disagree with the leases");
+  }
+  if (entered.rechecks_ != rechecks_ || entered.windows_ != windows_ || entered.free_ != free_) {
+    return fail(Errc::internal, "the experiments' notice windows disagree with their entries");
+  }
+  return {};
 }
 
 }  // namespace kiln::scheduler

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "coordinator/scheduler/scheduler_records.h"
 
 namespace kiln::scheduler {
@@ -74,6 +75,50 @@ class PreemptorMentions {
 
  private:
   std::map<RequestId, int> count_;  // no zero counts
+};
+
+// What the filing of an experiment's lease without notice holds as of a moment, and until when.
+struct NoticeFiled {
+  TimeMs recheck = kFreeNow;     // kFreeNow: not filed for any moment yet
+  std::optional<TimeMs> window;  // the moment from which a notice loses nothing, if later
+  bool free = false;             // a notice now loses nothing
+  bool operator==(const NoticeFiled&) const = default;
+};
+
+// The experiments' leases that have had no notice, the only ones a notice can go to, filed by
+// whether a notice would lose nothing and from when on one would (Impl::free_notices). Both change
+// only at a lease's checkpoints and at that moment itself, so each lease is filed again once the
+// first of those passes (`recheck`) or when it acknowledges a checkpoint, and a pass reads the
+// earliest entries instead of every lease.
+class NoticeWindows {
+ public:
+  // Files the lease (again) as not yet placed: the next read of the filing places it.
+  void file(LeaseId id);
+  void unfile(LeaseId id);
+  void place(LeaseId id, const NoticeFiled& entry);
+  // The first lease whose entry is to be read again by `now`, if any.
+  std::optional<LeaseId> first_to_recheck(TimeMs now) const;
+  // Every entry whose recheck is later than `now` holds for it.
+  void mark_filed_at(TimeMs now) { filed_at_ = now; }
+  TimeMs filed_at() const { return filed_at_; }
+  bool any_free() const { return free_ > 0; }
+  std::optional<TimeMs> next_window() const;
+  const std::map<LeaseId, NoticeFiled>& entries() const { return filed_; }
+  // Whether exactly the leases `unnoticed` are filed, each entry not due to be read again holds
+  // what `state_at` gives at the filing's moment, and the sets and count are made of the entries.
+  Status check(const std::set<LeaseId>& unnoticed,
+               const std::function<NoticeFiled(LeaseId, TimeMs)>& state_at) const;
+
+ private:
+  // Enters an entry in the sets and the count, or takes it out of them.
+  void enter(LeaseId id, const NoticeFiled& entry);
+  void leave(LeaseId id, const NoticeFiled& entry);
+
+  std::map<LeaseId, NoticeFiled> filed_;
+  std::set<std::pair<TimeMs, LeaseId>> rechecks_;
+  std::set<std::pair<TimeMs, LeaseId>> windows_;
+  std::size_t free_ = 0;
+  TimeMs filed_at_ = kFreeNow;
 };
 
 }  // namespace kiln::scheduler

@@ -97,26 +97,7 @@ Status Scheduler::Impl::check_notice_windows() const {
   for (const auto& [id, l] : leases) {
     if (l.cls == RequestClass::experiment && !l.grace_deadline_ms) unnoticed.insert(id);
   }
-  // Every such lease is filed; an entry not due to be read again holds what reading it at the
-  // filing's moment gives; the sets and the count are made of the entries.
-  const NoticeWindows& filed = without_notice;
-  NoticeWindows entered;
-  for (const auto& [id, entry] : filed.filed) {
-    if (!unnoticed.count(id)) {
-      return fail(Errc::internal, fmt::format("lease {} is filed as an experiment without notice and is not one", id));
-    }
-    if (entry.recheck > filed.filed_at && notice_state(leases.at(id), filed.filed_at) != entry) {
-      return fail(Errc::internal, fmt::format("lease {}'s notice window disagrees with its checkpoints", id));
-    }
-    entered.add(id, entry);
-  }
-  if (filed.filed.size() != unnoticed.size()) {
-    return fail(Errc::internal, "the experiments filed as without notice disagree with the leases");
-  }
-  if (entered.rechecks != filed.rechecks || entered.windows != filed.windows || entered.free != filed.free) {
-    return fail(Errc::internal, "the experiments' notice windows disagree with their entries");
-  }
-  return {};
+  return without_notice.check(unnoticed, [this](LeaseId id, TimeMs at) { return notice_state(leases.at(id), at); });
 }
 
 Status Scheduler::check_invariants() const {

@@ -6,7 +6,7 @@
 
 namespace kiln::scheduler {
 
-Scheduler::Impl::NoticeFiled Scheduler::Impl::notice_state(const LeaseRec& l, TimeMs at) const {
+NoticeFiled Scheduler::Impl::notice_state(const LeaseRec& l, TimeMs at) const {
   NoticeFiled out;
   out.free = lost_work(l, at) == 0;
   out.recheck = kNever;
@@ -25,44 +25,24 @@ Scheduler::Impl::NoticeFiled Scheduler::Impl::notice_state(const LeaseRec& l, Ti
   return out;
 }
 
-void Scheduler::Impl::file_without_notice(LeaseId id) {
-  unfile_without_notice(id);
-  const NoticeFiled& entry = without_notice.filed.emplace(id, NoticeFiled{}).first->second;
-  without_notice.add(id, entry);
-}
-
-void Scheduler::Impl::unfile_without_notice(LeaseId id) {
-  auto it = without_notice.filed.find(id);
-  if (it == without_notice.filed.end()) return;
-  without_notice.remove(id, it->second);
-  without_notice.filed.erase(it);
-}
-
-void Scheduler::Impl::place_without_notice(LeaseId id, TimeMs at) const {
-  NoticeFiled& entry = without_notice.filed.at(id);
-  without_notice.remove(id, entry);
-  entry = notice_state(leases.at(id), at);
-  without_notice.add(id, entry);
-}
-
 Scheduler::Impl::FreeNotices Scheduler::Impl::free_notices(TimeMs now) const {
   FreeNotices out;
-  if (knobs.exhaustive_passes || now < without_notice.filed_at) {
+  if (knobs.exhaustive_passes || now < without_notice.filed_at()) {
     // The reference passes, and a question about an earlier moment than the filing holds for,
     // read every lease.
-    for (const auto& [id, filed] : without_notice.filed) {
+    for (const auto& [id, filed] : without_notice.entries()) {
       const NoticeFiled state = notice_state(leases.at(id), now);
       out.now = out.now || state.free;
       if (state.window) out.next = std::min(out.next, *state.window);
     }
     return out;
   }
-  while (!without_notice.rechecks.empty() && without_notice.rechecks.begin()->first <= now) {
-    place_without_notice(without_notice.rechecks.begin()->second, now);
+  while (const auto due = without_notice.first_to_recheck(now)) {
+    without_notice.place(*due, notice_state(leases.at(*due), now));
   }
-  without_notice.filed_at = now;
-  out.now = without_notice.free > 0;
-  if (!without_notice.windows.empty()) out.next = without_notice.windows.begin()->first;
+  without_notice.mark_filed_at(now);
+  out.now = without_notice.any_free();
+  out.next = without_notice.next_window().value_or(kNever);
   return out;
 }
 
