@@ -28,7 +28,7 @@ class Scheduler::Impl::WaitReasons {
   // The nodes read chip by chip (read_).
   void choose_nodes_read();
   // How many nodes the request may use are in each state.
-  std::map<NodeState, int> states();
+  std::map<NodeState, int>& states();
   // The node with the most chips free, and the wholly free nodes by revision.
   void count_free();
   void offer(std::size_t n, std::size_t free);
@@ -50,6 +50,7 @@ class Scheduler::Impl::WaitReasons {
   std::vector<std::string> out_;
   std::string rev_text_;
   std::vector<std::size_t> read_;
+  std::map<NodeState, int> pinned_states_;  // a pinned request's node, in its state
   std::size_t best_free_ = 0;
   std::optional<std::size_t> best_;
   std::map<std::string, int> whole_free_by_rev_;
@@ -73,15 +74,14 @@ void Scheduler::Impl::WaitReasons::choose_nodes_read() {
   }
 }
 
-std::map<NodeState, int> Scheduler::Impl::WaitReasons::states() {
+std::map<NodeState, int>& Scheduler::Impl::WaitReasons::states() {
   if (q_.node) {
-    std::map<NodeState, int> pinned_states;
     auto pinned = s_.node_index.find(*q_.node);
     if (pinned != s_.node_index.end() && considered(s_.nodes[pinned->second])) {
       const NodeRec& node = s_.nodes[pinned->second];
-      ++pinned_states[in_service(node) ? NodeState::up : node.state];
+      ++pinned_states_[in_service(node) ? NodeState::up : node.state];
     }
-    return pinned_states;
+    return pinned_states_;
   }
   if (!fleet_.states_by_revision.count(q_.revision)) {
     std::map<NodeState, int>& counted = fleet_.states_by_revision[q_.revision];
@@ -251,7 +251,7 @@ std::vector<std::string> Scheduler::Impl::WaitReasons::say(std::size_t ahead) &&
     out_.push_back(fmt::format("its window opens at {}", format_clock(*q_.not_before_ms)));
   }
   choose_nodes_read();
-  std::map<NodeState, int> counted = states();
+  std::map<NodeState, int>& counted = states();
   count_free();
   if (out_of_service(counted)) return std::move(out_);
   say_chips();

@@ -62,8 +62,9 @@ class Scheduler::Impl::PlanningPass {
     return *notices_;
   }
 
-  // Decides for one request: it starts, preempts, reserves or waits, and is explained if asked.
-  void consider(const RequestRec& r);
+  // Decides for one request: it starts, preempts, reserves or waits, and is explained if asked;
+  // `ahead`: how many requests are ahead of it, if the pass knows (it read them all).
+  void consider(const RequestRec& r, std::optional<std::size_t> ahead = std::nullopt);
   bool grant_now(const RequestRec& r);
   // Under the kiln policy: when a request that cannot start now will, by its claim, its victims or
   // its reservation, marking the view with what it holds.
@@ -165,7 +166,7 @@ bool Scheduler::Impl::PlanningPass::grant_now(const RequestRec& r) {
   return true;
 }
 
-void Scheduler::Impl::PlanningPass::consider(const RequestRec& r) {
+void Scheduler::Impl::PlanningPass::consider(const RequestRec& r, std::optional<std::size_t> ahead) {
   const RequestId id = r.req.id;
   const Request& q = r.req;
   const bool window_open = !q.not_before_ms || *q.not_before_ms <= now_;
@@ -184,7 +185,8 @@ void Scheduler::Impl::PlanningPass::consider(const RequestRec& r) {
   PendingInfo info;
   if (s_.kiln_policy()) plan_wait(r, window_open, info);
   if (explaining(id)) {
-    info.reasons = s_.reasons_for(r, now_, view_, used_, s_.queue.ahead_of(s_.order_key(q)), fleet_);
+    if (!ahead) ahead = s_.queue.ahead_of(s_.order_key(q));
+    info.reasons = s_.reasons_for(r, now_, view_, used_, *ahead, fleet_);
     out_.pending[id] = std::move(info);
   }
 }
@@ -246,7 +248,9 @@ void Scheduler::Impl::PlanningPass::hold_reservation(const RequestRec& r, const 
 
 void Scheduler::Impl::PlanningPass::read_queue() {
   std::size_t read = 0;
-  for (auto it = s_.queue.begin(); it != s_.queue.end() && read < first_requests_; ++it, ++read) consider(*it->second);
+  for (auto it = s_.queue.begin(); it != s_.queue.end() && read < first_requests_; ++it, ++read) {
+    consider(*it->second, read);
+  }
 }
 
 // The other requests, each shape's plain ones, each shape's not yet due to preempt, each shape's
