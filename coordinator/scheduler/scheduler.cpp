@@ -13,88 +13,32 @@ std::vector<RequestId> Scheduler::Impl::pending_order() const {
   return out;
 }
 
-Scheduler::Impl::Shape Scheduler::Impl::shape_of(const Request& q) { return {q.node.value_or(""), q.nodes, q.chips}; }
-
 bool Scheduler::Impl::plain(const RequestRec& r) const {
   return !r.req.not_before_ms && !r.req.maintenance && !may_preempt(r);
 }
 
-void Scheduler::Impl::enqueue(RequestRec& r) {
-  const OrderKey key = order_key(r.req);
-  queue.emplace(key, &r);
-  queue_ranks.insert(key);
+QueuePlace Scheduler::Impl::place_of(const RequestRec& r) const {
+  QueuePlace place;
+  place.shape = shape_of(r.req);
   if (plain(r)) {
-    plain_by_shape[shape_of(r.req)].emplace(key, &r);
+    place.filing = Filing::plain;
   } else if (filed_as_claimant(r)) {
-    claims_by_shape[shape_of(r.req)].emplace(key, &r);
+    place.filing = Filing::claimant;
   } else if (filed_as_target(r)) {
-    targets_by_shape[shape_of(r.req)].emplace(key, &r);
-    targets_by_due.insert({due_at(r), r.req.id});
+    place.filing = Filing::target;
+    place.due_ms = due_at(r);
   } else if (waits_for_target(r)) {
-    due_by_shape[shape_of(r.req)].emplace(key, &r);
-  } else {
-    unplain.emplace(key, &r);
+    place.filing = Filing::due;
   }
+  return place;
 }
 
-namespace {
+void Scheduler::Impl::enqueue(RequestRec& r) { queue.add(order_key(r.req), r, place_of(r)); }
 
-template <typename ByShape, typename Key>
-void erase_from_shape(ByShape& by_shape, const typename ByShape::key_type& shape, const Key& key) {
-  auto filed = by_shape.find(shape);
-  KILN_ASSERT(filed != by_shape.end(), "a queued request is filed by its shape");
-  const std::size_t erased = filed->second.erase(key);
-  KILN_ASSERT(erased == 1, "a queued request is filed by its shape");
-  if (filed->second.empty()) by_shape.erase(filed);
-}
-
-}  // namespace
-
-void Scheduler::Impl::dequeue(const RequestRec& r) {
-  const OrderKey key = order_key(r.req);
-  queue.erase(key);
-  queue_ranks.erase(key);
-  if (plain(r)) {
-    erase_from_shape(plain_by_shape, shape_of(r.req), key);
-  } else if (filed_as_claimant(r)) {
-    erase_from_shape(claims_by_shape, shape_of(r.req), key);
-  } else if (filed_as_target(r)) {
-    erase_from_shape(targets_by_shape, shape_of(r.req), key);
-    targets_by_due.erase({due_at(r), r.req.id});
-  } else if (waits_for_target(r)) {
-    erase_from_shape(due_by_shape, shape_of(r.req), key);
-  } else {
-    unplain.erase(key);
-  }
-}
+void Scheduler::Impl::dequeue(const RequestRec& r) { queue.remove(order_key(r.req), place_of(r)); }
 
 void Scheduler::Impl::refile_targets(TimeMs now) {
-  if (now >= targets_filed_at) {
-    while (!targets_by_due.empty() && targets_by_due.begin()->first <= now) {
-      RequestRec& r = requests.at(targets_by_due.begin()->second);
-      const OrderKey key = order_key(r.req);
-      erase_from_shape(targets_by_shape, shape_of(r.req), key);
-      targets_by_due.erase(targets_by_due.begin());
-      due_by_shape[shape_of(r.req)].emplace(key, &r);
-    }
-  } else {
-    // A pass at a moment before the filing's (the caller's clock set back): requests due as of
-    // the filing may not be due now.
-    for (auto shape = due_by_shape.begin(); shape != due_by_shape.end();) {
-      for (auto it = shape->second.begin(); it != shape->second.end();) {
-        RequestRec& r = *it->second;
-        if (due_at(r) > now) {
-          targets_by_shape[shape->first].emplace(it->first, &r);
-          targets_by_due.insert({due_at(r), r.req.id});
-          it = shape->second.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      shape = shape->second.empty() ? due_by_shape.erase(shape) : std::next(shape);
-    }
-  }
-  targets_filed_at = now;
+  queue.refile_targets(now, [this](const RequestRec& r) { return due_at(r); });
 }
 
 RequestRec& Scheduler::Impl::add_request(RequestRec rec) {
@@ -110,10 +54,7 @@ void Scheduler::Impl::erase_request(RequestId id) {
   KILN_ASSERT(it != requests.end() && !it->second.lease, "erasing a request that is unknown or holds a lease");
   if (it->second.claim) clear_claim(it->second);
   dequeue(it->second);
-  for (RequestId preempter : it->second.preempted_by) {
-    auto mentions = preempted_by_mentions.find(preempter);
-    if (--mentions->second == 0) preempted_by_mentions.erase(mentions);
-  }
+  preemptor_mentions.remove(it->second.preempted_by);
   requests.erase(it);
 }
 
@@ -146,19 +87,19 @@ void Scheduler::Impl::add_lease(LeaseRec l) {
   RequestRec& r = requests.at(made.request);
   if (!r.lease) dequeue(r);
   r.lease = id;
-  chips_in_use[{made.cls, made.revision}] += static_cast<int>(made.chips.size());
-  lease_deadlines.insert({deadline_of(made), id});
-  if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) file_without_notice(id);
+  chips_in_use.add(made);
+  lease_deadlines.add(made);
+  if (made.cls == RequestClass::experiment && !made.grace_deadline_ms) without_notice.file(id);
 }
 
 void Scheduler::Impl::set_claim(RequestRec& r, Claim claim) {
   KILN_ASSERT(!r.claim, "a request holds one claim at a time");
   KILN_ASSERT(!r.lease, "only pending requests hold claims");
-  // A request with a claim is filed as one (claims_by_shape).
+  // A request with a claim is filed as one (Filing::claimant).
   dequeue(r);
   r.claim = std::move(claim);
   enqueue(r);
-  claims_by_lapse.insert({lapse_at(*r.claim), r.req.id});
+  claim_lapses.add(lapse_at(*r.claim), r.req.id);
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = r.req.id;
   for (std::size_t n : nodes_of(r.claim->chips)) recount_free(n);
 }
@@ -168,7 +109,7 @@ void Scheduler::Impl::clear_claim(RequestRec& r) {
   KILN_ASSERT(!r.lease, "only pending requests hold claims");
   for (const ChipRef& c : r.claim->chips) nodes[c.node].chip_claim[c.pos] = 0;
   const std::vector<std::size_t> claimed = nodes_of(r.claim->chips);
-  claims_by_lapse.erase({lapse_at(*r.claim), r.req.id});
+  claim_lapses.remove(lapse_at(*r.claim), r.req.id);
   dequeue(r);
   r.claim.reset();
   enqueue(r);
@@ -176,14 +117,11 @@ void Scheduler::Impl::clear_claim(RequestRec& r) {
 }
 
 void Scheduler::Impl::set_grace_deadline(LeaseRec& l, TimeMs at) {
-  lease_deadlines.erase({deadline_of(l), l.id});
+  lease_deadlines.remove(l);
   l.grace_deadline_ms = at;
-  lease_deadlines.insert({deadline_of(l), l.id});
-  unfile_without_notice(l.id);
-  for (std::size_t n : nodes_of(l.chips)) {
-    file_ends(n);
-    file_victims(n);
-  }
+  lease_deadlines.add(l);
+  without_notice.unfile(l.id);
+  for (std::size_t n : nodes_of(l.chips)) file_ends(n);
 }
 
 void Scheduler::Impl::end_lease(LeaseId id) {
@@ -198,12 +136,9 @@ void Scheduler::Impl::end_lease(LeaseId id) {
     nodes_with_lease_changes.insert(n);
     recount_free(n);
   }
-  lease_deadlines.erase({deadline_of(l), id});
-  unfile_without_notice(id);
-  auto used = chips_in_use.find({l.cls, l.revision});
-  KILN_ASSERT(used != chips_in_use.end(), "a lease's chips are counted in use");
-  used->second -= static_cast<int>(l.chips.size());
-  if (used->second == 0) chips_in_use.erase(used);
+  lease_deadlines.remove(l);
+  without_notice.unfile(id);
+  chips_in_use.remove(l);
   auto req = requests.find(l.request);
   if (req != requests.end() && req->second.lease == id) {
     req->second.lease.reset();
@@ -266,7 +201,7 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
       LeaseRec& l = leases.at(v);
       set_grace_deadline(l, now + knobs.grace_ms);
       l.preempted_for = pre.request;
-      if (requests.at(l.request).preempted_by.insert(pre.request).second) ++preempted_by_mentions[pre.request];
+      if (requests.at(l.request).preempted_by.insert(pre.request).second) preemptor_mentions.add(pre.request);
       actions.push_back(PreemptNotice{l.id, l.request, pre.request, *l.grace_deadline_ms});
     }
     set_claim(r, std::move(pre.claim));
@@ -277,16 +212,14 @@ void Scheduler::Impl::apply(Plan& p, TimeMs now) {
 void Scheduler::Impl::schedule(TimeMs now) {
   if (queue.empty() && !knobs.exhaustive_passes) {
     // Nothing waits: a pass would decide nothing, and there is no window or target to wake for.
-    KILN_ASSERT(claims_by_lapse.empty(), "only pending requests hold claims");
+    KILN_ASSERT(claim_lapses.empty(), "only pending requests hold claims");
     wake = kNever;
     settled = {};
     return;
   }
   // A claim whose victims are long gone but whose request still cannot start (reservations
   // moved, say) would hold chips idle: let it go, the request plans afresh.
-  while (!claims_by_lapse.empty() && claims_by_lapse.begin()->first <= now) {
-    clear_claim(requests.at(claims_by_lapse.begin()->second));
-  }
+  while (const auto lapsed = claim_lapses.first_lapsed(now)) clear_claim(requests.at(*lapsed));
   refile_targets(now);
   Plan p = plan(now, false);
   const bool decided_nothing = p.grants.empty() && p.preemptions.empty();
@@ -311,12 +244,12 @@ bool Scheduler::Impl::lacks_free_chips(const RequestRec& r, const FreeChips& fre
   if (q.node) {
     auto it = node_index.find(*q.node);
     if (it == node_index.end()) return true;
-    const int on_node = free.on_node[it->second];
+    const int on_node = free.on_node(it->second);
     if (q.nodes > 0) return q.nodes > 1 || on_node < static_cast<int>(nodes[it->second].info.chips.size());
     return on_node < q.chips;
   }
-  if (q.nodes > 0) return free.whole_free_nodes < q.nodes;
-  return free.most_on_a_node < q.chips;
+  if (q.nodes > 0) return free.whole_free_nodes() < q.nodes;
+  return free.most_on_a_node() < q.chips;
 }
 
 bool Scheduler::Impl::settled_without_pass(const RequestRec& r, TimeMs now) const {
@@ -326,7 +259,7 @@ bool Scheduler::Impl::settled_without_pass(const RequestRec& r, TimeMs now) cons
   }
   const Request& q = r.req;
   if (!plain(r)) return false;
-  if (!queue.empty() && order_key(q) < queue.rbegin()->first) return false;
+  if (!queue.empty() && order_key(q) < queue.last_key()) return false;
   switch (knobs.policy) {
     case Policy::kiln:
       if (!settled.reservations_taken) return false;
@@ -391,7 +324,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
                                                "the limit in [scheduler]",
                                                s.knobs.max_nodes));
     }
-    s.file_topology(nullptr, node);
+    s.largest_groups.refile(nullptr, node);
     NodeRec rec;
     rec.info = node;
     rec.since_ms = now;
@@ -399,7 +332,7 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
     rec.chip_claim.assign(node.chips.size(), 0);
     s.node_index.emplace(node.id, s.nodes.size());
     s.nodes.push_back(std::move(rec));
-    s.count_node(s.nodes.size() - 1, 1);
+    s.fleet_by_revision.add(s.nodes.size() - 1, s.nodes.back());
     s.recount_free(s.nodes.size() - 1);
   } else {
     NodeRec& rec = s.nodes[it->second];
@@ -412,12 +345,12 @@ Status Scheduler::upsert_node(const NodeInfo& node, TimeMs now) {
                               node.id));
     }
     s.drop_claims_on(it->second);
-    s.file_topology(&rec.info, node);
-    s.count_node(it->second, -1);
+    s.largest_groups.refile(&rec.info, node);
+    s.fleet_by_revision.remove(it->second, rec);
     rec.info = node;
     rec.chip_lease.resize(node.chips.size(), 0);
     rec.chip_claim.resize(node.chips.size(), 0);
-    s.count_node(it->second, 1);
+    s.fleet_by_revision.add(it->second, rec);
     s.recount_free(it->second);
   }
   s.schedule(now);
@@ -432,9 +365,9 @@ Status Scheduler::set_node_state(std::string_view node, NodeState state, std::st
     return fail(Errc::not_found, fmt::format("unknown node '{}'; list nodes with `kiln nodes`", node));
   }
   NodeRec& rec = s.nodes[it->second];
-  s.count_node(it->second, -1);
+  s.fleet_by_revision.remove(it->second, rec);
   rec.state = state;
-  s.count_node(it->second, 1);
+  s.fleet_by_revision.add(it->second, rec);
   rec.reason = std::move(reason);
   rec.owner = std::move(owner);
   rec.since_ms = now;
@@ -609,7 +542,7 @@ Status Scheduler::checkpoint_ack(LeaseId lease, TimeMs now) {
   if (it->second.grace_deadline_ms) {
     s.requeue(lease, now);
   } else if (it->second.cls == RequestClass::experiment) {
-    s.file_without_notice(lease);
+    s.without_notice.file(lease);
   }
   s.schedule(now);
   return {};
@@ -619,9 +552,9 @@ void Scheduler::on_tick(TimeMs now) {
   Impl& s = *impl_;
   std::vector<LeaseId> revoke;
   std::vector<LeaseId> expire;
-  for (auto it = s.lease_deadlines.begin(); it != s.lease_deadlines.end() && it->first <= now; ++it) {
-    const LeaseRec& l = s.leases.at(it->second);
-    (l.grace_deadline_ms && *l.grace_deadline_ms <= now ? revoke : expire).push_back(it->second);
+  for (LeaseId id : s.lease_deadlines.due_by(now)) {
+    const LeaseRec& l = s.leases.at(id);
+    (l.grace_deadline_ms && *l.grace_deadline_ms <= now ? revoke : expire).push_back(id);
   }
   // In lease order, as they are reported.
   std::sort(revoke.begin(), revoke.end());
@@ -648,9 +581,9 @@ std::optional<Action> Scheduler::poll_action() {
 std::optional<TimeMs> Scheduler::next_deadline() const {
   TimeMs t = impl_->wake;
   // A lease under notice still ends at its expiry if that comes before the grace deadline.
-  if (!impl_->lease_deadlines.empty()) t = std::min(t, impl_->lease_deadlines.begin()->first);
+  if (const auto deadline = impl_->lease_deadlines.next()) t = std::min(t, *deadline);
   // A claim its request has not used lets its chips go then (schedule()).
-  if (!impl_->claims_by_lapse.empty()) t = std::min(t, impl_->claims_by_lapse.begin()->first);
+  if (const auto lapse = impl_->claim_lapses.next()) t = std::min(t, *lapse);
   if (t == kNever) return std::nullopt;
   return t;
 }
@@ -764,197 +697,6 @@ std::vector<std::string> Scheduler::take_nodes_with_lease_changes() {
   for (std::size_t n : impl_->nodes_with_lease_changes) out.push_back(impl_->nodes[n].info.id);
   impl_->nodes_with_lease_changes.clear();
   return out;
-}
-
-Status Scheduler::check_invariants() const {
-  const Impl& s = *impl_;
-  std::map<LeaseId, std::size_t> held;
-  for (const NodeRec& n : s.nodes) {
-    for (LeaseId l : n.chip_lease) {
-      if (l == 0) continue;
-      if (!s.leases.count(l)) {
-        return fail(Errc::internal, fmt::format("chip on {} held by unknown lease {}", n.info.id, l));
-      }
-      ++held[l];
-    }
-  }
-  std::set<ChipRef> seen;
-  for (const auto& [id, l] : s.leases) {
-    for (const ChipRef& c : l.chips) {
-      if (!seen.insert(c).second) {
-        return fail(Errc::internal, fmt::format("a chip on {} is in two leases",
-                                                s.nodes[c.node].info.id));
-      }
-      if (s.nodes[c.node].chip_lease[c.pos] != id) {
-        return fail(Errc::internal, fmt::format("lease {} lists a chip it does not hold", id));
-      }
-    }
-    if (held[id] != l.chips.size()) {
-      return fail(Errc::internal, fmt::format("lease {} chip count disagrees with the nodes", id));
-    }
-    auto r = s.requests.find(l.request);
-    if (r == s.requests.end() || r->second.lease != id) {
-      return fail(Errc::internal, fmt::format("lease {} belongs to no running request", id));
-    }
-  }
-  std::size_t pending = 0;
-  for (const auto& [id, r] : s.requests) {
-    if (r.lease && !s.leases.count(*r.lease)) {
-      return fail(Errc::internal, fmt::format("request {} points at a dead lease", id));
-    }
-    if (!r.lease) {
-      ++pending;
-      auto queued = s.queue.find(s.order_key(r.req));
-      if (queued == s.queue.end() || queued->second != &r) {
-        return fail(Errc::internal, fmt::format("pending request {} is not queued", id));
-      }
-    }
-  }
-  std::set<std::pair<TimeMs, RequestId>> lapses;
-  for (const auto& [id, r] : s.requests) {
-    if (r.claim) lapses.insert({s.lapse_at(*r.claim), id});
-  }
-  if (lapses != s.claims_by_lapse) {
-    return fail(Errc::internal, "the claims filed by when they lapse disagree with the requests' claims");
-  }
-  if (pending != s.queue.size()) return fail(Errc::internal, "the queue holds requests that are not pending");
-  if (s.queue_ranks.size() != s.queue.size() ||
-      !std::equal(s.queue.begin(), s.queue.end(), s.queue_ranks.begin(),
-                  [](const auto& queued, const Impl::OrderKey& ranked) { return queued.first == ranked; })) {
-    return fail(Errc::internal, "the queue's ranks disagree with the queue");
-  }
-  // Each pending request is filed once for the pass: plain by shape, holding a claim by shape,
-  // waiting for its target and not due as of the filing by shape and due time, due by shape, or
-  // among the others.
-  const auto filed_in = [](const auto& by_shape, const Impl::Shape& shape, const Impl::OrderKey& key,
-                           const RequestRec& r) {
-    auto entries = by_shape.find(shape);
-    if (entries == by_shape.end()) return false;
-    auto entry = entries->second.find(key);
-    return entry != entries->second.end() && entry->second == &r;
-  };
-  std::size_t plain_filed = 0;
-  std::size_t claims_filed = 0;
-  std::size_t due_filed = 0;
-  std::size_t targets_filed = 0;
-  for (const auto& [shape, entries] : s.plain_by_shape) plain_filed += entries.size();
-  for (const auto& [shape, entries] : s.claims_by_shape) claims_filed += entries.size();
-  for (const auto& [shape, entries] : s.due_by_shape) due_filed += entries.size();
-  for (const auto& [shape, entries] : s.targets_by_shape) targets_filed += entries.size();
-  for (const auto& [key, r] : s.queue) {
-    const Impl::Shape shape = Impl::shape_of(r->req);
-    bool found = false;
-    if (s.plain(*r)) {
-      found = filed_in(s.plain_by_shape, shape, key, *r);
-    } else if (Impl::filed_as_claimant(*r)) {
-      found = filed_in(s.claims_by_shape, shape, key, *r);
-    } else if (s.filed_as_target(*r)) {
-      found = filed_in(s.targets_by_shape, shape, key, *r) && s.targets_by_due.count({s.due_at(*r), r->req.id});
-    } else if (s.waits_for_target(*r)) {
-      found = filed_in(s.due_by_shape, shape, key, *r);
-    } else {
-      auto entry = s.unplain.find(key);
-      found = entry != s.unplain.end() && entry->second == r;
-    }
-    if (!found) {
-      return fail(Errc::internal, fmt::format("pending request {} is not filed where its kind and target say",
-                                              r->req.id));
-    }
-  }
-  if (plain_filed + claims_filed + due_filed + targets_filed + s.unplain.size() != s.queue.size() ||
-      s.targets_by_due.size() != targets_filed) {
-    return fail(Errc::internal, "the requests filed for the pass disagree with the queue");
-  }
-  std::map<RequestId, int> mentions;
-  for (const auto& [id, r] : s.requests) {
-    for (RequestId preempter : r.preempted_by) ++mentions[preempter];
-  }
-  if (mentions != s.preempted_by_mentions) {
-    return fail(Errc::internal, "the count of requests that name each preempter disagrees with the requests");
-  }
-  std::vector<std::vector<RequestId>> claimed(s.nodes.size());
-  for (std::size_t n = 0; n < s.nodes.size(); ++n) claimed[n].assign(s.nodes[n].chip_lease.size(), 0);
-  for (const auto& [lapse, id] : s.claims_by_lapse) {
-    for (const ChipRef& c : s.requests.at(id).claim->chips) {
-      if (claimed[c.node][c.pos] != 0) {
-        return fail(Errc::internal, fmt::format("a chip on {} is in two claims", s.nodes[c.node].info.id));
-      }
-      claimed[c.node][c.pos] = id;
-    }
-  }
-  std::set<std::size_t> claimed_free;
-  for (std::size_t n = 0; n < s.nodes.size(); ++n) {
-    if (claimed[n] != s.nodes[n].chip_claim) {
-      return fail(Errc::internal, fmt::format("the chips claimed on {} disagree with the claims", s.nodes[n].info.id));
-    }
-    if (Impl::has_claimed_free_chip(s.nodes[n])) claimed_free.insert(n);
-  }
-  if (claimed_free != s.claimed_free_nodes) {
-    return fail(Errc::internal, "the nodes filed with a free chip claimed disagree with the nodes' leases and claims");
-  }
-  std::map<std::pair<RequestClass, std::string>, int> used;
-  std::set<std::pair<TimeMs, LeaseId>> deadlines;
-  for (const auto& [id, l] : s.leases) {
-    used[{l.cls, l.revision}] += static_cast<int>(l.chips.size());
-    deadlines.insert({Impl::deadline_of(l), id});
-  }
-  if (used != s.chips_in_use) return fail(Errc::internal, "the chips counted in use disagree with the leases");
-  if (deadlines != s.lease_deadlines) return fail(Errc::internal, "the lease deadline index disagrees with the leases");
-  if (FreeChips::counted(s.nodes) != s.free_chips) {
-    return fail(Errc::internal, "the free chips counted per node disagree with the nodes' leases and states");
-  }
-  if (FreeChips::counted(s.nodes, true) != s.free_unclaimed) {
-    return fail(Errc::internal, "the unclaimed free chips counted per node disagree with the nodes' leases, claims and states");
-  }
-  if (Impl::nodes_by_free_counted(s.nodes, s.free_chips) != s.nodes_by_free) {
-    return fail(Errc::internal, "the nodes filed by free chips disagree with the free chips counted per node");
-  }
-  if (Impl::nodes_by_revision_counted(s.nodes) != s.nodes_by_revision) {
-    return fail(Errc::internal, "the nodes counted by revision and state disagree with the nodes");
-  }
-  if (Impl::whole_free_counted(s.nodes, s.free_chips) != s.whole_free_by_revision) {
-    return fail(Errc::internal, "the nodes filed as wholly free disagree with the free chips counted per node");
-  }
-  if (Impl::nodes_by_end_counted(s.nodes, s.leases, s.requests) != s.nodes_by_end) {
-    return fail(Errc::internal, "the nodes filed by their chips' ends disagree with the nodes' leases, claims and states");
-  }
-  std::multiset<int> numa_nodes;
-  std::multiset<int> switch_groups;
-  for (const NodeRec& n : s.nodes) {
-    const auto [numa, switches] = Impl::largest_groups(n.info);
-    numa_nodes.insert(numa);
-    switch_groups.insert(switches);
-  }
-  if (numa_nodes != s.largest_numa_nodes || switch_groups != s.largest_switch_groups) {
-    return fail(Errc::internal, "the nodes' largest NUMA nodes and switch groups disagree with their chips");
-  }
-  if (Impl::nodes_for_victims_counted(s.nodes, s.leases) != s.nodes_for_victims) {
-    return fail(Errc::internal, "the nodes filed for preemption disagree with the nodes' leases and states");
-  }
-  std::set<LeaseId> without_notice;
-  for (const auto& [id, l] : s.leases) {
-    if (l.cls == RequestClass::experiment && !l.grace_deadline_ms) without_notice.insert(id);
-  }
-  // Every such lease is filed; an entry not due to be read again holds what reading it at the
-  // filing's moment gives; the sets and the count are made of the entries.
-  const Impl::NoticeWindows& filed = s.without_notice;
-  Impl::NoticeWindows entered;
-  for (const auto& [id, entry] : filed.filed) {
-    if (!without_notice.count(id)) {
-      return fail(Errc::internal, fmt::format("lease {} is filed as an experiment without notice and is not one", id));
-    }
-    if (entry.recheck > filed.filed_at && s.notice_state(s.leases.at(id), filed.filed_at) != entry) {
-      return fail(Errc::internal, fmt::format("lease {}'s notice window disagrees with its checkpoints", id));
-    }
-    entered.add(id, entry);
-  }
-  if (filed.filed.size() != without_notice.size()) {
-    return fail(Errc::internal, "the experiments filed as without notice disagree with the leases");
-  }
-  if (entered.rechecks != filed.rechecks || entered.windows != filed.windows || entered.free != filed.free) {
-    return fail(Errc::internal, "the experiments' notice windows disagree with their entries");
-  }
-  return {};
 }
 
 }  // namespace kiln::scheduler

@@ -1,7 +1,10 @@
-// The scheduler's state and the planning pass, shared by the files of the scheduler core:
-// scheduler.cpp (the public surface and applying decisions), scheduler_placement.cpp (where a
-// request fits now or later), scheduler_preemption.cpp (whose notice lets it start),
-// scheduler_explanation.cpp (why it waits). Internal: only those files include it.
+// The scheduler's state, shared by the files of the scheduler core: scheduler.cpp (the public
+// surface, applying decisions and keeping the indexes with each change), scheduler_pass.cpp (the
+// planning pass), scheduler_placement.cpp (where a request fits now or later),
+// scheduler_preemption.cpp (whose notice lets it start), scheduler_explanation.cpp (why it
+// waits), scheduler_invariants.cpp (the audit against a full scan). The indexes are classes of
+// their own (scheduler_queue.h, scheduler_node_filings.h, scheduler_indexes.h), each able to check
+// itself against a scan of the records. Internal: only those files include it.
 #pragma once
 
 #include <algorithm>
@@ -14,126 +17,15 @@
 #include <tuple>
 #include <vector>
 
-#include <ext/pb_ds/assoc_container.hpp>
-#include <ext/pb_ds/tree_policy.hpp>
 #include <fmt/format.h>
 
 #include "coordinator/scheduler/scheduler.h"
+#include "coordinator/scheduler/scheduler_indexes.h"
+#include "coordinator/scheduler/scheduler_node_filings.h"
+#include "coordinator/scheduler/scheduler_queue.h"
+#include "coordinator/scheduler/scheduler_records.h"
 
 namespace kiln::scheduler {
-
-inline constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
-// An overrunning lease is assumed to end a little later, never "now": its chips are not free.
-inline constexpr DurationMs kOverrunStepMs = kMinuteMs;
-// Victim search enumerates subsets of the preemptible leases on one node; nodes hold at most a
-// handful, this bounds the work if one ever holds more.
-inline constexpr std::size_t kMaxVictimCandidates = 12;
-// Marks a chip granted earlier in the same planning pass.
-inline constexpr LeaseId kPlannedLease = std::numeric_limits<LeaseId>::max();
-// The end filed for a free chip (nodes_by_end): before any moment a pass sees.
-inline constexpr TimeMs kFreeNow = std::numeric_limits<TimeMs>::min();
-
-// A filing by revision as a request may read it: its revision's entry alone, if it names one.
-template <typename ByRevision>
-struct RevisionsRead {
-  typename ByRevision::const_iterator first, last;
-  auto begin() const { return first; }
-  auto end() const { return last; }
-};
-template <typename ByRevision>
-RevisionsRead<ByRevision> revisions_read(const ByRevision& filing, const std::optional<std::string>& revision) {
-  if (!revision) return {filing.begin(), filing.end()};
-  auto [first, last] = filing.equal_range(*revision);
-  return {first, last};
-}
-
-struct ChipRef {
-  std::size_t node = 0;
-  std::size_t pos = 0;  // position in NodeInfo::chips
-  auto operator<=>(const ChipRef&) const = default;
-};
-
-struct NodeRec {
-  NodeInfo info;
-  NodeState state = NodeState::up;
-  std::string reason;
-  std::string owner;
-  TimeMs since_ms = 0;
-  std::vector<LeaseId> chip_lease;  // 0 = free
-  // The request whose claim holds the chip (0: none): kept with the claims (set_claim,
-  // clear_claim), so that the nodes filed for preemption leave claimed chips out.
-  std::vector<RequestId> chip_claim;
-};
-
-struct LeaseRec {
-  LeaseId id = 0;
-  RequestId request = 0;
-  RequestClass cls = RequestClass::experiment;
-  std::string revision;
-  std::vector<ChipRef> chips;
-  TimeMs start_ms = 0;
-  TimeMs expected_end_ms = 0;
-  TimeMs expiry_ms = 0;
-  DurationMs work_ms = 0;  // the request's remaining work when this lease started
-  bool borrowed = false;
-  std::optional<TimeMs> grace_deadline_ms;
-  RequestId preempted_for = 0;
-  TimeMs last_ack_ms = 0;
-  DurationMs checkpoint_interval_ms = 0;
-};
-
-// When a lease's chips come free as planned: at its grace deadline if it was given notice, else at
-// its expected end. A pass sees an overrunning lease end later still (PassView::fresh).
-inline TimeMs planned_end(const LeaseRec& l) { return l.grace_deadline_ms.value_or(l.expected_end_ms); }
-
-// Chips a preempting request holds on to while its victims wind down.
-struct Claim {
-  std::vector<ChipRef> chips;
-  std::vector<LeaseId> victims;
-  TimeMs ready_ms = 0;
-  std::int64_t lost_chip_ms = 0;  // work the notices will destroy
-};
-
-struct RequestRec {
-  Request req;
-  DurationMs remaining_ms = 0;
-  std::optional<LeaseId> lease;
-  std::set<RequestId> preempted_by;  // demands that already preempted it: never again
-  std::optional<Claim> claim;
-};
-
-// Until when a pass at `now` holds the claimed chips for their request: from the end of its victims'
-// grace (or now, if that passed) for its work.
-inline TimeMs claim_end(const RequestRec& r, TimeMs now) { return std::max(r.claim->ready_ms, now) + r.remaining_ms; }
-
-// Per-pass picture of one chip.
-struct ChipPlan {
-  LeaseId lease = 0;
-  TimeMs busy_until = 0;
-  RequestId claimed_by = 0;
-  // While claimed_by holds the chip for a claim of an earlier pass: claim_end. No other request
-  // can reserve the chip before then.
-  TimeMs claim_end = 0;
-  TimeMs resv_start = kNever;  // earliest reservation on the chip: backfill must end by then
-  TimeMs resv_end = 0;         // latest reservation end: a new reservation queues after it
-  RequestId resv_owner = 0;
-};
-
-struct Grant {
-  RequestId request = 0;
-  std::vector<ChipRef> chips;
-  bool borrowed = false;
-};
-
-struct Preemption {
-  RequestId request = 0;
-  Claim claim;
-};
-
-struct PendingInfo {
-  std::optional<TimeMs> expected_start;
-  std::vector<std::string> reasons;
-};
 
 
 
@@ -172,30 +64,6 @@ class PassView {
   mutable std::vector<std::size_t> touched_;
 };
 
-// Chips free now (not leased), counted per node over the nodes new work may enter (`up`): an
-// upper bound on what any non-maintenance request could take, so that one that cannot fit is
-// passed over without looking at every node. The scheduler keeps it with every change of a node's
-// leases or state; a pass takes a copy and counts its own grants off it.
-struct FreeChips {
-  // Counts only the chips no claim holds (Scheduler::Impl::free_unclaimed).
-  bool unclaimed_only = false;
-  std::vector<int> on_node;     // 0 on nodes that are not up
-  std::vector<int> nodes_with;  // nodes_with[k]: up nodes with exactly k free chips; no trailing 0
-  int whole_free_nodes = 0;     // up nodes with every chip free
-  int most_on_a_node = 0;
-
-  // Counts a node again after its chips, leases or state changed; an index past the end is a new node.
-  void recount(std::size_t node, const std::vector<NodeRec>& nodes);
-  void take(std::size_t node, int chips);
-  // Every node counted from scratch: what the kept counts must equal.
-  static FreeChips counted(const std::vector<NodeRec>& nodes, bool unclaimed_only = false);
-  bool operator==(const FreeChips&) const = default;
-
- private:
-  void settle_most();
-  std::vector<int> counted_chips_;  // an up node's chips when it was counted; -1: not counted
-};
-
 // What the last planning pass left: while nothing but queued requests that can neither start nor
 // hold a reservation has been added since, a new pass would decide nothing new.
 struct SettledPass {
@@ -228,8 +96,6 @@ struct ReservationInfo {
 
 
 struct Scheduler::Impl {
-  using OrderKey = std::tuple<int, TimeMs, RequestId>;
-
   SchedulerKnobs knobs;
   std::vector<NodeRec> nodes;
   std::map<std::string, std::size_t, std::less<>> node_index;
@@ -239,151 +105,30 @@ struct Scheduler::Impl {
   LeaseId next_lease = 1;
   TimeMs wake = kNever;
   // Indexes kept with every change, so that no step scans every request or lease: the pending
-  // requests in scheduling order, the requests holding a claim, each lease's next deadline
-  // (grace or expiry), and the chips leased per class and revision.
-  std::map<OrderKey, RequestRec*> queue;
-  // The same keys, counted by rank: how many requests are ahead of one (an explanation says so).
-  __gnu_pbds::tree<OrderKey, __gnu_pbds::null_type, std::less<>, __gnu_pbds::rb_tree_tag,
-                   __gnu_pbds::tree_order_statistics_node_update>
-      queue_ranks;
-  // The same requests split for the planning pass: the plain ones (no window, no preemption, no
-  // maintenance) by shape, and the others. Plain requests of one shape that lack free chips once
-  // the reservations are taken all do: the pass leaves the rest of that shape unread.
-  using Shape = std::tuple<std::string, int, int>;  // pinned node, whole nodes, chips
-  std::map<Shape, std::map<OrderKey, RequestRec*>> plain_by_shape;
-  // The requests that wait for their target (waits_for_target) and are not due to preempt as of
-  // `targets_filed_at`, by shape and by when each becomes due; the other requests that are not
-  // plain in `unplain`. Until it is due, such a request changes a pass only if chips are free for
-  // its shape, a reservation is left or a notice to an experiment would lose nothing; otherwise
-  // it only wakes the scheduler when it becomes due. So, like a plain shape, a shape of them is
-  // read no further once its next request could take nothing. schedule() files them again as
-  // of each pass's moment (refile_targets).
-  std::map<Shape, std::map<OrderKey, RequestRec*>> targets_by_shape;
-  std::set<std::pair<TimeMs, RequestId>> targets_by_due;
-  TimeMs targets_filed_at = kFreeNow;
-  // Those due as of `targets_filed_at`, by shape. A due request changes a pass only by starting,
-  // by holding a reservation or by preempting: a shape of them is read no further once its next
-  // request lacks free chips, no reservation is left and no node is filed where a notice could
-  // free chips for it (may_find_victims).
-  std::map<Shape, std::map<OrderKey, RequestRec*>> due_by_shape;
-  // The requests holding a claim and no window (filed_as_claimant), by shape. Every pass's view
-  // holds their claims from the start (PassView), so such a request changes a pass only by
-  // starting, which needs free chips for its shape that no other claim holds: a pass reads in
-  // full those with a free chip of their own claim, and a shape of the others no further than
-  // its first request that lacks free chips no claim holds (free_unclaimed).
-  std::map<Shape, std::map<OrderKey, RequestRec*>> claims_by_shape;
-  std::map<OrderKey, RequestRec*> unplain;
+  // requests in scheduling order and filed for the pass (place_of), the requests holding a claim,
+  // each lease's next deadline (grace or expiry), and the chips leased per class and revision.
+  RequestQueue queue;
   // The requests holding a claim, by when it lapses (schedule(), lapse_at).
-  std::set<std::pair<TimeMs, RequestId>> claims_by_lapse;
-  // The up nodes with a claimed chip that is free: the one kind of node whose free chips a request
-  // may not all use without a row made (untouched_free_chips). Kept by file_claimed_free.
-  std::set<std::size_t> claimed_free_nodes;
-  // How many requests' preempted_by name each request. One named by none finds the same victims
-  // as any other of its class and shape: a pass searches once for all of them (plan).
-  std::map<RequestId, int> preempted_by_mentions;
-  std::set<std::pair<TimeMs, LeaseId>> lease_deadlines;
-  std::map<std::pair<RequestClass, std::string>, int> chips_in_use;
+  ClaimLapses claim_lapses;
+  // The up nodes with a claimed chip that is free.
+  ClaimedFreeNodes claimed_free_nodes;
+  PreemptorMentions preemptor_mentions;
+  LeaseDeadlines lease_deadlines;
+  ChipsInUse chips_in_use;
   std::set<std::size_t> nodes_with_lease_changes;
   FreeChips free_chips;
   // The same, counting only the chips no claim holds: at a pass's start, a bound on what a request
   // with no free chip of its own claim could take. Kept with free_chips and with the claims.
-  FreeChips free_unclaimed = [] {
-    FreeChips counts;
-    counts.unclaimed_only = true;
-    return counts;
-  }();
-  // The up nodes with free chips, by revision, then by how many and then by index: a pass places
-  // a one-node request by reading them in the order of the least score each could reach, and
-  // stops at the first that could not beat the best found (place_now). Kept by recount_free.
-  using ByFree = std::set<std::pair<int, std::size_t>>;
-  std::map<std::string, ByFree> nodes_by_free;
-  // The up nodes with every chip free, by revision and index, for requests of whole nodes.
-  std::map<std::string, std::set<std::size_t>> whole_free_by_revision;
-  // The fleet by revision: how many nodes are in each state, and each node's chips by its index.
-  // An explanation reads these instead of every node (reasons_for). Kept by count_node.
-  struct NodesOfRevision {
-    std::map<NodeState, int> states;
-    std::map<std::size_t, int> chips_by_node;
-    bool operator==(const NodesOfRevision&) const = default;
-  };
-  std::map<std::string, NodesOfRevision> nodes_by_revision;
-  // The revision each node's free chips are filed under in those two, if they are.
-  std::vector<std::optional<std::string>> free_filed_as;
-  // The up nodes by when their chips come free, for the reservation of a request that cannot
-  // start (reserve), per revision: for each k, the nodes of at least k chips by the k-th earliest
-  // end among their chips, then index; and every node by its last chip's end. A chip's end is its
-  // lease's planned_end (a free chip's is kFreeNow): never later than the pass sees the chip come
-  // free, so each entry bounds the node's start from below. Kept by file_ends, with every change
-  // of a node's leases, state or grace deadlines; a change moves only the entries whose end it
-  // changed.
-  struct EndsByRevision {
-    std::vector<std::set<std::pair<TimeMs, std::size_t>>> by_chips;  // [k - 1]; no trailing empty set
-    std::set<std::pair<TimeMs, std::size_t>> whole;
-    bool operator==(const EndsByRevision&) const = default;
-  };
-  std::map<std::string, EndsByRevision> nodes_by_end;
-  struct EndsFiled {
-    std::string revision;
-    std::vector<TimeMs> ends;  // sorted
-  };
-  std::vector<std::optional<EndsFiled>> ends_filed_as;
-  // Each node's largest NUMA node and largest switch group, in chips: how well the best-placed
-  // node could keep a request's chips together (least_penalty).
-  std::multiset<int> largest_numa_nodes;
-  std::multiset<int> largest_switch_groups;
-  // The up nodes an overdue request could take chips on at the end of a grace (find_victims), per
-  // revision: those with a chip under an experiment's lease that has had no notice (a victim to
-  // be), those by how many of their chips are free or under notice (come free within the grace),
-  // and those with every chip in one of these three (a whole node to be had). A chip an earlier
-  // pass's claim holds is none of these: a request with a claim does not search, and every pass
-  // keeps the claims it found. Filed from the leases and those claims, so a superset of what a
-  // pass, with its grants, new claims and reservations, finds there. Kept by file_victims, with
-  // nodes_by_end and with the claims.
-  struct VictimsByRevision {
-    std::set<std::size_t> with_victims;
-    std::set<std::pair<int, std::size_t>> by_soon_free;  // nodes with at least one such chip
-    std::set<std::size_t> all_soon_free_or_victims;
-    bool operator==(const VictimsByRevision&) const = default;
-  };
-  std::map<std::string, VictimsByRevision> nodes_for_victims;
-  struct VictimsFiled {
-    std::string revision;
-    int soon_free = 0;  // chips free or under notice
-    int victims = 0;    // chips under an experiment's lease without notice
-    int others = 0;     // chips under any other lease, or claimed
-  };
-  std::vector<std::optional<VictimsFiled>> victims_filed_as;
-  // The experiments' leases that have had no notice, the only ones a notice can go to, filed by
-  // whether a notice would lose nothing and from when on one would (free_notices). Both change
-  // only at a lease's checkpoints and at that moment itself, so each lease is filed again once
-  // the first of those passes (`recheck`) or when it acknowledges a checkpoint, and a pass reads
-  // the earliest entries instead of every lease. The pass that reads it files what is due, hence
-  // mutable.
-  struct NoticeFiled {
-    TimeMs recheck = kFreeNow;     // kFreeNow: not filed for any moment yet
-    std::optional<TimeMs> window;  // the moment from which a notice loses nothing, if later
-    bool free = false;             // a notice now loses nothing
-    bool operator==(const NoticeFiled&) const = default;
-  };
-  struct NoticeWindows {
-    std::map<LeaseId, NoticeFiled> filed;
-    std::set<std::pair<TimeMs, LeaseId>> rechecks;
-    std::set<std::pair<TimeMs, LeaseId>> windows;
-    std::size_t free = 0;
-    TimeMs filed_at = kFreeNow;  // the moment every entry whose recheck is later holds for
-
-    // Enters an entry of `filed` in the sets and the count, or takes it out of them.
-    void add(LeaseId id, const NoticeFiled& entry) {
-      rechecks.insert({entry.recheck, id});
-      if (entry.window) windows.insert({*entry.window, id});
-      if (entry.free) ++free;
-    }
-    void remove(LeaseId id, const NoticeFiled& entry) {
-      rechecks.erase({entry.recheck, id});
-      if (entry.window) windows.erase({*entry.window, id});
-      if (entry.free) --free;
-    }
-  };
+  FreeChips free_unclaimed{true};
+  // The node filings, each filed again for a node by recount_free (and the fleet and topology by
+  // upsert_node and set_node_state).
+  NodesByFree nodes_by_free;
+  FleetByRevision fleet_by_revision;
+  NodesByEnd nodes_by_end;
+  LargestGroups largest_groups;
+  NodesForVictims nodes_for_victims;
+  // The experiments' leases without notice (NoticeWindows). The pass that reads it files what is
+  // due, hence mutable.
   mutable NoticeWindows without_notice;
   SettledPass settled;
 
@@ -429,49 +174,16 @@ struct Scheduler::Impl {
 
   // --- keeping the indexes ---------------------------------------------------------------------
 
-  // Counts a node's free chips again (FreeChips::recount) and files it by them, by its chips' ends
-  // (file_ends), for preemption (file_victims) and by its claimed free chips (file_claimed_free):
-  // after its chips' leases, its state or its claims changed.
+  // Counts a node's free chips again (FreeChips) and files it again in each node filing: after its
+  // chips' leases, its state, its claims or a grace deadline of one of its leases changed. Its
+  // leases must be in `leases`.
   void recount_free(std::size_t node);
-  // Files the node again in nodes_by_end: after its chips' leases, its state, or a grace deadline
-  // of one of its leases changed. Its leases must be in `leases`.
+  // Files the node again where its chips' ends and victims are filed: after a grace deadline of
+  // one of its leases changed, which changes no count of free chips.
   void file_ends(std::size_t node);
-  // A claimed chip ends no earlier than its claim, as of its victims' grace (claim_end).
-  static std::optional<EndsFiled> ends_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases,
-                                          const std::map<RequestId, RequestRec>& requests);
-  static void add_ends(std::map<std::string, EndsByRevision>& filing, std::size_t node, const EndsFiled& ends);
-  void remove_ends(std::size_t node, const EndsFiled& ends);
-  // Files the node again in nodes_for_victims: after the same changes as file_ends.
-  void file_victims(std::size_t node);
-  static std::optional<VictimsFiled> victims_of(const NodeRec& node, const std::map<LeaseId, LeaseRec>& leases);
-  static void add_victims(std::map<std::string, VictimsByRevision>& filing, std::size_t node, const VictimsFiled& filed);
-  // What nodes_for_victims must hold, from the nodes and leases themselves.
-  static std::map<std::string, VictimsByRevision> nodes_for_victims_counted(const std::vector<NodeRec>& nodes,
-                                                                            const std::map<LeaseId, LeaseRec>& leases);
   // The nodes find_victims reads for `q`, in index order: every node when the knobs ask for it.
   std::vector<std::size_t> victim_nodes(const Request& q) const;
-  // What nodes_by_end must hold, from the nodes and leases themselves.
-  static std::map<std::string, EndsByRevision> nodes_by_end_counted(const std::vector<NodeRec>& nodes,
-                                                                    const std::map<LeaseId, LeaseRec>& leases,
-                                                                    const std::map<RequestId, RequestRec>& requests);
-  // Files the node again in claimed_free_nodes: after its leases, its state or its claims changed.
-  void file_claimed_free(std::size_t node);
-  static bool has_claimed_free_chip(const NodeRec& node);
-  // Counts node `n` as it is now into nodes_by_revision (`sign` 1), or takes it out (-1): around
-  // every change of its state, revision or chips.
-  void count_node(std::size_t n, int sign);
-  // What nodes_by_revision must hold, from the nodes themselves.
-  static std::map<std::string, NodesOfRevision> nodes_by_revision_counted(const std::vector<NodeRec>& nodes);
-  // What nodes_by_free must hold, from the nodes themselves.
-  static std::map<std::string, ByFree> nodes_by_free_counted(const std::vector<NodeRec>& nodes, const FreeChips& free);
-  static std::map<std::string, std::set<std::size_t>> whole_free_counted(const std::vector<NodeRec>& nodes,
-                                                                         const FreeChips& free);
-  // Whether the untouched node has every chip free (a pass reads that off the counts).
-  static bool whole_free(const NodeRec& node, int free) {
-    return node.state == NodeState::up && free == static_cast<int>(node.chip_lease.size());
-  }
 
-  static Shape shape_of(const Request& q);
   bool plain(const RequestRec& r) const;
   // A request that may preempt once its target nears, with no window of its own and no claim.
   bool waits_for_target(const RequestRec& r) const {
@@ -482,17 +194,17 @@ struct Scheduler::Impl {
   // Whether a search for victims for a request of q's shape could find any: a node it may use,
   // under any revision, is filed with an experiment's lease that has had no notice.
   bool may_find_victims(const Request& q) const;
-  // Whether enqueue files `r` in claims_by_shape.
+  // Whether enqueue files `r` as a claimant.
   static bool filed_as_claimant(const RequestRec& r) { return r.claim && !r.req.not_before_ms; }
   // When a claim its request has not used lets its chips go: a grace after its victims' grace.
   TimeMs lapse_at(const Claim& claim) const { return claim.ready_ms + knobs.grace_ms; }
-  // Whether enqueue files `r` in targets_by_shape: it waits for its target and is not due as of
-  // the filing's moment.
+  // Whether enqueue files `r` as waiting for its target: it is not due as of the filing's moment.
   bool filed_as_target(const RequestRec& r) const {
-    return waits_for_target(r) && due_at(r) > targets_filed_at;
+    return waits_for_target(r) && due_at(r) > queue.targets_filed_at();
   }
-  // Files the requests waiting for their targets as of `now`: those due by then move to unplain
-  // (and, with a clock set back, those not yet due back from it).
+  // Where the planning pass reads a pending request from (RequestQueue).
+  QueuePlace place_of(const RequestRec& r) const;
+  // Files the requests waiting for their targets as of `now` (RequestQueue::refile_targets).
   void refile_targets(TimeMs now);
   void enqueue(RequestRec& r);
   void dequeue(const RequestRec& r);
@@ -502,7 +214,6 @@ struct Scheduler::Impl {
   void erase_request(RequestId id);
   void set_claim(RequestRec& r, Claim claim);
   void clear_claim(RequestRec& r);
-  static TimeMs deadline_of(const LeaseRec& l) { return std::min(l.grace_deadline_ms.value_or(kNever), l.expiry_ms); }
   // Takes the lease's chips for its request, which leaves the queue.
   void add_lease(LeaseRec l);
   void set_grace_deadline(LeaseRec& l, TimeMs at);
@@ -543,11 +254,6 @@ struct Scheduler::Impl {
   FreeNotices free_notices(TimeMs now) const;
   // What the filing of an experiment's lease without notice holds at `at`, and until when.
   NoticeFiled notice_state(const LeaseRec& l, TimeMs at) const;
-  // Files the lease (again) as without notice: the next read of the filing places it.
-  void file_without_notice(LeaseId id);
-  void unfile_without_notice(LeaseId id);
-  // Places the lease as of `at` (notice_state).
-  void place_without_notice(LeaseId id, TimeMs at) const;
 
   std::optional<TimeMs> target_time(const RequestRec& r) const {
     const Request& q = r.req;
@@ -588,18 +294,6 @@ struct Scheduler::Impl {
   // held for their claims.
   PassView initial_view(TimeMs now) const { return PassView(nodes, leases, requests, now); }
 
-  // Files a node's topology in largest_numa_nodes and largest_switch_groups; `before`: what it
-  // was filed with, if it was.
-  void file_topology(const NodeInfo* before, const NodeInfo& now);
-  static std::pair<int, int> largest_groups(const NodeInfo& node);
-  // The least penalty choose_chips gives k chips on any node, with all its chips free: no node
-  // can place them better.
-  int least_penalty(int k) const {
-    if (!largest_numa_nodes.empty() && k <= *largest_numa_nodes.rbegin()) return 0;
-    if (!largest_switch_groups.empty() && k <= *largest_switch_groups.rbegin()) return 1;
-    return 2;
-  }
-
   // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
   // else one switch group, else spread. Returns (penalty, chips).
   std::pair<int, std::vector<std::size_t>> choose_chips(std::size_t n,
@@ -622,25 +316,24 @@ struct Scheduler::Impl {
   // every node (the tests that hold the shortcuts to the same decisions).
   std::optional<int> untouched_free_chips(const PassView& view, const FreeChips& free, std::size_t node) const {
     // A free chip another request claimed is not usable: such a node is read in full.
-    if (knobs.exhaustive_passes || view.touched(node) || claimed_free_nodes.count(node)) return std::nullopt;
+    if (knobs.exhaustive_passes || view.touched(node) || claimed_free_nodes.contains(node)) return std::nullopt;
     // Only grants change the pass's count of an up node, and a grant marks the node.
-    if (nodes[node].state == NodeState::up) return free.on_node[node];
+    if (nodes[node].state == NodeState::up) return free.on_node(node);
     return view.untouched_free_chips(node);
-  }
-
-  // Up nodes with at least `chips` chips free when the pass began.
-  std::size_t up_nodes_with_free(int chips) const {
-    std::size_t count = 0;
-    for (std::size_t k = static_cast<std::size_t>(chips); k < free_chips.nodes_with.size(); ++k) {
-      count += static_cast<std::size_t>(free_chips.nodes_with[k]);
-    }
-    return count;
   }
 
   std::optional<Grant> place_now(const RequestRec& r, TimeMs now,
                                  const PassView& view, const FreeChips& free,
                                  const std::map<std::pair<RequestClass, std::string>, int>& used)
       const;
+  // place_now for a request of chips on one node, and for one of whole nodes; `claim_nodes`: the
+  // nodes of its claim.
+  std::optional<Grant> place_chips(const RequestRec& r, TimeMs now, const PassView& view, const FreeChips& free,
+                                   const std::map<std::pair<RequestClass, std::string>, int>& used,
+                                   const std::set<std::size_t>& claim_nodes) const;
+  std::optional<Grant> place_whole_nodes(const RequestRec& r, TimeMs now, const PassView& view, const FreeChips& free,
+                                         const std::map<std::pair<RequestClass, std::string>, int>& used,
+                                         const std::set<std::size_t>& claim_nodes) const;
 
   struct Reservation {
     TimeMs start = kNever;
@@ -650,12 +343,25 @@ struct Scheduler::Impl {
   // Earliest time the request could start from expected lease ends and earlier reservations.
   Reservation reserve(const RequestRec& r, TimeMs now,
                       const PassView& view) const;
+  // reserve for a request of chips on one node, and for one of whole nodes, into `best`; `by_ends`:
+  // the nodes the pass has not read are read from their filings.
+  void reserve_chips(const RequestRec& r, TimeMs now, const PassView& view, bool by_ends, Reservation& best) const;
+  void reserve_whole_nodes(const RequestRec& r, TimeMs now, const PassView& view, bool by_ends,
+                           Reservation& best) const;
+  // When a chip comes free as the pass sees it: no chip comes free before now, not even one whose
+  // lease's grace passed before a tick ended it.
+  static TimeMs chip_available(TimeMs now, const ChipPlan& c) {
+    TimeMs t = c.lease != 0 ? std::max(c.busy_until, now) : now;
+    if (c.claimed_by != 0) t = std::max(t, c.claim_end);
+    return std::max(t, c.resv_end);
+  }
 
   static void mark_reserved(PassView& view, const std::vector<ChipRef>& chips,
                             TimeMs start, TimeMs end, RequestId owner);
 
   // Finds the experiment leases whose notice lets `r` start at the end of the grace, losing
   // the least work. nullopt when no such set exists or none is needed.
+  class VictimSearch;
   std::optional<Claim> find_victims(const RequestRec& r, TimeMs now,
                                     const PassView& view,
                                     const std::map<std::pair<RequestClass, std::string>, int>& used)
@@ -663,7 +369,7 @@ struct Scheduler::Impl {
 
   // What explanations read of the fleet, once per pass: how many nodes of each state a request of a
   // revision (any: nullopt) may use, and each revision's chips per node (its last node's, by
-  // index). From nodes_by_revision, or from every node in passes that read every node (the
+  // index). From fleet_by_revision, or from every node in passes that read every node (the
   // reference, exhaustive_passes).
   struct FleetSummary {
     std::map<std::optional<std::string>, std::map<NodeState, int>> states_by_revision;
@@ -674,16 +380,28 @@ struct Scheduler::Impl {
   // when the pass began (the only ones with any now) it reads those the pass read and those with a
   // free chip claimed, the others from their filings, and the fleet's summary (`fleet`, filled on
   // first use), unless the knobs ask every pass to read every node.
+  class WaitReasons;
   std::vector<std::string> reasons_for(const RequestRec& r, TimeMs now,
                                        const PassView& view,
                                        const std::map<std::pair<RequestClass, std::string>, int>& used,
                                        std::size_t ahead, FleetSummary& fleet) const;
 
+  class PlanningPass;
   // A planning pass. `with_reasons`: it reads every request, for each one's expected start, and puts
   // in words why each waits, or only `reasons_of` if given. `first_requests`, with reasons for every
   // request: the pass ends after that many of the queue.
   Plan plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of = std::nullopt,
             std::size_t first_requests = std::numeric_limits<std::size_t>::max()) const;
+
+  // --- the audit (Scheduler::check_invariants) ------------------------------------------------
+
+  // The leases against the nodes' chips and the requests.
+  Status check_leases() const;
+  // The claims against the nodes' chips, and the indexes of the claims.
+  Status check_claims() const;
+  // Each node filing against a scan of the nodes.
+  Status check_node_filings() const;
+  Status check_notice_windows() const;
 
   // --- applying decisions ----------------------------------------------------------------------
 

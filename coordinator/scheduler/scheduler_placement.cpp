@@ -1,8 +1,5 @@
-// Where a request fits: the chips it can take now, the reservation it holds for later, and the
-// planning pass that decides both for every pending request.
+// Where a request fits: the chips it can take now and the reservation it holds for later.
 #include "coordinator/scheduler/scheduler_impl.h"
-
-#include <queue>
 
 #include <fmt/format.h>
 
@@ -46,236 +43,17 @@ std::optional<int> PassView::untouched_free_chips(std::size_t node) const {
   return static_cast<int>(std::count(leased.begin(), leased.end(), 0));
 }
 
-void FreeChips::recount(std::size_t node, const std::vector<NodeRec>& nodes) {
-  if (node >= on_node.size()) {
-    on_node.resize(node + 1, 0);
-    counted_chips_.resize(node + 1, -1);
-  }
-  if (counted_chips_[node] >= 0) {
-    --nodes_with[on_node[node]];
-    if (on_node[node] == counted_chips_[node]) --whole_free_nodes;
-  }
-  on_node[node] = 0;
-  counted_chips_[node] = -1;
-  const NodeRec& rec = nodes[node];
-  if (rec.state == NodeState::up) {
-    const int chips = static_cast<int>(rec.chip_lease.size());
-    int free = 0;
-    for (std::size_t p = 0; p < rec.chip_lease.size(); ++p) {
-      free += rec.chip_lease[p] == 0 && (!unclaimed_only || rec.chip_claim[p] == 0) ? 1 : 0;
-    }
-    on_node[node] = free;
-    counted_chips_[node] = chips;
-    if (static_cast<std::size_t>(free) >= nodes_with.size()) nodes_with.resize(free + 1, 0);
-    ++nodes_with[free];
-    if (free == chips) ++whole_free_nodes;
-  }
-  settle_most();
-}
-
-void FreeChips::take(std::size_t node, int chips) {
-  if (counted_chips_[node] < 0) return;  // maintenance on a node not counted
-  int& free = on_node[node];
-  KILN_ASSERT(free >= chips, "a grant takes only free chips");
-  if (free == counted_chips_[node]) --whole_free_nodes;
-  --nodes_with[free];
-  free -= chips;
-  ++nodes_with[free];
-  settle_most();
-}
-
-void FreeChips::settle_most() {
-  while (!nodes_with.empty() && nodes_with.back() == 0) nodes_with.pop_back();
-  most_on_a_node = nodes_with.empty() ? 0 : static_cast<int>(nodes_with.size()) - 1;
-}
-
 void Scheduler::Impl::recount_free(std::size_t node) {
-  if (node >= free_filed_as.size()) free_filed_as.resize(node + 1);
-  if (const auto& filed = free_filed_as[node]) {
-    if (auto by_free = nodes_by_free.find(*filed); by_free != nodes_by_free.end()) {
-      by_free->second.erase({free_chips.on_node[node], node});
-      if (by_free->second.empty()) nodes_by_free.erase(by_free);
-    }
-    if (auto whole = whole_free_by_revision.find(*filed); whole != whole_free_by_revision.end()) {
-      whole->second.erase(node);
-      if (whole->second.empty()) whole_free_by_revision.erase(whole);
-    }
-  }
-  free_filed_as[node].reset();
   free_chips.recount(node, nodes);
   free_unclaimed.recount(node, nodes);
+  nodes_by_free.refile(node, nodes[node], free_chips.on_node(node));
   file_ends(node);
-  file_victims(node);
-  file_claimed_free(node);
-  const int free = free_chips.on_node[node];
-  if (free == 0) return;
-  const std::string& revision = nodes[node].info.revision;
-  nodes_by_free[revision].insert({free, node});
-  if (whole_free(nodes[node], free)) whole_free_by_revision[revision].insert(node);
-  free_filed_as[node] = revision;
-}
-
-std::optional<Scheduler::Impl::EndsFiled> Scheduler::Impl::ends_of(const NodeRec& node,
-                                                                  const std::map<LeaseId, LeaseRec>& leases,
-                                                                  const std::map<RequestId, RequestRec>& requests) {
-  if (node.state != NodeState::up) return std::nullopt;
-  EndsFiled out;
-  out.revision = node.info.revision;
-  out.ends.reserve(node.chip_lease.size());
-  LeaseId last = 0;
-  TimeMs last_end = kFreeNow;
-  RequestId last_claim = 0;
-  TimeMs last_claim_end = kFreeNow;
-  for (std::size_t p = 0; p < node.chip_lease.size(); ++p) {
-    const LeaseId id = node.chip_lease[p];
-    if (id != 0 && id != last) {
-      last = id;
-      last_end = planned_end(leases.at(id));
-    }
-    TimeMs end = id == 0 ? kFreeNow : last_end;
-    if (const RequestId claim = node.chip_claim[p]; claim != 0) {
-      if (claim != last_claim) {
-        last_claim = claim;
-        // claim_end at the earliest moment a pass can see: the end of the victims' grace.
-        const RequestRec& r = requests.at(claim);
-        last_claim_end = claim_end(r, r.claim->ready_ms);
-      }
-      end = std::max(end, last_claim_end);
-    }
-    out.ends.push_back(end);
-  }
-  std::sort(out.ends.begin(), out.ends.end());
-  return out;
-}
-
-void Scheduler::Impl::add_ends(std::map<std::string, EndsByRevision>& filing, std::size_t node,
-                               const EndsFiled& ends) {
-  KILN_ASSERT(!ends.ends.empty(), "a node has at least one chip (upsert_node)");
-  EndsByRevision& filed = filing[ends.revision];
-  if (filed.by_chips.size() < ends.ends.size()) filed.by_chips.resize(ends.ends.size());
-  for (std::size_t k = 0; k < ends.ends.size(); ++k) filed.by_chips[k].insert({ends.ends[k], node});
-  filed.whole.insert({ends.ends.back(), node});
-}
-
-void Scheduler::Impl::remove_ends(std::size_t node, const EndsFiled& ends) {
-  auto it = nodes_by_end.find(ends.revision);
-  EndsByRevision& filed = it->second;
-  for (std::size_t k = 0; k < ends.ends.size(); ++k) filed.by_chips[k].erase({ends.ends[k], node});
-  while (!filed.by_chips.empty() && filed.by_chips.back().empty()) filed.by_chips.pop_back();
-  filed.whole.erase({ends.ends.back(), node});
-  if (filed.whole.empty()) nodes_by_end.erase(it);
+  claimed_free_nodes.refile(node, nodes[node]);
 }
 
 void Scheduler::Impl::file_ends(std::size_t node) {
-  if (node >= ends_filed_as.size()) ends_filed_as.resize(node + 1);
-  std::optional<EndsFiled>& filed = ends_filed_as[node];
-  std::optional<EndsFiled> now_ends = ends_of(nodes[node], leases, requests);
-  if (filed && now_ends && filed->revision == now_ends->revision && filed->ends.size() == now_ends->ends.size()) {
-    // The same chips under the same revision: only the order statistics that changed move.
-    EndsByRevision& by = nodes_by_end.at(filed->revision);
-    for (std::size_t k = 0; k < filed->ends.size(); ++k) {
-      if (filed->ends[k] == now_ends->ends[k]) continue;
-      by.by_chips[k].erase({filed->ends[k], node});
-      by.by_chips[k].insert({now_ends->ends[k], node});
-    }
-    if (filed->ends.back() != now_ends->ends.back()) {
-      by.whole.erase({filed->ends.back(), node});
-      by.whole.insert({now_ends->ends.back(), node});
-    }
-  } else {
-    if (filed) remove_ends(node, *filed);
-    if (now_ends) add_ends(nodes_by_end, node, *now_ends);
-  }
-  filed = std::move(now_ends);
-}
-
-namespace {
-
-// A filing of the nodes by revision made from scratch, what a kept one must equal: `of` says what
-// a node is filed with (nothing for a node not filed), `add` files it.
-template <typename ByRevision, typename Of, typename Add>
-std::map<std::string, ByRevision> filed_from_scratch(const std::vector<NodeRec>& nodes, Of of, Add add) {
-  std::map<std::string, ByRevision> out;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    if (auto filed = of(nodes[n])) add(out, n, *filed);
-  }
-  return out;
-}
-
-}  // namespace
-
-std::map<std::string, Scheduler::Impl::EndsByRevision> Scheduler::Impl::nodes_by_end_counted(
-    const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases,
-    const std::map<RequestId, RequestRec>& requests) {
-  return filed_from_scratch<EndsByRevision>(
-      nodes, [&](const NodeRec& node) { return ends_of(node, leases, requests); }, &add_ends);
-}
-
-bool Scheduler::Impl::has_claimed_free_chip(const NodeRec& node) {
-  if (node.state != NodeState::up) return false;
-  for (std::size_t p = 0; p < node.chip_lease.size(); ++p) {
-    if (node.chip_claim[p] != 0 && node.chip_lease[p] == 0) return true;
-  }
-  return false;
-}
-
-void Scheduler::Impl::file_claimed_free(std::size_t node) {
-  if (has_claimed_free_chip(nodes[node])) {
-    claimed_free_nodes.insert(node);
-  } else {
-    claimed_free_nodes.erase(node);
-  }
-}
-
-std::optional<Scheduler::Impl::VictimsFiled> Scheduler::Impl::victims_of(const NodeRec& node,
-                                                                        const std::map<LeaseId, LeaseRec>& leases) {
-  if (node.state != NodeState::up) return std::nullopt;
-  VictimsFiled out;
-  out.revision = node.info.revision;
-  for (std::size_t p = 0; p < node.chip_lease.size(); ++p) {
-    const LeaseId id = node.chip_lease[p];
-    const LeaseRec* l = id == 0 ? nullptr : &leases.at(id);
-    if (node.chip_claim[p] != 0) {
-      ++out.others;
-    } else if (!l || l->grace_deadline_ms) {
-      ++out.soon_free;
-    } else if (l->cls == RequestClass::experiment) {
-      ++out.victims;
-    } else {
-      ++out.others;
-    }
-  }
-  return out;
-}
-
-void Scheduler::Impl::add_victims(std::map<std::string, VictimsByRevision>& filing, std::size_t node,
-                                  const VictimsFiled& filed) {
-  if (filed.victims == 0 && filed.soon_free == 0) return;  // every chip under other leases: nothing to file
-  VictimsByRevision& by = filing[filed.revision];
-  if (filed.victims > 0) by.with_victims.insert(node);
-  if (filed.soon_free > 0) by.by_soon_free.insert({filed.soon_free, node});
-  if (filed.others == 0) by.all_soon_free_or_victims.insert(node);
-}
-
-void Scheduler::Impl::file_victims(std::size_t node) {
-  if (node >= victims_filed_as.size()) victims_filed_as.resize(node + 1);
-  std::optional<VictimsFiled>& filed = victims_filed_as[node];
-  if (auto it = filed ? nodes_for_victims.find(filed->revision) : nodes_for_victims.end();
-      it != nodes_for_victims.end()) {
-    VictimsByRevision& by = it->second;
-    by.with_victims.erase(node);
-    by.by_soon_free.erase({filed->soon_free, node});
-    by.all_soon_free_or_victims.erase(node);
-    if (by == VictimsByRevision{}) nodes_for_victims.erase(it);
-  }
-  filed = victims_of(nodes[node], leases);
-  if (filed) add_victims(nodes_for_victims, node, *filed);
-}
-
-std::map<std::string, Scheduler::Impl::VictimsByRevision> Scheduler::Impl::nodes_for_victims_counted(
-    const std::vector<NodeRec>& nodes, const std::map<LeaseId, LeaseRec>& leases) {
-  return filed_from_scratch<VictimsByRevision>(
-      nodes, [&](const NodeRec& node) { return victims_of(node, leases); }, &add_victims);
+  nodes_by_end.refile(node, nodes[node], leases, requests);
+  nodes_for_victims.refile(node, nodes[node], leases);
 }
 
 std::vector<std::size_t> Scheduler::Impl::victim_nodes(const Request& q) const {
@@ -288,7 +66,7 @@ std::vector<std::size_t> Scheduler::Impl::victim_nodes(const Request& q) const {
     if (auto it = node_index.find(*q.node); it != node_index.end()) out.push_back(it->second);
     return out;
   }
-  for (const auto& [rev, by] : revisions_read(nodes_for_victims, q.revision)) {
+  for (const auto& [rev, by] : revisions_read(nodes_for_victims.by_revision(), q.revision)) {
     if (q.nodes > 0) {
       out.insert(out.end(), by.all_soon_free_or_victims.begin(), by.all_soon_free_or_victims.end());
       continue;
@@ -309,87 +87,9 @@ bool Scheduler::Impl::may_find_victims(const Request& q) const {
   // A search claims chips only with a notice to some experiment's lease (find_victims).
   if (q.node) {
     auto it = node_index.find(*q.node);
-    if (it == node_index.end() || it->second >= victims_filed_as.size()) return false;
-    const auto& filed = victims_filed_as[it->second];
-    return filed && filed->victims > 0;
+    return it != node_index.end() && nodes_for_victims.holds_victims(it->second);
   }
-  return std::any_of(nodes_for_victims.begin(), nodes_for_victims.end(),
-                     [](const auto& filed) { return !filed.second.with_victims.empty(); });
-}
-
-void Scheduler::Impl::count_node(std::size_t n, int sign) {
-  const NodeRec& node = nodes[n];
-  auto of = nodes_by_revision.try_emplace(node.info.revision).first;
-  if (sign > 0) {
-    ++of->second.states[node.state];
-    of->second.chips_by_node[n] = static_cast<int>(node.info.chips.size());
-    return;
-  }
-  if (--of->second.states.at(node.state) == 0) of->second.states.erase(node.state);
-  of->second.chips_by_node.erase(n);
-  if (of->second.chips_by_node.empty()) nodes_by_revision.erase(of);
-}
-
-std::map<std::string, Scheduler::Impl::NodesOfRevision> Scheduler::Impl::nodes_by_revision_counted(
-    const std::vector<NodeRec>& nodes) {
-  std::map<std::string, NodesOfRevision> counted;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    NodesOfRevision& of = counted[nodes[n].info.revision];
-    ++of.states[nodes[n].state];
-    of.chips_by_node[n] = static_cast<int>(nodes[n].info.chips.size());
-  }
-  return counted;
-}
-
-std::map<std::string, std::set<std::size_t>> Scheduler::Impl::whole_free_counted(const std::vector<NodeRec>& nodes,
-                                                                                 const FreeChips& free) {
-  std::map<std::string, std::set<std::size_t>> out;
-  for (std::size_t n = 0; n < nodes.size() && n < free.on_node.size(); ++n) {
-    if (whole_free(nodes[n], free.on_node[n])) out[nodes[n].info.revision].insert(n);
-  }
-  return out;
-}
-
-std::map<std::string, Scheduler::Impl::ByFree> Scheduler::Impl::nodes_by_free_counted(const std::vector<NodeRec>& nodes,
-                                                                                    const FreeChips& free) {
-  std::map<std::string, ByFree> out;
-  for (std::size_t n = 0; n < nodes.size() && n < free.on_node.size(); ++n) {
-    if (free.on_node[n] > 0) out[nodes[n].info.revision].insert({free.on_node[n], n});
-  }
-  return out;
-}
-
-FreeChips FreeChips::counted(const std::vector<NodeRec>& nodes, bool unclaimed_only) {
-  FreeChips out;
-  out.unclaimed_only = unclaimed_only;
-  for (std::size_t n = 0; n < nodes.size(); ++n) out.recount(n, nodes);
-  return out;
-}
-
-std::pair<int, int> Scheduler::Impl::largest_groups(const NodeInfo& node) {
-  std::map<int, int> numa;
-  std::map<int, int> switches;
-  for (const auto& chip : node.chips) {
-    ++numa[chip.numa_node];
-    ++switches[chip.switch_group];
-  }
-  auto largest = [](const std::map<int, int>& groups) {
-    int most = 0;
-    for (const auto& [group, chips] : groups) most = std::max(most, chips);
-    return most;
-  };
-  return {largest(numa), largest(switches)};
-}
-
-void Scheduler::Impl::file_topology(const NodeInfo* before, const NodeInfo& now) {
-  if (before) {
-    const auto [numa, switches] = largest_groups(*before);
-    largest_numa_nodes.erase(largest_numa_nodes.find(numa));
-    largest_switch_groups.erase(largest_switch_groups.find(switches));
-  }
-  const auto [numa, switches] = largest_groups(now);
-  largest_numa_nodes.insert(numa);
-  largest_switch_groups.insert(switches);
+  return nodes_for_victims.any_victims();
 }
 
 // Topology-aware choice of k chips among `usable` on one node: one NUMA node if possible,
@@ -442,86 +142,101 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
                                               const PassView& view, const FreeChips& free,
                                               const std::map<std::pair<RequestClass, std::string>, int>& used) const {
   const Request& q = r.req;
-  const TimeMs end = now + r.remaining_ms;
   std::set<std::size_t> claim_nodes;
   if (r.claim) {
     for (const ChipRef& c : r.claim->chips) claim_nodes.insert(c.node);
   }
-  if (q.nodes == 0) {
-    std::optional<std::tuple<int, int, std::size_t, std::size_t>> best_score;
-    Grant best;
-    const int floor = least_penalty(q.chips);
-    const auto consider = [&](std::size_t n) {
-      if (!eligible(nodes[n], q)) return;
-      if (const auto free_here = claim_nodes.count(n) ? std::nullopt : untouched_free_chips(view, free, n)) {
-        // Every free chip of an untouched node is usable and it holds no claim of the request's:
-        // its score is at least this one (no node places the chips better than least_penalty), so
-        // it is read only if that could beat the best.
-        if (*free_here < q.chips) return;
-        const auto least = std::make_tuple(1, floor, static_cast<std::size_t>(*free_here - q.chips), n);
-        if (best_score && least >= *best_score) return;
-      }
-      std::vector<std::size_t> usable;
-      for (std::size_t p = 0; p < view[n].size(); ++p) {
-        if (chip_usable_now(view[n][p], q.id, end)) usable.push_back(p);
-      }
-      if (static_cast<int>(usable.size()) < q.chips) return;
-      QuotaCheck quota = check_quota(r, nodes[n].info.revision, q.chips, used);
-      if (!quota.allowed) return;
-      auto [penalty, chosen] = choose_chips(n, usable, q.chips);
-      // Claimed node first, then topology, then best fit (fewest chips left over), so whole
-      // nodes stay free for large requests.
-      auto score = std::make_tuple(claim_nodes.count(n) ? 0 : 1, penalty,
-                                   usable.size() - static_cast<std::size_t>(q.chips), n);
-      if (!best_score || score < *best_score) {
-        best_score = score;
-        best.request = q.id;
-        best.borrowed = quota.borrowed;
-        best.chips.clear();
-        for (std::size_t p : chosen) best.chips.push_back({n, p});
-      }
-    };
-    if (q.node || knobs.exhaustive_passes) {
-      for_each_candidate(q, consider);
+  if (q.nodes == 0) return place_chips(r, now, view, free, used, claim_nodes);
+  return place_whole_nodes(r, now, view, free, used, claim_nodes);
+}
+
+std::optional<Grant> Scheduler::Impl::place_chips(const RequestRec& r, TimeMs now, const PassView& view,
+                                                  const FreeChips& free,
+                                                  const std::map<std::pair<RequestClass, std::string>, int>& used,
+                                                  const std::set<std::size_t>& claim_nodes) const {
+  const Request& q = r.req;
+  const TimeMs end = now + r.remaining_ms;
+  std::optional<std::tuple<int, int, std::size_t, std::size_t>> best_score;
+  Grant best;
+  const int floor = largest_groups.least_penalty(q.chips);
+  const auto consider = [&](std::size_t n) {
+    if (!eligible(nodes[n], q)) return;
+    if (const auto free_here = claim_nodes.count(n) ? std::nullopt : untouched_free_chips(view, free, n)) {
+      // Every free chip of an untouched node is usable and it holds no claim of the request's:
+      // its score is at least this one (no node places the chips better than least_penalty), so
+      // it is read only if that could beat the best.
+      if (*free_here < q.chips) return;
+      const auto least = std::make_tuple(1, floor, static_cast<std::size_t>(*free_here - q.chips), n);
+      if (best_score && least >= *best_score) return;
+    }
+    std::vector<std::size_t> usable;
+    for (std::size_t p = 0; p < view[n].size(); ++p) {
+      if (chip_usable_now(view[n][p], q.id, end)) usable.push_back(p);
+    }
+    if (static_cast<int>(usable.size()) < q.chips) return;
+    QuotaCheck quota = check_quota(r, nodes[n].info.revision, q.chips, used);
+    if (!quota.allowed) return;
+    auto [penalty, chosen] = choose_chips(n, usable, q.chips);
+    // Claimed node first, then topology, then best fit (fewest chips left over), so whole
+    // nodes stay free for large requests.
+    auto score = std::make_tuple(claim_nodes.count(n) ? 0 : 1, penalty,
+                                 usable.size() - static_cast<std::size_t>(q.chips), n);
+    if (!best_score || score < *best_score) {
+      best_score = score;
+      best.request = q.id;
+      best.borrowed = quota.borrowed;
+      best.chips.clear();
+      for (std::size_t p : chosen) best.chips.push_back({n, p});
+    }
+  };
+  if (q.node || knobs.exhaustive_passes) {
+    for_each_candidate(q, consider);
+  } else {
+    // A node whose row the pass made (reservations, its own grants), that holds the claim or
+    // that has a free chip claimed may score anything: each is read. Any other node is up with
+    // its counted free chips all usable, so its score is at least (1, least penalty, free -
+    // chips, index): read in that order, the first that could not beat the best ends the
+    // search, as none after it could. Only chips free when the pass began can be placed on:
+    // where the pass made more rows than there were nodes with enough of them, the rows made
+    // are read among those nodes, in their filing.
+    const std::vector<std::size_t>& touched = view.touched_nodes();
+    if (touched.size() <= free_chips.nodes_with_at_least(q.chips)) {
+      for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
     } else {
-      // A node whose row the pass made (reservations, its own grants), that holds the claim or
-      // that has a free chip claimed may score anything: each is read. Any other node is up with
-      // its counted free chips all usable, so its score is at least (1, least penalty, free -
-      // chips, index): read in that order, the first that could not beat the best ends the
-      // search, as none after it could. Only chips free when the pass began can be placed on:
-      // where the pass made more rows than there were nodes with enough of them, the rows made
-      // are read among those nodes, in their filing.
-      const std::vector<std::size_t>& touched = view.touched_nodes();
-      if (touched.size() <= up_nodes_with_free(q.chips)) {
-        for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
-      } else {
-        for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
-          for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
-            if (view.touched(it->second)) consider(it->second);
-          }
-        }
-      }
-      for (std::size_t n : claim_nodes) {
-        if (!view.touched(n)) consider(n);
-      }
-      for (std::size_t n : claimed_free_nodes) {
-        if (!view.touched(n) && !claim_nodes.count(n)) consider(n);
-      }
-      for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
+      for (const auto& [rev, by_free] : revisions_read(nodes_by_free.by_free(), q.revision)) {
         for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
-          const auto [free_here, n] = *it;
-          if (view.touched(n) || claim_nodes.count(n) || claimed_free_nodes.count(n)) continue;
-          if (best_score &&
-              std::make_tuple(1, floor, static_cast<std::size_t>(free_here - q.chips), n) >= *best_score) {
-            break;
-          }
-          consider(n);
+          if (view.touched(it->second)) consider(it->second);
         }
       }
     }
-    if (best_score) return best;
-    return std::nullopt;
+    for (std::size_t n : claim_nodes) {
+      if (!view.touched(n)) consider(n);
+    }
+    for (std::size_t n : claimed_free_nodes.nodes()) {
+      if (!view.touched(n) && !claim_nodes.count(n)) consider(n);
+    }
+    for (const auto& [rev, by_free] : revisions_read(nodes_by_free.by_free(), q.revision)) {
+      for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
+        const auto [free_here, n] = *it;
+        if (view.touched(n) || claim_nodes.count(n) || claimed_free_nodes.contains(n)) continue;
+        if (best_score &&
+            std::make_tuple(1, floor, static_cast<std::size_t>(free_here - q.chips), n) >= *best_score) {
+          break;
+        }
+        consider(n);
+      }
+    }
   }
+  if (best_score) return best;
+  return std::nullopt;
+}
+
+std::optional<Grant> Scheduler::Impl::place_whole_nodes(const RequestRec& r, TimeMs now, const PassView& view,
+                                                        const FreeChips& free,
+                                                        const std::map<std::pair<RequestClass, std::string>, int>& used,
+                                                        const std::set<std::size_t>& claim_nodes) const {
+  const Request& q = r.req;
+  const TimeMs end = now + r.remaining_ms;
   std::map<std::string, std::vector<std::size_t>> by_rev;
   const auto consider = [&](std::size_t n) {
     if (!eligible(nodes[n], q)) return;
@@ -540,22 +255,22 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
     // the grant takes the claimed nodes first (those with free chips all read) and then the lowest
     // indexes, which these include.
     const std::vector<std::size_t>& touched = view.touched_nodes();
-    if (touched.size() <= static_cast<std::size_t>(free_chips.whole_free_nodes)) {
+    if (touched.size() <= static_cast<std::size_t>(free_chips.whole_free_nodes())) {
       for (std::size_t i = 0, made = touched.size(); i < made; ++i) consider(touched[i]);
     } else {
-      for (const auto& [rev, filed] : revisions_read(whole_free_by_revision, q.revision)) {
+      for (const auto& [rev, filed] : revisions_read(nodes_by_free.whole_free(), q.revision)) {
         for (std::size_t n : filed) {
           if (view.touched(n)) consider(n);
         }
       }
     }
-    for (std::size_t n : claimed_free_nodes) {
+    for (std::size_t n : claimed_free_nodes.nodes()) {
       if (!view.touched(n)) consider(n);
     }
-    for (const auto& [rev, filed] : revisions_read(whole_free_by_revision, q.revision)) {
+    for (const auto& [rev, filed] : revisions_read(nodes_by_free.whole_free(), q.revision)) {
       int taken = 0;
       for (auto it = filed.begin(); it != filed.end() && taken < q.nodes; ++it) {
-        if (view.touched(*it) || claimed_free_nodes.count(*it)) continue;
+        if (view.touched(*it) || claimed_free_nodes.contains(*it)) continue;
         consider(*it);
         ++taken;
       }
@@ -586,12 +301,6 @@ std::optional<Grant> Scheduler::Impl::place_now(const RequestRec& r, TimeMs now,
 Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeMs now,
                                                       const PassView& view) const {
   const Request& q = r.req;
-  // No chip comes free before now, not even one whose lease's grace passed before a tick ended it.
-  auto avail = [&](const ChipPlan& c) {
-    TimeMs t = c.lease != 0 ? std::max(c.busy_until, now) : now;
-    if (c.claimed_by != 0) t = std::max(t, c.claim_end);
-    return std::max(t, c.resv_end);
-  };
   Reservation best;
   // Where the pass made a node's row it may have reserved or granted chips there: each such node
   // is read. Any other is up, its row as its leases and claims make it, and none of its chips
@@ -599,113 +308,127 @@ Scheduler::Impl::Reservation Scheduler::Impl::reserve(const RequestRec& r, TimeM
   // ends, up to the first that could not beat what was found.
   const bool by_ends = !q.node && !knobs.exhaustive_passes;
   if (q.nodes == 0) {
-    std::optional<std::tuple<TimeMs, std::size_t, std::size_t>> best_score;
-    const auto consider = [&](std::size_t n) {
-      if (!eligible(nodes[n], q)) return;
-      std::vector<std::pair<TimeMs, std::size_t>> times;
-      std::size_t free_now = 0;
-      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
-        const ChipPlan c = view.chip(n, p);
-        times.push_back({avail(c), p});
-        if (c.lease == 0) ++free_now;
-      }
-      std::sort(times.begin(), times.end());
-      TimeMs start = times[q.chips - 1].first;
-      auto score = std::make_tuple(start, free_now, n);
-      if (!best_score || score < *best_score) {
-        best_score = score;
-        best.start = start;
-        best.chips.clear();
-        for (int i = 0; i < q.chips; ++i) best.chips.push_back({n, times[i].second});
-      }
-    };
-    if (!by_ends) {
-      for_each_candidate(q, consider);
-    } else {
-      for (std::size_t n : view.touched_nodes()) consider(n);
-      // An unread node with enough chips free starts now, and scores exactly (now, its free chips,
-      // index): those are read in that order (nodes_by_free), up to the first that could not beat
-      // the best, and left out of the reading by ends. A request that cannot start now while such
-      // nodes exist (its window not open, its quota) reads one of them, not each.
-      for (const auto& [rev, by_free] : revisions_read(nodes_by_free, q.revision)) {
-        for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
-          const auto [free_here, n] = *it;
-          if (best_score && std::make_tuple(now, static_cast<std::size_t>(free_here), n) >= *best_score) break;
-          if (!view.touched(n)) consider(n);
-        }
-      }
-      for (const auto& [rev, filed] : revisions_read(nodes_by_end, q.revision)) {
-        if (q.chips > static_cast<int>(filed.by_chips.size())) continue;
-        const auto& by_end = filed.by_chips[q.chips - 1];
-        for (auto it = by_end.lower_bound({kFreeNow + 1, 0}); it != by_end.end(); ++it) {
-          const auto [end, n] = *it;
-          if (best_score && std::make_tuple(end, std::size_t{0}, n) >= *best_score) break;
-          if (!view.touched(n)) consider(n);
-        }
-      }
-    }
+    reserve_chips(r, now, view, by_ends, best);
   } else {
-    std::map<std::string, std::vector<std::pair<TimeMs, std::size_t>>> by_rev;
-    const auto start_on = [&](std::size_t n) {
-      TimeMs t = now;
-      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) t = std::max(t, avail(view.chip(n, p)));
-      return std::make_pair(t, n);
-    };
-    const auto consider = [&](std::size_t n) {
-      if (eligible(nodes[n], q)) by_rev[nodes[n].info.revision].push_back(start_on(n));
-    };
-    if (!by_ends) {
-      for_each_candidate(q, consider);
-    } else {
-      // Per revision only the nodes earliest free count: those read so far, cut to as many as
-      // asked, and then filed ones while one could still take the place of the latest of them.
-      for (std::size_t n : view.touched_nodes()) consider(n);
-      for (const auto& [rev, filed] : revisions_read(nodes_by_end, q.revision)) {
-        std::vector<std::pair<TimeMs, std::size_t>>& list = by_rev[rev];
-        std::set<std::pair<TimeMs, std::size_t>> earliest(list.begin(), list.end());
-        const auto keep_asked = [&] {
-          while (static_cast<int>(earliest.size()) > q.nodes) earliest.erase(std::prev(earliest.end()));
-        };
-        keep_asked();
-        // An unread wholly free node with no chip claimed starts now: those are read by index
-        // (whole_free_by_revision), only as many as asked, and left out of the reading by ends,
-        // where a claimed one is filed by its claim's end.
-        if (auto free_whole = whole_free_by_revision.find(rev); free_whole != whole_free_by_revision.end()) {
-          int taken = 0;
-          for (auto it = free_whole->second.begin(); it != free_whole->second.end() && taken < q.nodes; ++it) {
-            if (view.touched(*it) || claimed_free_nodes.count(*it)) continue;
-            earliest.insert(start_on(*it));
-            keep_asked();
-            ++taken;
-          }
-        }
-        for (auto it = filed.whole.lower_bound({kFreeNow + 1, 0}); it != filed.whole.end(); ++it) {
-          const auto [end, n] = *it;
-          if (static_cast<int>(earliest.size()) == q.nodes && std::make_pair(end, n) >= *earliest.rbegin()) break;
-          if (view.touched(n)) continue;
-          earliest.insert(start_on(n));
-          keep_asked();
-        }
-        list.assign(earliest.begin(), earliest.end());
+    reserve_whole_nodes(r, now, view, by_ends, best);
+  }
+  if (best.start != kNever && q.not_before_ms) best.start = std::max(best.start, *q.not_before_ms);
+  return best;
+}
+
+void Scheduler::Impl::reserve_chips(const RequestRec& r, TimeMs now, const PassView& view, bool by_ends,
+                                    Reservation& best) const {
+  const Request& q = r.req;
+  std::optional<std::tuple<TimeMs, std::size_t, std::size_t>> best_score;
+  const auto consider = [&](std::size_t n) {
+    if (!eligible(nodes[n], q)) return;
+    std::vector<std::pair<TimeMs, std::size_t>> times;
+    std::size_t free_now = 0;
+    for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
+      const ChipPlan c = view.chip(n, p);
+      times.push_back({chip_available(now, c), p});
+      if (c.lease == 0) ++free_now;
+    }
+    std::sort(times.begin(), times.end());
+    TimeMs start = times[q.chips - 1].first;
+    auto score = std::make_tuple(start, free_now, n);
+    if (!best_score || score < *best_score) {
+      best_score = score;
+      best.start = start;
+      best.chips.clear();
+      for (int i = 0; i < q.chips; ++i) best.chips.push_back({n, times[i].second});
+    }
+  };
+  if (!by_ends) {
+    for_each_candidate(q, consider);
+  } else {
+    for (std::size_t n : view.touched_nodes()) consider(n);
+    // An unread node with enough chips free starts now, and scores exactly (now, its free chips,
+    // index): those are read in that order (nodes_by_free), up to the first that could not beat
+    // the best, and left out of the reading by ends. A request that cannot start now while such
+    // nodes exist (its window not open, its quota) reads one of them, not each.
+    for (const auto& [rev, by_free] : revisions_read(nodes_by_free.by_free(), q.revision)) {
+      for (auto it = by_free.lower_bound({q.chips, 0}); it != by_free.end(); ++it) {
+        const auto [free_here, n] = *it;
+        if (best_score && std::make_tuple(now, static_cast<std::size_t>(free_here), n) >= *best_score) break;
+        if (!view.touched(n)) consider(n);
       }
     }
-    for (auto& [rev, list] : by_rev) {
-      if (static_cast<int>(list.size()) < q.nodes) continue;
-      std::sort(list.begin(), list.end());
-      TimeMs start = list[q.nodes - 1].first;
-      if (start < best.start) {
-        best.start = start;
-        best.chips.clear();
-        for (int i = 0; i < q.nodes; ++i) {
-          for (std::size_t p = 0; p < nodes[list[i].second].chip_lease.size(); ++p) {
-            best.chips.push_back({list[i].second, p});
-          }
+    for (const auto& [rev, filed] : revisions_read(nodes_by_end.by_revision(), q.revision)) {
+      if (q.chips > static_cast<int>(filed.by_chips.size())) continue;
+      const auto& by_end = filed.by_chips[q.chips - 1];
+      for (auto it = by_end.lower_bound({kFreeNow + 1, 0}); it != by_end.end(); ++it) {
+        const auto [end, n] = *it;
+        if (best_score && std::make_tuple(end, std::size_t{0}, n) >= *best_score) break;
+        if (!view.touched(n)) consider(n);
+      }
+    }
+  }
+}
+
+void Scheduler::Impl::reserve_whole_nodes(const RequestRec& r, TimeMs now, const PassView& view, bool by_ends,
+                                          Reservation& best) const {
+  const Request& q = r.req;
+  std::map<std::string, std::vector<std::pair<TimeMs, std::size_t>>> by_rev;
+  const auto start_on = [&](std::size_t n) {
+    TimeMs t = now;
+    for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
+      t = std::max(t, chip_available(now, view.chip(n, p)));
+    }
+    return std::make_pair(t, n);
+  };
+  const auto consider = [&](std::size_t n) {
+    if (eligible(nodes[n], q)) by_rev[nodes[n].info.revision].push_back(start_on(n));
+  };
+  if (!by_ends) {
+    for_each_candidate(q, consider);
+  } else {
+    // Per revision only the nodes earliest free count: those read so far, cut to as many as
+    // asked, and then filed ones while one could still take the place of the latest of them.
+    for (std::size_t n : view.touched_nodes()) consider(n);
+    for (const auto& [rev, filed] : revisions_read(nodes_by_end.by_revision(), q.revision)) {
+      std::vector<std::pair<TimeMs, std::size_t>>& list = by_rev[rev];
+      std::set<std::pair<TimeMs, std::size_t>> earliest(list.begin(), list.end());
+      const auto keep_asked = [&] {
+        while (static_cast<int>(earliest.size()) > q.nodes) earliest.erase(std::prev(earliest.end()));
+      };
+      keep_asked();
+      // An unread wholly free node with no chip claimed starts now: those are read by index
+      // (NodesByFree::whole_free), only as many as asked, and left out of the reading by ends,
+      // where a claimed one is filed by its claim's end.
+      if (auto free_whole = nodes_by_free.whole_free().find(rev); free_whole != nodes_by_free.whole_free().end()) {
+        int taken = 0;
+        for (auto it = free_whole->second.begin(); it != free_whole->second.end() && taken < q.nodes; ++it) {
+          if (view.touched(*it) || claimed_free_nodes.contains(*it)) continue;
+          earliest.insert(start_on(*it));
+          keep_asked();
+          ++taken;
+        }
+      }
+      for (auto it = filed.whole.lower_bound({kFreeNow + 1, 0}); it != filed.whole.end(); ++it) {
+        const auto [end, n] = *it;
+        if (static_cast<int>(earliest.size()) == q.nodes && std::make_pair(end, n) >= *earliest.rbegin()) break;
+        if (view.touched(n)) continue;
+        earliest.insert(start_on(n));
+        keep_asked();
+      }
+      list.assign(earliest.begin(), earliest.end());
+    }
+  }
+  for (auto& [rev, list] : by_rev) {
+    if (static_cast<int>(list.size()) < q.nodes) continue;
+    std::sort(list.begin(), list.end());
+    TimeMs start = list[q.nodes - 1].first;
+    if (start < best.start) {
+      best.start = start;
+      best.chips.clear();
+      for (int i = 0; i < q.nodes; ++i) {
+        for (std::size_t p = 0; p < nodes[list[i].second].chip_lease.size(); ++p) {
+          best.chips.push_back({list[i].second, p});
         }
       }
     }
   }
-  if (best.start != kNever && q.not_before_ms) best.start = std::max(best.start, *q.not_before_ms);
-  return best;
 }
 
 void Scheduler::Impl::mark_reserved(PassView& view, const std::vector<ChipRef>& chips,
@@ -718,257 +441,6 @@ void Scheduler::Impl::mark_reserved(PassView& view, const std::vector<ChipRef>& 
     }
     c.resv_end = std::max(c.resv_end, end);
   }
-}
-
-Plan Scheduler::Impl::plan(TimeMs now, bool with_reasons, std::optional<RequestId> reasons_of,
-                           std::size_t first_requests) const {
-  KILN_ASSERT(first_requests == std::numeric_limits<std::size_t>::max() || (with_reasons && !reasons_of),
-              "only a pass explaining every request may end early");
-  Plan out;
-  auto view = initial_view(now);
-  auto used = chips_in_use;
-  FreeChips free = free_chips;
-  bool fifo_blocked = false;
-  std::size_t reservations = 0;
-  std::optional<FreeNotices> notices;  // read once, by the first request that waits for its target
-  FleetSummary fleet;                  // filled as explanations need it
-  // Requests of one shape see the same chips, so one search answers for every later request of
-  // that shape until the pass changes what it read: a queue of like requests costs a search per
-  // change, not one per request. The reference passes (exhaustive_passes) search for each.
-  //  - A reservation found stays the earliest while marks only delay chips on other nodes: a
-  //    reservation or a claim marked on a node drops only the answers on that node; a grant
-  //    (which also changes how many chips are free) drops them all.
-  //  - Placing now and finding victims also depend on the class (quotas), on the request's own
-  //    claim (a request with one searches alone, as does one that preempted before), and on its
-  //    work left only through which reservations its end would cross: the first reservation
-  //    start at or after that end stands for it. A grant, a new claim or a new reservation
-  //    drops those answers; a claim made by an earlier pass is in the view from the start.
-  using SearchShape = std::tuple<int, int, std::optional<std::string>, std::optional<std::string>, bool,
-                                 std::optional<TimeMs>>;
-  using LikeRequests = std::tuple<SearchShape, RequestClass, TimeMs>;
-  const auto search_shape = [](const Request& q) {
-    return SearchShape{q.nodes, q.chips, q.revision, q.node, q.maintenance, q.not_before_ms};
-  };
-  std::set<TimeMs> reservation_starts;
-  const auto like_requests = [&](const RequestRec& r, TimeMs end) {
-    const auto crossed = reservation_starts.lower_bound(end);
-    return LikeRequests{search_shape(r.req), r.req.cls, crossed == reservation_starts.end() ? kNever : *crossed};
-  };
-  std::map<SearchShape, Reservation> reservations_by_shape;
-  std::uint64_t plan_changes = 0;
-  std::map<LikeRequests, std::uint64_t> placement_failed_at;
-  std::map<LikeRequests, std::pair<std::uint64_t, std::optional<Claim>>> victims_by_shape;
-  const bool share_searches = !knobs.exhaustive_passes;
-  const auto place_now_shared = [&](const RequestRec& r) -> std::optional<Grant> {
-    if (!share_searches || r.claim) return place_now(r, now, view, free, used);
-    auto [it, added] = placement_failed_at.try_emplace(like_requests(r, now + r.remaining_ms), plan_changes);
-    if (!added && it->second == plan_changes) return std::nullopt;
-    it->second = plan_changes;
-    return place_now(r, now, view, free, used);
-  };
-  const auto reserve_shared = [&](const RequestRec& r) {
-    if (!share_searches) return reserve(r, now, view);
-    auto [it, added] = reservations_by_shape.try_emplace(search_shape(r.req));
-    if (added) it->second = reserve(r, now, view);
-    return it->second;
-  };
-  const auto marked = [&](const std::vector<ChipRef>& chips) {
-    std::erase_if(reservations_by_shape, [&](const auto& entry) {
-      return std::any_of(entry.second.chips.begin(), entry.second.chips.end(), [&](const ChipRef& found) {
-        return std::any_of(chips.begin(), chips.end(), [&](const ChipRef& c) { return c.node == found.node; });
-      });
-    });
-  };
-  const auto find_victims_shared = [&](const RequestRec& r) {
-    if (!share_searches || preempted_by_mentions.count(r.req.id)) return find_victims(r, now, view, used);
-    auto [it, added] = victims_by_shape.try_emplace(like_requests(r, now + knobs.grace_ms + r.remaining_ms));
-    if (added || it->second.first != plan_changes) it->second = {plan_changes, find_victims(r, now, view, used)};
-    return it->second.second;
-  };
-  // A pass asked why one request waits reads the others as any pass does: the same decisions.
-  const auto explaining = [&](RequestId id) { return with_reasons && (!reasons_of || *reasons_of == id); };
-  // Read in the merged order below, as of a moment the requests are filed for; the requests ahead
-  // of it are counted by the queue's ranks.
-  const bool explain_one = with_reasons && reasons_of && !knobs.exhaustive_passes && targets_filed_at == now;
-  auto consider = [&](const RequestRec& r) {
-    const RequestId id = r.req.id;
-    const Request& q = r.req;
-    bool window_open = !q.not_before_ms || *q.not_before_ms <= now;
-    if (!window_open) out.wake = std::min(out.wake, *q.not_before_ms);
-    // One waiting for its target wakes the scheduler when it becomes due, whatever else the pass
-    // finds for it: a pass that leaves it unread (below) knows that much of it.
-    if (waits_for_target(r) && due_at(r) > now) out.wake = std::min(out.wake, due_at(r));
-    if (window_open && !fifo_blocked && !lacks_free_chips(r, free)) {
-      if (auto grant = place_now_shared(r)) {
-        reservations_by_shape.clear();
-        ++plan_changes;
-        for (const ChipRef& c : grant->chips) {
-          view[c.node][c.pos].lease = kPlannedLease;
-          view[c.node][c.pos].busy_until = now + r.remaining_ms;
-          view[c.node][c.pos].claimed_by = 0;
-          free.take(c.node, 1);
-        }
-        used[{q.cls, nodes[grant->chips.front().node].info.revision}] +=
-            static_cast<int>(grant->chips.size());
-        out.grants.push_back(std::move(*grant));
-        return;
-      }
-    }
-    if (knobs.policy == Policy::fifo && window_open) fifo_blocked = true;
-    // Past the reservations, a plain request only waits: the pass need not look for its place,
-    // unless it is asked why.
-    if (!explaining(id) && !knobs.exhaustive_passes && plain(r) &&
-        (!kiln_policy() || reservations >= knobs.max_reservations)) {
-      return;
-    }
-
-    PendingInfo info;
-    if (kiln_policy()) {
-      if (r.claim) {
-        // The view holds its chips for it from the start (claim_end).
-        info.expected_start = std::max(r.claim->ready_ms, now);
-      } else {
-        bool claimed = false;
-        const Reservation resv = reserve_shared(r);
-        std::optional<TimeMs> target = may_preempt(r) ? target_time(r) : std::nullopt;
-        bool late = resv.start == kNever || (target && resv.start > *target);
-        if (target && late) {
-          // Preempt once the target can no longer be met otherwise; before that only if the
-          // victims lose nothing (a checkpoint falls inside their grace), so the wait for
-          // the target does not end on an expensive victim.
-          const bool due = now + knobs.grace_ms >= *target;
-          if (!due) {
-            if (!notices) notices = free_notices(now);
-            out.wake = std::min({out.wake, *target - knobs.grace_ms, notices->next});
-          }
-          // Before it is due, victims serve only if a notice to them loses nothing; unless it is asked
-          // why, it need not look for them when no notice would.
-          const bool look = due || explaining(id) || knobs.exhaustive_passes || (window_open && notices->now);
-          auto claim = look ? find_victims_shared(r) : std::nullopt;
-          if (claim && (due || (window_open && claim->lost_chip_ms == 0))) {
-            claimed = true;
-            marked(claim->chips);
-            ++plan_changes;
-            info.expected_start = claim->ready_ms;
-            reservation_starts.insert(claim->ready_ms);
-            mark_reserved(view, claim->chips, claim->ready_ms, claim->ready_ms + r.remaining_ms,
-                          id);
-            for (const ChipRef& c : claim->chips) view[c.node][c.pos].claimed_by = id;
-            out.preemptions.push_back({id, std::move(*claim)});
-          } else if (claim) {
-            // Victims are there: it preempts them when its target comes, at the latest.
-            info.expected_start = std::max(*target, claim->ready_ms);
-          }
-        }
-        if (!claimed && resv.start != kNever) {
-          info.expected_start = std::min(resv.start, info.expected_start.value_or(kNever));
-          // Windows booked ahead (release) always hold their nodes; otherwise only the first
-          // blocked requests do, so the queue's head is never starved and younger work still
-          // backfills around the rest.
-          if (q.not_before_ms || reservations < knobs.max_reservations) {
-            if (!q.not_before_ms) ++reservations;
-            marked(resv.chips);
-            ++plan_changes;
-            reservation_starts.insert(resv.start);
-            mark_reserved(view, resv.chips, resv.start, resv.start + r.remaining_ms, id);
-          }
-        }
-      }
-    }
-    if (explaining(id)) {
-      const auto ahead = static_cast<std::size_t>(queue_ranks.order_of_key(order_key(q)));
-      info.reasons = reasons_for(r, now, view, used, ahead, fleet);
-      out.pending[id] = std::move(info);
-    }
-  };
-
-  if ((with_reasons && !explain_one) || knobs.exhaustive_passes) {
-    std::size_t read = 0;
-    for (auto it = queue.begin(); it != queue.end() && read < first_requests; ++it, ++read) consider(*it->second);
-  } else {
-    // The other requests, each shape's plain ones, each shape's not yet due to preempt, each
-    // shape's due and each shape's holding a claim, merged in scheduling order. A shape is read no
-    // further once its next request can take nothing: no chips free for it now (there are only
-    // fewer later in the pass) and no reservation left, or a fifo queue whose head waits; for due
-    // ones, also no node where a notice could free chips for it; for claims, no chips free for it
-    // now. One not yet due could still preempt an experiment that a notice costs nothing
-    // now; and each wakes the scheduler when it becomes due, or when a notice would cost nothing
-    // if it is late, so a shape of them is left only while the earliest of those moments is a due
-    // one: the pass wakes for it below.
-    KILN_ASSERT(targets_filed_at == now, "schedule() files the requests waiting for their targets as of its pass");
-    using Entries = std::map<OrderKey, RequestRec*>;
-    std::vector<std::pair<Entries::const_iterator, Entries::const_iterator>> cursors;
-    cursors.push_back({unplain.begin(), unplain.end()});
-    // The requests holding a claim with a free chip of it are read in full: the free chips the
-    // other claimants may use are only those no claim holds (free_unclaimed), of which there are
-    // no more at any point of the pass than at its start.
-    Entries own_chips_free;
-    for (std::size_t n : claimed_free_nodes) {
-      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
-        const RequestId id = nodes[n].chip_claim[p];
-        if (id == 0 || nodes[n].chip_lease[p] != 0) continue;
-        const RequestRec& r = requests.at(id);
-        if (!filed_as_claimant(r)) continue;
-        const OrderKey key = order_key(r.req);
-        own_chips_free.emplace(key, claims_by_shape.at(shape_of(r.req)).at(key));
-      }
-    }
-    cursors.push_back({own_chips_free.begin(), own_chips_free.end()});
-    // The request explained is read wherever it is filed, and the pass ends with it.
-    Entries explained;
-    if (explain_one) {
-      const RequestRec& r = requests.at(*reasons_of);
-      explained.emplace(order_key(r.req), queue.at(order_key(r.req)));
-    }
-    cursors.push_back({explained.begin(), explained.end()});
-    const std::size_t first_by_shape = cursors.size();  // the cursors before it are read in full
-    for (const auto& [shape, entries] : plain_by_shape) cursors.push_back({entries.begin(), entries.end()});
-    const std::size_t first_target_shape = cursors.size();
-    for (const auto& [shape, entries] : targets_by_shape) cursors.push_back({entries.begin(), entries.end()});
-    const std::size_t first_claim_shape = cursors.size();
-    for (const auto& [shape, entries] : claims_by_shape) cursors.push_back({entries.begin(), entries.end()});
-    const std::size_t first_due_shape = cursors.size();
-    for (const auto& [shape, entries] : due_by_shape) cursors.push_back({entries.begin(), entries.end()});
-    if (!targets_by_due.empty()) out.wake = std::min(out.wake, targets_by_due.begin()->first);
-    using Head = std::pair<OrderKey, std::size_t>;
-    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
-    for (std::size_t c = 0; c < cursors.size(); ++c) {
-      if (cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
-    }
-    while (!heads.empty()) {
-      const std::size_t c = heads.top().second;
-      heads.pop();
-      const RequestRec& r = *cursors[c].first->second;
-      const bool read_elsewhere = (c >= first_claim_shape && c < first_due_shape && own_chips_free.count(cursors[c].first->first)) ||
-                                  (c != first_by_shape - 1 && explained.count(cursors[c].first->first));
-      if (read_elsewhere) {
-        if (++cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
-        continue;
-      }
-      const bool may_reserve = kiln_policy() && reservations < knobs.max_reservations;
-      bool takes_nothing =
-          !may_reserve && (knobs.policy == Policy::fifo ? fifo_blocked : lacks_free_chips(r, free));
-      if (c >= first_due_shape) {
-        // Nodes filed for victims only ever hold more than a pass finds there.
-        takes_nothing = takes_nothing && !may_find_victims(r.req);
-      } else if (c >= first_claim_shape) {
-        // A request with a claim reserves nothing: it only starts, or waits.
-        takes_nothing = lacks_free_chips(r, free_unclaimed);
-      } else if (c >= first_target_shape && takes_nothing) {
-        if (!notices) notices = free_notices(now);
-        takes_nothing = !notices->now && notices->next >= targets_by_due.begin()->first;
-      }
-      if (c >= first_by_shape && takes_nothing) continue;
-      consider(r);
-      if (c == first_by_shape - 1) break;
-      if (++cursors[c].first != cursors[c].second) heads.push({cursors[c].first->first, c});
-    }
-  }
-  out.settled.valid = true;
-  out.settled.free = std::move(free);
-  out.settled.reservations_taken = reservations >= knobs.max_reservations;
-  out.settled.fifo_blocked = fifo_blocked;
-  return out;
 }
 
 }  // namespace kiln::scheduler

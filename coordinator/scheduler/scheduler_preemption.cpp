@@ -6,7 +6,7 @@
 
 namespace kiln::scheduler {
 
-Scheduler::Impl::NoticeFiled Scheduler::Impl::notice_state(const LeaseRec& l, TimeMs at) const {
+NoticeFiled Scheduler::Impl::notice_state(const LeaseRec& l, TimeMs at) const {
   NoticeFiled out;
   out.free = lost_work(l, at) == 0;
   out.recheck = kNever;
@@ -25,207 +25,228 @@ Scheduler::Impl::NoticeFiled Scheduler::Impl::notice_state(const LeaseRec& l, Ti
   return out;
 }
 
-void Scheduler::Impl::file_without_notice(LeaseId id) {
-  unfile_without_notice(id);
-  const NoticeFiled& entry = without_notice.filed.emplace(id, NoticeFiled{}).first->second;
-  without_notice.add(id, entry);
-}
-
-void Scheduler::Impl::unfile_without_notice(LeaseId id) {
-  auto it = without_notice.filed.find(id);
-  if (it == without_notice.filed.end()) return;
-  without_notice.remove(id, it->second);
-  without_notice.filed.erase(it);
-}
-
-void Scheduler::Impl::place_without_notice(LeaseId id, TimeMs at) const {
-  NoticeFiled& entry = without_notice.filed.at(id);
-  without_notice.remove(id, entry);
-  entry = notice_state(leases.at(id), at);
-  without_notice.add(id, entry);
-}
-
 Scheduler::Impl::FreeNotices Scheduler::Impl::free_notices(TimeMs now) const {
   FreeNotices out;
-  if (knobs.exhaustive_passes || now < without_notice.filed_at) {
+  if (knobs.exhaustive_passes || now < without_notice.filed_at()) {
     // The reference passes, and a question about an earlier moment than the filing holds for,
     // read every lease.
-    for (const auto& [id, filed] : without_notice.filed) {
+    for (const auto& [id, filed] : without_notice.entries()) {
       const NoticeFiled state = notice_state(leases.at(id), now);
       out.now = out.now || state.free;
       if (state.window) out.next = std::min(out.next, *state.window);
     }
     return out;
   }
-  while (!without_notice.rechecks.empty() && without_notice.rechecks.begin()->first <= now) {
-    place_without_notice(without_notice.rechecks.begin()->second, now);
+  while (const auto due = without_notice.first_to_recheck(now)) {
+    without_notice.place(*due, notice_state(leases.at(*due), now));
   }
-  without_notice.filed_at = now;
-  out.now = without_notice.free > 0;
-  if (!without_notice.windows.empty()) out.next = without_notice.windows.begin()->first;
+  without_notice.mark_filed_at(now);
+  out.now = without_notice.any_free();
+  out.next = without_notice.next_window().value_or(kNever);
   return out;
 }
 
-// Finds the experiment leases whose notice lets `r` start at the end of the grace, losing
-// the least work. nullopt when no such set exists or none is needed.
-std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs now,
-                                                 const PassView& view,
-                                                 const std::map<std::pair<RequestClass, std::string>, int>& used) const {
-  const Request& q = r.req;
-  const TimeMs ready = now + knobs.grace_ms;
-  const TimeMs end = ready + r.remaining_ms;
-  // A chip can serve the demand at `ready` if it is free, already winding down under notice,
-  // and no earlier reservation needs it before the demand would end.
-  auto soon_free = [&](const ChipPlan& c) {
-    if (c.claimed_by != 0 && c.claimed_by != q.id) return false;
-    if (end > c.resv_start) return false;
-    if (c.lease == 0) return true;
-    auto it = leases.find(c.lease);
-    return it != leases.end() && it->second.grace_deadline_ms.has_value();
-  };
-  auto candidate = [&](LeaseId id) {
-    auto found = leases.find(id);
-    if (found == leases.end()) return false;
-    const LeaseRec& l = found->second;
-    if (l.grace_deadline_ms || !preemptible(l.cls, q.cls)) return false;
-    const RequestRec& holder = requests.at(l.request);
-    if (holder.req.maintenance || holder.preempted_by.count(q.id)) return false;
-    for (const ChipRef& c : l.chips) {
-      const ChipPlan plan = view.chip(c.node, c.pos);
-      if ((plan.claimed_by != 0 && plan.claimed_by != q.id) || end > plan.resv_start) return false;
-    }
-    return true;
-  };
-  // Cost order: borrowed leases first (they run on capacity lent to them, reclaimed first),
-  // then least lost work, then fewest chips disturbed.
+// One search for the experiment leases whose notice lets a request start at the end of the grace,
+// losing the least work.
+class Scheduler::Impl::VictimSearch {
+ public:
+  VictimSearch(const Impl& s, const RequestRec& r, TimeMs now, const PassView& view,
+               const std::map<std::pair<RequestClass, std::string>, int>& used)
+      : s_(s), q_(r.req), now_(now), view_(view), used_(used), ready_(now + s.knobs.grace_ms),
+        end_(ready_ + r.remaining_ms) {}
+
+  std::optional<Claim> run() &&;
+
+ private:
+  // Cost order: borrowed leases first (they run on capacity lent to them, reclaimed first), then
+  // least lost work, then fewest chips disturbed.
   using Cost = std::tuple<int, std::int64_t, int>;
-  std::optional<Cost> best_cost;
-  Claim best;
 
-  auto within_quota = [&](const std::string& rev, int chips) {
-    if (!kiln_policy()) return false;
-    auto quota = knobs.quota(q.cls, rev);
-    if (!quota) return true;
-    auto it = used.find({q.cls, rev});
-    return (it == used.end() ? 0 : it->second) + chips <= *quota;
-  };
-
-  if (q.nodes == 0) {
-    // A node where the chips coming free serve the request alone ends the search, whatever the
-    // others hold: those are read first.
-    auto serves_alone = [&](std::size_t n) {
-      if (!eligible(nodes[n], q) || !within_quota(nodes[n].info.revision, q.chips)) return false;
-      int have = 0;
-      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) have += soon_free(view.chip(n, p)) ? 1 : 0;
-      return have >= q.chips;
-    };
-    if (q.node) {
-      auto it = node_index.find(*q.node);
-      if (it != node_index.end() && serves_alone(it->second)) return std::nullopt;
-    } else if (!knobs.exhaustive_passes) {
-      for (const auto& [rev, by] : revisions_read(nodes_for_victims, q.revision)) {
-        for (auto it = by.by_soon_free.lower_bound({q.chips, 0}); it != by.by_soon_free.end(); ++it) {
-          if (serves_alone(it->second)) return std::nullopt;
-        }
-      }
-    }
-    for (std::size_t n : victim_nodes(q)) {
-      if (!eligible(nodes[n], q) || !within_quota(nodes[n].info.revision, q.chips)) continue;
-      int have = 0;
-      std::set<LeaseId> cands;
-      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
-        const ChipPlan c = view.chip(n, p);
-        if (soon_free(c)) {
-          ++have;
-        } else if (c.lease != 0 && candidate(c.lease)) {
-          cands.insert(c.lease);
-        }
-      }
-      int need = q.chips - have;
-      if (need <= 0) return std::nullopt;  // it only has to wait for notices already sent
-      std::vector<LeaseId> list(cands.begin(), cands.end());
-      if (list.size() > kMaxVictimCandidates) list.resize(kMaxVictimCandidates);
-      for (std::uint32_t mask = 1; mask < (1u << list.size()); ++mask) {
-        int freed = 0;
-        Cost cost{0, 0, 0};
-        for (std::size_t i = 0; i < list.size(); ++i) {
-          if (!(mask & (1u << i))) continue;
-          const LeaseRec& l = leases.at(list[i]);
-          for (const ChipRef& c : l.chips) freed += c.node == n ? 1 : 0;
-          std::get<0>(cost) += l.borrowed ? 0 : 1;
-          std::get<1>(cost) += lost_work(l, now);
-          std::get<2>(cost) += static_cast<int>(l.chips.size());
-        }
-        if (freed < need) continue;
-        if (!best_cost || cost < *best_cost) {
-          best_cost = cost;
-          best.victims.clear();
-          best.chips.clear();
-          for (std::size_t i = 0; i < list.size(); ++i) {
-            if (mask & (1u << i)) best.victims.push_back(list[i]);
-          }
-          for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
-            const ChipPlan c = view.chip(n, p);
-            bool victim_chip = c.lease != 0 && std::find(best.victims.begin(), best.victims.end(),
-                                                         c.lease) != best.victims.end();
-            if (soon_free(c) || victim_chip) best.chips.push_back({n, p});
-          }
-        }
-      }
-    }
-  } else {
-    std::map<std::string, std::vector<std::tuple<Cost, std::size_t, std::vector<LeaseId>>>> by_rev;
-    for (std::size_t n : victim_nodes(q)) {
-      if (!eligible(nodes[n], q)) continue;
-      std::set<LeaseId> victims;
-      bool ok = true;
-      for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) {
-        const ChipPlan c = view.chip(n, p);
-        if (soon_free(c)) continue;
-        if (c.lease != 0 && candidate(c.lease)) {
-          victims.insert(c.lease);
-        } else {
-          ok = false;
-        }
-      }
-      if (!ok) continue;
-      Cost cost{0, 0, 0};
-      for (LeaseId v : victims) {
-        const LeaseRec& l = leases.at(v);
-        std::get<0>(cost) += l.borrowed ? 0 : 1;
-        std::get<1>(cost) += lost_work(l, now);
-        std::get<2>(cost) += static_cast<int>(l.chips.size());
-      }
-      by_rev[nodes[n].info.revision].push_back(
-          {cost, n, std::vector<LeaseId>(victims.begin(), victims.end())});
-    }
-    for (auto& [rev, list] : by_rev) {
-      if (static_cast<int>(list.size()) < q.nodes) continue;
-      std::sort(list.begin(), list.end());
-      Cost total{0, 0, 0};
-      std::set<LeaseId> victims;
-      std::vector<ChipRef> chips;
-      for (int i = 0; i < q.nodes; ++i) {
-        const auto& [cost, n, vs] = list[i];
-        std::get<0>(total) += std::get<0>(cost);
-        std::get<1>(total) += std::get<1>(cost);
-        std::get<2>(total) += std::get<2>(cost);
-        victims.insert(vs.begin(), vs.end());
-        for (std::size_t p = 0; p < nodes[n].chip_lease.size(); ++p) chips.push_back({n, p});
-      }
-      if (!within_quota(rev, static_cast<int>(chips.size()))) continue;
-      if (!best_cost || total < *best_cost) {
-        best_cost = total;
-        best.victims.assign(victims.begin(), victims.end());
-        best.chips = chips;
-      }
-    }
-    if (best_cost && best.victims.empty()) return std::nullopt;
+  // A chip can serve the demand at `ready` if it is free, already winding down under notice, and no
+  // earlier reservation needs it before the demand would end.
+  bool soon_free(const ChipPlan& c) const;
+  bool candidate(LeaseId id) const;
+  bool within_quota(const std::string& rev, int chips) const;
+  Cost cost_of(const LeaseRec& l) const {
+    return {l.borrowed ? 0 : 1, s_.lost_work(l, now_), static_cast<int>(l.chips.size())};
   }
-  if (!best_cost) return std::nullopt;
-  best.ready_ms = ready;
-  best.lost_chip_ms = std::get<1>(*best_cost);
-  return best;
+  static void add_cost(Cost& total, const Cost& more) {
+    std::get<0>(total) += std::get<0>(more);
+    std::get<1>(total) += std::get<1>(more);
+    std::get<2>(total) += std::get<2>(more);
+  }
+  // Whether the chips coming free on node `n` serve the request alone.
+  bool serves_alone(std::size_t n) const;
+  // For a request of chips on one node; false if it needs no victims (it only has to wait).
+  bool search_one_node();
+  // The cheapest set of victims on node `n`; false if the chips coming free there serve alone.
+  bool search_node(std::size_t n);
+  // For a request of whole nodes; false if it needs no victims.
+  bool search_whole_nodes();
+
+  const Impl& s_;
+  const Request& q_;
+  const TimeMs now_;
+  const PassView& view_;
+  const std::map<std::pair<RequestClass, std::string>, int>& used_;
+  const TimeMs ready_;
+  const TimeMs end_;
+  std::optional<Cost> best_cost_;
+  Claim best_;
+};
+
+bool Scheduler::Impl::VictimSearch::soon_free(const ChipPlan& c) const {
+  if (c.claimed_by != 0 && c.claimed_by != q_.id) return false;
+  if (end_ > c.resv_start) return false;
+  if (c.lease == 0) return true;
+  auto it = s_.leases.find(c.lease);
+  return it != s_.leases.end() && it->second.grace_deadline_ms.has_value();
+}
+
+bool Scheduler::Impl::VictimSearch::candidate(LeaseId id) const {
+  auto found = s_.leases.find(id);
+  if (found == s_.leases.end()) return false;
+  const LeaseRec& l = found->second;
+  if (l.grace_deadline_ms || !preemptible(l.cls, q_.cls)) return false;
+  const RequestRec& holder = s_.requests.at(l.request);
+  if (holder.req.maintenance || holder.preempted_by.count(q_.id)) return false;
+  for (const ChipRef& c : l.chips) {
+    const ChipPlan plan = view_.chip(c.node, c.pos);
+    if ((plan.claimed_by != 0 && plan.claimed_by != q_.id) || end_ > plan.resv_start) return false;
+  }
+  return true;
+}
+
+bool Scheduler::Impl::VictimSearch::within_quota(const std::string& rev, int chips) const {
+  if (!s_.kiln_policy()) return false;
+  auto quota = s_.knobs.quota(q_.cls, rev);
+  if (!quota) return true;
+  auto it = used_.find({q_.cls, rev});
+  return (it == used_.end() ? 0 : it->second) + chips <= *quota;
+}
+
+bool Scheduler::Impl::VictimSearch::serves_alone(std::size_t n) const {
+  if (!s_.eligible(s_.nodes[n], q_) || !within_quota(s_.nodes[n].info.revision, q_.chips)) return false;
+  int have = 0;
+  for (std::size_t p = 0; p < s_.nodes[n].chip_lease.size(); ++p) have += soon_free(view_.chip(n, p)) ? 1 : 0;
+  return have >= q_.chips;
+}
+
+bool Scheduler::Impl::VictimSearch::search_one_node() {
+  // A node where the chips coming free serve the request alone ends the search, whatever the
+  // others hold: those are read first.
+  if (q_.node) {
+    auto it = s_.node_index.find(*q_.node);
+    if (it != s_.node_index.end() && serves_alone(it->second)) return false;
+  } else if (!s_.knobs.exhaustive_passes) {
+    for (const auto& [rev, by] : revisions_read(s_.nodes_for_victims.by_revision(), q_.revision)) {
+      for (auto it = by.by_soon_free.lower_bound({q_.chips, 0}); it != by.by_soon_free.end(); ++it) {
+        if (serves_alone(it->second)) return false;
+      }
+    }
+  }
+  for (std::size_t n : s_.victim_nodes(q_)) {
+    if (!s_.eligible(s_.nodes[n], q_) || !within_quota(s_.nodes[n].info.revision, q_.chips)) continue;
+    if (!search_node(n)) return false;
+  }
+  return true;
+}
+
+bool Scheduler::Impl::VictimSearch::search_node(std::size_t n) {
+  const std::size_t chips = s_.nodes[n].chip_lease.size();
+  int have = 0;
+  std::set<LeaseId> cands;
+  for (std::size_t p = 0; p < chips; ++p) {
+    const ChipPlan c = view_.chip(n, p);
+    if (soon_free(c)) {
+      ++have;
+    } else if (c.lease != 0 && candidate(c.lease)) {
+      cands.insert(c.lease);
+    }
+  }
+  const int need = q_.chips - have;
+  if (need <= 0) return false;  // it only has to wait for notices already sent
+  std::vector<LeaseId> list(cands.begin(), cands.end());
+  if (list.size() > kMaxVictimCandidates) list.resize(kMaxVictimCandidates);
+  for (std::uint32_t mask = 1; mask < (1u << list.size()); ++mask) {
+    int freed = 0;
+    Cost cost{0, 0, 0};
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (!(mask & (1u << i))) continue;
+      const LeaseRec& l = s_.leases.at(list[i]);
+      for (const ChipRef& c : l.chips) freed += c.node == n ? 1 : 0;
+      add_cost(cost, cost_of(l));
+    }
+    if (freed < need || (best_cost_ && !(cost < *best_cost_))) continue;
+    best_cost_ = cost;
+    best_.victims.clear();
+    best_.chips.clear();
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (mask & (1u << i)) best_.victims.push_back(list[i]);
+    }
+    for (std::size_t p = 0; p < chips; ++p) {
+      const ChipPlan c = view_.chip(n, p);
+      const bool victim_chip =
+          c.lease != 0 && std::find(best_.victims.begin(), best_.victims.end(), c.lease) != best_.victims.end();
+      if (soon_free(c) || victim_chip) best_.chips.push_back({n, p});
+    }
+  }
+  return true;
+}
+
+bool Scheduler::Impl::VictimSearch::search_whole_nodes() {
+  std::map<std::string, std::vector<std::tuple<Cost, std::size_t, std::vector<LeaseId>>>> by_rev;
+  for (std::size_t n : s_.victim_nodes(q_)) {
+    if (!s_.eligible(s_.nodes[n], q_)) continue;
+    std::set<LeaseId> victims;
+    bool ok = true;
+    for (std::size_t p = 0; p < s_.nodes[n].chip_lease.size(); ++p) {
+      const ChipPlan c = view_.chip(n, p);
+      if (soon_free(c)) continue;
+      if (c.lease != 0 && candidate(c.lease)) {
+        victims.insert(c.lease);
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok) continue;
+    Cost cost{0, 0, 0};
+    for (LeaseId v : victims) add_cost(cost, cost_of(s_.leases.at(v)));
+    by_rev[s_.nodes[n].info.revision].push_back({cost, n, std::vector<LeaseId>(victims.begin(), victims.end())});
+  }
+  for (auto& [rev, list] : by_rev) {
+    if (static_cast<int>(list.size()) < q_.nodes) continue;
+    std::sort(list.begin(), list.end());
+    Cost total{0, 0, 0};
+    std::set<LeaseId> victims;
+    std::vector<ChipRef> chips;
+    for (int i = 0; i < q_.nodes; ++i) {
+      const auto& [cost, n, vs] = list[i];
+      add_cost(total, cost);
+      victims.insert(vs.begin(), vs.end());
+      for (std::size_t p = 0; p < s_.nodes[n].chip_lease.size(); ++p) chips.push_back({n, p});
+    }
+    if (!within_quota(rev, static_cast<int>(chips.size()))) continue;
+    if (!best_cost_ || total < *best_cost_) {
+      best_cost_ = total;
+      best_.victims.assign(victims.begin(), victims.end());
+      best_.chips = chips;
+    }
+  }
+  return !(best_cost_ && best_.victims.empty());
+}
+
+std::optional<Claim> Scheduler::Impl::VictimSearch::run() && {
+  const bool needed = q_.nodes == 0 ? search_one_node() : search_whole_nodes();
+  if (!needed || !best_cost_) return std::nullopt;
+  best_.ready_ms = ready_;
+  best_.lost_chip_ms = std::get<1>(*best_cost_);
+  return std::move(best_);
+}
+
+std::optional<Claim> Scheduler::Impl::find_victims(const RequestRec& r, TimeMs now, const PassView& view,
+                                                   const std::map<std::pair<RequestClass, std::string>, int>& used) const {
+  return VictimSearch(*this, r, now, view, used).run();
 }
 
 }  // namespace kiln::scheduler

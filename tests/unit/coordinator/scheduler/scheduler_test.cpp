@@ -724,6 +724,40 @@ TEST_CASE("explain names missing free chips and the queue ahead") {
   CHECK(!s.explain(1, 0).pending);
 }
 
+TEST_CASE("explain counts the requests ahead in a long queue, as it changes in the middle") {
+  SchedulerKnobs knobs;
+  knobs.max_pending_requests = 5000;
+  Scheduler s{knobs};
+  REQUIRE(s.upsert_node(make_node("n01", "b"), 0));
+  REQUIRE(s.submit(make_request(1, RequestClass::nightly, 8, 10 * kHourMs), 0));
+  drain(s);
+  // Classes and ages mixed, so that each request sorts somewhere in the middle of those before it.
+  const RequestClass classes[] = {RequestClass::experiment, RequestClass::nightly, RequestClass::presubmit};
+  const TimeMs now = 10'000;
+  for (RequestId id = 2; id < 2002; ++id) {
+    REQUIRE(s.submit(make_request(id, classes[id % 3], 8, kHourMs, static_cast<TimeMs>(id * 7919 % 9973)), now));
+  }
+  for (RequestId id = 2; id < 2002; id += 4) REQUIRE(s.cancel(id, now));
+  drain(s);
+  REQUIRE(s.check_invariants());
+  const std::vector<RequestId> order = s.pending();
+  REQUIRE(order.size() == 1500);
+  const auto said_ahead = [](const Explanation& why) -> std::size_t {
+    const std::string text = why.text();
+    const auto at = text.find(" requests of higher priority or older are ahead of it");
+    if (at == std::string::npos) return 0;
+    const auto from = text.find_last_of(' ', at - 1) + 1;
+    return std::stoul(text.substr(from, at - from));
+  };
+  for (std::size_t rank : {std::size_t{0}, std::size_t{1}, std::size_t{511}, std::size_t{512}, std::size_t{700},
+                           std::size_t{1024}, std::size_t{1499}}) {
+    CHECK(said_ahead(s.explain(order[rank], now)) == rank);
+  }
+  const std::vector<Explanation> queue = s.explain_queue(now);
+  REQUIRE(queue.size() == order.size());
+  for (std::size_t rank = 0; rank < queue.size(); rank += 97) CHECK(said_ahead(queue[rank]) == rank);
+}
+
 TEST_CASE("baseline policies: fifo blocks behind its head, strict priority skips ahead") {
   for (Policy policy : {Policy::fifo, Policy::strict_priority}) {
     SchedulerKnobs k;
