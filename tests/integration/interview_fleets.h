@@ -33,14 +33,14 @@ inline const std::filesystem::path kShippedData = std::filesystem::path(KILN_SOU
 // A risk of the register (docs/risks.md): its owner's team pages at the severity, its gate is the
 // model's metric in the tier's runs.
 struct GatedRisk {
-  const char* id;
-  const char* title;
-  const char* team;
-  const char* layer;
-  const char* tier;
-  const char* model;
-  const char* metric;
-  const char* severity;
+  std::string id;
+  std::string title;
+  std::string team;
+  std::string layer;
+  std::string tier;
+  std::string model;
+  std::string metric;
+  std::string severity;
 };
 
 // A register over `model_set`: each team with its one approver, then the risks.
