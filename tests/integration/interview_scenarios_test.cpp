@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <filesystem>
 #include <set>
 
@@ -120,6 +119,9 @@ TEST_CASE("interview: how many benchmark runs do you need, and why not just one?
     INFO(name << ": " << report.dump().substr(0, 2000));
     CHECK(report.at("warmup_iterations").get<int>() >= 5);
     CHECK(report.at("steady_reached") == true);
+    CHECK(report.at("timed_samples") == plan.at("repeats_per_look"));  // its look's samples, the warmup's not among them
+    CHECK(report.at("samples").size() ==
+          report.at("warmup_iterations").get<std::size_t>() + report.at("timed_samples").get<std::size_t>());
   }
   // Repeats are sized from the noise recorded for each model: the smoke measured mlp-fp8-small-01,
   // so its noise is measured; mlp-fp8-small-02 has no record and is planned on the prior, a noisier
