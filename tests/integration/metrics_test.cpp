@@ -17,34 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/metrics_page.h"
 #include "tests/integration/qualification_fleet.h"
 #include "tests/integration/run_command.h"
-#include "common/http/client.h"
 #include "tests/support/text.h"
 
 using namespace kiln::testing;
 using namespace std::chrono_literals;
-
-namespace {
-
-std::string http_table(const std::string& address) { return "[http]\nlisten = \"" + address + "\"\n"; }
-
-std::string scrape(const std::string& address) {
-  const kiln::http::Answer answer = kiln::http::get(address, "/metrics");
-  INFO("GET http://" << address << "/metrics answered " << answer.status << ": " << answer.body);
-  REQUIRE(answer.status == 200);
-  CHECK(contains(answer.head, "Content-Type: text/plain; version=0.0.4; charset=utf-8"));
-  return answer.body;
-}
-
-// The line of `page` that starts with `series` (a name and the start of its labels), or "".
-std::string line_of(const std::string& page, const std::string& series) {
-  const auto at = page.find("\n" + series);
-  if (at == std::string::npos) return "";
-  return page.substr(at + 1, page.find('\n', at + 1) - at - 1);
-}
-
-}  // namespace
 
 TEST_CASE("the coordinator, the agents and the qualifier serve metrics promtool accepts, counting what happened") {
   Fleet fleet("metrics");

@@ -16,13 +16,10 @@
 #include <doctest/doctest.h>
 
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/git_repo.h"
 #include "tests/integration/qualification_samples.h"
 
 namespace kiln::testing {
-
-inline void write(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::trunc) << text;
-}
 
 inline std::string read(const std::filesystem::path& path) {
   std::ifstream in(path);

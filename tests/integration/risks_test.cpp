@@ -15,6 +15,7 @@
 #include "coordinator/cli/client.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/qualification_fleet.h"
+#include "tests/integration/release_gates.h"
 #include "tests/integration/run_command.h"
 
 using namespace kiln::testing;
@@ -39,61 +40,6 @@ tier = "nightly"
 gate = { model = "mlp-fp8-it", metric = "throughput" }
 page = { team = "recsys-oncall", severity = "sev2" }
 )";
-
-// The run's report as recorded (`kiln run` exits 1 for a failed run).
-nlohmann::json run_report(Fleet& fleet, const std::string& run_id) {
-  std::string out;
-  std::string err;
-  REQUIRE(fleet.kiln_split("ci", {"run", run_id, "--json"}, &out, &err) <= 1);
-  return nlohmann::json::parse(out);
-}
-
-const nlohmann::json& model_of(const nlohmann::json& report, const std::string& model) {
-  for (const auto& entry : report.at("models")) {
-    if (entry.at("model") == model) return entry;
-  }
-  FAIL("no model run of " << model);
-  return report;
-}
-
-bool has(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return true;
-  MESSAGE("expected '" << part << "' in:\n" << text);
-  return false;
-}
-
-std::string git(const fs::path& dir, const std::vector<std::string>& args) {
-  std::string command = "git -C '" + dir.string() + "' -c user.name=test -c user.email=test@kiln";
-  for (const auto& arg : args) command += " '" + arg + "'";
-  const Ran ran = run(command);
-  INFO(ran.output);
-  REQUIRE(ran.status == 0);
-  return ran.output;
-}
-
-// An environments repository (docs/releases.md) with the candidate's file, added by `kiln release
-// add-bundle`, and one environment that requires the gate `gate` (nightly or release).
-fs::path environments_repo(Fleet& fleet, const std::string& bundle, const std::string& gate) {
-  const fs::path repo = fleet.dir() / "environments";
-  fs::create_directories(repo / "environments");
-  git(repo, {"init", "-q", "-b", "main"});
-  write(repo / "compatibility.toml", "[[combination]]\nhardware_revision = \"a\"\nfirmware = [\"*\"]\n"
-                                     "driver = [\"*\"]\nruntime = [\"*\"]\n");
-  write(repo / "environments" / "serving.toml", "bundle = \"\"\nrequires = [\"" + gate + "\"]\nnodes = [\"n01\"]\n");
-  git(repo, {"add", "-A"});
-  git(repo, {"commit", "-q", "-m", "environments"});
-  std::vector<std::string> args = {"release", "add-bundle", "--repo", repo.string(), bundle.substr(0, 12)};
-  fs::create_directories(fleet.dir() / "packages");
-  for (const char* layer : {"framework", "compiler", "kernels", "runtime", "driver", "firmware"}) {
-    write(fleet.dir() / "packages" / layer, std::string("package of ") + layer);
-    args.push_back("--package");
-    args.push_back(std::string(layer) + "=" + (fleet.dir() / "packages" / layer).string());
-  }
-  std::string out;
-  INFO(out);
-  REQUIRE(fleet.kiln("ci", args, &out) == 0);
-  return repo;
-}
 
 // The fleet of these tests: the register on the coordinator and the qualifier, two nodes, and the
 // candidate at k3 (whose fp8 tiles lose throughput).
@@ -189,9 +135,9 @@ TEST_CASE("a failing gate pages its team; an approver's waiver lets the run thro
   const std::vector<std::string> promote = {"release", "promote", candidate.substr(0, 12), "--to", "serving",
                                             "--repo", repo.string()};
   REQUIRE(fleet.kiln("auditor", promote, &out) == 0);
-  CHECK(has(git(repo, {"log", "-1", "--format=%B", "promote/serving/" + candidate.substr(0, 12)}),
+  CHECK(has(git_out(repo, {"log", "-1", "--format=%B", "promote/serving/" + candidate.substr(0, 12)}),
             "Kiln-Waiver: nightly nightly-w mlp-fp8-it throughput: waived by approver until "));
-  git(repo, {"branch", "-D", "promote/serving/" + candidate.substr(0, 12)});
+  git_out(repo, {"branch", "-D", "promote/serving/" + candidate.substr(0, 12)});
 
   // Waived again with a 20 s expiry: the record is replaced, and the audit says so. Once it has
   // expired, nothing counts the 7-day waiver any more: not the run report, not `kiln risks`, not
