@@ -205,12 +205,16 @@ class RequestedRun {
   // Without the waivers (the coordinator did not list them) the run stays failed: a waiver is
   // never assumed.
   void judge_risks(cli::Client& client, nlohmann::json& document, q::TicketSink& sink) {
+    const TimeMs now = wall_now_ms();
+    q::GateRun run = q::gate_run_from_report(document);
     if (auto waivers = qs::list_waivers(client); !waivers) {
       out_ << "could not list the waivers; none is applied: " << waivers.error().message << "\n";
     } else {
-      for (const auto& text : q::apply_waivers(document, *waivers, risks_, wall_now_ms())) out_ << text << "\n";
+      auto waived = q::apply_waivers(std::move(run), *waivers, risks_, now);
+      for (const auto& text : waived.texts) out_ << text << "\n";
+      run = std::move(waived.run);
     }
-    for (const auto& page : q::risk_gate_pages(risks_, document, wall_now_ms())) {
+    for (const auto& page : q::risk_gate_pages(risks_, run, now)) {
       if (!page.ticket) {
         out_ << q::page_text(page) << "\n";
       } else if (auto filed = sink.file(*page.ticket); !filed) {
@@ -220,6 +224,7 @@ class RequestedRun {
         out_ << q::page_text(page) << "\n";
       }
     }
+    document = q::to_json(run);
   }
 
   // Every flaky test over its budget, counting this run, gets a ticket to its owner (once).

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "coordinator/qualification/risk_status.h"
+#include "coordinator/qualification/stability_gates.h"
 #include "coordinator/qualification/shell/records_client.h"
 #include "coordinator/qualifier/qualifier_log.h"
 #include "coordinator/qualifier/run_pages.h"
@@ -17,12 +17,11 @@ namespace kiln::qualifier {
 namespace q = kiln::qualification;
 namespace qs = kiln::qualification::shell;
 
-void WaivedRuns::note(const nlohmann::json& report) {
-  const RunKey key{kind_of(report), report.value("run_id", "")};
+void WaivedRuns::note(const q::GateRun& run) {
+  const RunKey key{kind_of(run), run.run_id};
   std::lock_guard lock(mutex_);
-  auto waivers = report.find("waivers");
-  if (waivers != report.end() && waivers->is_array() && !waivers->empty()) {
-    relied_[key] = *waivers;
+  if (!run.waivers.empty()) {
+    relied_[key] = run.waivers;
   } else {
     relied_.erase(key);
   }
@@ -33,27 +32,28 @@ std::vector<WaivedRuns::RunKey> WaivedRuns::due(const std::vector<q::Waiver>& re
   std::vector<RunKey> runs;
   for (const auto& [key, waivers] : relied_) {
     if (std::any_of(waivers.begin(), waivers.end(),
-                    [&](const nlohmann::json& w) { return !q::why_lapsed(w, recorded, now).empty(); })) {
+                    [&](const q::RecordedWaiver& w) { return !q::why_lapsed(w, recorded, now).empty(); })) {
       runs.push_back(key);
     }
   }
   return runs;
 }
 
-protocol::RecordKind WaivedRuns::kind_of(const nlohmann::json& report) {
-  return report.value("schema", "") == "kiln.stability-run/1" ? protocol::RecordKind::stability_run
-                                                              : protocol::RecordKind::qualification_run;
+protocol::RecordKind WaivedRuns::kind_of(const q::GateRun& run) {
+  return run.schema == q::kStabilityRunSchema ? protocol::RecordKind::stability_run
+                                              : protocol::RecordKind::qualification_run;
 }
 
 void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const q::RiskRegister& risks,
                        std::set<std::string>& seen, WaivedRuns& waived, RecentRuns& recent) {
-  const auto record_again = [&](nlohmann::json& report, const std::string& run_id) {
-    const protocol::RecordKind kind = WaivedRuns::kind_of(report);
+  const auto record_again = [&](const q::GateRun& run, const std::string& run_id) {
+    const protocol::RecordKind kind = WaivedRuns::kind_of(run);
+    const nlohmann::json report = q::to_json(run);
     if (auto ok = qs::record_run(client, run_id, report, kind); !ok) {
       say(fmt::format("run {}: could not record it judged again: {}", run_id, ok.error().message));
       return false;
     }
-    waived.note(report);
+    waived.note(run);
     if (kind == protocol::RecordKind::stability_run) return true;  // it has no report pages
     recent.judged_again(report);
     std::ostringstream problems;
@@ -69,16 +69,16 @@ void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const
   for (const auto& [kind, run_id] : waived.due(*waivers, now)) {
     auto report = qs::get_run(client, run_id, kind);
     if (!report) continue;
-    const auto lapsed = q::revoke_lapsed_waivers(*report, *waivers, now);
-    if (lapsed.empty()) {
-      waived.note(*report);
+    auto revoked = q::revoke_lapsed_waivers(q::gate_run_from_report(*report), *waivers, now);
+    if (revoked.texts.empty()) {
+      waived.note(revoked.run);
       continue;
     }
-    const auto again = q::apply_waivers(*report, *waivers, risks, now);
-    if (!record_again(*report, run_id)) continue;
-    say(fmt::format("run {} judged again: its waiver lapsed ({}), {}", run_id, fmt::join(lapsed, "; "),
-                    report->value("passed", false) ? fmt::format("it passes by {}", fmt::join(again, "; "))
-                                                   : std::string("it fails")));
+    const auto again = q::apply_waivers(std::move(revoked.run), *waivers, risks, now);
+    if (!record_again(again.run, run_id)) continue;
+    say(fmt::format("run {} judged again: its waiver lapsed ({}), {}", run_id, fmt::join(revoked.texts, "; "),
+                    again.run.passed ? fmt::format("it passes by {}", fmt::join(again.texts, "; "))
+                                     : std::string("it fails")));
   }
   for (const auto& waiver : *waivers) {
     if (!seen.insert(fmt::format("{}@{}", q::waiver_key(waiver), waiver.created_at_ms)).second) continue;
@@ -87,11 +87,13 @@ void judge_waived_runs(cli::Client& client, const QualifierConfig& config, const
     if (!report && report.error().code == Errc::not_found) {
       report = qs::get_run(client, waiver.scope, protocol::RecordKind::stability_run);
     }
-    if (!report || !report->value("finished", false) || report->value("passed", false)) continue;
-    const auto texts = q::apply_waivers(*report, *waivers, risks, now);
-    if (texts.empty() || !record_again(*report, waiver.scope)) continue;
-    say(fmt::format("run {} judged again: {}{}", waiver.scope, report->value("passed", false) ? "passed, " : "",
-                    fmt::join(texts, "; ")));
+    if (!report) continue;
+    q::GateRun run = q::gate_run_from_report(*report);
+    if (!run.finished || run.passed) continue;
+    const auto judged = q::apply_waivers(std::move(run), *waivers, risks, now);
+    if (judged.texts.empty() || !record_again(judged.run, waiver.scope)) continue;
+    say(fmt::format("run {} judged again: {}{}", waiver.scope, judged.run.passed ? "passed, " : "",
+                    fmt::join(judged.texts, "; ")));
   }
 }
 
@@ -103,14 +105,13 @@ void judge_stability_runs(cli::Client& client, const QualifierConfig& config, co
   if (!runs) return say("could not list the stability runs: " + runs.error().message);
   auto waivers = qs::list_waivers(client);
   if (!waivers) return say("could not list the waivers; the stability runs are judged later: " + waivers.error().message);
-  for (auto& report : *runs) {
-    if (report.value("judged", false) || !report.value("finished", false)) continue;
-    const std::string run_id = report.value("run_id", "");
-    for (const auto& text : q::apply_waivers(report, *waivers, risks, wall_now_ms())) {
-      say(fmt::format("stability run {}: {}", run_id, text));
-    }
+  for (const auto& report : *runs) {
+    auto judged = q::judge_stability_run(q::gate_run_from_report(report), *waivers, risks, wall_now_ms());
+    if (!judged) continue;
+    const std::string run_id = judged->run.run_id;
+    for (const auto& text : judged->waived) say(fmt::format("stability run {}: {}", run_id, text));
     RecordTicketSink sink(client, run_id, {ticket_sink_name(config.webhook_config)});
-    for (const auto& ticket : q::risk_gate_tickets(risks, report, wall_now_ms())) {
+    for (const auto& ticket : judged->pages) {
       if (auto filed = sink.file(ticket); !filed) {
         say(fmt::format("stability run {}: could not page {} for {}: {}", run_id, ticket.team, ticket.title,
                         filed.error().message));
@@ -119,11 +120,10 @@ void judge_stability_runs(cli::Client& client, const QualifierConfig& config, co
         say(fmt::format("stability run {}: paged {} ({}): {}", run_id, ticket.team, ticket.severity, ticket.title));
       }
     }
-    report["judged"] = true;
-    if (auto ok = qs::record_run(client, run_id, report, protocol::RecordKind::stability_run); !ok) {
+    if (auto ok = qs::record_run(client, run_id, q::to_json(judged->run), protocol::RecordKind::stability_run); !ok) {
       return say(fmt::format("stability run {}: could not record it judged: {}", run_id, ok.error().message));
     }
-    waived.note(report);
+    waived.note(judged->run);
   }
   after_seq = seq;
 }

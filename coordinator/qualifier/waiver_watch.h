@@ -12,10 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "common/protocol/messages_records.h"
 #include "coordinator/cli/client.h"
+#include "coordinator/qualification/gate_run.h"
 #include "coordinator/qualification/risk_register.h"
 #include "coordinator/qualification/waiver.h"
 #include "coordinator/qualifier/qualifier_config.h"
@@ -33,15 +34,16 @@ class WaivedRuns {
   using RunKey = std::pair<protocol::RecordKind, std::string>;
 
   // Keeps the run when its report relies on waivers, forgets it otherwise.
-  void note(const nlohmann::json& report);
+  void note(const qualification::GateRun& run);
+  void note(const nlohmann::json& report) { note(qualification::gate_run_from_report(report)); }
   // The runs relying on a waiver not in force at `now` among those the coordinator holds.
   std::vector<RunKey> due(const std::vector<qualification::Waiver>& recorded, TimeMs now) const;
 
-  static protocol::RecordKind kind_of(const nlohmann::json& report);
+  static protocol::RecordKind kind_of(const qualification::GateRun& run);
 
  private:
   mutable std::mutex mutex_;
-  std::map<RunKey, nlohmann::json> relied_;
+  std::map<RunKey, std::vector<qualification::RecordedWaiver>> relied_;
 };
 
 // A waiver no longer in force that a run relied on: the run is judged again by the waivers in
