@@ -130,8 +130,9 @@ class Qualifier {
   // already finished (so that none of those is read again to learn it).
   void read_recorded_runs() {
     const auto note = [this](const nlohmann::json& report) {
-      shared_.waived.note(report);
-      if (report.value("finished", false)) finished_.insert(report.value("run_id", ""));
+      const q::GateRun run = q::gate_run_from_report(report);
+      shared_.waived.note(run);
+      if (run.finished) finished_.insert(run.run_id);
     };
     if (auto ok = shared_.recent.refresh(client_, note); !ok) {
       say("could not read the run reports at start (" + ok.error().message +
@@ -186,7 +187,7 @@ class Qualifier {
     for (const auto& run_id : q::runs_to_take_up(requests_, finished_, busy)) {
       if (driving_.size() >= config_.max_runs) break;
       if (!retries_.may_try(run_id, Clock::now())) continue;
-      if (auto report = qs::get_run(client_, run_id); report && report->value("finished", false)) {
+      if (auto report = qs::get_run(client_, run_id); report && q::gate_run_from_report(*report).finished) {
         finished_.insert(run_id);
         continue;
       }

@@ -141,10 +141,10 @@ class RequestedRun {
     pages_.read_other_runs(c);
     nlohmann::json document = recorded(*whole, true, request_);
     if (fleet) qs::add_fleet_check(document, *fleet);
-    judge_risks(c, document, sink);
-    if (auto ok = record(c, request_.run_id, document); !ok) return ok;
-    waived_.note(document);
-    out_ << (whole->passed ? "passed\n" : document.value("passed", false) ? "passed with waivers\n" : "FAILED\n");
+    const q::GateRun judged = judge_risks(c, q::gate_run_from_report(document), sink);
+    if (auto ok = record(c, request_.run_id, q::to_json(judged)); !ok) return ok;
+    waived_.note(judged);
+    out_ << (whole->passed ? "passed\n" : judged.passed ? "passed with waivers\n" : "FAILED\n");
     return {};
   }
 
@@ -203,10 +203,9 @@ class RequestedRun {
   // (the report shows each), then every risk gate still failing pages once, the owner its triage
   // names (risk_status.h): a failure the run ticketed already is not paged again.
   // Without the waivers (the coordinator did not list them) the run stays failed: a waiver is
-  // never assumed.
-  void judge_risks(cli::Client& client, nlohmann::json& document, q::TicketSink& sink) {
+  // never assumed. Returns the run as judged.
+  q::GateRun judge_risks(cli::Client& client, q::GateRun run, q::TicketSink& sink) {
     const TimeMs now = wall_now_ms();
-    q::GateRun run = q::gate_run_from_report(document);
     if (auto waivers = qs::list_waivers(client); !waivers) {
       out_ << "could not list the waivers; none is applied: " << waivers.error().message << "\n";
     } else {
@@ -224,7 +223,7 @@ class RequestedRun {
         out_ << q::page_text(page) << "\n";
       }
     }
-    document = q::to_json(run);
+    return run;
   }
 
   // Every flaky test over its budget, counting this run, gets a ticket to its owner (once).
