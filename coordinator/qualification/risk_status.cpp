@@ -18,19 +18,10 @@ namespace {
 
 constexpr DurationMs kDayMs = 24 * 60 * kMinuteMs;
 
-std::string text_member(const json& object, const char* name) {
-  auto it = object.find(name);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-// The waiver text for `metric` of a model entry, or "" when none lets it through at `now`.
-std::string waiver_of(const json& entry, GateMetric metric, TimeMs now) {
-  auto waivers = entry.find("waivers");
-  if (waivers == entry.end() || !waivers->is_array()) return "";
-  for (const json& w : *waivers) {
-    if (text_member(w, "metric") == enum_name(metric) && w.value("expires_at_ms", TimeMs{0}) > now) {
-      return text_member(w, "text");
-    }
+// The waiver text for `metric` of a model run, or "" when none lets it through at `now`.
+std::string waiver_of(const ModelResult& model, GateMetric metric, TimeMs now) {
+  for (const RecordedWaiver& w : model.waivers) {
+    if (w.metric == enum_name(metric) && w.expires_at_ms > now) return w.text;
   }
   return "";
 }
@@ -71,24 +62,25 @@ std::string age_text(DurationMs age_ms) { return duration_text(static_cast<std::
 
 }  // namespace
 
-std::optional<MetricVerdict> metric_verdict(const json& entry, GateMetric metric, TimeMs now) {
-  const std::string verdict = text_member(entry, "verdict");
-  const std::string detail = text_member(entry, "detail");
+std::optional<MetricVerdict> metric_verdict(const ModelResult& model, GateMetric metric, TimeMs now) {
+  const json& entry = model.entry;
+  const std::string& verdict = model.verdict;
+  const std::string& detail = model.detail;
   const auto judged = [&](bool passed, std::string what) -> MetricVerdict {
     if (passed) return {GateState::passed, std::move(what), ""};
-    std::string waiver = waiver_of(entry, metric, now);
+    std::string waiver = waiver_of(model, metric, now);
     return {waiver.empty() ? GateState::failed : GateState::waived, std::move(what), std::move(waiver)};
   };
   // A stability run's entry says per gate what it judged (stability_gates.h).
   if (auto gates = entry.find("gates"); gates != entry.end() && gates->is_object()) {
     auto gate = gates->find(enum_name(metric));
     if (gate == gates->end() || !gate->is_object()) return std::nullopt;
-    const auto state = enum_from_name<GateState>(text_member(*gate, "state"));
+    const auto state = enum_from_name<GateState>(report_text(*gate, "state"));
     if (!state) return std::nullopt;
     if (*state == GateState::passed || *state == GateState::failed) {
-      return judged(*state == GateState::passed, text_member(*gate, "detail"));
+      return judged(*state == GateState::passed, report_text(*gate, "detail"));
     }
-    return MetricVerdict{*state, text_member(*gate, "detail"), ""};
+    return MetricVerdict{*state, report_text(*gate, "detail"), ""};
   }
   switch (metric) {
     case GateMetric::throughput: {
@@ -118,27 +110,15 @@ std::optional<MetricVerdict> metric_verdict(const json& entry, GateMetric metric
   return std::nullopt;
 }
 
+bool judges_gates(const GateRun& run) {
+  return run.finished && (run.schema == kQualificationRunSchema || run.schema == kStabilityRunSchema);
+}
+
 std::vector<GateRun> gate_runs_from_reports(const std::vector<json>& reports) {
   std::vector<GateRun> runs;
   for (const json& report : reports) {
-    if (!report.is_object()) continue;
-    const std::string schema = report.value("schema", "");
-    if (schema != "kiln.qualification-run/1" && schema != "kiln.stability-run/1") continue;
-    if (!report.value("finished", false)) continue;
-    GateRun run;
-    run.run_id = text_member(report, "run_id");
-    run.tier = text_member(report, "tier");
-    run.started_at_ms = report.value("started_at_ms", TimeMs{0});
-    run.finished_at_ms = report.value("finished_at_ms", TimeMs{0});
-    if (auto models = report.find("models"); models != report.end() && models->is_array()) {
-      run.models.assign(models->begin(), models->end());
-    }
-    if (auto tickets = report.find("tickets"); tickets != report.end() && tickets->is_array()) {
-      for (const json& ticket : *tickets) {
-        if (ticket.is_object()) run.ticket_teams[text_member(ticket, "id")] = text_member(ticket, "team");
-      }
-    }
-    runs.push_back(std::move(run));
+    GateRun run = gate_run_from_report(report);
+    if (judges_gates(run)) runs.push_back(std::move(run));
   }
   return runs;
 }
@@ -158,7 +138,8 @@ namespace {
 std::string page_culprit(const Risk& risk, const std::string& run_id) { return fmt::format("risk:{}@{}", risk.id, run_id); }
 
 // Who a gate failed by `entry`, a model run of `run`, pages (risk_status.h, risk_gate_pages).
-void route_page(const Risk& risk, const GateRun& run, const json& entry, GateResult& result) {
+void route_page(const Risk& risk, const GateRun& run, const ModelResult& model, GateResult& result) {
+  const json& entry = model.entry;
   if (auto ids = entry.find("ticket_ids"); ids != entry.end() && ids->is_array() && !ids->empty() &&
                                            ids->front().is_string()) {
     result.paged_ticket = ids->front().get<std::string>();
@@ -167,9 +148,8 @@ void route_page(const Risk& risk, const GateRun& run, const json& entry, GateRes
     result.paged_by_triage = true;
     return;
   }
-  const std::string verdict = text_member(entry, "verdict");
-  const std::string model_owner = text_member(entry, "owner_team");
-  const bool software = verdict == "correctness_regression" || verdict == "performance_regression";
+  const std::string model_owner = report_text(entry, "owner_team");
+  const bool software = model.verdict == "correctness_regression" || model.verdict == "performance_regression";
   result.paged_team = software && risk.layer == RiskLayer::hardware && !model_owner.empty() ? model_owner
                                                                                             : risk.page.team;
   result.paged_ticket = ticket_id(TicketKind::risk_gate, page_culprit(risk, run.run_id));
@@ -179,20 +159,20 @@ void route_page(const Risk& risk, const GateRun& run, const json& entry, GateRes
 // it failed; nullopt when not judged.
 std::optional<GateResult> result_in(const GateRun& run, const Risk& risk, GateMetric metric, TimeMs now) {
   std::optional<GateResult> result;
-  const json* worst = nullptr;
-  for (const json& entry : run.models) {
-    if (text_member(entry, "model") != risk.gate->model) continue;
-    auto verdict = metric_verdict(entry, metric, now);
+  const ModelResult* worst = nullptr;
+  for (const ModelResult& model : run.models) {
+    if (model.model != risk.gate->model) continue;
+    auto verdict = metric_verdict(model, metric, now);
     if (!verdict) continue;
     if (result && badness(verdict->state) <= badness(result->state)) continue;
-    const std::string revision = text_member(entry, "revision");
+    const std::string& revision = model.revision;
     result = GateResult{};
     result->run_id = run.run_id;
     result->state = verdict->state;
     result->detail = revision.empty() ? verdict->detail : fmt::format("revision {}: {}", revision, verdict->detail);
     result->waiver = verdict->waiver;
     result->finished_at_ms = run.finished_at_ms;
-    worst = &entry;
+    worst = &model;
   }
   if (result && result->state == GateState::failed) route_page(risk, run, *worst, *result);
   return result;
@@ -312,10 +292,12 @@ std::vector<RiskStatus> assess_risks(const RiskRegister& reg, const ModelSet& se
 }
 
 std::vector<GatePage> risk_gate_pages(const RiskRegister& reg, const json& report, TimeMs now) {
+  return risk_gate_pages(reg, gate_run_from_report(report), now);
+}
+
+std::vector<GatePage> risk_gate_pages(const RiskRegister& reg, const GateRun& run, TimeMs now) {
   std::vector<GatePage> pages;
-  const auto runs = gate_runs_from_reports({report});
-  if (runs.empty()) return pages;
-  const GateRun& run = runs.front();
+  if (!judges_gates(run)) return pages;
   for (const Risk& risk : reg.risks) {
     if (!risk.gate || run.tier != run_tier_of(risk.tier)) continue;
     const auto metric = enum_from_name<GateMetric>(risk.gate->metric);
@@ -341,8 +323,12 @@ std::vector<GatePage> risk_gate_pages(const RiskRegister& reg, const json& repor
 }
 
 std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const json& report, TimeMs now) {
+  return risk_gate_tickets(reg, gate_run_from_report(report), now);
+}
+
+std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const GateRun& run, TimeMs now) {
   std::vector<Ticket> tickets;
-  for (auto& page : risk_gate_pages(reg, report, now)) {
+  for (auto& page : risk_gate_pages(reg, run, now)) {
     if (page.ticket) tickets.push_back(std::move(*page.ticket));
   }
   return tickets;

@@ -18,6 +18,7 @@
 #include "common/enum_names.h"
 #include "common/time.h"
 #include "coordinator/qualification/change.h"
+#include "coordinator/qualification/gate_run.h"
 #include "coordinator/qualification/model_set.h"
 #include "coordinator/qualification/risk_register.h"
 #include "coordinator/qualification/ticket.h"
@@ -44,20 +45,12 @@ struct MetricVerdict {
   std::string detail;
   std::string waiver;  // "waived by X until T: reason" when a waiver let the failure through
 };
-std::optional<MetricVerdict> metric_verdict(const nlohmann::json& model_entry, GateMetric metric, TimeMs now);
+std::optional<MetricVerdict> metric_verdict(const ModelResult& model, GateMetric metric, TimeMs now);
 
-// A finished run as the register reads it: its tier, when it started and finished, and its
-// model entries (the report's `models`).
-struct GateRun {
-  std::string run_id;
-  std::string tier;  // the report's: smoke, nightly, release, stability
-  TimeMs started_at_ms = 0;
-  TimeMs finished_at_ms = 0;
-  std::vector<nlohmann::json> models;
-  std::map<std::string, std::string> ticket_teams;  // the run's own tickets (the report's): id -> team
-};
+// Whether the register judges a run by it: a finished qualification or stability run.
+bool judges_gates(const GateRun& run);
 // The finished runs among recorded run reports (kiln.qualification-run/1) and stability runs
-// (kiln.stability-run/1, stability_gates.h); others are left out.
+// (kiln.stability-run/1, stability_gates.h), read by gate_run.h; others are left out.
 std::vector<GateRun> gate_runs_from_reports(const std::vector<nlohmann::json>& reports);
 
 // The run tier a risk tier's gate is judged in ("smoke" for presubmit).
@@ -121,8 +114,10 @@ struct GatePage {
   GateResult result;              // failed, with its page
   std::optional<Ticket> ticket;   // the risk_gate ticket to file; none when the run's own ticket pages
 };
+std::vector<GatePage> risk_gate_pages(const RiskRegister& reg, const GateRun& run, TimeMs now);
 std::vector<GatePage> risk_gate_pages(const RiskRegister& reg, const nlohmann::json& report, TimeMs now);
 // The risk_gate tickets among risk_gate_pages.
+std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const GateRun& run, TimeMs now);
 std::vector<Ticket> risk_gate_tickets(const RiskRegister& reg, const nlohmann::json& report, TimeMs now);
 // For the qualifier's output: "risk ID: gate MODEL METRIC failed in RUN; paged TEAM ...".
 std::string page_text(const GatePage& page);

@@ -123,4 +123,14 @@ json stability_run_document(const stability::StabilityReport& report, const Stab
   return document;
 }
 
+std::optional<StabilityJudgement> judge_stability_run(GateRun run, const std::vector<Waiver>& waivers,
+                                                      const RiskRegister& reg, TimeMs now) {
+  if (run.judged || !run.finished) return std::nullopt;
+  auto waived = apply_waivers(std::move(run), waivers, reg, now);
+  StabilityJudgement judgement{std::move(waived.run), std::move(waived.texts), {}};
+  judgement.pages = risk_gate_tickets(reg, judgement.run, now);
+  judgement.run.judged = true;
+  return judgement;
+}
+
 }  // namespace kiln::qualification

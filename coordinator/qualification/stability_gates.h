@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@
 #include "common/time.h"
 #include "coordinator/qualification/risk_register.h"
 #include "coordinator/qualification/risk_status.h"
+#include "coordinator/qualification/ticket.h"
+#include "coordinator/qualification/waiver.h"
 
 namespace kiln::qualification {
 
@@ -53,5 +56,18 @@ struct StabilityRunFacts {
 // node_backends, gates {metric: {state, detail}}), `summary` (the report's text headed "kiln stability RUN: passed|FAILED
 // (...)") and, when a rank did not report, `reason`.
 nlohmann::json stability_run_document(const stability::StabilityReport& report, const StabilityRunFacts& facts);
+
+// A recorded stability run judged by the risk register, as a qualification run is when it
+// finishes: the waivers in force at `now` applied, then a page for every risk gate it still
+// fails; the report marked `judged`, so that it is judged once. The qualifier files the pages,
+// then records the report.
+struct StabilityJudgement {
+  GateRun run;
+  std::vector<std::string> waived;  // the texts of the waivers applied
+  std::vector<Ticket> pages;        // the risk_gate tickets
+};
+// nullopt when it is not to be judged: not finished, or judged already.
+std::optional<StabilityJudgement> judge_stability_run(GateRun run, const std::vector<Waiver>& waivers,
+                                                      const RiskRegister& reg, TimeMs now);
 
 }  // namespace kiln::qualification

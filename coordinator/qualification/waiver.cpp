@@ -24,11 +24,6 @@ std::string utc_minute(TimeMs at_ms) {
                      time.minutes().count());
 }
 
-std::string text_member(const json& object, const char* name) {
-  auto it = object.find(name);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 }  // namespace
 
 std::string waiver_key(const Waiver& waiver) {
@@ -62,20 +57,20 @@ Result<Waiver> waiver_from_json(const json& document) {
   };
   if (!document.is_object() || document.value("schema", "") != "kiln.waiver/1") return bad("schema");
   Waiver waiver;
-  waiver.scope = text_member(document, "scope");
-  waiver.model = text_member(document, "model");
-  const auto metric = enum_from_name<GateMetric>(text_member(document, "metric"));
+  waiver.scope = report_text(document, "scope");
+  waiver.model = report_text(document, "model");
+  const auto metric = enum_from_name<GateMetric>(report_text(document, "metric"));
   if (!metric) return bad("metric: throughput, correctness, eval or loss_curve");
   waiver.metric = *metric;
-  waiver.team = text_member(document, "team");
-  waiver.approver = text_member(document, "approver");
-  waiver.reason = text_member(document, "reason");
+  waiver.team = report_text(document, "team");
+  waiver.approver = report_text(document, "approver");
+  waiver.reason = report_text(document, "reason");
   for (auto [name, field] : {std::pair{"created_at_ms", &waiver.created_at_ms}, {"expires_at_ms", &waiver.expires_at_ms}}) {
     auto it = document.find(name);
     if (it == document.end() || !it->is_number_integer()) return bad(name);
     *field = it->get<TimeMs>();
   }
-  waiver.withdrawn_by = text_member(document, "withdrawn_by");
+  waiver.withdrawn_by = report_text(document, "withdrawn_by");
   if (auto at = document.find("withdrawn_at_ms"); at != document.end() && at->is_number_integer()) {
     waiver.withdrawn_at_ms = at->get<TimeMs>();
   }
@@ -145,19 +140,19 @@ bool waiver_applies(const Waiver& waiver, const RiskRegister& reg, std::string_v
   return team && *team == waiver.team;
 }
 
-std::vector<GateMetric> failing_metrics(const json& entry) {
+std::vector<GateMetric> failing_metrics(const ModelResult& model) {
+  const json& entry = model.entry;
   // A stability run's entry names its failed gates (stability_gates.h).
   if (auto gates = entry.find("gates"); gates != entry.end() && gates->is_object()) {
     std::vector<GateMetric> metrics;
     for (const auto& [name, gate] : gates->items()) {
       const auto metric = enum_from_name<GateMetric>(name);
-      if (metric && gate.is_object() && text_member(gate, "state") == "failed") metrics.push_back(*metric);
+      if (metric && gate.is_object() && report_text(gate, "state") == "failed") metrics.push_back(*metric);
     }
     return metrics;
   }
-  const std::string verdict = text_member(entry, "verdict");
-  if (verdict == "performance_regression") return {GateMetric::throughput};
-  if (verdict != "correctness_regression" && verdict != "hardware_suspect") return {};
+  if (model.verdict == "performance_regression") return {GateMetric::throughput};
+  if (model.verdict != "correctness_regression" && model.verdict != "hardware_suspect") return {};
   std::vector<GateMetric> metrics;
   auto training = entry.find("training");
   if (training != entry.end() && training->is_object() && training->contains("verdict")) {
@@ -171,59 +166,82 @@ std::vector<GateMetric> failing_metrics(const json& entry) {
   return metrics;
 }
 
-std::vector<std::string> apply_waivers(json& report, const std::vector<Waiver>& waivers, const RiskRegister& reg,
-                                       TimeMs now) {
-  std::vector<std::string> texts;
-  // A report evaluated before keeps the waivers it relied on then.
-  json relied = report.contains("waivers") && report.at("waivers").is_array() ? report.at("waivers") : json::array();
-  auto models = report.find("models");
-  if (models == report.end() || !models->is_array() || models->empty()) return texts;
-  const std::string run_id = text_member(report, "run_id");
-  std::string lines;
-  for (json& entry : *models) {
-    const auto metrics = failing_metrics(entry);
-    if (metrics.empty() || !entry.value("fails_run", true)) continue;
-    json applied = json::array();
-    for (GateMetric metric : metrics) {
-      auto waiver = std::find_if(waivers.begin(), waivers.end(), [&](const Waiver& w) {
-        return w.model == text_member(entry, "model") && w.metric == metric && waiver_applies(w, reg, run_id, now);
-      });
-      if (waiver == waivers.end()) break;
-      json one = to_json(*waiver);
-      one["text"] = waiver_text(*waiver);
-      applied.push_back(std::move(one));
-    }
-    if (applied.size() != metrics.size()) continue;  // a failure not waived still fails the run
-    entry["waivers"] = applied;
-    entry["fails_run"] = false;
-    for (const json& one : applied) {
-      const std::string text = one.at("text").get<std::string>();
-      lines += fmt::format("  WAIVED {} on revision {} ({}): {}\n", text_member(entry, "model"),
-                           text_member(entry, "revision"), one.at("metric").get<std::string>(), text);
-      texts.push_back(text);
-      relied.push_back(one);
-    }
+namespace {
+
+// The waivers that let every failing metric of `model` through, or none when one is not waived.
+std::vector<RecordedWaiver> waivers_for(const ModelResult& model, const std::vector<GateMetric>& metrics,
+                                        const std::vector<Waiver>& waivers, const RiskRegister& reg,
+                                        std::string_view run_id, TimeMs now) {
+  std::vector<RecordedWaiver> applied;
+  for (GateMetric metric : metrics) {
+    auto waiver = std::find_if(waivers.begin(), waivers.end(), [&](const Waiver& w) {
+      return w.model == model.model && w.metric == metric && waiver_applies(w, reg, run_id, now);
+    });
+    if (waiver == waivers.end()) return {};  // a failure not waived still fails the run
+    json one = to_json(*waiver);
+    one["text"] = waiver_text(*waiver);
+    applied.push_back(recorded_waiver(one));
   }
-  if (texts.empty()) return texts;
-  report["waivers"] = std::move(relied);
-  const bool none_fails = std::none_of(models->begin(), models->end(),
-                                       [](const json& m) { return m.value("fails_run", false); });
-  const bool was_failed = !report.value("passed", false);
-  if (report.value("finished", false) && none_fails && !report.contains("reason")) report["passed"] = true;
-  if (auto summary = report.find("summary"); summary != report.end() && summary->is_string()) {
-    std::string text = summary->get<std::string>();
-    if (was_failed && report.value("passed", false)) {
-      if (auto at = text.find(": FAILED ("); at != std::string::npos) {
-        text.replace(at, 10, ": passed with waivers (");
-      }
-    }
-    *summary = text + lines;
-  }
-  return texts;
+  return applied;
 }
 
-std::string why_lapsed(const json& relied, const std::vector<Waiver>& recorded, TimeMs now) {
-  auto held = waiver_from_json(relied);
+// The word a lapsed waiver's line starts with.
+const char* lapse_word(const std::string& why) {
+  return why.starts_with("expired")     ? "EXPIRED"
+         : why.starts_with("withdrawn") ? "WITHDRAWN"
+         : why.starts_with("replaced")  ? "REPLACED"
+                                        : "UNRECORDED";
+}
+
+// Writes a decision's document over the report's when it changed the report.
+std::vector<std::string> judged_in_place(json& report, WaiverJudgement judgement) {
+  if (!judgement.texts.empty()) report = to_json(judgement.run);
+  return std::move(judgement.texts);
+}
+
+}  // namespace
+
+WaiverJudgement apply_waivers(GateRun run, const std::vector<Waiver>& waivers, const RiskRegister& reg, TimeMs now) {
+  std::vector<std::string> texts;
+  // A report evaluated before keeps the waivers it relied on then.
+  std::vector<RecordedWaiver> relied = run.waivers;
+  std::string lines;
+  for (ModelResult& model : run.models) {
+    const auto metrics = failing_metrics(model);
+    if (metrics.empty() || !model.fails_run.value_or(true)) continue;
+    auto applied = waivers_for(model, metrics, waivers, reg, run.run_id, now);
+    if (applied.empty()) continue;
+    for (const RecordedWaiver& one : applied) {
+      lines += fmt::format("  WAIVED {} on revision {} ({}): {}\n", model.model, model.revision, one.metric, one.text);
+      texts.push_back(one.text);
+      relied.push_back(one);
+    }
+    model.waivers = std::move(applied);
+    model.fails_run = false;
+  }
+  if (texts.empty()) return {std::move(run), std::move(texts)};
+  run.waivers = std::move(relied);
+  const bool none_fails =
+      std::none_of(run.models.begin(), run.models.end(), [](const ModelResult& m) { return m.fails_run.value_or(false); });
+  const bool was_failed = !run.passed;
+  if (run.finished && none_fails && !run.stopped_with_reason) run.passed = true;
+  if (run.summary) {
+    std::string& text = *run.summary;
+    if (was_failed && run.passed) {
+      if (auto at = text.find(": FAILED ("); at != std::string::npos) text.replace(at, 10, ": passed with waivers (");
+    }
+    text += lines;
+  }
+  return {std::move(run), std::move(texts)};
+}
+
+std::vector<std::string> apply_waivers(json& report, const std::vector<Waiver>& waivers, const RiskRegister& reg,
+                                       TimeMs now) {
+  return judged_in_place(report, apply_waivers(gate_run_from_report(report), waivers, reg, now));
+}
+
+std::string why_lapsed(const RecordedWaiver& relied, const std::vector<Waiver>& recorded, TimeMs now) {
+  auto held = waiver_from_json(relied.document);
   if (!held) return "no longer recorded";
   const std::string key = waiver_key(*held);
   auto current = std::find_if(recorded.begin(), recorded.end(), [&](const Waiver& w) { return waiver_key(w) == key; });
@@ -236,53 +254,43 @@ std::string why_lapsed(const json& relied, const std::vector<Waiver>& recorded, 
   return "";
 }
 
-std::vector<std::string> revoke_lapsed_waivers(json& report, const std::vector<Waiver>& recorded, TimeMs now) {
+WaiverJudgement revoke_lapsed_waivers(GateRun run, const std::vector<Waiver>& recorded, TimeMs now) {
   std::vector<std::string> texts;
-  auto models = report.find("models");
-  if (models == report.end() || !models->is_array()) return texts;
-  json lapsed = json::array();
-  if (auto earlier = report.find("lapsed_waivers"); earlier != report.end() && earlier->is_array()) lapsed = *earlier;
+  std::vector<RecordedWaiver> lapsed = run.lapsed_waivers;
   std::string lines;
-  for (json& entry : *models) {
-    auto waivers = entry.find("waivers");
-    if (waivers == entry.end() || !waivers->is_array()) continue;
+  for (ModelResult& model : run.models) {
     bool revoked = false;
-    for (const json& w : *waivers) {
+    for (const RecordedWaiver& w : model.waivers) {
       const std::string why = why_lapsed(w, recorded, now);
       if (why.empty()) continue;
       revoked = true;
-      const std::string word = why.starts_with("expired")     ? "EXPIRED"
-                               : why.starts_with("withdrawn") ? "WITHDRAWN"
-                               : why.starts_with("replaced")  ? "REPLACED"
-                                                              : "UNRECORDED";
-      texts.push_back(fmt::format("{}: {}", text_member(w, "text"), why));
-      lines += fmt::format("  {} {} on revision {} ({}): {}: {}\n", word, text_member(entry, "model"),
-                           text_member(entry, "revision"), text_member(w, "metric"), text_member(w, "text"), why);
-      json one = w;
+      texts.push_back(fmt::format("{}: {}", w.text, why));
+      lines += fmt::format("  {} {} on revision {} ({}): {}: {}\n", lapse_word(why), model.model, model.revision,
+                           w.metric, w.text, why);
+      json one = w.document;
       one["why"] = why;
-      lapsed.push_back(std::move(one));
+      lapsed.push_back(recorded_waiver(one));
     }
     // A model's failure passes only while every waiver it relied on holds.
     if (!revoked) continue;
-    entry.erase("waivers");
-    entry["fails_run"] = true;
+    model.waivers.clear();
+    model.fails_run = true;
   }
-  if (texts.empty()) return texts;
-  json kept = json::array();  // those of the failures still waived
-  for (const json& entry : *models) {
-    if (auto waivers = entry.find("waivers"); waivers != entry.end() && waivers->is_array()) {
-      kept.insert(kept.end(), waivers->begin(), waivers->end());
-    }
-  }
-  report["waivers"] = std::move(kept);
-  report["lapsed_waivers"] = std::move(lapsed);
-  report["passed"] = false;
-  if (auto summary = report.find("summary"); summary != report.end() && summary->is_string()) {
-    std::string text = summary->get<std::string>();
+  if (texts.empty()) return {std::move(run), std::move(texts)};
+  run.waivers.clear();  // those of the failures still waived
+  for (const ModelResult& model : run.models) run.waivers.insert(run.waivers.end(), model.waivers.begin(), model.waivers.end());
+  run.lapsed_waivers = std::move(lapsed);
+  run.passed = false;
+  if (run.summary) {
+    std::string& text = *run.summary;
     if (auto at = text.find(": passed with waivers ("); at != std::string::npos) text.replace(at, 23, ": FAILED (");
-    *summary = text + lines;
+    text += lines;
   }
-  return texts;
+  return {std::move(run), std::move(texts)};
+}
+
+std::vector<std::string> revoke_lapsed_waivers(json& report, const std::vector<Waiver>& recorded, TimeMs now) {
+  return judged_in_place(report, revoke_lapsed_waivers(gate_run_from_report(report), recorded, now));
 }
 
 }  // namespace kiln::qualification

@@ -5,7 +5,9 @@
 // waiver. An expired or withdrawn waiver, or one whose approver the register does not list for the
 // owning team, lets nothing through. A report keeps what the run found; whether the waivers it
 // relies on still hold is decided when someone relies on it, from the waivers the coordinator
-// holds then (revoke_lapsed_waivers). Pure.
+// holds then (revoke_lapsed_waivers). Pure: the decisions take a typed report (gate_run.h) and
+// the waivers in force and `now`, and return the report judged; the overloads on a report document
+// read it, judge it and write it back, every key they do not decide kept.
 #pragma once
 
 #include <string>
@@ -16,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/time.h"
+#include "coordinator/qualification/gate_run.h"
 #include "coordinator/qualification/risk_register.h"
 
 namespace kiln::qualification {
@@ -65,16 +68,24 @@ Result<std::string> waiving_team(const RiskRegister& reg, std::string_view scope
 // approver listed for its gate's owning team.
 bool waiver_applies(const Waiver& waiver, const RiskRegister& reg, std::string_view run_id, TimeMs now);
 
-// The metrics a model entry of a run report (kiln.qualification-run/1) fails on: throughput for a
+// The metrics a model run of a report (kiln.qualification-run/1) fails on: throughput for a
 // performance regression, eval and loss_curve for a training model's failed gates, correctness
 // for other wrong outputs; none for a verdict that does not fail a run, or one that is not a
 // gate's (error: the model could not run). A stability run's entry: the gates it failed.
-std::vector<GateMetric> failing_metrics(const nlohmann::json& model_entry);
+std::vector<GateMetric> failing_metrics(const ModelResult& model);
 
-// Applies the waivers to a run report document at `now`: each failing model entry whose every
-// failing metric has an applying waiver gets `waivers` (each with its `text`) and `fails_run`
-// false; the report's `passed` is true when it finished and no entry fails the run any more, and
-// `waivers` lists the waivers it relies on. Returns the texts of those waivers, in order.
+// A report judged by the waivers: the report as judged, and one line per waiver that changed it.
+struct WaiverJudgement {
+  GateRun run;
+  std::vector<std::string> texts;
+};
+
+// Applies the waivers to a run report at `now`: each failing model whose every failing metric has
+// an applying waiver gets those waivers and no longer fails the run; the report passes when it
+// finished and no model fails the run any more, and its `waivers` list the waivers it relies on.
+// `texts`: those waivers' texts, in order; none when no waiver applied (the report unchanged).
+WaiverJudgement apply_waivers(GateRun run, const std::vector<Waiver>& waivers, const RiskRegister& reg, TimeMs now);
+// The same on a report document, in place; returns the texts.
 std::vector<std::string> apply_waivers(nlohmann::json& report, const std::vector<Waiver>& waivers,
                                        const RiskRegister& reg, TimeMs now);
 
@@ -82,13 +93,16 @@ std::vector<std::string> apply_waivers(nlohmann::json& report, const std::vector
 // nothing through any more at `now`, given every waiver the coordinator holds (`recorded`, as
 // `kiln waivers --all` lists them): "expired at T", "withdrawn by X at T", "replaced by <text>" or
 // "no longer recorded". Empty while the very waiver it relied on is in force.
-std::string why_lapsed(const nlohmann::json& relied, const std::vector<Waiver>& recorded, TimeMs now);
+std::string why_lapsed(const RecordedWaiver& relied, const std::vector<Waiver>& recorded, TimeMs now);
 
 // Judges a report again by the waivers the coordinator holds at `now`: each waiver it relies on
 // that is no longer in force lets nothing through. Its failures fail the run again (`fails_run`
 // true, `passed` false, the summary says FAILED and which waiver lapsed, and why), it leaves the
-// report's `waivers` and joins its `lapsed_waivers` (with `why`). Returns one line per lapsed
-// waiver ("<text>: <why>"), in order; none when every waiver it relies on holds.
+// report's `waivers` and joins its `lapsed_waivers` (with `why`). `texts`: one line per lapsed
+// waiver ("<text>: <why>"), in order; none when every waiver it relies on holds (the report
+// unchanged).
+WaiverJudgement revoke_lapsed_waivers(GateRun run, const std::vector<Waiver>& recorded, TimeMs now);
+// The same on a report document, in place; returns the texts.
 std::vector<std::string> revoke_lapsed_waivers(nlohmann::json& report, const std::vector<Waiver>& recorded,
                                                TimeMs now);
 

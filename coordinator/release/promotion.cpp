@@ -46,20 +46,12 @@ Result<GateRun> gate_run_from_json(const json& report) {
                                                report.value("run_id", std::string("?")), what));
   };
   if (!report.is_object()) return bad("the report");
-  GateRun run;
-  for (auto [key, field] : {std::pair{"run_id", &GateRun::run_id}, std::pair{"tier", &GateRun::tier},
-                            std::pair{"candidate_bundle_id", &GateRun::bundle_id}}) {
-    auto it = report.find(key);
-    if (it == report.end() || !it->is_string()) return bad(key);
-    run.*field = it->get<std::string>();
+  for (const char* key : {"run_id", "tier", "candidate_bundle_id"}) {
+    if (auto it = report.find(key); it == report.end() || !it->is_string()) return bad(key);
   }
-  for (auto [key, field] : {std::pair{"finished", &GateRun::finished}, std::pair{"passed", &GateRun::passed}}) {
-    auto it = report.find(key);
-    if (it == report.end() || !it->is_boolean()) return bad(key);
-    run.*field = it->get<bool>();
+  for (const char* key : {"finished", "passed"}) {
+    if (auto it = report.find(key); it == report.end() || !it->is_boolean()) return bad(key);
   }
-  auto finished_at = report.find("finished_at_ms");
-  if (finished_at != report.end() && finished_at->is_number_integer()) run.finished_at_ms = finished_at->get<TimeMs>();
   auto models = report.find("models");
   if (models == report.end() || !models->is_array()) return bad("models");
   for (const auto& entry : *models) {
@@ -67,39 +59,15 @@ Result<GateRun> gate_run_from_json(const json& report) {
         !entry["verdict"].is_string()) {
       return bad("models[].model and verdict");
     }
-    ModelResult model;
-    model.model = entry["model"].get<std::string>();
-    model.verdict = entry["verdict"].get<std::string>();
-    if (entry.contains("revision") && entry["revision"].is_string()) model.revision = entry["revision"].get<std::string>();
-    if (entry.contains("detail") && entry["detail"].is_string()) model.detail = entry["detail"].get<std::string>();
-    // A run that measured the eval score records it beside the verdict.
-    if (auto eval = entry.find("eval"); eval != entry.end() && eval->is_object()) {
-      if (eval->contains("score") && (*eval)["score"].is_number()) model.eval_score = (*eval)["score"].get<double>();
-      if (eval->contains("reference") && (*eval)["reference"].is_number()) {
-        model.eval_reference = (*eval)["reference"].get<double>();
+  }
+  for (const char* key : {"waivers", "lapsed_waivers"}) {
+    if (auto list = report.find(key); list != report.end() && list->is_array()) {
+      for (const auto& entry : *list) {
+        if (!entry.is_object()) return bad(fmt::format("{}[]", key));
       }
     }
-    run.models.push_back(std::move(model));
   }
-  if (auto waivers = report.find("waivers"); waivers != report.end() && waivers->is_array()) {
-    for (const auto& entry : *waivers) {
-      if (!entry.is_object()) return bad("waivers[]");
-      run.waivers.push_back({entry.value("model", ""), entry.value("metric", ""), entry.value("text", ""),
-                             entry.value("expires_at_ms", TimeMs{0})});
-    }
-  }
-  if (auto lapsed = report.find("lapsed_waivers"); lapsed != report.end() && lapsed->is_array()) {
-    for (const auto& entry : *lapsed) {
-      if (!entry.is_object()) return bad("lapsed_waivers[]");
-      run.lapsed_waivers.push_back({entry.value("model", ""), entry.value("metric", ""),
-                                    fmt::format("{}: {}", entry.value("text", ""), entry.value("why", "")),
-                                    entry.value("expires_at_ms", TimeMs{0})});
-    }
-  }
-  if (auto soak = report.find("soak"); soak != report.end() && soak->is_object()) {
-    run.soak = SoakRounds{soak->value("rounds_asked", 0U), soak->value("rounds_run", 0U)};
-  }
-  return run;
+  return qualification::gate_run_from_report(report);
 }
 
 std::vector<std::string> required_gates(const Snapshot& snapshot, const std::string& environment) {
@@ -125,7 +93,7 @@ std::string evidence_path(std::string_view environment, std::string_view bundle_
 namespace {
 
 // The first waiver of the run expired at `now_ms`, if any.
-const GateWaiver* expired_waiver(const GateRun& run, TimeMs now_ms) {
+const RecordedWaiver* expired_waiver(const GateRun& run, TimeMs now_ms) {
   for (const auto& waiver : run.waivers) {
     if (waiver.expires_at_ms <= now_ms) return &waiver;
   }
@@ -158,13 +126,13 @@ Result<GateRun> passing_run(const std::vector<GateRun>& runs, const std::string&
   }
   if (newest_passed != nullptr) return *newest_passed;
   if (newest_other != nullptr && !newest_other->passed && !newest_other->lapsed_waivers.empty()) {
-    const GateWaiver& lapsed = newest_other->lapsed_waivers.front();
+    const RecordedWaiver& lapsed = newest_other->lapsed_waivers.front();
     return fail(Errc::conflict,
                 fmt::format("{} requires a passing {} run of bundle {}: {} passed only by a waiver that is no longer "
                             "in force (gate {} {}, {}); the gate blocks again: fix it, or have an approver waive it "
                             "again (`kiln waive`)",
                             environment, gate, short_id(bundle_id), newest_other->run_id, lapsed.model, lapsed.metric,
-                            lapsed.text));
+                            fmt::format("{}: {}", lapsed.text, lapsed.why)));
   }
   if (const auto why = newest_other != nullptr && newest_other->passed ? missing_soak(*newest_other) : std::nullopt) {
     return fail(Errc::conflict, fmt::format("{} requires a release run of bundle {} with its soak evidence: {} passed, "
@@ -173,7 +141,7 @@ Result<GateRun> passing_run(const std::vector<GateRun>& runs, const std::string&
                                             environment, short_id(bundle_id), newest_other->run_id, *why,
                                             short_id(bundle_id)));
   }
-  if (const GateWaiver* expired = newest_other != nullptr && newest_other->passed ? expired_waiver(*newest_other, now_ms)
+  if (const RecordedWaiver* expired = newest_other != nullptr && newest_other->passed ? expired_waiver(*newest_other, now_ms)
                                                                                    : nullptr) {
     return fail(Errc::conflict, fmt::format("{} requires a passing {} run of bundle {}: {} passed only by a waiver that "
                                             "has expired (gate {} {}, {}); the gate blocks again: fix it, or have an "

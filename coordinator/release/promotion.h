@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/time.h"
+#include "coordinator/qualification/gate_run.h"
 #include "coordinator/release/environments.h"
 
 namespace kiln::release {
@@ -28,47 +29,15 @@ struct Actor {
 std::string to_string(const Actor& actor);                  // "alice (ops)"
 std::optional<Actor> actor_from_string(std::string_view text);  // the inverse; nullopt when malformed
 
-// One model's result in a qualification run report (docs/qualification.md).
-struct ModelResult {
-  std::string model;
-  std::string revision;
-  std::string verdict;
-  std::string detail;
-  std::optional<double> eval_score;      // set when the run measured the model's eval
-  std::optional<double> eval_reference;  // the reference's score it is held against
-};
-
-// A waiver a run's verdict relies on (its report's `waivers`, docs/risks.md): the gate of a model
-// and metric let through by an approver until an expiry.
-struct GateWaiver {
-  std::string model;
-  std::string metric;
-  std::string text;  // "waived by X until T: reason"
-  TimeMs expires_at_ms = 0;
-};
-
-// A release run's soak rounds (its report's `soak`): how many it asked for and how many ran.
-struct SoakRounds {
-  std::uint32_t asked = 0;
-  std::uint32_t run = 0;
-};
-
-// A qualification run report as evidence for a gate.
-struct GateRun {
-  std::string run_id;
-  std::string tier;  // the gate: smoke, nightly, release
-  std::string bundle_id;
-  bool finished = false;
-  bool passed = false;
-  TimeMs finished_at_ms = 0;
-  std::vector<ModelResult> models;
-  std::vector<GateWaiver> waivers;  // a run that passed by waivers passes only until the first expires
-  // The waivers it relied on that are no longer in force (the report judged again by those the
-  // coordinator holds now, waiver.h revoke_lapsed_waivers); `text` says why.
-  std::vector<GateWaiver> lapsed_waivers;
-  std::optional<SoakRounds> soak;  // nullopt: its report records none
-};
-// From a kiln.qualification-run/1 document; Errc::bad_message naming what is missing.
+// A qualification run report as evidence for a gate: the typed report (qualification/gate_run.h)
+// the risk register reads too. A run that passed by waivers passes only until the first expires;
+// its `lapsed_waivers` are those no longer in force when it was judged again.
+using qualification::GateRun;
+using qualification::ModelResult;
+using qualification::RecordedWaiver;
+using qualification::SoakRounds;
+// From a kiln.qualification-run/1 document; Errc::bad_message naming what is missing (the run,
+// tier, candidate, finished, passed, each model's name and verdict).
 Result<GateRun> gate_run_from_json(const nlohmann::json& report);
 
 // The recorded bundle's content the repository's file must pin (the coordinator's bundle record).

@@ -713,3 +713,74 @@ TEST_CASE("a recorded stability run gives its risks their verdict, pages their t
   CHECK(failed.at("passed") == true);
   CHECK(failed.at("summary").get<std::string>().starts_with("kiln stability stability-2: passed with waivers ("));
 }
+
+TEST_CASE("a report read as a typed run and written back is the document it was read from, unknown keys kept") {
+  json document = report("nightly-9", "nightly", kNow, {model_entry("moe-large", "performance_regression")});
+  document["baseline_bundle_ids"] = {{"a", "b0"}};
+  document["models"][0]["nodes"] = {"n01"};
+  document["a_key_of_a_later_version"] = {{"kept", true}};
+  const q::GateRun run = q::gate_run_from_report(document);
+  CHECK(run.run_id == "nightly-9");
+  CHECK(run.finished);
+  CHECK(!run.passed);
+  REQUIRE(run.models.size() == 1);
+  CHECK(run.models[0].fails_run == true);
+  CHECK(q::to_json(run).dump() == document.dump());
+}
+
+TEST_CASE("waivers judge a typed report: the report given stays as it was, the judged one is written as stored") {
+  const auto r = reg();
+  const q::Waiver w{"nightly-7", "moe-large", q::GateMetric::throughput, "kernels", "mei", "4% low, fix in c9", kNow,
+                    kNow + 2 * kHourMs, "", 0};
+  json stored = report("nightly-7", "nightly", kNow, {model_entry("moe-large", "performance_regression"),
+                                                      model_entry("mlp-small", "passed")});
+  stored["fleet_check"] = {{"nodes", 4}};
+  const q::GateRun failed = q::gate_run_from_report(stored);
+
+  const auto waived = q::apply_waivers(failed, {w}, r, kNow + kHourMs);
+  REQUIRE(waived.texts.size() == 1);
+  CHECK(!failed.passed);
+  CHECK(failed.models[0].waivers.empty());
+  CHECK(waived.run.passed);
+  REQUIRE(waived.run.models[0].waivers.size() == 1);
+  CHECK(waived.run.models[0].waivers[0].metric == "throughput");
+  // The document overload stores exactly what the typed decision writes.
+  json in_place = stored;
+  q::apply_waivers(in_place, {w}, r, kNow + kHourMs);
+  CHECK(q::to_json(waived.run).dump() == in_place.dump());
+  CHECK(in_place.at("fleet_check") == stored.at("fleet_check"));
+
+  // The waiver withdrawn: judged again, the run fails and says why.
+  q::Waiver withdrawn = w;
+  withdrawn.withdrawn_by = "jonas";
+  withdrawn.withdrawn_at_ms = kNow + kHourMs;
+  const auto revoked = q::revoke_lapsed_waivers(waived.run, {withdrawn}, kNow + kHourMs);
+  REQUIRE(revoked.texts.size() == 1);
+  CHECK(!revoked.run.passed);
+  CHECK(revoked.run.waivers.empty());
+  REQUIRE(revoked.run.lapsed_waivers.size() == 1);
+  CHECK(revoked.run.lapsed_waivers[0].why.starts_with("withdrawn by jonas"));
+  const json written = q::to_json(revoked.run);
+  CHECK(!written.at("models")[0].contains("waivers"));
+  CHECK(written.at("models")[0].at("fails_run") == true);
+  CHECK(written.at("waivers") == json::array());
+}
+
+TEST_CASE("a finished stability run is judged once: waivers applied, its failing gates paged, marked judged") {
+  using kiln::stability::FailureKind;
+  const auto r = reg(kStabilityRegister);
+  const json failed = stability_document({rank_on("n01", 0, {failure(FailureKind::loss_spike, 200)}),
+                                          rank_on("n02", 1, {failure(FailureKind::throughput_decay, 300)})},
+                                         "stability-3", kNow);
+  const q::Waiver w{"stability-3", "train-small", q::GateMetric::loss_curve, "runtime", "sam", "injected spikes", kNow,
+                    kNow + kHourMs, "", 0};
+  auto judged = q::judge_stability_run(q::gate_run_from_report(failed), {w}, r, kNow);
+  REQUIRE(judged);
+  REQUIRE(judged->waived.size() == 1);
+  REQUIRE(judged->pages.size() == 1);
+  CHECK(judged->pages[0].team == "hardware");
+  const json recorded = q::to_json(judged->run);
+  CHECK(recorded.at("judged") == true);
+  CHECK(recorded.at("passed") == false);
+  CHECK(!q::judge_stability_run(q::gate_run_from_report(recorded), {w}, r, kNow));
+}

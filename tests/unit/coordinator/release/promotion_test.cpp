@@ -15,11 +15,22 @@ constexpr TimeMs kNow = 1'800'000'000'000;
 
 GateRun run_of(const std::string& tier, char bundle, bool passed, TimeMs finished_at_ms = kNow - kHourMs,
                std::optional<double> eval_score = std::nullopt) {
-  GateRun run{tier + "-" + std::string(1, bundle), tier, bundle_id(bundle), true, passed, finished_at_ms, {}, {}, {}, std::nullopt};
+  GateRun run;
+  run.run_id = tier + "-" + std::string(1, bundle);
+  run.tier = tier;
+  run.bundle_id = bundle_id(bundle);
+  run.finished = true;
+  run.passed = passed;
+  run.finished_at_ms = finished_at_ms;
   if (tier == "release") run.soak = SoakRounds{2, 2};  // its soak rounds, all run
   for (const char* revision : {"a", "b"}) {
-    ModelResult model{"llm-70b", revision, passed ? "passed" : "correctness_regression", passed ? "" : "logits off",
-                      eval_score, eval_score ? std::optional<double>(1.0) : std::nullopt};
+    ModelResult model;
+    model.model = "llm-70b";
+    model.revision = revision;
+    model.verdict = passed ? "passed" : "correctness_regression";
+    model.detail = passed ? "" : "logits off";
+    model.eval_score = eval_score;
+    model.eval_reference = eval_score ? std::optional<double>(1.0) : std::nullopt;
     run.models.push_back(model);
   }
   return run;
@@ -81,7 +92,12 @@ TEST_CASE("a gate passed by a waiver promotes while the waiver holds, shows it, 
   auto snapshot = snapshot_of("", "");
   GateRun waived = run_of("nightly", 'a', false);
   waived.passed = true;  // its failure let through by the waiver
-  waived.waivers.push_back({"llm-70b", "correctness", "waived by mei until 2027-01-15 08:00 UTC: fix in c9", kNow + kHourMs});
+  RecordedWaiver waiver;
+  waiver.model = "llm-70b";
+  waiver.metric = "correctness";
+  waiver.text = "waived by mei until 2027-01-15 08:00 UTC: fix in c9";
+  waiver.expires_at_ms = kNow + kHourMs;
+  waived.waivers.push_back(waiver);
   auto promotion = decide_promotion(snapshot, request('a', "dev"), {waived}, recorded('a'), std::nullopt);
   REQUIRE(promotion.has_value());
   const std::string message = promotion_message(*promotion);
