@@ -1,5 +1,6 @@
 // A client session with the coordinator over the client endpoint: one DEALER socket with
-// CURVE, request/reply matched by corr. Used by the kiln command, the demo and the tests.
+// CURVE, request/reply matched by corr. Used by every program that talks to the coordinator as a
+// client: the kiln command, the qualifier, the release desk, the demo and the tests.
 #pragma once
 
 #include <functional>

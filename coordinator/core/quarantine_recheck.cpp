@@ -141,14 +141,14 @@ void AgentSessions::apply_recheck_result(const std::string& node_id, const JobRe
                                                         node_id, failing_id));
     return;
   }
-  const std::optional<bool> correct =
-      job.summary.state == JobState::succeeded ? outputs_correct(job.result) : std::nullopt;
-  if (!correct || !*correct) {
+  // A workload may exit non-zero on wrong outputs: its document still says so.
+  const std::optional<bool> correct = outputs_correct(job.result);
+  if (job.summary.state != JobState::succeeded || !correct || !*correct) {
     const std::string why =
-        correct ? "its outputs were wrong again"
-        : job.summary.state == JobState::succeeded
-            ? "its result says nothing of its outputs against the golden"
-            : fmt::format("it ended {}: {}", protocol::enum_name(job.summary.state), job.summary.detail);
+        correct && !*correct ? "its outputs were wrong again"
+        : job.summary.state != JobState::succeeded
+            ? fmt::format("it ended {}: {}", protocol::enum_name(job.summary.state), job.summary.detail)
+            : "its result says nothing of its outputs against the golden";
     const std::string stays =
         fmt::format("node {} stays quarantined: job {} reran job {} there and {}; rerun it (kiln recheck {}) or run "
                     "kiln diag {} --level 3",
