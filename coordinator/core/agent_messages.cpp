@@ -10,7 +10,7 @@
 
 #include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
-#include "coordinator/core/job_attempts.h"
+#include "coordinator/core/job_table.h"
 #include "coordinator/core/lease_lifecycle.h"
 #include "coordinator/core/rollouts.h"
 #include "coordinator/core/scheduler_decisions.h"

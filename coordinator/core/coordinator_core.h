@@ -9,7 +9,7 @@
 //
 // - AgentSessions (agent_messages.h): hello, heartbeats, health reports, quarantine, drains,
 //   nodes lost. The nodes and sessions are the NodeRegistry's (node_registry.h).
-// - JobTable (job_attempts.h): the jobs, their attempts (AttemptBook, job_attempt.h), where
+// - JobTable (job_table.h): the jobs, their attempts (AttemptBook, attempt_book.h), where
 //   each attempt ran and what each node is stopping; submission, cancel, results, failover,
 //   reruns, timeouts, revocation at the end of a notice.
 // - LeaseLifecycle (lease_lifecycle.h): developer leases over DevLeases (dev_leases.h):
@@ -42,7 +42,7 @@
 #include "coordinator/core/agent_messages.h"
 #include "coordinator/core/core_context.h"
 #include "coordinator/core/dev_leases.h"
-#include "coordinator/core/job_attempts.h"
+#include "coordinator/core/job_table.h"
 #include "coordinator/core/knobs.h"
 #include "coordinator/core/lease_lifecycle.h"
 #include "coordinator/core/node_registry.h"

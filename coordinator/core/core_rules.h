@@ -1,5 +1,5 @@
 // Rules and wording shared by the rooms of the coordinator core (coordinator_core.cpp,
-// agent_messages.cpp, job_attempts.cpp, lease_lifecycle.cpp, scheduler_decisions.cpp,
+// agent_messages.cpp, job_table*.cpp, lease_lifecycle.cpp, scheduler_decisions.cpp,
 // queue_listing.cpp, scheduler_bridge.cpp). Internal: only those files include it.
 #pragma once
 

@@ -7,8 +7,7 @@
 #include "common/text/utf8.h"
 #include "coordinator/core/agent_messages.h"
 #include "coordinator/core/core_rules.h"
-#include "coordinator/core/job_attempts.h"
-#include "coordinator/core/scheduler_decisions.h"
+#include "coordinator/core/job_table.h"
 
 namespace kiln::coordinator {
 
@@ -37,56 +36,6 @@ std::optional<bool> outputs_correct(const std::string& result) {
 }
 
 }  // namespace
-
-bool takes_whole_node(const JobRecord& job) {
-  return protocol::is_maintenance_workload(job.summary.workload) || job.summary.recheck_of_job_id != 0;
-}
-
-JobRecord JobTable::rerun_record(const JobRecord& original, TimeMs now) const {
-  JobRecord rerun;
-  rerun.summary = original.summary;
-  rerun.summary.job_id = next_job_id_;
-  rerun.summary.state = JobState::queued;
-  rerun.summary.node_id.clear();
-  rerun.summary.chip_indices.clear();
-  rerun.summary.attempt = 0;
-  rerun.summary.exit_code = 0;
-  rerun.summary.duration_ms = 0;
-  rerun.summary.node_quarantined.clear();
-  rerun.timeout_ms = original.timeout_ms;
-  rerun.seed = original.seed;
-  rerun.benchmark = original.benchmark;
-  rerun.artifacts = original.artifacts;
-  rerun.submitted_at_ms = now;
-  return rerun;
-}
-
-Result<std::uint64_t> JobTable::submit_recheck(const JobRecord& failing, const NodeRecord& node, const Caller& caller,
-                                               TimeMs now) {
-  const std::string& node_id = node.summary.node_id;
-  for (std::uint64_t id : active_jobs_) {
-    const JobRecord& active = jobs_.at(id);
-    if (active.summary.recheck_of_job_id == failing.summary.job_id && active.requested_node_id == node_id) {
-      return fail(Errc::already_exists, fmt::format("job {} already reruns job {} on {}; kiln result {} --wait", id,
-                                                    failing.summary.job_id, node_id, id));
-    }
-  }
-  JobRecord recheck = rerun_record(failing, now);
-  recheck.summary.recheck_of_job_id = failing.summary.job_id;
-  recheck.summary.submitted_by = caller.key_name;
-  recheck.summary.max_attempts = 1;
-  recheck.requested_node_id = node_id;
-  recheck.recheck_chips = failing.summary.chip_indices;
-  recheck.summary.detail = fmt::format("reruns job {} on {} (chips {}), quarantined for its wrong outputs: correct "
-                                       "outputs release the node",
-                                       failing.summary.job_id, node_id, fmt::join(recheck.recheck_chips, ","));
-  if (auto s = submit_to_scheduler(recheck, now); !s) return tl::unexpected(s.error());
-  const std::uint64_t id = next_job_id_++;
-  activate(id, recheck);
-  save(jobs_[id] = std::move(recheck));
-  ctx_.log(action::Severity::info, fmt::format("job {}: {}", id, jobs_.at(id).summary.detail));
-  return id;
-}
 
 void AgentSessions::recheck_request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                                     const protocol::RecheckNode& request, TimeMs now) {

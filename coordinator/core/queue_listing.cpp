@@ -6,7 +6,7 @@
 
 #include "common/exhaustive.h"
 #include "common/text/utf8.h"
-#include "coordinator/core/job_attempts.h"
+#include "coordinator/core/job_table.h"
 #include "coordinator/core/lease_lifecycle.h"
 
 namespace kiln::coordinator {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/text/utf8.h"
-#include "coordinator/core/job_attempts.h"
+#include "coordinator/core/job_table.h"
 
 namespace kiln::coordinator {
 namespace {

@@ -1,5 +1,5 @@
 // The job table: every job the coordinator knows, the state machine of each active job's
-// attempts (job_attempt.h), where each attempt ran, and the attempts nodes are stopping. It
+// attempts (attempt_book.h), where each attempt ran, and the attempts nodes are stopping. It
 // takes submissions and cancels, what agents report about jobs, and the scheduler's decisions
 // about jobs' own requests; it starts, fails over, requeues and ends attempts.
 #pragma once
@@ -16,7 +16,7 @@
 #include "common/protocol/messages.h"
 #include "coordinator/core/active_jobs.h"
 #include "coordinator/core/core_context.h"
-#include "coordinator/core/job_attempt.h"
+#include "coordinator/core/attempt_book.h"
 #include "coordinator/core/records.h"
 #include "coordinator/scheduler/scheduler.h"
 
@@ -251,7 +251,7 @@ class JobTable {
   std::set<std::pair<TimeMs, std::uint64_t>> rerun_candidates_;
   TimeMs forgotten_at_ = 0;  // the latest forget_ended(): the candidates are those of its window
   // The phase of each job's current attempt, the chips it holds as a lease of its own, and an
-  // earlier attempt still stopping (job_attempt.h). A new attempt granted on the node where an
+  // earlier attempt still stopping (attempt_book.h). A new attempt granted on the node where an
   // earlier one is still being stopped starts only once it has (the agent knows a job by its id
   // and would take the start for a duplicate); until then the job holds its chips as `assigned`.
   AttemptBook attempts_;

@@ -1,4 +1,4 @@
-#include "coordinator/core/job_attempt.h"
+#include "coordinator/core/attempt_book.h"
 
 #include <fmt/format.h>
 
