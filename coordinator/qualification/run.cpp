@@ -363,7 +363,7 @@ struct QualificationRun::State {
     for (std::size_t t = 0; t < targets.size(); ++t) {
       for (std::size_t p : targets[t].pairs) {
         if (explained[t]) {
-          conclude_from_bisection(p, b, targets, tickets_of[p]);
+          conclude_from_bisection(p, b, t, targets, tickets_of[p]);
         } else {
           pairs[p].bisection = next;
         }
@@ -382,13 +382,18 @@ struct QualificationRun::State {
                         {}};
   }
 
-  void conclude_from_bisection(std::size_t p, std::size_t b, const std::vector<BisectionTarget>& targets,
-                               const std::vector<std::string>& ticket_ids) {
+  void conclude_from_bisection(std::size_t p, std::size_t b, std::size_t target,
+                               const std::vector<BisectionTarget>& targets, const std::vector<std::string>& ticket_ids) {
     Pair& pair = pairs[p];
     const BisectionRun& run = bisections.at(b);
     const BisectResult& result = *run.result;
     ModelReport& model_report = report_of(p);
     model_report.bisection = result;
+    // Its own evidence of each probe: the shared bisection's is every model's.
+    auto& probes = model_report.bisection->evidence;
+    for (std::size_t i = 0; i < probes.size() && i < run.target_details.size(); ++i) {
+      probes[i].detail = run.target_details[i][target];
+    }
     for (const auto& id : ticket_ids) add_unique(model_report.ticket_ids, id);
     std::string detail = pair.regression_detail;
     std::vector<std::string> others;
@@ -398,7 +403,15 @@ struct QualificationRun::State {
         add_unique(others, fmt::format("{} on revision {}", model_of(pairs[other]).name, pairs[other].revision));
       }
     }
-    if (!others.empty()) detail += fmt::format("; bisected once, together with {}", fmt::join(others, ", "));
+    // Named up to a few: a night where a hundred models regress together would otherwise name
+    // every other one in each model's detail.
+    constexpr std::size_t kNamed = 3;
+    if (others.size() > kNamed) {
+      detail += fmt::format("; bisected once, together with {} and {} more",
+                            fmt::join(others.begin(), others.begin() + kNamed, ", "), others.size() - kNamed);
+    } else if (!others.empty()) {
+      detail += fmt::format("; bisected once, together with {}", fmt::join(others, ", "));
+    }
     if (result.outcome == BisectOutcome::culprit_found) {
       const Change& culprit = input.history[run.history_index[result.culprit_index]];
       detail += fmt::format("; culprit {} ({}, {}): {}", culprit.id, to_string(culprit.layer), culprit.owner_team,

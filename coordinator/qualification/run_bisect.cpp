@@ -88,7 +88,7 @@ std::size_t RunBisections::add(std::string baseline_bundle_id, std::vector<std::
   }
   book_.log(fmt::format("bisecting over {} changes, one probe job per target: {}", count, fmt::join(names, "; ")));
   runs_.push_back(BisectionRun{std::move(baseline_bundle_id), std::move(*bisection), std::move(indexes),
-                               std::move(targets), std::nullopt, {}, {}, {}});
+                               std::move(targets), std::nullopt, {}, {}, {}, {}});
   return runs_.size() - 1;
 }
 
@@ -202,24 +202,30 @@ void RunBisections::answer_target(std::size_t b, std::size_t candidate, std::siz
   if (std::any_of(probe.targets.begin(), probe.targets.end(), [](const auto& t) { return !t.verdict; })) return;
   std::vector<ProbeVerdict> verdicts;
   std::vector<std::string> details;
+  std::vector<std::string> by_target;
   for (std::size_t t = 0; t < probe.targets.size(); ++t) {
     verdicts.push_back(*probe.targets[t].verdict);
     const std::string& detail_of = probe.targets[t].detail;
     details.push_back(run.targets.size() == 1 ? detail_of
                                               : fmt::format("{}: {}", run.targets[t].probe_model.name, detail_of));
+    by_target.push_back(detail_of);
   }
   auto has = [&](ProbeVerdict v) { return std::find(verdicts.begin(), verdicts.end(), v) != verdicts.end(); };
   const ProbeVerdict combined = has(ProbeVerdict::bad)            ? ProbeVerdict::bad
                                 : has(ProbeVerdict::inconclusive) ? ProbeVerdict::inconclusive
                                                                   : ProbeVerdict::good;
   run.verdicts[candidate] = std::move(verdicts);
-  answer_probe(b, candidate, combined, fmt::format("{}", fmt::join(details, "; ")));
+  answer_probe(b, candidate, combined, fmt::format("{}", fmt::join(details, "; ")), std::move(by_target));
 }
 
-void RunBisections::answer_probe(std::size_t b, std::size_t candidate, ProbeVerdict verdict, std::string detail) {
+void RunBisections::answer_probe(std::size_t b, std::size_t candidate, ProbeVerdict verdict, std::string detail,
+                                 std::vector<std::string> by_target) {
   BisectionRun& run = runs_[b];
   run.probes.erase(candidate);
-  (void)run.bisection.on_probe_result(candidate, verdict, std::move(detail));
+  if (by_target.empty()) by_target.assign(run.targets.size(), detail);
+  if (run.bisection.on_probe_result(candidate, verdict, std::move(detail))) {
+    run.target_details.push_back(std::move(by_target));
+  }
   pump(b);
 }
 

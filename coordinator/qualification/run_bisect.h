@@ -76,6 +76,10 @@ struct BisectionRun {
   std::map<std::size_t, Probe> probes;  // running probes by candidate
   // The targets' verdicts of the latest answered probe of each candidate.
   std::map<std::size_t, std::vector<ProbeVerdict>> verdicts;
+  // Each answered probe's evidence by target, in the order of the bisection's probe records: a
+  // model's report keeps only its own, so a shared bisection does not grow every report with
+  // every other model's evidence.
+  std::vector<std::vector<std::string>> target_details;
 };
 
 class RunBisections {
@@ -126,7 +130,9 @@ class RunBisections {
   std::uint32_t first_repeats(const BisectionTarget& target) const;
   void answer_target(std::size_t b, std::size_t candidate, std::size_t target, ProbeVerdict verdict,
                      std::string detail);
-  void answer_probe(std::size_t b, std::size_t candidate, ProbeVerdict verdict, std::string detail);
+  // `by_target`: the evidence of each target, when they differ (empty: `detail` for every one).
+  void answer_probe(std::size_t b, std::size_t candidate, ProbeVerdict verdict, std::string detail,
+                    std::vector<std::string> by_target = {});
   void judge_performance(const RunJob& job, std::size_t target, const JobResult& result);
   void finish(std::size_t b);
   // Plans and starts the next round unless probes are running; finishes the bisection when it

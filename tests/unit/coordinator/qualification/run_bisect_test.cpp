@@ -186,6 +186,15 @@ void check_one_bisection(const Outcome& out) {
     CHECK(m->bisection->round_bound == q::expected_rounds(41, 3));
     CHECK(m->bisection->rounds <= 3);
     CHECK(m->bisection->probes_started <= 9);
+    // Each model's report keeps its own evidence of the shared probes, not the other's: a night
+    // of many models regressing together would otherwise store every model's evidence in every
+    // model's report.
+    REQUIRE_FALSE(m->bisection->evidence.empty());
+    const std::string other = m == &ranker ? "mlp-recsys" : "mlp-ranker";
+    for (const auto& probe : m->bisection->evidence) {
+      CHECK_FALSE(probe.detail.empty());
+      CHECK(probe.detail.find(other) == std::string::npos);
+    }
   }
   CHECK(report_of(out.report, "fp8-small").verdict == q::ModelVerdict::passed);
   CHECK(logs_containing(out, "bisecting over 41 changes") == 1);
