@@ -46,16 +46,18 @@ install(TARGETS kiln_sim_driver kiln_cpu_driver
 # Workloads are run by the agent by the paths agent.toml's [workloads] gives, not from PATH.
 install(TARGETS kiln-workload-smoke kiln-workload-model RUNTIME DESTINATION ${KILN_INSTALL_PKGLIBDIR}/workloads
   COMPONENT sim)
-# The risk register lives beside the set it names (docs/risks.md).
-install(FILES ${KILN_SOURCE_ROOT}/coordinator/qualification/data/qualification-set.toml
-  ${KILN_SOURCE_ROOT}/coordinator/qualification/data/risks.toml
+# The risk register lives beside the set it names (docs/risks.md); the workload catalog is the
+# qualifier's default workload_catalog.
+install(FILES ${KILN_SOURCE_ROOT}/qualification/data/qualification-set.toml
+  ${KILN_SOURCE_ROOT}/qualification/data/risks.toml
+  ${CMAKE_BINARY_DIR}/share/kiln/sim/workloads.json
   DESTINATION ${KILN_DATADIR}/sim COMPONENT sim)
 
 # What the packages ship, to build before packaging (scripts/package) without the tests.
 set(kiln_shipped_targets kiln kiln-coordinator kiln-qualifier kiln-agent kiln-agent-check kiln-sim-chip
   kiln_sim_driver kiln_cpu_driver kiln-workload-smoke kiln-workload-model)
 add_custom_target(kiln_shipped)
-add_dependencies(kiln_shipped ${kiln_shipped_targets})
+add_dependencies(kiln_shipped ${kiln_shipped_targets} kiln_sim_workloads_json)
 # Linked as Debian links its own packages: relocations resolved at start-up, then read-only.
 foreach(target IN LISTS kiln_shipped_targets)
   target_link_options(${target} PRIVATE -Wl,-z,relro -Wl,-z,now)

@@ -79,3 +79,17 @@ function(kiln_check_sim_boundary)
                         "KILN_MAY_LINK_SIM property to the reason.")
   endif()
 endfunction()
+
+# The coordinator stays thin: it keeps and validates qualification records (kiln_records) but
+# never links the qualification domain, whose runs, gates and bisections belong to kiln-qualifier.
+function(kiln_check_thin_coordinator)
+  kiln_linked_targets(kiln-coordinator linked)
+  foreach(domain kiln_qualification kiln_release kiln_cli)
+    if(domain IN_LIST linked)
+      message(FATAL_ERROR "kiln-coordinator links ${domain}, directly or through another target. The "
+                          "coordinator links the record formats (kiln_records) and the environments "
+                          "(kiln_environments) only: move what it needs into records/ "
+                          "(docs/architecture.md, \"Source tree and CMake targets\").")
+    endif()
+  endforeach()
+endfunction()

@@ -2,7 +2,7 @@
 // each change is sent as.
 #include <nlohmann/json.hpp>
 
-#include "coordinator/qualification/change.h"
+#include "records/change.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,5 +1,5 @@
 // The kiln client's config, from memory: the text and the name its errors give as the file.
-#include "coordinator/cli/client.h"
+#include "client/client.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,5 +1,5 @@
 // coordinator.toml, from memory: the text and the name its errors give as the file.
-#include "coordinator/shell/coordinator_config.h"
+#include "coordinator/server/coordinator_config.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,5 +1,5 @@
 // The qualification set (qualification-set.toml).
-#include "coordinator/qualification/model_set.h"
+#include "qualification/model_set.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,7 +1,7 @@
 // The ticket webhook's TOML, from memory, then its URL and headers as the sink checks them
 // before any socket is opened.
-#include "coordinator/qualification/webhook_sink.h"
-#include "coordinator/qualifier/ticket_sinks.h"
+#include "qualification/webhook_sink.h"
+#include "qualifier/ticket_sinks.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/core/core_rules.h"
-#include "coordinator/qualification/waiver.h"
+#include "records/waiver.h"
 
 namespace kiln::coordinator {
 

@@ -51,7 +51,7 @@
 #include "coordinator/core/rollouts.h"
 #include "coordinator/core/scheduler_bridge.h"
 #include "coordinator/core/scheduler_decisions.h"
-#include "coordinator/qualification/waiver.h"
+#include "records/waiver.h"
 #include "coordinator/scheduler/scheduler.h"
 
 namespace kiln::coordinator {

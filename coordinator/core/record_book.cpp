@@ -6,10 +6,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/qualification/change.h"
-#include "coordinator/qualification/run_request.h"
-#include "coordinator/qualification/ticket_record.h"
-#include "coordinator/qualification/waiver.h"
+#include "records/change.h"
+#include "records/run_request.h"
+#include "records/ticket_record.h"
+#include "records/waiver.h"
 
 namespace kiln::coordinator {
 

@@ -61,7 +61,7 @@ class Store {
   virtual Result<StoreCounts> count() = 0;
   // Group commit: the writes from begin() to commit() are one transaction, durable when commit()
   // returns success (each write's own Status then says only that it was taken). The server batches
-  // the writes of one turn of its loop this way (coordinator/shell/group_commit.h).
+  // the writes of one turn of its loop this way (coordinator/server/group_commit.h).
   virtual Status begin() = 0;
   virtual Status commit() = 0;
 

@@ -3,8 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/qualification/change.h"
-#include "coordinator/qualification/run_request.h"
+#include "records/change.h"
+#include "records/run_request.h"
 
 namespace kiln::sim::cluster {
 

@@ -21,7 +21,7 @@
 #include "common/exhaustive.h"
 #include "common/protocol/codec.h"
 #include "common/stats/rng.h"
-#include "coordinator/shell/action_interpreter.h"
+#include "coordinator/server/action_interpreter.h"
 
 namespace kiln::sim::cluster {
 

@@ -9,7 +9,7 @@
 
 #include "common/protocol/messages.h"
 #include "common/sha256.h"
-#include "coordinator/qualification/shell/artifact_upload.h"
+#include "qualification/shell/artifact_upload.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/fleet_queries.h"
 #include "tests/support/loopback_http.h"

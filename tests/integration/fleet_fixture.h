@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/cli/client.h"
+#include "client/client.h"
 
 namespace kiln::testing {
 

@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "common/protocol/messages.h"
-#include "coordinator/cli/client.h"
+#include "client/client.h"
 #include "tests/integration/fleet_fixture.h"
 
 namespace kiln::testing {

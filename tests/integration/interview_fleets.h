@@ -28,7 +28,7 @@
 
 namespace kiln::testing {
 
-inline const std::filesystem::path kShippedData = std::filesystem::path(KILN_SOURCE_DIR) / "coordinator/qualification/data";
+inline const std::filesystem::path kShippedData = std::filesystem::path(KILN_SOURCE_DIR) / "qualification/data";
 
 // A risk of the register (docs/risks.md): its owner's team pages at the severity, its gate is the
 // model's metric in the tier's runs.

@@ -19,7 +19,7 @@ using kiln::testing::contains;
 using kiln::testing::run;
 using kiln::testing::TempDir;
 
-const std::string kExampleMatrix = std::string(KILN_SOURCE_DIR) + "/coordinator/qualification/data/matrix.toml";
+const std::string kExampleMatrix = std::string(KILN_SOURCE_DIR) + "/qualification/data/matrix.toml";
 
 std::string plan_command(const std::string& tail) {
   return bin("kiln") + " --config /nonexistent/client.toml plan --offline " + tail;

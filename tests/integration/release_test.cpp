@@ -17,8 +17,8 @@
 
 #include "common/protocol/messages.h"
 #include "common/sha256.h"
-#include "coordinator/qualification/change.h"
-#include "coordinator/qualification/shell/records_client.h"
+#include "records/change.h"
+#include "client/records_client.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/fleet_queries.h"
 #include "tests/integration/git_repo.h"

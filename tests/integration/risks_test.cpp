@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/cli/client.h"
+#include "client/client.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/qualification_fleet.h"
 #include "tests/integration/release_gates.h"

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/http/client.h"
-#include "coordinator/qualification/shell/records_client.h"
+#include "client/records_client.h"
 #include "tests/integration/qualification_fleet.h"
 #include "tests/integration/run_command.h"
 

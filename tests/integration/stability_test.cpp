@@ -35,7 +35,7 @@ minutes = 30
 // qualifier judges its gates (and drives runs of the same set).
 void start_fleet(Fleet& fleet) {
   namespace fs = std::filesystem;
-  const fs::path data = fs::path(KILN_SOURCE_DIR) / "coordinator/qualification/data";
+  const fs::path data = fs::path(KILN_SOURCE_DIR) / "qualification/data";
   for (const char* file : {"risks.toml", "qualification-set.toml"}) fs::copy_file(data / file, fleet.dir() / file);
   fs::copy_file(data / "qualification-set.toml", fleet.dir() / "models.toml");
   fs::create_directories(fleet.dir() / "golden");

@@ -143,7 +143,8 @@ std::set<std::string> expected_files(const std::string& package) {
   } else {
     files.insert({"/usr/bin/kiln-sim-chip", kPkgLibDir + "/libkiln_sim_driver.so", kPkgLibDir + "/libkiln_cpu_driver.so",
                   kPkgLibDir + "/workloads/kiln-workload-smoke", kPkgLibDir + "/workloads/kiln-workload-model",
-                  "/usr/share/kiln/sim/qualification-set.toml", "/usr/share/kiln/sim/risks.toml"});
+                  "/usr/share/kiln/sim/qualification-set.toml", "/usr/share/kiln/sim/risks.toml",
+                  "/usr/share/kiln/sim/workloads.json"});
     man("kiln-sim-chip.1");
   }
   return files;
@@ -373,7 +374,7 @@ TEST_CASE("the packaged coordinator, agent and client work together with the pac
   CHECK(status.status == 0);
   CHECK(contains(status.output, "node n01"));
   // The unit tier finds both backends in the package's library folder (docs/qualification.md).
-  REQUIRE(run(kiln + " change import " KILN_SOURCE_DIR "/coordinator/qualification/data/demo-day-changes.toml").status ==
+  REQUIRE(run(kiln + " change import " KILN_SOURCE_DIR "/qualification/data/demo-day-changes.toml").status ==
           0);
   const Ran bundle = run(kiln + " bundle build --bundle-dir " + (state / "qualifier/bundles").string());
   INFO(bundle.output);

@@ -14,7 +14,7 @@
 
 #include "coordinator/core/coordinator_core.h"
 #include "coordinator/core/job_retention.h"
-#include "coordinator/shell/action_interpreter.h"
+#include "coordinator/server/action_interpreter.h"
 
 namespace kiln::coordinator::testing {
 

@@ -3,11 +3,11 @@
 #include <doctest/doctest.h>
 
 #include "agent/host/agent_config.h"
-#include "coordinator/cli/client.h"
-#include "coordinator/qualification/webhook_sink.h"
-#include "coordinator/qualifier/qualifier_config.h"
-#include "coordinator/qualifier/ticket_sinks.h"
-#include "coordinator/shell/coordinator_config.h"
+#include "client/client.h"
+#include "qualification/webhook_sink.h"
+#include "qualifier/qualifier_config.h"
+#include "qualifier/ticket_sinks.h"
+#include "coordinator/server/coordinator_config.h"
 #include "sim/chip/sim_files.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"

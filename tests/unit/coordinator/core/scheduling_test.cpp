@@ -7,7 +7,7 @@
 
 #include "coordinator/core/coordinator_core.h"
 #include "tests/support/core_harness.h"
-#include "coordinator/shell/coordinator_config.h"
+#include "coordinator/server/coordinator_config.h"
 #include "tests/support/temp_dir.h"
 
 using namespace kiln;

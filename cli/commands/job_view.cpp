@@ -1,0 +1,103 @@
+#include "cli/commands/job_view.h"
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/protocol/json.h"
+#include "cli/duration.h"
+#include "cli/exit_codes.h"
+#include "cli/text.h"
+#include "cli/wait_progress.h"
+
+namespace kiln::cli {
+
+namespace {
+
+// How often a waiting command looks at what the job waits for (a few listings each time).
+constexpr auto kProgressInterval = std::chrono::seconds(2);
+
+void print_output_tail(const std::string& tail) {
+  std::cout << "  output (tail)\n";
+  std::size_t start = 0;
+  while (start < tail.size()) {
+    auto end = tail.find('\n', start);
+    if (end == std::string::npos) end = tail.size();
+    std::cout << "    " << tail.substr(start, end - start) << "\n";
+    start = end + 1;
+  }
+}
+
+void print_job_detail(const protocol::JobDetail& d) {
+  const auto& j = d.job;
+  std::cout << fmt::format("job {}: {}\n", j.job_id, protocol::enum_name(j.state));
+  std::cout << fmt::format("  workload   {} {}\n", j.workload, fmt::join(j.args, " "));
+  std::cout << fmt::format("  class      {}, submitted by {}\n", protocol::enum_name(j.priority_class), j.submitted_by);
+  std::cout << fmt::format("  placement  {} chips{}{}\n", j.chips, j.node_id.empty() ? "" : " on " + j.node_id,
+                           j.chip_indices.empty() ? "" : fmt::format(" [{}]", fmt::join(j.chip_indices, ",")));
+  std::cout << fmt::format("  attempt    {} of {}\n", j.attempt, j.max_attempts);
+  if (j.gang_size > 0) {
+    std::cout << fmt::format("  gang       rank {} of {} (jobs {} to {})\n", j.gang_rank, j.gang_size, j.gang_id,
+                             j.gang_id + j.gang_size - 1);
+  }
+  if (protocol::is_terminal(j.state)) {
+    std::cout << fmt::format("  exit code  {} after {}\n", j.exit_code, duration_text(j.duration_ms));
+  }
+  if (!j.detail.empty()) std::cout << fmt::format("  detail     {}\n", j.detail);
+  if (!d.result.empty()) std::cout << "  result\n    " << d.result << "\n";
+  if (!d.output_tail.empty()) print_output_tail(d.output_tail);
+}
+
+}  // namespace
+
+Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet, DurationMs timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const TimeMs started_ms = wall_now_ms();
+  ProgressLine progress = ProgressLine::for_stderr();
+  protocol::JobState last = protocol::JobState::queued;
+  bool first = true;
+  auto last_look = std::chrono::steady_clock::now() - kProgressInterval;
+  while (true) {
+    auto detail = expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id}));
+    if (!detail) return detail;
+    const bool ended = protocol::is_terminal(detail->job.state);
+    if (!quiet && (first || detail->job.state != last || ended)) {
+      progress.done();
+      std::cerr << fmt::format("job {}: {}{}\n", job_id, protocol::enum_name(detail->job.state),
+                               detail->job.node_id.empty() ? "" : " on " + detail->job.node_id);
+    }
+    first = false;
+    last = detail->job.state;
+    if (ended) return detail;
+    if (timeout_ms > 0 && std::chrono::steady_clock::now() >= deadline) return detail;
+    // What it waits for: a queued job's reasons and who holds its chips; a running job's node.
+    if (!quiet && std::chrono::steady_clock::now() - last_look >= kProgressInterval) {
+      last_look = std::chrono::steady_clock::now();
+      const TimeMs now_ms = wall_now_ms();
+      progress.show(job_status_text(read_fleet(client, now_ms), job_id), now_ms - started_ms, now_ms);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+int show_job(Client& client, std::uint64_t job_id, bool wait, bool json) {
+  auto detail = wait ? wait_for_job(client, job_id, json)
+                     : expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id}));
+  if (!detail) return report(detail.error());
+  if (json) std::cout << protocol::to_json(*detail).dump(2) << "\n";
+  else print_job_detail(*detail);
+  if (!protocol::is_terminal(detail->job.state)) return kExitOk;
+  return detail->job.state == protocol::JobState::succeeded ? kExitOk : kExitFailed;
+}
+
+int request_ok(Client& client, protocol::Body request, bool json) {
+  auto r = expect_reply<protocol::Ok>(client.request(std::move(request)));
+  if (!r) return report(r.error());
+  if (json) std::cout << protocol::to_json(*r).dump() << "\n";
+  else std::cout << r->detail << "\n";
+  return kExitOk;
+}
+
+}  // namespace kiln::cli
