@@ -23,7 +23,6 @@
 namespace kiln::coordinator {
 
 class LeaseLifecycle;
-class SchedulerDecisions;
 
 // Placed as maintenance: the whole node leased, allowed onto its quarantined node (diagnostics,
 // installs, and the rerun that rechecks a node quarantined for that job's wrong outputs).
@@ -31,8 +30,7 @@ bool takes_whole_node(const JobRecord& job);
 
 class JobTable {
  public:
-  JobTable(CoreContext context, const LeaseLifecycle& leases, SchedulerDecisions& scheduling)
-      : ctx_(context), leases_(leases), scheduling_(scheduling) {}
+  JobTable(CoreContext context, const LeaseLifecycle& leases) : ctx_(context), leases_(leases) {}
 
   // ---- recovery: the jobs from the store, then (once the leases are back) the queued ones
   // given to the scheduler again keeping their age; returns how many were.
@@ -77,13 +75,14 @@ class JobTable {
   std::optional<TimeMs> next_deadline() const;
 
   // ---- clients
-  void submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-              const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now);
-  // The ranks of a gang, into a lease of whole nodes: accepted or refused as a whole.
-  // Submits on the core's own behalf (a rollout's install): the job's id, or why it was refused.
+  // A job submitted by a client or on the core's own behalf (a rollout's install): the job's id,
+  // or why it was refused. The router tells the scheduler the nodes' states next (a maintenance
+  // job drains its node) and answers the client.
   Result<std::uint64_t> accept(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
                                TimeMs now);
-  void submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+  // The ranks of a gang, into a lease of whole nodes: accepted or refused as a whole, the client
+  // answered either way. Whether it was accepted.
+  bool submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                    const protocol::SubmitGang& gang, TimeMs now);
   void cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
               const protocol::CancelJob& cancel, TimeMs now);
@@ -95,8 +94,14 @@ class JobTable {
 
   // ---- agents
   void job_started(const std::string& node_id, const protocol::JobStarted& started);
-  // The job whose current attempt this result ended, if it did.
-  const JobRecord* job_finished(const std::string& node_id, const protocol::JobFinished& finished, TimeMs now);
+  // What a result did: the job whose current attempt it ended, if it did; or its attempt let go
+  // of its chips at a checkpoint under a preemption notice, and the scheduler requeues it (the
+  // router carries that out, saving the requeue, before the result is acknowledged).
+  struct ResultOutcome {
+    const JobRecord* ended = nullptr;
+    bool let_go_under_notice = false;
+  };
+  ResultOutcome job_finished(const std::string& node_id, const protocol::JobFinished& finished, TimeMs now);
   // A hello's jobs: those it reports get their chips back, those it no longer runs are failed
   // over, those it is told to stop (welcome.cancel_jobs) keep their chips until gone.
   struct HelloOutcome {
@@ -236,7 +241,6 @@ class JobTable {
 
   CoreContext ctx_;
   const LeaseLifecycle& leases_;
-  SchedulerDecisions& scheduling_;
   std::map<std::uint64_t, JobRecord> jobs_;
   std::set<std::uint64_t> active_jobs_;  // queued, assigned or running
   // The maintenance jobs among them: few, however long the queue, so what a node drains for is

@@ -16,7 +16,6 @@
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/job_retention.h"
 #include "coordinator/core/lease_lifecycle.h"
-#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
@@ -55,9 +54,10 @@ void JobTable::job_started(const std::string& node_id, const protocol::JobStarte
   save(job);
 }
 
-const JobRecord* JobTable::job_finished(const std::string& node_id, const protocol::JobFinished& fin, TimeMs now) {
+JobTable::ResultOutcome JobTable::job_finished(const std::string& node_id, const protocol::JobFinished& fin,
+                                               TimeMs now) {
   auto it = jobs_.find(fin.job_id);
-  if (it == jobs_.end()) return nullptr;
+  if (it == jobs_.end()) return {};
   JobRecord& job = it->second;
   const bool current = !protocol::is_terminal(job.summary.state) && job.summary.state != JobState::queued &&
                        job.summary.node_id == node_id && job.summary.attempt == fin.attempt;
@@ -73,10 +73,7 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
     if (auto s = ctx_.scheduler().checkpoint_ack(*held, ctx_.to_scheduler_time(now)); !s) {
       ctx_.log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, s.error().message));
     }
-    // The requeue is saved before the acknowledgement below: acknowledged first, a crash in
-    // between would leave the store holding the attempt as running, and a restart would count
-    // it lost although its agent has forgotten it.
-    scheduling_.pump(now);
+    return ResultOutcome{nullptr, true};
   } else if (current) {
     job.output_tail = fin.output_tail;
     job.result = fin.result;
@@ -100,7 +97,7 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
       detail = text::utf8_head(fmt::format("{} ({})", job.cancel_reason, detail), protocol::kMessageText.max_len);
     }
     finish(job, state, std::move(detail), now);
-    return &job;
+    return ResultOutcome{&job, false};
   } else {
     ctx_.log(action::Severity::debug, fmt::format("ignoring a stale result for job {} attempt {} from node {}",
                                                   fin.job_id, fin.attempt, node_id));
@@ -116,7 +113,7 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
       old_attempt_gone(fin.job_id, node_id, now);
     }
   }
-  return nullptr;
+  return {};
 }
 
 JobTable::HelloOutcome JobTable::reconcile_hello(const NodeRecord& node, const protocol::Hello& hello,

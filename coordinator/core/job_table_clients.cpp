@@ -14,7 +14,6 @@
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/job_retention.h"
 #include "coordinator/core/lease_lifecycle.h"
-#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
@@ -50,16 +49,6 @@ JobRecord JobTable::new_job(const Caller& caller, const protocol::SubmitJob& sub
   return job;
 }
 
-void JobTable::submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                      const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
-  auto id = accept(caller, submit, lease_id, now);
-  if (!id) {
-    ctx_.reply_error(client, m.header.id, id.error().code, std::move(id.error().message));
-    return;
-  }
-  ctx_.sink.push(action::ToClient{client, protocol::JobAccepted{*id}, m.header.id});
-}
-
 Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::SubmitJob& submit,
                                        std::uint64_t lease_id, TimeMs now) {
   if (auto refused = refuse_submit(caller, submit, lease_id)) return tl::unexpected(std::move(*refused));
@@ -79,15 +68,14 @@ Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::Sub
     ctx_.audit(caller, "install_requested", "node " + submit.node_id,
                fmt::format("job {}: {} {}", id, submit.workload, fmt::join(submit.args, " ")));
   }
-  scheduling_.sync_node_states(now);
   return id;
 }
 
-void JobTable::submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+bool JobTable::submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                            const protocol::SubmitGang& gang, TimeMs now) {
   if (auto refused = refuse_gang(caller, gang)) {
     ctx_.reply_error(client, m.header.id, refused->code, std::move(refused->message));
-    return;
+    return false;
   }
   // Consecutive ids: rank r is job gang_id + r, so every rank finds the others.
   const std::uint64_t gang_id = next_job_id_;
@@ -109,7 +97,7 @@ void JobTable::submit_gang(const std::string& client, const Caller& caller, cons
   ctx_.log(action::Severity::info, fmt::format("gang {} ({} ranks of {}, jobs {} to {}) submitted by {} in lease L{}",
                                                gang_id, size, gang.jobs.front().workload, gang_id,
                                                gang_id + size - 1, caller.key_name, gang.lease_id));
-  scheduling_.sync_node_states(now);
+  return true;
 }
 
 std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol::SubmitGang& gang) {
