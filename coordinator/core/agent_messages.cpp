@@ -74,7 +74,7 @@ void AgentSessions::hello(const std::string& peer, const Caller& caller, const p
   welcome.heartbeat_interval_ms = ctx_.knobs.heartbeat_interval_ms;
   welcome.liveness_missed_beats = ctx_.knobs.liveness_missed_beats;
   const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
-  const JobTable::HelloOutcome jobs = jobs_.reconcile_hello(node, hello, welcome, now);
+  const JobTable::HelloOutcome jobs = jobs_.reconcile_hello(node, hello, welcome, now, leases_);
   // The node's state first (draining while it stops jobs or its chips changed), then its
   // chips: updating them schedules at once.
   scheduling_.inventory_reported(node);
@@ -463,7 +463,7 @@ void AgentSessions::mark_node_lost(NodeRecord& node, TimeMs now) {
   jobs_.forget_stopping_on(node_id);
   // The scheduler first, so that nothing requeued below is placed on this node again.
   scheduling_.sync_node_states(now, jobs_);
-  const std::size_t failed_over = jobs_.fail_over_from(node_id, now);
+  const std::size_t failed_over = jobs_.fail_over_from(node_id, now, leases_);
   leases_.node_lost(node_id, now);
   ctx_.save(node);
   ctx_.log(action::Severity::warn, fmt::format("node {} lost: silent for {} ms; {} jobs failed over", node_id,

@@ -29,7 +29,7 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
                 clock_now.wall_ms + std::max<TimeMs>(knobs.restart_grace_ms, knobs.liveness_timeout_ms())),
       bridge_(knobs.scheduler, clock_now.wall_ms, sink_),
       records_(std::move(recovered.records), std::move(waiver_register)),
-      jobs_(context(), leases_),
+      jobs_(context()),
       leases_(context(), jobs_),
       scheduling_(context()),
       agents_(context(), jobs_, leases_, scheduling_),
@@ -46,7 +46,7 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
   const std::size_t leases_recovered = recovered.leases.size();
   for (auto& lease : recovered.leases) leases_.recover(std::move(lease), now);
   leases_.prune_ended();
-  const std::size_t resubmitted = jobs_.requeue_recovered(now);
+  const std::size_t resubmitted = jobs_.requeue_recovered(now, leases_);
   scheduling_.refresh_chip_counts(jobs_.index().take_nodes_changed(), jobs_.index());
   if (!recovered.nodes.empty() || jobs_recovered != 0 || leases_recovered != 0 || records_.held_count() != 0) {
     sink_.log(action::Severity::info,
@@ -102,7 +102,7 @@ void CoordinatorCore::carry_out(const OwnedDecision& decision, TimeMs now) {
                  },
                  [&](const scheduler::LeaseLost& act) {
                    to_owner([&](std::uint64_t lease) { leases_.lease_lost(act, lease, now); },
-                            [&](std::uint64_t job) { jobs_.lease_lost(act, job, now); });
+                            [&](std::uint64_t job) { jobs_.lease_lost(act, job, now, leases_); });
                  },
                  [&](const scheduler::LeaseExpired& act) {
                    to_owner([&](std::uint64_t lease) { leases_.lease_expired(act, lease, now); },
@@ -318,7 +318,7 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
         } else if constexpr (std::is_same_v<T, protocol::SubmitInLease>) {
           submit(client, caller, m, body.job, body.lease_id, now);
         } else if constexpr (std::is_same_v<T, protocol::SubmitGang>) {
-          if (jobs_.submit_gang(client, caller, m, body, now)) scheduling_.sync_node_states(now, jobs_);
+          if (jobs_.submit_gang(client, caller, m, body, now, leases_)) scheduling_.sync_node_states(now, jobs_);
         } else if constexpr (std::is_same_v<T, protocol::CancelJob>) {
           jobs_.cancel(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::DrainNode>) {
@@ -376,7 +376,7 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
 
 Result<std::uint64_t> CoordinatorCore::accept(const Caller& caller, const protocol::SubmitJob& submit,
                                               std::uint64_t lease_id, TimeMs now) {
-  auto id = jobs_.accept(caller, submit, lease_id, now);
+  auto id = jobs_.accept(caller, submit, lease_id, now, leases_);
   // A maintenance job drains its node before anything else is placed there.
   if (id) scheduling_.sync_node_states(now, jobs_);
   return id;

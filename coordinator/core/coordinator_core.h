@@ -22,11 +22,12 @@
 // - Rollouts (rollouts.h): nodes converging on what their environment should run.
 //
 // The rooms share a CoreContext (core_context.h: knobs, the ActionSink, the core's clock, the
-// registry and the SchedulerBridge). SchedulerDecisions and Rollouts hold no other room: what
-// they read of the jobs and leases is handed to each call, and what they decide comes back to
-// the router, which hands it to the next room (docs/architecture.md, section 3). The
-// job table, the lease lifecycle and the agent sessions still reach each other by the
-// references given at construction. A room's methods are defined in its own .cpp, except the
+// registry and the SchedulerBridge). JobTable, SchedulerDecisions and Rollouts hold no other
+// room: what they read of the jobs and leases is handed to each call, and what they decide
+// comes back to the router, which hands it to the next room (docs/architecture.md, section 3).
+// The lease lifecycle (over the job table) and the agent sessions (over the job table, the
+// lease lifecycle and the scheduler's decisions) still reach other rooms by the references
+// given at construction. A room's methods are defined in its own .cpp, except the
 // job table's handling of scheduler decisions (scheduler_decisions.cpp) and of the jobs inside
 // leases (lease_lifecycle.cpp), kept beside the decisions and leases they follow.
 #pragma once

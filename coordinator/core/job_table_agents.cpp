@@ -117,9 +117,10 @@ JobTable::ResultOutcome JobTable::job_finished(const std::string& node_id, const
 }
 
 JobTable::HelloOutcome JobTable::reconcile_hello(const NodeRecord& node, const protocol::Hello& hello,
-                                                 protocol::Welcome& welcome, TimeMs now) {
+                                                 protocol::Welcome& welcome, TimeMs now,
+                                                 const LeaseLifecycle& leases) {
   const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
-  const std::vector<std::uint64_t> unrestorable = reconcile_reported_jobs(hello, welcome, now);
+  const std::vector<std::uint64_t> unrestorable = reconcile_reported_jobs(hello, welcome, now, leases);
   // A revoked attempt the agent no longer runs has stopped; a new attempt waiting for it
   // starts after the welcome.
   HelloOutcome outcome;
@@ -128,10 +129,10 @@ JobTable::HelloOutcome JobTable::reconcile_hello(const NodeRecord& node, const p
       outcome.stopped.push_back(id);
     }
   }
-  outcome.lost = fail_vanished_jobs(hello, now) + unrestorable.size();
+  outcome.lost = fail_vanished_jobs(hello, now, leases) + unrestorable.size();
   for (std::uint64_t id : unrestorable) {
     attempt_lost(jobs_.at(id), fmt::format("its chips on {} could not be given back after a restart", hello.node_id),
-                 now);
+                 now, leases);
   }
   hold_chips_told_to_stop(node, welcome.cancel_jobs, now);
   return outcome;
@@ -153,7 +154,7 @@ void JobTable::resume_on(const std::string& peer, const std::string& node_id, co
 }
 
 std::vector<std::uint64_t> JobTable::reconcile_reported_jobs(const protocol::Hello& hello, protocol::Welcome& welcome,
-                                                             TimeMs now) {
+                                                             TimeMs now, const LeaseLifecycle& leases) {
   const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
   std::set<std::uint64_t> reported = running;
   reported.insert(hello.finished_jobs.begin(), hello.finished_jobs.end());
@@ -169,7 +170,7 @@ std::vector<std::uint64_t> JobTable::reconcile_reported_jobs(const protocol::Hel
     JobRecord& job = it->second;
     // After a coordinator restart the scheduler does not know the chips this job holds yet; a
     // job that ended meanwhile holds them until its job_finished (which follows) is stored.
-    if ((job.lease_id == 0 || !leases_.runs_on_lease_chips(job)) && !attempts_.own_lease(id)) {
+    if ((job.lease_id == 0 || !leases.runs_on_lease_chips(job)) && !attempts_.own_lease(id)) {
       scheduler::Placement placement{hello.node_id, {}};
       for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
       auto lease = ctx_.scheduler().restore_lease(
@@ -192,7 +193,7 @@ std::vector<std::uint64_t> JobTable::reconcile_reported_jobs(const protocol::Hel
   return unrestorable;
 }
 
-std::size_t JobTable::fail_vanished_jobs(const protocol::Hello& hello, TimeMs now) {
+std::size_t JobTable::fail_vanished_jobs(const protocol::Hello& hello, TimeMs now, const LeaseLifecycle& leases) {
   const std::set<std::uint64_t> reported = [&] {
     std::set<std::uint64_t> ids(hello.running_jobs.begin(), hello.running_jobs.end());
     ids.insert(hello.finished_jobs.begin(), hello.finished_jobs.end());
@@ -212,7 +213,8 @@ std::size_t JobTable::fail_vanished_jobs(const protocol::Hello& hello, TimeMs no
     // is not there, its chips stay held and a new attempt on this node waits (deferred start).
     const std::uint32_t attempt = job.summary.attempt;
     const bool held = hold_chips_of_stopping_job(job, now).has_value();
-    attempt_lost(job, fmt::format("node {} re-registered without it (the agent restarted)", hello.node_id), now);
+    attempt_lost(job, fmt::format("node {} re-registered without it (the agent restarted)", hello.node_id), now,
+                 leases);
     if (held) attempts_.of(id).earlier_stopping = StoppingAttempt{hello.node_id, attempt, now};
   }
   return vanished.size();
@@ -282,14 +284,15 @@ void JobTable::reconcile_heartbeat(const std::string& peer, const std::string& n
   }
 }
 
-std::size_t JobTable::fail_over_from(const std::string& node_id, TimeMs now) {
+std::size_t JobTable::fail_over_from(const std::string& node_id, TimeMs now, const LeaseLifecycle& leases) {
   std::vector<std::uint64_t> affected;
   for (std::uint64_t id : index_.on_node(node_id)) {
     if (jobs_.at(id).summary.state != JobState::queued) affected.push_back(id);
   }
   for (std::uint64_t id : affected) {
     attempt_lost(jobs_.at(id),
-                 fmt::format("node {} went silent for {} heartbeats", node_id, ctx_.knobs.liveness_missed_beats), now);
+                 fmt::format("node {} went silent for {} heartbeats", node_id, ctx_.knobs.liveness_missed_beats), now,
+                 leases);
   }
   std::vector<std::uint64_t> stopped;
   for (const auto& [id, attempt] : attempts_.all()) {
@@ -336,9 +339,9 @@ void JobTable::rerun(std::uint64_t id, const NodeRecord& node, TimeMs now) {
                        id, node.summary.node_id, rerun_id, node.summary.hardware_revision));
 }
 
-void JobTable::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) {
+void JobTable::attempt_lost(JobRecord& job, const std::string& why, TimeMs now, const LeaseLifecycle& leases) {
   forget_request(job, now);
-  const DevLease* lease = job.lease_id != 0 ? leases_.find(job.lease_id) : nullptr;
+  const DevLease* lease = job.lease_id != 0 ? leases.find(job.lease_id) : nullptr;
   if (job.cancel_requested) {
     finish(job, JobState::cancelled, fmt::format("cancelled; attempt {} ended: {}", job.summary.attempt, why), now);
   } else if (job.lease_id != 0 && (!lease || lease->summary.state == LeaseState::ended)) {

@@ -20,8 +20,8 @@ namespace kiln::coordinator {
 using namespace detail;
 
 JobRecord JobTable::new_job(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
-                            TimeMs now) const {
-  const DevLease* lease = lease_id != 0 ? leases_.find(lease_id) : nullptr;
+                            TimeMs now, const LeaseLifecycle& leases) const {
+  const DevLease* lease = lease_id != 0 ? leases.find(lease_id) : nullptr;
   JobRecord job;
   job.summary.job_id = next_job_id_;
   job.summary.state = JobState::queued;
@@ -50,9 +50,9 @@ JobRecord JobTable::new_job(const Caller& caller, const protocol::SubmitJob& sub
 }
 
 Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::SubmitJob& submit,
-                                       std::uint64_t lease_id, TimeMs now) {
-  if (auto refused = refuse_submit(caller, submit, lease_id)) return tl::unexpected(std::move(*refused));
-  JobRecord job = new_job(caller, submit, lease_id, now);
+                                       std::uint64_t lease_id, TimeMs now, const LeaseLifecycle& leases) {
+  if (auto refused = refuse_submit(caller, submit, lease_id, leases)) return tl::unexpected(std::move(*refused));
+  JobRecord job = new_job(caller, submit, lease_id, now, leases);
   if (lease_id == 0) {
     if (auto s = submit_to_scheduler(job, now); !s) return tl::unexpected(s.error());
   }
@@ -72,8 +72,8 @@ Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::Sub
 }
 
 bool JobTable::submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                           const protocol::SubmitGang& gang, TimeMs now) {
-  if (auto refused = refuse_gang(caller, gang)) {
+                           const protocol::SubmitGang& gang, TimeMs now, const LeaseLifecycle& leases) {
+  if (auto refused = refuse_gang(caller, gang, leases)) {
     ctx_.reply_error(client, m.header.id, refused->code, std::move(refused->message));
     return false;
   }
@@ -82,7 +82,7 @@ bool JobTable::submit_gang(const std::string& client, const Caller& caller, cons
   const auto size = static_cast<std::uint32_t>(gang.jobs.size());
   protocol::GangAccepted accepted;
   for (std::uint32_t rank = 0; rank < size; ++rank) {
-    JobRecord job = new_job(caller, gang.jobs[rank], gang.lease_id, now);
+    JobRecord job = new_job(caller, gang.jobs[rank], gang.lease_id, now, leases);
     job.summary.gang_id = gang_id;
     job.summary.gang_rank = rank;
     job.summary.gang_size = size;
@@ -100,8 +100,9 @@ bool JobTable::submit_gang(const std::string& client, const Caller& caller, cons
   return true;
 }
 
-std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol::SubmitGang& gang) {
-  const DevLease* lease = leases_.find(gang.lease_id);
+std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol::SubmitGang& gang,
+                                           const LeaseLifecycle& leases) {
+  const DevLease* lease = leases.find(gang.lease_id);
   if (lease && lease->summary.state != LeaseState::ended && gang.jobs.size() > lease->summary.nodes) {
     return Error{Errc::invalid_argument,
                  lease->summary.nodes == 0
@@ -114,7 +115,7 @@ std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol:
                                    lease->summary.nodes)};
   }
   for (std::size_t rank = 0; rank < gang.jobs.size(); ++rank) {
-    if (auto refused = refuse_submit(caller, gang.jobs[rank], gang.lease_id)) {
+    if (auto refused = refuse_submit(caller, gang.jobs[rank], gang.lease_id, leases)) {
       refused->message = fmt::format("rank {}: {}", rank, refused->message);
       return refused;
     }
@@ -135,10 +136,10 @@ std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol:
 }
 
 std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protocol::SubmitJob& submit,
-                                             std::uint64_t lease_id) {
+                                             std::uint64_t lease_id, const LeaseLifecycle& leases) {
   const bool maintenance = protocol::is_maintenance_workload(submit.workload);
   if (lease_id != 0) {
-    if (auto refused = refuse_submit_in_lease(caller, submit, lease_id)) return refused;
+    if (auto refused = refuse_submit_in_lease(caller, submit, lease_id, leases)) return refused;
   } else if (maintenance) {
     if (!client_role_may_run_maintenance(caller.role, submit.workload)) {
       return Error{Errc::unauthorized,
@@ -189,8 +190,8 @@ std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protoco
 }
 
 std::optional<Error> JobTable::refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
-                                                      std::uint64_t lease_id) {
-  const DevLease* lease = leases_.find(lease_id);
+                                                      std::uint64_t lease_id, const LeaseLifecycle& leases) {
+  const DevLease* lease = leases.find(lease_id);
   if (!lease || lease->summary.state == LeaseState::ended) {
     return Error{Errc::not_found,
                  fmt::format("lease L{} is not active; `kiln leases` lists the active leases", lease_id)};
