@@ -74,13 +74,13 @@ void AgentSessions::hello(const std::string& peer, const Caller& caller, const p
   welcome.heartbeat_interval_ms = ctx_.knobs.heartbeat_interval_ms;
   welcome.liveness_missed_beats = ctx_.knobs.liveness_missed_beats;
   const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
-  const JobTable::HelloOutcome jobs = jobs_.reconcile_hello(node, hello, welcome, now);
+  const JobTable::HelloOutcome jobs = jobs_.reconcile_hello(node, hello, welcome, now, leases_);
   // The node's state first (draining while it stops jobs or its chips changed), then its
   // chips: updating them schedules at once.
   scheduling_.inventory_reported(node);
-  scheduling_.sync_node_states(now);
+  scheduling_.sync_node_states(now, jobs_);
   scheduling_.upsert_node(node, now);
-  scheduling_.sync_node_states(now);
+  scheduling_.sync_node_states(now, jobs_);
   ctx_.save(node);
   ctx_.to_agent(peer, welcome, m.header.id);
   jobs_.resume_on(peer, hello.node_id, running, jobs.stopped, now);
@@ -111,7 +111,7 @@ void AgentSessions::heartbeat(const std::string& peer, const std::string& node_i
                               const protocol::Heartbeat& beat, TimeMs now) {
   jobs_.reconcile_heartbeat(peer, node_id, beat, now);
   ctx_.to_agent(peer, protocol::Heartbeat{}, m.header.id);
-  scheduling_.sync_node_states(now);
+  scheduling_.sync_node_states(now, jobs_);
 }
 
 void AgentSessions::job_ended(const std::string& node_id, const JobRecord& job, TimeMs now) {
@@ -318,7 +318,7 @@ void AgentSessions::release_from_quarantine(NodeRecord& node, const std::string&
   node.summary.wrong_results_job_id = 0;
   ctx_.registry.released_from_quarantine(node_id, job.started_at_ms + ctx_.clock.wall_offset_ms());
   ctx_.save(node);
-  scheduling_.sync_node_states(now);
+  scheduling_.sync_node_states(now, jobs_);
 }
 
 void AgentSessions::apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
@@ -422,7 +422,7 @@ void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, cons
   }
   // The scheduler learns of the quarantine first, so no rerun or withdrawn attempt lands back on
   // this node.
-  scheduling_.sync_node_states(now);
+  scheduling_.sync_node_states(now, jobs_);
   jobs_.node_quarantined(node, now);
   jobs_.rerun_failures_of(node, now);
 }
@@ -448,7 +448,7 @@ void AgentSessions::drain(const std::string& client, const Caller& caller, const
     node.summary.state = drain.drain ? NodeState::draining : NodeState::up;
   }
   ctx_.save(node);
-  scheduling_.sync_node_states(now);
+  scheduling_.sync_node_states(now, jobs_);
   ctx_.sink.push(action::ToClient{client, protocol::Ok{drain.drain ? "draining" : "resumed"}, m.header.id});
   ctx_.log(action::Severity::info, fmt::format("node {} {} by {}{}", drain.node_id, drain.drain ? "drained" : "resumed",
                                                caller.key_name, drain.reason.empty() ? "" : ": " + drain.reason));
@@ -462,8 +462,8 @@ void AgentSessions::mark_node_lost(NodeRecord& node, TimeMs now) {
   ctx_.bridge.node_changed(node_id);
   jobs_.forget_stopping_on(node_id);
   // The scheduler first, so that nothing requeued below is placed on this node again.
-  scheduling_.sync_node_states(now);
-  const std::size_t failed_over = jobs_.fail_over_from(node_id, now);
+  scheduling_.sync_node_states(now, jobs_);
+  const std::size_t failed_over = jobs_.fail_over_from(node_id, now, leases_);
   leases_.node_lost(node_id, now);
   ctx_.save(node);
   ctx_.log(action::Severity::warn, fmt::format("node {} lost: silent for {} ms; {} jobs failed over", node_id,

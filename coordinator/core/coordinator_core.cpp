@@ -1,5 +1,6 @@
 // The router: every message and tick comes in here, is put on the core's clock and goes to the
-// room it is for; after each, the scheduler's decisions are carried out (SchedulerDecisions::pump).
+// room it is for; what a room decides comes back here for the next room, and after each input
+// the scheduler's decisions are carried out (pump), each by the room of its owner.
 #include "coordinator/core/coordinator_core.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "common/exhaustive.h"
 #include "coordinator/core/core_rules.h"
 #include "records/waiver.h"
 
@@ -27,11 +29,11 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
                 clock_now.wall_ms + std::max<TimeMs>(knobs.restart_grace_ms, knobs.liveness_timeout_ms())),
       bridge_(knobs.scheduler, clock_now.wall_ms, sink_),
       records_(std::move(recovered.records), std::move(waiver_register)),
-      jobs_(context(), leases_, scheduling_),
-      leases_(context(), jobs_, scheduling_),
-      scheduling_(context(), jobs_, leases_),
+      jobs_(context()),
+      leases_(context(), jobs_),
+      scheduling_(context()),
       agents_(context(), jobs_, leases_, scheduling_),
-      rollouts_(context(), jobs_) {
+      rollouts_(context()) {
   const TimeMs now = clock_.advance(clock_now);
   for (auto& node : recovered.nodes) registry_.recover(std::move(node), now);
   // The scheduler learns the recovered nodes as lost: nothing new goes to them before their
@@ -44,8 +46,8 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
   const std::size_t leases_recovered = recovered.leases.size();
   for (auto& lease : recovered.leases) leases_.recover(std::move(lease), now);
   leases_.prune_ended();
-  const std::size_t resubmitted = jobs_.requeue_recovered(now);
-  scheduling_.refresh_chip_counts();
+  const std::size_t resubmitted = jobs_.requeue_recovered(now, leases_);
+  scheduling_.refresh_chip_counts(jobs_.index().take_nodes_changed(), jobs_.index());
   if (!recovered.nodes.empty() || jobs_recovered != 0 || leases_recovered != 0 || records_.held_count() != 0) {
     sink_.log(action::Severity::info,
               fmt::format("recovered {} nodes, {} jobs ({} active, {} queued again), {} developer leases ({} "
@@ -54,11 +56,61 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
                           registry_.nodes().size(), jobs_.all().size(), jobs_.active_count(), resubmitted,
                           leases_recovered, leases_.active(), records_.held_count()));
   }
-  scheduling_.pump(now);
+  pump(now);
   jobs_.forget_ended(now);
 }
 
 std::optional<Action> CoordinatorCore::poll_action() { return sink_.poll(); }
+
+void CoordinatorCore::pump(TimeMs now) {
+  // A room carrying out a decision may call the scheduler again; what that decides comes next.
+  while (std::optional<OwnedDecision> decision = scheduling_.next_decision(now, jobs_)) carry_out(*decision, now);
+  leases_.dispatch_jobs(now);
+  scheduling_.refresh_chip_counts(jobs_.index().take_nodes_changed(), jobs_.index());
+}
+
+void CoordinatorCore::carry_out(const OwnedDecision& decision, TimeMs now) {
+  // Each decision goes to the room of the request's owner.
+  auto to_owner = [&](auto&& for_lease, auto&& for_job) {
+    std::visit(Exhaustive{
+                   [&](const request_owner::DevLease& o) { for_lease(o.lease_id); },
+                   [&](const request_owner::Job& o) { for_job(o.job_id); },
+                   [](const request_owner::StopHold&) {
+                     KILN_ASSERT(false, "the bridge keeps the decisions about stop holds to itself");
+                   },
+               },
+               decision.owner);
+  };
+  const TimeMs grace_ms = decision.grace_ms;
+  const std::string& reason = decision.preempted_for;
+  std::visit(Exhaustive{
+                 [&](const scheduler::LeaseGranted& act) {
+                   to_owner([&](std::uint64_t lease) { leases_.granted(act, lease, now); },
+                            [&](std::uint64_t job) { jobs_.granted(act, job, now); });
+                 },
+                 [&](const scheduler::PreemptNotice& act) {
+                   to_owner([&](std::uint64_t lease) { leases_.preempt_notice(act, lease, grace_ms, reason, now); },
+                            [&](std::uint64_t job) { jobs_.preempt_notice(act, job, grace_ms, reason, now); });
+                 },
+                 [&](const scheduler::Revoke& act) {
+                   to_owner([&](std::uint64_t lease) { leases_.revoked(act, lease); },
+                            [&](std::uint64_t job) { jobs_.revoked(act, job); });
+                 },
+                 [&](const scheduler::Requeued& act) {
+                   to_owner([&](std::uint64_t lease) { leases_.requeued(act, lease, now); },
+                            [&](std::uint64_t job) { jobs_.requeued(act, job, now); });
+                 },
+                 [&](const scheduler::LeaseLost& act) {
+                   to_owner([&](std::uint64_t lease) { leases_.lease_lost(act, lease, now); },
+                            [&](std::uint64_t job) { jobs_.lease_lost(act, job, now, leases_); });
+                 },
+                 [&](const scheduler::LeaseExpired& act) {
+                   to_owner([&](std::uint64_t lease) { leases_.lease_expired(act, lease, now); },
+                            [&](std::uint64_t job) { jobs_.lease_expired(act, job, now); });
+                 },
+             },
+             decision.action);
+}
 
 std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   std::optional<TimeMs> next;
@@ -80,7 +132,7 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
   KILN_ASSERT(caller.role == Role::agent, "the shell admits only agent keys on the agent socket");
   if (const auto* hello = std::get_if<protocol::Hello>(&m.body)) {
     agents_.hello(peer, caller, m, *hello, now);
-    scheduling_.pump(now);
+    pump(now);
     return;
   }
   const std::optional<std::string> node_id = agents_.node_of_session(peer, m, now);
@@ -94,8 +146,12 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
         } else if constexpr (std::is_same_v<T, protocol::JobStarted>) {
           jobs_.job_started(*node_id, body);
         } else if constexpr (std::is_same_v<T, protocol::JobFinished>) {
-          if (const JobRecord* ended = jobs_.job_finished(*node_id, body, now))
-            agents_.job_ended(*node_id, *ended, now);
+          const JobTable::ResultOutcome outcome = jobs_.job_finished(*node_id, body, now);
+          // The requeue is saved before the acknowledgement below: acknowledged first, a crash in
+          // between would leave the store holding the attempt as running, and a restart would count
+          // it lost although its agent has forgotten it.
+          if (outcome.let_go_under_notice) pump(now);
+          if (outcome.ended) agents_.job_ended(*node_id, *outcome.ended, now);
           // Acknowledged in every case, once stored when it mattered, so the agent can forget it.
           sink_.to_agent(peer, protocol::JobFinishedAck{body.job_id, body.attempt}, m.header.id);
         } else if constexpr (std::is_same_v<T, protocol::HealthReport>) {
@@ -112,7 +168,7 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
         }
       },
       m.body);
-  scheduling_.pump(now);
+  pump(now);
   jobs_.forget_ended(now);
 }
 
@@ -258,17 +314,21 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
         } else if constexpr (std::is_same_v<T, protocol::GetJob>) {
           jobs_.get(client, corr, body);
         } else if constexpr (std::is_same_v<T, protocol::SubmitJob>) {
-          jobs_.submit(client, caller, m, body, 0, now);
+          submit(client, caller, m, body, 0, now);
         } else if constexpr (std::is_same_v<T, protocol::SubmitInLease>) {
-          jobs_.submit(client, caller, m, body.job, body.lease_id, now);
+          submit(client, caller, m, body.job, body.lease_id, now);
         } else if constexpr (std::is_same_v<T, protocol::SubmitGang>) {
-          jobs_.submit_gang(client, caller, m, body, now);
+          if (jobs_.submit_gang(client, caller, m, body, now, leases_)) scheduling_.sync_node_states(now, jobs_);
         } else if constexpr (std::is_same_v<T, protocol::CancelJob>) {
           jobs_.cancel(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::DrainNode>) {
           agents_.drain(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::RequestLease>) {
-          leases_.request(client, caller, m, body, now);
+          if (const std::optional<LeaseAsked> asked = leases_.request(client, caller, m, body, now)) {
+            // The grant, if there is one now, is among the scheduler's actions.
+            pump(now);
+            leases_.answer_request(*asked, now);
+          }
         } else if constexpr (std::is_same_v<T, protocol::ReleaseLease>) {
           leases_.release(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::ListLeases>) {
@@ -299,19 +359,43 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
                               "(docs/operations.md, \"Waivers\")");
           }
         } else if constexpr (std::is_same_v<T, protocol::ListEnvironments>) {
-          reply(rollouts_.list());
+          reply(rollouts_.list(jobs_));
         } else if constexpr (std::is_same_v<T, protocol::ListQueue>) {
-          reply(scheduling_.queue_list(body, now));
+          reply(scheduling_.queue_list(body, now, jobs_, leases_));
         } else if constexpr (std::is_same_v<T, protocol::QueueWhy>) {
-          scheduling_.queue_why(client, corr, body, now);
+          scheduling_.queue_why(client, corr, body, now, jobs_, leases_);
         } else {
           sink_.reply_error(client, corr, Errc::bad_message,
                             fmt::format("'{}' is not a request a client may send", T::kType));
         }
       },
       m.body);
-  scheduling_.pump(now);
+  pump(now);
   jobs_.forget_ended(now);
+}
+
+Result<std::uint64_t> CoordinatorCore::accept(const Caller& caller, const protocol::SubmitJob& submit,
+                                              std::uint64_t lease_id, TimeMs now) {
+  auto id = jobs_.accept(caller, submit, lease_id, now, leases_);
+  // A maintenance job drains its node before anything else is placed there.
+  if (id) scheduling_.sync_node_states(now, jobs_);
+  return id;
+}
+
+void CoordinatorCore::submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                             const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
+  auto id = accept(caller, submit, lease_id, now);
+  if (!id) {
+    sink_.reply_error(client, m.header.id, id.error().code, std::move(id.error().message));
+    return;
+  }
+  sink_.push(action::ToClient{client, protocol::JobAccepted{*id}, m.header.id});
+}
+
+void CoordinatorCore::start_installs(const std::vector<InstallDue>& installs, TimeMs now) {
+  for (const InstallDue& install : installs) {
+    rollouts_.install_submitted(install, accept(Rollouts::submitter(), install.job, 0, now));
+  }
 }
 
 void CoordinatorCore::put_record(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -474,15 +558,15 @@ void CoordinatorCore::on_tick(Now clock_now) {
     bridge_.scheduler().on_tick(bridge_.to_scheduler_time(now));
   }
   leases_.answer_watches(now);
-  rollouts_.advance(now);
-  scheduling_.pump(now);
+  start_installs(rollouts_.advance(now, jobs_), now);
+  pump(now);
   jobs_.forget_ended(now);
 }
 
 void CoordinatorCore::on_desired_environments(DesiredFleet fleet, Now clock_now) {
   const TimeMs now = clock_.advance(clock_now);
-  rollouts_.set_desired(std::move(fleet), now);
-  scheduling_.pump(now);
+  start_installs(rollouts_.set_desired(std::move(fleet), now, jobs_), now);
+  pump(now);
   jobs_.forget_ended(now);
 }
 

@@ -5,7 +5,7 @@
 //
 // CoordinatorCore is a router over rooms, each a class with the state it owns as private
 // members; the router converts `now` to the core's clock, hands each message to the room it is
-// for, and lets the scheduler's decisions be carried out after each input:
+// for, and carries out the scheduler's decisions after each input (pump):
 //
 // - AgentSessions (agent_messages.h): hello, heartbeats, health reports, quarantine, drains,
 //   nodes lost. The nodes and sessions are the NodeRegistry's (node_registry.h).
@@ -14,15 +14,20 @@
 //   reruns, timeouts, revocation at the end of a notice.
 // - LeaseLifecycle (lease_lifecycle.h): developer leases over DevLeases (dev_leases.h):
 //   requests, releases, watches, expiry, recovery, and dispatching the jobs inside them.
-// - SchedulerDecisions (scheduler_decisions.h): node states told to the scheduler, the pump
-//   that hands each scheduler decision to the room of its owner, `kiln queue` and its --why.
+// - SchedulerDecisions (scheduler_decisions.h): node states told to the scheduler, each of its
+//   decisions handed back with its owner (the router's pump gives it to that room), `kiln
+//   queue` and its --why.
 // - RecordBook (record_book.h): changes, bundles and qualification results, answered here; run
 //   reports read from the store (action::ReadRecords).
 // - Rollouts (rollouts.h): nodes converging on what their environment should run.
 //
 // The rooms share a CoreContext (core_context.h: knobs, the ActionSink, the core's clock, the
-// registry and the SchedulerBridge) and reach each other only through public methods, by the
-// references given at construction. A room's methods are defined in its own .cpp, except the
+// registry and the SchedulerBridge). JobTable, SchedulerDecisions and Rollouts hold no other
+// room: what they read of the jobs and leases is handed to each call, and what they decide
+// comes back to the router, which hands it to the next room (docs/architecture.md, section 3).
+// The lease lifecycle (over the job table) and the agent sessions (over the job table, the
+// lease lifecycle and the scheduler's decisions) still reach other rooms by the references
+// given at construction. A room's methods are defined in its own .cpp, except the
 // job table's handling of scheduler decisions (scheduler_decisions.cpp) and of the jobs inside
 // leases (lease_lifecycle.cpp), kept beside the decisions and leases they follow.
 #pragma once
@@ -117,7 +122,7 @@ class CoordinatorCore {
   std::vector<protocol::LeaseSummary> leases() const { return leases_.summaries(); }
   // Nodes whose state in the scheduler went stale without being marked for the next sync: none,
   // or an index of the core is wrong (SchedulerDecisions::nodes_out_of_sync).
-  std::vector<std::string> nodes_out_of_sync() const { return scheduling_.nodes_out_of_sync(); }
+  std::vector<std::string> nodes_out_of_sync() const { return scheduling_.nodes_out_of_sync(jobs_); }
   // What the index of active jobs gets wrong, if anything (JobTable::index_error).
   std::optional<std::string> job_index_error() const { return jobs_.index_error(); }
   // What the retention of ended jobs gets wrong, if anything (JobTable::retention_error).
@@ -126,10 +131,22 @@ class CoordinatorCore {
   std::optional<std::string> lease_index_error() const { return leases_.index_error(); }
   // What the index of stop holds by node gets wrong, if anything (SchedulerBridge::stop_hold_index_error).
   std::optional<std::string> stop_hold_index_error() const { return bridge_.stop_hold_index_error(); }
-  std::optional<std::string> chip_count_error() const { return scheduling_.chip_count_error(); }
+  std::optional<std::string> chip_count_error() const { return scheduling_.chip_count_error(jobs_); }
 
  private:
   CoreContext context() { return CoreContext{knobs_, sink_, clock_, registry_, bridge_}; }
+  // Carries out what the scheduler decided, until it has nothing more to say, each decision by
+  // the room of its owner; then the jobs of granted developer leases are dispatched and the
+  // nodes' chip counts brought up to date.
+  void pump(TimeMs now);
+  void carry_out(const OwnedDecision& decision, TimeMs now);
+  // A job taken by the job table, then the nodes' states told to the scheduler.
+  Result<std::uint64_t> accept(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
+                               TimeMs now);
+  void submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+              const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now);
+  // The installs a rollout decided on, submitted in order.
+  void start_installs(const std::vector<InstallDue>& installs, TimeMs now);
   void take_client_message(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                            Now clock_now);
   void put_audit(const std::string& client, const Caller& caller, std::uint64_t corr, const protocol::PutAudit& put);

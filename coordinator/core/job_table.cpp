@@ -15,7 +15,6 @@
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/job_retention.h"
 #include "coordinator/core/lease_lifecycle.h"
-#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
@@ -87,14 +86,14 @@ void JobTable::forget_ended(TimeMs now) {
   }
 }
 
-std::size_t JobTable::requeue_recovered(TimeMs now) {
+std::size_t JobTable::requeue_recovered(TimeMs now, const LeaseLifecycle& leases) {
   std::size_t resubmitted = 0;
   for (std::uint64_t id : std::vector<std::uint64_t>(active_jobs_.begin(), active_jobs_.end())) {
     JobRecord& job = jobs_.at(id);
     if (job.lease_id != 0) {
       // A job inside a lease waits for the lease's chips, or runs on them (or, its lease ended
       // or requeued while it ran, on chips of its own given back when its agent registers).
-      const DevLease* lease = leases_.find(job.lease_id);
+      const DevLease* lease = leases.find(job.lease_id);
       if (job.summary.state == JobState::queued && (!lease || lease->summary.state == LeaseState::ended)) {
         finish(job, JobState::cancelled,
                fmt::format("its lease L{} had ended when the coordinator restarted", job.lease_id), now);

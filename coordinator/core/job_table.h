@@ -23,7 +23,6 @@
 namespace kiln::coordinator {
 
 class LeaseLifecycle;
-class SchedulerDecisions;
 
 // Placed as maintenance: the whole node leased, allowed onto its quarantined node (diagnostics,
 // installs, and the rerun that rechecks a node quarantined for that job's wrong outputs).
@@ -31,13 +30,12 @@ bool takes_whole_node(const JobRecord& job);
 
 class JobTable {
  public:
-  JobTable(CoreContext context, const LeaseLifecycle& leases, SchedulerDecisions& scheduling)
-      : ctx_(context), leases_(leases), scheduling_(scheduling) {}
+  explicit JobTable(CoreContext context) : ctx_(context) {}
 
   // ---- recovery: the jobs from the store, then (once the leases are back) the queued ones
   // given to the scheduler again keeping their age; returns how many were.
   void recover(std::vector<JobRecord> jobs);
-  std::size_t requeue_recovered(TimeMs now);
+  std::size_t requeue_recovered(TimeMs now, const LeaseLifecycle& leases);
 
   // ---- views
   // The jobs held in memory (job_retention.h): every active one, the newest ended ones, and
@@ -77,14 +75,15 @@ class JobTable {
   std::optional<TimeMs> next_deadline() const;
 
   // ---- clients
-  void submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-              const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now);
-  // The ranks of a gang, into a lease of whole nodes: accepted or refused as a whole.
-  // Submits on the core's own behalf (a rollout's install): the job's id, or why it was refused.
+  // A job submitted by a client or on the core's own behalf (a rollout's install): the job's id,
+  // or why it was refused. The router tells the scheduler the nodes' states next (a maintenance
+  // job drains its node) and answers the client.
   Result<std::uint64_t> accept(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
-                               TimeMs now);
-  void submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                   const protocol::SubmitGang& gang, TimeMs now);
+                               TimeMs now, const LeaseLifecycle& leases);
+  // The ranks of a gang, into a lease of whole nodes: accepted or refused as a whole, the client
+  // answered either way. Whether it was accepted.
+  bool submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                   const protocol::SubmitGang& gang, TimeMs now, const LeaseLifecycle& leases);
   void cancel(const std::string& client, const Caller& caller, const protocol::Envelope& m,
               const protocol::CancelJob& cancel, TimeMs now);
   void get(const std::string& client, std::uint64_t corr, const protocol::GetJob& get) const;
@@ -95,8 +94,14 @@ class JobTable {
 
   // ---- agents
   void job_started(const std::string& node_id, const protocol::JobStarted& started);
-  // The job whose current attempt this result ended, if it did.
-  const JobRecord* job_finished(const std::string& node_id, const protocol::JobFinished& finished, TimeMs now);
+  // What a result did: the job whose current attempt it ended, if it did; or its attempt let go
+  // of its chips at a checkpoint under a preemption notice, and the scheduler requeues it (the
+  // router carries that out, saving the requeue, before the result is acknowledged).
+  struct ResultOutcome {
+    const JobRecord* ended = nullptr;
+    bool let_go_under_notice = false;
+  };
+  ResultOutcome job_finished(const std::string& node_id, const protocol::JobFinished& finished, TimeMs now);
   // A hello's jobs: those it reports get their chips back, those it no longer runs are failed
   // over, those it is told to stop (welcome.cancel_jobs) keep their chips until gone.
   struct HelloOutcome {
@@ -104,7 +109,7 @@ class JobTable {
     std::size_t lost = 0;                // attempts failed over
   };
   HelloOutcome reconcile_hello(const NodeRecord& node, const protocol::Hello& hello, protocol::Welcome& welcome,
-                               TimeMs now);
+                               TimeMs now, const LeaseLifecycle& leases);
   // After the welcome: cancels decided while the node had no session go out, and attempts
   // waiting for the stopped ones start.
   void resume_on(const std::string& peer, const std::string& node_id, const std::set<std::uint64_t>& running,
@@ -117,7 +122,7 @@ class JobTable {
     stopping_on_node_.erase(node_id);
     ctx_.bridge.node_changed(node_id);
   }
-  std::size_t fail_over_from(const std::string& node_id, TimeMs now);
+  std::size_t fail_over_from(const std::string& node_id, TimeMs now, const LeaseLifecycle& leases);
   // CI jobs that failed on a node now quarantined run again on a healthy node of its revision.
   void rerun_failures_of(const NodeRecord& node, TimeMs now);
   // The node was just quarantined: it takes only its diagnostics. Attempts there that had not
@@ -152,17 +157,20 @@ class JobTable {
                       const std::string& reason, TimeMs now);
   void revoked(const scheduler::Revoke& revoke, std::uint64_t job_id);
   void requeued(const scheduler::Requeued& requeued, std::uint64_t job_id, TimeMs now);
-  void lease_lost(const scheduler::LeaseLost& lost, std::uint64_t job_id, TimeMs now);
+  void lease_lost(const scheduler::LeaseLost& lost, std::uint64_t job_id, TimeMs now, const LeaseLifecycle& leases);
   void lease_expired(const scheduler::LeaseExpired& expired, std::uint64_t job_id, TimeMs now);
 
  private:
   // Why a submission is refused, if it is: the caller's role, the lease, the node, the queue.
-  std::optional<Error> refuse_submit(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id);
+  std::optional<Error> refuse_submit(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
+                                     const LeaseLifecycle& leases);
   std::optional<Error> refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
-                                              std::uint64_t lease_id);
-  std::optional<Error> refuse_gang(const Caller& caller, const protocol::SubmitGang& gang);
+                                              std::uint64_t lease_id, const LeaseLifecycle& leases);
+  std::optional<Error> refuse_gang(const Caller& caller, const protocol::SubmitGang& gang,
+                                   const LeaseLifecycle& leases);
   // A new queued job (its id not yet taken) of what was submitted.
-  JobRecord new_job(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) const;
+  JobRecord new_job(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now,
+                    const LeaseLifecycle& leases) const;
   // A rank of a gang ended without succeeding: every other rank is stopped, since the
   // survivors would only wait at the rendezvous or fail there.
   void end_gang(const JobRecord& ended, TimeMs now);
@@ -177,8 +185,8 @@ class JobTable {
   protocol::Rendezvous rendezvous_of(const JobRecord& job) const;
   // Returns the jobs whose chips could not be given back (to be failed over).
   std::vector<std::uint64_t> reconcile_reported_jobs(const protocol::Hello& hello, protocol::Welcome& welcome,
-                                                     TimeMs now);
-  std::size_t fail_vanished_jobs(const protocol::Hello& hello, TimeMs now);
+                                                     TimeMs now, const LeaseLifecycle& leases);
+  std::size_t fail_vanished_jobs(const protocol::Hello& hello, TimeMs now, const LeaseLifecycle& leases);
   void hold_chips_told_to_stop(const NodeRecord& node, const std::vector<std::uint64_t>& cancelled, TimeMs now);
   bool may_rerun(const JobRecord& job, const NodeRecord& node, TimeMs now) const;
   void rerun(std::uint64_t job_id, const NodeRecord& node, TimeMs now);
@@ -188,7 +196,7 @@ class JobTable {
   void request_cancel(JobRecord& job, const std::string& why);
   // One attempt of an active job ended without a result from the agent (node lost, agent
   // restarted without it): requeue while attempts remain, otherwise the job is lost.
-  void attempt_lost(JobRecord& job, const std::string& why, TimeMs now);
+  void attempt_lost(JobRecord& job, const std::string& why, TimeMs now, const LeaseLifecycle& leases);
   // A dispatched attempt holding chips of its own is told to stop (`why`, to the agent); its chips
   // stay held until it is gone, and the job is queued again keeping its age, the attempt not
   // counted against max_attempts. False, changing nothing, when it holds no chips of its own.
@@ -235,8 +243,6 @@ class JobTable {
   void track_retention(const JobRecord& job);
 
   CoreContext ctx_;
-  const LeaseLifecycle& leases_;
-  SchedulerDecisions& scheduling_;
   std::map<std::uint64_t, JobRecord> jobs_;
   std::set<std::uint64_t> active_jobs_;  // queued, assigned or running
   // The maintenance jobs among them: few, however long the queue, so what a node drains for is

@@ -16,7 +16,6 @@
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/job_retention.h"
 #include "coordinator/core/lease_lifecycle.h"
-#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
@@ -55,9 +54,10 @@ void JobTable::job_started(const std::string& node_id, const protocol::JobStarte
   save(job);
 }
 
-const JobRecord* JobTable::job_finished(const std::string& node_id, const protocol::JobFinished& fin, TimeMs now) {
+JobTable::ResultOutcome JobTable::job_finished(const std::string& node_id, const protocol::JobFinished& fin,
+                                               TimeMs now) {
   auto it = jobs_.find(fin.job_id);
-  if (it == jobs_.end()) return nullptr;
+  if (it == jobs_.end()) return {};
   JobRecord& job = it->second;
   const bool current = !protocol::is_terminal(job.summary.state) && job.summary.state != JobState::queued &&
                        job.summary.node_id == node_id && job.summary.attempt == fin.attempt;
@@ -73,10 +73,7 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
     if (auto s = ctx_.scheduler().checkpoint_ack(*held, ctx_.to_scheduler_time(now)); !s) {
       ctx_.log(action::Severity::warn, fmt::format("job {}: {}", job.summary.job_id, s.error().message));
     }
-    // The requeue is saved before the acknowledgement below: acknowledged first, a crash in
-    // between would leave the store holding the attempt as running, and a restart would count
-    // it lost although its agent has forgotten it.
-    scheduling_.pump(now);
+    return ResultOutcome{nullptr, true};
   } else if (current) {
     job.output_tail = fin.output_tail;
     job.result = fin.result;
@@ -100,7 +97,7 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
       detail = text::utf8_head(fmt::format("{} ({})", job.cancel_reason, detail), protocol::kMessageText.max_len);
     }
     finish(job, state, std::move(detail), now);
-    return &job;
+    return ResultOutcome{&job, false};
   } else {
     ctx_.log(action::Severity::debug, fmt::format("ignoring a stale result for job {} attempt {} from node {}",
                                                   fin.job_id, fin.attempt, node_id));
@@ -116,13 +113,14 @@ const JobRecord* JobTable::job_finished(const std::string& node_id, const protoc
       old_attempt_gone(fin.job_id, node_id, now);
     }
   }
-  return nullptr;
+  return {};
 }
 
 JobTable::HelloOutcome JobTable::reconcile_hello(const NodeRecord& node, const protocol::Hello& hello,
-                                                 protocol::Welcome& welcome, TimeMs now) {
+                                                 protocol::Welcome& welcome, TimeMs now,
+                                                 const LeaseLifecycle& leases) {
   const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
-  const std::vector<std::uint64_t> unrestorable = reconcile_reported_jobs(hello, welcome, now);
+  const std::vector<std::uint64_t> unrestorable = reconcile_reported_jobs(hello, welcome, now, leases);
   // A revoked attempt the agent no longer runs has stopped; a new attempt waiting for it
   // starts after the welcome.
   HelloOutcome outcome;
@@ -131,10 +129,10 @@ JobTable::HelloOutcome JobTable::reconcile_hello(const NodeRecord& node, const p
       outcome.stopped.push_back(id);
     }
   }
-  outcome.lost = fail_vanished_jobs(hello, now) + unrestorable.size();
+  outcome.lost = fail_vanished_jobs(hello, now, leases) + unrestorable.size();
   for (std::uint64_t id : unrestorable) {
     attempt_lost(jobs_.at(id), fmt::format("its chips on {} could not be given back after a restart", hello.node_id),
-                 now);
+                 now, leases);
   }
   hold_chips_told_to_stop(node, welcome.cancel_jobs, now);
   return outcome;
@@ -156,7 +154,7 @@ void JobTable::resume_on(const std::string& peer, const std::string& node_id, co
 }
 
 std::vector<std::uint64_t> JobTable::reconcile_reported_jobs(const protocol::Hello& hello, protocol::Welcome& welcome,
-                                                             TimeMs now) {
+                                                             TimeMs now, const LeaseLifecycle& leases) {
   const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
   std::set<std::uint64_t> reported = running;
   reported.insert(hello.finished_jobs.begin(), hello.finished_jobs.end());
@@ -172,7 +170,7 @@ std::vector<std::uint64_t> JobTable::reconcile_reported_jobs(const protocol::Hel
     JobRecord& job = it->second;
     // After a coordinator restart the scheduler does not know the chips this job holds yet; a
     // job that ended meanwhile holds them until its job_finished (which follows) is stored.
-    if ((job.lease_id == 0 || !leases_.runs_on_lease_chips(job)) && !attempts_.own_lease(id)) {
+    if ((job.lease_id == 0 || !leases.runs_on_lease_chips(job)) && !attempts_.own_lease(id)) {
       scheduler::Placement placement{hello.node_id, {}};
       for (std::uint32_t chip : job.summary.chip_indices) placement.chips.push_back(static_cast<int>(chip));
       auto lease = ctx_.scheduler().restore_lease(
@@ -195,7 +193,7 @@ std::vector<std::uint64_t> JobTable::reconcile_reported_jobs(const protocol::Hel
   return unrestorable;
 }
 
-std::size_t JobTable::fail_vanished_jobs(const protocol::Hello& hello, TimeMs now) {
+std::size_t JobTable::fail_vanished_jobs(const protocol::Hello& hello, TimeMs now, const LeaseLifecycle& leases) {
   const std::set<std::uint64_t> reported = [&] {
     std::set<std::uint64_t> ids(hello.running_jobs.begin(), hello.running_jobs.end());
     ids.insert(hello.finished_jobs.begin(), hello.finished_jobs.end());
@@ -215,7 +213,8 @@ std::size_t JobTable::fail_vanished_jobs(const protocol::Hello& hello, TimeMs no
     // is not there, its chips stay held and a new attempt on this node waits (deferred start).
     const std::uint32_t attempt = job.summary.attempt;
     const bool held = hold_chips_of_stopping_job(job, now).has_value();
-    attempt_lost(job, fmt::format("node {} re-registered without it (the agent restarted)", hello.node_id), now);
+    attempt_lost(job, fmt::format("node {} re-registered without it (the agent restarted)", hello.node_id), now,
+                 leases);
     if (held) attempts_.of(id).earlier_stopping = StoppingAttempt{hello.node_id, attempt, now};
   }
   return vanished.size();
@@ -285,14 +284,15 @@ void JobTable::reconcile_heartbeat(const std::string& peer, const std::string& n
   }
 }
 
-std::size_t JobTable::fail_over_from(const std::string& node_id, TimeMs now) {
+std::size_t JobTable::fail_over_from(const std::string& node_id, TimeMs now, const LeaseLifecycle& leases) {
   std::vector<std::uint64_t> affected;
   for (std::uint64_t id : index_.on_node(node_id)) {
     if (jobs_.at(id).summary.state != JobState::queued) affected.push_back(id);
   }
   for (std::uint64_t id : affected) {
     attempt_lost(jobs_.at(id),
-                 fmt::format("node {} went silent for {} heartbeats", node_id, ctx_.knobs.liveness_missed_beats), now);
+                 fmt::format("node {} went silent for {} heartbeats", node_id, ctx_.knobs.liveness_missed_beats), now,
+                 leases);
   }
   std::vector<std::uint64_t> stopped;
   for (const auto& [id, attempt] : attempts_.all()) {
@@ -339,9 +339,9 @@ void JobTable::rerun(std::uint64_t id, const NodeRecord& node, TimeMs now) {
                        id, node.summary.node_id, rerun_id, node.summary.hardware_revision));
 }
 
-void JobTable::attempt_lost(JobRecord& job, const std::string& why, TimeMs now) {
+void JobTable::attempt_lost(JobRecord& job, const std::string& why, TimeMs now, const LeaseLifecycle& leases) {
   forget_request(job, now);
-  const DevLease* lease = job.lease_id != 0 ? leases_.find(job.lease_id) : nullptr;
+  const DevLease* lease = job.lease_id != 0 ? leases.find(job.lease_id) : nullptr;
   if (job.cancel_requested) {
     finish(job, JobState::cancelled, fmt::format("cancelled; attempt {} ended: {}", job.summary.attempt, why), now);
   } else if (job.lease_id != 0 && (!lease || lease->summary.state == LeaseState::ended)) {

@@ -16,7 +16,6 @@
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/job_retention.h"
 #include "coordinator/core/lease_lifecycle.h"
-#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
@@ -382,10 +381,11 @@ void JobTable::requeued(const scheduler::Requeued& requeued, std::uint64_t job_i
   ctx_.log(action::Severity::info, fmt::format("job {}: {}", job->summary.job_id, job->summary.detail));
 }
 
-void JobTable::lease_lost(const scheduler::LeaseLost& lost, std::uint64_t job_id, TimeMs now) {
+void JobTable::lease_lost(const scheduler::LeaseLost& lost, std::uint64_t job_id, TimeMs now,
+                          const LeaseLifecycle& leases) {
   JobRecord* job = job_holding(job_id, lost.lease);
   if (!job) return;  // fail_over_from already failed it over
-  attempt_lost(*job, fmt::format("node {} was lost", lost.node), now);
+  attempt_lost(*job, fmt::format("node {} was lost", lost.node), now, leases);
 }
 
 void JobTable::lease_expired(const scheduler::LeaseExpired& expired, std::uint64_t job_id, TimeMs now) {

@@ -14,15 +14,14 @@
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/job_retention.h"
 #include "coordinator/core/lease_lifecycle.h"
-#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
 using namespace detail;
 
 JobRecord JobTable::new_job(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
-                            TimeMs now) const {
-  const DevLease* lease = lease_id != 0 ? leases_.find(lease_id) : nullptr;
+                            TimeMs now, const LeaseLifecycle& leases) const {
+  const DevLease* lease = lease_id != 0 ? leases.find(lease_id) : nullptr;
   JobRecord job;
   job.summary.job_id = next_job_id_;
   job.summary.state = JobState::queued;
@@ -50,20 +49,10 @@ JobRecord JobTable::new_job(const Caller& caller, const protocol::SubmitJob& sub
   return job;
 }
 
-void JobTable::submit(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                      const protocol::SubmitJob& submit, std::uint64_t lease_id, TimeMs now) {
-  auto id = accept(caller, submit, lease_id, now);
-  if (!id) {
-    ctx_.reply_error(client, m.header.id, id.error().code, std::move(id.error().message));
-    return;
-  }
-  ctx_.sink.push(action::ToClient{client, protocol::JobAccepted{*id}, m.header.id});
-}
-
 Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::SubmitJob& submit,
-                                       std::uint64_t lease_id, TimeMs now) {
-  if (auto refused = refuse_submit(caller, submit, lease_id)) return tl::unexpected(std::move(*refused));
-  JobRecord job = new_job(caller, submit, lease_id, now);
+                                       std::uint64_t lease_id, TimeMs now, const LeaseLifecycle& leases) {
+  if (auto refused = refuse_submit(caller, submit, lease_id, leases)) return tl::unexpected(std::move(*refused));
+  JobRecord job = new_job(caller, submit, lease_id, now, leases);
   if (lease_id == 0) {
     if (auto s = submit_to_scheduler(job, now); !s) return tl::unexpected(s.error());
   }
@@ -79,22 +68,21 @@ Result<std::uint64_t> JobTable::accept(const Caller& caller, const protocol::Sub
     ctx_.audit(caller, "install_requested", "node " + submit.node_id,
                fmt::format("job {}: {} {}", id, submit.workload, fmt::join(submit.args, " ")));
   }
-  scheduling_.sync_node_states(now);
   return id;
 }
 
-void JobTable::submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                           const protocol::SubmitGang& gang, TimeMs now) {
-  if (auto refused = refuse_gang(caller, gang)) {
+bool JobTable::submit_gang(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                           const protocol::SubmitGang& gang, TimeMs now, const LeaseLifecycle& leases) {
+  if (auto refused = refuse_gang(caller, gang, leases)) {
     ctx_.reply_error(client, m.header.id, refused->code, std::move(refused->message));
-    return;
+    return false;
   }
   // Consecutive ids: rank r is job gang_id + r, so every rank finds the others.
   const std::uint64_t gang_id = next_job_id_;
   const auto size = static_cast<std::uint32_t>(gang.jobs.size());
   protocol::GangAccepted accepted;
   for (std::uint32_t rank = 0; rank < size; ++rank) {
-    JobRecord job = new_job(caller, gang.jobs[rank], gang.lease_id, now);
+    JobRecord job = new_job(caller, gang.jobs[rank], gang.lease_id, now, leases);
     job.summary.gang_id = gang_id;
     job.summary.gang_rank = rank;
     job.summary.gang_size = size;
@@ -109,11 +97,12 @@ void JobTable::submit_gang(const std::string& client, const Caller& caller, cons
   ctx_.log(action::Severity::info, fmt::format("gang {} ({} ranks of {}, jobs {} to {}) submitted by {} in lease L{}",
                                                gang_id, size, gang.jobs.front().workload, gang_id,
                                                gang_id + size - 1, caller.key_name, gang.lease_id));
-  scheduling_.sync_node_states(now);
+  return true;
 }
 
-std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol::SubmitGang& gang) {
-  const DevLease* lease = leases_.find(gang.lease_id);
+std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol::SubmitGang& gang,
+                                           const LeaseLifecycle& leases) {
+  const DevLease* lease = leases.find(gang.lease_id);
   if (lease && lease->summary.state != LeaseState::ended && gang.jobs.size() > lease->summary.nodes) {
     return Error{Errc::invalid_argument,
                  lease->summary.nodes == 0
@@ -126,7 +115,7 @@ std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol:
                                    lease->summary.nodes)};
   }
   for (std::size_t rank = 0; rank < gang.jobs.size(); ++rank) {
-    if (auto refused = refuse_submit(caller, gang.jobs[rank], gang.lease_id)) {
+    if (auto refused = refuse_submit(caller, gang.jobs[rank], gang.lease_id, leases)) {
       refused->message = fmt::format("rank {}: {}", rank, refused->message);
       return refused;
     }
@@ -147,10 +136,10 @@ std::optional<Error> JobTable::refuse_gang(const Caller& caller, const protocol:
 }
 
 std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protocol::SubmitJob& submit,
-                                             std::uint64_t lease_id) {
+                                             std::uint64_t lease_id, const LeaseLifecycle& leases) {
   const bool maintenance = protocol::is_maintenance_workload(submit.workload);
   if (lease_id != 0) {
-    if (auto refused = refuse_submit_in_lease(caller, submit, lease_id)) return refused;
+    if (auto refused = refuse_submit_in_lease(caller, submit, lease_id, leases)) return refused;
   } else if (maintenance) {
     if (!client_role_may_run_maintenance(caller.role, submit.workload)) {
       return Error{Errc::unauthorized,
@@ -201,8 +190,8 @@ std::optional<Error> JobTable::refuse_submit(const Caller& caller, const protoco
 }
 
 std::optional<Error> JobTable::refuse_submit_in_lease(const Caller& caller, const protocol::SubmitJob& submit,
-                                                      std::uint64_t lease_id) {
-  const DevLease* lease = leases_.find(lease_id);
+                                                      std::uint64_t lease_id, const LeaseLifecycle& leases) {
+  const DevLease* lease = leases.find(lease_id);
   if (!lease || lease->summary.state == LeaseState::ended) {
     return Error{Errc::not_found,
                  fmt::format("lease L{} is not active; `kiln leases` lists the active leases", lease_id)};

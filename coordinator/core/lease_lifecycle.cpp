@@ -88,25 +88,26 @@ void LeaseLifecycle::recover(LeaseRecord record, TimeMs now) {
                                                ctx_.clock.text(static_cast<TimeMs>(lease.summary.expires_at_ms))));
 }
 
-void LeaseLifecycle::request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                             const protocol::RequestLease& request, TimeMs now) {
+std::optional<LeaseAsked> LeaseLifecycle::request(const std::string& client, const Caller& caller,
+                                                  const protocol::Envelope& m, const protocol::RequestLease& request,
+                                                  TimeMs now) {
   if (!client_role_may_submit(caller.role, request.priority_class)) {
     ctx_.reply_error(client, m.header.id, Errc::unauthorized,
                      fmt::format("role {} may not lease chips as {}; developers and lab engineers lease as experiment, "
                                  "which CI work may preempt with notice",
                                  protocol::enum_name(caller.role), protocol::enum_name(request.priority_class)));
-    return;
+    return std::nullopt;
   }
   if ((request.chips == 0) == (request.nodes == 0)) {
     ctx_.reply_error(client, m.header.id, Errc::invalid_argument,
                      "ask for chips on one node (--chips 1, 2, 4 or 8) or for whole nodes (--nodes N), not both");
-    return;
+    return std::nullopt;
   }
   if (auto never = ctx_.registry.never_placeable(request.hardware_revision, request.nodes,
                                                  request.nodes > 0 ? 0 : request.chips, "")) {
     ctx_.reply_error(client, m.header.id, Errc::invalid_argument,
                      fmt::format("this lease could never be granted: {}", *never));
-    return;
+    return std::nullopt;
   }
   const std::size_t active = dev_leases_.active();
   if (active >= ctx_.knobs.max_active_leases) {
@@ -114,7 +115,7 @@ void LeaseLifecycle::request(const std::string& client, const Caller& caller, co
         client, m.header.id, Errc::unavailable,
         fmt::format("{} leases are already pending or granted (max_active_leases); release one or retry later",
                     active));
-    return;
+    return std::nullopt;
   }
   constexpr TimeMs kMaxBookingAheadMs = 30LL * 24 * 3600 * 1000;
   // The window is set on the wall clock: it opens when the wall clock reads start_at_ms.
@@ -122,7 +123,7 @@ void LeaseLifecycle::request(const std::string& client, const Caller& caller, co
   if (request.start_at_ms != 0 && (start_at < now || start_at > now + kMaxBookingAheadMs)) {
     ctx_.reply_error(client, m.header.id, Errc::invalid_argument,
                      "start_at_ms must be in the next 30 days (or 0 for as soon as possible)");
-    return;
+    return std::nullopt;
   }
   const std::uint64_t lease_id = dev_leases_.next_id();
   scheduler::Request req;
@@ -138,7 +139,7 @@ void LeaseLifecycle::request(const std::string& client, const Caller& caller, co
   req.submit_ms = ctx_.to_scheduler_time(now);
   if (auto s = ctx_.scheduler().submit(req, ctx_.to_scheduler_time(now)); !s) {
     ctx_.reply_error(client, m.header.id, s.error().code, s.error().message);
-    return;
+    return std::nullopt;
   }
   DevLease added;
   added.summary.lease_id = lease_id;
@@ -161,16 +162,18 @@ void LeaseLifecycle::request(const std::string& client, const Caller& caller, co
       request.hardware_revision.empty() ? "" : ", revision " + request.hardware_revision);
   ctx_.log(action::Severity::info, fmt::format("lease L{} requested by {}: {}", lease_id, caller.key_name, asked));
   ctx_.audit(caller, "lease_requested", fmt::format("lease L{} of {}", lease_id, caller.key_name), asked);
-  // The grant, if there is one now, is among the scheduler's actions.
-  scheduling_.pump(now);
-  DevLease& now_lease = dev_leases_.all().at(lease_id);
+  return LeaseAsked{client, m.header.id, lease_id, req.id};
+}
+
+void LeaseLifecycle::answer_request(const LeaseAsked& asked, TimeMs now) {
+  DevLease& now_lease = dev_leases_.all().at(asked.lease_id);
   if (now_lease.summary.state == LeaseState::granted) {
-    ctx_.sink.push(action::ToClient{client, protocol::LeaseGranted{now_lease.summary}, m.header.id});
+    ctx_.sink.push(action::ToClient{asked.client, protocol::LeaseGranted{now_lease.summary}, asked.corr});
     return;
   }
-  auto explanation = ctx_.scheduler().explain(req.id, ctx_.to_scheduler_time(now));
+  auto explanation = ctx_.scheduler().explain(asked.request, ctx_.to_scheduler_time(now));
   protocol::LeasePending pending;
-  pending.explanation = text::utf8_head(scheduling_.explanation_text(explanation, now), protocol::kMessageText.max_len);
+  pending.explanation = text::utf8_head(explanation_text(ctx_, explanation, now), protocol::kMessageText.max_len);
   if (explanation.expected_start_ms) {
     pending.expected_start_ms =
         static_cast<std::uint64_t>(std::max<TimeMs>(0, ctx_.from_scheduler_time(*explanation.expected_start_ms)));
@@ -178,7 +181,7 @@ void LeaseLifecycle::request(const std::string& client, const Caller& caller, co
   now_lease.summary.detail = pending.explanation;
   pending.lease = now_lease.summary;
   dev_leases_.save(now_lease);
-  ctx_.sink.push(action::ToClient{client, std::move(pending), m.header.id});
+  ctx_.sink.push(action::ToClient{asked.client, std::move(pending), asked.corr});
 }
 
 void LeaseLifecycle::release(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -240,8 +243,7 @@ protocol::LeaseEvent LeaseLifecycle::status_event(const DevLease& lease, TimeMs 
     case LeaseState::pending: {
       const auto request = ctx_.bridge.find_request(request_owner::DevLease{lease.summary.lease_id});
       KILN_ASSERT(request.has_value(), "a pending lease has a request in the scheduler");
-      event.message =
-          scheduling_.explanation_text(ctx_.scheduler().explain(*request, ctx_.to_scheduler_time(now)), now);
+      event.message = explanation_text(ctx_, ctx_.scheduler().explain(*request, ctx_.to_scheduler_time(now)), now);
       break;
     }
     case LeaseState::granted:

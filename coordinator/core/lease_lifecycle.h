@@ -21,14 +21,21 @@
 namespace kiln::coordinator {
 
 class JobTable;
-class SchedulerDecisions;
+
+// A lease request the scheduler has taken: the client is answered (LeaseLifecycle::answer_request)
+// once the router has carried out what the scheduler decided, a grant among it.
+struct LeaseAsked {
+  std::string client;
+  std::uint64_t corr = 0;
+  std::uint64_t lease_id = 0;
+  scheduler::RequestId request = 0;
+};
 
 class LeaseLifecycle {
  public:
-  LeaseLifecycle(CoreContext context, JobTable& jobs, SchedulerDecisions& scheduling)
+  LeaseLifecycle(CoreContext context, JobTable& jobs)
       : ctx_(context),
         jobs_(jobs),
-        scheduling_(scheduling),
         dev_leases_(context.sink, context.knobs.max_ended_leases_kept, context.knobs.max_lease_watches) {}
 
   // ---- recovery: puts a lease from the store back, pending ones in the queue, granted ones
@@ -48,8 +55,11 @@ class LeaseLifecycle {
   std::optional<std::string> index_error() const { return dev_leases_.index_error(); }
 
   // ---- clients
-  void request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-               const protocol::RequestLease& request, TimeMs now);
+  // A request refused is answered now; one taken is answered by answer_request.
+  std::optional<LeaseAsked> request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
+                                    const protocol::RequestLease& request, TimeMs now);
+  // Granted, or pending with why and when it should start.
+  void answer_request(const LeaseAsked& asked, TimeMs now);
   void release(const std::string& client, const Caller& caller, const protocol::Envelope& m,
                const protocol::ReleaseLease& release, TimeMs now);
   void watch(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -99,7 +109,6 @@ class LeaseLifecycle {
 
   CoreContext ctx_;
   JobTable& jobs_;
-  SchedulerDecisions& scheduling_;
   DevLeases dev_leases_;
 };
 

@@ -16,19 +16,21 @@ namespace {
 constexpr std::size_t kMaxQueueListBytes = 512 * 1024;
 }  // namespace
 
-protocol::QueueList SchedulerDecisions::queue_list(const protocol::ListQueue& request, TimeMs now) const {
+protocol::QueueList SchedulerDecisions::queue_list(const protocol::ListQueue& request, TimeMs now,
+                                                   const JobTable& jobs, const LeaseLifecycle& leases) const {
   // The scheduler explains only the head of its queue, one more than the page to know whether
   // there is more; the requests not listed (chips held while an attempt stops) may take places
   // in it, so a head that fell short of the page is asked for again, twice as long.
   for (std::size_t head = std::size_t{request.limit} + 1;; head *= 2) {
     const auto explanations = ctx_.scheduler().explain_queue(ctx_.to_scheduler_time(now), head);
-    protocol::QueueList out = queue_page(explanations, request.limit);
+    protocol::QueueList out = queue_page(explanations, request.limit, jobs, leases);
     if (out.more || explanations.size() < head) return out;
   }
 }
 
 protocol::QueueList SchedulerDecisions::queue_page(const std::vector<scheduler::Explanation>& explanations,
-                                                   std::size_t limit) const {
+                                                   std::size_t limit, const JobTable& jobs,
+                                                   const LeaseLifecycle& leases) const {
   protocol::QueueList out;
   std::size_t bytes = 0;
   for (const scheduler::Explanation& e : explanations) {
@@ -38,7 +40,7 @@ protocol::QueueList SchedulerDecisions::queue_page(const std::vector<scheduler::
     const bool listed = std::visit(
         Exhaustive{
             [&](const request_owner::Job& o) {
-              const JobRecord* record = jobs_.find(o.job_id);
+              const JobRecord* record = jobs.find(o.job_id);
               if (!record) return false;
               const protocol::JobSummary& job = record->summary;
               entry.job_id = job.job_id;
@@ -52,7 +54,7 @@ protocol::QueueList SchedulerDecisions::queue_page(const std::vector<scheduler::
               return true;
             },
             [&](const request_owner::DevLease& o) {
-              const DevLease* lease = leases_.find(o.lease_id);
+              const DevLease* lease = leases.find(o.lease_id);
               if (!lease) return false;
               const protocol::LeaseSummary& l = lease->summary;
               entry.lease_id = l.lease_id;

@@ -78,7 +78,7 @@ std::string install_failure(const JobRecord& job) {
 
 }  // namespace
 
-void Rollouts::set_desired(DesiredFleet fleet, TimeMs now) {
+std::vector<InstallDue> Rollouts::set_desired(DesiredFleet fleet, TimeMs now, const JobTable& jobs) {
   for (const DesiredEnvironment& environment : fleet.environments) {
     const auto before = std::find_if(fleet_.environments.begin(), fleet_.environments.end(),
                                      [&](const DesiredEnvironment& e) { return e.name == environment.name; });
@@ -98,13 +98,13 @@ void Rollouts::set_desired(DesiredFleet fleet, TimeMs now) {
   fleet_ = std::move(fleet);
   problem_.clear();
   dirty_ = true;
-  advance(now);
+  return advance(now, jobs);
 }
 
-std::vector<const JobRecord*> Rollouts::rollout_jobs() const {
+std::vector<const JobRecord*> Rollouts::rollout_jobs(const JobTable& jobs) const {
   std::vector<const JobRecord*> out;
-  for (const auto& [node_id, job_id] : jobs_.newest_rollout_installs()) {
-    if (const JobRecord* job = jobs_.find(job_id)) out.push_back(job);
+  for (const auto& [node_id, job_id] : jobs.newest_rollout_installs()) {
+    if (const JobRecord* job = jobs.find(job_id)) out.push_back(job);
   }
   return out;
 }
@@ -239,7 +239,7 @@ Rollouts::Assessment Rollouts::assess(const DesiredEnvironment& environment,
   return out;
 }
 
-void Rollouts::start_install(const DesiredEnvironment& environment, const std::string& node_id, TimeMs now) {
+InstallDue Rollouts::install_due(const DesiredEnvironment& environment, const std::string& node_id) const {
   const auto node = ctx_.registry.nodes().find(node_id);
   KILN_ASSERT(node != ctx_.registry.nodes().end(), "only registered nodes are due an install");
   const std::vector<std::string_view> layers = layers_to_install(environment, node->second.summary);
@@ -254,26 +254,32 @@ void Rollouts::start_install(const DesiredEnvironment& environment, const std::s
   install.artifacts = {protocol::ArtifactRef{layer, package.sha256, package.size_bytes}};
   install.bundle_id = environment.bundle_id;
   install.max_attempts = 1;
-  auto id = jobs_.accept(Caller{std::string(kRolloutSubmitter), protocol::Role::ops}, install, 0, now);
+  return InstallDue{environment.name, layer, package.version, environment.bundle_id, node_id, std::move(install)};
+}
+
+void Rollouts::install_submitted(const InstallDue& install, const Result<std::uint64_t>& id) {
   if (!id) {
     ctx_.log(action::Severity::warn, fmt::format("environment {}: cannot install {} {} on node {}: {}",
-                                                 environment.name, layer, package.version, node_id,
+                                                 install.environment, install.layer, install.version, install.node_id,
                                                  id.error().message));
     return;
   }
   ctx_.log(action::Severity::info, fmt::format("environment {}: job {} installs {} {} of bundle {} on node {}",
-                                               environment.name, *id, layer, package.version,
-                                               environment.bundle_id.substr(0, 12), node_id));
+                                               install.environment, *id, install.layer, install.version,
+                                               install.bundle_id.substr(0, 12), install.node_id));
 }
 
-void Rollouts::advance(TimeMs now) {
-  if (!dirty_ && now < next_check_ms_) return;
+std::vector<InstallDue> Rollouts::advance(TimeMs now, const JobTable& jobs) {
+  if (!dirty_ && now < next_check_ms_) return {};
   dirty_ = false;
   next_check_ms_ = now + kRecheckMs;
-  const std::vector<const JobRecord*> jobs = rollout_jobs();
+  // Assessed by the installs asked before these: those due now are submitted after.
+  const std::vector<const JobRecord*> asked = rollout_jobs(jobs);
+  std::vector<InstallDue> due;
   for (const DesiredEnvironment& environment : fleet_.environments) {
-    for (const std::string& node_id : assess(environment, jobs).due) start_install(environment, node_id, now);
+    for (const std::string& node_id : assess(environment, asked).due) due.push_back(install_due(environment, node_id));
   }
+  return due;
 }
 
 std::optional<TimeMs> Rollouts::next_deadline() const {
@@ -281,14 +287,14 @@ std::optional<TimeMs> Rollouts::next_deadline() const {
   return next_check_ms_;
 }
 
-protocol::EnvironmentList Rollouts::list() const {
+protocol::EnvironmentList Rollouts::list(const JobTable& jobs) const {
   protocol::EnvironmentList out;
   out.repository = fleet_.repository;
   out.commit = fleet_.commit;
   out.problem = problem_;
-  const std::vector<const JobRecord*> jobs = rollout_jobs();
+  const std::vector<const JobRecord*> rollout = rollout_jobs(jobs);
   for (const DesiredEnvironment& environment : fleet_.environments) {
-    Assessment assessed = assess(environment, jobs);
+    Assessment assessed = assess(environment, rollout);
     out.environments.push_back(protocol::EnvironmentConvergence{environment.name, environment.bundle_id,
                                                                 std::string(phase_name(static_cast<int>(assessed.phase))),
                                                                 assessed.detail, std::move(assessed.nodes)});

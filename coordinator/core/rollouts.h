@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "common/protocol/messages.h"
 #include "coordinator/core/core_context.h"
 #include "coordinator/core/job_retention.h"
@@ -56,21 +57,37 @@ struct DesiredFleet {
   std::vector<DesiredEnvironment> environments;
 };
 
+// An install a rollout decided on: the router submits the job (JobTable::accept) and tells the
+// rollout what came of it (Rollouts::install_submitted).
+struct InstallDue {
+  std::string environment;
+  std::string layer;
+  std::string version;
+  std::string bundle_id;
+  std::string node_id;
+  protocol::SubmitJob job;
+};
+
 class Rollouts {
  public:
-  Rollouts(CoreContext context, JobTable& jobs) : ctx_(context), jobs_(jobs) {}
+  explicit Rollouts(CoreContext context) : ctx_(context) {}
+
+  // Who a rollout's installs are submitted by.
+  static Caller submitter() { return Caller{std::string(kRolloutSubmitter), protocol::Role::ops}; }
 
   // The newest state of the repository; `problem` says why a newer one could not be read (the
-  // fleet given before stays desired).
-  void set_desired(DesiredFleet fleet, TimeMs now);
+  // fleet given before stays desired). The installs due now, in order.
+  std::vector<InstallDue> set_desired(DesiredFleet fleet, TimeMs now, const JobTable& jobs);
   void set_problem(std::string problem) { problem_ = std::move(problem); }
 
-  // Submits the installs that are due. Cheap; the router calls it on every tick, and it looks
+  // The installs that are due, in order. Cheap; the router calls it on every tick, and it looks
   // again at most every kRecheckMs.
-  void advance(TimeMs now);
+  std::vector<InstallDue> advance(TimeMs now, const JobTable& jobs);
+  // The job submitted for an install, or why it was refused.
+  void install_submitted(const InstallDue& install, const Result<std::uint64_t>& job_id);
   std::optional<TimeMs> next_deadline() const;
 
-  protocol::EnvironmentList list() const;
+  protocol::EnvironmentList list(const JobTable& jobs) const;
 
   static constexpr TimeMs kRecheckMs = 1000;
 
@@ -85,15 +102,14 @@ class Rollouts {
 
   // The newest install a rollout asked of each node (what each environment's assessment
   // decides by), by node.
-  std::vector<const JobRecord*> rollout_jobs() const;
+  std::vector<const JobRecord*> rollout_jobs(const JobTable& jobs) const;
   // The environment's nodes: those it lists, then those its labels select, by node id.
   std::vector<std::string> members(const DesiredEnvironment& environment) const;
   Assessment assess(const DesiredEnvironment& environment, const std::vector<const JobRecord*>& rollout_jobs) const;
   bool is_rollout_job(const JobRecord& job, const DesiredEnvironment& environment) const;
-  void start_install(const DesiredEnvironment& environment, const std::string& node_id, TimeMs now);
+  InstallDue install_due(const DesiredEnvironment& environment, const std::string& node_id) const;
 
   CoreContext ctx_;
-  JobTable& jobs_;
   DesiredFleet fleet_;
   std::string problem_;
   TimeMs next_check_ms_ = 0;

@@ -1,13 +1,12 @@
 // What the core asks of the scheduler (node states and inventories, through the scheduler
-// bridge), the pump that carries the scheduler's decisions to the room of their owner, and, as
-// methods of the job table, what each decision does to a job's attempt.
+// bridge), the scheduler's decisions handed to the router with their owner, and, as methods of
+// the job table, what each decision does to a job's attempt.
 #include "coordinator/core/scheduler_decisions.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "common/exhaustive.h"
 #include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
 #include "coordinator/core/job_table.h"
@@ -17,60 +16,24 @@ namespace kiln::coordinator {
 
 using namespace detail;
 
-void SchedulerDecisions::pump(TimeMs now) {
-  // Handlers may call the scheduler again; what that decides is carried out in the same loop.
+std::optional<OwnedDecision> SchedulerDecisions::next_decision(TimeMs now, const JobTable& jobs) {
   // The nodes' states are brought up to date before each decision is carried out.
   while (true) {
-    sync_node_states(now);
+    sync_node_states(now, jobs);
     auto decision = ctx_.bridge.poll_decision();
-    if (!decision) break;
-    // Each decision goes to the room of the request's owner.
-    auto to_owner = [&](auto&& for_lease, auto&& for_job) {
-      std::visit(Exhaustive{
-                     [&](const request_owner::DevLease& o) { for_lease(o.lease_id); },
-                     [&](const request_owner::Job& o) { for_job(o.job_id); },
-                     [](const request_owner::StopHold&) {
-                       KILN_ASSERT(false, "the bridge keeps the decisions about stop holds to itself");
-                     },
-                 },
-                 decision->owner);
-    };
-    std::visit(Exhaustive{
-                   [&](const scheduler::LeaseGranted& act) {
-                     KILN_ASSERT(!act.placement.empty(), "a granted lease has chips");
-                     // Withdrawn in the same step that granted it (a revoked job waiting for its old attempt).
-                     if (ctx_.scheduler().lease_of(act.request) != act.lease) return;
-                     to_owner([&](std::uint64_t lease) { leases_.granted(act, lease, now); },
-                              [&](std::uint64_t job) { jobs_.granted(act, job, now); });
-                   },
-                   [&](const scheduler::PreemptNotice& act) {
-                     const TimeMs grace_ms =
-                         std::clamp<TimeMs>(ctx_.from_scheduler_time(act.grace_deadline_ms) - now, 0, 24 * kHourMs);
-                     const std::string reason = preempted_for_text(act.preempted_for);
-                     to_owner([&](std::uint64_t lease) { leases_.preempt_notice(act, lease, grace_ms, reason, now); },
-                              [&](std::uint64_t job) { jobs_.preempt_notice(act, job, grace_ms, reason, now); });
-                   },
-                   [&](const scheduler::Revoke& act) {
-                     to_owner([&](std::uint64_t lease) { leases_.revoked(act, lease); },
-                              [&](std::uint64_t job) { jobs_.revoked(act, job); });
-                   },
-                   [&](const scheduler::Requeued& act) {
-                     to_owner([&](std::uint64_t lease) { leases_.requeued(act, lease, now); },
-                              [&](std::uint64_t job) { jobs_.requeued(act, job, now); });
-                   },
-                   [&](const scheduler::LeaseLost& act) {
-                     to_owner([&](std::uint64_t lease) { leases_.lease_lost(act, lease, now); },
-                              [&](std::uint64_t job) { jobs_.lease_lost(act, job, now); });
-                   },
-                   [&](const scheduler::LeaseExpired& act) {
-                     to_owner([&](std::uint64_t lease) { leases_.lease_expired(act, lease, now); },
-                              [&](std::uint64_t job) { jobs_.lease_expired(act, job, now); });
-                   },
-               },
-               decision->action);
+    if (!decision) return std::nullopt;
+    OwnedDecision owned{std::move(decision->action), std::move(decision->owner), 0, ""};
+    if (const auto* granted = std::get_if<scheduler::LeaseGranted>(&owned.action)) {
+      KILN_ASSERT(!granted->placement.empty(), "a granted lease has chips");
+      // Withdrawn in the same step that granted it (a revoked job waiting for its old attempt).
+      if (ctx_.scheduler().lease_of(granted->request) != granted->lease) continue;
+    }
+    if (const auto* notice = std::get_if<scheduler::PreemptNotice>(&owned.action)) {
+      owned.grace_ms = std::clamp<TimeMs>(ctx_.from_scheduler_time(notice->grace_deadline_ms) - now, 0, 24 * kHourMs);
+      owned.preempted_for = preempted_for_text(notice->preempted_for, jobs);
+    }
+    return owned;
   }
-  leases_.dispatch_jobs(now);
-  refresh_chip_counts();
 }
 
 void SchedulerDecisions::recovered_node(const NodeRecord& node, TimeMs now) {
@@ -91,17 +54,17 @@ void SchedulerDecisions::upsert_node(const NodeRecord& node, TimeMs now) {
   ctx_.bridge.upsert_node(scheduler_node_info(node), now);
 }
 
-void SchedulerDecisions::refresh_chip_counts() {
+void SchedulerDecisions::refresh_chip_counts(std::set<std::string> jobs_moved, const ActiveJobIndex& jobs) {
   // Only the nodes where a job was placed or left, or a lease granted or ended, since the last
   // count: a heartbeat that changed nothing counts nothing.
-  std::set<std::string> changed = jobs_.index().take_nodes_changed();
+  std::set<std::string> changed = std::move(jobs_moved);
   changed.merge(recount_);
   recount_.clear();
   for (std::string& node_id : ctx_.scheduler().take_nodes_with_lease_changes()) changed.insert(std::move(node_id));
   for (const std::string& node_id : changed) {
     auto node = ctx_.registry.nodes().find(node_id);
     if (node == ctx_.registry.nodes().end()) continue;
-    std::set<std::uint32_t> used = jobs_.index().chips_on(node_id);
+    std::set<std::uint32_t> used = jobs.chips_on(node_id);
     for (const auto& [chip, request] : ctx_.scheduler().leased_chips(node_id)) {
       // Chips held while a cancelled attempt stops belong to no active job: not shown as used.
       if (!ctx_.bridge.is_stop_hold(request)) used.insert(static_cast<std::uint32_t>(chip));
@@ -111,23 +74,24 @@ void SchedulerDecisions::refresh_chip_counts() {
 }
 
 void SchedulerDecisions::queue_why(const std::string& client, std::uint64_t corr, const protocol::QueueWhy& why,
-                                   TimeMs now) const {
+                                   TimeMs now, const JobTable& jobs, const LeaseLifecycle& leases) const {
   if ((why.job_id == 0) == (why.lease_id == 0)) {
     ctx_.reply_error(client, corr, Errc::invalid_argument,
                      "queue_why takes exactly one of job_id and lease_id; `kiln queue --why ID` takes a job id "
                      "or a lease id such as L3");
-  } else if (why.job_id != 0 && !jobs_.find(why.job_id)) {
+  } else if (why.job_id != 0 && !jobs.find(why.job_id)) {
     ctx_.reply_error(client, corr, Errc::not_found,
                      fmt::format("no job {}; `kiln jobs` lists the known jobs", why.job_id));
-  } else if (why.lease_id != 0 && !leases_.find(why.lease_id)) {
+  } else if (why.lease_id != 0 && !leases.find(why.lease_id)) {
     ctx_.reply_error(client, corr, Errc::not_found,
                      fmt::format("no lease L{}; `kiln leases` lists the leases", why.lease_id));
   } else {
-    ctx_.sink.to_client(client, explain(why, now), corr);
+    ctx_.sink.to_client(client, explain(why, now, jobs, leases), corr);
   }
 }
 
-protocol::QueueExplanation SchedulerDecisions::explain(const protocol::QueueWhy& why, TimeMs now) const {
+protocol::QueueExplanation SchedulerDecisions::explain(const protocol::QueueWhy& why, TimeMs now, const JobTable& jobs,
+                                                      const LeaseLifecycle& leases) const {
   protocol::QueueExplanation out;
   auto from_scheduler = [&](std::optional<scheduler::RequestId> request, const std::string& prefix) {
     KILN_ASSERT(request.has_value(), "a pending job or lease has a request in the scheduler");
@@ -138,10 +102,10 @@ protocol::QueueExplanation SchedulerDecisions::explain(const protocol::QueueWhy&
       out.expected_start_ms =
           static_cast<std::uint64_t>(std::max<TimeMs>(0, ctx_.from_scheduler_time(*e.expected_start_ms)));
     }
-    out.text = prefix + explanation_text(e, now);
+    out.text = prefix + explanation_text(ctx_, e, now);
   };
   if (why.lease_id != 0) {
-    const DevLease& lease = *leases_.find(why.lease_id);
+    const DevLease& lease = *leases.find(why.lease_id);
     out.state = std::string(protocol::enum_name(lease.summary.state));
     if (lease.summary.state == LeaseState::pending) {
       from_scheduler(ctx_.bridge.find_request(request_owner::DevLease{why.lease_id}),
@@ -157,7 +121,7 @@ protocol::QueueExplanation SchedulerDecisions::explain(const protocol::QueueWhy&
                              fmt::join(where, " and "));
     }
   } else {
-    const JobRecord& job = *jobs_.find(why.job_id);
+    const JobRecord& job = *jobs.find(why.job_id);
     const auto& s = job.summary;
     out.state = std::string(protocol::enum_name(s.state));
     if (protocol::is_terminal(s.state)) {
@@ -166,7 +130,7 @@ protocol::QueueExplanation SchedulerDecisions::explain(const protocol::QueueWhy&
       out.text = fmt::format("job {} is not pending: it is {} on {} chips [{}] (attempt {})", s.job_id, out.state,
                              s.node_id, fmt::join(s.chip_indices, ","), s.attempt);
     } else if (job.lease_id != 0) {
-      const DevLease* lease = leases_.find(job.lease_id);
+      const DevLease* lease = leases.find(job.lease_id);
       if (lease && lease->summary.state == LeaseState::pending) {
         from_scheduler(ctx_.bridge.find_request(request_owner::DevLease{job.lease_id}),
                        fmt::format("job {} waits for its lease L{}, which is pending: ", s.job_id, job.lease_id));
@@ -189,14 +153,14 @@ protocol::QueueExplanation SchedulerDecisions::explain(const protocol::QueueWhy&
   return out;
 }
 
-std::string SchedulerDecisions::explanation_text(const scheduler::Explanation& e, TimeMs now) const {
+std::string explanation_text(const CoreContext& ctx, const scheduler::Explanation& e, TimeMs now) {
   std::string out = fmt::format("{}", fmt::join(e.reasons, "; "));
   if (!e.pending) return out.empty() ? "not pending" : out;
   if (!out.empty()) out += "; ";
   if (e.expected_start_ms) {
-    const TimeMs at = ctx_.from_scheduler_time(*e.expected_start_ms);
+    const TimeMs at = ctx.from_scheduler_time(*e.expected_start_ms);
     out += at <= now ? "expected to start now"
-                     : fmt::format("expected to start in {} (at {})", human_duration(at - now), ctx_.clock.text(at));
+                     : fmt::format("expected to start in {} (at {})", human_duration(at - now), ctx.clock.text(at));
   } else {
     out += "no expected start: no eligible capacity in sight";
   }
@@ -216,8 +180,8 @@ scheduler::NodeInfo SchedulerDecisions::scheduler_node_info(const NodeRecord& no
   return info;
 }
 
-void SchedulerDecisions::sync_node_states(TimeMs now) {
-  set_scheduler_node_states(now);
+void SchedulerDecisions::sync_node_states(TimeMs now, const JobTable& jobs) {
+  set_scheduler_node_states(now, jobs);
   // The nodes waiting to have the chips of their latest hello taken: draining meanwhile, so
   // the upsert (which schedules at once) places nothing on them before their state is known.
   std::vector<std::string> waiting;
@@ -226,19 +190,20 @@ void SchedulerDecisions::sync_node_states(TimeMs now) {
   }
   if (waiting.empty()) return;
   for (const auto& id : waiting) upsert_node(ctx_.registry.nodes().at(id), now);
-  set_scheduler_node_states(now);
+  set_scheduler_node_states(now, jobs);
 }
 
-void SchedulerDecisions::set_scheduler_node_states(TimeMs now) {
+void SchedulerDecisions::set_scheduler_node_states(TimeMs now, const JobTable& jobs) {
   for (const std::string& id : ctx_.bridge.take_changed_nodes()) {
     const NodeRecord* node = ctx_.registry.find(id);
     if (node == nullptr) continue;  // a maintenance job's node that never registered
-    NodeStateToTell told = state_to_tell(*node);
+    NodeStateToTell told = state_to_tell(*node, jobs);
     ctx_.bridge.set_node_state(id, told.state, std::move(told.reason), std::move(told.owner), now);
   }
 }
 
-SchedulerDecisions::NodeStateToTell SchedulerDecisions::state_to_tell(const NodeRecord& node) const {
+SchedulerDecisions::NodeStateToTell SchedulerDecisions::state_to_tell(const NodeRecord& node,
+                                                                      const JobTable& jobs) const {
   const auto& s = node.summary;
   const std::string& id = s.node_id;
   if (s.state == NodeState::lost || !ctx_.registry.has_session(id)) {
@@ -251,20 +216,20 @@ SchedulerDecisions::NodeStateToTell SchedulerDecisions::state_to_tell(const Node
   if (const std::string* pending = ctx_.bridge.inventory_pending(id)) {
     return {scheduler::NodeState::draining, pending->empty() ? "registering its chips" : *pending, ""};
   }
-  if (const std::size_t stopping = jobs_.unheld_stopping_on(id); stopping > 0) {
+  if (const std::size_t stopping = jobs.unheld_stopping_on(id); stopping > 0) {
     return {scheduler::NodeState::draining,
             fmt::format("stopping {} jobs it no longer runs for the coordinator", stopping), ""};
   }
-  if (const std::optional<std::uint64_t> m = jobs_.maintenance_waiting_on(id)) {
+  if (const std::optional<std::uint64_t> m = jobs.maintenance_waiting_on(id)) {
     // Maintenance takes the whole node: it drains first and takes no new regular work.
     return {scheduler::NodeState::draining, fmt::format("draining for maintenance job {}", *m), ""};
   }
   return {scheduler::NodeState::up, "", ""};
 }
 
-std::optional<std::string> SchedulerDecisions::chip_count_error() const {
+std::optional<std::string> SchedulerDecisions::chip_count_error(const JobTable& jobs) const {
   std::map<std::string, std::set<std::uint32_t>> used;
-  for (const auto& [id, job] : jobs_.all()) {
+  for (const auto& [id, job] : jobs.all()) {
     const auto state = job.summary.state;
     if (state != protocol::JobState::assigned && state != protocol::JobState::running) continue;
     used[job.summary.node_id].insert(job.summary.chip_indices.begin(), job.summary.chip_indices.end());
@@ -286,20 +251,20 @@ std::optional<std::string> SchedulerDecisions::chip_count_error() const {
   return std::nullopt;
 }
 
-std::vector<std::string> SchedulerDecisions::nodes_out_of_sync() const {
+std::vector<std::string> SchedulerDecisions::nodes_out_of_sync(const JobTable& jobs) const {
   std::vector<std::string> stale;
   for (const auto& [id, node] : ctx_.registry.nodes()) {
     const std::optional<scheduler::NodeState> told = ctx_.bridge.told_state(id);
-    if (told && !ctx_.bridge.changed(id) && *told != state_to_tell(node).state) stale.push_back(id);
+    if (told && !ctx_.bridge.changed(id) && *told != state_to_tell(node, jobs).state) stale.push_back(id);
   }
   return stale;
 }
 
-std::string SchedulerDecisions::preempted_for_text(scheduler::RequestId demand) const {
+std::string SchedulerDecisions::preempted_for_text(scheduler::RequestId demand, const JobTable& jobs) const {
   const auto owner = ctx_.bridge.owner_of(demand);
   if (!owner) return "preempted for other work";
   if (const auto* of_job = std::get_if<request_owner::Job>(&*owner)) {
-    if (const JobRecord* job = jobs_.find(of_job->job_id)) {
+    if (const JobRecord* job = jobs.find(of_job->job_id)) {
       return fmt::format("preempted for job {} ({})", of_job->job_id, protocol::enum_name(job->summary.priority_class));
     }
   }
