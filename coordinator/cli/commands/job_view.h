@@ -12,7 +12,7 @@
 namespace kiln::cli {
 
 // Follows a job until it ends, or until timeout_ms has passed (0: no limit; then the job as it is
-// now), by watch_jobs (JobWatcher: one request per change of the job, or per minute it runs
+// now), by watch_jobs (JobWatcher: one request per change of the job, or per 50 s it runs
 // without one); prints its state changes on stderr unless quiet.
 Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet, DurationMs timeout_ms = 0);
 
