@@ -1,7 +1,9 @@
 // Follows jobs the way a waiting client should: by watch_jobs long polls, so that it asks the
 // coordinator once per change of its jobs (and once per wait_ms of silence) whatever their
 // duration; by get_job polls every poll interval only when the coordinator is older than
-// watch_jobs and refuses it (docs/protocol.md, "watch_jobs").
+// watch_jobs and refuses it (docs/protocol.md, "watch_jobs"). No safety poll is needed: a watch
+// lost with its connection (a restart, a failover) is asked again on the new one (Client: it may
+// be repeated), and as it says what was seen, whatever changed meanwhile is answered at once.
 #pragma once
 
 #include <chrono>
