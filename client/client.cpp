@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 bool may_repeat(const protocol::Body& body) {
   return std::holds_alternative<protocol::GetJob>(body) || std::holds_alternative<protocol::ListJobs>(body) ||
          std::holds_alternative<protocol::ListNodes>(body) || std::holds_alternative<protocol::ListLeases>(body) ||
-         std::holds_alternative<protocol::WatchLease>(body) || std::holds_alternative<protocol::QueueWhy>(body) ||
+         std::holds_alternative<protocol::WatchLease>(body) || std::holds_alternative<protocol::WatchJobs>(body) ||
+         std::holds_alternative<protocol::QueueWhy>(body) ||
          std::holds_alternative<protocol::ListQueue>(body) || std::holds_alternative<protocol::GetRecord>(body) ||
          std::holds_alternative<protocol::ListRecords>(body) || std::holds_alternative<protocol::Whoami>(body);
 }
@@ -26,12 +27,26 @@ class ZmqClient final : public Client {
  public:
   ZmqClient(const ClientConfig& config, KeyPair keys, std::string server_key, Reconnect reconnect)
       : channel_(coordinator_endpoints(config), std::move(keys), std::move(server_key), config.timeout_ms,
-                 std::move(reconnect)) {}
+                 std::move(reconnect)),
+        timeout_ms_(config.timeout_ms),
+        watch_jobs_(config.watch_jobs) {}
 
-  Result<protocol::Body> request(protocol::Body body) override { return channel_.request(body, may_repeat(body)); }
+  bool watches_jobs() const override { return watch_jobs_; }
+
+  Result<protocol::Body> request(protocol::Body body) override {
+    // A watch_jobs is answered when a job changes or its wait passes: the reply timeout starts then.
+    const auto* watch = std::get_if<protocol::WatchJobs>(&body);
+    if (watch == nullptr) return channel_.request(body, may_repeat(body));
+    channel_.set_timeout_ms(timeout_ms_ + watch->wait_ms);
+    auto reply = channel_.request(body, true);
+    channel_.set_timeout_ms(timeout_ms_);
+    return reply;
+  }
 
  private:
   transport::RequestChannel channel_;
+  std::uint32_t timeout_ms_;
+  bool watch_jobs_;
 };
 
 std::string resolve(const fs::path& base, const std::string& path) {
@@ -59,7 +74,8 @@ Result<ClientConfig> client_config_from_text(std::string_view text, const std::s
   auto root = config::parse_toml(text, path, "fix the file");
   if (!root) return fail(Errc::config, root.error().message);
   if (auto ok = config::check_known_keys(path, *root, "client.toml",
-                                         {"coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms"});
+                                         {"coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms",
+                                          "watch_jobs"});
       !ok) {
     return tl::unexpected(ok.error());
   }
@@ -73,6 +89,11 @@ Result<ClientConfig> client_config_from_text(std::string_view text, const std::s
         return fail(Errc::config, fmt::format("{}: timeout_ms must be an integer from 100 to 3600000", at));
       }
       config.timeout_ms = static_cast<std::uint32_t>(node.as_integer()->get());
+      continue;
+    }
+    if (k == "watch_jobs") {
+      if (!node.is_boolean()) return fail(Errc::config, fmt::format("{}: watch_jobs must be true or false", at));
+      config.watch_jobs = node.as_boolean()->get();
       continue;
     }
     if (k == "coordinator") {

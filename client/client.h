@@ -24,6 +24,9 @@ struct ClientConfig {
   std::string coordinator_public_key_file;
   std::string secret_key_file;
   std::uint32_t timeout_ms = 10000;
+  // false: jobs are followed by polling get_job, as with a coordinator older than watch_jobs
+  // (client.toml's watch_jobs; for comparing the two, docs/performance.md).
+  bool watch_jobs = true;
   // "file:line" of the key file settings, so a problem with a key file names where it was set.
   std::string coordinator_public_key_file_origin;
   std::string secret_key_file_origin;
@@ -32,7 +35,7 @@ struct ClientConfig {
 // Every coordinator the client may talk to, in the order to try them.
 std::vector<std::string> coordinator_endpoints(const ClientConfig& config);
 
-// Reads client.toml: coordinator, coordinator_public_key_file, secret_key_file, timeout_ms.
+// Reads client.toml: coordinator, coordinator_public_key_file, secret_key_file, timeout_ms, watch_jobs.
 // A missing, unreadable or invalid key file is found by connect(), as an Errc::config error
 // naming the line of client.toml that points at it.
 Result<ClientConfig> load_client_config(const std::string& path);
@@ -51,6 +54,8 @@ class Client {
   // Sends one request and waits for its reply. An ErrorReply from the coordinator comes back
   // as an Error with the coordinator's code and message.
   virtual Result<protocol::Body> request(protocol::Body body) = 0;
+  // Whether jobs are followed by watch_jobs (JobWatcher) rather than by polling.
+  virtual bool watches_jobs() const { return true; }
 };
 
 // The reply as the type a request expects; any other reply is an error naming both.

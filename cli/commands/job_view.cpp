@@ -1,14 +1,15 @@
 #include "cli/commands/job_view.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "common/protocol/json.h"
 #include "cli/duration.h"
 #include "cli/exit_codes.h"
+#include "client/job_watcher.h"
 #include "cli/text.h"
 #include "cli/wait_progress.h"
 
@@ -16,8 +17,13 @@ namespace kiln::cli {
 
 namespace {
 
-// How often a waiting command looks at what the job waits for (a few listings each time).
-constexpr auto kProgressInterval = std::chrono::seconds(2);
+// How long one watch of the job waits for a change: the progress line of a queued job (what it
+// waits for, a few listings) is refreshed this often; a running job costs one request this often
+// (under the minute after which /metrics no longer times a request, docs/metrics.md).
+constexpr std::uint32_t kQueuedWatchMs = 5000;
+constexpr std::uint32_t kRunningWatchMs = 50000;
+// How often a coordinator older than watch_jobs is asked for the job.
+constexpr auto kPollInterval = std::chrono::milliseconds(250);
 
 void print_output_tail(const std::string& tail) {
   std::cout << "  output (tail)\n";
@@ -56,30 +62,35 @@ Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, b
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   const TimeMs started_ms = wall_now_ms();
   ProgressLine progress = ProgressLine::for_stderr();
-  protocol::JobState last = protocol::JobState::queued;
-  bool first = true;
-  auto last_look = std::chrono::steady_clock::now() - kProgressInterval;
+  JobWatcher watcher(client, kQueuedWatchMs, kPollInterval);
+  watcher.follow(job_id);
+  protocol::JobSummary job;
   while (true) {
-    auto detail = expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id}));
-    if (!detail) return detail;
-    const bool ended = protocol::is_terminal(detail->job.state);
-    if (!quiet && (first || detail->job.state != last || ended)) {
-      progress.done();
-      std::cerr << fmt::format("job {}: {}{}\n", job_id, protocol::enum_name(detail->job.state),
-                               detail->job.node_id.empty() ? "" : " on " + detail->job.node_id);
+    if (timeout_ms > 0) {
+      const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left_ms.count() <= 0) break;
+      watcher.set_wait_ms(static_cast<std::uint32_t>(std::min<std::int64_t>(
+          left_ms.count(), job.state == protocol::JobState::queued ? kQueuedWatchMs : kRunningWatchMs)));
     }
-    first = false;
-    last = detail->job.state;
-    if (ended) return detail;
-    if (timeout_ms > 0 && std::chrono::steady_clock::now() >= deadline) return detail;
-    // What it waits for: a queued job's reasons and who holds its chips; a running job's node.
-    if (!quiet && std::chrono::steady_clock::now() - last_look >= kProgressInterval) {
-      last_look = std::chrono::steady_clock::now();
+    auto changed = watcher.changes();
+    if (!changed) return tl::unexpected(changed.error());
+    for (const protocol::JobSummary& now : *changed) {
+      job = now;
+      if (!quiet) {
+        progress.done();
+        std::cerr << fmt::format("job {}: {}{}\n", job_id, protocol::enum_name(job.state),
+                                 job.node_id.empty() ? "" : " on " + job.node_id);
+      }
+    }
+    if (protocol::is_terminal(job.state)) break;
+    if (timeout_ms == 0) watcher.set_wait_ms(job.state == protocol::JobState::queued ? kQueuedWatchMs : kRunningWatchMs);
+    // What a queued job waits for: its reasons and who holds its chips.
+    if (!quiet && job.state == protocol::JobState::queued) {
       const TimeMs now_ms = wall_now_ms();
       progress.show(job_status_text(read_fleet(client, now_ms), job_id), now_ms - started_ms, now_ms);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
+  return expect_reply<protocol::JobDetail>(client.request(protocol::GetJob{job_id}));
 }
 
 int show_job(Client& client, std::uint64_t job_id, bool wait, bool json) {

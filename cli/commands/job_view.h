@@ -11,8 +11,9 @@
 
 namespace kiln::cli {
 
-// Polls a job until it ends, or until timeout_ms has passed (0: no limit; then the job as it is
-// now); prints its state changes on stderr unless quiet.
+// Follows a job until it ends, or until timeout_ms has passed (0: no limit; then the job as it is
+// now), by watch_jobs (JobWatcher: one request per change of the job, or per 50 s it runs
+// without one); prints its state changes on stderr unless quiet.
 Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, bool quiet, DurationMs timeout_ms = 0);
 
 // The job (waited for, or as it is now), printed as text or JSON; exit 1 for a job that ended

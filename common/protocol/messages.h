@@ -27,7 +27,7 @@ using Body = std::variant<Hello, Welcome, Heartbeat, JobStart, JobStarted, JobFi
                           QuarantineNode, ListQueue, QueueList, SetTicketState, SubmitGang, GangAccepted,
                           PutArtifact, ArtifactProgress, GetArtifact, ArtifactChunk, ListEnvironments,
                           EnvironmentList, PutAudit, ListAudit, AuditList, GetRiskRegister,
-                          RiskRegisterText, RecheckNode>;
+                          RiskRegisterText, RecheckNode, WatchJobs, JobEvents>;
 
 std::string_view type_name(const Body& body);
 

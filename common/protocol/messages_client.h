@@ -140,6 +140,50 @@ struct JobDetail {
   }
 };
 
+// A job as a watcher last saw it: its state and attempt.
+struct WatchedJob {
+  std::uint64_t job_id = 0;
+  JobState state = JobState::queued;
+  std::uint32_t attempt = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+    v.field("state", state);
+    v.field("attempt", attempt, Range{0, 1000});
+  }
+};
+
+// Long poll over jobs (docs/protocol.md, "watch_jobs"): answered with job_events at once when
+// wait_ms is 0 (every listed job as it is now) or when a listed job's state or attempt differs
+// from the one given; otherwise parked until one changes, or until wait_ms passes (answered with
+// no job). A watcher sends what it saw, so a watch asked again after a restart is whole at once.
+struct WatchJobs {
+  static constexpr std::string_view kType = "watch_jobs";
+  std::vector<WatchedJob> jobs;
+  std::uint32_t wait_ms = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("jobs", jobs, Count{1, 1000});
+    v.field("wait_ms", wait_ms, Range{0, 600000});
+  }
+};
+
+struct JobEvents {
+  static constexpr std::string_view kType = "job_events";
+  std::vector<JobSummary> jobs;  // the listed jobs that changed, as they are now
+  // Listed jobs this coordinator does not hold: ended and let go of (get_job reads them back
+  // from the store), or never accepted (get_job says so).
+  std::vector<std::uint64_t> unknown_job_ids;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("jobs", jobs, Count{0, 1000});
+    v.field("unknown_job_ids", unknown_job_ids, Count{0, 1000}, Range{1, INT64_MAX});
+  }
+};
+
 struct CancelJob {
   static constexpr std::string_view kType = "cancel_job";
   std::uint64_t job_id = 0;

@@ -33,7 +33,8 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
       leases_(context(), jobs_),
       scheduling_(context()),
       agents_(context(), jobs_, leases_, scheduling_),
-      rollouts_(context()) {
+      rollouts_(context()),
+      job_watches_(sink_, knobs.max_job_watches, knobs.max_job_watches_per_client) {
   const TimeMs now = clock_.advance(clock_now);
   for (auto& node : recovered.nodes) registry_.recover(std::move(node), now);
   // The scheduler learns the recovered nodes as lost: nothing new goes to them before their
@@ -60,7 +61,14 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
   jobs_.forget_ended(now);
 }
 
-std::optional<Action> CoordinatorCore::poll_action() { return sink_.poll(); }
+std::optional<Action> CoordinatorCore::poll_action() {
+  std::optional<Action> action = sink_.poll();
+  // Every change of a job is saved: its watchers hear of it from here, after the save.
+  if (action) {
+    if (const auto* saved = std::get_if<action::SaveJob>(&*action)) job_watches_.job_saved(saved->job);
+  }
+  return action;
+}
 
 void CoordinatorCore::pump(TimeMs now) {
   // A room carrying out a decision may call the scheduler again; what that decides comes next.
@@ -122,6 +130,7 @@ std::optional<TimeMs> CoordinatorCore::next_deadline() const {
   if (auto t = bridge_.scheduler().next_deadline()) consider(bridge_.to_core_time(*t));
   consider(leases_.next_deadline());
   consider(rollouts_.next_deadline());
+  consider(job_watches_.next_deadline());
   if (!next) return std::nullopt;
   return clock_.to_monotonic(*next);
 }
@@ -313,6 +322,8 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
           reply(jobs_.list(body));
         } else if constexpr (std::is_same_v<T, protocol::GetJob>) {
           jobs_.get(client, corr, body);
+        } else if constexpr (std::is_same_v<T, protocol::WatchJobs>) {
+          job_watches_.watch(client, corr, body, jobs_.all(), now);
         } else if constexpr (std::is_same_v<T, protocol::SubmitJob>) {
           submit(client, caller, m, body, 0, now);
         } else if constexpr (std::is_same_v<T, protocol::SubmitInLease>) {
@@ -558,6 +569,7 @@ void CoordinatorCore::on_tick(Now clock_now) {
     bridge_.scheduler().on_tick(bridge_.to_scheduler_time(now));
   }
   leases_.answer_watches(now);
+  job_watches_.answer_due(now);
   start_installs(rollouts_.advance(now, jobs_), now);
   pump(now);
   jobs_.forget_ended(now);

@@ -48,6 +48,7 @@
 #include "coordinator/core/core_context.h"
 #include "coordinator/core/dev_leases.h"
 #include "coordinator/core/job_table.h"
+#include "coordinator/core/job_watch.h"
 #include "coordinator/core/knobs.h"
 #include "coordinator/core/lease_lifecycle.h"
 #include "coordinator/core/node_registry.h"
@@ -170,6 +171,7 @@ class CoordinatorCore {
   SchedulerDecisions scheduling_;
   AgentSessions agents_;
   Rollouts rollouts_;
+  JobWatches job_watches_;
   // Client requests that name a job let go of, until the store reads it back (on_job_recalled).
   struct RecallWaiter {
     std::string client;

@@ -41,6 +41,9 @@ struct CoordinatorKnobs {
   std::size_t max_ended_leases_kept = 200;
   // Open `kiln lease` watches (long polls) at once; more are answered at once.
   std::size_t max_lease_watches = 1000;
+  // Parked `watch_jobs` long polls at once, and of one client connection; more are refused.
+  std::size_t max_job_watches = 4096;
+  std::size_t max_job_watches_per_client = 64;
   // A gang's rank 0 listens for its peers on rendezvous_port_first + (gang id modulo
   // rendezvous_port_count) of its node: every rank computes the same port, and two gangs on one
   // node (one ending, the next starting) get different ones.

@@ -218,6 +218,8 @@ void read_knobs_table(config::Problems& problems, const toml::table& root, Coord
   r.integer("max_active_leases", k.max_active_leases, 1, 100000);
   r.integer("max_ended_leases_kept", k.max_ended_leases_kept, 0, 100000);
   r.integer("max_lease_watches", k.max_lease_watches, 1, 100000);
+  r.integer("max_job_watches", k.max_job_watches, 1, 100000);
+  r.integer("max_job_watches_per_client", k.max_job_watches_per_client, 1, 10000);
   r.integer("rendezvous_port_first", k.rendezvous_port_first, 1024, 65535);
   r.integer("rendezvous_port_count", k.rendezvous_port_count, 1, 64512);
   if (std::uint64_t{k.rendezvous_port_first} + k.rendezvous_port_count - 1 > 65535) {

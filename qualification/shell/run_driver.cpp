@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <map>
+#include <set>
 #include <ostream>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "qualification/backends/switchover.h"
 #include "qualification/shell/artifact_upload.h"
 #include "qualification/shell/gang.h"
+#include "client/job_watcher.h"
 #include "client/records_client.h"
 #include "qualification/shell/reproduction.h"
 
@@ -22,6 +24,10 @@ namespace kiln::qualification::shell {
 namespace {
 
 using protocol::JobState;
+
+// How long one watch of a run's jobs waits for a change: a stop or a cancel of the run is
+// honoured, and its nodes looked at again, at least this often.
+constexpr std::uint32_t kRunWatchMs = 5000;
 
 TimeMs wall_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -54,7 +60,7 @@ class Driver {
   Driver(cli::Client& client, QualificationRun& run, const ModelSet& set, const std::vector<Change>& history,
          BundleBuilder& builder, TicketSink& tickets, const DriverOptions& options)
       : client_(client), run_(run), set_(set), history_(history), builder_(builder), tickets_(tickets),
-        options_(options) {}
+        options_(options), watcher_(client, kRunWatchMs, std::chrono::milliseconds(options.poll_interval_ms)) {}
 
   Result<RunReport> drive() {
     TimeMs last_record = 0;
@@ -70,7 +76,7 @@ class Driver {
       if (options_.cancelled_by) {
         if (const std::string who = options_.cancelled_by(); !who.empty()) return cancel_jobs(who);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
+      wait_for_jobs();
       refresh_nodes();
       if (auto ok = collect_results(); !ok) return tl::unexpected(ok.error());
       if (wall_now_ms() - last_record >= options_.record_interval_ms) {
@@ -320,6 +326,7 @@ class Driver {
       if (auto ok = run_.on_job_result(std::move(combined), wall_now_ms()); !ok) say(ok.error().message);
     }
     for (std::uint64_t tag : done) {
+      for (std::uint64_t job_id : gangs_.at(tag).job_ids) unfollow(job_id);
       if (gangs_.at(tag).lease_id != 0) (void)client_.request(protocol::ReleaseLease{gangs_.at(tag).lease_id});
       gangs_.erase(tag);
     }
@@ -385,12 +392,48 @@ class Driver {
     return {};
   }
 
+  // Waits for a change of the run's jobs: one watch_jobs, which the coordinator holds until a job
+  // of the run changes or kRunWatchMs pass. A run with no job out, gangs waiting for their lease
+  // (a grant is no job's change) and a coordinator older than watch_jobs are looked at again
+  // every poll interval instead, as before.
+  void wait_for_jobs() {
+    bool lease_pending = false;
+    for (const auto& [job_id, flight] : in_flight_) follow(job_id);
+    for (const auto& [tag, gang] : gangs_) {
+      lease_pending = lease_pending || gang.job_ids.empty();
+      for (std::uint64_t job_id : gang.job_ids) follow(job_id);
+    }
+    if (followed_.empty() || lease_pending || watcher_.polling()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
+      return;
+    }
+    auto changed = watcher_.changes();
+    if (!changed) {
+      say("could not watch the run's jobs: " + changed.error().message);
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
+      return;
+    }
+    for (const auto& job : *changed) heard_[job.job_id] = job.state;
+  }
+
+  void follow(std::uint64_t job_id) {
+    if (followed_.insert(job_id).second) watcher_.follow(job_id);
+  }
+
+  void unfollow(std::uint64_t job_id) {
+    followed_.erase(job_id);
+    heard_.erase(job_id);
+    watcher_.forget(job_id);
+  }
+
   Status collect_results() {
     if (in_flight_.empty() && gangs_.empty()) return {};
-    auto list = cli::expect_reply<protocol::JobList>(client_.request(protocol::ListJobs{1000, false}));
-    if (!list) return {};  // a slow answer: the next turn asks again
-    std::map<std::uint64_t, JobState> states;
-    for (const auto& job : list->jobs) states[job.job_id] = job.state;
+    std::map<std::uint64_t, JobState> states = heard_;
+    if (watcher_.polling() || followed_.empty()) {
+      auto list = cli::expect_reply<protocol::JobList>(client_.request(protocol::ListJobs{1000, false}));
+      if (!list) return {};  // a slow answer: the next turn asks again
+      for (const auto& job : list->jobs) states[job.job_id] = job.state;
+    }
     if (auto ok = advance_gangs(states); !ok) return ok;
     std::vector<std::uint64_t> ended;
     for (const auto& [job_id, flight] : in_flight_) {
@@ -404,6 +447,7 @@ class Driver {
       if (!protocol::is_terminal(detail->job.state)) continue;
       const InFlight flight = in_flight_.at(job_id);
       in_flight_.erase(job_id);
+      unfollow(job_id);
       if (auto ok = run_.on_job_result(result_of(flight, *detail), wall_now_ms()); !ok) {
         say(fmt::format("job {}: {}", job_id, ok.error().message));
       }
@@ -502,6 +546,10 @@ class Driver {
   std::map<std::uint64_t, std::uint64_t> by_tag_;
   std::map<std::string, std::uint64_t> submitted_before_;  // config hash -> job id
   std::map<std::uint64_t, Gang> gangs_;                    // by tag
+  // The run's jobs followed with watch_jobs, and their states as last heard.
+  cli::JobWatcher watcher_;
+  std::set<std::uint64_t> followed_;
+  std::map<std::uint64_t, JobState> heard_;
   std::map<std::string, protocol::ArtifactRef> uploaded_;  // file path -> its artifact, this run
   std::map<std::pair<std::string, std::string>, MeasuredJob> measured_;  // by (model, revision)
   std::map<std::string, std::string> node_backends_;  // node id -> its driver's declared backend, as last listed
