@@ -139,12 +139,12 @@ int main(int argc, char** argv) {
   app.add_option("--source", s.source, "the kiln source tree (its coordinator/bench/data/demo-night.json)");
   app.add_flag("--keep", s.keep, "keep the temporary directory (config, log, store)");
   CLI11_PARSE(app, argc, argv);
-  const fs::path self = fs::read_symlink("/proc/self/exe");
-  if (s.coordinator.empty()) s.coordinator = (self.parent_path() / "kiln-coordinator").string();
-  if (!fs::exists(s.coordinator)) {
-    std::cerr << "no kiln-coordinator at " << s.coordinator << "; build it (scripts/build) or pass --coordinator\n";
+  auto coordinator = coordinator_to_run(s.coordinator);
+  if (!coordinator) {
+    std::cerr << coordinator.error().message << "\n";
     return 2;
   }
+  s.coordinator = *coordinator;
   auto demo = read_demo_night(s.source);
   if (!demo) {
     std::cerr << demo.error().message << "\n";

@@ -6,6 +6,7 @@
 // qualifiers before wrote them, is read as before.
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -35,16 +36,28 @@ kiln::protocol::RecordEntry stored(kiln::cli::Client& client, kiln::protocol::Re
   return *record;
 }
 
+// A coordinator alone, CI's key on it, and the demo's night to make runs of.
+struct RecordsFleet {
+  explicit RecordsFleet(const std::string& name) : fleet(name) {
+    fleet.add_key("ci", "ci");
+    fleet.start_coordinator();
+    ci = fleet.client("ci", 60000);
+    auto read = kiln::bench::read_demo_night(KILN_SOURCE_DIR);
+    REQUIRE_MESSAGE(read.has_value(), read.error().message);
+    demo = std::move(*read);
+  }
+  Fleet fleet;
+  std::unique_ptr<kiln::cli::Client> ci;
+  json demo;
+};
+
 }  // namespace
 
 TEST_CASE("a night of 1,000 model runs is stored and shown") {
-  Fleet fleet("run-records");
-  fleet.add_key("ci", "ci");
-  fleet.start_coordinator();
-  auto ci = fleet.client("ci", 60000);
-  auto demo = kiln::bench::read_demo_night(KILN_SOURCE_DIR);
-  REQUIRE_MESSAGE(demo.has_value(), demo.error().message);
-  json night = kiln::bench::night_of(*demo, "nightly-1000", 1000);
+  RecordsFleet records("run-records");
+  Fleet& fleet = records.fleet;
+  auto& ci = records.ci;
+  json night = kiln::bench::night_of(records.demo, "nightly-1000", 1000);
   // More than one record could ever hold: as one record it is refused.
   REQUIRE(night.dump().size() > kiln::protocol::kRecordDocument.max_len);
 
@@ -105,16 +118,11 @@ TEST_CASE("a night of 1,000 model runs is stored and shown") {
 }
 
 TEST_CASE("a run report stored whole in one record, as qualifiers before wrote it, is read as before") {
-  Fleet fleet("run-records-old");
-  fleet.add_key("ci", "ci");
-  fleet.start_coordinator();
-  auto ci = fleet.client("ci", 60000);
-  auto demo = kiln::bench::read_demo_night(KILN_SOURCE_DIR);
-  REQUIRE(demo.has_value());
-  const json night = kiln::bench::night_of(*demo, "nightly-old", 20);
-  REQUIRE(kiln::cli::expect_reply<kiln::protocol::Ok>(ci->request(kiln::protocol::PutRecord{
+  RecordsFleet records("run-records-old");
+  const json night = kiln::bench::night_of(records.demo, "nightly-old", 20);
+  REQUIRE(kiln::cli::expect_reply<kiln::protocol::Ok>(records.ci->request(kiln::protocol::PutRecord{
       kiln::protocol::RecordKind::qualification_run, "nightly-old", night.dump()})));
   std::string out, err;
-  REQUIRE(fleet.kiln_split("ci", {"run", "nightly-old", "--json"}, &out, &err, 60s) == 1);
+  REQUIRE(records.fleet.kiln_split("ci", {"run", "nightly-old", "--json"}, &out, &err, 60s) == 1);
   CHECK(json::parse(out) == night);
 }

@@ -254,18 +254,22 @@ Status record_run(cli::Client& client, const std::string& run_id, const nlohmann
 
 Status RunRecorder::record(cli::Client& client, const std::string& run_id, const nlohmann::json& report) {
   std::lock_guard lock(mutex_);
-  const auto put_changed = [&](RecordKind kind, const std::string& key, const nlohmann::json& document) -> Status {
-    std::string text = document.dump();
+  // Compared as JSON, not as text: most model runs do not change between two records, and
+  // comparing is cheaper than writing each out again.
+  const auto put_changed = [&](RecordKind kind, const std::string& key, nlohmann::json& document) -> Status {
     auto& written = written_[std::make_pair(kind, key)];
-    if (written == text) return {};
-    auto reply = cli::expect_reply<protocol::Ok>(client.request(protocol::PutRecord{kind, key, text}));
+    if (written == document) return {};
+    auto reply = cli::expect_reply<protocol::Ok>(client.request(protocol::PutRecord{kind, key, document.dump()}));
     if (!reply) return tl::unexpected(reply.error());
-    written = std::move(text);
+    written = std::move(document);
     return {};
   };
   auto records = split_run(report);
-  if (!records) return put_changed(RecordKind::qualification_run, run_id, report);
-  for (const ModelRunRecord& model : records->models) {
+  if (!records) {
+    nlohmann::json whole = report;
+    return put_changed(RecordKind::qualification_run, run_id, whole);
+  }
+  for (ModelRunRecord& model : records->models) {
     if (auto ok = put_changed(RecordKind::model_run, model.key, model.document); !ok) return ok;
   }
   return put_changed(RecordKind::qualification_run, run_id, records->header);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "coordinator/cli/client.h"
@@ -78,7 +78,7 @@ class RunRecorder {
 
  private:
   std::mutex mutex_;
-  std::map<std::pair<protocol::RecordKind, std::string>, std::string> written_;  // each record as last put
+  std::map<std::pair<protocol::RecordKind, std::string>, nlohmann::json> written_;  // each record as last put
 };
 
 // The whole report of a qualification_run record's document: a header's model runs read a page at
