@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -49,12 +50,17 @@ std::optional<RunRecords> split_run(const json& report) {
   if (auto summary = report.find("summary"); summary != report.end() && summary->is_string()) {
     records.header["summary"] = bounded_summary(summary->get<std::string>(), run_id);
   }
+  std::set<std::string> keys;
   for (std::size_t position = 0; position < models->size(); ++position) {
     const json& entry = (*models)[position];
     std::string key = fmt::format("{}{}@{}", model_run_prefix(run_id), string_member(entry, "model"),
                                   string_member(entry, "revision"));
+    // A release lists a model again for each soak round: the model runs after its first are told
+    // apart by their position, which never changes (a report's model runs are only added to).
+    if (keys.count(key) != 0) key += fmt::format("#{}", position);
     if (key.size() > longest_key) key = fmt::format("{}#{}", model_run_prefix(run_id), position);
     if (key.size() > longest_key) return std::nullopt;
+    keys.insert(key);
     records.models.push_back(
         {std::move(key),
          {{"schema", kModelRunSchema}, {"run_id", run_id}, {"position", position}, {"entry", entry}}});

@@ -21,7 +21,9 @@ namespace kiln::qualification {
 inline constexpr std::string_view kModelRunSchema = "kiln.model-run/1";
 
 struct ModelRunRecord {
-  std::string key;        // "<run id>/<model>@<revision>", or "<run id>/#<position>" when that is too long
+  // "<run id>/<model>@<revision>", "#<position>" added for a model run listed again (a soak round),
+  // or "<run id>/#<position>" when that is too long.
+  std::string key;
   nlohmann::json document;  // {schema, run_id, position, entry}: entry is the report's "models" element
 };
 

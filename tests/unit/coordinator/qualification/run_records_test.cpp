@@ -89,3 +89,17 @@ TEST_CASE("the header keeps the summary's first lines within its bound and says 
   // A summary within the bound is kept whole.
   CHECK(q::split_run(report("nightly-9", 1))->header.at("summary") == "kiln nightly: FAILED\n");
 }
+
+TEST_CASE("a model run listed again (a release's soak round) has a record of its own") {
+  json release = report("release-1", 2);
+  release["models"].push_back(release["models"][0]);
+  release["models"].back()["verdict"] = "pass";
+  auto records = q::split_run(release);
+  REQUIRE(records.has_value());
+  REQUIRE(records->models.size() == 3);
+  CHECK(records->models[0].key == "release-1/mlp-fp8-small-0@b");
+  CHECK(records->models[2].key == "release-1/mlp-fp8-small-0@b#2");
+  auto whole = q::assemble_run(records->header, documents_of(*records));
+  REQUIRE(whole.has_value());
+  CHECK(*whole == release);
+}
