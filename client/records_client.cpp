@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "coordinator/qualification/run_records.h"
+
 namespace kiln::qualification::shell {
 namespace {
 
@@ -83,13 +85,19 @@ Result<std::vector<nlohmann::json>> documents_after(cli::Client& client, RecordK
 
 // The latest documents of `kind` below `before_seq` (0: none), read newest first until `enough`
 // says so of one (not taken); returned oldest first.
-Result<std::vector<nlohmann::json>> latest_documents(cli::Client& client, RecordKind kind,
-                                                     const std::function<bool(const nlohmann::json&)>& enough,
-                                                     std::uint64_t before_seq = 0) {
+// `whole`: what each document is made into before `enough` sees it (a run header, its whole report).
+Result<std::vector<nlohmann::json>> latest_documents(
+    cli::Client& client, RecordKind kind, const std::function<bool(const nlohmann::json&)>& enough,
+    std::uint64_t before_seq = 0,
+    const std::function<Result<nlohmann::json>(nlohmann::json)>& whole = [](nlohmann::json document) {
+      return Result<nlohmann::json>(std::move(document));
+    }) {
   std::vector<nlohmann::json> documents;
   auto ok = each_record(client, protocol::ListRecords{kind, 10000, 0, before_seq, true},
                         [&](protocol::RecordEntry&& record) -> Result<bool> {
-                          auto json = document_of(record);
+                          auto read = document_of(record);
+                          if (!read) return tl::unexpected(read.error());
+                          auto json = whole(std::move(*read));
                           if (!json) return tl::unexpected(json.error());
                           if (enough(*json)) return false;
                           documents.push_back(std::move(*json));
@@ -239,13 +247,55 @@ Status accept_baseline(cli::Client& client, const Baseline& baseline) {
 }
 
 Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report, RecordKind kind) {
-  return put(client, kind, run_id, report);
+  if (kind != RecordKind::qualification_run) return put(client, kind, run_id, report);
+  RunRecorder recorder;
+  return recorder.record(client, run_id, report);
+}
+
+Status RunRecorder::record(cli::Client& client, const std::string& run_id, const nlohmann::json& report) {
+  std::lock_guard lock(mutex_);
+  // Compared as JSON, not as text: most model runs do not change between two records, and
+  // comparing is cheaper than writing each out again.
+  const auto put_changed = [&](RecordKind kind, const std::string& key, nlohmann::json& document) -> Status {
+    auto& written = written_[std::make_pair(kind, key)];
+    if (written == document) return {};
+    auto reply = cli::expect_reply<protocol::Ok>(client.request(protocol::PutRecord{kind, key, document.dump()}));
+    if (!reply) return tl::unexpected(reply.error());
+    written = std::move(document);
+    return {};
+  };
+  auto records = split_run(report);
+  if (!records) {
+    nlohmann::json whole = report;
+    return put_changed(RecordKind::qualification_run, run_id, whole);
+  }
+  for (ModelRunRecord& model : records->models) {
+    if (auto ok = put_changed(RecordKind::model_run, model.key, model.document); !ok) return ok;
+  }
+  return put_changed(RecordKind::qualification_run, run_id, records->header);
+}
+
+Result<nlohmann::json> whole_run(cli::Client& client, nlohmann::json header) {
+  if (!models_stored_apart(header)) return header;
+  protocol::ListRecords query{RecordKind::model_run, 10000};
+  query.key_prefix = model_run_prefix(header.value("run_id", std::string()));
+  std::vector<nlohmann::json> documents;
+  auto ok = each_record(client, query, [&documents](protocol::RecordEntry&& record) -> Result<bool> {
+    auto json = document_of(record);
+    if (!json) return tl::unexpected(json.error());
+    documents.push_back(std::move(*json));
+    return true;
+  });
+  if (!ok) return tl::unexpected(ok.error());
+  return assemble_run(std::move(header), documents);
 }
 
 Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id, RecordKind kind) {
   auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{kind, run_id}));
   if (!record) return tl::unexpected(record.error());
-  return document_of(*record);
+  auto header = document_of(*record);
+  if (!header) return header;
+  return whole_run(client, std::move(*header));
 }
 
 Result<std::vector<nlohmann::json>> list_runs(cli::Client& client, RecordKind kind) {
@@ -254,7 +304,17 @@ Result<std::vector<nlohmann::json>> list_runs(cli::Client& client, RecordKind ki
 }
 
 Result<std::vector<nlohmann::json>> list_runs_after(cli::Client& client, std::uint64_t& after_seq, RecordKind kind) {
-  return documents_after(client, kind, after_seq);
+  // Advanced only once every run read is whole: a failed read is read again.
+  std::uint64_t read_to = after_seq;
+  auto headers = documents_after(client, kind, read_to);
+  if (!headers) return headers;
+  for (auto& header : *headers) {
+    auto whole = whole_run(client, std::move(header));
+    if (!whole) return tl::unexpected(whole.error());
+    header = std::move(*whole);
+  }
+  after_seq = read_to;
+  return headers;
 }
 
 Result<std::vector<nlohmann::json>> list_runs_of_bundle(cli::Client& client, const std::string& bundle_id) {
@@ -272,7 +332,8 @@ Result<std::vector<nlohmann::json>> list_runs_of_bundle(cli::Client& client, con
 Result<std::vector<nlohmann::json>> list_latest_runs(cli::Client& client,
                                                      const std::function<bool(const nlohmann::json&)>& enough,
                                                      RecordKind kind, std::uint64_t before_seq) {
-  return latest_documents(client, kind, enough, before_seq);
+  return latest_documents(client, kind, enough, before_seq,
+                          [&client](nlohmann::json header) { return whole_run(client, std::move(header)); });
 }
 
 Status request_run(cli::Client& client, const RunRequest& request) {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "client/client.h"
@@ -62,9 +62,29 @@ Result<std::map<std::string, Baseline>> list_baselines(cli::Client& client);
 Status accept_baseline(cli::Client& client, const Baseline& baseline);
 
 // Run reports: qualification runs', or with `kind` stability_run the stability runs' (kiln
-// stability), which the risk register reads the same way.
+// stability), which the risk register reads the same way. A qualification run's report is stored
+// as a header and a record per model run (run_records.h) and read back whole by every reader here.
+// record_run puts every model run; a writer that records one run again and again (the qualifier,
+// every few seconds) keeps a RunRecorder, which puts only the model runs that changed.
 Status record_run(cli::Client& client, const std::string& run_id, const nlohmann::json& report,
                   protocol::RecordKind kind = protocol::RecordKind::qualification_run);
+
+class RunRecorder {
+ public:
+  // The model runs changed since this recorder last put them, then the header (if it changed), so
+  // that a reader who finds a header finds its model runs. A model run whose put fails is put again
+  // next time.
+  Status record(cli::Client& client, const std::string& run_id, const nlohmann::json& report);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<protocol::RecordKind, std::string>, nlohmann::json> written_;  // each record as last put
+};
+
+// The whole report of a qualification_run record's document: a header's model runs read a page at
+// a time (list_records by key prefix) and put back in as its "models"; a report stored whole (the
+// single-record shape of older qualifiers) as it is.
+Result<nlohmann::json> whole_run(cli::Client& client, nlohmann::json header);
 Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id,
                                protocol::RecordKind kind = protocol::RecordKind::qualification_run);
 Result<std::vector<nlohmann::json>> list_runs(cli::Client& client,

@@ -260,8 +260,9 @@ class RequestedRun {
   }
 
   // The report on the coordinator (under its run id: a soak round has its own), then its pages.
+  // Recorded every few seconds while the run goes: only its model runs that changed are put again.
   Status record(cli::Client& client, const std::string& run_id, const nlohmann::json& document) {
-    if (auto ok = qs::record_run(client, run_id, document); !ok) return ok;
+    if (auto ok = recorder_.record(client, run_id, document); !ok) return ok;
     pages_.write(document);
     return {};
   }
@@ -317,6 +318,7 @@ class RequestedRun {
   RunLines lines_;
   std::ostream out_;
   RunPages pages_;
+  qs::RunRecorder recorder_;
 };
 
 }  // namespace

@@ -156,8 +156,11 @@ class RunShowCommand : public RemoteCommand {
     auto record = expect_reply<protocol::RecordEntry>(
         client.request(protocol::GetRecord{protocol::RecordKind::qualification_run, id_}));
     if (!record) return tl::unexpected(record.error());
-    auto run = nlohmann::json::parse(record->document, nullptr, false);
-    if (run.is_discarded()) return fail(Errc::bad_message, fmt::format("run {}'s recorded report is not JSON", id_));
+    auto header = nlohmann::json::parse(record->document, nullptr, false);
+    if (header.is_discarded()) return fail(Errc::bad_message, fmt::format("run {}'s recorded report is not JSON", id_));
+    auto whole = qs::whole_run(client, std::move(header));
+    if (!whole) return tl::unexpected(whole.error());
+    const nlohmann::json& run = *whole;
     std::map<std::pair<std::string, std::string>, std::size_t> points;
     for (const auto& entry : kiln::report::digest_of(run).throughputs) points[{entry.model, entry.revision}] = 0;
     const auto enough = [&points](const nlohmann::json& earlier) {

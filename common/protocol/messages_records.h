@@ -19,6 +19,8 @@ namespace kiln::protocol {
 // scope/model/metric; docs/risks.md), written by a person's key, audited.
 // stability_run: a finished stability run (kiln stability) with the gates it judged (key = its
 // run id; docs/stability.md), judged again by the qualifier for waivers and pages.
+// model_run: one model run of a qualification run whose qualification_run record is its header
+// (key = run id/model@revision; docs/qualification.md, "Run records"), listed by key prefix.
 enum class RecordKind {
   change,
   bundle,
@@ -30,9 +32,10 @@ enum class RecordKind {
   promotion,
   waiver,
   stability_run,
-  run_cancel
+  run_cancel,
+  model_run
 };
-constexpr EnumTable<RecordKind, 11> enum_names(RecordKind) {
+constexpr EnumTable<RecordKind, 12> enum_names(RecordKind) {
   return {{
       {RecordKind::change, "change"},
       {RecordKind::bundle, "bundle"},
@@ -45,6 +48,7 @@ constexpr EnumTable<RecordKind, 11> enum_names(RecordKind) {
       {RecordKind::waiver, "waiver"},
       {RecordKind::stability_run, "stability_run"},
       {RecordKind::run_cancel, "run_cancel"},
+      {RecordKind::model_run, "model_run"},
   }};
 }
 

@@ -496,7 +496,10 @@ std::string no_record(const protocol::GetRecord& get) {
 // or about a thousand of the other kinds, so reading a client's whole limit (up to 10,000) would
 // read what is not sent.
 std::uint32_t stored_rows_per_page(protocol::RecordKind kind) {
-  return kind == protocol::RecordKind::qualification_run || kind == protocol::RecordKind::stability_run ? 100 : 1000;
+  return kind == protocol::RecordKind::qualification_run || kind == protocol::RecordKind::stability_run ||
+                 kind == protocol::RecordKind::model_run
+             ? 100
+             : 1000;
 }
 
 }  // namespace

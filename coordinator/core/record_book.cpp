@@ -144,6 +144,17 @@ Status RecordBook::check(const protocol::PutRecord& put) const {
     }
     case RecordKind::qualification_run:
       return key_matches(put.key, string_member(*json, "run_id"), put.kind);
+    case RecordKind::model_run: {
+      // The coordinator keeps the report's format out: a model run names its run, and its key is
+      // under that run's, so a run's model runs are listed by the prefix "<run id>/".
+      const std::string run_id = string_member(*json, "run_id");
+      if (run_id.empty() || !put.key.starts_with(run_id + "/") || put.key.size() == run_id.size() + 1) {
+        return fail(Errc::invalid_argument, fmt::format("a model_run record's key must be its run_id, '/' and the "
+                                                        "model run: key '{}', run_id '{}'",
+                                                        put.key, run_id));
+      }
+      return {};
+    }
     case RecordKind::stability_run:
       if (json->value("schema", std::string()) != "kiln.stability-run/1" || !json->contains("models")) {
         return fail(Errc::bad_message, "a stability_run record needs schema kiln.stability-run/1 and its models; send "

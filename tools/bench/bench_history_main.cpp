@@ -437,12 +437,12 @@ int main(int argc, char** argv) {
   app.add_flag("--json", s.json, "print the figures as JSON");
   app.add_flag("--keep", s.keep, "keep the temporary directory (config, logs, stores)");
   CLI11_PARSE(app, argc, argv);
-  const fs::path self = fs::read_symlink("/proc/self/exe");
-  if (s.coordinator.empty()) s.coordinator = (self.parent_path() / "kiln-coordinator").string();
-  if (!fs::exists(s.coordinator)) {
-    std::cerr << "no kiln-coordinator at " << s.coordinator << "; build it (scripts/build) or pass --coordinator\n";
+  auto coordinator = coordinator_to_run(s.coordinator);
+  if (!coordinator) {
+    std::cerr << coordinator.error().message << "\n";
     return 2;
   }
+  s.coordinator = *coordinator;
   const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-bench-history-{}", ::getpid());
   fs::create_directories(dir);
   std::vector<Row> rows;

@@ -104,4 +104,14 @@ Error server_gone(const std::string& server, const std::filesystem::path& log) {
 double resident_mb(pid_t pid) { return status_mb(pid, "VmRSS:"); }
 double peak_resident_mb(pid_t pid) { return status_mb(pid, "VmHWM:"); }
 
+Result<std::string> coordinator_to_run(const std::string& given) {
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  const std::string coordinator = given.empty() ? (self.parent_path() / "kiln-coordinator").string() : given;
+  if (!std::filesystem::exists(coordinator)) {
+    return fail(Errc::not_found, "no kiln-coordinator at " + coordinator + "; build it (scripts/build) or pass "
+                                 "--coordinator");
+  }
+  return coordinator;
+}
+
 }  // namespace kiln::bench

@@ -27,6 +27,10 @@ bool running(pid_t pid);
 // A server that exited before its run ended: the end of its log says why.
 Error server_gone(const std::string& server, const std::filesystem::path& log);
 
+// The kiln-coordinator a bench runs: `given`, or the one beside this program; Errc::not_found,
+// saying to build it or pass --coordinator, when there is none.
+Result<std::string> coordinator_to_run(const std::string& given);
+
 // The memory a process holds resident now (VmRSS of /proc/PID/status), and the most it has held
 // so far (VmHWM), in MB; NaN where the kernel does not say.
 double resident_mb(pid_t pid);

@@ -740,3 +740,47 @@ TEST_CASE("puts of one record that come before any read back are taken in order,
         changes[0].summary);
   CHECK(h.core.held_record_count() == 0);
 }
+
+TEST_CASE("a model run is kept under its run's id and listed by that prefix, a page at a time") {
+  Harness h;
+  TimeMs now = 1;
+  const auto model_run = [](const std::string& run_id, int position) {
+    return nlohmann::json{{"schema", "kiln.model-run/1"}, {"run_id", run_id}, {"position", position},
+                          {"entry", {{"model", "m" + std::to_string(position)}, {"detail", std::string(20000, 'd')}}}}
+        .dump();
+  };
+  for (int i = 0; i < 60; ++i) {
+    for (const std::string run_id : {"nightly-1", "nightly-10"}) {
+      REQUIRE(std::holds_alternative<protocol::Ok>(h.client(
+          "ci", Role::ci,
+          protocol::PutRecord{RecordKind::model_run, run_id + "/m" + std::to_string(i) + "@a", model_run(run_id, i)},
+          now++)));
+    }
+  }
+  // Its key names its run first: another run's, or nothing after the run, is refused.
+  CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::model_run, "nightly-2/m0@a",
+                                                              model_run("nightly-1", 0)},
+                          now++))
+            .starts_with("invalid_argument"));
+  CHECK(error_of(h.client("ci", Role::ci, protocol::PutRecord{RecordKind::model_run, "nightly-1/", model_run("nightly-1", 0)},
+                          now++))
+            .starts_with("invalid_argument"));
+  // The run's model runs only (not nightly-10's), in the order written, a page within the budget.
+  protocol::ListRecords query{RecordKind::model_run, 10000};
+  query.key_prefix = "nightly-1/";
+  std::vector<std::string> keys;
+  int pages = 0;
+  for (;;) {
+    auto reply = h.client("dev", Role::developer, query, now++);
+    REQUIRE(std::holds_alternative<protocol::RecordList>(reply));
+    const auto& page = std::get<protocol::RecordList>(reply);
+    ++pages;
+    for (const auto& record : page.records) keys.push_back(record.key);
+    if (!page.more || page.records.empty()) break;
+    query.after_seq = page.records.back().seq;
+  }
+  REQUIRE(keys.size() == 60);
+  CHECK(keys.front() == "nightly-1/m0@a");
+  CHECK(keys.back() == "nightly-1/m59@a");
+  CHECK(pages > 1);
+}
