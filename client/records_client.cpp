@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/qualification/run_records.h"
+#include "records/run_records.h"
 
 namespace kiln::qualification::shell {
 namespace {

@@ -18,7 +18,7 @@ const std::vector<std::string_view> kQualifierKeys = {
     "name",         "coordinator", "coordinator_public_key_file", "secret_key_file", "timeout_ms",
     "model_set",    "workload_catalog", "bundle_dir", "golden_dir", "builder",
     "builder_args", "claim_ms",    "poll_interval_ms", "max_runs", "sim_driver", "cpu_driver", "artifacts",
-    "reproducibility_sample", "risk_register"};
+    "reproducibility_sample", "risk_register", "watch_jobs"};
 const std::vector<std::string_view> kScheduleKeys = {"nightly", "nightly_start", "nightly_deadline", "revisions",
                                                      "max_models",       "clock_offset_ms"};
 const std::vector<std::string_view> kTicketKeys = {"dir", "webhook_config", "retry_backoff_ms",
@@ -136,6 +136,7 @@ Result<QualifierConfig> qualifier_config_from_text(std::string_view text, const 
     r.path("secret_key_file", config.client.secret_key_file);
     config.client.secret_key_file_origin = r.origin("secret_key_file");
     r.number("timeout_ms", config.client.timeout_ms, 100, 3600000);
+    r.flag("watch_jobs", config.client.watch_jobs);
     r.path("model_set", config.model_set);
     r.path("risk_register", config.risk_register);
     r.path("workload_catalog", config.workload_catalog);

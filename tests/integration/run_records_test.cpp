@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/bench/demo_night.h"
-#include "coordinator/cli/client.h"
-#include "coordinator/qualification/run_records.h"
-#include "coordinator/qualification/shell/records_client.h"
+#include "tools/bench/demo_night.h"
+#include "client/client.h"
+#include "records/run_records.h"
+#include "client/records_client.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/support/text.h"
 

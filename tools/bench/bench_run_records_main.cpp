@@ -25,10 +25,10 @@
 #include "common/stats/shift.h"
 #include "common/transport/loopback_ports.h"
 #include "common/version.h"
-#include "coordinator/bench/bench_process.h"
-#include "coordinator/bench/demo_night.h"
-#include "coordinator/qualification/run_records.h"
-#include "coordinator/qualification/shell/records_client.h"
+#include "tools/bench/bench_process.h"
+#include "tools/bench/demo_night.h"
+#include "records/run_records.h"
+#include "client/records_client.h"
 
 namespace fs = std::filesystem;
 namespace qs = kiln::qualification::shell;
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", s.repeats, "runs written and read; the times are their medians")
       ->check(CLI::Range(1, 100));
   app.add_option("--coordinator", s.coordinator, "the kiln-coordinator to run (default: beside this program)");
-  app.add_option("--source", s.source, "the kiln source tree (its coordinator/bench/data/demo-night.json)");
+  app.add_option("--source", s.source, "the kiln source tree (its tools/bench/data/demo-night.json)");
   app.add_flag("--keep", s.keep, "keep the temporary directory (config, log, store)");
   CLI11_PARSE(app, argc, argv);
   auto coordinator = coordinator_to_run(s.coordinator);

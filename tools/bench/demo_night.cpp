@@ -1,4 +1,4 @@
-#include "coordinator/bench/demo_night.h"
+#include "tools/bench/demo_night.h"
 
 #include <cstdint>
 #include <fstream>
@@ -74,7 +74,7 @@ std::string summary_of(const json& night) {
 }  // namespace
 
 Result<json> read_demo_night(const std::filesystem::path& source_root) {
-  const auto path = source_root / "coordinator/bench/data/demo-night.json";
+  const auto path = source_root / "tools/bench/data/demo-night.json";
   std::ifstream in(path);
   auto demo = json::parse(in, nullptr, false);
   if (!in.is_open() || demo.is_discarded() || !demo.contains("models") || demo.at("models").empty()) {

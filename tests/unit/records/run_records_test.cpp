@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/protocol/messages_records.h"
-#include "coordinator/qualification/run_records.h"
+#include "records/run_records.h"
 
 using json = nlohmann::json;
 namespace q = kiln::qualification;

@@ -1,4 +1,4 @@
-#include "coordinator/qualification/run_records.h"
+#include "records/run_records.h"
 
 #include <algorithm>
 #include <map>
