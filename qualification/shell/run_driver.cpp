@@ -393,9 +393,11 @@ class Driver {
   }
 
   // Waits for a change of the run's jobs: one watch_jobs, which the coordinator holds until a job
-  // of the run changes or kRunWatchMs pass. A run with no job out, gangs waiting for their lease
-  // (a grant is no job's change) and a coordinator older than watch_jobs are looked at again
-  // every poll interval instead, as before.
+  // of the run changes or kRunWatchMs pass. While a gang waits for its lease (a grant is no job's
+  // change) the watch waits a poll interval only, and the jobs are still heard: a lease granted
+  // to one gang is released only once its jobs are heard to end, so that the next can be granted.
+  // A run with no job out and a coordinator older than watch_jobs are looked at again every poll
+  // interval, as before.
   void wait_for_jobs() {
     bool lease_pending = false;
     for (const auto& [job_id, flight] : in_flight_) follow(job_id);
@@ -403,10 +405,11 @@ class Driver {
       lease_pending = lease_pending || gang.job_ids.empty();
       for (std::uint64_t job_id : gang.job_ids) follow(job_id);
     }
-    if (followed_.empty() || lease_pending || watcher_.polling()) {
+    if (followed_.empty() || watcher_.polling()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
       return;
     }
+    watcher_.set_wait_ms(lease_pending ? static_cast<std::uint32_t>(options_.poll_interval_ms) : kRunWatchMs);
     auto changed = watcher_.changes();
     if (!changed) {
       say("could not watch the run's jobs: " + changed.error().message);

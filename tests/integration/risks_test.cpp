@@ -306,3 +306,42 @@ TEST_CASE("a multi-node model with wrong outputs is judged, bisected and tickete
   CHECK(out.find("paged kernels-team through the run's ticket " + culprit_ticket) != std::string::npos);
   CHECK(out.find("paged hardware") == std::string::npos);
 }
+
+TEST_CASE("two multi-node models on the same two nodes take turns: each gang's lease is released once its jobs end") {
+  // Both wide models need both nodes: the second gang's lease waits for the first's. The run must
+  // hear the first gang's jobs end while the second waits for its lease (a grant is no job's
+  // change), release that lease, and so let the second gang run: a nightly that finishes.
+  Fleet fleet("risks-two-gangs");
+  const fs::path dir = fleet.dir();
+  start_two_nodes(fleet);
+  std::string set = kWideSet;
+  set += R"(
+[[model]]
+name = "mlp-bf16-wide-2"
+size_class = "medium"
+chips = 16
+minutes = 1
+components = ["gemm-bf16", "gelu"]
+owner_team = "recsys-models"
+workload = "mlp-bf16"
+seed = 7
+proxy = "mlp-bf16-it"
+)";
+  write(dir / "models.toml", set);
+  fleet.start_qualifier("qualifier");
+  const std::string candidate = prepare_bundles(fleet, "k4");
+
+  std::string out;
+  const int nightly = fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-two-gangs"}, &out, 300s);
+  INFO(out);
+  REQUIRE(nightly == 0);
+  const auto report = run_report(fleet, "nightly-two-gangs");
+  for (const char* model : {"mlp-bf16-wide", "mlp-bf16-wide-2"}) {
+    const auto& wide = model_of(report, model);
+    INFO(wide.dump());
+    CHECK(wide.at("verdict") == "passed");
+    const auto nodes = wide.at("nodes").dump();
+    CHECK(nodes.find("n01") != std::string::npos);
+    CHECK(nodes.find("n02") != std::string::npos);
+  }
+}
