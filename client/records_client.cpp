@@ -291,11 +291,21 @@ Result<nlohmann::json> whole_run(cli::Client& client, nlohmann::json header) {
 }
 
 Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id, RecordKind kind) {
-  auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{kind, run_id}));
-  if (!record) return tl::unexpected(record.error());
-  auto header = document_of(*record);
-  if (!header) return header;
-  return whole_run(client, std::move(*header));
+  // A writer puts the changed model runs, then the header: a header that changed while the model
+  // runs were read may belong with other model runs than those read, so the run is read again.
+  constexpr int kReads = 5;
+  for (int read = 1;; ++read) {
+    auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{kind, run_id}));
+    if (!record) return tl::unexpected(record.error());
+    auto header = document_of(*record);
+    if (!header) return header;
+    if (!models_stored_apart(*header)) return header;
+    auto whole = whole_run(client, std::move(*header));
+    if (!whole) return whole;
+    auto again = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{kind, run_id}));
+    if (!again) return tl::unexpected(again.error());
+    if (again->document == record->document || read == kReads) return whole;
+  }
 }
 
 Result<std::vector<nlohmann::json>> list_runs(cli::Client& client, RecordKind kind) {
