@@ -1,7 +1,10 @@
 #include "client/records_client.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <functional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -252,47 +255,77 @@ Status record_run(cli::Client& client, const std::string& run_id, const nlohmann
   return recorder.record(client, run_id, report);
 }
 
+std::uint64_t RunRecorder::next_write() {
+  const auto now_ms = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  last_write_ = std::max(now_ms, last_write_ + 1);
+  return last_write_;
+}
+
 Status RunRecorder::record(cli::Client& client, const std::string& run_id, const nlohmann::json& report) {
   std::lock_guard lock(mutex_);
-  // Compared as JSON, not as text: most model runs do not change between two records, and
-  // comparing is cheaper than writing each out again.
-  const auto put_changed = [&](RecordKind kind, const std::string& key, nlohmann::json& document) -> Status {
+  const std::uint64_t write = next_write();
+  // Compared as JSON, not as text, and without the write's number: most model runs do not change
+  // between two records, and comparing is cheaper than writing each out again.
+  const auto put_changed = [&](RecordKind kind, const std::string& key, nlohmann::json& document,
+                               bool changed_anyway) -> Result<bool> {
     auto& written = written_[std::make_pair(kind, key)];
-    if (written == document) return {};
-    auto reply = cli::expect_reply<protocol::Ok>(client.request(protocol::PutRecord{kind, key, document.dump()}));
+    if (written == document && !changed_anyway) return false;
+    nlohmann::json numbered = document;
+    if (numbered.is_object()) numbered[kWriteMember] = write;
+    auto reply = cli::expect_reply<protocol::Ok>(client.request(protocol::PutRecord{kind, key, numbered.dump()}));
     if (!reply) return tl::unexpected(reply.error());
     written = std::move(document);
-    return {};
+    return true;
   };
   auto records = split_run(report);
   if (!records) {
     nlohmann::json whole = report;
-    return put_changed(RecordKind::qualification_run, run_id, whole);
+    auto put = put_changed(RecordKind::qualification_run, run_id, whole, false);
+    if (!put) return tl::unexpected(put.error());
+    return {};
   }
+  bool models_put = false;
   for (ModelRunRecord& model : records->models) {
-    if (auto ok = put_changed(RecordKind::model_run, model.key, model.document); !ok) return ok;
+    auto put = put_changed(RecordKind::model_run, model.key, model.document, false);
+    if (!put) return tl::unexpected(put.error());
+    models_put = models_put || *put;
   }
-  return put_changed(RecordKind::qualification_run, run_id, records->header);
+  auto put = put_changed(RecordKind::qualification_run, run_id, records->header, models_put);
+  if (!put) return tl::unexpected(put.error());
+  return {};
 }
 
 Result<nlohmann::json> whole_run(cli::Client& client, nlohmann::json header) {
-  if (!models_stored_apart(header)) return header;
-  protocol::ListRecords query{RecordKind::model_run, 10000};
-  query.key_prefix = model_run_prefix(header.value("run_id", std::string()));
-  std::vector<nlohmann::json> documents;
-  auto ok = each_record(client, query, [&documents](protocol::RecordEntry&& record) -> Result<bool> {
-    auto json = document_of(record);
-    if (!json) return tl::unexpected(json.error());
-    documents.push_back(std::move(*json));
-    return true;
-  });
-  if (!ok) return tl::unexpected(ok.error());
-  return assemble_run(std::move(header), documents);
+  // A header read in the middle of a write finds model runs of that write: the writer puts the
+  // header right after them, so it is read again, a little later each time.
+  constexpr int kReads = 5;
+  for (int read = 1;; ++read) {
+    if (!models_stored_apart(header)) return header;
+    protocol::ListRecords query{RecordKind::model_run, 10000};
+    query.key_prefix = model_run_prefix(header.value("run_id", std::string()));
+    std::vector<nlohmann::json> documents;
+    auto ok = each_record(client, query, [&documents](protocol::RecordEntry&& record) -> Result<bool> {
+      auto json = document_of(record);
+      if (!json) return tl::unexpected(json.error());
+      documents.push_back(std::move(*json));
+      return true;
+    });
+    if (!ok) return tl::unexpected(ok.error());
+    if (read == kReads || !written_after(header, documents)) return assemble_run(std::move(header), documents);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 * read));
+    auto again = cli::expect_reply<protocol::RecordEntry>(
+        client.request(protocol::GetRecord{RecordKind::qualification_run, header.value("run_id", std::string())}));
+    if (!again) return tl::unexpected(again.error());
+    auto reread = document_of(*again);
+    if (!reread) return reread;
+    header = std::move(*reread);
+  }
 }
 
 Result<nlohmann::json> get_run(cli::Client& client, const std::string& run_id, RecordKind kind) {
-  // A writer puts the changed model runs, then the header: a header that changed while the model
-  // runs were read may belong with other model runs than those read, so the run is read again.
+  // A header that changed while its model runs were read is read again, with them: whole_run
+  // catches a write under way by its number, this also a writer that did not number its writes.
   constexpr int kReads = 5;
   for (int read = 1;; ++read) {
     auto record = cli::expect_reply<protocol::RecordEntry>(client.request(protocol::GetRecord{kind, run_id}));

@@ -71,13 +71,19 @@ Status record_run(cli::Client& client, const std::string& run_id, const nlohmann
 
 class RunRecorder {
  public:
-  // The model runs changed since this recorder last put them, then the header (if it changed), so
-  // that a reader who finds a header finds its model runs. A model run whose put fails is put again
-  // next time.
+  // The model runs changed since this recorder last put them, then the header (if it or one of
+  // them changed), numbered as one write (run_records.h, kWriteMember), so that a reader who finds
+  // a header finds its model runs. A model run whose put fails is put again next time.
   Status record(cli::Client& client, const std::string& run_id, const nlohmann::json& report);
 
  private:
+  // The wall clock's milliseconds, or one more than the last write: a writer that takes a run over
+  // after another (a restarted qualifier) numbers its writes after the earlier one's, as far as the
+  // two hosts' clocks agree.
+  std::uint64_t next_write();
+
   std::mutex mutex_;
+  std::uint64_t last_write_ = 0;
   std::map<std::pair<protocol::RecordKind, std::string>, nlohmann::json> written_;  // each record as last put
 };
 

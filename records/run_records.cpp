@@ -1,6 +1,7 @@
 #include "records/run_records.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 
@@ -72,6 +73,22 @@ bool models_stored_apart(const json& header) {
   return header.is_object() && !header.contains("models") && header.contains("model_runs");
 }
 
+namespace {
+
+std::uint64_t write_of(const json& document) {
+  const auto write = document.find(kWriteMember);
+  return write != document.end() && write->is_number_unsigned() ? write->get<std::uint64_t>() : 0;
+}
+
+}  // namespace
+
+bool written_after(const json& header, const std::vector<json>& documents) {
+  const std::uint64_t header_write = write_of(header);
+  return std::any_of(documents.begin(), documents.end(), [&](const json& document) {
+    return document.is_object() && write_of(document) > header_write;
+  });
+}
+
 Result<json> assemble_run(json header, const std::vector<json>& documents) {
   const std::string run_id = string_member(header, "run_id");
   const auto count = header.value("model_runs", std::size_t{0});
@@ -95,6 +112,7 @@ Result<json> assemble_run(json header, const std::vector<json>& documents) {
     models.push_back(*it->second);
   }
   header.erase("model_runs");
+  header.erase(kWriteMember);
   header["models"] = std::move(models);
   return header;
 }

@@ -46,6 +46,15 @@ std::optional<RunRecords> split_run(const nlohmann::json& report);
 // report stored whole (recorded before, or too long a run id), which is read as it is.
 bool models_stored_apart(const nlohmann::json& header);
 
+// A write's number, in the header and in each model run a write puts: a writer puts the model
+// runs that changed and then the header, all with one number larger than any it put before, so a
+// reader who finds a model run of a later write than its header read in the middle of a write.
+inline constexpr const char* kWriteMember = "write";
+
+// Whether one of a header's model run documents was put by a later write than the header: the
+// header is read again. Records put before writes were numbered count as write 0.
+bool written_after(const nlohmann::json& header, const std::vector<nlohmann::json>& documents);
+
 // The key prefix of a run's model records: "<run id>/".
 std::string model_run_prefix(const std::string& run_id);
 

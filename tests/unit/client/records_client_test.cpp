@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -23,11 +24,18 @@ namespace {
 class Records final : public kiln::cli::Client {
  public:
   void record(protocol::RecordKind kind, const std::string& key, const std::string& document) {
-    records_.push_back({kind, key, document, records_.size() + 1, 0, "ci"});
+    records_.push_back({kind, key, document, ++last_seq_, 0, "ci"});
   }
   void record(const q::Change& change) { record(protocol::RecordKind::change, change.id, q::to_json(change).dump()); }
 
   kiln::Result<protocol::Body> request(protocol::Body body) override {
+    if (before_request) before_request(body);
+    if (const auto* put = std::get_if<protocol::PutRecord>(&body)) {
+      // As the store does: a record put again takes the next seq.
+      std::erase_if(records_, [&](const protocol::RecordEntry& r) { return r.kind == put->kind && r.key == put->key; });
+      records_.push_back({put->kind, put->key, put->document, ++last_seq_, 0, "ci"});
+      return protocol::Ok{};
+    }
     if (const auto* get = std::get_if<protocol::GetRecord>(&body)) {
       for (const auto& record : records_) {
         if (record.kind == get->kind && record.key == get->key) {
@@ -61,9 +69,29 @@ class Records final : public kiln::cli::Client {
 
   static constexpr std::size_t kPageRecords = 100;
   std::size_t sent = 0;
+  // Called with each request before it is answered: another client's requests go in between.
+  std::function<void(const protocol::Body&)> before_request;
 
  private:
   std::vector<protocol::RecordEntry> records_;
+  std::uint64_t last_seq_ = 0;
+};
+
+// A writer's connection that stops before the header: the model runs of its write are put, the
+// header is not yet.
+class UpToTheHeader final : public kiln::cli::Client {
+ public:
+  explicit UpToTheHeader(kiln::cli::Client& store) : store_(store) {}
+  kiln::Result<protocol::Body> request(protocol::Body body) override {
+    const auto* put = std::get_if<protocol::PutRecord>(&body);
+    if (put != nullptr && put->kind == protocol::RecordKind::qualification_run) {
+      return tl::unexpected(kiln::Error{kiln::Errc::unavailable, "not yet"});
+    }
+    return store_.request(std::move(body));
+  }
+
+ private:
+  kiln::cli::Client& store_;
 };
 
 q::Change change(int index, kiln::TimeMs merged_at_ms) {
@@ -175,4 +203,42 @@ TEST_CASE("a bundle named by a prefix of its id is read alone, not with every bu
   REQUIRE_FALSE(none.has_value());
   CHECK(none.error().code == kiln::Errc::not_found);
   CHECK(coordinator.sent == 0);
+}
+
+TEST_CASE("a run read while its writer is between its model runs and its header is read whole, as one write") {
+  Records coordinator;
+  qs::RunRecorder writer;
+  const auto night = [](const std::string& verdict, const std::string& summary) {
+    nlohmann::json report = {{"schema", "kiln.qualification-run/1"}, {"run_id", "nightly-9"}, {"summary", summary},
+                             {"models", nlohmann::json::array()}};
+    for (const char* model : {"llama-8b", "resnet-50", "bert-large"}) {
+      report["models"].push_back({{"model", model}, {"revision", "b0"}, {"verdict", verdict}});
+    }
+    report["models"][1]["verdict"] = "passed";
+    return report;
+  };
+  REQUIRE(writer.record(coordinator, "nightly-9", night("running", "kiln nightly: running\n")));
+  const nlohmann::json failed = night("correctness_regression", "kiln nightly: FAILED\n");
+
+  // The reader lists the model runs just after the writer put those of its next write; the writer
+  // puts that write's header only after the reader has read the header twice more.
+  int header_reads_after = -1;
+  coordinator.before_request = [&](const protocol::Body& body) {
+    const auto* list = std::get_if<protocol::ListRecords>(&body);
+    if (list != nullptr && list->kind == protocol::RecordKind::model_run && header_reads_after < 0) {
+      header_reads_after = 0;
+      UpToTheHeader stopped(coordinator);
+      CHECK_FALSE(writer.record(stopped, "nightly-9", failed));
+      return;
+    }
+    if (std::holds_alternative<protocol::GetRecord>(body) && header_reads_after >= 0 && ++header_reads_after == 2) {
+      REQUIRE(writer.record(coordinator, "nightly-9", failed));
+    }
+  };
+  auto read = qs::get_run(coordinator, "nightly-9");
+  REQUIRE_MESSAGE(read.has_value(), read.error().message);
+  CHECK(read->at("summary") == "kiln nightly: FAILED\n");
+  CHECK(read->at("models").at(0).at("verdict") == "correctness_regression");
+  CHECK(read->at("models").at(1).at("verdict") == "passed");
+  CHECK_FALSE(read->contains("write"));
 }

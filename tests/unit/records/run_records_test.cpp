@@ -103,3 +103,21 @@ TEST_CASE("a model run listed again (a release's soak round) has a record of its
   REQUIRE(whole.has_value());
   CHECK(*whole == release);
 }
+
+TEST_CASE("a model run of a later write than its header says the header was read in the middle of a write") {
+  auto records = q::split_run(report("nightly-8", 2));
+  REQUIRE(records.has_value());
+  auto documents = documents_of(*records);
+  CHECK_FALSE(q::written_after(records->header, documents));  // records put before writes were numbered
+  records->header[q::kWriteMember] = 41;
+  documents[0][q::kWriteMember] = 41;
+  CHECK_FALSE(q::written_after(records->header, documents));
+  documents[1][q::kWriteMember] = 42;
+  CHECK(q::written_after(records->header, documents));
+  records->header[q::kWriteMember] = 42;
+  CHECK_FALSE(q::written_after(records->header, documents));
+  auto whole = q::assemble_run(records->header, documents);
+  REQUIRE(whole.has_value());
+  CHECK_FALSE(whole->contains(q::kWriteMember));
+  CHECK(whole->at("models").size() == 2);
+}
