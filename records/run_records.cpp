@@ -77,7 +77,8 @@ namespace {
 
 std::uint64_t write_of(const json& document) {
   const auto write = document.find(kWriteMember);
-  return write != document.end() && write->is_number_unsigned() ? write->get<std::uint64_t>() : 0;
+  if (write == document.end() || !write->is_number_integer() || write->get<std::int64_t>() < 0) return 0;
+  return write->get<std::uint64_t>();
 }
 
 }  // namespace
