@@ -2,7 +2,7 @@
 #include "agent/host/agent_config.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(agent_config) {
   (void)kiln::agent::agent_config_from_text(kiln::fuzz::as_text(data, size), "/etc/kiln/agent.toml");
   return 0;
 }

@@ -5,7 +5,7 @@
 #include "records/change.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(change_history) {
   using namespace kiln::qualification;
   constexpr kiln::TimeMs kFirstMergedAtMs = 1796013552000;
   auto history = parse_change_history(kiln::fuzz::as_text(data, size), "changes.toml", kFirstMergedAtMs);

@@ -2,7 +2,7 @@
 #include "client/client.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(client_config) {
   (void)kiln::cli::client_config_from_text(kiln::fuzz::as_text(data, size), "/etc/kiln/client.toml");
   return 0;
 }

@@ -2,7 +2,7 @@
 #include "coordinator/server/coordinator_config.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(coordinator_config) {
   (void)kiln::coordinator::coordinator_config_from_text(kiln::fuzz::as_text(data, size), "/etc/kiln/coordinator.toml");
   return 0;
 }

@@ -13,7 +13,7 @@ bool has_line_break(const std::string& text) { return text.find_first_of("\r\n")
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(http_request) {
   using namespace kiln::http;
   const std::string bytes(kiln::fuzz::as_text(data, size));
   RequestLimits limits;

@@ -8,7 +8,7 @@
 #include "common/protocol/artifacts.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(job_artifacts) {
   using namespace kiln::protocol;
   std::istringstream in{std::string(kiln::fuzz::as_text(data, size))};
   std::string line;

@@ -2,7 +2,7 @@
 #include "qualification/model_set.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(model_set) {
   (void)kiln::qualification::parse_model_set(kiln::fuzz::as_text(data, size), "qualification-set.toml");
   return 0;
 }

@@ -3,7 +3,7 @@
 #include "common/numerics/tensor_io.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(npy) {
   using namespace kiln::numerics;
   if (size == 0) return 0;
   ReadOptions options;

@@ -3,7 +3,7 @@
 #include "common/protocol/codec.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(protocol_decode) {
   using namespace kiln::protocol;
   const std::string_view input = kiln::fuzz::as_text(data, size);
   if (input.size() < 2) return 0;

@@ -2,7 +2,7 @@
 #include "qualifier/qualifier_config.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(qualifier_config) {
   (void)kiln::qualifier::qualifier_config_from_text(kiln::fuzz::as_text(data, size), "/etc/kiln/qualifier.toml");
   return 0;
 }

@@ -2,7 +2,7 @@
 #include "common/numerics/tensor_io.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(safetensors) {
   using namespace kiln::numerics;
   const std::string_view file = kiln::fuzz::as_text(data, size);
   const ReadOptions options;

@@ -4,7 +4,7 @@
 #include "common/stats/samples_file.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(samples_file) {
   auto samples = kiln::stats::parse_samples(kiln::fuzz::as_text(data, size), "fuzz.txt");
   if (!samples) return 0;
   if (samples->empty()) kiln::fuzz::violated("a samples file was accepted without any sample");

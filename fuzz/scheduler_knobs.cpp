@@ -2,7 +2,7 @@
 #include "coordinator/scheduler/knobs.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(scheduler_knobs) {
   (void)kiln::scheduler::parse_scheduler_knobs_toml(kiln::fuzz::as_text(data, size));
   return 0;
 }

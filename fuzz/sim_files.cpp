@@ -3,7 +3,7 @@
 #include "fuzz/fuzz_support.h"
 #include "sim/chip/sim_files.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(sim_files) {
   const std::string_view text = kiln::fuzz::as_text(data, size);
   (void)kiln::sim::parse_sim_options_toml(text, "/var/lib/kiln-sim/node.toml");
   (void)kiln::sim::parse_fault_file(text, "/var/lib/kiln-sim/faults.toml", 1000);

@@ -4,7 +4,7 @@
 #include "qualifier/ticket_sinks.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+KILN_FUZZ_ENTRY(webhook_config) {
   auto config = kiln::qualifier::webhook_config_from_text(kiln::fuzz::as_text(data, size), "/etc/kiln/webhook.toml");
   if (!config) return 0;
   auto endpoint = kiln::qualification::webhook_endpoint(*config);
