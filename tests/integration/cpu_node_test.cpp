@@ -12,6 +12,7 @@
 #include "common/protocol/messages.h"
 #include "tests/integration/fleet_fixture.h"
 #include "tests/integration/fleet_queries.h"
+#include "tests/integration/run_command.h"
 
 using namespace kiln;
 using namespace kiln::protocol;
@@ -44,6 +45,12 @@ TEST_CASE("an agent on the CPU backend is a real node: revision cpu, a healthy c
   AgentSpec spec("c01", "cpu");
   spec.cpu_backend = true;
   auto dev = start_nodes(fleet, {spec});
+
+  // What ops run before starting it: the config is accepted, firmware-less chip and all.
+  const auto checked = run(bin("kiln-agent") + " check-config --config " + fleet.agent_config("c01").string(), 120s);
+  CHECK_MESSAGE(checked.status == 0, checked.output);
+  CHECK(checked.output.find("driver: kiln-cpu 0.1.0, 1 chips of revision cpu") != std::string::npos);
+  CHECK(checked.output.find("would be reported unhealthy") == std::string::npos);
 
   auto up = node(*dev, "c01");
   REQUIRE(up.has_value());
