@@ -156,6 +156,29 @@ struct kiln_self_test_result {
   char detail[KILN_DRIVER_DETAIL_MAX];    /* what was found, for people */
 };
 
+/* What a backend can do, as capabilities declares it: bits of kiln_driver_capabilities.operations. */
+#define KILN_CAPABILITY_FIRMWARE_SLOTS 1u   /* firmware_slots answers: the chip has A/B firmware */
+#define KILN_CAPABILITY_FIRMWARE_INSTALL 2u /* flash_standby, activate_standby, rollback_firmware */
+#define KILN_CAPABILITY_RESET 4u            /* reset_chip */
+#define KILN_CAPABILITY_BINDINGS 8u         /* bind_workload, unbind_workload, chip_binding */
+#define KILN_CAPABILITY_SELF_TESTS 16u      /* run_self_test */
+
+/* Which kiln_chip_telemetry fields are real readings: bits of telemetry_kinds. A field whose bit
+ * is clear is unknown (its value means nothing), not a failure. */
+#define KILN_TELEMETRY_TEMPERATURE 1u /* temperature_c */
+#define KILN_TELEMETRY_POWER 2u       /* power_w */
+#define KILN_TELEMETRY_CLOCK 4u       /* clock_mhz */
+#define KILN_TELEMETRY_MEMORY 8u      /* memory_used_bytes */
+#define KILN_TELEMETRY_ECC 16u        /* ecc_corrected, ecc_uncorrected */
+#define KILN_TELEMETRY_LINK 32u       /* link_up */
+#define KILN_TELEMETRY_THROTTLE 64u   /* throttled */
+
+struct kiln_driver_capabilities {
+  uint32_t operations;      /* KILN_CAPABILITY_* bits */
+  uint32_t telemetry_kinds; /* KILN_TELEMETRY_* bits */
+  uint32_t reserved[2];     /* 0 */
+};
+
 struct kiln_driver_api {
   uint32_t abi_version; /* equals the version requested from kiln_driver_entry */
   uint32_t table_size;  /* sizeof(struct kiln_driver_api) as the backend was built */
@@ -217,6 +240,11 @@ struct kiln_driver_api {
    * _CPU or _SILICON. kiln counts a node's results as silicon's only when its driver declares
    * it; a backend without this function is of no known kind. */
   kiln_driver_status (*backend_kind)(kiln_driver* handle, uint32_t* out_kind);
+
+  /* Added after backend_kind, likewise optional. What the backend can do and which telemetry it
+   * reads: the agent leaves the rest alone (a backend without firmware takes no firmware install).
+   * A backend without this function can do everything, as every backend before it did. */
+  kiln_driver_status (*capabilities)(kiln_driver* handle, struct kiln_driver_capabilities* out);
 };
 
 /* Returns the table for requested_abi_version, or NULL when the backend does not implement

@@ -92,6 +92,35 @@ tl::unexpected<Error> built_without(const std::string& library, std::string_view
 
 }  // namespace
 
+DriverCapabilities capabilities_from_bits(std::uint32_t operations, std::uint32_t telemetry_kinds) {
+  const auto has = [](std::uint32_t bits, std::uint32_t bit) { return (bits & bit) != 0; };
+  return DriverCapabilities{has(operations, KILN_CAPABILITY_FIRMWARE_SLOTS),
+                            has(operations, KILN_CAPABILITY_FIRMWARE_INSTALL),
+                            has(operations, KILN_CAPABILITY_RESET),
+                            has(operations, KILN_CAPABILITY_BINDINGS),
+                            has(operations, KILN_CAPABILITY_SELF_TESTS),
+                            has(telemetry_kinds, KILN_TELEMETRY_TEMPERATURE),
+                            has(telemetry_kinds, KILN_TELEMETRY_POWER),
+                            has(telemetry_kinds, KILN_TELEMETRY_CLOCK),
+                            has(telemetry_kinds, KILN_TELEMETRY_MEMORY),
+                            has(telemetry_kinds, KILN_TELEMETRY_ECC),
+                            has(telemetry_kinds, KILN_TELEMETRY_LINK),
+                            has(telemetry_kinds, KILN_TELEMETRY_THROTTLE)};
+}
+
+std::uint32_t operation_bits(const DriverCapabilities& c) {
+  return (c.firmware_slots ? KILN_CAPABILITY_FIRMWARE_SLOTS : 0u) |
+         (c.firmware_install ? KILN_CAPABILITY_FIRMWARE_INSTALL : 0u) | (c.reset ? KILN_CAPABILITY_RESET : 0u) |
+         (c.bindings ? KILN_CAPABILITY_BINDINGS : 0u) | (c.self_tests ? KILN_CAPABILITY_SELF_TESTS : 0u);
+}
+
+std::uint32_t telemetry_bits(const DriverCapabilities& c) {
+  return (c.temperature ? KILN_TELEMETRY_TEMPERATURE : 0u) | (c.power ? KILN_TELEMETRY_POWER : 0u) |
+         (c.clock ? KILN_TELEMETRY_CLOCK : 0u) | (c.memory ? KILN_TELEMETRY_MEMORY : 0u) |
+         (c.ecc ? KILN_TELEMETRY_ECC : 0u) | (c.link ? KILN_TELEMETRY_LINK : 0u) |
+         (c.throttle ? KILN_TELEMETRY_THROTTLE : 0u);
+}
+
 std::string_view to_string(FirmwareSlot slot) { return slot == FirmwareSlot::a ? "a" : "b"; }
 
 FirmwareSlot FirmwareSlots::standby() const {
@@ -248,6 +277,17 @@ Result<ChipActivity> Driver::chip_activity(std::uint32_t chip) {
   if (auto ok = check(api_->chip_activity(handle_, chip, &raw), operation); !ok) return tl::unexpected(ok.error());
   return ChipActivity{raw.utilization, (raw.throttle_reasons & KILN_THROTTLE_THERMAL) != 0,
                       (raw.throttle_reasons & KILN_THROTTLE_POWER) != 0};
+}
+
+Result<DriverCapabilities> Driver::capabilities() {
+  // A backend from before capabilities declared nothing and did everything it was asked.
+  if (!table_reaches(*api_, offsetof(kiln_driver_api, capabilities), sizeof(api_->capabilities)) ||
+      api_->capabilities == nullptr) {
+    return DriverCapabilities{};
+  }
+  kiln_driver_capabilities raw{};
+  if (auto ok = check(api_->capabilities(handle_, &raw), "capabilities"); !ok) return tl::unexpected(ok.error());
+  return capabilities_from_bits(raw.operations, raw.telemetry_kinds);
 }
 
 Result<std::string> Driver::backend_kind() {

@@ -45,6 +45,28 @@ struct ChipActivity {
   bool power_throttle = false;
 };
 
+// What a backend can do and which telemetry fields it reads (drivers/kiln_driver.h
+// capabilities). A backend built without capabilities can do everything.
+struct DriverCapabilities {
+  bool firmware_slots = true;
+  bool firmware_install = true;
+  bool reset = true;
+  bool bindings = true;
+  bool self_tests = true;
+  bool temperature = true;
+  bool power = true;
+  bool clock = true;
+  bool memory = true;
+  bool ecc = true;
+  bool link = true;
+  bool throttle = true;
+};
+
+// KILN_CAPABILITY_* and KILN_TELEMETRY_* bits, each way.
+DriverCapabilities capabilities_from_bits(std::uint32_t operations, std::uint32_t telemetry_kinds);
+std::uint32_t operation_bits(const DriverCapabilities& capabilities);
+std::uint32_t telemetry_bits(const DriverCapabilities& capabilities);
+
 enum class FirmwareSlot { a, b };
 
 std::string_view to_string(FirmwareSlot slot);
@@ -111,6 +133,8 @@ class Driver {
   // naming KILN_DRIVER_E_UNSUPPORTED from a backend built without backend_kind, and a device
   // error for a kind the ABI does not define.
   Result<std::string> backend_kind();
+  // What the backend declares it can do; everything from a backend built without capabilities.
+  Result<DriverCapabilities> capabilities();
   Status reset_chip(std::uint32_t chip);
 
   Result<FirmwareSlots> firmware_slots(std::uint32_t chip);

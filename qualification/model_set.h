@@ -17,7 +17,7 @@
 //   presubmit_default = true         # optional: in the default smoke set (default false)
 //   repeats = 20                     # optional benchmark settings of its jobs (defaults: the
 //   warmup_min = 5                   #   run's repeats; warmup 5 to 200 iterations until the
-//   warmup_max = 200                 #   last 5 agree within 3%)
+//   warmup_max = 200                 #   last 5 agree within 3%: common/benchmark_settings.h)
 //   steady_window = 5
 //   steady_tolerance = 0.03
 //
@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/benchmark_settings.h"
 #include "common/enum_names.h"
 #include "common/error.h"
 
@@ -54,10 +55,11 @@ inline constexpr double kDefaultEvalThreshold = 0.99;
 // A noisy model asks for more repeats; a slow-to-settle one for a longer warmup.
 struct BenchmarkDefaults {
   std::optional<std::uint32_t> repeats;  // per side, first measurement; else the run's setting
-  std::uint32_t warmup_min = 5;
-  std::uint32_t warmup_max = 200;
-  std::uint32_t steady_window = 5;
-  double steady_tolerance = 0.03;
+  // kiln's one set of defaults (common/benchmark_settings.h).
+  std::uint32_t warmup_min = static_cast<std::uint32_t>(kDefaultBenchmarkSettings.warmup_min);
+  std::uint32_t warmup_max = static_cast<std::uint32_t>(kDefaultBenchmarkSettings.warmup_max);
+  std::uint32_t steady_window = static_cast<std::uint32_t>(kDefaultBenchmarkSettings.steady_window);
+  double steady_tolerance = kDefaultBenchmarkSettings.steady_tolerance;
 };
 
 struct QualificationModel {

@@ -96,6 +96,10 @@ std::string reading_to_json(const CheckReading& reading) {
   if (reading.firmware) out["firmware"] = firmware_json(*reading.firmware);
   if (reading.telemetry) out["telemetry"] = telemetry_json(*reading.telemetry);
   if (reading.self_test) out["self_test"] = self_test_json(*reading.self_test);
+  if (reading.capabilities) {
+    out["capabilities"] = {{"operations", drivers::operation_bits(*reading.capabilities)},
+                           {"telemetry_kinds", drivers::telemetry_bits(*reading.capabilities)}};
+  }
   // Replace invalid UTF-8 from a backend's message instead of failing to print.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -118,6 +122,10 @@ Result<CheckReading> parse_reading_json(std::string_view text) {
       reading.driver = DriverInfo{in["driver"].at("version").get<std::string>(),
                                   in["driver"].at("chip_count").get<std::uint32_t>(),
                                   in["driver"].value("backend", "")};
+    }
+    if (in.contains("capabilities")) {
+      reading.capabilities = drivers::capabilities_from_bits(in["capabilities"].at("operations").get<std::uint32_t>(),
+                                                             in["capabilities"].at("telemetry_kinds").get<std::uint32_t>());
     }
     if (in.contains("identity")) {
       const auto& j = in.at("identity");
@@ -207,6 +215,9 @@ CheckReading take_reading(const std::string& driver_library, const std::string& 
   auto driver = drivers::Driver::load(driver_library, driver_options);
   if (!driver) return failed(driver.error());
   drivers::Driver& d = **driver;
+  auto capabilities = d.capabilities();
+  if (!capabilities) return failed(capabilities.error());
+  reading.capabilities = *capabilities;
   if (kind == CheckKind::driver) {
     auto version = d.driver_version();
     if (!version) return failed(version.error());
@@ -223,6 +234,7 @@ CheckReading take_reading(const std::string& driver_library, const std::string& 
   reading.identity = *identity;
   switch (kind) {
     case CheckKind::chip_firmware: {
+      if (!capabilities->firmware_slots) break;  // a backend without firmware (the CPU's)
       auto slots = d.firmware_slots(*chip);
       if (!slots) return failed(slots.error());
       reading.firmware = *slots;

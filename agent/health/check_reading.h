@@ -60,6 +60,8 @@ struct CheckReading {
   std::optional<drivers::FirmwareSlots> firmware;
   std::optional<drivers::ChipTelemetry> telemetry;
   std::optional<drivers::SelfTestResult> self_test;
+  // What the driver declares it can do and read (every reading of a loaded driver has it).
+  std::optional<drivers::DriverCapabilities> capabilities;
 };
 
 // The helper prints exactly one line starting with this marker and then the JSON, so a

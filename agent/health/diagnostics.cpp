@@ -278,6 +278,16 @@ std::optional<std::uint32_t> chip_count_of(const std::vector<CheckResult>& drive
   return std::nullopt;
 }
 
+// What the driver check says the backend is: "sim", "cpu", "silicon", or "" when it does not say.
+std::string declared_backend(const std::vector<CheckResult>& driver_results) {
+  for (const auto& result : driver_results) {
+    if (result.check != "driver") continue;
+    auto it = result.attributes.find("backend");
+    if (it != result.attributes.end()) return it->second;
+  }
+  return "";
+}
+
 std::vector<WorkloadProgram> inspect_workloads(const AgentConfig& config) {
   std::vector<WorkloadProgram> out;
   for (const auto& [name, path] : config.workloads) {
@@ -433,7 +443,10 @@ Result<std::vector<CheckResult>> run_probes(const AgentConfig& config,
     auto probes = run_checks(*context, plan);
     if (!probes) return tl::unexpected(probes.error());
     append(*results, std::move(*probes));
+    if (auto none = evaluate_no_healthy_chip(*chip_count, options.unprobed_chips)) results->push_back(*none);
   }
+  // On a CPU node the host is the chip: its cores and memory are its health too.
+  if (declared_backend(*results) == "cpu") append(*results, evaluate_host(drivers::cpu::read_host("/")));
   return results;
 }
 

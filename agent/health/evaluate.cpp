@@ -1,5 +1,7 @@
 #include "agent/health/evaluate.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <map>
 #include <set>
@@ -114,6 +116,14 @@ CheckResult no_targets(std::string check, std::uint32_t chip, std::string catego
               "add a [revision.X] table for the revision to the health targets file");
 }
 
+// A figure the driver declares it does not read (drivers/kiln_driver.h telemetry_kinds): unknown,
+// not a failure.
+CheckResult not_read(std::string check, std::uint32_t chip, std::string category, const std::string& what) {
+  return make(std::move(check), chip, CheckStatus::skip, "not_reported_by_backend", std::move(category),
+              "the driver does not read " + what + " on this backend, so it is unknown",
+              "nothing to do: a backend without it (the CPU's) has nothing to report");
+}
+
 // Per chip, the value of one attribute among passed chip_firmware results.
 std::map<std::uint32_t, std::string> chip_attribute(const std::vector<CheckResult>& results,
                                                     const std::string& key) {
@@ -167,6 +177,7 @@ CheckResult evaluate_driver(const CheckReading& reading) {
                            std::to_string(reading.driver->chip_count) + " chips");
   result.measured["chip_count"] = reading.driver->chip_count;
   result.attributes["driver_version"] = reading.driver->version;
+  if (!reading.driver->backend.empty()) result.attributes["backend"] = reading.driver->backend;
   return result;
 }
 
@@ -220,6 +231,73 @@ CheckResult evaluate_chip_firmware(std::uint32_t chip, const drivers::ChipIdenti
   return result;
 }
 
+std::optional<CheckResult> evaluate_no_healthy_chip(std::uint32_t chip_count,
+                                                    const std::set<std::uint32_t>& unhealthy_chips) {
+  for (std::uint32_t chip = 0; chip < chip_count; ++chip) {
+    if (unhealthy_chips.count(chip) == 0) return std::nullopt;
+  }
+  if (chip_count == 0) return std::nullopt;  // chip_count's own check says so
+  return make("chips_healthy", std::nullopt, CheckStatus::fail, "no_healthy_chip", category::config,
+              "no chip of the node is healthy: all " + std::to_string(chip_count) +
+                  " did not answer the driver at start-up, so the node can take no work",
+              "read the agent's log for why each chip did not answer (kiln-agent check-config shows it too), "
+              "fix the driver or its options, and restart the agent");
+}
+
+std::vector<CheckResult> evaluate_host(const drivers::cpu::HostReadings& host) {
+  constexpr double kWarnAvailableFraction = 0.10;
+  constexpr double kFailAvailableFraction = 0.02;
+  std::vector<CheckResult> out;
+  if (!host.cores_online) {
+    out.push_back(make("cores_online", std::nullopt, CheckStatus::skip, "not_reported_by_host", category::compute,
+                       "the host has no readable /sys/devices/system/cpu/online, so its online cores are unknown"));
+  } else if (host.cores_present && *host.cores_online < *host.cores_present) {
+    out.push_back(make("cores_online", std::nullopt, CheckStatus::warn, "cores_offline", category::compute,
+                       fmt::format("{} of the host's {} cores are online", *host.cores_online, *host.cores_present),
+                       "bring the offline cores back (echo 1 > /sys/devices/system/cpu/cpuN/online) or find why "
+                       "the kernel took them offline; benchmarks on this node measure fewer cores meanwhile"));
+  } else {
+    out.push_back(passed("cores_online", std::nullopt, category::compute,
+                         fmt::format("{} cores online", *host.cores_online)));
+  }
+  if (host.cores_online) out.back().measured["cores_online"] = *host.cores_online;
+
+  if (!host.memory_total_bytes || !host.memory_available_bytes || *host.memory_total_bytes == 0) {
+    out.push_back(make("memory_available", std::nullopt, CheckStatus::skip, "not_reported_by_host", category::memory,
+                       "the host's /proc/meminfo has no MemTotal and MemAvailable, so its free memory is unknown"));
+    return out;
+  }
+  const double fraction =
+      static_cast<double>(*host.memory_available_bytes) / static_cast<double>(*host.memory_total_bytes);
+  const std::string figures = fmt::format("{:.1f} GiB of {:.1f} GiB available ({:.0f}%)",
+                                          static_cast<double>(*host.memory_available_bytes) / (1ull << 30),
+                                          static_cast<double>(*host.memory_total_bytes) / (1ull << 30), fraction * 100);
+  const std::string action = "find what holds the memory (a leftover job, a leak) and stop it; jobs on this node may "
+                             "be killed by the kernel's OOM killer meanwhile";
+  if (fraction < kFailAvailableFraction) {
+    out.push_back(make("memory_available", std::nullopt, CheckStatus::fail, "memory_exhausted", category::memory,
+                       figures, action));
+  } else if (fraction < kWarnAvailableFraction) {
+    out.push_back(make("memory_available", std::nullopt, CheckStatus::warn, "memory_low", category::memory, figures,
+                       action));
+  } else {
+    out.push_back(passed("memory_available", std::nullopt, category::memory, figures));
+  }
+  out.back().measured["memory_available_bytes"] = static_cast<double>(*host.memory_available_bytes);
+  out.back().measured["memory_total_bytes"] = static_cast<double>(*host.memory_total_bytes);
+  return out;
+}
+
+CheckResult evaluate_firmware_less_chip(std::uint32_t chip, const drivers::ChipIdentity& identity) {
+  CheckResult result = passed("chip_firmware", chip, category::firmware,
+                              chip_name(chip) + " (" + identity.serial + ", revision " + identity.hardware_revision +
+                                  ") has no firmware: its backend declares none");
+  result.attributes["serial"] = identity.serial;
+  result.attributes["hardware_revision"] = identity.hardware_revision;
+  result.attributes["firmware_version"] = "";
+  return result;
+}
+
 CheckResult evaluate_firmware_consistency(const std::vector<CheckResult>& results) {
   const auto versions = chip_attribute(results, "firmware_version");
   if (versions.empty()) {
@@ -237,8 +315,9 @@ CheckResult evaluate_firmware_consistency(const std::vector<CheckResult>& result
                 "firmware");
   }
   auto result = passed("firmware_consistency", std::nullopt, category::firmware,
-                       std::to_string(versions.size()) + " chips run firmware " +
-                           *distinct.begin());
+                       distinct.begin()->empty()
+                           ? "no chip has firmware: the backend declares none"
+                           : std::to_string(versions.size()) + " chips run firmware " + *distinct.begin());
   result.attributes["firmware_version"] = *distinct.begin();
   return result;
 }
@@ -267,11 +346,14 @@ CheckResult evaluate_revision_consistency(const std::vector<CheckResult>& result
 
 std::vector<CheckResult> evaluate_telemetry(std::uint32_t chip,
                                             const drivers::ChipTelemetry& t,
-                                            const RevisionTargets* targets) {
+                                            const RevisionTargets* targets,
+                                            const drivers::DriverCapabilities& declared) {
   std::vector<CheckResult> out;
   const std::string name = chip_name(chip);
 
-  if (targets == nullptr) {
+  if (!declared.ecc) {
+    out.push_back(not_read("ecc", chip, category::memory, "ECC counters"));
+  } else if (targets == nullptr) {
     out.push_back(no_targets("ecc", chip, category::memory));
   } else if (t.ecc_uncorrected >= targets->fail_ecc_uncorrected) {
     out.push_back(make("ecc", chip, CheckStatus::fail, "ecc_uncorrected", category::memory,
@@ -291,14 +373,18 @@ std::vector<CheckResult> evaluate_telemetry(std::uint32_t chip,
                          name + ": " + std::to_string(t.ecc_corrected) +
                              " corrected, 0 uncorrected ECC errors"));
   }
-  out.back().measured["ecc_corrected"] = static_cast<double>(t.ecc_corrected);
-  out.back().measured["ecc_uncorrected"] = static_cast<double>(t.ecc_uncorrected);
+  if (declared.ecc) {
+    out.back().measured["ecc_corrected"] = static_cast<double>(t.ecc_corrected);
+    out.back().measured["ecc_uncorrected"] = static_cast<double>(t.ecc_uncorrected);
+  }
 
-  const std::string temperature = figure(t.temperature_c) + " C";
-  if (targets == nullptr) {
+  const std::string temperature = declared.temperature ? figure(t.temperature_c) + " C" : "an unknown temperature";
+  const bool throttled = declared.throttle && t.throttled;
+  if (!declared.temperature && !declared.throttle) {
+    out.push_back(not_read("thermal", chip, category::thermal, "temperature or throttling"));
+  } else if (targets == nullptr) {
     out.push_back(no_targets("thermal", chip, category::thermal));
-  } else if (t.throttled || t.temperature_c >= targets->fail_temperature_c) {
-    const bool throttled = t.throttled;
+  } else if (throttled || (declared.temperature && t.temperature_c >= targets->fail_temperature_c)) {
     out.push_back(make(
         "thermal", chip, CheckStatus::fail, throttled ? "thermal_throttling" : "temperature_critical",
         category::thermal,
@@ -308,7 +394,7 @@ std::vector<CheckResult> evaluate_telemetry(std::uint32_t chip,
         "drain the node and check the chip's cooling (fans, airflow, heatsink seating); return "
         "it to work once it runs below " +
             figure(targets->warn_temperature_c, 0) + " C unthrottled"));
-  } else if (t.temperature_c >= targets->warn_temperature_c) {
+  } else if (declared.temperature && t.temperature_c >= targets->warn_temperature_c) {
     out.push_back(make("thermal", chip, CheckStatus::warn, "temperature_high", category::thermal,
                        name + " is at " + temperature + " (warning at " +
                            figure(targets->warn_temperature_c) + " C, failing at " +
@@ -317,11 +403,13 @@ std::vector<CheckResult> evaluate_telemetry(std::uint32_t chip,
   } else {
     out.push_back(passed("thermal", chip, category::thermal, name + " at " + temperature));
   }
-  out.back().measured["temperature_c"] = t.temperature_c;
-  out.back().measured["clock_mhz"] = t.clock_mhz;
-  out.back().measured["throttled"] = t.throttled ? 1 : 0;
+  if (declared.temperature) out.back().measured["temperature_c"] = t.temperature_c;
+  if (declared.clock) out.back().measured["clock_mhz"] = t.clock_mhz;
+  if (declared.throttle) out.back().measured["throttled"] = t.throttled ? 1 : 0;
 
-  if (!t.link_up) {
+  if (!declared.link) {
+    out.push_back(not_read("link", chip, category::interconnect, "chip-to-chip links"));
+  } else if (!t.link_up) {
     out.push_back(make("link", chip, CheckStatus::fail, "link_down", category::interconnect,
                        name + "'s chip-to-chip link is down",
                        "reset the chip and check its interconnect cabling; if the link stays "
@@ -330,9 +418,11 @@ std::vector<CheckResult> evaluate_telemetry(std::uint32_t chip,
   } else {
     out.push_back(passed("link", chip, category::interconnect, name + "'s link is up"));
   }
-  out.back().measured["link_up"] = t.link_up ? 1 : 0;
+  if (declared.link) out.back().measured["link_up"] = t.link_up ? 1 : 0;
 
-  if (targets == nullptr) {
+  if (!declared.power) {
+    out.push_back(not_read("power", chip, category::power, "power draw"));
+  } else if (targets == nullptr) {
     out.push_back(no_targets("power", chip, category::power));
   } else if (t.power_w > targets->max_power_w) {
     out.push_back(make("power", chip, CheckStatus::warn, "power_above_limit", category::power,
@@ -343,8 +433,8 @@ std::vector<CheckResult> evaluate_telemetry(std::uint32_t chip,
   } else {
     out.push_back(passed("power", chip, category::power, name + " draws " + figure(t.power_w) + " W"));
   }
-  out.back().measured["power_w"] = t.power_w;
-  out.back().measured["memory_used_bytes"] = static_cast<double>(t.memory_used_bytes);
+  if (declared.power) out.back().measured["power_w"] = t.power_w;
+  if (declared.memory) out.back().measured["memory_used_bytes"] = static_cast<double>(t.memory_used_bytes);
   return out;
 }
 
@@ -448,12 +538,18 @@ std::vector<CheckResult> evaluate_reading(const CheckReading& reading,
   std::vector<CheckResult> out;
   switch (reading.kind) {
     case CheckKind::chip_firmware:
-      KILN_ASSERT(reading.firmware.has_value(), "chip_firmware readings carry the slots");
+      if (!reading.firmware) {
+        KILN_ASSERT(reading.capabilities && !reading.capabilities->firmware_slots,
+                    "chip_firmware readings carry the slots of a backend that has them");
+        out.push_back(evaluate_firmware_less_chip(chip, *reading.identity));
+        break;
+      }
       out.push_back(evaluate_chip_firmware(chip, *reading.identity, *reading.firmware));
       break;
     case CheckKind::telemetry:
       KILN_ASSERT(reading.telemetry.has_value(), "telemetry readings carry the telemetry");
-      out = evaluate_telemetry(chip, *reading.telemetry, revision_targets);
+      out = evaluate_telemetry(chip, *reading.telemetry, revision_targets,
+                               reading.capabilities.value_or(drivers::DriverCapabilities{}));
       break;
     case CheckKind::memory:
     case CheckKind::interconnect:

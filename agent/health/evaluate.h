@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "common/health/check_result.h"
 #include "agent/health/targets.h"
 #include "common/time.h"
+#include "drivers/cpu/host_readings.h"
 #include "drivers/loader.h"
 
 namespace kiln::agent::health {
@@ -33,14 +35,29 @@ CheckResult evaluate_chip_firmware(std::uint32_t chip, const drivers::ChipIdenti
 // firmware_consistency: every chip that answered runs the same firmware version.
 // revision_consistency: every chip reports the same hardware revision.
 // Both read the attributes of passed chip_firmware results.
+// A node whose every chip was reported unhealthy at start-up can take no work: a fail (so the
+// coordinator quarantines it instead of showing it up with chips it cannot use); nullopt while
+// one chip of `chip_count` is healthy.
+std::optional<CheckResult> evaluate_no_healthy_chip(std::uint32_t chip_count,
+                                                    const std::set<std::uint32_t>& unhealthy_chips);
+
+// The host of a CPU node (drivers/cpu/host_readings.h): cores_online (warns when fewer are online
+// than present) and memory_available (warns below 10% of the memory, fails below 2%). A reading
+// the host lacks is a skip, not a failure.
+std::vector<CheckResult> evaluate_host(const drivers::cpu::HostReadings& host);
+
+// chip_firmware of a chip whose backend declares no firmware slots (the CPU's): a pass.
+CheckResult evaluate_firmware_less_chip(std::uint32_t chip, const drivers::ChipIdentity& identity);
 CheckResult evaluate_firmware_consistency(const std::vector<CheckResult>& results);
 CheckResult evaluate_revision_consistency(const std::vector<CheckResult>& results);
 
 // ecc, thermal, link and power from one telemetry reading. With no targets (unknown
-// revision), the checks that need a limit are skipped; link still runs.
+// revision), the checks that need a limit are skipped; link still runs. A figure the driver
+// does not declare it reads (`declared`) is skipped as unknown.
 std::vector<CheckResult> evaluate_telemetry(std::uint32_t chip,
                                             const drivers::ChipTelemetry& telemetry,
-                                            const RevisionTargets* targets);
+                                            const RevisionTargets* targets,
+                                            const drivers::DriverCapabilities& declared = {});
 
 // memory, interconnect or compute: functional errors fail; the measured figure is compared
 // with the revision's target (below warn_below_fraction warns, below fail_below_fraction

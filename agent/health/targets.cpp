@@ -133,6 +133,11 @@ HealthTargets default_health_targets() {
       .warn_ecc_corrected = 100,
       .fail_ecc_uncorrected = 1,
   };
+  // The CPU backend's host: no self-tests, power or ECC to judge (it declares none); a CPU runs
+  // hot under load, so warn and fail sit at the usual package limits.
+  RevisionTargets& cpu = targets.revisions["cpu"];
+  cpu.warn_temperature_c = 90;
+  cpu.fail_temperature_c = 100;
   return targets;
 }
 

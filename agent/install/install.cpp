@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <ostream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/process/process_runner.h"
@@ -108,6 +109,19 @@ InstallReport install_firmware(drivers::Driver& driver, const PackageEntry& entr
                                const InstallOptions& options, const HealthCheck& health_check) {
   KILN_ASSERT(entry.kind == PackageKind::firmware, "install_firmware takes firmware packages");
   InstallReport report = start_report(entry);
+  auto capabilities = driver.capabilities();
+  if (!capabilities || !capabilities->firmware_install) {
+    report.outcome = InstallOutcome::refused;
+    report.reason = capabilities
+                        ? fmt::format("the driver {} declares no firmware installs (its backend has no firmware slots, "
+                                      "as the CPU backend): nothing was flashed; install firmware {} on a node whose "
+                                      "chips have firmware",
+                                      driver.library_path(), entry.version)
+                        : "cannot read what the driver can do: " + capabilities.error().message;
+    add_step(report, "capabilities", std::nullopt, StepStatus::failed, report.reason);
+    finish(report);
+    return report;
+  }
   auto chip_count = driver.chip_count();
   if (!chip_count || *chip_count == 0) {
     report.outcome = InstallOutcome::not_installed;

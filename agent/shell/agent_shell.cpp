@@ -413,14 +413,17 @@ Result<DiscoveredIdentity> discover_identity(const AgentConfig& config) {
   if (!node->driver.backend.empty()) identity.labels.push_back("backend=" + node->driver.backend);
   for (std::uint32_t i = 0; i < node->chips.size(); ++i) {
     const Result<health::CheckReading>& chip = node->chips[i];
-    if (!chip || !chip->identity || !chip->firmware) {
+    // A backend that declares no firmware (the CPU's) has chips without any: healthy all the same.
+    const bool firmware_less = chip && chip->capabilities && !chip->capabilities->firmware_slots;
+    if (!chip || !chip->identity || (!chip->firmware && !firmware_less)) {
       // Reported so the coordinator places nothing on it; the node's other chips serve.
       identity.chips.push_back(protocol::ChipInfo{i, std::string(kUnknownSerial), "", 0, false});
       found.unhealthy_chips[i] = chip ? "the driver gave no identity or firmware" : chip.error().message;
       continue;
     }
     if (identity.hardware_revision.empty()) identity.hardware_revision = chip->identity->hardware_revision;
-    identity.chips.push_back(protocol::ChipInfo{i, chip->identity->serial, chip->firmware->active_version(),
+    identity.chips.push_back(protocol::ChipInfo{i, chip->identity->serial,
+                                                chip->firmware ? chip->firmware->active_version() : std::string(),
                                                 static_cast<std::uint32_t>(std::max(0, chip->identity->numa_node)),
                                                 true});
   }

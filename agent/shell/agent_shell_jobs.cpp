@@ -148,24 +148,44 @@ JobEnded Shell::ended_from(const RunningJob& job, const ProcessExit& exit) {
       ended.result = text.str();
     }
   }
-  if (job.benchmark && ended.outcome == protocol::JobOutcome::succeeded) {
-    auto result = bench::parse_workload_result(ended.result, *job.benchmark);
-    if (!result) {
-      ended.outcome = protocol::JobOutcome::failed;
-      ended.detail = "the workload's benchmark result breaks the contract of docs/workloads.md: " +
-                     result.error().message;
-    } else {
-      const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_clock_ms());
-      ended.result = bench::to_json(bench::make_report(*result, job.chips, readings)).dump();
-      if (ended.result.size() > protocol::kResultDocument.max_len) {
-        ended.outcome = protocol::JobOutcome::failed;
-        ended.detail = "the benchmark report is over the protocol's result limit; ask for fewer repeats";
-        ended.result.clear();
-      }
-    }
-  }
+  if (exit.outcome == ProcessOutcome::exited) judge_exit(job, exit, ended);
   ended.detail = ended.detail.substr(0, protocol::kMessageText.max_len);
   return ended;
+}
+
+// Correctness comes from the result document, not the exit code (docs/workloads.md): the job
+// ends succeeded when the document says passed, and failed with exit code 1 and the document when
+// it says not passed, whatever the program returned; without a valid document it crashed, and
+// what it left is not kept, so that nobody reads it as a verdict.
+void Shell::judge_exit(const RunningJob& job, const ProcessExit& exit, JobEnded& ended) {
+  auto judged = bench::judge_workload_end(exit.exit_code, ended.result, job.benchmark);
+  const auto add_detail = [&ended](const std::string& text) {
+    if (!text.empty()) ended.detail = ended.detail.empty() ? text : ended.detail + "; " + text;
+  };
+  switch (judged.end) {
+    case bench::WorkloadEnd::exited:
+    case bench::WorkloadEnd::other: return;
+    case bench::WorkloadEnd::crashed:
+      ended.outcome = protocol::JobOutcome::failed;
+      ended.result.clear();
+      add_detail(judged.detail);
+      return;
+    case bench::WorkloadEnd::passed:
+    case bench::WorkloadEnd::incorrect: break;
+  }
+  const bool passed = judged.end == bench::WorkloadEnd::passed;
+  ended.outcome = passed ? protocol::JobOutcome::succeeded : protocol::JobOutcome::failed;
+  ended.exit_code = passed ? 0 : 1;
+  add_detail(judged.detail);
+  if (!job.benchmark) return;
+  const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_clock_ms());
+  ended.result = bench::to_json(bench::make_report(*judged.result, job.chips, readings)).dump();
+  if (ended.result.size() > protocol::kResultDocument.max_len) {
+    ended.outcome = protocol::JobOutcome::failed;
+    ended.exit_code = exit.exit_code;
+    ended.detail = "the benchmark report is over the protocol's result limit; ask for fewer repeats";
+    ended.result.clear();
+  }
 }
 
 void Shell::report_start_failure(std::uint64_t job_id, const std::string& why,

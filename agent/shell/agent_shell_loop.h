@@ -17,6 +17,7 @@
 #include <zmq.hpp>
 
 #include "agent/bench/bench.h"
+#include "agent/bench/workload_exit.h"
 #include "agent/core/agent_core.h"
 #include "agent/host/containment.h"
 #include "agent/shell/agent_shell.h"
@@ -96,6 +97,7 @@ class Shell final : public AgentShell {
   void collect_finished();
 
   JobEnded ended_from(const RunningJob& job, const ProcessExit& exit);
+  void judge_exit(const RunningJob& job, const ProcessExit& exit, JobEnded& ended);
 
   void report_start_failure(std::uint64_t job_id, const std::string& why,
                             protocol::JobOutcome outcome = protocol::JobOutcome::failed_to_start);

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/benchmark_settings.h"
 #include "common/protocol/spec.h"
 
 namespace kiln::protocol {
@@ -221,11 +222,12 @@ struct ArtifactRef {
 
 // Warmup until steady, then timed repeats; repeats == 0 means the job is not a benchmark.
 struct BenchmarkSpec {
+  // Warmup defaults: kiln's one set (common/benchmark_settings.h).
   std::uint32_t repeats = 0;
-  std::uint32_t warmup_min = 3;
-  std::uint32_t warmup_max = 50;
-  std::uint32_t steady_window = 3;
-  std::uint32_t steady_tolerance_ppm = 20000;  // relative spread allowed in the window, in millionths
+  std::uint32_t warmup_min = static_cast<std::uint32_t>(kDefaultBenchmarkSettings.warmup_min);
+  std::uint32_t warmup_max = static_cast<std::uint32_t>(kDefaultBenchmarkSettings.warmup_max);
+  std::uint32_t steady_window = static_cast<std::uint32_t>(kDefaultBenchmarkSettings.steady_window);
+  std::uint32_t steady_tolerance_ppm = kDefaultSteadyTolerancePpm;  // relative spread allowed in the window, in millionths
 
   template <class V>
   void visit(V& v) {

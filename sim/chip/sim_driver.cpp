@@ -242,6 +242,7 @@ const kiln_driver_api kSimApi = {
     sim_firmware_slots, sim_flash_standby, sim_activate_standby, sim_rollback_firmware,
     sim_bind_workload, sim_unbind_workload, sim_chip_binding, sim_run_self_test, sim_run_kernel, sim_chip_activity,
     sim_backend_kind,
+    nullptr,  // capabilities: the simulated chip does everything the ABI offers
 };
 
 // The run-time fault functions work on the state directory alone, like kiln-sim-chip.

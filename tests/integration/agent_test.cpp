@@ -168,6 +168,33 @@ TEST_CASE("a chip hung in the driver is reported unhealthy; the agent registers 
   CHECK(node_state_is(*dev, "n01", NodeState::up));
 }
 
+TEST_CASE("a node whose every chip is unhealthy is quarantined with the reason, and takes no work") {
+  Fleet fleet("nohealthychip");
+  fleet.add_key("dev", "developer");
+  // Its only chip hangs in the driver from the agent's first start; the revision is configured.
+  const auto faults = fleet.dir() / "faults.toml";
+  std::ofstream(faults) << "[[fault]]\nchip = 0\nkind = \"hang\"\n";
+  fleet.add_agent({"n01", "a"}, "chip_count=1;fault_file=" + faults.string());
+  const std::string config = read_file(fleet.agent_config("n01").string());
+  std::ofstream(fleet.agent_config("n01")) << "hardware_revision = \"a\"\n" << config;
+  fleet.start_coordinator();
+  fleet.start_agent("n01");
+  auto dev = fleet.client("dev");
+  // Its first probe says no chip is healthy: not up with a chip nobody can use, but quarantined.
+  REQUIRE_MESSAGE(Fleet::eventually([&] { return node_state_is(*dev, "n01", NodeState::quarantined); }, 60s),
+                  fleet.log_of("n01"));
+  const auto n = node(*dev, "n01");
+  CHECK_FALSE(n->chips.at(0).healthy);
+  CHECK(n->health == HealthStatus::fail);
+  CHECK(n->health_detail.find("chips_healthy fail: no_healthy_chip") != std::string::npos);
+
+  SubmitJob smoke;
+  smoke.workload = "smoke";
+  const auto id = submit(*dev, smoke);
+  std::this_thread::sleep_for(2s);
+  CHECK(job_state_is(*dev, id, JobState::queued));
+}
+
 TEST_CASE("one owner per chip: local diagnostics run one at a time and a job dispatched meanwhile is refused") {
   Fleet fleet("chipowners");
   fleet.add_key("dev", "developer");

@@ -185,19 +185,24 @@ void Fleet::add_agent(const AgentSpec& spec, const std::string& extra_driver_opt
   agents_[spec.node_id] = spec;
   std::ofstream out(agent_config(spec.node_id));
   if (!spec.labels.empty()) out << fmt::format("labels = [\"{}\"]\n", fmt::join(spec.labels, "\", \""));
+  const std::string driver =
+      spec.cpu_backend
+          ? fmt::format("[driver]\nlibrary = \"{}/libkiln_cpu_driver.so\"\noptions = \"{}\"\n\n", KILN_LIB_DIR,
+                        extra_driver_options)
+          : fmt::format("[driver]\nlibrary = \"{}/libkiln_sim_driver.so\"\n"
+                        "options = \"state_dir={}/sim-{};node_id={};hardware_revision={};seed=7{}\"\n\n",
+                        KILN_LIB_DIR, dir_.string(), spec.node_id, spec.node_id, spec.revision,
+                        extra_driver_options.empty() ? "" : ";" + extra_driver_options);
   out << fmt::format(
       "node_id = \"{0}\"\nwork_dir = \"work-{0}\"\nsecret_key_file = \"{0}.key\"\n\n"
-      "[coordinator]\nendpoint = {1}\npublic_key_file = \"coordinator.pub\"\n\n"
-      "[driver]\nlibrary = \"{2}/libkiln_sim_driver.so\"\n"
-      "options = \"state_dir={3}/sim-{0};node_id={0};hardware_revision={4};seed=7{8}\"\n\n"
+      "[coordinator]\nendpoint = {1}\npublic_key_file = \"coordinator.pub\"\n\n{2}"
       "[local_socket]\npath = \"{3}/{0}.sock\"\ngroup = \"root\"\n\n"
-      "[knobs]\nheartbeat_interval_ms = {5}\nliveness_missed_beats = {6}\nreconnect_backoff_initial_ms = 100\n"
-      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 3000\nprobe_timeout_ms = 3000\n{9}\n"
-      "[workloads]\nsmoke = \"{7}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n"
-      "model = \"{7}/kiln-workload-model\"\nshell = \"/bin/sh\"\n",
-      spec.node_id, coordinators_toml(agent_port_, standby_agent_port_), KILN_LIB_DIR, dir_.string(), spec.revision, heartbeat_interval_ms_,
-      liveness_missed_beats_, KILN_BIN_DIR, extra_driver_options.empty() ? "" : ";" + extra_driver_options,
-      extra_knobs);
+      "[knobs]\nheartbeat_interval_ms = {4}\nliveness_missed_beats = {5}\nreconnect_backoff_initial_ms = 100\n"
+      "reconnect_backoff_max_ms = 1000\nkill_grace_ms = 500\nprobe_interval_ms = 3000\nprobe_timeout_ms = 3000\n{7}\n"
+      "[workloads]\nsmoke = \"{6}/kiln-workload-smoke\"\nsleep = \"/bin/sleep\"\n"
+      "model = \"{6}/kiln-workload-model\"\nshell = \"/bin/sh\"\n",
+      spec.node_id, coordinators_toml(agent_port_, standby_agent_port_), driver, dir_.string(),
+      heartbeat_interval_ms_, liveness_missed_beats_, KILN_BIN_DIR, extra_knobs);
   out << "\n" << extra_tables;
 }
 

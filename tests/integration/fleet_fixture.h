@@ -45,6 +45,7 @@ struct AgentSpec {
   std::string node_id;
   std::string revision;
   std::vector<std::string> labels;  // agent.toml labels, KEY=VALUE
+  bool cpu_backend = false;  // the CPU reference backend (one chip: the host) instead of the sim's chips
 };
 
 class Fleet {

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/driver_support.h"
 #include "tests/support/health_support.h"
 #include "tests/support/text.h"
 
@@ -138,6 +139,28 @@ TEST_CASE("a firmware install flashes, activates, checks and keeps the new versi
 
   const auto again = install_firmware(node.driver(), entry, options, level1(node, options));
   CHECK(again.outcome == InstallOutcome::already_installed);
+}
+
+TEST_CASE("a backend without firmware refuses a firmware install, saying why and what to do") {
+  TempDir dir;
+  auto cpu = drivers::Driver::load(drivers::testing::cpu_library(), "");
+  REQUIRE(cpu);
+  const auto image = dir.write("fw-1.1.0.bin", "firmware 1.1.0");
+  const PackageEntry entry{PackageKind::firmware, "1.1.0", image, digest_of(image)};
+  InstallOptions options;
+  options.staging_dir = dir.file("staging");
+  bool health_ran = false;
+  const auto report = install_firmware(**cpu, entry, options, [&]() {
+    health_ran = true;
+    return Result<kiln::health::DiagReport>(kiln::health::DiagReport{});
+  });
+  CHECK(report.outcome == InstallOutcome::refused);
+  CHECK(report.fit_for_work);
+  CHECK(report.reason.find("declares no firmware installs") != std::string::npos);
+  CHECK(report.reason.find("install firmware 1.1.0 on a node whose chips have firmware") != std::string::npos);
+  REQUIRE(report.steps.size() == 1);
+  CHECK(report.steps[0].step == "capabilities");
+  CHECK_FALSE(health_ran);
 }
 
 TEST_CASE("a tampered firmware package is refused before any chip is touched") {
