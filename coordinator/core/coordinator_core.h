@@ -7,13 +7,14 @@
 // members; the router converts `now` to the core's clock, hands each message to the room it is
 // for, and carries out the scheduler's decisions after each input (pump):
 //
-// - AgentSessions (agent_messages.h): hello, heartbeats, health reports, quarantine, drains,
-//   nodes lost. The nodes and sessions are the NodeRegistry's (node_registry.h).
+// - AgentSessions (agent_messages.h): hello, health reports, quarantine, drains, nodes lost.
+//   The nodes and sessions are the NodeRegistry's (node_registry.h).
 // - JobTable (job_table.h): the jobs, their attempts (AttemptBook, attempt_book.h), where
 //   each attempt ran and what each node is stopping; submission, cancel, results, failover,
 //   reruns, timeouts, revocation at the end of a notice.
 // - LeaseLifecycle (lease_lifecycle.h): developer leases over DevLeases (dev_leases.h):
-//   requests, releases, watches, expiry, recovery, and dispatching the jobs inside them.
+//   requests, releases, watches, expiry, recovery, and which leases are granted (the job table
+//   dispatches the jobs inside them).
 // - SchedulerDecisions (scheduler_decisions.h): node states told to the scheduler, each of its
 //   decisions handed back with its owner (the router's pump gives it to that room), `kiln
 //   queue` and its --why.
