@@ -10,10 +10,7 @@
 
 #include "common/text/utf8.h"
 #include "coordinator/core/core_rules.h"
-#include "coordinator/core/job_table.h"
-#include "coordinator/core/lease_lifecycle.h"
 #include "coordinator/core/rollouts.h"
-#include "coordinator/core/scheduler_decisions.h"
 
 namespace kiln::coordinator {
 
@@ -58,37 +55,40 @@ std::string_view checks_of_level(std::uint32_t level) {
 
 }  // namespace
 
-void AgentSessions::hello(const std::string& peer, const Caller& caller, const protocol::Envelope& m,
-                          const protocol::Hello& hello, TimeMs now) {
+std::optional<HelloTaken> AgentSessions::hello(const std::string& peer, const Caller& caller,
+                                               const protocol::Envelope& m, const protocol::Hello& hello, TimeMs now) {
   const std::optional<std::uint32_t> version = admit_hello(peer, caller, m, hello);
-  if (!version) return;
+  if (!version) return std::nullopt;
   // A node that registers again on a new connection replaces its old session.
   NodeRecord& node = ctx_.registry.open_session(peer, hello.node_id, *version);
-  const bool was_lost = node.summary.node_id.empty() || node.summary.state == NodeState::lost;
+  HelloTaken taken;
+  taken.node_id = hello.node_id;
+  taken.version = *version;
+  taken.was_lost = node.summary.node_id.empty() || node.summary.state == NodeState::lost;
   take_inventory(node, hello, now);
   ctx_.bridge.node_changed(hello.node_id);
 
-  // Reconcile what the agent runs with what this coordinator assigned to it.
-  protocol::Welcome welcome;
-  welcome.protocol_version = *version;
-  welcome.heartbeat_interval_ms = ctx_.knobs.heartbeat_interval_ms;
-  welcome.liveness_missed_beats = ctx_.knobs.liveness_missed_beats;
-  const std::set<std::uint64_t> running(hello.running_jobs.begin(), hello.running_jobs.end());
-  const JobTable::HelloOutcome jobs = jobs_.reconcile_hello(node, hello, welcome, now, leases_);
-  // The node's state first (draining while it stops jobs or its chips changed), then its
-  // chips: updating them schedules at once.
-  scheduling_.inventory_reported(node);
-  scheduling_.sync_node_states(now, jobs_);
-  scheduling_.upsert_node(node, now);
-  scheduling_.sync_node_states(now, jobs_);
-  ctx_.save(node);
-  ctx_.to_agent(peer, welcome, m.header.id);
-  jobs_.resume_on(peer, hello.node_id, running, jobs.stopped, now);
+  // What the agent runs is reconciled with what this coordinator assigned to it (the router has
+  // the job table do it), the answer going in the welcome.
+  taken.welcome.protocol_version = *version;
+  taken.welcome.heartbeat_interval_ms = ctx_.knobs.heartbeat_interval_ms;
+  taken.welcome.liveness_missed_beats = ctx_.knobs.liveness_missed_beats;
+  taken.running.insert(hello.running_jobs.begin(), hello.running_jobs.end());
+  return taken;
+}
+
+void AgentSessions::welcome(const std::string& peer, const protocol::Envelope& m, const HelloTaken& taken) {
+  ctx_.save(ctx_.registry.nodes().at(taken.node_id));
+  ctx_.to_agent(peer, taken.welcome, m.header.id);
+}
+
+void AgentSessions::registered(const protocol::Hello& hello, const HelloTaken& taken, std::size_t jobs_lost) {
   ctx_.log(action::Severity::info,
            fmt::format("node {} registered{} (revision {}, {} chips, agent {}, protocol v{}); running {}, "
                        "cancelling {}, lost {}",
-                       hello.node_id, was_lost ? "" : " again", hello.hardware_revision, hello.chips.size(),
-                       hello.agent_version, *version, running.size(), welcome.cancel_jobs.size(), jobs.lost));
+                       hello.node_id, taken.was_lost ? "" : " again", hello.hardware_revision, hello.chips.size(),
+                       hello.agent_version, taken.version, taken.running.size(), taken.welcome.cancel_jobs.size(),
+                       jobs_lost));
 }
 
 std::optional<std::string> AgentSessions::node_of_session(const std::string& peer, const protocol::Envelope& m,
@@ -107,47 +107,46 @@ std::optional<std::string> AgentSessions::node_of_session(const std::string& pee
   return session->node_id;
 }
 
-void AgentSessions::heartbeat(const std::string& peer, const std::string& node_id, const protocol::Envelope& m,
-                              const protocol::Heartbeat& beat, TimeMs now) {
-  jobs_.reconcile_heartbeat(peer, node_id, beat, now);
-  ctx_.to_agent(peer, protocol::Heartbeat{}, m.header.id);
-  scheduling_.sync_node_states(now, jobs_);
-}
-
-void AgentSessions::job_ended(const std::string& node_id, const JobRecord& job, TimeMs now) {
-  if (job.summary.workload == protocol::kDiagWorkload) apply_diag_result(node_id, job, now);
-  if (job.summary.workload == protocol::kInstallWorkload) apply_install_result(node_id, job, now);
-  if (job.summary.recheck_of_job_id != 0) apply_recheck_result(node_id, job, now);
-}
-
-void AgentSessions::quarantine_request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                                       const protocol::QuarantineNode& request, TimeMs now) {
+std::optional<QuarantineTaken> AgentSessions::quarantine_request(const std::string& client, const Caller& caller,
+                                                                 const protocol::Envelope& m,
+                                                                 const protocol::QuarantineNode& request, TimeMs now) {
   NodeRecord* node = ctx_.registry.find(request.node_id);
   if (caller.role != Role::ci && caller.role != Role::lab && !privileged(caller.role)) {
     ctx_.reply_error(client, m.header.id, Errc::unauthorized,
                      fmt::format("role {} may not quarantine nodes; CI, lab, ops and admin keys may",
                                  protocol::enum_name(caller.role)));
-    return;
+    return std::nullopt;
   }
   if (!node) {
     ctx_.reply_error(client, m.header.id, Errc::not_found,
                      fmt::format("node {} is not registered; `kiln nodes` lists the nodes", request.node_id));
-    return;
+    return std::nullopt;
   }
   // Wrong results may be silent data corruption, which only the level 3 compute self-test sees.
   const std::uint32_t level = request.cause == protocol::QuarantineCause::wrong_results ? 3u : 1u;
   const std::string reason = request.reason + " (by " + caller.key_name + ")";
-  const bool fresh = node->summary.state != NodeState::quarantined;
-  if (fresh) {
-    quarantine(*node, reason, request.owner, level, now, &caller);
+  QuarantineTaken taken;
+  taken.client = client;
+  taken.corr = m.header.id;
+  taken.request = request;
+  taken.fresh = node->summary.state != NodeState::quarantined;
+  if (taken.fresh) {
+    taken.follow_ups.emplace_back(quarantine(*node, reason, request.owner, level, now, &caller));
   } else {
     raise_release_level(*node, level, reason);
     node->summary.wrong_results_job_id = 0;  // another finding: only diagnostics see them all
     ctx_.save(*node);
   }
+  return taken;
+}
+
+void AgentSessions::answer_quarantine(const QuarantineTaken& taken, const JobTable& jobs) {
+  const protocol::QuarantineNode& request = taken.request;
+  NodeRecord* node = ctx_.registry.find(request.node_id);
+  KILN_ASSERT(node != nullptr, "a node quarantined stays registered");
   // Its wrong outputs alone: a correct rerun of that job there also releases it (not a flapping node).
-  const JobRecord* failing = request.failing_job_id != 0 ? jobs_.find(request.failing_job_id) : nullptr;
-  if (fresh && request.cause == protocol::QuarantineCause::wrong_results && failing != nullptr &&
+  const JobRecord* failing = request.failing_job_id != 0 ? jobs.find(request.failing_job_id) : nullptr;
+  if (taken.fresh && request.cause == protocol::QuarantineCause::wrong_results && failing != nullptr &&
       failing->summary.node_id == request.node_id && !failing->summary.chip_indices.empty() &&
       failing->summary.gang_size == 0 && node->recent_quarantines < 2) {
     node->summary.wrong_results_job_id = request.failing_job_id;
@@ -157,16 +156,12 @@ void AgentSessions::quarantine_request(const std::string& client, const Caller& 
         protocol::kMessageText.max_len);
     ctx_.save(*node);
   }
-  ctx_.sink.to_client(client,
+  ctx_.sink.to_client(taken.client,
                       protocol::Ok{fmt::format("node {} is quarantined (owner {}); it returns after passing level {} "
                                                "diagnostics (kiln diag --node {} --level {})",
                                                request.node_id, node->summary.quarantine_owner,
                                                release_diag_level(*node), request.node_id, release_diag_level(*node))},
-                      m.header.id);
-}
-
-void AgentSessions::lose_silent_nodes(TimeMs now) {
-  for (const std::string& id : ctx_.registry.silent_nodes(now)) mark_node_lost(ctx_.registry.nodes().at(id), now);
+                      taken.corr);
 }
 
 std::optional<TimeMs> AgentSessions::next_deadline() const {
@@ -233,7 +228,8 @@ void AgentSessions::take_inventory(NodeRecord& node, const protocol::Hello& hell
   ctx_.registry.heard_from(node, now);
 }
 
-void AgentSessions::health_report(const std::string& node_id, const protocol::HealthReport& report, TimeMs now) {
+NodeFollowUps AgentSessions::health_report(const std::string& node_id, const protocol::HealthReport& report,
+                                          TimeMs now) {
   NodeRecord& node = ctx_.registry.nodes().at(node_id);
   // A failing probe measured before the diagnostics that released the node began says nothing
   // about the repaired node: it must not quarantine it again (nor count it as flapping).
@@ -243,7 +239,7 @@ void AgentSessions::health_report(const std::string& node_id, const protocol::He
     ctx_.log(action::Severity::info, fmt::format("node {}: ignoring a failing health report measured {} ms before the "
                                                  "diagnostics that released it from quarantine",
                                                  node_id, *released - static_cast<TimeMs>(report.measured_at_ms)));
-    return;
+    return {};
   }
   std::vector<std::string> problems;
   for (const auto& check : report.checks) {
@@ -260,32 +256,30 @@ void AgentSessions::health_report(const std::string& node_id, const protocol::He
     for (const auto& check : report.checks) {
       if (check.status == protocol::HealthStatus::fail) level = std::max(level, level_seeing(check.category));
     }
-    quarantine(node, "health probe failed: " + node.summary.health_detail, "lab", level, now);
-  } else if (changed) {
-    ctx_.save(node);
+    return {quarantine(node, "health probe failed: " + node.summary.health_detail, "lab", level, now)};
   }
+  if (changed) ctx_.save(node);
+  return {};
 }
 
-void AgentSessions::apply_diag_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
+NodeFollowUps AgentSessions::diagnostics_ended(const std::string& node_id, const JobRecord& job, TimeMs now) {
+  if (job.summary.workload != protocol::kDiagWorkload) return {};
   auto it = ctx_.registry.nodes().find(node_id);
-  if (it == ctx_.registry.nodes().end()) return;
+  if (it == ctx_.registry.nodes().end()) return {};
   NodeRecord& node = it->second;
   auto outcome = diag_outcome(job.result);
-  if (!outcome) return;
+  if (!outcome) return {};
   const auto level = static_cast<std::uint32_t>(std::clamp(outcome->level, 1, 3));
   if (outcome->verdict == "fail") {
     // The checks that found the fault are the ones that must pass to release the node.
     const std::string reason = fmt::format("level {} diagnostics failed (job {})", level, job.summary.job_id);
-    if (node.summary.state != NodeState::quarantined) {
-      quarantine(node, reason, "lab", level, now);
-    } else {
-      raise_release_level(node, level, reason);
-      node.summary.wrong_results_job_id = 0;  // a fault the diagnostics see: only they release it
-      ctx_.save(node);
-    }
-    return;
+    if (node.summary.state != NodeState::quarantined) return {quarantine(node, reason, "lab", level, now)};
+    raise_release_level(node, level, reason);
+    node.summary.wrong_results_job_id = 0;  // a fault the diagnostics see: only they release it
+    ctx_.save(node);
+    return {};
   }
-  if (node.summary.state != NodeState::quarantined) return;
+  if (node.summary.state != NodeState::quarantined) return {};
   if (level < release_diag_level(node)) {
     // A weaker level cannot see the fault: its pass says nothing about it.
     const std::string refused =
@@ -295,16 +289,15 @@ void AgentSessions::apply_diag_result(const std::string& node_id, const JobRecor
                     release_diag_level(node));
     ctx_.log(action::Severity::warn, refused);
     ctx_.audit("release_refused", "node " + node_id, fmt::format("job {}: {}", job.summary.job_id, refused));
-    jobs_.add_to_detail(job.summary.job_id, refused);
-    return;
+    return {node_follow_up::NoteOnJob{job.summary.job_id, refused}};
   }
-  release_from_quarantine(
-      node, fmt::format("level {} diagnostics {} (job {})", outcome->level, outcome->verdict, job.summary.job_id), job,
-      now);
+  return {release_from_quarantine(
+      node, fmt::format("level {} diagnostics {} (job {})", outcome->level, outcome->verdict, job.summary.job_id),
+      job)};
 }
 
-void AgentSessions::release_from_quarantine(NodeRecord& node, const std::string& how, const JobRecord& job,
-                                            TimeMs now) {
+node_follow_up::StatesChanged AgentSessions::release_from_quarantine(NodeRecord& node, const std::string& how,
+                                                                     const JobRecord& job) {
   const std::string& node_id = node.summary.node_id;
   node.summary.state = node.draining ? NodeState::draining : NodeState::up;
   node.summary.health = protocol::HealthStatus::pass;
@@ -318,12 +311,13 @@ void AgentSessions::release_from_quarantine(NodeRecord& node, const std::string&
   node.summary.wrong_results_job_id = 0;
   ctx_.registry.released_from_quarantine(node_id, job.started_at_ms + ctx_.clock.wall_offset_ms());
   ctx_.save(node);
-  scheduling_.sync_node_states(now, jobs_);
+  return {};
 }
 
-void AgentSessions::apply_install_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
+NodeFollowUps AgentSessions::install_ended(const std::string& node_id, const JobRecord& job, TimeMs now) {
+  if (job.summary.workload != protocol::kInstallWorkload) return {};
   auto it = ctx_.registry.nodes().find(node_id);
-  if (it == ctx_.registry.nodes().end()) return;
+  if (it == ctx_.registry.nodes().end()) return {};
   NodeRecord& node = it->second;
   // The install report says whether the node may take work (docs/health.md); a node whose
   // stack may be half-installed never does, whatever the job's exit code says.
@@ -347,9 +341,8 @@ void AgentSessions::apply_install_result(const std::string& node_id, const JobRe
                          : text_of("reason").empty()   ? std::string()
                                                        : ": " + text_of("reason")));
   if (!fit && node.summary.state != NodeState::quarantined) {
-    quarantine(node, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason), "ops",
-               1, now);
-    return;
+    return {quarantine(node, fmt::format("install job {} left the node unfit for work: {}", job.summary.job_id, reason),
+                       "ops", 1, now)};
   }
   if (job.summary.state == JobState::succeeded && (outcome == "installed" || outcome == "already_installed")) {
     // What the node runs now, until its next hello reads it from the driver again.
@@ -362,16 +355,18 @@ void AgentSessions::apply_install_result(const std::string& node_id, const JobRe
       node.summary.driver_version = version;
     }
     ctx_.save(node);
-    return;
+    return {};
   }
   // A node that does not converge on its environment's bundle takes no work until someone looked.
   if (job.summary.submitted_by == kRolloutSubmitter && node.summary.state != NodeState::quarantined) {
-    quarantine(node,
-               fmt::format("did not converge on bundle {}: install job {} {}: {}", job.summary.bundle_id.substr(0, 12),
-                           job.summary.job_id, outcome.empty() ? "failed" : outcome,
-                           text_of("reason").empty() ? job.summary.detail : text_of("reason")),
-               "ops", 1, now);
+    return {quarantine(node,
+                       fmt::format("did not converge on bundle {}: install job {} {}: {}",
+                                   job.summary.bundle_id.substr(0, 12), job.summary.job_id,
+                                   outcome.empty() ? "failed" : outcome,
+                                   text_of("reason").empty() ? job.summary.detail : text_of("reason")),
+                       "ops", 1, now)};
   }
+  return {};
 }
 
 std::uint32_t AgentSessions::release_diag_level(const NodeRecord& node) const {
@@ -391,8 +386,9 @@ void AgentSessions::raise_release_level(NodeRecord& node, std::uint32_t level, c
              fmt::format("{}: it now returns after passing level {} diagnostics", reason, level));
 }
 
-void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, const std::string& owner,
-                               std::uint32_t release_level, TimeMs now, const Caller* by) {
+node_follow_up::Quarantined AgentSessions::quarantine(NodeRecord& node, const std::string& reason,
+                                                     const std::string& owner, std::uint32_t release_level, TimeMs now,
+                                                     const Caller* by) {
   node.summary.state = NodeState::quarantined;
   ctx_.bridge.node_changed(node.summary.node_id);
   if (node.recent_quarantines == 0 || now - node.flap_window_start_ms > ctx_.knobs.flap_window_ms) {
@@ -420,26 +416,22 @@ void AgentSessions::quarantine(NodeRecord& node, const std::string& reason, cons
   } else {
     ctx_.audit("quarantined", "node " + node.summary.node_id, audited);
   }
-  // The scheduler learns of the quarantine first, so no rerun or withdrawn attempt lands back on
-  // this node.
-  scheduling_.sync_node_states(now, jobs_);
-  jobs_.node_quarantined(node, now);
-  jobs_.rerun_failures_of(node, now);
+  return node_follow_up::Quarantined{node.summary.node_id};
 }
 
-void AgentSessions::drain(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                          const protocol::DrainNode& drain, TimeMs now) {
+std::optional<DrainTaken> AgentSessions::drain(const std::string& client, const Caller& caller,
+                                               const protocol::Envelope& m, const protocol::DrainNode& drain) {
   if (caller.role != Role::ops && caller.role != Role::lab && caller.role != Role::admin) {
     ctx_.reply_error(
         client, m.header.id, Errc::unauthorized,
         fmt::format("role {} may not drain nodes; ask ops, lab or admin", protocol::enum_name(caller.role)));
-    return;
+    return std::nullopt;
   }
   auto it = ctx_.registry.nodes().find(drain.node_id);
   if (it == ctx_.registry.nodes().end()) {
     ctx_.reply_error(client, m.header.id, Errc::not_found,
                      fmt::format("node {} is not registered; `kiln nodes` lists the nodes", drain.node_id));
-    return;
+    return std::nullopt;
   }
   NodeRecord& node = it->second;
   node.draining = drain.drain;
@@ -448,23 +440,31 @@ void AgentSessions::drain(const std::string& client, const Caller& caller, const
     node.summary.state = drain.drain ? NodeState::draining : NodeState::up;
   }
   ctx_.save(node);
-  scheduling_.sync_node_states(now, jobs_);
-  ctx_.sink.push(action::ToClient{client, protocol::Ok{drain.drain ? "draining" : "resumed"}, m.header.id});
-  ctx_.log(action::Severity::info, fmt::format("node {} {} by {}{}", drain.node_id, drain.drain ? "drained" : "resumed",
-                                               caller.key_name, drain.reason.empty() ? "" : ": " + drain.reason));
-  ctx_.audit(caller, drain.drain ? "drained" : "undrained", "node " + drain.node_id, drain.reason);
+  DrainTaken taken;
+  taken.client = client;
+  taken.corr = m.header.id;
+  taken.follow_ups.emplace_back(node_follow_up::StatesChanged{});
+  taken.caller = caller;
+  taken.drain = drain;
+  return taken;
 }
 
-void AgentSessions::mark_node_lost(NodeRecord& node, TimeMs now) {
-  const std::string node_id = node.summary.node_id;
-  node.summary.state = NodeState::lost;
+void AgentSessions::answer_drain(const DrainTaken& taken) {
+  const protocol::DrainNode& drain = taken.drain;
+  ctx_.sink.push(action::ToClient{taken.client, protocol::Ok{drain.drain ? "draining" : "resumed"}, taken.corr});
+  ctx_.log(action::Severity::info, fmt::format("node {} {} by {}{}", drain.node_id, drain.drain ? "drained" : "resumed",
+                                               taken.caller.key_name, drain.reason.empty() ? "" : ": " + drain.reason));
+  ctx_.audit(taken.caller, drain.drain ? "drained" : "undrained", "node " + drain.node_id, drain.reason);
+}
+
+void AgentSessions::lose(const std::string& node_id) {
+  ctx_.registry.nodes().at(node_id).summary.state = NodeState::lost;
   ctx_.registry.close_session(node_id);
   ctx_.bridge.node_changed(node_id);
-  jobs_.forget_stopping_on(node_id);
-  // The scheduler first, so that nothing requeued below is placed on this node again.
-  scheduling_.sync_node_states(now, jobs_);
-  const std::size_t failed_over = jobs_.fail_over_from(node_id, now, leases_);
-  leases_.node_lost(node_id, now);
+}
+
+void AgentSessions::loss_recorded(const std::string& node_id, std::size_t failed_over, TimeMs now) {
+  const NodeRecord& node = ctx_.registry.nodes().at(node_id);
   ctx_.save(node);
   ctx_.log(action::Severity::warn, fmt::format("node {} lost: silent for {} ms; {} jobs failed over", node_id,
                                                now - node.last_seen_ms, failed_over));

@@ -30,9 +30,9 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
       bridge_(knobs.scheduler, clock_now.wall_ms, sink_),
       records_(std::move(recovered.records), std::move(waiver_register)),
       jobs_(context()),
-      leases_(context(), jobs_),
+      leases_(context()),
       scheduling_(context()),
-      agents_(context(), jobs_, leases_, scheduling_),
+      agents_(context()),
       rollouts_(context()),
       job_watches_(sink_, knobs.max_job_watches, knobs.max_job_watches_per_client) {
   const TimeMs now = clock_.advance(clock_now);
@@ -45,7 +45,7 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
   // Leases after the jobs (ending one ends its jobs), before the queued jobs go back to the
   // scheduler: a granted lease's chips are held again before anything else is placed.
   const std::size_t leases_recovered = recovered.leases.size();
-  for (auto& lease : recovered.leases) leases_.recover(std::move(lease), now);
+  for (auto& lease : recovered.leases) carry_out(leases_.recover(std::move(lease), now, jobs_), now);
   leases_.prune_ended();
   const std::size_t resubmitted = jobs_.requeue_recovered(now, leases_);
   scheduling_.refresh_chip_counts(jobs_.index().take_nodes_changed(), jobs_.index());
@@ -73,7 +73,7 @@ std::optional<Action> CoordinatorCore::poll_action() {
 void CoordinatorCore::pump(TimeMs now) {
   // A room carrying out a decision may call the scheduler again; what that decides comes next.
   while (std::optional<OwnedDecision> decision = scheduling_.next_decision(now, jobs_)) carry_out(*decision, now);
-  leases_.dispatch_jobs(now);
+  dispatch_lease_jobs(now);
   scheduling_.refresh_chip_counts(jobs_.index().take_nodes_changed(), jobs_.index());
 }
 
@@ -93,27 +93,30 @@ void CoordinatorCore::carry_out(const OwnedDecision& decision, TimeMs now) {
   const std::string& reason = decision.preempted_for;
   std::visit(Exhaustive{
                  [&](const scheduler::LeaseGranted& act) {
-                   to_owner([&](std::uint64_t lease) { leases_.granted(act, lease, now); },
+                   to_owner([&](std::uint64_t lease) { leases_.granted(act, lease, now, jobs_); },
                             [&](std::uint64_t job) { jobs_.granted(act, job, now); });
                  },
                  [&](const scheduler::PreemptNotice& act) {
-                   to_owner([&](std::uint64_t lease) { leases_.preempt_notice(act, lease, grace_ms, reason, now); },
-                            [&](std::uint64_t job) { jobs_.preempt_notice(act, job, grace_ms, reason, now); });
+                   to_owner(
+                       [&](std::uint64_t lease) {
+                         carry_out(leases_.preempt_notice(act, lease, grace_ms, reason, now), now);
+                       },
+                       [&](std::uint64_t job) { jobs_.preempt_notice(act, job, grace_ms, reason, now); });
                  },
                  [&](const scheduler::Revoke& act) {
-                   to_owner([&](std::uint64_t lease) { leases_.revoked(act, lease); },
+                   to_owner([&](std::uint64_t lease) { carry_out(leases_.revoked(act, lease), now); },
                             [&](std::uint64_t job) { jobs_.revoked(act, job); });
                  },
                  [&](const scheduler::Requeued& act) {
-                   to_owner([&](std::uint64_t lease) { leases_.requeued(act, lease, now); },
+                   to_owner([&](std::uint64_t lease) { leases_.requeued(act, lease, jobs_); },
                             [&](std::uint64_t job) { jobs_.requeued(act, job, now); });
                  },
                  [&](const scheduler::LeaseLost& act) {
-                   to_owner([&](std::uint64_t lease) { leases_.lease_lost(act, lease, now); },
+                   to_owner([&](std::uint64_t lease) { carry_out(leases_.lease_lost(act, lease, now, jobs_), now); },
                             [&](std::uint64_t job) { jobs_.lease_lost(act, job, now, leases_); });
                  },
                  [&](const scheduler::LeaseExpired& act) {
-                   to_owner([&](std::uint64_t lease) { leases_.lease_expired(act, lease, now); },
+                   to_owner([&](std::uint64_t lease) { carry_out(leases_.lease_expired(act, lease), now); },
                             [&](std::uint64_t job) { jobs_.lease_expired(act, job, now); });
                  },
              },
@@ -140,7 +143,7 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
   const TimeMs now = clock_.advance(clock_now);
   KILN_ASSERT(caller.role == Role::agent, "the shell admits only agent keys on the agent socket");
   if (const auto* hello = std::get_if<protocol::Hello>(&m.body)) {
-    agents_.hello(peer, caller, m, *hello, now);
+    register_node(peer, caller, m, *hello, now);
     pump(now);
     return;
   }
@@ -151,7 +154,9 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, protocol::Heartbeat>) {
-          agents_.heartbeat(peer, *node_id, m, body, now);
+          jobs_.reconcile_heartbeat(peer, *node_id, body, now);
+          sink_.to_agent(peer, protocol::Heartbeat{}, m.header.id);
+          scheduling_.sync_node_states(now, jobs_);
         } else if constexpr (std::is_same_v<T, protocol::JobStarted>) {
           jobs_.job_started(*node_id, body);
         } else if constexpr (std::is_same_v<T, protocol::JobFinished>) {
@@ -160,11 +165,11 @@ void CoordinatorCore::on_agent_message(const std::string& peer, const Caller& ca
           // between would leave the store holding the attempt as running, and a restart would count
           // it lost although its agent has forgotten it.
           if (outcome.let_go_under_notice) pump(now);
-          if (outcome.ended) agents_.job_ended(*node_id, *outcome.ended, now);
+          if (outcome.ended) job_ended(*node_id, *outcome.ended, now);
           // Acknowledged in every case, once stored when it mattered, so the agent can forget it.
           sink_.to_agent(peer, protocol::JobFinishedAck{body.job_id, body.attempt}, m.header.id);
         } else if constexpr (std::is_same_v<T, protocol::HealthReport>) {
-          agents_.health_report(*node_id, body, now);
+          carry_out(agents_.health_report(*node_id, body, now), now);
         } else if constexpr (std::is_same_v<T, protocol::ErrorReply>) {
           sink_.log(action::Severity::warn,
                     fmt::format("node {} refused message {}: {}: {}", *node_id, m.header.corr, body.code, body.message));
@@ -333,7 +338,10 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
         } else if constexpr (std::is_same_v<T, protocol::CancelJob>) {
           jobs_.cancel(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::DrainNode>) {
-          agents_.drain(client, caller, m, body, now);
+          if (const std::optional<DrainTaken> taken = agents_.drain(client, caller, m, body)) {
+            carry_out(taken->follow_ups, now);
+            agents_.answer_drain(*taken);
+          }
         } else if constexpr (std::is_same_v<T, protocol::RequestLease>) {
           if (const std::optional<LeaseAsked> asked = leases_.request(client, caller, m, body, now)) {
             // The grant, if there is one now, is among the scheduler's actions.
@@ -341,15 +349,22 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
             leases_.answer_request(*asked, now);
           }
         } else if constexpr (std::is_same_v<T, protocol::ReleaseLease>) {
-          leases_.release(client, caller, m, body, now);
+          carry_out(leases_.release(client, caller, m, body, now), now);
         } else if constexpr (std::is_same_v<T, protocol::ListLeases>) {
           reply(leases_.list(body));
         } else if constexpr (std::is_same_v<T, protocol::WatchLease>) {
           leases_.watch(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::QuarantineNode>) {
-          agents_.quarantine_request(client, caller, m, body, now);
+          if (const std::optional<QuarantineTaken> taken = agents_.quarantine_request(client, caller, m, body, now)) {
+            carry_out(taken->follow_ups, now);
+            agents_.answer_quarantine(*taken, jobs_);
+          }
         } else if constexpr (std::is_same_v<T, protocol::RecheckNode>) {
-          agents_.recheck_request(client, caller, m, body, now);
+          if (const std::optional<RecheckAsked> asked = agents_.recheck_request(client, caller, m, body, jobs_)) {
+            agents_.recheck_submitted(*asked, jobs_.submit_recheck(*jobs_.find(asked->failing_job_id),
+                                                                   registry_.nodes().at(asked->node_id),
+                                                                   asked->caller, now));
+          }
         } else if constexpr (std::is_same_v<T, protocol::PutRecord>) {
           put_record(client, caller, m, body, now);
         } else if constexpr (std::is_same_v<T, protocol::GetRecord>) {
@@ -563,10 +578,10 @@ void CoordinatorCore::on_resumed(Now clock_now, DurationMs paused_ms) {
 
 void CoordinatorCore::on_tick(Now clock_now) {
   const TimeMs now = clock_.advance(clock_now);
-  agents_.lose_silent_nodes(now);
+  lose_silent_nodes(now);
   jobs_.time_out_overdue(now);
   jobs_.give_up_stopping(now);
-  leases_.end_due(now);
+  end_due_leases(now);
   jobs_.revoke_due(now);
   if (auto deadline = bridge_.scheduler().next_deadline(); deadline && bridge_.to_scheduler_time(now) >= *deadline) {
     bridge_.scheduler().on_tick(bridge_.to_scheduler_time(now));

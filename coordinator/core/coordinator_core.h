@@ -7,13 +7,14 @@
 // members; the router converts `now` to the core's clock, hands each message to the room it is
 // for, and carries out the scheduler's decisions after each input (pump):
 //
-// - AgentSessions (agent_messages.h): hello, heartbeats, health reports, quarantine, drains,
-//   nodes lost. The nodes and sessions are the NodeRegistry's (node_registry.h).
+// - AgentSessions (agent_messages.h): hello, health reports, quarantine, drains, nodes lost.
+//   The nodes and sessions are the NodeRegistry's (node_registry.h).
 // - JobTable (job_table.h): the jobs, their attempts (AttemptBook, attempt_book.h), where
 //   each attempt ran and what each node is stopping; submission, cancel, results, failover,
 //   reruns, timeouts, revocation at the end of a notice.
 // - LeaseLifecycle (lease_lifecycle.h): developer leases over DevLeases (dev_leases.h):
-//   requests, releases, watches, expiry, recovery, and dispatching the jobs inside them.
+//   requests, releases, watches, expiry, recovery, and which leases are granted (the job table
+//   dispatches the jobs inside them).
 // - SchedulerDecisions (scheduler_decisions.h): node states told to the scheduler, each of its
 //   decisions handed back with its owner (the router's pump gives it to that room), `kiln
 //   queue` and its --why.
@@ -22,14 +23,13 @@
 // - Rollouts (rollouts.h): nodes converging on what their environment should run.
 //
 // The rooms share a CoreContext (core_context.h: knobs, the ActionSink, the core's clock, the
-// registry and the SchedulerBridge). JobTable, SchedulerDecisions and Rollouts hold no other
-// room: what they read of the jobs and leases is handed to each call, and what they decide
-// comes back to the router, which hands it to the next room (docs/architecture.md, section 3).
-// The lease lifecycle (over the job table) and the agent sessions (over the job table, the
-// lease lifecycle and the scheduler's decisions) still reach other rooms by the references
-// given at construction. A room's methods are defined in its own .cpp, except the
-// job table's handling of scheduler decisions (scheduler_decisions.cpp) and of the jobs inside
-// leases (lease_lifecycle.cpp), kept beside the decisions and leases they follow.
+// registry and the SchedulerBridge) and hold no other room: what they read of another is handed
+// to each call as a const reference, and what they decide for another comes back to the router
+// as a small value (OwnedDecision, LeaseFollowUp, NodeFollowUps, HelloTaken, ...), which it
+// carries out in the order each type documents (docs/architecture.md, section 3), then hands
+// the rest to the room that returned it. A room's methods are defined in its own .cpp files; the
+// router's carrying out of follow-ups and the flows that cross rooms (a hello, a lost node) are
+// in coordinator_core_follow_ups.cpp.
 #pragma once
 
 #include <cstdint>
@@ -73,7 +73,7 @@ class CoordinatorCore {
   // `waiver_register`: whose approvers may waive which gates (RecordBook).
   CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now now,
                   std::shared_ptr<const qualification::RiskRegister> waiver_register = nullptr);
-  // The rooms hold references to each other and to the context.
+  // The rooms hold references to the context, which point into this object.
   CoordinatorCore(const CoordinatorCore&) = delete;
   CoordinatorCore& operator=(const CoordinatorCore&) = delete;
 
@@ -141,6 +141,24 @@ class CoordinatorCore {
   // nodes' chip counts brought up to date.
   void pump(TimeMs now);
   void carry_out(const OwnedDecision& decision, TimeMs now);
+  // What a lease's life does to the jobs inside it, until the lease lifecycle asks for nothing
+  // more (coordinator_core_follow_ups.cpp).
+  void carry_out(std::optional<LeaseFollowUp> follow_up, TimeMs now);
+  // What a node's change asks of the scheduler and the job table, in order.
+  void carry_out(const NodeFollowUps& follow_ups, TimeMs now);
+  // A hello: the session and inventory (AgentSessions), the node's jobs (JobTable), the node told
+  // to the scheduler, the welcome, the node's work resumed.
+  void register_node(const std::string& peer, const Caller& caller, const protocol::Envelope& m,
+                     const protocol::Hello& hello, TimeMs now);
+  // A job's current attempt ended: its result as diagnostics, install or recheck.
+  void job_ended(const std::string& node_id, const JobRecord& job, TimeMs now);
+  // Nodes silent past their liveness deadline are lost: their attempts failed over, the leases
+  // on them queued again.
+  void lose_silent_nodes(TimeMs now);
+  // Expiry and revocation of developer leases at their deadlines, lease by lease.
+  void end_due_leases(TimeMs now);
+  // Jobs inside a granted developer lease start on its chips, first come first served.
+  void dispatch_lease_jobs(TimeMs now);
   // A job taken by the job table, then the nodes' states told to the scheduler.
   Result<std::uint64_t> accept(const Caller& caller, const protocol::SubmitJob& submit, std::uint64_t lease_id,
                                TimeMs now);

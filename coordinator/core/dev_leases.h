@@ -73,7 +73,7 @@ class DevLeases {
   // The earliest watch deadline or revocation of a lease recovered under notice (not ended).
   std::optional<TimeMs> next_deadline() const;
   // Leases granted or under notice whose expiry or grace deadline is at or before `now`, in id
-  // order: the only ones LeaseLifecycle::end_due has anything to do for.
+  // order: the only ones LeaseLifecycle::end_if_due has anything to do for.
   std::vector<std::uint64_t> due(TimeMs now) const;
   // Sets whether the lease is under a notice from before a restart, which the core (not the
   // scheduler) revokes at its grace deadline.

@@ -1,6 +1,7 @@
 // The life of developer leases (kiln lease) as the core drives it: requests, releases, watches,
-// expiry, revocation, recovery after a restart, the scheduler's decisions about lease requests,
-// and, as methods of the job table, what a lease's life does to the jobs that run inside it.
+// expiry, revocation, recovery after a restart, and the scheduler's decisions about lease
+// requests. What a lease's life does to the jobs inside it goes back to the router as a
+// LeaseFollowUp.
 #include "coordinator/core/lease_lifecycle.h"
 
 #include <algorithm>
@@ -22,6 +23,26 @@ std::string revoked_text(std::uint64_t lease_id) {
   return fmt::format("lease L{} revoked: its preemption grace ended", lease_id);
 }
 
+// A lease ending on the coordinator's own finding, giving back `hand_over` if it holds chips.
+lease_follow_up::Ended ending(std::uint64_t lease_id, std::string why,
+                              std::optional<scheduler::LeaseId> hand_over = std::nullopt) {
+  lease_follow_up::Ended ended;
+  ended.lease_id = lease_id;
+  ended.why = std::move(why);
+  ended.hand_over = hand_over;
+  return ended;
+}
+
+lease_follow_up::Revoked revocation(std::uint64_t lease_id, bool requeue,
+                                    std::optional<scheduler::LeaseId> hand_over = std::nullopt) {
+  lease_follow_up::Revoked revoked;
+  revoked.lease_id = lease_id;
+  revoked.why = revoked_text(lease_id);
+  revoked.requeue = requeue;
+  revoked.hand_over = hand_over;
+  return revoked;
+}
+
 }  // namespace
 
 protocol::LeaseList LeaseLifecycle::list(const protocol::ListLeases& request) const {
@@ -34,41 +55,39 @@ protocol::LeaseList LeaseLifecycle::list(const protocol::ListLeases& request) co
   return list;
 }
 
-void LeaseLifecycle::recover(LeaseRecord record, TimeMs now) {
+std::optional<LeaseFollowUp> LeaseLifecycle::recover(LeaseRecord record, TimeMs now, const JobTable& jobs) {
   const std::uint64_t id = record.summary.lease_id;
   DevLease recovered;
   recovered.summary = record.summary;
   DevLease& lease = dev_leases_.add(std::move(recovered));
   lease.requested_at_ms = record.requested_at_ms;
   lease.start_at_ms = record.start_at_ms;
-  lease.summary.job_ids = jobs_.in_lease(id);
+  lease.summary.job_ids = jobs.in_lease(id);
   const LeaseState state = lease.summary.state;
-  if (state == LeaseState::ended) return;
-  auto requeue = [&](const std::string& why) {
+  if (state == LeaseState::ended) return std::nullopt;
+  auto requeue = [&](const std::string& why) -> std::optional<LeaseFollowUp> {
     if (auto s = resubmit_lease(lease, now); !s) {
-      end_lease(lease, fmt::format("{}; it cannot be queued again: {}", why, s.error().message), now);
-      return;
+      return ending(id, fmt::format("{}; it cannot be queued again: {}", why, s.error().message));
     }
-    lease_event(lease, LeaseEventKind::requeued, why + "; queued again keeping its age");
+    lease_event(lease, LeaseEventKind::requeued, why + "; queued again keeping its age", jobs);
+    return std::nullopt;
   };
   if (state == LeaseState::pending) {
     if (auto s = resubmit_lease(lease, now); !s) {
-      end_lease(lease, "cannot be queued again after the coordinator restarted: " + s.error().message, now);
+      return ending(id, "cannot be queued again after the coordinator restarted: " + s.error().message);
     }
-    return;
+    return std::nullopt;
   }
   if (static_cast<TimeMs>(lease.summary.expires_at_ms) <= now) {
-    end_lease(lease, "expired while the coordinator was down", now);
-    return;
+    return ending(id, "expired while the coordinator was down");
   }
   // Granted, or under notice: the same chips are held again, from when they were granted, so
-  // the expiry stays; the nodes have until the liveness timeout to register (mark_node_lost).
+  // the expiry stays; the nodes have until the liveness timeout to register (CoordinatorCore::lose_silent_nodes).
   std::vector<scheduler::Placement> placement;
   for (const auto& p : lease.summary.placement) {
     auto node = ctx_.registry.nodes().find(p.node_id);
     if (node == ctx_.registry.nodes().end() || node->second.summary.state == NodeState::lost) {
-      requeue(fmt::format("its node {} was lost when the coordinator restarted", p.node_id));
-      return;
+      return requeue(fmt::format("its node {} was lost when the coordinator restarted", p.node_id));
     }
     scheduler::Placement held{p.node_id, {}};
     for (std::uint32_t chip : p.chip_indices) held.chips.push_back(static_cast<int>(chip));
@@ -79,13 +98,14 @@ void LeaseLifecycle::recover(LeaseRecord record, TimeMs now) {
                                              ctx_.to_scheduler_time(static_cast<TimeMs>(lease.summary.granted_at_ms)),
                                              ctx_.to_scheduler_time(now));
   if (!held) {
-    requeue("its chips could not be held again after the coordinator restarted (" + held.error().message + ")");
-    return;
+    return requeue("its chips could not be held again after the coordinator restarted (" + held.error().message +
+                   ")");
   }
   lease.scheduler_lease = *held;
   dev_leases_.set_recovered_under_notice(lease, state == LeaseState::preempting);
   ctx_.log(action::Severity::info, fmt::format("lease L{} ({}) holds its chips again until {}", id, lease.summary.owner,
                                                ctx_.clock.text(static_cast<TimeMs>(lease.summary.expires_at_ms))));
+  return std::nullopt;
 }
 
 std::optional<LeaseAsked> LeaseLifecycle::request(const std::string& client, const Caller& caller,
@@ -184,19 +204,22 @@ void LeaseLifecycle::answer_request(const LeaseAsked& asked, TimeMs now) {
   ctx_.sink.push(action::ToClient{asked.client, std::move(pending), asked.corr});
 }
 
-void LeaseLifecycle::release(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                             const protocol::ReleaseLease& release, TimeMs now) {
+std::optional<LeaseFollowUp> LeaseLifecycle::release(const std::string& client, const Caller& caller,
+                                                     const protocol::Envelope& m, const protocol::ReleaseLease& release,
+                                                     TimeMs now) {
   DevLease* lease = callers_lease(client, caller, m, release.lease_id, "only its owner, ops or admin may release it");
-  if (!lease) return;
+  if (!lease) return std::nullopt;
   if (lease->summary.state == LeaseState::ended) {
     ctx_.reply_error(client, m.header.id, Errc::conflict,
                      fmt::format("lease L{} already ended: {}", release.lease_id, lease->summary.detail));
-    return;
+    return std::nullopt;
   }
-  release_lease_chips(*lease, now);
-  end_lease(*lease, fmt::format("released by {}", caller.key_name), now, &caller);
-  ctx_.sink.push(
-      action::ToClient{client, protocol::Ok{fmt::format("lease L{} released", release.lease_id)}, m.header.id});
+  lease_follow_up::Ended released =
+      ending(release.lease_id, fmt::format("released by {}", caller.key_name), release_lease_chips(*lease, now));
+  released.actor = caller;
+  released.client = client;
+  released.corr = m.header.id;
+  return released;
 }
 
 void LeaseLifecycle::watch(const std::string& client, const Caller& caller, const protocol::Envelope& m,
@@ -261,7 +284,8 @@ protocol::LeaseEvent LeaseLifecycle::status_event(const DevLease& lease, TimeMs 
   return event;
 }
 
-void LeaseLifecycle::lease_event(DevLease& lease, LeaseEventKind kind, std::string message, const Caller* actor) {
+void LeaseLifecycle::lease_event(DevLease& lease, LeaseEventKind kind, std::string message, const JobTable& jobs,
+                                 const Caller* actor) {
   if (kind != LeaseEventKind::status) {
     const std::string action = kind == LeaseEventKind::preempt_notice ? "preempted"
                                                                       : "lease_" + std::string(protocol::enum_name(kind));
@@ -272,27 +296,31 @@ void LeaseLifecycle::lease_event(DevLease& lease, LeaseEventKind kind, std::stri
       ctx_.audit(action, subject, message);
     }
   }
-  dev_leases_.record_event(lease, kind, std::move(message), jobs_.in_lease(lease.summary.lease_id));
+  dev_leases_.record_event(lease, kind, std::move(message), jobs.in_lease(lease.summary.lease_id));
 }
 
-void LeaseLifecycle::end_lease(DevLease& lease, const std::string& why, TimeMs now, const Caller* actor) {
-  lease.summary.state = LeaseState::ended;
-  lease.summary.placement.clear();
-  lease.summary.grace_deadline_ms = 0;
-  lease.scheduler_lease.reset();
-  jobs_.lease_ended(lease.summary.lease_id, why, now);
-  lease_event(lease, LeaseEventKind::ended, why, actor);
+void LeaseLifecycle::record_end(const lease_follow_up::Ended& ended, const JobTable& jobs) {
+  DevLease* lease = dev_leases_.find(ended.lease_id);
+  KILN_ASSERT(lease != nullptr, "a lease ending is kept until its end is recorded");
+  lease->summary.state = LeaseState::ended;
+  lease->summary.placement.clear();
+  lease->summary.grace_deadline_ms = 0;
+  lease->scheduler_lease.reset();
+  lease_event(*lease, LeaseEventKind::ended, ended.why, jobs, ended.actor ? &*ended.actor : nullptr);
   dev_leases_.prune_ended();
+  if (!ended.client.empty()) {
+    ctx_.sink.push(
+        action::ToClient{ended.client, protocol::Ok{fmt::format("lease L{} released", ended.lease_id)}, ended.corr});
+  }
 }
 
-void LeaseLifecycle::release_lease_chips(DevLease& lease, TimeMs now) {
+std::optional<scheduler::LeaseId> LeaseLifecycle::release_lease_chips(const DevLease& lease, TimeMs now) {
   const scheduler::RequestId request = ctx_.bridge.request_of(request_owner::DevLease{lease.summary.lease_id});
   auto held = ctx_.scheduler().lease_of(request);
-  if (!held) {
-    if (ctx_.scheduler().is_pending(request)) (void)ctx_.scheduler().cancel(request, ctx_.to_scheduler_time(now));
-    return;
+  if (!held && ctx_.scheduler().is_pending(request)) {
+    (void)ctx_.scheduler().cancel(request, ctx_.to_scheduler_time(now));
   }
-  jobs_.take_over_lease_chips(lease.summary.lease_id, *held, now);
+  return held;
 }
 
 scheduler::Request LeaseLifecycle::lease_request(const DevLease& lease) {
@@ -324,41 +352,48 @@ Status LeaseLifecycle::resubmit_lease(DevLease& lease, TimeMs now) {
   return ctx_.scheduler().submit(req, ctx_.to_scheduler_time(now));
 }
 
-void LeaseLifecycle::end_due(TimeMs now) {
-  for (const std::uint64_t id : dev_leases_.due(now)) {
-    DevLease* due = dev_leases_.find(id);
-    if (due == nullptr) continue;  // forgotten meanwhile, ended by what another lease's end did
-    DevLease& lease = *due;
-    const auto state = lease.summary.state;
-    if (state != LeaseState::granted && state != LeaseState::preempting) continue;
-    if (lease.summary.expires_at_ms > 0 && now >= static_cast<TimeMs>(lease.summary.expires_at_ms)) {
-      release_lease_chips(lease, now);
-      end_lease(lease, "expired", now);
-      continue;
-    }
-    if (state != LeaseState::preempting || now < static_cast<TimeMs>(lease.summary.grace_deadline_ms)) continue;
-    // Without running jobs the scheduler's own revocation at this deadline does the same,
-    // unless the notice predates a coordinator restart and the scheduler does not know of it.
-    if (!jobs_.runs_in_lease(id) && !lease.recovered_under_notice) continue;
-    jobs_.cancel_running_in_lease(id, revoked_text(id));
-    release_lease_chips(lease, now);
-    if (auto s = resubmit_lease(lease, now); !s) {
-      end_lease(lease, "revoked after its preemption grace and cannot be queued again: " + s.error().message, now);
-      continue;
-    }
-    lease_event(lease, LeaseEventKind::requeued, "revoked at the end of its grace; queued again keeping its age");
+std::optional<LeaseFollowUp> LeaseLifecycle::end_if_due(std::uint64_t lease_id, TimeMs now, const JobTable& jobs) {
+  DevLease* due = dev_leases_.find(lease_id);
+  if (due == nullptr) return std::nullopt;  // forgotten meanwhile, ended by what another lease's end did
+  DevLease& lease = *due;
+  const auto state = lease.summary.state;
+  if (state != LeaseState::granted && state != LeaseState::preempting) return std::nullopt;
+  if (lease.summary.expires_at_ms > 0 && now >= static_cast<TimeMs>(lease.summary.expires_at_ms)) {
+    return ending(lease_id, "expired", release_lease_chips(lease, now));
   }
+  if (state != LeaseState::preempting || now < static_cast<TimeMs>(lease.summary.grace_deadline_ms)) {
+    return std::nullopt;
+  }
+  // Without running jobs the scheduler's own revocation at this deadline does the same,
+  // unless the notice predates a coordinator restart and the scheduler does not know of it.
+  if (!jobs.runs_in_lease(lease_id) && !lease.recovered_under_notice) return std::nullopt;
+  // The chips are looked up before the jobs are told to stop: telling them changes nothing the
+  // scheduler holds.
+  return revocation(lease_id, true, release_lease_chips(lease, now));
 }
 
-void LeaseLifecycle::lease_node_lost(DevLease& lease, const std::string& node_id, TimeMs now) {
+std::optional<LeaseFollowUp> LeaseLifecycle::requeue_revoked(std::uint64_t lease_id, TimeMs now,
+                                                             const JobTable& jobs) {
+  DevLease& lease = dev_leases_.all().at(lease_id);
+  if (auto s = resubmit_lease(lease, now); !s) {
+    return ending(lease_id,
+                                  "revoked after its preemption grace and cannot be queued again: " + s.error().message);
+  }
+  lease_event(lease, LeaseEventKind::requeued, "revoked at the end of its grace; queued again keeping its age", jobs);
+  return std::nullopt;
+}
+
+std::optional<LeaseFollowUp> LeaseLifecycle::lease_node_lost(DevLease& lease, const std::string& node_id, TimeMs now,
+                                                             const JobTable& jobs) {
   // The scheduler forgot the request with the node: ask again with the original age.
   if (auto s = resubmit_lease(lease, now); !s) {
-    end_lease(lease,
-              fmt::format("node {} was lost and the lease cannot be queued again: {}", node_id, s.error().message),
-              now);
-    return;
+    return ending(
+        lease.summary.lease_id,
+        fmt::format("node {} was lost and the lease cannot be queued again: {}", node_id, s.error().message));
   }
-  lease_event(lease, LeaseEventKind::requeued, fmt::format("node {} was lost; queued again keeping its age", node_id));
+  lease_event(lease, LeaseEventKind::requeued, fmt::format("node {} was lost; queued again keeping its age", node_id),
+              jobs);
+  return std::nullopt;
 }
 
 bool LeaseLifecycle::runs_on_lease_chips(const JobRecord& job) const {
@@ -381,11 +416,17 @@ void LeaseLifecycle::answer_watches(TimeMs now) {
   }
 }
 
-void LeaseLifecycle::dispatch_jobs(TimeMs now) {
+std::vector<const protocol::LeaseSummary*> LeaseLifecycle::granted() const {
+  std::vector<const protocol::LeaseSummary*> granted;
+  for (const auto& [lease_id, lease] : dev_leases_.all()) {
+    if (lease.summary.state == LeaseState::granted) granted.push_back(&lease.summary);
+  }
+  return granted;
+}
+
+void LeaseLifecycle::jobs_dispatched(const JobTable& jobs) {
   for (auto& [lease_id, lease] : dev_leases_.all()) {
-    if (lease.summary.state != LeaseState::granted) continue;
-    jobs_.dispatch_in_lease(lease.summary, now);
-    lease.summary.job_ids = jobs_.in_lease(lease_id);
+    if (lease.summary.state == LeaseState::granted) lease.summary.job_ids = jobs.in_lease(lease_id);
   }
 }
 
@@ -395,7 +436,8 @@ DevLease* LeaseLifecycle::lease_holding(std::uint64_t lease_id, std::optional<sc
   return dev;
 }
 
-void LeaseLifecycle::node_lost(const std::string& node_id, TimeMs now) {
+std::vector<std::uint64_t> LeaseLifecycle::holding_chips_on(const std::string& node_id) const {
+  // Collected first: ending a lease may prune ended ones from dev_leases_.all().
   std::vector<std::uint64_t> leases_here;
   for (const auto& [id, lease] : dev_leases_.all()) {
     const auto request = ctx_.bridge.find_request(request_owner::DevLease{id});
@@ -404,14 +446,17 @@ void LeaseLifecycle::node_lost(const std::string& node_id, TimeMs now) {
                                   [&](const protocol::LeasePlacement& p) { return p.node_id == node_id; });
     if (here) leases_here.push_back(id);
   }
-  // Collected first: ending a lease may prune ended ones from dev_leases_.all().
-  for (std::uint64_t id : leases_here) {
-    (void)ctx_.scheduler().cancel(ctx_.bridge.request_of(request_owner::DevLease{id}), ctx_.to_scheduler_time(now));
-    lease_node_lost(dev_leases_.all().at(id), node_id, now);
-  }
+  return leases_here;
 }
 
-void LeaseLifecycle::granted(const scheduler::LeaseGranted& granted, std::uint64_t lease_id, TimeMs now) {
+std::optional<LeaseFollowUp> LeaseLifecycle::node_lost(std::uint64_t lease_id, const std::string& node_id, TimeMs now,
+                                                       const JobTable& jobs) {
+  (void)ctx_.scheduler().cancel(ctx_.bridge.request_of(request_owner::DevLease{lease_id}), ctx_.to_scheduler_time(now));
+  return lease_node_lost(dev_leases_.all().at(lease_id), node_id, now, jobs);
+}
+
+void LeaseLifecycle::granted(const scheduler::LeaseGranted& granted, std::uint64_t lease_id, TimeMs now,
+                             const JobTable& jobs) {
   DevLease* lease = dev_leases_.find(lease_id);
   if (!lease || lease->summary.state != LeaseState::pending) {
     // Released in the same step that granted it: give the chips straight back.
@@ -437,31 +482,38 @@ void LeaseLifecycle::granted(const scheduler::LeaseGranted& granted, std::uint64
   lease_event(*lease, LeaseEventKind::granted,
               fmt::format("granted {} until {}{}", fmt::join(where, " and "),
                           ctx_.clock.text(static_cast<TimeMs>(lease->summary.expires_at_ms)),
-                          granted.borrowed ? " (on borrowed capacity: reclaimed first)" : ""));
+                          granted.borrowed ? " (on borrowed capacity: reclaimed first)" : ""),
+              jobs);
 }
 
-void LeaseLifecycle::preempt_notice(const scheduler::PreemptNotice& notice, std::uint64_t lease_id, TimeMs grace_ms,
-                                    const std::string& reason, TimeMs now) {
+std::optional<LeaseFollowUp> LeaseLifecycle::preempt_notice(const scheduler::PreemptNotice& notice,
+                                                            std::uint64_t lease_id, TimeMs grace_ms,
+                                                            const std::string& reason, TimeMs now) {
   DevLease* lease = lease_holding(lease_id, notice.lease);
-  if (!lease) return;
+  if (!lease) return std::nullopt;
   const auto deadline = static_cast<std::uint64_t>(std::max<TimeMs>(0, now + grace_ms));
   // A notice given before a coordinator restart still holds: the earlier deadline stands.
   const bool noticed = lease->summary.state == LeaseState::preempting && lease->summary.grace_deadline_ms > 0;
   lease->summary.grace_deadline_ms = noticed ? std::min(lease->summary.grace_deadline_ms, deadline) : deadline;
   lease->summary.state = LeaseState::preempting;
-  jobs_.warn_of_preemption_in_lease(lease_id, grace_ms, reason);
-  lease_event(*lease, LeaseEventKind::preempt_notice,
+  return lease_follow_up::Noticed{lease_id, grace_ms, reason};
+}
+
+void LeaseLifecycle::record_notice(const lease_follow_up::Noticed& noticed, TimeMs now, const JobTable& jobs) {
+  const TimeMs grace_ms = noticed.grace_ms;
+  lease_event(dev_leases_.all().at(noticed.lease_id), LeaseEventKind::preempt_notice,
               fmt::format("{}: release the lease in {} (at {}); it is then revoked and queued again keeping "
                           "its age",
-                          reason, human_duration(grace_ms), ctx_.clock.text(now + grace_ms, grace_ms < kHourMs)));
+                          noticed.reason, human_duration(grace_ms), ctx_.clock.text(now + grace_ms, grace_ms < kHourMs)),
+              jobs);
 }
 
-void LeaseLifecycle::revoked(const scheduler::Revoke& revoke, std::uint64_t lease_id) {
-  if (!lease_holding(lease_id, revoke.lease)) return;
-  jobs_.cancel_running_in_lease(lease_id, revoked_text(lease_id));
+std::optional<LeaseFollowUp> LeaseLifecycle::revoked(const scheduler::Revoke& revoke, std::uint64_t lease_id) {
+  if (!lease_holding(lease_id, revoke.lease)) return std::nullopt;
+  return revocation(lease_id, false);
 }
 
-void LeaseLifecycle::requeued(const scheduler::Requeued& requeued, std::uint64_t lease_id, TimeMs) {
+void LeaseLifecycle::requeued(const scheduler::Requeued& requeued, std::uint64_t lease_id, const JobTable& jobs) {
   DevLease* lease = lease_holding(lease_id, requeued.previous_lease);
   if (!lease) return;
   lease->scheduler_lease.reset();
@@ -469,15 +521,20 @@ void LeaseLifecycle::requeued(const scheduler::Requeued& requeued, std::uint64_t
   lease->summary.placement.clear();
   lease->summary.grace_deadline_ms = 0;
   lease->summary.expires_at_ms = 0;
-  lease_event(*lease, LeaseEventKind::requeued, "preempted; queued again keeping its age");
+  lease_event(*lease, LeaseEventKind::requeued, "preempted; queued again keeping its age", jobs);
 }
 
-void LeaseLifecycle::lease_lost(const scheduler::LeaseLost& lost, std::uint64_t lease_id, TimeMs now) {
-  if (DevLease* lease = lease_holding(lease_id, lost.lease)) lease_node_lost(*lease, lost.node, now);
+std::optional<LeaseFollowUp> LeaseLifecycle::lease_lost(const scheduler::LeaseLost& lost, std::uint64_t lease_id,
+                                                        TimeMs now, const JobTable& jobs) {
+  DevLease* lease = lease_holding(lease_id, lost.lease);
+  if (!lease) return std::nullopt;
+  return lease_node_lost(*lease, lost.node, now, jobs);
 }
 
-void LeaseLifecycle::lease_expired(const scheduler::LeaseExpired& expired, std::uint64_t lease_id, TimeMs now) {
-  if (DevLease* lease = lease_holding(lease_id, expired.lease)) end_lease(*lease, "expired", now);
+std::optional<LeaseFollowUp> LeaseLifecycle::lease_expired(const scheduler::LeaseExpired& expired,
+                                                           std::uint64_t lease_id) {
+  if (!lease_holding(lease_id, expired.lease)) return std::nullopt;
+  return ending(lease_id, "expired");
 }
 
 }  // namespace kiln::coordinator

@@ -37,23 +37,24 @@ std::optional<bool> outputs_correct(const std::string& result) {
 
 }  // namespace
 
-void AgentSessions::recheck_request(const std::string& client, const Caller& caller, const protocol::Envelope& m,
-                                    const protocol::RecheckNode& request, TimeMs now) {
+std::optional<RecheckAsked> AgentSessions::recheck_request(const std::string& client, const Caller& caller,
+                                                           const protocol::Envelope& m,
+                                                           const protocol::RecheckNode& request, const JobTable& jobs) {
   const auto refuse = [&](Errc code, std::string why) { ctx_.reply_error(client, m.header.id, code, std::move(why)); };
   if (caller.role != Role::ci && caller.role != Role::lab && !privileged(caller.role)) {
     refuse(Errc::unauthorized, fmt::format("role {} may not recheck nodes; CI, lab, ops and admin keys may",
                                            protocol::enum_name(caller.role)));
-    return;
+    return std::nullopt;
   }
   NodeRecord* node = ctx_.registry.find(request.node_id);
   if (!node) {
     refuse(Errc::not_found, fmt::format("node {} is not registered; `kiln nodes` lists the nodes", request.node_id));
-    return;
+    return std::nullopt;
   }
   if (node->summary.state != NodeState::quarantined) {
     refuse(Errc::invalid_argument, fmt::format("node {} is not quarantined ({}): there is nothing to recheck",
                                                request.node_id, protocol::enum_name(node->summary.state)));
-    return;
+    return std::nullopt;
   }
   const std::uint64_t failing_id = node->summary.wrong_results_job_id;
   if (failing_id == 0) {
@@ -61,34 +62,38 @@ void AgentSessions::recheck_request(const std::string& client, const Caller& cal
            fmt::format("node {} was not quarantined for one job's wrong outputs alone ({}): a rerun cannot clear "
                        "that; run kiln diag {} --level {}",
                        request.node_id, node->summary.quarantine_reason, request.node_id, release_diag_level(*node)));
-    return;
+    return std::nullopt;
   }
-  const JobRecord* failing = jobs_.find(failing_id);
+  const JobRecord* failing = jobs.find(failing_id);
   if (!failing) {
     refuse(Errc::not_found, fmt::format("job {}, whose wrong outputs quarantined {}, is no longer kept; run kiln diag "
                                         "{} --level 3",
                                         failing_id, request.node_id, request.node_id));
-    return;
+    return std::nullopt;
   }
-  auto id = jobs_.submit_recheck(*failing, *node, caller, now);
-  if (!id) {
-    refuse(id.error().code, id.error().message);
-    return;
-  }
-  ctx_.audit(caller, "recheck_requested", "node " + request.node_id,
-             fmt::format("job {} reruns job {}, whose outputs were wrong there", *id, failing_id));
-  ctx_.sink.to_client(client, protocol::JobAccepted{*id}, m.header.id);
+  return RecheckAsked{client, m.header.id, caller, request.node_id, failing_id};
 }
 
-void AgentSessions::apply_recheck_result(const std::string& node_id, const JobRecord& job, TimeMs now) {
+void AgentSessions::recheck_submitted(const RecheckAsked& asked, const Result<std::uint64_t>& job_id) {
+  if (!job_id) {
+    ctx_.reply_error(asked.client, asked.corr, job_id.error().code, job_id.error().message);
+    return;
+  }
+  ctx_.audit(asked.caller, "recheck_requested", "node " + asked.node_id,
+             fmt::format("job {} reruns job {}, whose outputs were wrong there", *job_id, asked.failing_job_id));
+  ctx_.sink.to_client(asked.client, protocol::JobAccepted{*job_id}, asked.corr);
+}
+
+NodeFollowUps AgentSessions::recheck_ended(const std::string& node_id, const JobRecord& job) {
+  if (job.summary.recheck_of_job_id == 0) return {};
   NodeRecord* node = ctx_.registry.find(node_id);
-  if (!node) return;
+  if (!node) return {};
   const std::uint64_t failing_id = job.summary.recheck_of_job_id;
   if (node->summary.state != NodeState::quarantined || node->summary.wrong_results_job_id != failing_id) {
-    jobs_.add_to_detail(job.summary.job_id, fmt::format("node {} is no longer quarantined for job {}'s wrong outputs: "
-                                                        "this rerun decides nothing",
-                                                        node_id, failing_id));
-    return;
+    return {node_follow_up::NoteOnJob{job.summary.job_id,
+                                      fmt::format("node {} is no longer quarantined for job {}'s wrong outputs: "
+                                                  "this rerun decides nothing",
+                                                  node_id, failing_id)}};
   }
   // A workload may exit non-zero on wrong outputs: its document still says so.
   const std::optional<bool> correct = outputs_correct(job.result);
@@ -104,13 +109,11 @@ void AgentSessions::apply_recheck_result(const std::string& node_id, const JobRe
                     node_id, job.summary.job_id, failing_id, why, node_id, node_id);
     ctx_.log(action::Severity::warn, stays);
     ctx_.audit("release_refused", "node " + node_id, stays);
-    jobs_.add_to_detail(job.summary.job_id, stays);
-    return;
+    return {node_follow_up::NoteOnJob{job.summary.job_id, stays}};
   }
-  release_from_quarantine(*node,
-                          fmt::format("job {} reran job {} there with correct outputs", job.summary.job_id, failing_id),
-                          job, now);
-  jobs_.add_to_detail(job.summary.job_id, fmt::format("node {} leaves quarantine", node_id));
+  return {release_from_quarantine(
+              *node, fmt::format("job {} reran job {} there with correct outputs", job.summary.job_id, failing_id), job),
+          node_follow_up::NoteOnJob{job.summary.job_id, fmt::format("node {} leaves quarantine", node_id)}};
 }
 
 }  // namespace kiln::coordinator

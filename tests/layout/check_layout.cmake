@@ -3,7 +3,10 @@
 # -DKILN_SOURCE_ROOT=<checkout>.
 #   - no library includes the CLI: cli/ is included from cli/ only;
 #   - nothing outside sim/ (and the tests and fuzzers) includes the sim;
-#   - the coordinator includes no qualification domain, qualifier, release decision or CLI code.
+#   - the coordinator includes no qualification domain, qualifier, release decision or CLI code;
+#   - no room of the coordinator core holds another: no header of coordinator/core declares a
+#     member that is a reference or pointer to a room (what a room reads of another is a const&
+#     parameter of the call, what it decides for another goes back to the router).
 if(NOT KILN_SOURCE_ROOT)
   message(FATAL_ERROR "run as: cmake -DKILN_SOURCE_ROOT=<checkout> -P check_layout.cmake")
 endif()
@@ -33,11 +36,27 @@ foreach(source IN LISTS sources)
     endif()
   endforeach()
 endforeach()
+# The rooms of the coordinator core (coordinator_core.h): a member line is a declaration ending in
+# `;`, `=` or `{` after its name, so parameters (followed by `,` or `)`) do not match.
+set(rooms "JobTable|LeaseLifecycle|SchedulerDecisions|AgentSessions|Rollouts|RecordBook")
+set(member_of_room "^[ \t]*(const[ \t]+)?(${rooms})[ \t]*[&*][ \t]*[A-Za-z_][A-Za-z0-9_]*[ \t]*(;|=|{)")
+file(GLOB core_headers RELATIVE ${KILN_SOURCE_ROOT} ${KILN_SOURCE_ROOT}/coordinator/core/*.h)
+list(LENGTH core_headers core_header_count)
+if(core_header_count LESS 10)
+  message(FATAL_ERROR "layout_test found only ${core_header_count} headers in coordinator/core: is that the checkout?")
+endif()
+foreach(header IN LISTS core_headers)
+  file(STRINGS ${KILN_SOURCE_ROOT}/${header} members REGEX "${member_of_room}")
+  foreach(member IN LISTS members)
+    string(REGEX REPLACE "^[ \t]*([^;={]*[^;={ \t]).*$" "\\1" member "${member}")
+    list(APPEND problems "${header} declares the member `${member}`: a room holds no other room, so take what it reads as a const& parameter and hand what it decides for another back to the router (docs/architecture.md, section 3)")
+  endforeach()
+endforeach()
 if(checked LESS 100)
   message(FATAL_ERROR "layout_test read only ${checked} source files under ${KILN_SOURCE_ROOT}: is that the checkout?")
 endif()
 if(problems)
   list(JOIN problems "\n  " text)
-  message(FATAL_ERROR "the layout's include rules are broken:\n  ${text}")
+  message(FATAL_ERROR "the layout's rules are broken:\n  ${text}")
 endif()
-message(STATUS "layout: ${checked} source files follow the include rules")
+message(STATUS "layout: ${checked} source files follow the include rules; the ${core_header_count} headers of coordinator/core declare no room holding another")

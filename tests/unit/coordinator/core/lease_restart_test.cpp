@@ -302,3 +302,37 @@ TEST_CASE("a lease recovered under notice and then released leaves no deadline b
   const auto next = h.core.next_deadline();
   CHECK((!next || *next > after));
 }
+
+TEST_CASE("a released lease stops its running job and cancels its queued one before its end is told: the ended "
+          "event lists only the job still stopping") {
+  Harness h(knobs());
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  REQUIRE(std::holds_alternative<LeaseGranted>(h.client("alice", Role::developer, lease_request(8), 10)));
+  const auto running = std::get<JobAccepted>(h.client("alice", Role::developer, SubmitInLease{1, sleep_job(8)}, 20));
+  h.agent("p1", "n01", JobStarted{running.job_id, 1}, 30);
+  const auto waiting = std::get<JobAccepted>(h.client("alice", Role::developer, SubmitInLease{1, sleep_job(4)}, 40));
+  REQUIRE(h.job(waiting.job_id).summary.state == JobState::queued);
+  // A watcher parked on the lease hears its end.
+  const LeaseSummary granted = lease_of(h, 1);
+  h.core.on_client_message("c-bob", Caller{"bob", Role::ops},
+                           make_envelope(WatchLease{1, granted.event_seq, 60000}, h.next_id++), 50);
+  h.drain();
+  const std::size_t replies = h.to_clients.size();
+
+  h.core.on_client_message("c-alice", Caller{"alice", Role::developer}, make_envelope(ReleaseLease{1}, h.next_id++),
+                           60);
+  h.drain();
+  CHECK(h.job(waiting.job_id).summary.state == JobState::cancelled);
+  const auto cancels = h.agent_bodies<JobCancel>("p1");
+  REQUIRE(cancels.size() == 1);
+  CHECK(cancels[0].job_id == running.job_id);
+  // The watcher's event, then the release's answer: the event was recorded once the jobs had been
+  // told, so it names the job still stopping and not the one cancelled.
+  REQUIRE(h.to_clients.size() == replies + 2);
+  const auto& event = std::get<LeaseEvent>(h.to_clients[replies].body);
+  CHECK(h.to_clients[replies].client == "c-bob");
+  CHECK(event.kind == LeaseEventKind::ended);
+  CHECK(event.lease.job_ids == std::vector<std::uint64_t>{running.job_id});
+  CHECK(std::holds_alternative<Ok>(h.to_clients[replies + 1].body));
+  CHECK(h.stored_leases.at(1).summary.job_ids == std::vector<std::uint64_t>{running.job_id});
+}
