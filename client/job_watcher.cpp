@@ -12,16 +12,15 @@ namespace {
 // At most this many jobs, and leases, in one watch_jobs (its protocol bound); more are watched in turns.
 constexpr std::size_t kMaxJobsPerWatch = 1000;
 
-// A followed lease the coordinator no longer holds: it ended (long enough ago to be forgotten).
-protocol::LeaseSummary gone(std::uint64_t lease_id) {
+}  // namespace
+
+protocol::LeaseSummary ended_lease(std::uint64_t lease_id) {
   protocol::LeaseSummary lease;
   lease.lease_id = lease_id;
   lease.state = protocol::LeaseState::ended;
   lease.detail = fmt::format("the coordinator no longer holds lease L{}: it ended a while ago", lease_id);
   return lease;
 }
-
-}  // namespace
 
 void JobWatcher::follow(std::uint64_t job_id) {
   Followed followed;
@@ -96,7 +95,7 @@ Result<WatchedChanges> JobWatcher::watch() {
   changes.jobs = take_changed(now);
   if (asks_leases && pushes_ == Pushes::yes) {
     std::vector<protocol::LeaseSummary> leases = std::move(events->leases);
-    for (std::uint64_t lease_id : events->unknown_lease_ids) leases.push_back(gone(lease_id));
+    for (std::uint64_t lease_id : events->unknown_lease_ids) leases.push_back(ended_lease(lease_id));
     changes.leases = take_changed_leases(leases);
   } else if (!leases_.empty()) {
     auto leases = read_leases();
@@ -141,7 +140,7 @@ Result<std::vector<protocol::LeaseSummary>> JobWatcher::read_leases() {
   for (const auto& [lease_id, followed] : leases_) {
     const auto it = std::find_if(list->leases.begin(), list->leases.end(),
                                  [&](const protocol::LeaseSummary& lease) { return lease.lease_id == lease_id; });
-    now.push_back(it == list->leases.end() ? gone(lease_id) : *it);
+    now.push_back(it == list->leases.end() ? ended_lease(lease_id) : *it);
   }
   return now;
 }

@@ -32,6 +32,10 @@ struct WatchedChanges {
   bool empty() const { return jobs.empty() && leases.empty() && !nodes_changed; }
 };
 
+// A followed lease the coordinator no longer holds (it ended long enough ago to be forgotten), as
+// it is reported: ended, saying so.
+protocol::LeaseSummary ended_lease(std::uint64_t lease_id);
+
 class JobWatcher {
  public:
   // `wait_ms`: how long one watch may wait for a change; `poll_interval`: between polls of an
