@@ -36,6 +36,16 @@ LeaseSummary lease_in(std::uint64_t id, LeaseState state) {
   return lease;
 }
 
+// A watcher of job 7, lease 3 and the node list from `nodes_revision`.
+cli::JobWatcher watcher_of_all(cli::Client& coordinator, std::uint64_t nodes_revision,
+                               std::chrono::milliseconds poll_interval) {
+  cli::JobWatcher watcher(coordinator, 30000, poll_interval);
+  watcher.follow_nodes(nodes_revision);
+  watcher.follow(7);
+  watcher.follow_lease(3);
+  return watcher;
+}
+
 // Answers each watch_jobs with the next of `events` (or, knowing no watch_jobs, bad_message as an
 // older coordinator does) and each get_job with the job in `polled`'s next state.
 class ScriptedCoordinator final : public cli::Client {
@@ -134,10 +144,7 @@ TEST_CASE("a job watcher hears a lease's grant and a change of the node list fro
   ScriptedCoordinator coordinator;
   coordinator.events = {events_of({job_in(7, JobState::assigned, 1)}, 5, {lease_in(3, LeaseState::pending)}),
                         events_of({}, 5, {lease_in(3, LeaseState::granted)}), events_of({}, 6)};
-  cli::JobWatcher watcher(coordinator, 30000, std::chrono::milliseconds(1));
-  watcher.follow_nodes(5);
-  watcher.follow(7);
-  watcher.follow_lease(3);
+  cli::JobWatcher watcher = watcher_of_all(coordinator, 5, std::chrono::milliseconds(1));
 
   auto first = watcher.changes();
   REQUIRE(first.has_value());
@@ -172,10 +179,7 @@ TEST_CASE("a job watcher reads the leases of a coordinator that does not push th
   ScriptedCoordinator coordinator;
   coordinator.events = {events_of({job_in(7, JobState::running, 1)}), JobEvents{}};
   coordinator.leases = {lease_in(3, LeaseState::pending), lease_in(3, LeaseState::granted)};
-  cli::JobWatcher watcher(coordinator, 30000, std::chrono::milliseconds(250));
-  watcher.follow_nodes(0);
-  watcher.follow(7);
-  watcher.follow_lease(3);
+  cli::JobWatcher watcher = watcher_of_all(coordinator, 0, std::chrono::milliseconds(250));
 
   auto first = watcher.changes();
   REQUIRE(first.has_value());
