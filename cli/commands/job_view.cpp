@@ -74,7 +74,7 @@ Result<protocol::JobDetail> wait_for_job(Client& client, std::uint64_t job_id, b
     }
     auto changed = watcher.changes();
     if (!changed) return tl::unexpected(changed.error());
-    for (const protocol::JobSummary& now : *changed) {
+    for (const protocol::JobSummary& now : changed->jobs) {
       job = now;
       if (!quiet) {
         progress.done();

@@ -3,8 +3,8 @@
 // "Reproducibility").
 #include <chrono>
 #include <iostream>
+#include <algorithm>
 #include <optional>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -28,6 +28,11 @@ namespace q = kiln::qualification;
 namespace qs = kiln::qualification::shell;
 
 namespace {
+
+// How long one watch of a rerun waits for a change (under the minute after which /metrics no
+// longer times a request, as `kiln result --wait`), and how often an older coordinator is asked.
+constexpr std::uint32_t kRerunWatchMs = 50000;
+constexpr auto kRerunPollInterval = std::chrono::milliseconds(250);
 
 // A run's measure job, found in the run reports the coordinator holds, read newest first until
 // found: the job to rerun is most often of a recent run, so this reads the latest pages, not the
@@ -230,14 +235,22 @@ class RerunCommand : public RemoteCommand {
   }
 
  private:
-  // Follows a measure job's rerun to its result, saying when a gang's lease is granted and its
-  // ranks submitted; nullopt when it did not end within --wait-timeout.
+  // Follows a measure job's rerun to its result by watch_jobs (a request per change of its jobs
+  // or its gang's lease), saying when a gang's lease is granted and its ranks submitted; nullopt
+  // when it did not end within --wait-timeout.
   Result<std::optional<q::JobResult>> follow(Client& client, qs::RerunInFlight& rerun, const q::QualificationModel& model,
                                              bool quiet) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_timeout_ms_);
+    qs::RerunFollower follower(client, kRerunWatchMs, kRerunPollInterval);
+    follower.follow(rerun);
     std::size_t jobs_seen = rerun.job_ids.size();
     while (true) {
-      auto result = qs::advance_rerun(client, rerun, model);
+      const auto left_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left_ms <= 0) return std::nullopt;
+      follower.set_wait_ms(static_cast<std::uint32_t>(std::min<std::int64_t>(left_ms, kRerunWatchMs)));
+      if (auto ok = follower.wait(); !ok) return tl::unexpected(ok.error());
+      auto result = follower.advance(rerun, model);
       if (!result) return result;
       if (!quiet && rerun.job_ids.size() != jobs_seen) {
         jobs_seen = rerun.job_ids.size();
@@ -245,8 +258,6 @@ class RerunCommand : public RemoteCommand {
                                  fmt::join(rerun.job_ids, ", "), rerun.nodes - 1);
       }
       if (*result) return result;
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
     }
   }
 

@@ -83,10 +83,14 @@ struct ListNodes {
 struct NodeList {
   static constexpr std::string_view kType = "node_list";
   std::vector<NodeSummary> nodes;
+  // Optional: changes whenever a node's record does (registered, lost, health, quarantine,
+  // drain); a watch_jobs with it is answered when it no longer holds. 0 from an older coordinator.
+  std::uint64_t revision = 0;
 
   template <class V>
   void visit(V& v) {
     v.field("nodes", nodes, Count{0, 4096});
+    v.field("revision", revision, Optional{}, kU64);
   }
 };
 
@@ -137,50 +141,6 @@ struct JobDetail {
     v.field("output_tail", output_tail, kOutputTail);
     v.field("result", result, kResultDocument);
     v.field("submission", submission);
-  }
-};
-
-// A job as a watcher last saw it: its state and attempt.
-struct WatchedJob {
-  std::uint64_t job_id = 0;
-  JobState state = JobState::queued;
-  std::uint32_t attempt = 0;
-
-  template <class V>
-  void visit(V& v) {
-    v.field("job_id", job_id, Range{1, INT64_MAX});
-    v.field("state", state);
-    v.field("attempt", attempt, Range{0, 1000});
-  }
-};
-
-// Long poll over jobs (docs/protocol.md, "watch_jobs"): answered with job_events at once when
-// wait_ms is 0 (every listed job as it is now) or when a listed job's state or attempt differs
-// from the one given; otherwise parked until one changes, or until wait_ms passes (answered with
-// no job). A watcher sends what it saw, so a watch asked again after a restart is whole at once.
-struct WatchJobs {
-  static constexpr std::string_view kType = "watch_jobs";
-  std::vector<WatchedJob> jobs;
-  std::uint32_t wait_ms = 0;
-
-  template <class V>
-  void visit(V& v) {
-    v.field("jobs", jobs, Count{1, 1000});
-    v.field("wait_ms", wait_ms, Range{0, 600000});
-  }
-};
-
-struct JobEvents {
-  static constexpr std::string_view kType = "job_events";
-  std::vector<JobSummary> jobs;  // the listed jobs that changed, as they are now
-  // Listed jobs this coordinator does not hold: ended and let go of (get_job reads them back
-  // from the store), or never accepted (get_job says so).
-  std::vector<std::uint64_t> unknown_job_ids;
-
-  template <class V>
-  void visit(V& v) {
-    v.field("jobs", jobs, Count{0, 1000});
-    v.field("unknown_job_ids", unknown_job_ids, Count{0, 1000}, Range{1, INT64_MAX});
   }
 };
 
@@ -321,6 +281,78 @@ struct LeaseSummary {
     v.field("job_ids", job_ids, Count{0, 1024}, kU64);
     v.field("detail", detail, kMessageText);
     v.field("event_seq", event_seq, kU64);
+  }
+};
+
+// ---- following jobs, leases and nodes (docs/protocol.md, "watch_jobs") -----------------
+
+// A job as a watcher last saw it: its state and attempt.
+struct WatchedJob {
+  std::uint64_t job_id = 0;
+  JobState state = JobState::queued;
+  std::uint32_t attempt = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job_id", job_id, Range{1, INT64_MAX});
+    v.field("state", state);
+    v.field("attempt", attempt, Range{0, 1000});
+  }
+};
+
+// A lease as a watcher last saw it: its state (pending for one not seen yet).
+struct WatchedLease {
+  std::uint64_t lease_id = 0;
+  LeaseState state = LeaseState::pending;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("lease_id", lease_id, Range{1, INT64_MAX});
+    v.field("state", state);
+  }
+};
+
+// Long poll over jobs, leases and the node list (docs/protocol.md, "watch_jobs"): answered with
+// job_events at once when wait_ms is 0 (every listed job and lease as it is now), when a listed
+// job's state or attempt or a listed lease's state differs from the one given, or when
+// nodes_revision is not 0 and the node list's revision differs from it; otherwise parked until
+// one of them changes, or until wait_ms passes (answered with nothing changed). A watcher sends
+// what it saw, so a watch asked again after a restart is whole at once.
+struct WatchJobs {
+  static constexpr std::string_view kType = "watch_jobs";
+  std::vector<WatchedJob> jobs;
+  std::uint32_t wait_ms = 0;
+  std::vector<WatchedLease> leases;   // optional, default none
+  std::uint64_t nodes_revision = 0;   // optional, default 0: the node list is not followed
+
+  template <class V>
+  void visit(V& v) {
+    v.field("jobs", jobs, Count{0, 1000});
+    v.field("wait_ms", wait_ms, Range{0, 600000});
+    v.field("leases", leases, Optional{}, Count{0, 1000});
+    v.field("nodes_revision", nodes_revision, Optional{}, kU64);
+  }
+};
+
+struct JobEvents {
+  static constexpr std::string_view kType = "job_events";
+  std::vector<JobSummary> jobs;  // the listed jobs that changed, as they are now
+  // Listed jobs this coordinator does not hold: ended and let go of (get_job reads them back
+  // from the store), or never accepted (get_job says so).
+  std::vector<std::uint64_t> unknown_job_ids;
+  std::vector<LeaseSummary> leases;               // optional: the listed leases that changed, as they are now
+  std::vector<std::uint64_t> unknown_lease_ids;   // optional: listed leases it does not hold (ended long ago)
+  // Optional: the node list's revision as the reply was sent; 0 from a coordinator older than it
+  // (which reads neither `leases` nor `nodes_revision` of a watch).
+  std::uint64_t nodes_revision = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("jobs", jobs, Count{0, 1000});
+    v.field("unknown_job_ids", unknown_job_ids, Count{0, 1000}, Range{1, INT64_MAX});
+    v.field("leases", leases, Optional{}, Count{0, 1000});
+    v.field("unknown_lease_ids", unknown_lease_ids, Optional{}, Count{0, 1000}, Range{1, INT64_MAX});
+    v.field("nodes_revision", nodes_revision, Optional{}, kU64);
   }
 };
 

@@ -34,7 +34,7 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
       scheduling_(context()),
       agents_(context()),
       rollouts_(context()),
-      job_watches_(sink_, knobs.max_job_watches, knobs.max_job_watches_per_client) {
+      job_watches_(sink_, knobs.max_job_watches, knobs.max_job_watches_per_client, clock_now.wall_ms) {
   const TimeMs now = clock_.advance(clock_now);
   for (auto& node : recovered.nodes) registry_.recover(std::move(node), now);
   // The scheduler learns the recovered nodes as lost: nothing new goes to them before their
@@ -63,9 +63,11 @@ CoordinatorCore::CoordinatorCore(CoordinatorKnobs knobs, Snapshot recovered, Now
 
 std::optional<Action> CoordinatorCore::poll_action() {
   std::optional<Action> action = sink_.poll();
-  // Every change of a job is saved: its watchers hear of it from here, after the save.
+  // Every change of a job, lease or node is saved: its watchers hear of it from here, after the save.
   if (action) {
     if (const auto* saved = std::get_if<action::SaveJob>(&*action)) job_watches_.job_saved(saved->job);
+    if (const auto* saved = std::get_if<action::SaveLease>(&*action)) job_watches_.lease_saved(saved->lease.summary);
+    if (std::holds_alternative<action::SaveNode>(*action)) job_watches_.node_saved(clock_.latest_wall_ms());
   }
   return action;
 }
@@ -322,13 +324,18 @@ void CoordinatorCore::take_client_message(const std::string& client, const Calle
         if constexpr (std::is_same_v<T, protocol::Whoami>) {
           reply(protocol::WhoamiReply{caller.key_name, caller.role, protocol::kProtocolVersion, KILN_VERSION});
         } else if constexpr (std::is_same_v<T, protocol::ListNodes>) {
-          reply(registry_.list(now));
+          protocol::NodeList list = registry_.list(now);
+          list.revision = job_watches_.nodes_revision();
+          reply(std::move(list));
         } else if constexpr (std::is_same_v<T, protocol::ListJobs>) {
           reply(jobs_.list(body));
         } else if constexpr (std::is_same_v<T, protocol::GetJob>) {
           jobs_.get(client, corr, body);
         } else if constexpr (std::is_same_v<T, protocol::WatchJobs>) {
-          job_watches_.watch(client, corr, body, jobs_.all(), now);
+          job_watches_.watch(client, corr, body, jobs_.all(), [&](std::uint64_t lease_id) -> const protocol::LeaseSummary* {
+            const DevLease* lease = leases_.find(lease_id);
+            return lease == nullptr ? nullptr : &lease->summary;
+          }, now);
         } else if constexpr (std::is_same_v<T, protocol::SubmitJob>) {
           submit(client, caller, m, body, 0, now);
         } else if constexpr (std::is_same_v<T, protocol::SubmitInLease>) {

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <map>
 #include <ostream>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "client/job_watcher.h"
 #include "qualification/shell/reproduction.h"
 
 namespace kiln::qualification::shell {
@@ -18,6 +20,9 @@ namespace {
 
 // protocol quarantine_node: reason str 1..4096.
 constexpr std::size_t kMaxQuarantineReasonBytes = 4096;
+// How long one watch of the check's jobs waits for a change: a stop of the qualifier, and the
+// check's own wait, are honoured at least this often.
+constexpr std::uint32_t kCheckWatchMs = 5000;
 
 struct CheckJob {
   std::size_t pick = 0;
@@ -30,7 +35,7 @@ class FleetCheck {
   FleetCheck(cli::Client& client, const RunReport& report, const FleetCheckSettings& settings,
              const DriverOptions& options, TicketSink& sink, std::vector<FleetCheckPick> picks)
       : client_(client), report_(report), settings_(settings), options_(options), sink_(sink),
-        picks_(std::move(picks)) {}
+        picks_(std::move(picks)), watcher_(client, kCheckWatchMs, std::chrono::milliseconds(options.poll_interval_ms)) {}
 
   Result<FleetCheckReport> run(TimeMs now_ms) {
     if (picks_.empty()) {
@@ -48,7 +53,15 @@ class FleetCheck {
       if (options_.may_continue) {
         if (auto ok = options_.may_continue(); !ok) return stop(ok.error().message);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
+      auto changed = watcher_.changes();
+      if (!changed && !for_now(changed.error())) return tl::unexpected(changed.error());
+      if (!changed) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
+        continue;
+      }
+      for (const protocol::JobSummary& job : changed->jobs) {
+        if (protocol::is_terminal(job.state)) ended_.insert(job.job_id);
+      }
       if (auto ok = collect(); !ok) return tl::unexpected(ok.error());
     }
     out_.findings = find_slow_nodes(batches_, settings_.outliers);
@@ -109,6 +122,7 @@ class FleetCheck {
           job_id = accepted->job_id;
         }
         in_flight_.push_back({p, node_id, job_id});
+        watcher_.follow(job_id);
         out_.job_ids.push_back(job_id);
         on.push_back(fmt::format("{} (job {})", node_id, job_id));
       }
@@ -118,9 +132,13 @@ class FleetCheck {
     return {};
   }
 
-  // Reads every job that ended.
+  // Reads every job heard to end (watch_jobs: a request per change of a job, not per poll).
   Status collect() {
     for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      if (ended_.count(it->job_id) == 0) {
+        ++it;
+        continue;
+      }
       auto detail = cli::expect_reply<protocol::JobDetail>(client_.request(protocol::GetJob{it->job_id}));
       if (!detail && for_now(detail.error())) return {};
       if (!detail) return tl::unexpected(detail.error());
@@ -139,6 +157,8 @@ class FleetCheck {
           add_batch(pick, baseline->second, it->node_id, result.baseline_samples);
         }
       }
+      watcher_.forget(it->job_id);
+      ended_.erase(it->job_id);
       it = in_flight_.erase(it);
     }
     return {};
@@ -199,6 +219,8 @@ class FleetCheck {
   TicketSink& sink_;
   std::vector<FleetCheckPick> picks_;
   std::vector<CheckJob> in_flight_;
+  cli::JobWatcher watcher_;
+  std::set<std::uint64_t> ended_;  // jobs in flight heard to end, to be read
   std::vector<NodeThroughput> batches_;
   FleetCheckReport out_;
 };

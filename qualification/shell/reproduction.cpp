@@ -122,32 +122,70 @@ Result<std::optional<JobResult>> ended_result(cli::Client& client, const std::ve
 
 }  // namespace
 
-Result<std::optional<JobResult>> advance_rerun(cli::Client& client, RerunInFlight& rerun,
-                                               const QualificationModel& model) {
+void RerunFollower::follow(const RerunInFlight& rerun) {
   if (rerun.job_ids.empty()) {
-    auto leases = cli::expect_reply<protocol::LeaseList>(client.request(protocol::ListLeases{true}));
-    if (!leases) return tl::unexpected(leases.error());
-    const auto lease = std::find_if(leases->leases.begin(), leases->leases.end(),
-                                    [&](const protocol::LeaseSummary& l) { return l.lease_id == rerun.lease_id; });
-    if (lease == leases->leases.end() || lease->state == protocol::LeaseState::ended) {
-      return not_run(fmt::format("lease L{} ended before the rerun ran{}", rerun.lease_id,
-                                 lease == leases->leases.end() ? "" : ": " + lease->detail));
+    if (rerun.lease_id == 0 || leases_.count(rerun.lease_id) != 0) return;
+    protocol::LeaseSummary not_heard_yet;  // pending, as it was asked for
+    not_heard_yet.lease_id = rerun.lease_id;
+    leases_.emplace(rerun.lease_id, not_heard_yet);
+    watcher_.follow_lease(rerun.lease_id);
+    return;
+  }
+  for (std::uint64_t id : rerun.job_ids) {
+    if (jobs_.emplace(id, protocol::JobState::queued).second) watcher_.follow(id);
+  }
+}
+
+void RerunFollower::forget(const RerunInFlight& rerun) {
+  for (std::uint64_t id : rerun.job_ids) {
+    jobs_.erase(id);
+    watcher_.forget(id);
+  }
+  leases_.erase(rerun.lease_id);
+  watcher_.forget_lease(rerun.lease_id);
+}
+
+Status RerunFollower::wait() {
+  auto changed = watcher_.changes();
+  if (!changed) return tl::unexpected(changed.error());
+  for (const auto& job : changed->jobs) jobs_[job.job_id] = job.state;
+  for (const auto& lease : changed->leases) leases_[lease.lease_id] = lease;
+  return {};
+}
+
+Result<std::optional<JobResult>> RerunFollower::advance(RerunInFlight& rerun, const QualificationModel& model) {
+  if (rerun.job_ids.empty()) {
+    follow(rerun);
+    const protocol::LeaseSummary& lease = leases_.at(rerun.lease_id);
+    if (lease.state == protocol::LeaseState::ended) {
+      forget(rerun);
+      return not_run(fmt::format("lease L{} ended before the rerun ran: {}", rerun.lease_id, lease.detail));
     }
-    if (lease->state != protocol::LeaseState::granted) return std::nullopt;
+    if (lease.state != protocol::LeaseState::granted) return std::nullopt;
     protocol::SubmitGang ranks{rerun.lease_id, {}};
     for (int rank = 0; rank < rerun.nodes; ++rank) ranks.jobs.push_back(rank_job(rerun.submission, rank));
-    auto accepted = cli::expect_reply<protocol::GangAccepted>(client.request(ranks));
+    auto accepted = cli::expect_reply<protocol::GangAccepted>(client_.request(ranks));
     if (!accepted && for_now(accepted.error())) return std::nullopt;
     if (!accepted) {
-      (void)client.request(protocol::ReleaseLease{rerun.lease_id});
+      forget(rerun);
+      (void)client_.request(protocol::ReleaseLease{rerun.lease_id});
       return not_run(fmt::format("the coordinator refused the rerun's gang in lease L{}: {}", rerun.lease_id,
                                  accepted.error().message));
     }
+    forget(rerun);
     rerun.job_ids = accepted->job_ids;
+    follow(rerun);
     return std::nullopt;
   }
-  auto result = ended_result(client, rerun.job_ids, model);
-  if (result && *result && rerun.lease_id != 0) (void)client.request(protocol::ReleaseLease{rerun.lease_id});
+  follow(rerun);
+  const bool all_ended = std::all_of(rerun.job_ids.begin(), rerun.job_ids.end(),
+                                     [&](std::uint64_t id) { return protocol::is_terminal(jobs_.at(id)); });
+  if (!all_ended) return std::nullopt;
+  auto result = ended_result(client_, rerun.job_ids, model);
+  if (result && *result) {
+    forget(rerun);
+    if (rerun.lease_id != 0) (void)client_.request(protocol::ReleaseLease{rerun.lease_id});
+  }
   return result;
 }
 
@@ -173,13 +211,16 @@ QualificationModel model_of(const std::string& name, const MeasuredJob& job) {
 
 namespace {
 
+// How long one wait for the reruns lasts: a stop of the qualifier is honoured at least this often.
+constexpr std::uint32_t kFollowWaitMs = 5000;
+
 class SampleRerun {
  public:
   SampleRerun(cli::Client& client, const std::vector<ReproductionPick>& picks, const std::string& run_id,
               const stats::PerfGateOptions& perf, std::uint64_t seed, const DriverOptions& options,
               const std::function<void(const std::vector<ReproductionReport>&)>& progress)
       : client_(client), picks_(picks), run_id_(run_id), perf_(perf), seed_(seed), options_(options),
-        progress_(progress) {}
+        progress_(progress), follower_(client, kFollowWaitMs, std::chrono::milliseconds(options.poll_interval_ms)) {}
 
   Result<std::vector<ReproductionReport>> run() {
     if (auto ok = start(); !ok) return tl::unexpected(ok.error());
@@ -189,7 +230,11 @@ class SampleRerun {
       if (options_.may_continue) {
         if (auto ok = options_.may_continue(); !ok) return stop(ok.error().message);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
+      if (auto ok = follower_.wait(); !ok) {
+        if (!for_now(ok.error())) return tl::unexpected(ok.error());
+        std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
+        continue;
+      }
       if (collect()) progress_(reruns_);
     }
     return reruns_;
@@ -221,6 +266,7 @@ class SampleRerun {
         rerun.rerun_job_id = started->first_job_id();
         say(fmt::format("{}: rerun of job {} ({} on revision {}, run {}) for reproducibility", describe(*started),
                         pick.job.job_id, pick.model, pick.revision, pick.run_id));
+        follower_.follow(*started);
         in_flight_.emplace(reruns_.size(), std::move(*started));
       }
       reruns_.push_back(std::move(rerun));
@@ -240,7 +286,7 @@ class SampleRerun {
       auto& [index, in_flight] = *it;
       ReproductionReport& rerun = reruns_[index];
       const QualificationModel model = model_of(picks_[index].model, picks_[index].job);
-      auto after = advance_rerun(client_, in_flight, model);
+      auto after = follower_.advance(in_flight, model);
       rerun.rerun_job_id = in_flight.first_job_id();
       if (!after || !*after) {
         ++it;
@@ -276,6 +322,7 @@ class SampleRerun {
   const std::function<void(const std::vector<ReproductionReport>&)>& progress_;
   std::vector<ReproductionReport> reruns_;  // one per pick, in order
   std::map<std::size_t, RerunInFlight> in_flight_;  // by index in reruns_, until checked
+  RerunFollower follower_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 // waits and reads.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,6 +16,7 @@
 #include "common/error.h"
 #include "common/protocol/messages.h"
 #include "client/client.h"
+#include "client/job_watcher.h"
 #include "qualification/reproducibility.h"
 #include "qualification/run_service.h"
 #include "qualification/shell/run_driver.h"
@@ -50,11 +52,33 @@ Result<RerunInFlight> start_rerun(cli::Client& client, const MeasuredJob& origin
 // The config hashes of the jobs the coordinator lists, to take up reruns submitted before.
 std::map<std::string, std::uint64_t> listed_config_hashes(cli::Client& client);
 
-// Moves a rerun on: a gang's ranks are submitted once its lease is granted. Its result (the ranks
-// combined, the lease released) once every job ended, nullopt until then. A gang whose lease ended
-// before it ran, or whose ranks were refused, gives a result that did not run, saying why.
-Result<std::optional<JobResult>> advance_rerun(cli::Client& client, RerunInFlight& rerun,
-                                               const QualificationModel& model);
+// Follows reruns with one JobWatcher (watch_jobs): their jobs, and the leases their gangs wait
+// for, so that a rerun costs a request per change of it rather than per poll, whatever its length.
+class RerunFollower {
+ public:
+  // `wait_ms`: how long one wait may last; `poll_interval`: between polls of an older coordinator.
+  RerunFollower(cli::Client& client, std::uint32_t wait_ms, std::chrono::milliseconds poll_interval)
+      : client_(client), watcher_(client, wait_ms, poll_interval) {}
+
+  // Follows the rerun's jobs, or its gang's lease while it waits for it.
+  void follow(const RerunInFlight& rerun);
+  void set_wait_ms(std::uint32_t wait_ms) { watcher_.set_wait_ms(wait_ms); }
+  // Waits for a change of a rerun followed (at most the wait; at once for one not heard of yet).
+  Status wait();
+  // Moves a rerun on from what was heard: a gang's ranks are submitted once its lease is granted.
+  // Its result (the ranks combined, the lease released) once every job was heard to end, nullopt
+  // until then. A gang whose lease ended before it ran, or whose ranks were refused, gives a result
+  // that did not run, saying why.
+  Result<std::optional<JobResult>> advance(RerunInFlight& rerun, const QualificationModel& model);
+
+ private:
+  void forget(const RerunInFlight& rerun);
+
+  cli::Client& client_;
+  cli::JobWatcher watcher_;
+  std::map<std::uint64_t, protocol::JobState> jobs_;             // followed jobs, as last heard
+  std::map<std::uint64_t, protocol::LeaseSummary> leases_;       // followed leases, as last heard
+};
 
 // Gives up a rerun: its jobs cancelled, its lease released.
 void cancel_rerun(cli::Client& client, const RerunInFlight& rerun);

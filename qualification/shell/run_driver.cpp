@@ -26,7 +26,7 @@ namespace {
 using protocol::JobState;
 
 // How long one watch of a run's jobs waits for a change: a stop or a cancel of the run is
-// honoured, and its nodes looked at again, at least this often.
+// honoured at least this often.
 constexpr std::uint32_t kRunWatchMs = 5000;
 
 TimeMs wall_now_ms() {
@@ -77,7 +77,6 @@ class Driver {
         if (const std::string who = options_.cancelled_by(); !who.empty()) return cancel_jobs(who);
       }
       wait_for_jobs();
-      refresh_nodes();
       if (auto ok = collect_results(); !ok) return tl::unexpected(ok.error());
       if (wall_now_ms() - last_record >= options_.record_interval_ms) {
         last_record = wall_now_ms();
@@ -109,12 +108,15 @@ class Driver {
     }
   }
 
+  // Reads the node list: at the start, and again when the watch says it changed (every turn with
+  // a coordinator that does not say).
   void refresh_nodes() {
     auto list = cli::expect_reply<protocol::NodeList>(client_.request(protocol::ListNodes{}));
     if (!list) {
       say("could not list the nodes: " + list.error().message);
       return;
     }
+    watcher_.follow_nodes(list->revision);
     std::vector<NodeCandidate> nodes;
     for (const auto& n : list->nodes) {
       const auto backend = backends::declared_backend(n.labels);
@@ -262,24 +264,37 @@ class Driver {
     return {};
   }
 
+  // The leases of the gangs waiting for theirs: as the watch last heard them, or listed when the
+  // coordinator is older than watch_jobs (one it does not list has ended).
+  std::optional<std::map<std::uint64_t, protocol::LeaseSummary>> waited_leases() {
+    if (!watcher_.polling()) return heard_leases_;
+    auto listed = cli::expect_reply<protocol::LeaseList>(client_.request(protocol::ListLeases{true}));
+    if (!listed) return std::nullopt;
+    std::map<std::uint64_t, protocol::LeaseSummary> leases;
+    for (const auto& lease : listed->leases) leases.emplace(lease.lease_id, lease);
+    for (const auto& [tag, gang] : gangs_) {
+      if (gang.job_ids.empty()) leases.emplace(gang.lease_id, cli::ended_lease(gang.lease_id));
+    }
+    return leases;
+  }
+
   // Gangs whose lease was granted get their jobs; gangs whose jobs all ended give their result.
   Status advance_gangs(const std::map<std::uint64_t, JobState>& states) {
     if (gangs_.empty()) return {};
-    auto leases = cli::expect_reply<protocol::LeaseList>(client_.request(protocol::ListLeases{true}));
-    if (!leases) return {};
+    const auto leases = waited_leases();
+    if (!leases) return {};  // a slow answer: the next turn asks again
     std::vector<std::uint64_t> done;
     for (auto& [tag, gang] : gangs_) {
       const std::uint64_t lease_id = gang.lease_id;
-      const protocol::LeaseSummary* lease = nullptr;
-      for (const auto& l : leases->leases) {
-        if (l.lease_id == lease_id) lease = &l;
-      }
       if (gang.job_ids.empty()) {
-        if (lease == nullptr || lease->state == protocol::LeaseState::ended) {
+        const auto heard = leases->find(lease_id);
+        if (heard == leases->end()) continue;  // not heard of yet
+        const protocol::LeaseSummary* lease = &heard->second;
+        if (lease->state == protocol::LeaseState::ended) {
           JobResult lost;
           lost.tag = gang.tag;
           lost.ran = false;
-          lost.detail = fmt::format("lease L{} ended before its jobs ran: {}", lease_id, lease ? lease->detail : "");
+          lost.detail = fmt::format("lease L{} ended before its jobs ran: {}", lease_id, lease->detail);
           done.push_back(tag);
           if (auto ok = run_.on_job_result(std::move(lost), wall_now_ms()); !ok) say(ok.error().message);
           continue;
@@ -301,6 +316,7 @@ class Driver {
           continue;
         }
         gang.job_ids = accepted->job_ids;
+        stop_following_lease(lease_id);
         say(fmt::format("lease L{}: jobs {} for {}, ranks 0 to {} of one gang", lease_id,
                         fmt::join(gang.job_ids, ", "), gang.model, gang.nodes - 1));
         continue;
@@ -327,6 +343,7 @@ class Driver {
     }
     for (std::uint64_t tag : done) {
       for (std::uint64_t job_id : gangs_.at(tag).job_ids) unfollow(job_id);
+      stop_following_lease(gangs_.at(tag).lease_id);
       if (gangs_.at(tag).lease_id != 0) (void)client_.request(protocol::ReleaseLease{gangs_.at(tag).lease_id});
       gangs_.erase(tag);
     }
@@ -338,6 +355,7 @@ class Driver {
     if (auto gang = gangs_.find(cancel.tag); gang != gangs_.end()) {
       for (std::uint64_t id : gang->second.job_ids) (void)client_.request(protocol::CancelJob{id});
       if (gang->second.lease_id != 0) (void)client_.request(protocol::ReleaseLease{gang->second.lease_id});
+      stop_following_lease(gang->second.lease_id);
       say(fmt::format("jobs of {} on {} nodes cancelled, their answer no longer matters", gang->second.model,
                       gang->second.nodes));
       gangs_.erase(gang);
@@ -392,35 +410,42 @@ class Driver {
     return {};
   }
 
-  // Waits for a change of the run's jobs: one watch_jobs, which the coordinator holds until a job
-  // of the run changes or kRunWatchMs pass. While a gang waits for its lease (a grant is no job's
-  // change) the watch waits a poll interval only, and the jobs are still heard: a lease granted
-  // to one gang is released only once its jobs are heard to end, so that the next can be granted.
-  // A run with no job out and a coordinator older than watch_jobs are looked at again every poll
-  // interval, as before.
+  // Waits for a change of what the run waits for: one watch_jobs over its jobs, the leases its
+  // gangs wait for and the node list, which the coordinator holds until one of them changes or
+  // kRunWatchMs pass; the node list is read again only when it changed. A coordinator older than
+  // watch_jobs is looked at again every poll interval, as before (collect_results lists the jobs).
   void wait_for_jobs() {
-    bool lease_pending = false;
     for (const auto& [job_id, flight] : in_flight_) follow(job_id);
     for (const auto& [tag, gang] : gangs_) {
-      lease_pending = lease_pending || gang.job_ids.empty();
       for (std::uint64_t job_id : gang.job_ids) follow(job_id);
+      if (gang.job_ids.empty() && gang.lease_id != 0 && followed_leases_.insert(gang.lease_id).second) {
+        watcher_.follow_lease(gang.lease_id);
+      }
     }
-    if (followed_.empty() || watcher_.polling()) {
+    if (watcher_.polling()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
+      refresh_nodes();
       return;
     }
-    watcher_.set_wait_ms(lease_pending ? static_cast<std::uint32_t>(options_.poll_interval_ms) : kRunWatchMs);
     auto changed = watcher_.changes();
     if (!changed) {
       say("could not watch the run's jobs: " + changed.error().message);
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_interval_ms));
       return;
     }
-    for (const auto& job : *changed) heard_[job.job_id] = job.state;
+    for (const auto& job : changed->jobs) heard_[job.job_id] = job.state;
+    for (const auto& lease : changed->leases) heard_leases_[lease.lease_id] = lease;
+    if (changed->nodes_changed) refresh_nodes();
   }
 
   void follow(std::uint64_t job_id) {
     if (followed_.insert(job_id).second) watcher_.follow(job_id);
+  }
+
+  void stop_following_lease(std::uint64_t lease_id) {
+    followed_leases_.erase(lease_id);
+    heard_leases_.erase(lease_id);
+    watcher_.forget_lease(lease_id);
   }
 
   void unfollow(std::uint64_t job_id) {
@@ -432,7 +457,7 @@ class Driver {
   Status collect_results() {
     if (in_flight_.empty() && gangs_.empty()) return {};
     std::map<std::uint64_t, JobState> states = heard_;
-    if (watcher_.polling() || followed_.empty()) {
+    if (watcher_.polling()) {
       auto list = cli::expect_reply<protocol::JobList>(client_.request(protocol::ListJobs{1000, false}));
       if (!list) return {};  // a slow answer: the next turn asks again
       for (const auto& job : list->jobs) states[job.job_id] = job.state;
@@ -451,7 +476,11 @@ class Driver {
       const InFlight flight = in_flight_.at(job_id);
       in_flight_.erase(job_id);
       unfollow(job_id);
-      if (auto ok = run_.on_job_result(result_of(flight, *detail), wall_now_ms()); !ok) {
+      JobResult result = result_of(flight, *detail);
+      // Triage reruns a wrong result on another node, a free one first: the watch hears of the
+      // nodes' records, not of their chips in use, so the list is read afresh for it.
+      if (result.ran && !result.correct && watcher_.pushes_leases_and_nodes()) refresh_nodes();
+      if (auto ok = run_.on_job_result(std::move(result), wall_now_ms()); !ok) {
         say(fmt::format("job {}: {}", job_id, ok.error().message));
       }
       if (auto ok = carry_out_actions(); !ok) return ok;
@@ -549,10 +578,12 @@ class Driver {
   std::map<std::uint64_t, std::uint64_t> by_tag_;
   std::map<std::string, std::uint64_t> submitted_before_;  // config hash -> job id
   std::map<std::uint64_t, Gang> gangs_;                    // by tag
-  // The run's jobs followed with watch_jobs, and their states as last heard.
+  // The run's jobs and its gangs' leases followed with watch_jobs, and their states as last heard.
   cli::JobWatcher watcher_;
   std::set<std::uint64_t> followed_;
   std::map<std::uint64_t, JobState> heard_;
+  std::set<std::uint64_t> followed_leases_;
+  std::map<std::uint64_t, protocol::LeaseSummary> heard_leases_;
   std::map<std::string, protocol::ArtifactRef> uploaded_;  // file path -> its artifact, this run
   std::map<std::pair<std::string, std::string>, MeasuredJob> measured_;  // by (model, revision)
   std::map<std::string, std::string> node_backends_;  // node id -> its driver's declared backend, as last listed

@@ -14,6 +14,7 @@
 
 #include "client/client.h"
 #include "tests/integration/fleet_fixture.h"
+#include "tests/integration/metrics_page.h"
 #include "tests/integration/qualification_fleet.h"
 #include "tests/integration/release_gates.h"
 #include "tests/integration/run_command.h"
@@ -309,10 +310,14 @@ TEST_CASE("a multi-node model with wrong outputs is judged, bisected and tickete
 
 TEST_CASE("two multi-node models on the same two nodes take turns: each gang's lease is released once its jobs end") {
   // Both wide models need both nodes: the second gang's lease waits for the first's. The run must
-  // hear the first gang's jobs end while the second waits for its lease (a grant is no job's
-  // change), release that lease, and so let the second gang run: a nightly that finishes.
+  // hear the first gang's jobs end while the second waits for its lease, release that lease, and
+  // so let the second gang run: a nightly that finishes. The grant is pushed to the run by its
+  // watch, as the jobs' changes are: no lease is looked for, and the node list is read at the
+  // start, not after every change.
   Fleet fleet("risks-two-gangs");
   const fs::path dir = fleet.dir();
+  const std::string coordinator_http = Fleet::free_loopback_address();
+  fleet.add_coordinator_tables(http_table(coordinator_http));
   start_two_nodes(fleet);
   std::string set = kWideSet;
   set += R"(
@@ -332,9 +337,25 @@ proxy = "mlp-bf16-it"
   const std::string candidate = prepare_bundles(fleet, "k4");
 
   std::string out;
-  const int nightly = fleet.kiln("ci", {"nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-two-gangs"}, &out, 300s);
+  const std::string before = scrape(coordinator_http);
+  // --json: the follower prints no progress, and so reads no fleet; what is counted is the run's.
+  const int nightly = fleet.kiln(
+      "ci", {"--json", "nightly", "--bundle", candidate, "--wait", "--run-id", "nightly-two-gangs"}, &out, 300s);
   INFO(out);
   REQUIRE(nightly == 0);
+  const std::string after = scrape(coordinator_http);
+  const auto answered = [&](const std::string& type) {
+    const std::string series = "kiln_client_request_seconds_count{type=\"" + type + "\"}";
+    return sample_value(after, series) - sample_value(before, series);
+  };
+  MESSAGE("the nightly's watch_jobs " << answered("watch_jobs") << ", list_leases " << answered("list_leases")
+                                      << ", list_nodes " << answered("list_nodes") << ", request_lease "
+                                      << answered("request_lease"));
+  CHECK(answered("request_lease") >= 2);
+  CHECK(answered("watch_jobs") > 0);
+  CHECK(answered("list_leases") == 0);
+  // Read by the run's start (its revisions and its driver's first list) and its fleet check.
+  CHECK(answered("list_nodes") <= 4);
   const auto report = run_report(fleet, "nightly-two-gangs");
   for (const char* model : {"mlp-bf16-wide", "mlp-bf16-wide-2"}) {
     const auto& wide = model_of(report, model);

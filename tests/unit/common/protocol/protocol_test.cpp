@@ -174,6 +174,66 @@ TEST_CASE("an optional field left out reads as its default; sent, it is read and
   CHECK(refused.error().message.find("cause must be one of") != std::string::npos);
 }
 
+TEST_CASE("watch_jobs, job_events and node_list from peers older than leases and node revisions read as none and 0") {
+  // A watch_jobs from a client built before `leases` and `nodes_revision` existed.
+  msgpack::sbuffer watch;
+  msgpack::packer<msgpack::sbuffer> pk(watch);
+  pk.pack_map(2);
+  pk.pack(std::string("jobs"));
+  pk.pack_array(1);
+  pk.pack_map(3);
+  pk.pack(std::string("job_id"));
+  pk.pack(std::uint64_t{7});
+  pk.pack(std::string("state"));
+  pk.pack(std::string("running"));
+  pk.pack(std::string("attempt"));
+  pk.pack(std::uint32_t{1});
+  pk.pack(std::string("wait_ms"));
+  pk.pack(std::uint32_t{5000});
+  auto old_watch = decode(pack_header(1, "watch_jobs"), std::string(watch.data(), watch.size()));
+  REQUIRE_MESSAGE(old_watch.has_value(), old_watch.error().message);
+  const auto& read_watch = std::get<WatchJobs>(old_watch->body);
+  CHECK(read_watch.jobs.size() == 1);
+  CHECK(read_watch.leases.empty());
+  CHECK(read_watch.nodes_revision == 0);
+
+  // Its answer, and a node list, from a coordinator built before them.
+  msgpack::sbuffer events;
+  msgpack::packer<msgpack::sbuffer> events_pk(events);
+  events_pk.pack_map(2);
+  events_pk.pack(std::string("jobs"));
+  events_pk.pack_array(0);
+  events_pk.pack(std::string("unknown_job_ids"));
+  events_pk.pack_array(0);
+  auto old_events = decode(pack_header(1, "job_events"), std::string(events.data(), events.size()));
+  REQUIRE_MESSAGE(old_events.has_value(), old_events.error().message);
+  CHECK(std::get<JobEvents>(old_events->body).nodes_revision == 0);
+  CHECK(std::get<JobEvents>(old_events->body).leases.empty());
+  msgpack::sbuffer nodes;
+  msgpack::packer<msgpack::sbuffer> nodes_pk(nodes);
+  nodes_pk.pack_map(1);
+  nodes_pk.pack(std::string("nodes"));
+  nodes_pk.pack_array(0);
+  auto old_nodes = decode(pack_header(1, "node_list"), std::string(nodes.data(), nodes.size()));
+  REQUIRE_MESSAGE(old_nodes.has_value(), old_nodes.error().message);
+  CHECK(std::get<NodeList>(old_nodes->body).revision == 0);
+
+  // With them, they go through whole.
+  WatchJobs sent;
+  sent.leases = {WatchedLease{3, LeaseState::pending}};
+  sent.nodes_revision = 1796000000000;
+  sent.wait_ms = 5000;
+  auto frames = encode(make_envelope(sent, 2));
+  REQUIRE(frames.has_value());
+  auto read = decode(frames->header, frames->body);
+  REQUIRE(read.has_value());
+  const auto& round = std::get<WatchJobs>(read->body);
+  CHECK(round.jobs.empty());
+  REQUIRE(round.leases.size() == 1);
+  CHECK(round.leases[0].lease_id == 3);
+  CHECK(round.nodes_revision == 1796000000000);
+}
+
 TEST_CASE("wrongly typed, missing and out-of-range fields name the field") {
   SUBCASE("wrong type") {
     msgpack::sbuffer buffer;

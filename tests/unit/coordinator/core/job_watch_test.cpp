@@ -1,6 +1,7 @@
 // watch_jobs through the pure core: a watcher hears of every change of its jobs, in order, and of
 // nothing else; a watch with nothing new is answered when its wait passes, which frees its place;
-// a connection and the coordinator park a bounded number of watches, and say so past it.
+// a connection and the coordinator park a bounded number of watches, and say so past it. A watch
+// also hears of its leases' grants and ends, and of changes of the node list when it follows it.
 #include <doctest/doctest.h>
 
 #include "coordinator/core/coordinator_core.h"
@@ -16,10 +17,30 @@ namespace {
 constexpr std::uint32_t kWaitMs = 60000;
 
 // Sends a watch_jobs from `key`'s connection; the reply, if any came at once, stays in to_clients.
-void watch(Harness& h, const std::string& key, std::vector<WatchedJob> seen, std::uint32_t wait_ms, Now now) {
-  h.core.on_client_message("c-" + key, Caller{key, Role::ci}, make_envelope(WatchJobs{std::move(seen), wait_ms}, h.next_id++),
-                           now);
+void watch(Harness& h, const std::string& key, WatchJobs request, Now now) {
+  h.core.on_client_message("c-" + key, Caller{key, Role::ci}, make_envelope(std::move(request), h.next_id++), now);
   h.drain();
+}
+
+// A watch of jobs alone, as a client older than the leases and nodes_revision fields sends it.
+void watch(Harness& h, const std::string& key, std::vector<WatchedJob> seen, std::uint32_t wait_ms, Now now) {
+  WatchJobs request;
+  request.jobs = std::move(seen);
+  request.wait_ms = wait_ms;
+  watch(h, key, std::move(request), now);
+}
+
+WatchJobs nodes_watch(std::uint64_t revision) {
+  WatchJobs request;
+  request.wait_ms = kWaitMs;
+  request.nodes_revision = revision;
+  return request;
+}
+
+std::uint64_t nodes_revision(Harness& h, Now now) {
+  const Body reply = h.client("ops", Role::ops, ListNodes{}, now);
+  REQUIRE(std::holds_alternative<NodeList>(reply));
+  return std::get<NodeList>(reply).revision;
 }
 
 WatchedJob seen_as(const JobSummary& job) { return WatchedJob{job.job_id, job.state, job.attempt}; }
@@ -139,4 +160,93 @@ TEST_CASE("a job watch asked again of a restarted coordinator is answered at onc
   REQUIRE(events.size() == 1);
   REQUIRE(events[0].jobs.size() == 1);
   CHECK(events[0].jobs[0].state == JobState::succeeded);
+}
+
+TEST_CASE("a watch that follows the node list is answered when a node's record changes, and only then") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const std::uint64_t first = nodes_revision(h, 10);
+  CHECK(first != 0);
+  watch(h, "ci", nodes_watch(first), 20);
+  // A job placed on the node uses its chips but changes no node record: nothing to hear.
+  const auto id = h.submit("ci", Role::ci, sleep_job(1, PriorityClass::nightly), 30);
+  h.agent("p1", "n01", JobStarted{id, 1}, 40);
+  CHECK(h.client_bodies<JobEvents>("ci").empty());
+
+  // A client older than nodes_revision follows its job alone, and hears nothing of the nodes.
+  watch(h, "old", {seen_as(h.job(id).summary)}, kWaitMs, 50);
+  CHECK(h.client_bodies<JobEvents>("old").empty());
+
+  REQUIRE(std::holds_alternative<Ok>(h.client("ops", Role::ops, DrainNode{"n01", true, "cabling"}, 60)));
+  auto events = h.client_bodies<JobEvents>("ci");
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].jobs.empty());
+  CHECK(events[0].leases.empty());
+  const std::uint64_t second = events[0].nodes_revision;
+  CHECK(second != first);
+  CHECK(nodes_revision(h, 70) == second);
+  CHECK(h.client_bodies<JobEvents>("old").empty());
+
+  // A watch from the revision before is answered at once; one from the latest waits again.
+  watch(h, "ci", nodes_watch(first), 80);
+  CHECK(h.client_bodies<JobEvents>("ci").size() == 2);
+  watch(h, "ci", nodes_watch(second), 90);
+  CHECK(h.client_bodies<JobEvents>("ci").size() == 2);
+  // A node that registers is a change of the list too.
+  h.agent("p2", "n02", hello("n02", "a"), 100);
+  events = h.client_bodies<JobEvents>("ci");
+  REQUIRE(events.size() == 3);
+  CHECK(events[2].nodes_revision != second);
+  CHECK(h.client_bodies<JobEvents>("old").empty());
+}
+
+TEST_CASE("a node list revision read from a coordinator before its restart is no revision of the restarted one") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const std::uint64_t before = nodes_revision(h, 10);
+  Harness restarted(CoordinatorKnobs{}, h.store(), 1000);
+  watch(restarted, "ci", nodes_watch(before), 1010);
+  auto events = restarted.client_bodies<JobEvents>("ci");
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].nodes_revision != before);
+}
+
+TEST_CASE("a watch of a lease is answered when the lease is granted, and names the leases the coordinator does not hold") {
+  Harness h;
+  h.agent("p1", "n01", hello("n01", "a"), 0);
+  const auto busy = h.submit("ci", Role::ci, sleep_job(8, PriorityClass::nightly), 10);
+  h.agent("p1", "n01", JobStarted{busy, 1}, 20);
+  const Body asked = h.client("dev", Role::developer, lease_request(8, "a"), 30);
+  REQUIRE(std::holds_alternative<LeasePending>(asked));
+  const std::uint64_t lease_id = std::get<LeasePending>(asked).lease.lease_id;
+
+  WatchJobs request;
+  request.wait_ms = kWaitMs;
+  request.leases = {WatchedLease{lease_id, LeaseState::pending}};
+  watch(h, "ci", request, 40);
+  CHECK(h.client_bodies<JobEvents>("ci").empty());
+
+  h.agent("p1", "n01", finished(busy, 1, JobOutcome::succeeded), 50);
+  auto events = h.client_bodies<JobEvents>("ci");
+  REQUIRE(events.size() == 1);
+  REQUIRE(events[0].leases.size() == 1);
+  CHECK(events[0].leases[0].lease_id == lease_id);
+  CHECK(events[0].leases[0].state == LeaseState::granted);
+  CHECK(events[0].nodes_revision != 0);
+
+  request.leases = {WatchedLease{lease_id, LeaseState::granted}, WatchedLease{lease_id + 100, LeaseState::pending}};
+  watch(h, "ci", request, 60);
+  events = h.client_bodies<JobEvents>("ci");
+  REQUIRE(events.size() == 2);
+  CHECK(events[1].leases.empty());
+  CHECK(events[1].unknown_lease_ids == std::vector<std::uint64_t>{lease_id + 100});
+}
+
+TEST_CASE("a watch of nothing is refused, saying what to list") {
+  Harness h;
+  watch(h, "ci", WatchJobs{}, 10);
+  auto refused = h.client_bodies<ErrorReply>("ci");
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].code == "invalid_argument");
+  CHECK(refused[0].message.find("nodes_revision") != std::string::npos);
 }
