@@ -45,12 +45,6 @@ SubmitJob claiming_passed(const ArtifactRef& golden, const ArtifactRef& computed
   return job;
 }
 
-JobDetail run_to_end(cli::Client& client, const SubmitJob& request) {
-  const std::uint64_t id = submit(client, request);
-  REQUIRE(Fleet::eventually([&] { return job_ended(client, id); }, 60s));
-  return *job(client, id);
-}
-
 }  // namespace
 
 TEST_CASE("the agent judges a workload's listed output against its .npy golden: a wrong one fails though it says passed") {
