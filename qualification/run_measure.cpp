@@ -78,6 +78,11 @@ Result<std::vector<LossPoint>> read_loss_curve(const json& curve, std::string_vi
 
 // The failing outputs' summaries, or the training detail: why the workload said "incorrect".
 std::string incorrect_detail(const json& document) {
+  // The agent's own comparison of the outputs, when it made one, says why first.
+  if (const auto verdict = document.find("kiln_verdict"); verdict != document.end() && verdict->is_object()) {
+    const std::string detail = verdict->value("detail", std::string());
+    if (!detail.empty()) return detail;
+  }
   std::vector<std::string> reasons;
   const json* correctness = document.contains("correctness") ? &document.at("correctness") : nullptr;
   if (correctness != nullptr && correctness->is_object()) {
@@ -156,6 +161,12 @@ Result<JobResult> read_workload_result_json(const json& document, const Qualific
   }
   JobResult result;
   result.correct = document.at("passed").get<bool>();
+  // The agent's verdict on the outputs it judged (docs/workloads.md) overrules the workload's own.
+  if (const auto verdict = document.find("kiln_verdict"); verdict != document.end() && verdict->is_object() &&
+                                                          verdict->contains("passed") &&
+                                                          verdict->at("passed").is_boolean()) {
+    result.correct = verdict->at("passed").get<bool>();
+  }
   if (!result.correct) result.correctness_detail = incorrect_detail(document);
 
   if (document.contains("job") && document.at("job").is_object() && document.at("job").contains("chips") &&

@@ -254,6 +254,8 @@ Result<WorkloadResult> parse_workload_result(std::string_view text, const std::o
       if (verdict != passed) return lie("has a top-level 'passed' that contradicts correctness.passed");
     }
   }
+  KILN_BENCH_TRY(outputs, parse_declared_outputs(r.document));
+  r.outputs = std::move(outputs);
   if (!asked) return r;
   if (!r.document.contains("benchmark") || !r.document.at("benchmark").is_object()) {
     return lie("has no benchmark object although the agent passed KILN_BENCH_* settings");

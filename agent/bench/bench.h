@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/bench/outputs.h"
 #include "common/benchmark_settings.h"
 #include "common/error.h"
 #include "common/time.h"
@@ -69,6 +70,7 @@ struct WorkloadResult {
   // The baseline stack measured on the same chips, interleaved with the candidate above
   // (baseline_benchmark, docs/workloads.md); absent when the workload was given no baseline.
   std::optional<BenchmarkRun> baseline;
+  std::vector<DeclaredOutput> outputs;  // the tensors kiln judges itself (agent/bench/outputs.h)
   nlohmann::json document;  // the whole document as the workload wrote it
 };
 

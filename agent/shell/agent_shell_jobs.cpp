@@ -11,6 +11,7 @@
 #include "agent/host/job_dirs.h"
 #include "agent/host/topology.h"
 #include "agent/shell/agent_shell_loop.h"
+#include "agent/shell/job_outputs.h"
 #include "common/process/cgroup.h"
 #include "common/protocol/artifacts.h"
 #include "common/protocol/json.h"
@@ -173,17 +174,37 @@ void Shell::judge_exit(const RunningJob& job, const ProcessExit& exit, JobEnded&
     case bench::WorkloadEnd::passed:
     case bench::WorkloadEnd::incorrect: break;
   }
-  const bool passed = judged.end == bench::WorkloadEnd::passed;
+  bool passed = judged.end == bench::WorkloadEnd::passed;
+  add_detail(judged.detail);
+  // kiln's own comparison of the outputs the document lists, the workload's `passed` its second
+  // opinion (docs/workloads.md, "Outputs kiln judges"); a preempted run's outputs are not final.
+  nlohmann::json kiln_verdict;
+  const bench::WorkloadResult& result = *judged.result;
+  if (!result.outputs.empty() && result.status == bench::WorkloadStatus::completed) {
+    const fs::path dir = fs::path(job.result_file).parent_path();
+    auto verdict = judge_job_outputs(result.outputs, dir, dir / "artifacts", result.dtype, result.passed);
+    passed = verdict.passed;
+    add_detail(verdict.detail);
+    kiln_verdict = std::move(verdict.document);
+  }
   ended.outcome = passed ? protocol::JobOutcome::succeeded : protocol::JobOutcome::failed;
   ended.exit_code = passed ? 0 : 1;
-  add_detail(judged.detail);
-  if (!job.benchmark) return;
-  const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_clock_ms());
-  ended.result = bench::to_json(bench::make_report(*judged.result, job.chips, readings)).dump();
+  nlohmann::json document = result.document;
+  if (job.benchmark) {
+    const auto readings = telemetry_.readings(job.chips, job.started_at_ms, wall_clock_ms());
+    auto report = bench::make_report(result, job.chips, readings);
+    report.correctness_passed = passed;
+    document = bench::to_json(report);
+  } else if (kiln_verdict.is_null()) {
+    return;
+  }
+  if (!kiln_verdict.is_null()) document["kiln_verdict"] = std::move(kiln_verdict);
+  ended.result = document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (ended.result.size() > protocol::kResultDocument.max_len) {
     ended.outcome = protocol::JobOutcome::failed;
     ended.exit_code = exit.exit_code;
-    ended.detail = "the benchmark report is over the protocol's result limit; ask for fewer repeats";
+    ended.detail = "the job's report with kiln's verdict is over the protocol's result limit; ask for fewer repeats "
+                   "or list fewer outputs";
     ended.result.clear();
   }
 }

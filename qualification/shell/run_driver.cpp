@@ -617,12 +617,18 @@ Result<JobFiles> job_files(const JobRequest& request, const ModelSet& set, const
   if (!request.baseline_bundle_id.empty() && request.repeats_per_side > 0) {
     files.baseline_stack = stack_effects_path(options.bundle_dir, request.baseline_bundle_id);
   }
-  // The golden files kiln-workload-model reads (sim/workloads/golden.h).
-  for (const char* suffix : {".golden.json", ".safetensors"}) {
-    const auto path = options.golden_dir / (*model->workload + suffix);
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(path, ec)) files.golden.push_back(path);
+  // The model's golden files in either tensor format (docs/workloads.md, "Outputs kiln judges"):
+  // <model>.golden.json, <model>.safetensors and one <model>.<output>.npy per output.
+  const std::string prefix = *model->workload + ".";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(options.golden_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool golden = name == prefix + "golden.json" || name == prefix + "safetensors" ||
+                        (name.starts_with(prefix) && name.ends_with(".npy"));
+    std::error_code kind;
+    if (golden && it->is_regular_file(kind)) files.golden.push_back(it->path());
   }
+  std::sort(files.golden.begin(), files.golden.end());
   return files;
 }
 

@@ -45,6 +45,21 @@ Status write_golden(const fs::path& dir, const ModelSpec& spec, std::uint64_t da
                         {"data_seed", data_seed},
                         {"outputs", nlohmann::json::array()}};
   for (const auto& out : reference.outputs) doc["outputs"].push_back(out.name);
+  // The tolerances of the model's own checks, so that the agent's comparison of the outputs
+  // (docs/workloads.md, "Outputs kiln judges") applies the same ones.
+  nlohmann::json tolerances = nlohmann::json::object();
+  for (const auto& check : output_checks(spec)) {
+    for (const auto& out : reference.outputs) {
+      if (out.name != check.name) continue;
+      const auto options = tolerance_for(check, out.tensor);
+      tolerances[check.name] = {{"dtype", numerics::to_string(options.dtype)},
+                                {"rtol", options.tolerance->rtol},
+                                {"atol", options.tolerance->atol},
+                                {"ulps", options.tolerance->ulps},
+                                {"saturate", options.saturation == numerics::Saturation::saturating}};
+    }
+  }
+  if (!tolerances.empty()) doc["tolerances"] = std::move(tolerances);
   if (!reference.outputs.empty()) {
     auto written = numerics::write_safetensors_file(tensors_path(dir, spec), reference.outputs,
                                                     {{"model", spec.name}, {"data_seed", std::to_string(data_seed)}});

@@ -367,6 +367,20 @@ int run_job(const JobArgs& args) {
     correctness["golden_dir"] = *args.golden_dir;
     correct = checked->passed;
   }
+  // The outputs for kiln to judge as well, when the goldens came with the job as its artifacts
+  // and so are where the agent looks for them (docs/workloads.md, "Outputs kiln judges").
+  nlohmann::json outputs = nlohmann::json::array();
+  std::error_code same_error;
+  if (args.golden_dir && !run->outputs.empty() &&
+      fs::equivalent(*args.golden_dir, work_dir / "artifacts", same_error)) {
+    const std::string file = "outputs/" + spec.name + ".safetensors";
+    std::error_code ec;
+    fs::create_directories(work_dir / "outputs", ec);
+    if (auto written = kiln::numerics::write_safetensors_file(work_dir / file, run->outputs); !written) {
+      return cannot_run("cannot write the outputs for kiln to judge: " + written.error().message);
+    }
+    for (const auto& output : run->outputs) outputs.push_back({{"name", output.name}, {"file", file}});
+  }
 
   const double started_ms = now_epoch_ms();
   nlohmann::json benchmark = nullptr;
@@ -405,6 +419,7 @@ int run_job(const JobArgs& args) {
       {"stack_effects", wl::to_json(effects)},
       {"benchmark", benchmark},
       {"correctness", correctness},
+      {"outputs", outputs},
       {"wall_time_ms", now_epoch_ms() - started_ms},
   };
   if (baseline_effects) {

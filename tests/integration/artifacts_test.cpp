@@ -33,12 +33,6 @@ SubmitJob cat_job(const ArtifactRef& artifact) {
   return job;
 }
 
-JobDetail run_to_end(cli::Client& client, const SubmitJob& request) {
-  const std::uint64_t id = submit(client, request);
-  REQUIRE(Fleet::eventually([&] { return job_ended(client, id); }, 30s));
-  return *job(client, id);
-}
-
 ArtifactRef describe(const std::string& name, const std::string& bytes, const fs::path& scratch) {
   std::ofstream(scratch, std::ios::binary) << bytes;
   auto digest = sha256_of_file(scratch.string(), 1 << 20);

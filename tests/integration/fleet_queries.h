@@ -52,6 +52,13 @@ inline bool job_ended(cli::Client& client, std::uint64_t id) {
   return j && protocol::is_terminal(j->job.state);
 }
 
+// Submits the job and waits for it to end; generous, as the machine may be loaded.
+inline protocol::JobDetail run_to_end(cli::Client& client, const protocol::SubmitJob& request) {
+  const std::uint64_t id = submit(client, request);
+  REQUIRE(Fleet::eventually([&] { return job_ended(client, id); }, std::chrono::seconds(60)));
+  return *job(client, id);
+}
+
 // A coordinator and the agents, all up; returns a client with KEY_NAME, authorized as ROLE.
 inline std::unique_ptr<cli::Client> start_nodes(Fleet& fleet, const std::vector<AgentSpec>& agents,
                                                 const std::string& key_name = "dev",

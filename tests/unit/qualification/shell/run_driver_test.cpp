@@ -3,7 +3,9 @@
 // stops and leaves the verdict to the run's next driver.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <string>
+#include <vector>
 #include <variant>
 
 #include "qualification/model_set.h"
@@ -112,4 +114,25 @@ TEST_CASE("a submission the coordinator refused costs the job its attempts and e
   REQUIRE(report->models.size() == 1);
   CHECK(report->models[0].verdict == q::ModelVerdict::error);
   CHECK(kiln::testing::contains(report->models[0].detail, "did not run after 2 attempts"));
+}
+
+TEST_CASE("a model's goldens reach its job in either tensor format, and no other model's files do") {
+  auto set = q::parse_model_set(kiln::testing::kModelSet, "models.toml");
+  REQUIRE(set);
+  kiln::testing::TempDir dir("kiln-job-files");
+  for (const char* name : {"mlp-bf16.golden.json", "mlp-bf16.safetensors", "mlp-bf16.logits.npy",
+                           "mlp-bf16.hidden.npy", "mlp-fp8.logits.npy", "mlp-bf16.notes.txt"}) {
+    std::ofstream(dir.path() / name) << "x";
+  }
+  qs::DriverOptions options;
+  options.bundle_dir = dir.path();
+  options.golden_dir = dir.path();
+  q::JobRequest request;
+  request.model = "mlp-bf16-it";
+  auto files = qs::job_files(request, *set, options);
+  REQUIRE(files);
+  std::vector<std::string> names;
+  for (const auto& path : files->golden) names.push_back(path.filename().string());
+  CHECK(names == std::vector<std::string>{"mlp-bf16.golden.json", "mlp-bf16.hidden.npy", "mlp-bf16.logits.npy",
+                                          "mlp-bf16.safetensors"});
 }

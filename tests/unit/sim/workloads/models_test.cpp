@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "agent/bench/outputs.h"
 #include "sim/workloads/golden.h"
 #include "sim/workloads/models.h"
 #include "sim/workloads/registry.h"
@@ -241,5 +243,40 @@ TEST_CASE("the registry names each model's components for impact-based selection
   for (const auto& m : json["models"]) {
     CHECK(m["base_throughput"]["b"].get<double>() > m["base_throughput"]["a"].get<double>());
     CHECK_FALSE(m["components"].empty());
+  }
+}
+
+TEST_CASE("a sim golden's tolerances make kiln's comparison of the outputs agree with the model's own check") {
+  for (const char* model : {"mlp-bf16", "mlp-fp8"}) {
+    CAPTURE(model);
+    kiln::workloads::testing::TempDir dir;
+    const ModelSpec& spec = *find_model(model);
+    REQUIRE(write_golden(dir.path(), spec, 1, run(model, true)).has_value());
+    std::ifstream in(dir.path() / (spec.name + ".golden.json"));
+    const auto doc = nlohmann::json::parse(in);
+    auto golden = read_golden(dir.path(), spec, 1);
+    REQUIRE(golden.has_value());
+    ModelRunOptions corrupted;
+    corrupted.sdc_rate = 0.05;
+    corrupted.sdc_seed = 7;
+    for (const bool corrupt : {false, true}) {
+      const ModelRun actual = corrupt ? run(model, false, corrupted) : run(model, false);
+      std::vector<kiln::agent::bench::OutputUnderJudgement> outputs;
+      for (const auto& out : actual.outputs) {
+        auto tolerance = kiln::agent::bench::parse_golden_tolerance(doc.at("tolerances").at(out.name), out.name);
+        REQUIRE(tolerance.has_value());
+        REQUIRE(tolerance->dtype.has_value());
+        const auto expected = std::find_if(golden->outputs.begin(), golden->outputs.end(),
+                                           [&](const auto& g) { return g.name == out.name; });
+        REQUIRE(expected != golden->outputs.end());
+        outputs.push_back({{out.name, out.name + ".npy", std::nullopt}, expected->tensor, out.tensor,
+                           kiln::agent::bench::compare_options_for(*tolerance, *tolerance->dtype)});
+      }
+      const bool own = check_correctness(spec, *golden, actual)->passed;
+      CHECK(own == !corrupt);
+      const auto kiln = kiln::agent::bench::judge_outputs(outputs, own);
+      CHECK(kiln.outputs_passed == own);
+      CHECK(kiln.passed == own);
+    }
   }
 }
