@@ -25,12 +25,8 @@ Result<numerics::DType> dtype_field(const nlohmann::json& value, const std::stri
 
 // The verdict line of kiln compare's report and its worst element, as `kiln compare-tensors` prints them.
 std::string worst_of(const numerics::CompareReport& report) {
-  const std::string text = numerics::format_report_text(report);
-  std::string out = text.substr(0, text.find('\n'));
-  if (const auto worst = text.find("elements:\n  ["); worst != std::string::npos) {
-    const auto start = worst + std::string_view("elements:\n  ").size();
-    out += "; worst element " + text.substr(start, text.find('\n', start) - start);
-  }
+  std::string out = numerics::report_verdict_line(report);
+  if (!report.worst.empty()) out += "; worst element " + numerics::mismatch_text(report.worst.front());
   return out;
 }
 

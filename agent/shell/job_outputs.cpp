@@ -17,10 +17,6 @@ namespace {
 
 constexpr std::size_t kMaxGoldenJsonBytes = 16 << 20;
 
-bool ends_with(std::string_view text, std::string_view tail) {
-  return text.size() >= tail.size() && text.substr(text.size() - tail.size()) == tail;
-}
-
 // The job's artifacts by name, sorted so that the same golden is found every time.
 std::vector<fs::path> artifact_files(const fs::path& dir) {
   std::vector<fs::path> files;
@@ -30,14 +26,29 @@ std::vector<fs::path> artifact_files(const fs::path& dir) {
   return files;
 }
 
-Result<GoldenTolerance> golden_tolerance(const std::vector<fs::path>& artifacts, const std::string& name) {
+// The job's .golden.json artifacts, each read once for all its outputs: its document, or why it
+// could not be read.
+std::vector<Result<nlohmann::json>> golden_documents(const std::vector<fs::path>& artifacts) {
+  std::vector<Result<nlohmann::json>> documents;
   for (const fs::path& file : artifacts) {
-    if (!ends_with(file.filename().string(), ".golden.json")) continue;
+    if (!file.filename().string().ends_with(".golden.json")) continue;
     auto bytes = numerics::read_file_bytes(file, kMaxGoldenJsonBytes);
-    if (!bytes) return tl::unexpected(bytes.error());
-    const auto doc = nlohmann::json::parse(*bytes, nullptr, false);
-    if (!doc.is_object() || !doc.contains("tolerances")) continue;
-    const auto& tolerances = doc.at("tolerances");
+    if (!bytes) {
+      documents.push_back(tl::unexpected(bytes.error()));
+      continue;
+    }
+    documents.push_back(nlohmann::json::parse(*bytes, nullptr, false));
+  }
+  return documents;
+}
+
+// The first golden document (by file name) with tolerances for the output; one that could not be
+// read before it is an error.
+Result<GoldenTolerance> golden_tolerance(const std::vector<Result<nlohmann::json>>& documents, const std::string& name) {
+  for (const auto& doc : documents) {
+    if (!doc) return tl::unexpected(doc.error());
+    if (!doc->is_object() || !doc->contains("tolerances")) continue;
+    const auto& tolerances = doc->at("tolerances");
     if (tolerances.is_object() && tolerances.contains(name)) {
       return bench::parse_golden_tolerance(tolerances.at(name), name);
     }
@@ -49,12 +60,12 @@ Result<numerics::Tensor> find_golden(const std::vector<fs::path>& artifacts, con
                                      const std::string& name, const numerics::ReadOptions& read) {
   for (const fs::path& file : artifacts) {
     const std::string filename = file.filename().string();
-    if (filename == name + ".npy" || ends_with(filename, "." + name + ".npy")) {
+    if (filename == name + ".npy" || filename.ends_with("." + name + ".npy")) {
       return numerics::read_tensor_file(file, read);
     }
   }
   for (const fs::path& file : artifacts) {
-    if (!ends_with(file.filename().string(), ".safetensors")) continue;
+    if (!file.filename().string().ends_with(".safetensors")) continue;
     auto bytes = numerics::read_file_bytes(file, read.max_file_bytes);
     if (!bytes) return tl::unexpected(bytes.error());
     auto names = numerics::safetensors_names(*bytes, read);
@@ -76,11 +87,12 @@ bench::OutputsVerdict judge_job_outputs(const std::vector<DeclaredOutput>& outpu
                                         const fs::path& artifacts_dir, std::string_view document_dtype,
                                         bool workload_passed) {
   const auto artifacts = artifact_files(artifacts_dir);
+  const auto goldens = golden_documents(artifacts);
   std::optional<numerics::DType> document_format;
   if (auto parsed = numerics::parse_dtype(document_dtype)) document_format = *parsed;
   std::vector<bench::OutputUnderJudgement> judged;
   for (const DeclaredOutput& output : outputs) {
-    auto tolerance = golden_tolerance(artifacts, output.name);
+    auto tolerance = golden_tolerance(goldens, output.name);
     const GoldenTolerance golden = tolerance.value_or(GoldenTolerance{});
     const auto dtype = bench::compared_dtype(golden, output, document_format);
     numerics::ReadOptions read;

@@ -267,17 +267,30 @@ Result<CompareReport> compare(const Tensor& golden, const Tensor& actual, const 
   return report;
 }
 
-std::string format_report_text(const CompareReport& report) {
-  std::string out;
+std::string report_verdict_line(const CompareReport& report) {
   const std::string against = " for " + std::string(to_string(report.dtype)) + " (" + tolerance_text(report) + ")";
   if (report.passed) {
-    out += "PASS: all " + std::to_string(report.element_count) + " elements within tolerance" + against + "\n";
-  } else {
-    const double share = 100.0 * static_cast<double>(report.mismatch_count) /
-                         static_cast<double>(std::max<size_t>(report.element_count, 1));
-    out += "FAIL: " + std::to_string(report.mismatch_count) + " of " + std::to_string(report.element_count) +
-           " elements (" + fmt::format("{:.3g}", share) + "%) outside tolerance" + against + "\n";
+    return "PASS: all " + std::to_string(report.element_count) + " elements within tolerance" + against;
   }
+  const double share = 100.0 * static_cast<double>(report.mismatch_count) /
+                       static_cast<double>(std::max<size_t>(report.element_count, 1));
+  return "FAIL: " + std::to_string(report.mismatch_count) + " of " + std::to_string(report.element_count) +
+         " elements (" + fmt::format("{:.3g}", share) + "%) outside tolerance" + against;
+}
+
+std::string mismatch_text(const Mismatch& m) {
+  std::string out = shape_text(m.index) + " expected " + number(m.expected) + ", actual " + number(m.actual);
+  if (std::isnan(m.expected) && std::isnan(m.actual)) return out + ": NaN matches NaN only with equal_nan";
+  if (std::isnan(m.expected) || std::isnan(m.actual)) return out + ": NaN against a number";
+  if (!std::isfinite(m.abs_error)) return out + ": infinity matches only the same infinity";
+  out += ", |error| " + number(m.abs_error) + " > allowed " + number(m.allowed_error) + ", exceeds by " +
+         number(m.abs_error - m.allowed_error);
+  if (m.allowed_error > 0.0) out += fmt::format(" ({:.3g}x allowed)", m.abs_error / m.allowed_error);
+  return out;
+}
+
+std::string format_report_text(const CompareReport& report) {
+  std::string out = report_verdict_line(report) + "\n";
   out += fmt::format("  {:<22}{}\n", "shape", shape_text(report.shape));
   out += fmt::format("  {:<22}{}\n", "max abs error", number(report.max_abs_error));
   out += fmt::format("  {:<22}{}\n", "max rel error", number(report.max_rel_error));
@@ -293,23 +306,7 @@ std::string format_report_text(const CompareReport& report) {
     return out;
   }
   out += "worst " + std::to_string(report.worst.size()) + " elements:\n";
-  for (const Mismatch& m : report.worst) {
-    out += "  " + shape_text(m.index) + " expected " + number(m.expected) + ", actual " + number(m.actual);
-    if (std::isnan(m.expected) && std::isnan(m.actual)) {
-      out += ": NaN matches NaN only with equal_nan\n";
-    } else if (std::isnan(m.expected) || std::isnan(m.actual)) {
-      out += ": NaN against a number\n";
-    } else if (!std::isfinite(m.abs_error)) {
-      out += ": infinity matches only the same infinity\n";
-    } else {
-      out += ", |error| " + number(m.abs_error) + " > allowed " + number(m.allowed_error) + ", exceeds by " +
-             number(m.abs_error - m.allowed_error);
-      if (m.allowed_error > 0.0) {
-        out += fmt::format(" ({:.3g}x allowed)", m.abs_error / m.allowed_error);
-      }
-      out += "\n";
-    }
-  }
+  for (const Mismatch& m : report.worst) out += "  " + mismatch_text(m) + "\n";
   if (report.mismatch_count > report.worst.size()) {
     out += "  ... and " + std::to_string(report.mismatch_count - report.worst.size()) + " more\n";
   }

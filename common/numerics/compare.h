@@ -79,6 +79,10 @@ Result<CompareReport> compare(const Tensor& golden, const Tensor& actual, const 
 
 // Verdict line first, then the metrics, then the worst elements and by how much they exceed.
 std::string format_report_text(const CompareReport& report);
+// Its first line ("PASS: ..." or "FAIL: N of M elements ..."), and one worst element's line,
+// each without the line break.
+std::string report_verdict_line(const CompareReport& report);
+std::string mismatch_text(const Mismatch& mismatch);
 
 // Non-finite numbers appear as the strings "nan", "inf", "-inf".
 nlohmann::json report_to_json(const CompareReport& report);
